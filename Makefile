@@ -1,0 +1,47 @@
+# fstrace build: CO-RE BPF objects, skeletons, and the collector.
+# `make` builds everything; `make vmlinux` regenerates vmlinux/<arch>/vmlinux.h from BTF.
+
+ARCH ?= $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/')
+CLANG ?= clang
+BPFTOOL ?= bpftool
+CC ?= cc
+BTF ?= /sys/kernel/btf/vmlinux
+OUT := build
+
+BPF_SRCS := $(wildcard bpf/*.bpf.c)
+BPF_OBJS := $(patsubst bpf/%.bpf.c,$(OUT)/%.bpf.o,$(BPF_SRCS))
+SKELS := $(patsubst bpf/%.bpf.c,$(OUT)/%.skel.h,$(BPF_SRCS))
+BPF_HDRS := $(wildcard bpf/*.h) vmlinux/$(ARCH)/vmlinux.h
+USER_SRCS := $(wildcard user/*.c)
+USER_HDRS := $(wildcard user/*.h)
+
+BPF_CFLAGS := -g -O2 -Wall -target bpf -D__TARGET_ARCH_$(ARCH) -Ivmlinux/$(ARCH) -Ibpf
+USER_CFLAGS := -g -O2 -Wall -Wextra -Wno-unused-parameter -I$(OUT) -Ibpf
+# Static so the collector can be copied to a target box without libbpf; fall back to dynamic.
+STATIC_LIBS := -Wl,-Bstatic -lbpf -lelf -lz -lzstd -Wl,-Bdynamic
+DYN_LIBS := -lbpf -lelf -lz
+
+.PHONY: all clean vmlinux test bench-overhead
+all: $(OUT)/fstrace-collect
+
+$(OUT):
+	mkdir -p $@
+
+$(OUT)/%.bpf.o: bpf/%.bpf.c $(BPF_HDRS) | $(OUT)
+	$(CLANG) $(BPF_CFLAGS) -c $< -o $@
+
+$(OUT)/%.skel.h: $(OUT)/%.bpf.o
+	$(BPFTOOL) gen skeleton $< > $@.tmp && mv $@.tmp $@
+
+$(OUT)/fstrace-collect: $(USER_SRCS) $(USER_HDRS) $(SKELS) bpf/records.h | $(OUT)
+	$(CC) $(USER_CFLAGS) $(USER_SRCS) -o $@ -static -lbpf -lelf -lz -lzstd 2>/dev/null || \
+	$(CC) $(USER_CFLAGS) $(USER_SRCS) -o $@ $(STATIC_LIBS) 2>/dev/null || \
+	$(CC) $(USER_CFLAGS) $(USER_SRCS) -o $@ $(DYN_LIBS)
+
+vmlinux:
+	mkdir -p vmlinux/$(ARCH)
+	$(BPFTOOL) btf dump file $(BTF) format c > vmlinux/$(ARCH)/vmlinux.h.tmp
+	mv vmlinux/$(ARCH)/vmlinux.h.tmp vmlinux/$(ARCH)/vmlinux.h
+
+clean:
+	rm -rf $(OUT)

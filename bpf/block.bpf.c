@@ -1,0 +1,356 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Block layer: one FST_REC_IO record per completed request on a traced device,
+ * with queue/issue/complete times, merges, and the traced task it is charged
+ * to.  Bios queued by a loop worker are charged to the task whose loop request
+ * the worker is serving, so the backing device's I/O follows the reader.
+ *
+ * Every handler has a tp_btf program and a raw_tp twin; the collector enables
+ * one of them per tracepoint.  Handlers read only through BPF_CORE_READ so the
+ * same code is valid for both.
+ */
+#include "common.bpf.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+struct bio_start {
+	__u64 ts_queue;
+	__u32 pid;		/* charged traced thread, 0 = none */
+	__u32 queue_pid;	/* thread that queued the bio */
+	__u16 charge;
+	char comm[16];
+};
+
+struct rq_start {
+	__u64 ts_queue;
+	__u64 ts_issue;
+	__u32 pid;
+	__u32 queue_pid;
+	__u32 nr_bios;
+	__u32 charged_bios;	/* bios counted in task_inflight[pid] */
+	__u16 charge;
+	char comm[16];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, void *);
+	__type(value, struct bio_start);
+} bio_starts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, void *);
+	__type(value, struct rq_start);
+} rq_starts SEC(".maps");
+
+/* worker thread -> loop device (kernel dev_t) it is serving right now */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u32);
+} loop_ctx SEC(".maps");
+
+/*
+ * loop device -> traced thread whose request it issued last.  A loop worker
+ * serves requests in the order they were queued, so with one reader per
+ * device this is exact; with several concurrent readers on one loop device
+ * the backing I/O is charged to the latest issuer (documented in README).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u32);
+} loop_owner SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, struct fst_align);
+} aligns SEC(".maps");
+
+static __always_inline __u32 bio_dev(struct bio *bio)
+{
+	return BPF_CORE_READ(bio, bi_bdev, bd_dev);
+}
+
+static __always_inline __u32 rq_dev(struct request *rq)
+{
+	if (bpf_core_field_exists(rq->part)) {
+		struct block_device *part = BPF_CORE_READ(rq, part);
+		if (part)
+			return BPF_CORE_READ(part, bd_dev);
+	}
+	struct gendisk *disk = BPF_CORE_READ(rq, q, disk);
+	return KDEV(BPF_CORE_READ(disk, major), BPF_CORE_READ(disk, first_minor));
+}
+
+static __always_inline struct fst_dev_cfg *dev_cfg(__u32 dev)
+{
+	return bpf_map_lookup_elem(&traced_devs, &dev);
+}
+
+static __always_inline void charge_current(struct bio_start *s)
+{
+	__u32 pid = (__u32)bpf_get_current_pid_tgid();
+
+	s->queue_pid = pid;
+	bpf_get_current_comm(s->comm, sizeof(s->comm));
+	if (current_is_traced()) {
+		s->pid = pid;
+		s->charge = FST_CHARGE_DIRECT;
+		return;
+	}
+	__u32 *loopdev = bpf_map_lookup_elem(&loop_ctx, &pid);
+	if (loopdev) {
+		__u32 *owner = bpf_map_lookup_elem(&loop_owner, loopdev);
+		if (owner && *owner) {
+			s->pid = *owner;
+			s->charge = FST_CHARGE_LOOP;
+		}
+	}
+}
+
+static __always_inline int handle_bio_queue(struct bio *bio)
+{
+	__u32 dev = bio_dev(bio);
+	if (!dev_cfg(dev))
+		return 0;
+	/* a split remainder is queued again: keep the time it was first queued */
+	if (bpf_map_lookup_elem(&bio_starts, &bio))
+		return 0;
+	struct bio_start s = { .ts_queue = bpf_ktime_get_ns() };
+	charge_current(&s);
+	bpf_map_update_elem(&bio_starts, &bio, &s, BPF_ANY);
+	inflight_add(s.pid, 1);
+	return 0;
+}
+
+/* the front part split off a bio inherits the queue time and owner of its parent (bio_chain: bi_private) */
+static __always_inline int handle_bio_split(struct bio *split)
+{
+	__u32 dev = bio_dev(split);
+	if (!dev_cfg(dev))
+		return 0;
+	void *parent = BPF_CORE_READ(split, bi_private);
+	struct bio_start *ps = bpf_map_lookup_elem(&bio_starts, &parent);
+	struct bio_start s = {};
+	if (ps) {
+		s = *ps;
+	} else {
+		s.ts_queue = bpf_ktime_get_ns();
+		charge_current(&s);
+	}
+	bpf_map_update_elem(&bio_starts, &split, &s, BPF_ANY);
+	inflight_add(s.pid, 1);
+	return 0;
+}
+
+#define MAX_RQ_BIOS 128
+
+static __always_inline int handle_rq_issue(struct request *rq)
+{
+	__u32 dev = rq_dev(rq);
+	struct fst_dev_cfg *dc = dev_cfg(dev);
+	if (!dc)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+
+	struct rq_start *old = bpf_map_lookup_elem(&rq_starts, &rq);
+	if (old) {	/* requeued: keep its bios' accounting, take the new issue time */
+		old->ts_issue = now;
+		return 0;
+	}
+
+	struct rq_start r = { .ts_issue = now };
+	struct bio *bio = BPF_CORE_READ(rq, bio);
+	for (int i = 0; i < MAX_RQ_BIOS && bio; i++) {
+		struct bio_start *s = bpf_map_lookup_elem(&bio_starts, &bio);
+		r.nr_bios++;
+		if (s) {
+			if (!r.ts_queue || s->ts_queue < r.ts_queue)
+				r.ts_queue = s->ts_queue;
+			if (!r.queue_pid) {
+				r.queue_pid = s->queue_pid;
+				__builtin_memcpy(r.comm, s->comm, sizeof(r.comm));
+			}
+			if (s->pid && !r.pid) {
+				r.pid = s->pid;
+				r.charge = s->charge;
+			}
+			if (s->pid) {
+				/* move the bio's in-flight count onto the request's owner */
+				if (s->pid != r.pid) {
+					inflight_add(s->pid, -1);
+					inflight_add(r.pid, 1);
+				}
+				r.charged_bios++;
+			}
+			bpf_map_delete_elem(&bio_starts, &bio);
+		}
+		bio = BPF_CORE_READ(bio, bi_next);
+	}
+	bpf_map_update_elem(&rq_starts, &rq, &r, BPF_ANY);
+
+	if (dc->is_loop && r.pid)
+		bpf_map_update_elem(&loop_owner, &dev, &r.pid, BPF_ANY);
+	/* backing-device requests done for a loop request are the same I/O one level down: count it once */
+	if (r.charge == FST_CHARGE_DIRECT)
+		req_note_io(r.pid, BPF_CORE_READ(rq, __data_len));
+	return 0;
+}
+
+static __always_inline void count_alignment(__u32 dev, struct fst_dev_cfg *dc, __u64 sector, __u32 bytes)
+{
+	struct fst_align *a = bpf_map_lookup_elem(&aligns, &dev);
+	if (!a) {
+		struct fst_align zero = {};
+		bpf_map_update_elem(&aligns, &dev, &zero, BPF_NOEXIST);
+		a = bpf_map_lookup_elem(&aligns, &dev);
+		if (!a)
+			return;
+	}
+	__u64 start = sector << 9;
+	__u64 end = start + bytes;
+	__u64 unit = dc->unit_bytes ? dc->unit_bytes : 4096;
+
+	__sync_fetch_and_add(&a->nr, 1);
+	if ((start & 4095) == 0)
+		__sync_fetch_and_add(&a->start_4k, 1);
+	if ((end & 4095) == 0)
+		__sync_fetch_and_add(&a->end_4k, 1);
+	if (start % unit == 0)
+		__sync_fetch_and_add(&a->start_unit, 1);
+	if (end % unit == 0)
+		__sync_fetch_and_add(&a->end_unit, 1);
+	if (bytes && (start / unit) != ((end - 1) / unit) && start % unit)
+		__sync_fetch_and_add(&a->cross_unit, 1);
+}
+
+static __always_inline int handle_rq_complete(struct request *rq, int error, unsigned int nr_bytes)
+{
+	__u32 dev = rq_dev(rq);
+	struct fst_dev_cfg *dc = dev_cfg(dev);
+	if (!dc)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	__u32 cmd_flags = BPF_CORE_READ(rq, cmd_flags);
+	__u64 sector = BPF_CORE_READ(rq, __sector);
+	__u32 data_len = BPF_CORE_READ(rq, __data_len);
+	struct rq_start *r = bpf_map_lookup_elem(&rq_starts, &rq);
+
+	struct fst_io *rec = record_reserve(FST_REC_IO, sizeof(*rec));
+	if (rec) {
+		rec->ts_complete_ns = now;
+		rec->sector = sector;
+		rec->bytes = nr_bytes;
+		rec->dev = dev;
+		rec->cmd_flags = cmd_flags;
+		rec->error = error;
+		rec->pad0 = 0;
+		if (r) {
+			rec->ts_queue_ns = r->ts_queue ? r->ts_queue : r->ts_issue;
+			rec->ts_issue_ns = r->ts_issue;
+			rec->nr_bios = r->nr_bios;
+			rec->pid = r->pid;
+			rec->queue_pid = r->queue_pid;
+			rec->charge = r->charge;
+			__builtin_memcpy(rec->comm, r->comm, sizeof(rec->comm));
+		} else {	/* issued before tracing started */
+			rec->ts_queue_ns = 0;
+			rec->ts_issue_ns = 0;
+			rec->nr_bios = 0;
+			rec->pid = 0;
+			rec->queue_pid = 0;
+			rec->charge = FST_CHARGE_NONE;
+			__builtin_memset(rec->comm, 0, sizeof(rec->comm));
+		}
+		bpf_ringbuf_submit(rec, 0);
+	}
+
+	__u32 op = cmd_flags & 0xff;	/* REQ_OP_MASK */
+	__u32 sub = op == 0 ? 0 : (op == 1 ? 1 : 2);
+	hist_add(FST_H_IO_BYTES, dev, sub, nr_bytes);
+	count_alignment(dev, dc, sector, nr_bytes);
+	if (r) {
+		__u64 q = r->ts_queue ? r->ts_queue : r->ts_issue;
+		hist_add(FST_H_IO_Q2C_US, dev, sub, (now - q) / 1000);
+		hist_add(FST_H_IO_D2C_US, dev, sub, (now - r->ts_issue) / 1000);
+	}
+
+	/* partial completions keep the request; the last one retires it */
+	if (r && nr_bytes >= data_len) {
+		inflight_add(r->pid, -(__s64)r->charged_bios);
+		bpf_map_delete_elem(&rq_starts, &rq);
+	}
+	return 0;
+}
+
+/* loop worker context: which loop device a kworker is serving right now */
+static __always_inline int handle_work_start(struct work_struct *work)
+{
+	__u64 fn = (__u64)BPF_CORE_READ(work, func);
+	struct loop_device *lo = NULL;
+
+	if (!fn)
+		return 0;
+	if (fn == cfg.loop_rootcg_workfn) {
+		lo = (void *)work - bpf_core_field_offset(struct loop_device, rootcg_work);
+	} else if (fn == cfg.loop_workfn) {
+		struct loop_worker *w = (void *)work - bpf_core_field_offset(struct loop_worker, work);
+		lo = BPF_CORE_READ(w, lo);
+	} else {
+		return 0;
+	}
+	struct gendisk *disk = BPF_CORE_READ(lo, lo_disk);
+	__u32 dev = KDEV(BPF_CORE_READ(disk, major), BPF_CORE_READ(disk, first_minor));
+	if (!dev_cfg(dev))
+		return 0;
+	__u32 pid = (__u32)bpf_get_current_pid_tgid();
+	bpf_map_update_elem(&loop_ctx, &pid, &dev, BPF_ANY);
+	return 0;
+}
+
+static __always_inline int handle_work_end(void)
+{
+	__u32 pid = (__u32)bpf_get_current_pid_tgid();
+	bpf_map_delete_elem(&loop_ctx, &pid);
+	return 0;
+}
+
+SEC("tp_btf/block_bio_queue")
+int BPF_PROG(block_bio_queue_btf, struct bio *bio) { return handle_bio_queue(bio); }
+SEC("raw_tp/block_bio_queue")
+int BPF_PROG(block_bio_queue_raw, struct bio *bio) { return handle_bio_queue(bio); }
+
+SEC("tp_btf/block_split")
+int BPF_PROG(block_split_btf, struct bio *bio, unsigned int new_sector) { return handle_bio_split(bio); }
+SEC("raw_tp/block_split")
+int BPF_PROG(block_split_raw, struct bio *bio, unsigned int new_sector) { return handle_bio_split(bio); }
+
+SEC("tp_btf/block_rq_issue")
+int BPF_PROG(block_rq_issue_btf, struct request *rq) { return handle_rq_issue(rq); }
+SEC("raw_tp/block_rq_issue")
+int BPF_PROG(block_rq_issue_raw, struct request *rq) { return handle_rq_issue(rq); }
+
+SEC("tp_btf/block_rq_complete")
+int BPF_PROG(block_rq_complete_btf, struct request *rq, int error, unsigned int nr_bytes)
+{ return handle_rq_complete(rq, error, nr_bytes); }
+SEC("raw_tp/block_rq_complete")
+int BPF_PROG(block_rq_complete_raw, struct request *rq, int error, unsigned int nr_bytes)
+{ return handle_rq_complete(rq, error, nr_bytes); }
+
+SEC("tp_btf/workqueue_execute_start")
+int BPF_PROG(workqueue_execute_start_btf, struct work_struct *work) { return handle_work_start(work); }
+SEC("raw_tp/workqueue_execute_start")
+int BPF_PROG(workqueue_execute_start_raw, struct work_struct *work) { return handle_work_start(work); }
+
+SEC("tp_btf/workqueue_execute_end")
+int BPF_PROG(workqueue_execute_end_btf, struct work_struct *work) { return handle_work_end(); }
+SEC("raw_tp/workqueue_execute_end")
+int BPF_PROG(workqueue_execute_end_raw, struct work_struct *work) { return handle_work_end(); }

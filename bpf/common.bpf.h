@@ -1,0 +1,187 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Maps and helpers shared by every fstrace BPF object.  Each .bpf.c includes
+ * this; the collector loads block.bpf.o first and makes every later object
+ * reuse its map file descriptors (same names), so all objects see one ring
+ * buffer, one traced-task set and one in-flight I/O table.
+ */
+#ifndef FSTRACE_COMMON_BPF_H
+#define FSTRACE_COMMON_BPF_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
+#include "records.h"
+
+#define MINORBITS 20
+#define KDEV(major, minor) (((__u32)(major) << MINORBITS) | (__u32)(minor))
+#define LOOP_MAJOR 7
+#define TASK_UNINTERRUPTIBLE_BIT 0x2
+
+const volatile struct fst_cfg cfg = {};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 16 << 20);
+} events SEC(".maps");
+
+/* dropped records per record type: ring buffer full */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FST_MAX_REC_TYPES);
+	__type(key, __u32);
+	__type(value, __u64);
+} drops SEC(".maps");
+
+/* thread ids of the traced process tree (value unused) */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u8);
+} traced_pids SEC(".maps");
+
+/* kernel dev_t of each traced block device */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, struct fst_dev_cfg);
+} traced_devs SEC(".maps");
+
+/* block I/O charged to a thread and not yet completed, in bios */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __s64);
+} task_inflight SEC(".maps");
+
+/* kernel-side histograms */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct fst_hist_key);
+	__type(value, struct fst_hist);
+} hists SEC(".maps");
+
+/* the request a traced thread is in, while it is in one */
+struct task_req {
+	__u64 start;
+	__u64 last_on;		/* when the thread last went on-CPU during the request */
+	__u64 off_ts;		/* when it went off-CPU, 0 while running */
+	__u64 wake_ts;		/* first wakeup during the off-CPU interval */
+	__u64 oncpu, io_wait, dsleep, sleep, runq;
+	__u64 ino;
+	__u64 count;
+	__s64 pos;
+	__u64 io_bytes;
+	__u32 off_state;
+	__u32 sdev;
+	__u32 nr;
+	__u32 nr_ios;
+	__u32 nr_switches;
+	__u16 kind;
+	__u16 ftype;
+	__u8 off_preempted;
+	__u8 off_io;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, struct task_req);
+} task_reqs SEC(".maps");
+
+/* Is this task in the traced set: the pid tree the collector started, or the cgroup it was given. */
+static __always_inline bool task_is_traced(struct task_struct *task)
+{
+	if (cfg.filter_cgroup_id)
+		return BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id) == cfg.filter_cgroup_id;
+	__u32 pid = BPF_CORE_READ(task, pid);
+	return bpf_map_lookup_elem(&traced_pids, &pid) != NULL;
+}
+
+static __always_inline bool current_is_traced(void)
+{
+	if (cfg.filter_cgroup_id)
+		return bpf_get_current_cgroup_id() == cfg.filter_cgroup_id;
+	__u32 pid = (__u32)bpf_get_current_pid_tgid();
+	return bpf_map_lookup_elem(&traced_pids, &pid) != NULL;
+}
+
+/* Reserve a record in the ring buffer; a failed reservation is counted, never silent. */
+static __always_inline void *record_reserve(__u32 type, __u32 size)
+{
+	void *rec = bpf_ringbuf_reserve(&events, size, 0);
+	if (!rec) {
+		__u32 idx = type < FST_MAX_REC_TYPES ? type : 0;
+		__u64 *n = bpf_map_lookup_elem(&drops, &idx);
+		if (n)
+			(*n)++;
+		return NULL;
+	}
+	((__u32 *)rec)[0] = type;
+	((__u32 *)rec)[1] = size;
+	return rec;
+}
+
+static __always_inline __u32 log2_slot(__u64 v)
+{
+	__u32 r = 0;
+	/* bounded: values are at most 64 bits */
+	for (int i = 0; i < 64 && v > 1; i++) {
+		v >>= 1;
+		r++;
+	}
+	return r < FST_HIST_SLOTS ? r : FST_HIST_SLOTS - 1;
+}
+
+static __always_inline void hist_add(__u32 metric, __u32 dev, __u32 sub, __u64 value)
+{
+	struct fst_hist_key key = { .metric = metric, .dev = dev, .sub = sub };
+	struct fst_hist *h = bpf_map_lookup_elem(&hists, &key);
+	if (!h) {
+		struct fst_hist zero = {};
+		bpf_map_update_elem(&hists, &key, &zero, BPF_NOEXIST);
+		h = bpf_map_lookup_elem(&hists, &key);
+		if (!h)
+			return;
+	}
+	__u32 slot = log2_slot(value);
+	if (slot < FST_HIST_SLOTS)
+		__sync_fetch_and_add(&h->slots[slot], 1);
+}
+
+static __always_inline void inflight_add(__u32 pid, __s64 delta)
+{
+	if (!pid)
+		return;
+	__s64 *n = bpf_map_lookup_elem(&task_inflight, &pid);
+	if (n) {
+		__sync_fetch_and_add(n, delta);
+		return;
+	}
+	if (delta > 0)
+		bpf_map_update_elem(&task_inflight, &pid, &delta, BPF_ANY);
+}
+
+/* a block request charged to pid was issued: count it in the request the thread is in */
+static __always_inline void req_note_io(__u32 pid, __u32 bytes)
+{
+	struct task_req *r = bpf_map_lookup_elem(&task_reqs, &pid);
+	if (r) {
+		r->nr_ios++;
+		r->io_bytes += bytes;
+	}
+}
+
+static __always_inline __s64 inflight_get(__u32 pid)
+{
+	__s64 *n = bpf_map_lookup_elem(&task_inflight, &pid);
+	return n ? *n : 0;
+}
+
+#endif

@@ -1,0 +1,219 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Requests and first-cut attribution.  A request is one read or metadata
+ * syscall of a traced thread; its wall time is split by sched_switch and
+ * sched_wakeup into on-CPU, I/O wait, other uninterruptible sleep,
+ * interruptible sleep and runqueue time (see records.h).
+ *
+ * The traced set is the process tree the collector starts (children are added
+ * at fork, in the kernel, so no early I/O is missed), or a cgroup.
+ */
+#include "common.bpf.h"
+#include "syscalls.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+static __always_inline struct file *fd_file(struct task_struct *task, long fd)
+{
+	struct file **fds = BPF_CORE_READ(task, files, fdt, fd);
+	unsigned int max = BPF_CORE_READ(task, files, fdt, max_fds);
+	struct file *f = NULL;
+
+	if (fd < 0 || fd >= max)
+		return NULL;
+	bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]);
+	return f;
+}
+
+static __always_inline void note_file(struct task_req *r, struct file *f)
+{
+	if (!f)
+		return;
+	struct inode *inode = BPF_CORE_READ(f, f_inode);
+	r->ino = BPF_CORE_READ(inode, i_ino);
+	r->sdev = BPF_CORE_READ(inode, i_sb, s_dev);
+	r->ftype = (BPF_CORE_READ(inode, i_mode) >> 12) & 0xf;
+	if (r->pos < 0 && r->kind == FST_REQ_READ)
+		r->pos = BPF_CORE_READ(f, f_pos);
+}
+
+static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
+{
+	__u16 kind = fst_syscall_kind(id);
+	if (!kind || !current_is_traced())
+		return 0;
+
+	__u32 pid = (__u32)bpf_get_current_pid_tgid();
+	__u64 now = bpf_ktime_get_ns();
+	struct task_req r = {
+		.start = now, .last_on = now, .nr = id, .kind = kind, .pos = -1,
+	};
+	long fd = PT_REGS_PARM1_CORE_SYSCALL(regs);
+
+	if (kind == FST_REQ_READ) {
+		/* readv/preadv take an iovec count there, not a byte count */
+		if (id == FST_NR_READ || id == FST_NR_PREAD64)
+			r.count = PT_REGS_PARM3_CORE_SYSCALL(regs);
+		if (fst_syscall_has_pos(id))
+			r.pos = PT_REGS_PARM4_CORE_SYSCALL(regs);
+	}
+	if (kind == FST_REQ_READ || kind == FST_REQ_GETDENTS || id == FST_NR_FSTAT)
+		note_file(&r, fd_file((struct task_struct *)bpf_get_current_task(), fd));
+	bpf_map_update_elem(&task_reqs, &pid, &r, BPF_ANY);
+	return 0;
+}
+
+static __always_inline int handle_sys_exit(long ret)
+{
+	__u32 pid = (__u32)bpf_get_current_pid_tgid();
+	struct task_req *r = bpf_map_lookup_elem(&task_reqs, &pid);
+	if (!r)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	r->oncpu += now - r->last_on;
+
+	/* openat: the file is known only once the descriptor exists */
+	if (r->kind == FST_REQ_OPEN && ret >= 0)
+		note_file(r, fd_file((struct task_struct *)bpf_get_current_task(), ret));
+
+	struct fst_req *rec = record_reserve(FST_REC_REQ, sizeof(*rec));
+	if (rec) {
+		__u64 pid_tgid = bpf_get_current_pid_tgid();
+		rec->ts_start_ns = r->start;
+		rec->ts_end_ns = now;
+		rec->oncpu_ns = r->oncpu;
+		rec->io_wait_ns = r->io_wait;
+		rec->dsleep_ns = r->dsleep;
+		rec->sleep_ns = r->sleep;
+		rec->runq_ns = r->runq;
+		rec->ino = r->ino;
+		rec->ret = ret;
+		rec->count = r->count;
+		rec->pos = r->pos;
+		rec->io_bytes = r->io_bytes;
+		rec->pid = (__u32)pid_tgid;
+		rec->tgid = pid_tgid >> 32;
+		rec->sdev = r->sdev;
+		rec->syscall_nr = r->nr;
+		rec->nr_ios = r->nr_ios;
+		rec->nr_switches = r->nr_switches;
+		rec->kind = r->kind;
+		rec->ftype = r->ftype;
+		bpf_get_current_comm(rec->comm, sizeof(rec->comm));
+		bpf_ringbuf_submit(rec, 0);
+	}
+	hist_add(FST_H_REQ_US, 0, r->kind, (now - r->start) / 1000);
+	bpf_map_delete_elem(&task_reqs, &pid);
+	return 0;
+}
+
+static __always_inline int handle_switch(bool preempt, struct task_struct *prev,
+					 struct task_struct *next, unsigned int prev_state)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u32 prev_pid = BPF_CORE_READ(prev, pid);
+	__u32 next_pid = BPF_CORE_READ(next, pid);
+
+	struct task_req *r = bpf_map_lookup_elem(&task_reqs, &prev_pid);
+	if (r) {
+		r->oncpu += now - r->last_on;
+		r->off_ts = now;
+		r->wake_ts = 0;
+		r->off_state = prev_state;
+		/* preempted, or yielded while still runnable: waiting for a CPU, not sleeping */
+		r->off_preempted = preempt || prev_state == 0;
+		r->off_io = inflight_get(prev_pid) > 0;
+		r->nr_switches++;
+	}
+
+	r = bpf_map_lookup_elem(&task_reqs, &next_pid);
+	if (r && r->off_ts) {
+		if (r->off_preempted) {
+			r->runq += now - r->off_ts;
+		} else {
+			__u64 woke = r->wake_ts && r->wake_ts <= now ? r->wake_ts : now;
+			__u64 slept = woke - r->off_ts;
+			if (r->off_state & TASK_UNINTERRUPTIBLE_BIT) {
+				if (r->off_io)
+					r->io_wait += slept;
+				else
+					r->dsleep += slept;
+			} else {
+				r->sleep += slept;
+			}
+			r->runq += now - woke;
+		}
+		r->off_ts = 0;
+		r->last_on = now;
+	}
+	return 0;
+}
+
+static __always_inline int handle_wakeup(struct task_struct *p)
+{
+	__u32 pid = BPF_CORE_READ(p, pid);
+	struct task_req *r = bpf_map_lookup_elem(&task_reqs, &pid);
+	if (r && r->off_ts && !r->wake_ts)
+		r->wake_ts = bpf_ktime_get_ns();
+	return 0;
+}
+
+static __always_inline int handle_fork(struct task_struct *parent, struct task_struct *child)
+{
+	if (cfg.filter_cgroup_id)
+		return 0;
+	/* clone() from any thread of a traced process: the parent passed here is the leader */
+	__u32 cur = (__u32)bpf_get_current_pid_tgid();
+	__u32 ppid = BPF_CORE_READ(parent, pid);
+	if (!bpf_map_lookup_elem(&traced_pids, &cur) && !bpf_map_lookup_elem(&traced_pids, &ppid))
+		return 0;
+	__u32 pid = BPF_CORE_READ(child, pid);
+	__u8 one = 1;
+	bpf_map_update_elem(&traced_pids, &pid, &one, BPF_ANY);
+	return 0;
+}
+
+static __always_inline int handle_exit(void)
+{
+	__u32 pid = (__u32)bpf_get_current_pid_tgid();
+	bpf_map_delete_elem(&task_reqs, &pid);
+	bpf_map_delete_elem(&task_inflight, &pid);
+	/* the pid stays in traced_pids: its block I/O may still complete, and pids are not reused that fast */
+	return 0;
+}
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(sys_enter_btf, struct pt_regs *regs, long id) { return handle_sys_enter(regs, id); }
+SEC("raw_tp/sys_enter")
+int BPF_PROG(sys_enter_raw, struct pt_regs *regs, long id) { return handle_sys_enter(regs, id); }
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(sys_exit_btf, struct pt_regs *regs, long ret) { return handle_sys_exit(ret); }
+SEC("raw_tp/sys_exit")
+int BPF_PROG(sys_exit_raw, struct pt_regs *regs, long ret) { return handle_sys_exit(ret); }
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(sched_switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{ return handle_switch(preempt, prev, next, prev_state); }
+SEC("raw_tp/sched_switch")
+int BPF_PROG(sched_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{ return handle_switch(preempt, prev, next, prev_state); }
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(sched_wakeup_btf, struct task_struct *p) { return handle_wakeup(p); }
+SEC("raw_tp/sched_wakeup")
+int BPF_PROG(sched_wakeup_raw, struct task_struct *p) { return handle_wakeup(p); }
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(sched_process_fork_btf, struct task_struct *parent, struct task_struct *child)
+{ return handle_fork(parent, child); }
+SEC("raw_tp/sched_process_fork")
+int BPF_PROG(sched_process_fork_raw, struct task_struct *parent, struct task_struct *child)
+{ return handle_fork(parent, child); }
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(sched_process_exit_btf, struct task_struct *p) { return handle_exit(); }
+SEC("raw_tp/sched_process_exit")
+int BPF_PROG(sched_process_exit_raw, struct task_struct *p) { return handle_exit(); }

@@ -1,0 +1,635 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * fstrace-collect: loads the fstrace BPF programs, traces one workload (a
+ * command it starts, existing pids, or a cgroup) and the block devices under
+ * it, and writes one self-describing results file.  Small and static so it can
+ * be copied onto a target box that has no Python.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include "records.h"
+#include "results.h"
+#include "tiers.h"
+#include "block.skel.h"
+#include "tasks.skel.h"
+
+#define FSTRACE_VERSION "0.1.0"
+#define MAX_DEVS 16
+#define MAX_PIDS 64
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig) { stop_signal = sig; }
+
+struct dev_arg {
+	unsigned major, minor;
+	unsigned unit;
+	bool is_loop;
+};
+
+static struct {
+	const char *out;
+	const char *meta_file;
+	const char *cgroup;
+	struct dev_arg devs[MAX_DEVS];
+	int nr_devs;
+	int pids[MAX_PIDS];
+	int nr_pids;
+	double duration;
+	int ready_fd;
+	bool progress;
+	bool no_btf_tp;
+	char **cmd;
+} opt = { .ready_fd = -1 };
+
+#define P(name, measures, btf, raw, req) \
+	{ name, measures, { [TIER_TP_BTF] = btf, [TIER_RAW_TP] = raw }, req }
+
+static struct probe block_probes[] = {
+	P("block_bio_queue", "bio queue time, owner", "block_bio_queue_btf", "block_bio_queue_raw", true),
+	P("block_split", "owner of split bios", "block_split_btf", "block_split_raw", false),
+	P("block_rq_issue", "issue time, merges", "block_rq_issue_btf", "block_rq_issue_raw", true),
+	P("block_rq_complete", "completion, size, alignment", "block_rq_complete_btf", "block_rq_complete_raw", true),
+	P("workqueue_execute_start", "loop worker -> reader charging", "workqueue_execute_start_btf",
+	  "workqueue_execute_start_raw", false),
+	P("workqueue_execute_end", "loop worker -> reader charging", "workqueue_execute_end_btf",
+	  "workqueue_execute_end_raw", false),
+};
+
+static struct probe task_probes[] = {
+	P("sys_enter", "request start, file", "sys_enter_btf", "sys_enter_raw", true),
+	P("sys_exit", "request end, bytes", "sys_exit_btf", "sys_exit_raw", true),
+	P("sched_switch", "on-CPU / off-CPU split", "sched_switch_btf", "sched_switch_raw", true),
+	P("sched_wakeup", "sleep vs runqueue split", "sched_wakeup_btf", "sched_wakeup_raw", false),
+	P("sched_process_fork", "process tree", "sched_process_fork_btf", "sched_process_fork_raw", true),
+	P("sched_process_exit", "process tree", "sched_process_exit_btf", "sched_process_exit_raw", false),
+};
+
+#define N(a) (int)(sizeof(a) / sizeof((a)[0]))
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "fstrace-collect: ");
+	vfprintf(stderr, fmt, ap);
+	fprintf(stderr, "\n");
+	va_end(ap);
+	exit(2);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: fstrace-collect -o FILE [options] [-- COMMAND [ARGS...]]\n"
+		"  -o, --out FILE          results file to write (created only when complete)\n"
+		"  -m, --meta FILE         JSON object stored as the results' \"config\"\n"
+		"  -d, --dev MAJ:MIN[:UNIT[:loop]]  trace this block device; UNIT = fs block/cluster bytes\n"
+		"  -p, --pid PID           trace this process (all threads) and its future children\n"
+		"  -g, --cgroup PATH       trace the tasks of this cgroup v2 directory\n"
+		"  -D, --duration SEC      stop after SEC seconds (default: command exit or Ctrl-C)\n"
+		"      --ready-fd FD       write \"ready\\n\" to FD once tracing is attached\n"
+		"      --progress          print record counts to stderr every second\n"
+		"      --no-tp-btf         use raw_tp where tp_btf would do (testing the fallback tier)\n"
+		"With COMMAND, it is started once tracing is attached and tracing ends when it exits.\n");
+}
+
+static void parse_args(int argc, char **argv)
+{
+	static struct option longopts[] = {
+		{ "out", required_argument, 0, 'o' },	   { "meta", required_argument, 0, 'm' },
+		{ "dev", required_argument, 0, 'd' },	   { "pid", required_argument, 0, 'p' },
+		{ "cgroup", required_argument, 0, 'g' },   { "duration", required_argument, 0, 'D' },
+		{ "ready-fd", required_argument, 0, 'r' }, { "progress", no_argument, 0, 'P' },
+		{ "no-tp-btf", no_argument, 0, 'B' },	   { "help", no_argument, 0, 'h' },
+		{ 0 },
+	};
+	int c;
+	while ((c = getopt_long(argc, argv, "+o:m:d:p:g:D:h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'o': opt.out = optarg; break;
+		case 'm': opt.meta_file = optarg; break;
+		case 'g': opt.cgroup = optarg; break;
+		case 'D': opt.duration = atof(optarg); break;
+		case 'r': opt.ready_fd = atoi(optarg); break;
+		case 'P': opt.progress = true; break;
+		case 'B': opt.no_btf_tp = true; break;
+		case 'p':
+			if (opt.nr_pids == MAX_PIDS)
+				die("too many --pid");
+			opt.pids[opt.nr_pids++] = atoi(optarg);
+			break;
+		case 'd': {
+			struct dev_arg *d = &opt.devs[opt.nr_devs];
+			char loop[8] = "";
+			if (opt.nr_devs == MAX_DEVS)
+				die("too many --dev");
+			int n = sscanf(optarg, "%u:%u:%u:%7s", &d->major, &d->minor, &d->unit, loop);
+			if (n < 2)
+				die("--dev wants MAJ:MIN[:UNIT[:loop]], got '%s'", optarg);
+			d->is_loop = !strcmp(loop, "loop") || d->major == 7;
+			opt.nr_devs++;
+			break;
+		}
+		case 'h': usage(stdout); exit(0);
+		default: usage(stderr); exit(2);
+		}
+	}
+	if (!opt.out)
+		die("-o FILE is required (see --help)");
+	if (optind < argc)
+		opt.cmd = argv + optind;
+	if (!opt.cmd && !opt.nr_pids && !opt.cgroup && opt.duration <= 0)
+		fprintf(stderr, "fstrace-collect: no command, pid or cgroup: tracing nothing until Ctrl-C\n");
+}
+
+static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args)
+{
+	if (level == LIBBPF_DEBUG || getenv("FSTRACE_QUIET_LIBBPF"))
+		return 0;
+	return vfprintf(stderr, fmt, args);
+}
+
+static unsigned long long ksym_addr(const char *name)
+{
+	FILE *f = fopen("/proc/kallsyms", "r");
+	if (!f)
+		return 0;
+	char line[512], sym[256], type;
+	unsigned long long addr, found = 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%llx %c %255s", &addr, &type, sym) == 3 && !strcmp(sym, name)) {
+			found = addr;
+			break;
+		}
+	}
+	fclose(f);
+	return found;
+}
+
+static __u64 cgroup_id(const char *path)
+{
+	struct stat st;
+	if (stat(path, &st))
+		die("cgroup %s: %s", path, strerror(errno));
+	return st.st_ino;	/* cgroup v2 id is the kernfs inode number */
+}
+
+static void fill_cfg(struct fst_cfg *c)
+{
+	c->loop_rootcg_workfn = ksym_addr("loop_rootcg_workfn");
+	c->loop_workfn = ksym_addr("loop_workfn");
+	c->filter_cgroup_id = opt.cgroup ? cgroup_id(opt.cgroup) : 0;
+}
+
+/* every later object shares the first object's maps of the same name */
+static void reuse_maps(struct bpf_object *owner, struct bpf_object *obj)
+{
+	struct bpf_map *m;
+	bpf_object__for_each_map(m, obj) {
+		if (bpf_map__is_internal(m))
+			continue;
+		struct bpf_map *o = bpf_object__find_map_by_name(owner, bpf_map__name(m));
+		if (o && bpf_map__reuse_fd(m, bpf_map__fd(o)))
+			die("sharing map %s: %s", bpf_map__name(m), strerror(errno));
+	}
+}
+
+/* open+load a skeleton with the best tiers; if the kernel refuses tp_btf, fall back to raw_tp */
+#define LOAD_SKEL(type, skel, probes, owner)                                                        \
+	do {                                                                                        \
+		for (int attempt = 0; attempt < 2; attempt++) {                                     \
+			skel = type##__open();                                                      \
+			if (!skel)                                                                  \
+				die("opening " #type ": %s", strerror(errno));                     \
+			fill_cfg((struct fst_cfg *)&skel->rodata->cfg);                             \
+			if (owner)                                                                  \
+				reuse_maps(owner, skel->obj);                                       \
+			tiers_select(skel->obj, probes, N(probes), opt.no_btf_tp || attempt);       \
+			if (!type##__load(skel))                                                    \
+				break;                                                              \
+			int err_ = errno;                                                           \
+			type##__destroy(skel);                                                      \
+			skel = NULL;                                                                \
+			if (attempt)                                                                \
+				die("loading " #type ": %s", strerror(err_));                      \
+			fprintf(stderr, "fstrace-collect: " #type " did not load with tp_btf (%s); "  \
+					"retrying with raw_tp\n", strerror(err_));                  \
+		}                                                                                   \
+	} while (0)
+
+static int handle_record(void *ctx, void *data, size_t size)
+{
+	struct results *r = ctx;
+	int err = results_add(r, data, size);
+	if (err)
+		die("writing records: %s", strerror(-err));
+	return 0;
+}
+
+struct diskstat {
+	bool found;
+	unsigned long long v[17];
+};
+
+static void read_diskstat(const struct dev_arg *d, struct diskstat *s)
+{
+	FILE *f = fopen("/proc/diskstats", "r");
+	memset(s, 0, sizeof(*s));
+	if (!f)
+		return;
+	char line[512], name[64];
+	unsigned ma, mi;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long long *v = s->v;
+		int n = sscanf(line, "%u %u %63s %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu",
+			       &ma, &mi, name, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9],
+			       &v[10], &v[11], &v[12], &v[13], &v[14], &v[15], &v[16]);
+		if (n >= 14 && ma == d->major && mi == d->minor) {
+			s->found = true;
+			break;
+		}
+	}
+	fclose(f);
+}
+
+static unsigned long long dev_inflight(const struct dev_arg *d)
+{
+	char path[128];
+	unsigned long long r = 0, w = 0;
+	snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/inflight", d->major, d->minor);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	if (fscanf(f, "%llu %llu", &r, &w) != 2)
+		r = w = 0;
+	fclose(f);
+	return r + w;
+}
+
+static __u64 now_ns(clockid_t clk)
+{
+	struct timespec ts;
+	clock_gettime(clk, &ts);
+	return (__u64)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+static void add_pid_tree(int map_fd, int pid)
+{
+	/* all threads of pid now; children forked later are added by the kernel side */
+	char path[64];
+	__u8 one = 1;
+	__u32 key = pid;
+	bpf_map_update_elem(map_fd, &key, &one, BPF_ANY);
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	DIR *d = opendir(path);
+	if (!d)
+		die("--pid %d: no such process", pid);
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		key = atoi(e->d_name);
+		bpf_map_update_elem(map_fd, &key, &one, BPF_ANY);
+	}
+	closedir(d);
+}
+
+static void json_diskstat(struct jbuf *b, const struct diskstat *s)
+{
+	if (!s->found) {
+		jb_add(b, "null");
+		return;
+	}
+	static const char *names[] = { "reads", "reads_merged", "sectors_read", "ms_reading", "writes",
+				       "writes_merged", "sectors_written", "ms_writing", "in_flight",
+				       "ms_io", "ms_weighted" };
+	jb_add(b, "{");
+	for (int i = 0; i < 11; i++)
+		jb_add(b, "%s\"%s\":%llu", i ? "," : "", names[i], s->v[i]);
+	jb_add(b, "}");
+}
+
+static void json_probes(struct jbuf *b, struct probe *probes, int n, bool *first)
+{
+	for (int i = 0; i < n; i++) {
+		jb_add(b, "%s{\"probe\":", *first ? "" : ",");
+		*first = false;
+		jb_str(b, probes[i].name);
+		jb_add(b, ",\"tier\":\"%s\",\"measures\":", tier_name(probes[i].tier));
+		jb_str(b, probes[i].measures);
+		jb_add(b, ",\"why\":");
+		jb_str(b, probes[i].why);
+		jb_add(b, "}");
+	}
+}
+
+static char *read_file(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		die("reading %s: %s", path, strerror(errno));
+	struct jbuf b = {};
+	char buf[4096];
+	size_t n;
+	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+		jb_add(&b, "%.*s", (int)n, buf);
+	fclose(f);
+	return b.s ? b.s : strdup("{}");
+}
+
+static void json_aggregates(struct jbuf *b, struct block_bpf *blk)
+{
+	int hfd = bpf_map__fd(blk->maps.hists);
+	struct fst_hist_key key, next;
+	struct fst_hist h;
+	bool first = true;
+	jb_add(b, "\"histograms\":[");
+	void *prev = NULL;
+	while (!bpf_map_get_next_key(hfd, prev, &next)) {
+		key = next;
+		prev = &key;
+		if (bpf_map_lookup_elem(hfd, &key, &h))
+			continue;
+		jb_add(b, "%s{\"metric\":%u,\"dev\":%u,\"sub\":%u,\"slots\":[", first ? "" : ",", key.metric,
+		       key.dev, key.sub);
+		first = false;
+		for (int i = 0; i < FST_HIST_SLOTS; i++)
+			jb_add(b, "%s%llu", i ? "," : "", (unsigned long long)h.slots[i]);
+		jb_add(b, "]}");
+	}
+	jb_add(b, "],\"alignment\":[");
+	int afd = bpf_map__fd(blk->maps.aligns);
+	__u32 dkey, dnext;
+	struct fst_align a;
+	first = true;
+	void *dprev = NULL;
+	while (!bpf_map_get_next_key(afd, dprev, &dnext)) {
+		dkey = dnext;
+		dprev = &dkey;
+		if (bpf_map_lookup_elem(afd, &dkey, &a))
+			continue;
+		jb_add(b, "%s{\"dev\":%u,\"nr\":%llu,\"start_4k\":%llu,\"end_4k\":%llu,\"start_unit\":%llu,"
+			  "\"end_unit\":%llu,\"cross_unit\":%llu}",
+		       first ? "" : ",", dkey, (unsigned long long)a.nr, (unsigned long long)a.start_4k,
+		       (unsigned long long)a.end_4k, (unsigned long long)a.start_unit,
+		       (unsigned long long)a.end_unit, (unsigned long long)a.cross_unit);
+		first = false;
+	}
+	jb_add(b, "]");
+}
+
+static __u64 sum_drops(int fd, __u32 idx)
+{
+	int ncpu = libbpf_num_possible_cpus();
+	__u64 *vals = calloc(ncpu, sizeof(*vals)), sum = 0;
+	if (vals && !bpf_map_lookup_elem(fd, &idx, vals))
+		for (int i = 0; i < ncpu; i++)
+			sum += vals[i];
+	free(vals);
+	return sum;
+}
+
+int main(int argc, char **argv)
+{
+	parse_args(argc, argv);
+	if (geteuid() != 0)
+		die("must run as root (loading BPF programs needs CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN)");
+	libbpf_set_print(libbpf_print);
+
+	struct results res;
+	int err = results_open(&res, opt.out);
+	if (err)
+		die("cannot create results next to %s: %s", opt.out, strerror(-err));
+	char *meta = opt.meta_file ? read_file(opt.meta_file) : strdup("{}");
+
+	/* start the command first, stopped on a pipe, so its pid can be traced from its first instruction */
+	int go[2] = { -1, -1 };
+	pid_t child = -1;
+	if (opt.cmd) {
+		if (pipe2(go, O_CLOEXEC))
+			die("pipe: %s", strerror(errno));
+		child = fork();
+		if (child < 0)
+			die("fork: %s", strerror(errno));
+		if (child == 0) {
+			char c;
+			close(go[1]);
+			signal(SIGINT, SIG_DFL);
+			signal(SIGTERM, SIG_DFL);
+			if (read(go[0], &c, 1) != 1)
+				_exit(126);	/* collector gave up before tracing started */
+			execvp(opt.cmd[0], opt.cmd);
+			fprintf(stderr, "fstrace-collect: cannot run %s: %s\n", opt.cmd[0], strerror(errno));
+			_exit(127);
+		}
+		close(go[0]);
+	}
+
+	struct sigaction sa = { .sa_handler = on_signal };
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+
+	__u64 t_load0 = now_ns(CLOCK_MONOTONIC);
+	struct block_bpf *blk = NULL;
+	struct tasks_bpf *tsk = NULL;
+	struct bpf_object *none = NULL;
+	LOAD_SKEL(block_bpf, blk, block_probes, none);
+	LOAD_SKEL(tasks_bpf, tsk, task_probes, blk->obj);
+
+	for (int i = 0; i < opt.nr_devs; i++) {
+		struct dev_arg *d = &opt.devs[i];
+		__u32 kdev = (d->major << 20) | d->minor;
+		struct fst_dev_cfg dc = { .unit_bytes = d->unit, .is_loop = d->is_loop };
+		bpf_map_update_elem(bpf_map__fd(blk->maps.traced_devs), &kdev, &dc, BPF_ANY);
+	}
+	int pids_fd = bpf_map__fd(blk->maps.traced_pids);
+	for (int i = 0; i < opt.nr_pids; i++)
+		add_pid_tree(pids_fd, opt.pids[i]);
+	if (child > 0) {
+		__u32 key = child;
+		__u8 one = 1;
+		bpf_map_update_elem(pids_fd, &key, &one, BPF_ANY);
+	}
+
+	struct ring_buffer *rb = ring_buffer__new(bpf_map__fd(blk->maps.events), handle_record, &res, NULL);
+	if (!rb)
+		die("ring buffer: %s", strerror(errno));
+
+	err = tiers_attach(block_probes, N(block_probes));
+	if (!err)
+		err = tiers_attach(task_probes, N(task_probes));
+	if (err) {
+		if (child > 0) {
+			close(go[1]);
+			waitpid(child, NULL, 0);
+		}
+		tiers_detach(block_probes, N(block_probes));
+		tiers_detach(task_probes, N(task_probes));
+		results_discard(&res);
+		die("attach failed; nothing traced");
+	}
+	__u64 t_attached = now_ns(CLOCK_MONOTONIC);
+
+	struct diskstat ds_start[MAX_DEVS], ds_end[MAX_DEVS];
+	for (int i = 0; i < opt.nr_devs; i++)
+		read_diskstat(&opt.devs[i], &ds_start[i]);
+	__u64 t_start = now_ns(CLOCK_MONOTONIC), t_start_real = now_ns(CLOCK_REALTIME);
+
+	if (opt.ready_fd >= 0) {
+		if (write(opt.ready_fd, "ready\n", 6) != 6) { /* the reader went away: keep tracing */ }
+		close(opt.ready_fd);
+	}
+	if (child > 0) {
+		if (write(go[1], "g", 1) != 1)
+			die("starting command: %s", strerror(errno));
+		close(go[1]);
+	}
+
+	int wstatus = 0;
+	bool child_done = child <= 0;
+	__u64 last_progress = t_start;
+	while (!stop_signal) {
+		err = ring_buffer__poll(rb, 100);
+		if (err < 0 && err != -EINTR)
+			die("polling ring buffer: %s", strerror(-err));
+		__u64 now = now_ns(CLOCK_MONOTONIC);
+		if (opt.progress && now - last_progress >= 1000000000ull) {
+			last_progress = now;
+			fprintf(stderr, "fstrace-collect: %.0fs  requests %llu  block requests %llu  dropped %llu\n",
+				(now - t_start) / 1e9, (unsigned long long)res.spools[FST_REC_REQ].count,
+				(unsigned long long)res.spools[FST_REC_IO].count,
+				(unsigned long long)(sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_REQ) +
+						     sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_IO)));
+		}
+		if (!child_done && waitpid(child, &wstatus, WNOHANG) == child)
+			child_done = true;
+		if (child > 0 && child_done)
+			break;
+		if (opt.duration > 0 && now - t_start >= (__u64)(opt.duration * 1e9))
+			break;
+	}
+	bool interrupted = stop_signal != 0;
+	if (!child_done) {
+		kill(child, SIGTERM);
+		waitpid(child, &wstatus, 0);
+		child_done = true;
+	}
+
+	/* let I/O the workload started finish, so every request it caused is counted */
+	for (int tries = 0; tries < 50; tries++) {
+		unsigned long long busy = 0;
+		for (int i = 0; i < opt.nr_devs; i++)
+			if (opt.devs[i].is_loop)
+				busy += dev_inflight(&opt.devs[i]);
+		if (!busy)
+			break;
+		ring_buffer__poll(rb, 20);
+	}
+	for (int i = 0; i < opt.nr_devs; i++)
+		read_diskstat(&opt.devs[i], &ds_end[i]);
+	__u64 t_end = now_ns(CLOCK_MONOTONIC);
+	tiers_detach(block_probes, N(block_probes));
+	tiers_detach(task_probes, N(task_probes));
+	while (ring_buffer__consume(rb) > 0)
+		;
+
+	struct utsname u;
+	uname(&u);
+	struct jbuf h = {};
+	jb_add(&h, "{\"format\":\"fstrace-results\",\"format_version\":%d,\"records_version\":%d,",
+	       FST_RESULTS_FORMAT, FST_RECORDS_VERSION);
+	jb_add(&h, "\"collector\":{\"version\":\"%s\",\"libbpf\":\"%u.%u\"},", FSTRACE_VERSION,
+	       libbpf_major_version(), libbpf_minor_version());
+	jb_add(&h, "\"kernel\":{\"release\":");
+	jb_str(&h, u.release);
+	jb_add(&h, ",\"version\":");
+	jb_str(&h, u.version);
+	jb_add(&h, ",\"machine\":");
+	jb_str(&h, u.machine);
+	jb_add(&h, "},\"host\":");
+	jb_str(&h, u.nodename);
+	jb_add(&h, ",\"dev_encoding\":\"kernel dev_t: major << 20 | minor\",");
+	jb_add(&h, "\"clock\":\"CLOCK_MONOTONIC ns (bpf_ktime_get_ns)\",");
+	jb_add(&h, "\"time\":{\"start_ns\":%llu,\"end_ns\":%llu,\"start_realtime_ns\":%llu,"
+		   "\"load_attach_ns\":%llu},",
+	       (unsigned long long)t_start, (unsigned long long)t_end, (unsigned long long)t_start_real,
+	       (unsigned long long)(t_attached - t_load0));
+	jb_add(&h, "\"probes\":[");
+	bool first = true;
+	json_probes(&h, block_probes, N(block_probes), &first);
+	json_probes(&h, task_probes, N(task_probes), &first);
+	jb_add(&h, "],\"loop_charging\":%s,", blk->rodata->cfg.loop_rootcg_workfn ? "true" : "false");
+	jb_add(&h, "\"filter\":{\"cgroup\":");
+	if (opt.cgroup)
+		jb_str(&h, opt.cgroup);
+	else
+		jb_add(&h, "null");
+	jb_add(&h, ",\"pids\":[");
+	for (int i = 0; i < opt.nr_pids; i++)
+		jb_add(&h, "%s%d", i ? "," : "", opt.pids[i]);
+	jb_add(&h, "],\"command\":");
+	if (opt.cmd) {
+		jb_add(&h, "[");
+		for (int i = 0; opt.cmd[i]; i++) {
+			jb_add(&h, "%s", i ? "," : "");
+			jb_str(&h, opt.cmd[i]);
+		}
+		jb_add(&h, "]");
+	} else {
+		jb_add(&h, "null");
+	}
+	jb_add(&h, ",\"root_pid\":%d},", child > 0 ? child : 0);
+	jb_add(&h, "\"workload\":{\"exit_status\":%d,\"signal\":%d,\"interrupted\":%s},",
+	       child > 0 && WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1,
+	       child > 0 && WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0, interrupted ? "true" : "false");
+	jb_add(&h, "\"devices\":[");
+	for (int i = 0; i < opt.nr_devs; i++) {
+		struct dev_arg *d = &opt.devs[i];
+		jb_add(&h, "%s{\"major\":%u,\"minor\":%u,\"dev\":%u,\"unit_bytes\":%u,\"is_loop\":%s,"
+			   "\"diskstats_start\":",
+		       i ? "," : "", d->major, d->minor, (d->major << 20) | d->minor, d->unit ? d->unit : 4096,
+		       d->is_loop ? "true" : "false");
+		json_diskstat(&h, &ds_start[i]);
+		jb_add(&h, ",\"diskstats_end\":");
+		json_diskstat(&h, &ds_end[i]);
+		jb_add(&h, "}");
+	}
+	jb_add(&h, "],\"drops\":{\"req\":%llu,\"io\":%llu},",
+	       (unsigned long long)sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_REQ),
+	       (unsigned long long)sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_IO));
+	jb_add(&h, "\"kernel_aggregates\":{");
+	json_aggregates(&h, blk);
+	jb_add(&h, "},\"config\":%s}", meta);
+
+	ring_buffer__free(rb);
+	tasks_bpf__destroy(tsk);
+	block_bpf__destroy(blk);
+
+	err = results_finish(&res, h.s);
+	free(h.s);
+	free(meta);
+	if (err)
+		die("writing %s: %s", opt.out, strerror(-err));
+	fprintf(stderr, "fstrace-collect: wrote %s (%llu requests, %llu block requests)\n", opt.out,
+		(unsigned long long)res.spools[FST_REC_REQ].count, (unsigned long long)res.spools[FST_REC_IO].count);
+	return 0;
+}

@@ -1,0 +1,250 @@
+// SPDX-License-Identifier: GPL-2.0
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "results.h"
+
+void jb_add(struct jbuf *b, const char *fmt, ...)
+{
+	va_list ap;
+	for (;;) {
+		size_t room = b->cap - b->len;
+		va_start(ap, fmt);
+		int n = vsnprintf(b->s ? b->s + b->len : NULL, room, fmt, ap);
+		va_end(ap);
+		if (n < 0)
+			return;
+		if ((size_t)n < room) {
+			b->len += n;
+			return;
+		}
+		size_t cap = (b->cap + n + 1) * 2;
+		char *s = realloc(b->s, cap);
+		if (!s)
+			abort();
+		b->s = s;
+		b->cap = cap;
+	}
+}
+
+void jb_str(struct jbuf *b, const char *s)
+{
+	jb_add(b, "\"");
+	for (; *s; s++) {
+		unsigned char c = *s;
+		if (c == '"' || c == '\\')
+			jb_add(b, "\\%c", c);
+		else if (c < 0x20)
+			jb_add(b, "\\u%04x", c);
+		else
+			jb_add(b, "%c", c);
+	}
+	jb_add(b, "\"");
+}
+
+/* Field tables generated from the X-macros in records.h: the one definition of each layout. */
+#define FIELD_JSON(t, n) \
+	jb_add(b, "%s{\"name\":\"%s\",\"type\":\"%s\",\"offset\":%zu,\"size\":%zu}", \
+	       first ? "" : ",", #n, #t, offsetof(REC, n), sizeof(((REC *)0)->n)); first = 0;
+#define STRING_JSON(n, len) \
+	jb_add(b, "%s{\"name\":\"%s\",\"type\":\"char\",\"offset\":%zu,\"size\":%d}", \
+	       first ? "" : ",", #n, offsetof(REC, n), len); first = 0;
+
+static void layout_req(struct jbuf *b)
+{
+#define REC struct fst_req
+	int first = 1;
+	jb_add(b, "\"req\":{\"type\":%d,\"size\":%zu,\"fields\":[", FST_REC_REQ, sizeof(REC));
+	FST_REC_HEADER(FIELD_JSON, STRING_JSON)
+	FST_REQ_FIELDS(FIELD_JSON, STRING_JSON)
+	jb_add(b, "]}");
+#undef REC
+}
+
+static void layout_io(struct jbuf *b)
+{
+#define REC struct fst_io
+	int first = 1;
+	jb_add(b, "\"io\":{\"type\":%d,\"size\":%zu,\"fields\":[", FST_REC_IO, sizeof(REC));
+	FST_REC_HEADER(FIELD_JSON, STRING_JSON)
+	FST_IO_FIELDS(FIELD_JSON, STRING_JSON)
+	jb_add(b, "]}");
+#undef REC
+}
+
+char *records_layout_json(void)
+{
+	struct jbuf b = {};
+	jb_add(&b, "{");
+	layout_req(&b);
+	jb_add(&b, ",");
+	layout_io(&b);
+	jb_add(&b, "}");
+	return b.s;
+}
+
+static const char *rec_name(int type)
+{
+	switch (type) {
+	case FST_REC_REQ: return "req";
+	case FST_REC_IO: return "io";
+	}
+	return NULL;
+}
+
+static uint32_t rec_size(int type)
+{
+	switch (type) {
+	case FST_REC_REQ: return sizeof(struct fst_req);
+	case FST_REC_IO: return sizeof(struct fst_io);
+	}
+	return 0;
+}
+
+/* an unlinked file in dir: nothing is left behind if we die */
+static FILE *unlinked_file(const char *dir)
+{
+	int fd = open(dir, O_TMPFILE | O_RDWR, 0600);
+	if (fd < 0) {
+		char tmpl[4096];
+		snprintf(tmpl, sizeof(tmpl), "%s/.fstrace-spool-XXXXXX", dir);
+		fd = mkstemp(tmpl);
+		if (fd < 0)
+			return NULL;
+		unlink(tmpl);
+	}
+	return fdopen(fd, "w+");
+}
+
+static char *dir_of(const char *path)
+{
+	char *copy = strdup(path);
+	char *d = strdup(dirname(copy));
+	free(copy);
+	return d;
+}
+
+int results_open(struct results *r, const char *path)
+{
+	memset(r, 0, sizeof(*r));
+	r->path = path;
+	char *dir = dir_of(path);
+	for (int t = 1; t < FST_MAX_REC_TYPES; t++) {
+		if (!rec_name(t))
+			continue;
+		r->spools[t].rec_size = rec_size(t);
+		r->spools[t].f = unlinked_file(dir);
+		if (!r->spools[t].f) {
+			int err = -errno;
+			free(dir);
+			results_discard(r);
+			return err;
+		}
+	}
+	free(dir);
+	return 0;
+}
+
+int results_add(struct results *r, const void *data, size_t size)
+{
+	const uint32_t *hdr = data;
+	if (size < 8) {
+		r->bad_records++;
+		return 0;
+	}
+	uint32_t type = hdr[0];
+	if (type >= FST_MAX_REC_TYPES || !r->spools[type].f || hdr[1] != r->spools[type].rec_size ||
+	    size < r->spools[type].rec_size) {
+		r->bad_records++;
+		return 0;
+	}
+	if (fwrite(data, r->spools[type].rec_size, 1, r->spools[type].f) != 1)
+		return -errno;
+	r->spools[type].count++;
+	return 0;
+}
+
+static int copy_spool(FILE *from, FILE *to)
+{
+	char buf[1 << 16];
+	size_t n;
+	if (fflush(from) || fseek(from, 0, SEEK_SET))
+		return -errno;
+	while ((n = fread(buf, 1, sizeof(buf), from)) > 0)
+		if (fwrite(buf, 1, n, to) != n)
+			return -errno;
+	return ferror(from) ? -EIO : 0;
+}
+
+int results_finish(struct results *r, const char *header_json)
+{
+	char *dir = dir_of(r->path);
+	FILE *out = unlinked_file(dir);
+	free(dir);
+	if (!out)
+		return -errno;
+
+	/* sections: offsets are relative to the start of the data area */
+	struct jbuf h = {};
+	size_t hl = strlen(header_json);
+	while (hl && header_json[hl - 1] != '}')
+		hl--;
+	jb_add(&h, "%.*s", (int)(hl ? hl - 1 : 0), header_json);
+	char *layout = records_layout_json();
+	jb_add(&h, ",\"records\":%s,\"sections\":[", layout);
+	free(layout);
+	uint64_t off = 0;
+	int first = 1;
+	for (int t = 1; t < FST_MAX_REC_TYPES; t++) {
+		if (!r->spools[t].f)
+			continue;
+		jb_add(&h, "%s{\"record\":\"%s\",\"offset\":%llu,\"count\":%llu,\"size\":%u}", first ? "" : ",",
+		       rec_name(t), (unsigned long long)off, (unsigned long long)r->spools[t].count,
+		       r->spools[t].rec_size);
+		first = 0;
+		off += r->spools[t].count * r->spools[t].rec_size;
+	}
+	jb_add(&h, "],\"bad_records\":%llu}", (unsigned long long)r->bad_records);
+
+	uint32_t ver = FST_RESULTS_FORMAT, len = h.len;
+	static const char pad[8];
+	int err = 0;
+	if (fwrite(FST_RESULTS_MAGIC, 8, 1, out) != 1 || fwrite(&ver, 4, 1, out) != 1 ||
+	    fwrite(&len, 4, 1, out) != 1 || fwrite(h.s, h.len, 1, out) != 1 ||
+	    ((16 + h.len) % 8 && fwrite(pad, 8 - (16 + h.len) % 8, 1, out) != 1))
+		err = -errno;
+	free(h.s);
+	for (int t = 1; !err && t < FST_MAX_REC_TYPES; t++)
+		if (r->spools[t].f)
+			err = copy_spool(r->spools[t].f, out);
+	if (!err && (fflush(out) || fchmod(fileno(out), 0644) || fsync(fileno(out))))
+		err = -errno;
+	if (!err) {
+		char proc[64], tmp[4096];
+		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fileno(out));
+		snprintf(tmp, sizeof(tmp), "%s.tmp.%d", r->path, getpid());
+		if (linkat(AT_FDCWD, proc, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) || rename(tmp, r->path)) {
+			err = -errno;
+			unlink(tmp);
+		}
+	}
+	fclose(out);
+	results_discard(r);
+	return err;
+}
+
+void results_discard(struct results *r)
+{
+	for (int t = 0; t < FST_MAX_REC_TYPES; t++) {
+		if (r->spools[t].f)
+			fclose(r->spools[t].f);
+		r->spools[t].f = NULL;
+	}
+}

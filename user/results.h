@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+#ifndef FSTRACE_RESULTS_H
+#define FSTRACE_RESULTS_H
+
+#include <stdio.h>
+#include <stdint.h>
+#include <linux/types.h>
+#include "records.h"
+
+/*
+ * Results file (format 1):
+ *   8 bytes  "FSTRACE\0"
+ *   u32      format version
+ *   u32      header length in bytes
+ *   header   JSON: everything a reader needs, including the layout of every
+ *            record type (name, type, offset, size of each field) and, per
+ *            record type, its section (offset from the data start, count)
+ *   padding  to 8 bytes
+ *   data     one contiguous array of fixed-size records per record type
+ * The file is created unlinked and linked into place only when complete, so a
+ * crash or Ctrl-C never leaves a half-written results file.
+ */
+#define FST_RESULTS_MAGIC "FSTRACE"
+#define FST_RESULTS_FORMAT 1
+
+struct spool {
+	FILE *f;
+	uint64_t count;
+	uint32_t rec_size;
+};
+
+struct results {
+	const char *path;
+	struct spool spools[FST_MAX_REC_TYPES];
+	uint64_t bad_records;	/* records whose size did not match their type */
+};
+
+int results_open(struct results *r, const char *path);
+/* append one record from the ring buffer to its type's spool */
+int results_add(struct results *r, const void *data, size_t size);
+/* write header_json (without the sections/records keys) and all spooled records; link into place */
+int results_finish(struct results *r, const char *header_json);
+void results_discard(struct results *r);
+
+/* JSON text of the record layouts: {"req": {...}, "io": {...}} */
+char *records_layout_json(void);
+
+/* tiny JSON builder used for the header */
+struct jbuf {
+	char *s;
+	size_t len, cap;
+};
+void jb_add(struct jbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void jb_str(struct jbuf *b, const char *s);	/* quoted, escaped */
+
+#endif

@@ -1,0 +1,217 @@
+// SPDX-License-Identifier: GPL-2.0
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <linux/bpf.h>
+#include <bpf/bpf.h>
+#include "tiers.h"
+
+const char *tier_name(enum tier t)
+{
+	static const char *names[] = { "fentry", "kprobe", "tp_btf", "raw_tp", "unavailable" };
+	return t <= TIER_NONE ? names[t] : "?";
+}
+
+static struct btf *vmlinux_btf(void)
+{
+	static struct btf *btf;
+	static bool tried;
+	if (!tried) {
+		tried = true;
+		btf = btf__load_vmlinux_btf();
+		if (libbpf_get_error(btf))
+			btf = NULL;
+	}
+	return btf;
+}
+
+bool tp_btf_exists(const char *tp)
+{
+	char name[256];
+	struct btf *btf = vmlinux_btf();
+	snprintf(name, sizeof(name), "btf_trace_%s", tp);
+	return btf && btf__find_by_name_kind(btf, name, BTF_KIND_TYPEDEF) > 0;
+}
+
+/* Find func in vmlinux BTF, else in module BTF; returns the type id and (for modules) an fd to close. */
+static int find_func_btf(const char *func, int *obj_fd)
+{
+	struct btf *vml = vmlinux_btf();
+	*obj_fd = -1;
+	if (!vml)
+		return -ENOENT;
+	int id = btf__find_by_name_kind(vml, func, BTF_KIND_FUNC);
+	if (id > 0)
+		return id;
+	/* modules (Debian 6.1 builds erofs/squashfs/btrfs as modules) */
+	__u32 btf_id = 0;
+	while (!bpf_btf_get_next_id(btf_id, &btf_id)) {
+		int fd = bpf_btf_get_fd_by_id(btf_id);
+		if (fd < 0)
+			continue;
+		struct btf *mod = btf__load_from_kernel_by_id_split(btf_id, vml);
+		if (!libbpf_get_error(mod)) {
+			id = btf__find_by_name_kind(mod, func, BTF_KIND_FUNC);
+			btf__free(mod);
+			if (id > 0) {
+				*obj_fd = fd;
+				return id;
+			}
+		}
+		close(fd);
+	}
+	return -ENOENT;
+}
+
+bool fentry_can_attach(const char *func, char *why, size_t why_len)
+{
+	int obj_fd;
+	int id = find_func_btf(func, &obj_fd);
+	if (id < 0) {
+		snprintf(why, why_len, "fentry: %s has no BTF (inlined, renamed or not built)", func);
+		return false;
+	}
+	/* r0 = 0; exit */
+	struct bpf_insn insns[2] = {
+		{ .code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = 0 },
+		{ .code = BPF_JMP | BPF_EXIT },
+	};
+	LIBBPF_OPTS(bpf_prog_load_opts, opts, .expected_attach_type = BPF_TRACE_FENTRY, .attach_btf_id = id);
+	if (obj_fd >= 0)
+		opts.attach_btf_obj_fd = obj_fd;
+	int prog_fd = bpf_prog_load(BPF_PROG_TYPE_TRACING, "fst_probe", "GPL", insns, 2, &opts);
+	int err = prog_fd < 0 ? -errno : 0;
+	int link_fd = -1;
+	if (!err) {
+		link_fd = bpf_raw_tracepoint_open(NULL, prog_fd);
+		if (link_fd < 0)
+			err = -errno;
+	}
+	if (err)
+		snprintf(why, why_len, "fentry: test %s of %s failed: %s", prog_fd < 0 ? "load" : "attach",
+			 func, strerror(-err));
+	if (link_fd >= 0)
+		close(link_fd);
+	if (prog_fd >= 0)
+		close(prog_fd);
+	if (obj_fd >= 0)
+		close(obj_fd);
+	return !err;
+}
+
+bool kprobe_can_attach(const char *func, char *why, size_t why_len)
+{
+	if (access("/sys/bus/event_source/devices/kprobe/type", R_OK)) {
+		snprintf(why, why_len, "kprobe: kernel has no kprobe PMU (CONFIG_KPROBES off)");
+		return false;
+	}
+	const char *lists[] = { "/sys/kernel/tracing/available_filter_functions",
+				"/sys/kernel/debug/tracing/available_filter_functions" };
+	for (unsigned i = 0; i < 2; i++) {
+		FILE *f = fopen(lists[i], "r");
+		if (!f)
+			continue;
+		char line[512];
+		size_t n = strlen(func);
+		bool found = false;
+		while (fgets(line, sizeof(line), f)) {
+			if (!strncmp(line, func, n) && (line[n] == '\n' || line[n] == ' ')) {
+				found = true;
+				break;
+			}
+		}
+		fclose(f);
+		if (!found)
+			snprintf(why, why_len, "kprobe: %s is not traceable (inlined or notrace)", func);
+		return found;
+	}
+	/* no tracefs list to check: try it, attach will tell */
+	return true;
+}
+
+static bool tier_offered(enum tier t, const char *name, bool no_btf_tp, char *why, size_t why_len)
+{
+	switch (t) {
+	case TIER_FENTRY:
+		return fentry_can_attach(name, why, why_len);
+	case TIER_KPROBE:
+		return kprobe_can_attach(name, why, why_len);
+	case TIER_TP_BTF:
+		if (no_btf_tp) {
+			snprintf(why, why_len, "tp_btf: disabled for this load");
+			return false;
+		}
+		if (!tp_btf_exists(name)) {
+			snprintf(why, why_len, "tp_btf: no btf_trace_%s in vmlinux BTF", name);
+			return false;
+		}
+		return true;
+	case TIER_RAW_TP:
+		return true;
+	default:
+		return false;
+	}
+}
+
+void tiers_select(struct bpf_object *obj, struct probe *probes, int n, bool no_btf_tp)
+{
+	for (int i = 0; i < n; i++) {
+		struct probe *p = &probes[i];
+		p->tier = TIER_NONE;
+		p->prog = NULL;
+		p->why[0] = 0;
+		for (int t = 0; t < TIER_MAX; t++) {
+			if (!p->progs[t])
+				continue;
+			struct bpf_program *prog = bpf_object__find_program_by_name(obj, p->progs[t]);
+			if (!prog)
+				continue;
+			bpf_program__set_autoload(prog, false);
+			if (p->tier != TIER_NONE)
+				continue;
+			char why[160] = "";
+			if (tier_offered(t, p->name, no_btf_tp, why, sizeof(why))) {
+				p->tier = t;
+				p->prog = prog;
+				bpf_program__set_autoload(prog, true);
+			} else if (why[0]) {
+				size_t l = strlen(p->why);
+				snprintf(p->why + l, sizeof(p->why) - l, "%s%s", l ? "; " : "", why);
+			}
+		}
+	}
+}
+
+int tiers_attach(struct probe *probes, int n)
+{
+	for (int i = 0; i < n; i++) {
+		struct probe *p = &probes[i];
+		if (!p->prog)
+			continue;
+		p->link = bpf_program__attach(p->prog);
+		if (!p->link) {
+			int err = -errno;
+			size_t l = strlen(p->why);
+			snprintf(p->why + l, sizeof(p->why) - l, "%s%s: attach failed: %s", l ? "; " : "",
+				 tier_name(p->tier), strerror(-err));
+			p->tier = TIER_NONE;
+			p->prog = NULL;
+			if (p->required) {
+				fprintf(stderr, "fstrace-collect: cannot attach %s: %s\n", p->name, strerror(-err));
+				return err;
+			}
+		}
+	}
+	return 0;
+}
+
+void tiers_detach(struct probe *probes, int n)
+{
+	for (int i = 0; i < n; i++) {
+		bpf_link__destroy(probes[i].link);
+		probes[i].link = NULL;
+	}
+}

@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+#ifndef FSTRACE_TIERS_H
+#define FSTRACE_TIERS_H
+
+#include <stdbool.h>
+#include <bpf/libbpf.h>
+#include <bpf/btf.h>
+
+/* Best first.  The collector picks, per probe, the first tier the running kernel offers. */
+enum tier {
+	TIER_FENTRY,
+	TIER_KPROBE,
+	TIER_TP_BTF,
+	TIER_RAW_TP,
+	TIER_MAX,
+	TIER_NONE = TIER_MAX,
+};
+
+struct probe {
+	const char *name;		/* kernel function or tracepoint */
+	const char *measures;		/* what figures depend on it */
+	const char *progs[TIER_MAX];	/* program name in the object per tier, NULL = no such variant */
+	bool required;			/* the run cannot go on without it */
+	/* filled by tier selection and attach */
+	enum tier tier;
+	char why[256];			/* why better tiers were not used, or why it is unavailable */
+	struct bpf_program *prog;
+	struct bpf_link *link;
+};
+
+const char *tier_name(enum tier t);
+
+/* Choose each probe's tier and set autoload of every candidate program in obj accordingly. */
+void tiers_select(struct bpf_object *obj, struct probe *probes, int n, bool no_btf_tp);
+
+/* Attach the chosen programs; an optional probe that fails to attach becomes unavailable. */
+int tiers_attach(struct probe *probes, int n);
+void tiers_detach(struct probe *probes, int n);
+
+/* Does the running kernel let us use fentry on func (BTF of vmlinux or a module, and a test load)? */
+bool fentry_can_attach(const char *func, char *why, size_t why_len);
+/* Can a kprobe be placed on func (kprobe PMU, function listed as traceable)? */
+bool kprobe_can_attach(const char *func, char *why, size_t why_len);
+/* Does vmlinux BTF carry the typed tracepoint btf_trace_<tp>? */
+bool tp_btf_exists(const char *tp);
+
+#endif
