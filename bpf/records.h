@@ -21,25 +21,37 @@
 	F(__u32, rec_type)    \
 	F(__u32, rec_size)
 
-enum fst_rec_type {
-	FST_REC_REQ = 1,	/* one read/metadata syscall of a traced task */
-	FST_REC_IO = 2,		/* one completed block request on a traced device */
-};
+/*
+ * Enumerations, also X-macros so the collector can write their names into the
+ * results header: E(C name, value, name in results)
+ */
+#define FST_REC_TYPES(E)                                                       \
+	E(FST_REC_REQ, 1, "req")	/* one read/metadata syscall of a traced task */ \
+	E(FST_REC_IO, 2, "io")		/* one completed block request on a traced device */
 
-/* kind of request, from the syscall */
-enum fst_req_kind {
-	FST_REQ_READ = 1,	/* read, pread64, readv, preadv, preadv2 */
-	FST_REQ_STAT = 2,	/* stat family, statx */
-	FST_REQ_OPEN = 3,	/* open, openat */
-	FST_REQ_GETDENTS = 4,	/* getdents64 */
-};
+#define FST_REQ_KINDS(E)                                                       \
+	E(FST_REQ_READ, 1, "read")	/* read, pread64, readv, preadv, preadv2 */      \
+	E(FST_REQ_STAT, 2, "stat")	/* stat family, statx */                         \
+	E(FST_REQ_OPEN, 3, "open")	/* open, openat */                               \
+	E(FST_REQ_GETDENTS, 4, "getdents")	/* getdents64 */
 
 /* how a block request was charged to a traced task */
-enum fst_charge {
-	FST_CHARGE_NONE = 0,	/* queued by an untraced task (background, other users) */
-	FST_CHARGE_DIRECT = 1,	/* queued by the traced task itself */
-	FST_CHARGE_LOOP = 2,	/* queued by a loop worker for a loop request the task issued */
-};
+#define FST_CHARGES(E)                                                         \
+	E(FST_CHARGE_NONE, 0, "none")	/* queued by an untraced task */                 \
+	E(FST_CHARGE_DIRECT, 1, "direct")	/* queued by the traced task itself */       \
+	E(FST_CHARGE_LOOP, 2, "loop")	/* queued by a loop worker serving the task's loop request */
+
+#define FST_HIST_METRICS(E)                                                    \
+	E(FST_H_IO_Q2C_US, 1, "io_q2c_us")	/* block request queue-to-complete; sub = op */ \
+	E(FST_H_IO_D2C_US, 2, "io_d2c_us")	/* block request issue-to-complete; sub = op */ \
+	E(FST_H_IO_BYTES, 3, "io_bytes")	/* block request size; sub = op */              \
+	E(FST_H_REQ_US, 4, "req_us")		/* request latency; sub = request kind */
+
+#define FST_ENUM_MEMBER(c, v, n) c = v,
+enum fst_rec_type { FST_REC_TYPES(FST_ENUM_MEMBER) };
+enum fst_req_kind { FST_REQ_KINDS(FST_ENUM_MEMBER) };
+enum fst_charge { FST_CHARGES(FST_ENUM_MEMBER) };
+enum fst_hist_metric { FST_HIST_METRICS(FST_ENUM_MEMBER) };
 
 /*
  * Request: wall time [ts_start_ns, ts_end_ns] is partitioned into
@@ -111,17 +123,11 @@ struct fst_io {
 
 #define FST_HIST_SLOTS 40
 
-enum fst_hist_metric {
-	FST_H_IO_Q2C_US = 1,	/* block request queue-to-complete, microseconds */
-	FST_H_IO_D2C_US = 2,	/* block request issue-to-complete, microseconds */
-	FST_H_IO_BYTES = 3,	/* block request size, bytes */
-	FST_H_REQ_US = 4,	/* request (syscall) latency, microseconds; sub = kind */
-};
 
 struct fst_hist_key {
 	__u32 metric;
 	__u32 dev;	/* device for IO metrics, 0 otherwise */
-	__u32 sub;	/* op for IO metrics (0 read, 1 write, 2 other), kind for requests */
+	__u32 sub;	/* IO metrics: op (0 read, 1 write, 2 other); requests: kind */
 };
 
 struct fst_hist {

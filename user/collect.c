@@ -36,6 +36,8 @@
 static volatile sig_atomic_t stop_signal;
 
 static void on_signal(int sig) { stop_signal = sig; }
+/* only here so SIGCHLD interrupts ring_buffer__poll and the exit time is taken promptly */
+static void on_child(int sig) { }
 
 struct dev_arg {
 	unsigned major, minor;
@@ -443,6 +445,8 @@ int main(int argc, char **argv)
 		close(go[0]);
 	}
 
+	struct sigaction sc = { .sa_handler = on_child };
+	sigaction(SIGCHLD, &sc, NULL);
 	struct sigaction sa = { .sa_handler = on_signal };
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
@@ -506,6 +510,7 @@ int main(int argc, char **argv)
 
 	int wstatus = 0;
 	bool child_done = child <= 0;
+	__u64 t_child_exit = 0;
 	__u64 last_progress = t_start;
 	while (!stop_signal) {
 		err = ring_buffer__poll(rb, 100);
@@ -520,8 +525,10 @@ int main(int argc, char **argv)
 				(unsigned long long)(sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_REQ) +
 						     sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_IO)));
 		}
-		if (!child_done && waitpid(child, &wstatus, WNOHANG) == child)
+		if (!child_done && waitpid(child, &wstatus, WNOHANG) == child) {
 			child_done = true;
+			t_child_exit = now_ns(CLOCK_MONOTONIC);
+		}
 		if (child > 0 && child_done)
 			break;
 		if (opt.duration > 0 && now - t_start >= (__u64)(opt.duration * 1e9))
@@ -532,6 +539,7 @@ int main(int argc, char **argv)
 		kill(child, SIGTERM);
 		waitpid(child, &wstatus, 0);
 		child_done = true;
+		t_child_exit = now_ns(CLOCK_MONOTONIC);
 	}
 
 	/* let I/O the workload started finish, so every request it caused is counted */
@@ -598,7 +606,8 @@ int main(int argc, char **argv)
 		jb_add(&h, "null");
 	}
 	jb_add(&h, ",\"root_pid\":%d},", child > 0 ? child : 0);
-	jb_add(&h, "\"workload\":{\"exit_status\":%d,\"signal\":%d,\"interrupted\":%s},",
+	jb_add(&h, "\"workload\":{\"start_ns\":%llu,\"end_ns\":%llu,\"exit_status\":%d,\"signal\":%d,"
+		   "\"interrupted\":%s},", (unsigned long long)t_start, (unsigned long long)t_child_exit,
 	       child > 0 && WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1,
 	       child > 0 && WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0, interrupted ? "true" : "false");
 	jb_add(&h, "\"devices\":[");

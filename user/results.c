@@ -79,6 +79,30 @@ static void layout_io(struct jbuf *b)
 #undef REC
 }
 
+#define ENUM_JSON(c, v, n) jb_add(b, "%s\"%d\":\"%s\"", first ? "" : ",", v, n); first = 0;
+#define ENUM_OBJ(name, X)                         \
+	do {                                      \
+		int first = 1;                    \
+		jb_add(b, "\"%s\":{", name);      \
+		X(ENUM_JSON)                      \
+		jb_add(b, "}");                   \
+	} while (0)
+
+char *enums_json(void)
+{
+	struct jbuf jb = {}, *b = &jb;
+	jb_add(b, "{");
+	ENUM_OBJ("rec_type", FST_REC_TYPES);
+	jb_add(b, ",");
+	ENUM_OBJ("req_kind", FST_REQ_KINDS);
+	jb_add(b, ",");
+	ENUM_OBJ("charge", FST_CHARGES);
+	jb_add(b, ",");
+	ENUM_OBJ("hist_metric", FST_HIST_METRICS);
+	jb_add(b, "}");
+	return jb.s;
+}
+
 char *records_layout_json(void)
 {
 	struct jbuf b = {};
@@ -90,11 +114,11 @@ char *records_layout_json(void)
 	return b.s;
 }
 
+#define REC_NAME_CASE(c, v, n) case c: return n;
 static const char *rec_name(int type)
 {
 	switch (type) {
-	case FST_REC_REQ: return "req";
-	case FST_REC_IO: return "io";
+	FST_REC_TYPES(REC_NAME_CASE)
 	}
 	return NULL;
 }
@@ -198,8 +222,10 @@ int results_finish(struct results *r, const char *header_json)
 		hl--;
 	jb_add(&h, "%.*s", (int)(hl ? hl - 1 : 0), header_json);
 	char *layout = records_layout_json();
-	jb_add(&h, ",\"records\":%s,\"sections\":[", layout);
+	char *enums = enums_json();
+	jb_add(&h, ",\"records\":%s,\"enums\":%s,\"sections\":[", layout, enums);
 	free(layout);
+	free(enums);
 	uint64_t off = 0;
 	int first = 1;
 	for (int t = 1; t < FST_MAX_REC_TYPES; t++) {

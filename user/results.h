@@ -44,6 +44,8 @@ void results_discard(struct results *r);
 
 /* JSON text of the record layouts: {"req": {...}, "io": {...}} */
 char *records_layout_json(void);
+/* JSON of the enumerations in records.h: {"req_kind": {"1": "read", ...}, ...} */
+char *enums_json(void);
 
 /* tiny JSON builder used for the header */
 struct jbuf {

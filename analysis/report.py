@@ -1,0 +1,83 @@
+"""Terminal report of one run, rendered from its summary (a pure function: summary -> text)."""
+from analysis.hist import format_log2
+from analysis.summary import ATTRIBUTION_MEANING, ATTRIBUTION_PARTS
+
+
+def _size(n):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return ("%.0f %s" if unit == "B" else "%.1f %s") % (n, unit)
+        n /= 1024.0
+
+
+def _pct(x):
+    return "n/a" if x is None else "%5.1f %%" % (100.0 * x)
+
+
+def render(s):
+    run = s["run"]
+    out = []
+    w = out.append
+    w("fstrace: %s on %s (%s cache), dataset %s, kernel %s"
+      % (run["workload"], run["label"], run["cache"], run["dataset_id"], run["kernel"]))
+    r = s["reads"]
+    tput = s["throughput_bytes_per_s"]
+    w("  reads: %d requests, %s in %.3f s wall = %s/s"
+      % (r["count"], _size(r["bytes"]), s["wall_s"], _size(tput) if tput else "n/a"))
+    m = s["metadata"]
+    w("  metadata: %d open/getdents on the image, %d stat calls"
+      % (m["open_getdents"]["count"], m["stat"]["count"]))
+    if r["latency_us"]:
+        l = r["latency_us"]
+        w("  read latency: p50 %.1f us  p90 %.1f us  p99 %.1f us  max %.1f us"
+          % (l["p50"], l["p90"], l["p99"], l["max"]))
+        w("")
+        w("  read request latency")
+        w(format_log2(r["latency_hist_log2_us"], "usecs").rstrip("\n"))
+
+    a = s["attribution"]
+    w("")
+    w("  where request time went (%d ms in requests; first-cut model)" % (a["wall_ns"] // 1000000))
+    for p in ATTRIBUTION_PARTS:
+        w("    %-11s %9.1f ms  %s  %s" % (p[:-3], a["parts_ns"][p] / 1e6, _pct(a["shares"][p]),
+                                        ATTRIBUTION_MEANING[p]))
+    if a["wall_ns"]:
+        w("    parts sum to %.2f %% of request wall time" % (100.0 * (a["wall_ns"] - a["unaccounted_ns"]) / a["wall_ns"]))
+
+    for name, d in s["devices"].items():
+        w("")
+        if not d.get("requests"):
+            w("  device %s (%s): no read requests" % (name, d["level"]))
+            continue
+        w("  device %s (%s): %d read requests, %s, mean %s, %d merges, %d charged to the workload"
+          % (name, d["level"], d["requests"], _size(d["bytes"]), _size(d["mean_bytes"]), d["merges"],
+             d["charged_to_workload"]))
+        bc = d["by_charge"]
+        w("    charged: %s" % ", ".join("%s %d (%s)" % (k, v["requests"], _size(v["bytes"]))
+                                     for k, v in sorted(bc.items()) if v["requests"]))
+        w("    aligned: 4 KiB %.1f %% (start %.1f %%), %s unit %.1f %%, crossing a unit boundary %.1f %%"
+          % (d["aligned_4k_pct"], d["aligned_4k_start_pct"], _size(d["unit_bytes"]), d["aligned_unit_pct"],
+             d["cross_unit_pct"]))
+        if d.get("q2c_us"):
+            w("    queue-to-complete: p50 %.1f us  p99 %.1f us" % (d["q2c_us"]["p50"], d["q2c_us"]["p99"]))
+        if d.get("diskstats_delta"):
+            dd = d["diskstats_delta"]
+            w("    kernel diskstats over the run: %d reads, %d sectors, %d merges"
+              % (dd["reads"], dd["sectors_read"], dd["reads_merged"]))
+        w("    block request size")
+        w(format_log2(d["size_hist_log2_bytes"], "bytes").rstrip("\n"))
+
+    w("")
+    tiers = {}
+    for probe, t in s["tiers"].items():
+        tiers.setdefault(t["tier"], []).append(probe)
+    w("  tiers: " + "; ".join("%s: %s" % (k, ", ".join(v)) for k, v in sorted(tiers.items())))
+    for u in s["unavailable"]:
+        w("  unavailable: %s (%s)" % (u["figure"], u["why"]))
+    d = s["drops"] or {}
+    w("  dropped records: %s" % (", ".join("%s %d" % kv for kv in sorted(d.items())) or "none"))
+    gt = s.get("ground_truth") or {}
+    if "read_bytes" in gt:
+        w("  workload's own count: %s read%s" % (_size(gt["read_bytes"]),
+                                                 ", %d I/Os (fio)" % gt["ios"] if "ios" in gt else ""))
+    return "\n".join(out) + "\n"

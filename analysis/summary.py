@@ -1,0 +1,194 @@
+"""From records to the answers: small pure functions over a loaded Results.
+
+summarize() builds the summary.json document (schema in README.md).  Enum
+values and record layouts come from the results header, never from constants
+kept here.
+"""
+import numpy as np
+
+from analysis.hist import log2_slots, percentiles
+
+SCHEMA_VERSION = 1
+
+ATTRIBUTION_PARTS = ("oncpu_ns", "io_wait_ns", "dsleep_ns", "sleep_ns", "runq_ns")
+ATTRIBUTION_MEANING = {
+    "oncpu_ns": "on-CPU in the request (syscall work, page-cache copy, in-task decompression)",
+    "io_wait_ns": "off-CPU, uninterruptible, with the task's own block I/O in flight",
+    "dsleep_ns": "off-CPU, uninterruptible, no own I/O in flight (locks, I/O or work done by others)",
+    "sleep_ns": "off-CPU, interruptible sleep",
+    "runq_ns": "runnable, waiting for a CPU",
+}
+
+
+def enum_value(header, enum, name):
+    for k, v in header["enums"][enum].items():
+        if v == name:
+            return int(k)
+    raise KeyError("%s has no %s in this results file" % (enum, name))
+
+
+def enum_name(header, enum, value):
+    return header["enums"][enum].get(str(int(value)), str(int(value)))
+
+
+def dev_name(kdev):
+    return "%d:%d" % (kdev >> 20, kdev & 0xFFFFF)
+
+
+def fs_requests(res, kinds=("read", "getdents", "open")):
+    """Requests of the traced workload on the traced filesystem (file known: sdev matches)."""
+    req = res["req"]
+    fs_dev = res.config.get("fs_kdev")
+    mask = np.zeros(len(req), dtype=bool)
+    for k in kinds:
+        mask |= req["kind"] == enum_value(res.header, "req_kind", k)
+    if fs_dev is not None:
+        mask &= req["sdev"] == fs_dev
+    return req[mask]
+
+
+def reads_of(res, ino=None):
+    r = fs_requests(res, kinds=("read",))
+    if ino is not None:
+        r = r[r["ino"] == ino]
+    return r
+
+
+def request_stats(reqs):
+    lat_ns = (reqs["ts_end_ns"] - reqs["ts_start_ns"]).astype(np.int64)
+    ok = reqs["ret"] > 0
+    out = {
+        "count": int(len(reqs)),
+        "bytes": int(reqs["ret"][ok].sum()) if len(reqs) else 0,
+        "latency_us": percentiles(lat_ns / 1e3),
+        "latency_hist_log2_us": log2_slots(lat_ns // 1000),
+    }
+    return out
+
+
+def attribution(reqs):
+    """Sum of each part over the requests, their shares, and how far parts miss the wall time."""
+    wall = int((reqs["ts_end_ns"] - reqs["ts_start_ns"]).sum()) if len(reqs) else 0
+    parts = {p: int(reqs[p].sum()) if len(reqs) else 0 for p in ATTRIBUTION_PARTS}
+    accounted = sum(parts.values())
+    return {
+        "wall_ns": wall,
+        "parts_ns": parts,
+        "shares": {p: (v / wall if wall else None) for p, v in parts.items()},
+        "unaccounted_ns": wall - accounted,
+        "method": "sched_switch/sched_wakeup intervals inside each syscall; I/O wait = D state while "
+                  "the task's own block requests are in flight (first-cut model)",
+    }
+
+
+def io_stats(io, unit):
+    """Block requests of one device: counts, sizes, alignment, latency."""
+    if len(io) == 0:
+        return {"requests": 0}
+    start = io["sector"].astype(np.uint64) * np.uint64(512)
+    nbytes = io["bytes"].astype(np.uint64)
+    end = start + nbytes
+    u = np.uint64(unit)
+    crosses = (start % u != 0) & ((start // u) != ((end - np.uint64(1)) // u)) & (nbytes > 0)
+    known = io["ts_issue_ns"] > 0
+    q2c = (io["ts_complete_ns"][known] - io["ts_queue_ns"][known]) / 1e3
+    d2c = (io["ts_complete_ns"][known] - io["ts_issue_ns"][known]) / 1e3
+    return {
+        "requests": int(len(io)),
+        "bytes": int(nbytes.sum()),
+        "sectors": int(nbytes.sum() // 512),
+        "bios": int(io["nr_bios"].sum()),
+        "merges": int(np.maximum(io["nr_bios"].astype(np.int64) - 1, 0).sum()),
+        "mean_bytes": float(nbytes.mean()),
+        "unit_bytes": int(unit),
+        "aligned_4k_start_pct": 100.0 * float((start % np.uint64(4096) == 0).mean()),
+        "aligned_4k_pct": 100.0 * float(((start % np.uint64(4096) == 0) & (end % np.uint64(4096) == 0)).mean()),
+        "aligned_1k_pct": 100.0 * float(((start % np.uint64(1024) == 0) & (end % np.uint64(1024) == 0)).mean()),
+        "aligned_unit_pct": 100.0 * float(((start % u == 0) & (end % u == 0)).mean()),
+        "cross_unit_pct": 100.0 * float(crosses.mean()),
+        "q2c_us": percentiles(q2c),
+        "d2c_us": percentiles(d2c),
+        "size_hist_log2_bytes": log2_slots(nbytes),
+        "q2c_hist_log2_us": log2_slots(q2c.astype(np.uint64)),
+        "issued_before_tracing": int((~known).sum()),
+    }
+
+
+def device_stats(res):
+    """Per traced device: records vs the kernel's own /proc/diskstats delta over the run."""
+    io = res.records.get("io")
+    out = {}
+    read_op = 0
+    for d in res.header.get("devices", []):
+        rows = io[io["dev"] == d["dev"]] if io is not None else io
+        reads = rows[(rows["cmd_flags"] & 0xFF) == read_op]
+        st = io_stats(reads, d["unit_bytes"])
+        st["level"] = "loop" if d["is_loop"] else "backing"
+        st["all_ops_requests"] = int(len(rows))
+        charge_none = enum_value(res.header, "charge", "none")
+        st["charged_to_workload"] = int((reads["charge"] != charge_none).sum())
+        st["by_charge"] = {
+            name: {"requests": int((reads["charge"] == int(v)).sum()),
+                   "bytes": int(reads["bytes"][reads["charge"] == int(v)].sum())}
+            for v, name in res.header["enums"]["charge"].items()}
+        s0, s1 = d.get("diskstats_start"), d.get("diskstats_end")
+        if s0 and s1:
+            st["diskstats_delta"] = {k: s1[k] - s0[k] for k in ("reads", "reads_merged", "sectors_read",
+                                                                 "writes", "sectors_written")}
+        out[dev_name(d["dev"])] = st
+    return out
+
+
+def tiers(res):
+    return {p["probe"]: {"tier": p["tier"], "measures": p["measures"], "why": p["why"]}
+            for p in res.header.get("probes", [])}
+
+
+def unavailable(res):
+    """Figures this run could not measure, with the reason; printed instead of zeros."""
+    out = []
+    for p in res.header.get("probes", []):
+        if p["tier"] == "unavailable":
+            out.append({"figure": p["measures"], "why": p["why"] or "probe could not attach"})
+    out.append({"figure": "decompression time per request",
+                "why": "filesystem decompression probes are not part of this collector build yet"})
+    if not res.header.get("loop_charging"):
+        out.append({"figure": "backing-device I/O charged to the reader",
+                    "why": "loop work function addresses not readable from /proc/kallsyms"})
+    return out
+
+
+def summarize(res, ground_truth=None):
+    h = res.header
+    cfg = res.config
+    wl = h.get("workload", {})
+    wall_ns = (wl.get("end_ns") or h["time"]["end_ns"]) - (wl.get("start_ns") or h["time"]["start_ns"])
+    reads = fs_requests(res, kinds=("read",))
+    meta_kinds = ("open", "getdents")
+    meta = fs_requests(res, kinds=meta_kinds)
+    stat_kind = enum_value(h, "req_kind", "stat")
+    stats = res["req"][res["req"]["kind"] == stat_kind]
+    all_fs = fs_requests(res, kinds=("read",) + meta_kinds)
+    rs = request_stats(reads)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run": {
+            "fs": cfg.get("fs"), "label": cfg.get("label"), "workload": cfg.get("workload"),
+            "dataset_id": cfg.get("dataset_id"), "cache": cfg.get("cache"), "loop_direct_io": cfg.get("loop_direct_io"),
+            "image_bytes": cfg.get("image", {}).get("bytes"), "kernel": h["kernel"]["release"],
+            "collector": h["collector"], "tools": cfg.get("tools"), "workload_exit_status": wl.get("exit_status"),
+        },
+        "wall_s": wall_ns / 1e9,
+        "reads": rs,
+        "throughput_bytes_per_s": rs["bytes"] / (wall_ns / 1e9) if wall_ns > 0 else None,
+        "metadata": {"open_getdents": request_stats(meta),
+                     "stat": dict(request_stats(stats),
+                                  note="stat is path-based: counted for all paths the workload stat'ed")},
+        "attribution": attribution(all_fs),
+        "devices": device_stats(res),
+        "tiers": tiers(res),
+        "unavailable": unavailable(res),
+        "drops": h.get("drops"),
+        "bad_records": h.get("bad_records", 0),
+        "ground_truth": ground_truth or {},
+    }

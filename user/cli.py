@@ -1,0 +1,223 @@
+"""fstrace command line: run a standard workload on a freshly built image under tracing, or report on results.
+
+Invoked through ./fstrace (which installs and builds what is missing first).
+"""
+import argparse
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from user.system import (Cleanup, FstraceError, Interrupted, backing_block_device, dev_numbers,  # noqa: E402
+                         drop_caches, install_signal_handlers, kdev, losetup, mount)
+
+COLLECTOR = os.path.join(ROOT, "build", "fstrace-collect")
+DEFAULT_CACHE = "/var/cache/fstrace"
+
+
+def progress(msg):
+    print("fstrace: " + msg, file=sys.stderr, flush=True)
+
+
+def require_root(what):
+    if os.geteuid() != 0:
+        raise FstraceError("%s must run as root (try: sudo ./fstrace %s)" % (what, " ".join(sys.argv[1:])))
+
+
+def tool_versions(fs, wl):
+    from workloads import images
+    tools = {"mkfs": images.tool_version(fs)}
+    if wl.part == "single":
+        if not shutil.which("fio"):
+            raise FstraceError("fio is not installed (needed for --workload %s); run scripts/setup.sh" % wl.name)
+        tools["fio"] = subprocess.run(["fio", "--version"], stdout=subprocess.PIPE, text=True).stdout.strip()
+    return tools
+
+
+def default_outdir(label, workload):
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return os.path.join("fstrace-results", "%s-%s-%s" % (stamp, label, workload))
+
+
+def parse_image_opts(args):
+    opts = {"compress": args.compress, "level": args.level}
+    if args.cluster is not None:
+        opts["cluster" if args.fs == "erofs" else "block"] = args.cluster
+    return opts
+
+
+def run_collector(argv, cwd):
+    """Run the collector (which runs the workload); on interrupt, stop it so it finishes its file."""
+    p = subprocess.Popen(argv, cwd=cwd)
+    try:
+        rc = p.wait()
+    except Interrupted:
+        p.terminate()
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        raise
+    if rc != 0:
+        raise FstraceError("collector failed (exit %d); see its message above" % rc)
+
+
+def cmd_run(args):
+    from workloads import catalog, dataset, images
+
+    try:
+        wl = catalog.get(args.workload)
+    except KeyError as e:
+        raise FstraceError(e.args[0])
+    if args.fs not in images.FILESYSTEMS:
+        raise FstraceError("unknown filesystem %r (choose from %s)" % (args.fs, ", ".join(images.FILESYSTEMS)))
+    require_root("fstrace run")
+    if not os.access(COLLECTOR, os.X_OK):
+        raise FstraceError("collector not built: run make (or ./fstrace, which builds it)")
+    opts = images.normalize(args.fs, parse_image_opts(args))
+    tools = tool_versions(args.fs, wl)
+
+    cache = os.path.abspath(args.cache)
+    if args.dataset:
+        droot, manifest = dataset.from_user(args.dataset, cache, progress)
+    else:
+        droot, manifest = dataset.ensure_default(cache, args.scale, progress)
+    ctx = catalog.context(droot, wl.part, manifest)
+    image = images.ensure_image(args.fs, opts, ctx["source"], "%s/%s" % (manifest["id"], wl.part), cache, progress)
+
+    outdir = os.path.abspath(args.out or default_outdir(image["label"], wl.name))
+    if os.path.exists(outdir) and os.listdir(outdir):
+        raise FstraceError("output directory %s exists and is not empty" % outdir)
+    partial = outdir + ".partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    os.makedirs(partial)
+    done = False
+    try:
+        with Cleanup() as c:
+            tmp = tempfile.mkdtemp(prefix="fstrace-run-")
+            c.push("remove " + tmp, shutil.rmtree, tmp, True)
+            dev, dio = losetup(image["path"], c, direct_io=not args.no_direct_io)
+            mnt = os.path.join(tmp, "mnt")
+            mount(dev, mnt, args.fs, c, images.mount_options(args.fs, opts))
+            loop = dev_numbers(dev)
+            unit = images.alignment_unit(args.fs, opts)
+            devs = ["-d", "%d:%d:%d:loop" % (loop[0], loop[1], unit)]
+            backing = backing_block_device(image["path"])
+            if backing:
+                devs += ["-d", "%d:%d:4096" % backing]
+            argv = wl.prepare(mnt, partial, ctx)
+            meta = {
+                "fs": args.fs, "label": image["label"], "options": opts, "workload": wl.name,
+                "workload_summary": wl.summary, "argv": argv, "dataset_id": manifest["id"],
+                "dataset_part": wl.part, "dataset": manifest, "image": image, "tools": tools,
+                "fs_kdev": kdev(*dev_numbers(mnt)), "loop_device": dev, "loop_kdev": kdev(*loop),
+                "loop_direct_io": dio, "backing_kdev": kdev(*backing) if backing else None,
+                "backing_note": None if backing else "image is not on a block device: backing level not traced",
+                "cache": "warm" if args.warm else "cold", "alignment_unit_bytes": unit,
+            }
+            meta_path = os.path.join(tmp, "meta.json")
+            with open(meta_path, "w") as f:
+                json.dump(meta, f)
+            if args.warm:
+                progress("warming the page cache with one untraced run")
+                subprocess.run(argv, cwd=mnt, stdout=subprocess.DEVNULL, check=False)
+            else:
+                drop_caches()
+            progress("running %s on %s (%s)" % (wl.name, image["label"], dev))
+            run_collector([COLLECTOR, "-o", os.path.join(partial, "results.fst"), "-m", meta_path, "--progress"]
+                          + devs + ["--"] + argv, cwd=mnt)
+        summary = write_summary(partial, wl, ctx)
+        os.rename(partial, outdir)
+        done = True
+    finally:
+        if not done:
+            shutil.rmtree(partial, ignore_errors=True)
+    sys.stdout.write(render_summary(summary))
+    progress("results in %s" % outdir)
+    return 0
+
+
+def write_summary(resdir, wl=None, ctx=None):
+    from analysis import results, summary
+    res = results.load(os.path.join(resdir, "results.fst"))
+    gt = wl.ground_truth(resdir, ctx) if wl else None
+    s = summary.summarize(res, gt)
+    tmp = os.path.join(resdir, "summary.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(s, f, indent=1, sort_keys=True)
+    os.rename(tmp, os.path.join(resdir, "summary.json"))
+    return s
+
+
+def render_summary(s):
+    from analysis import report
+    return report.render(s)
+
+
+def cmd_report(args):
+    from analysis import results, summary
+    path = args.dir
+    fst = os.path.join(path, "results.fst") if os.path.isdir(path) else path
+    if not os.path.exists(fst):
+        raise FstraceError("no results file at %s" % fst)
+    try:
+        res = results.load(fst)
+    except results.ResultsError as e:
+        raise FstraceError("%s: %s" % (fst, e))
+    gt = None
+    spath = os.path.join(os.path.dirname(fst), "summary.json")
+    if os.path.exists(spath):
+        with open(spath) as f:
+            gt = json.load(f).get("ground_truth")
+    sys.stdout.write(render_summary(summary.summarize(res, gt)))
+    return 0
+
+
+def build_parser():
+    from workloads import catalog, images
+    p = argparse.ArgumentParser(prog="fstrace", description="Explain why reads on erofs, squashfs and btrfs "
+                                "are as fast or slow as they are.")
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="build an image, run a standard workload on it under tracing, report")
+    r.add_argument("--fs", required=True, help="one of: " + ", ".join(images.FILESYSTEMS))
+    r.add_argument("--workload", required=True, help="one of: " + ", ".join(sorted(catalog.WORKLOADS)))
+    r.add_argument("--compress", help="compressor (erofs: lz4, lz4hc, none; squashfs: gzip, lzo, lz4, lz4hc, "
+                   "xz, zstd, none; btrfs: none, lzo, zlib[:N], zstd[:N])")
+    r.add_argument("--level", type=int, help="compression level (erofs lz4hc)")
+    r.add_argument("--cluster", type=int, help="erofs pcluster size / squashfs block size, bytes")
+    r.add_argument("--dataset", help="directory or tarball to use instead of the built-in dataset")
+    r.add_argument("--scale", type=float, default=1.0, help=argparse.SUPPRESS)  # small datasets for tests
+    r.add_argument("--warm", action="store_true", help="trace a warm-cache run (default: caches dropped)")
+    r.add_argument("--no-direct-io", action="store_true", help="buffered loop device (backing file cached too)")
+    r.add_argument("-o", "--out", help="results directory (default: fstrace-results/<time>-<config>-<workload>)")
+    r.add_argument("--cache", default=os.environ.get("FSTRACE_CACHE", DEFAULT_CACHE),
+                   help="where datasets and images are kept (default %(default)s)")
+    r.set_defaults(func=cmd_run)
+    rep = sub.add_parser("report", help="print the report of a results directory (no root, no BPF)")
+    rep.add_argument("dir")
+    rep.set_defaults(func=cmd_report)
+    return p
+
+
+def main(argv=None):
+    install_signal_handlers()
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except FstraceError as e:
+        print("fstrace: error: %s" % e, file=sys.stderr)
+        return 1
+    except (Interrupted, KeyboardInterrupt):
+        print("fstrace: interrupted; cleaned up, no results written", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

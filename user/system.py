@@ -1,0 +1,146 @@
+"""Loop devices, mounts, caches and the cleanup stack every run goes through.
+
+Everything a run sets up (loop device, mount, temporary directory) is pushed
+onto a Cleanup stack as it is made, and undone in reverse order on normal exit,
+error, Ctrl-C or SIGTERM, so a run leaves nothing behind.
+"""
+import os
+import signal
+import subprocess
+import time
+
+
+class FstraceError(Exception):
+    """An error the user can act on; printed as one line."""
+
+
+def run(argv, **kw):
+    """Run a command; a failure becomes an FstraceError naming the command and its last stderr line."""
+    kw.setdefault("stdout", subprocess.PIPE)
+    kw.setdefault("stderr", subprocess.PIPE)
+    try:
+        p = subprocess.run(argv, text=True, **kw)
+    except FileNotFoundError:
+        raise FstraceError("%s is not installed" % argv[0])
+    if p.returncode != 0:
+        err = (p.stderr or "").strip().splitlines()
+        raise FstraceError("%s failed (exit %d)%s" % (" ".join(argv[:3]), p.returncode,
+                                                      ": " + err[-1] if err else ""))
+    return p
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM arrived."""
+
+    def __init__(self, signum):
+        super().__init__("interrupted by %s" % signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_interrupted(signum, frame):
+    raise Interrupted(signum)
+
+
+def install_signal_handlers():
+    signal.signal(signal.SIGINT, _raise_interrupted)
+    signal.signal(signal.SIGTERM, _raise_interrupted)
+    signal.signal(signal.SIGHUP, _raise_interrupted)
+
+
+class Cleanup:
+    """Undo actions, run last-in first-out; signals are held off while they run."""
+
+    def __init__(self):
+        self._undo = []
+
+    def push(self, what, fn, *args):
+        self._undo.append((what, fn, args))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.run()
+        return False
+
+    def run(self):
+        old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        errors = []
+        try:
+            while self._undo:
+                what, fn, args = self._undo.pop()
+                try:
+                    fn(*args)
+                except Exception as e:  # keep undoing the rest
+                    errors.append("%s: %s" % (what, e))
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+        if errors:
+            raise FstraceError("cleanup incomplete: " + "; ".join(errors))
+
+
+def _retry(fn, tries=20, delay=0.1):
+    for i in range(tries):
+        try:
+            return fn()
+        except FstraceError:
+            if i == tries - 1:
+                raise
+            time.sleep(delay)
+
+
+def losetup(image, cleanup, direct_io=True, read_only=True):
+    """Attach image to a free loop device; returns (/dev/loopN, direct_io actually in effect)."""
+    argv = ["losetup", "--find", "--show"]
+    if read_only:
+        argv.append("--read-only")
+    if direct_io:
+        argv.append("--direct-io=on")
+    dev = run(argv + [image]).stdout.strip()
+    cleanup.push("detach " + dev, lambda: _retry(lambda: run(["losetup", "-d", dev])))
+    name = os.path.basename(dev)
+    dio = False
+    try:
+        with open("/sys/block/%s/loop/dio" % name) as f:
+            dio = f.read().strip() == "1"
+    except OSError:
+        pass
+    return dev, dio
+
+
+def mount(dev, mnt, fstype, cleanup, options="ro"):
+    os.makedirs(mnt, exist_ok=True)
+    try:
+        run(["mount", "-t", fstype, "-o", options, dev, mnt])
+    except FstraceError as e:
+        raise FstraceError("cannot mount %s as %s: %s" % (dev, fstype, e))
+    cleanup.push("unmount " + mnt, lambda: _retry(lambda: run(["umount", mnt])))
+
+
+def dev_numbers(path_or_dev):
+    """(major, minor) of a block device node, or of the filesystem a path is on."""
+    st = os.stat(path_or_dev)
+    import stat as _stat
+    rdev = st.st_rdev if _stat.S_ISBLK(st.st_mode) else st.st_dev
+    return os.major(rdev), os.minor(rdev)
+
+
+def kdev(major, minor):
+    """Kernel-internal dev_t encoding the BPF side records."""
+    return (major << 20) | minor
+
+
+def backing_block_device(path):
+    """(major, minor) of the block device holding path's filesystem, or None (tmpfs, overlay, ...)."""
+    ma, mi = dev_numbers(path)
+    if os.path.exists("/sys/dev/block/%d:%d" % (ma, mi)):
+        return ma, mi
+    return None
+
+
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+

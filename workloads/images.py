@@ -1,0 +1,209 @@
+"""Filesystem images built from a dataset directory, cached by (dataset id, fs, options, tool version).
+
+erofs and squashfs are built by their mkfs tools; btrfs, ext4 and xfs are made
+in a sparse file, mounted (btrfs with compress=), filled with cp -a and
+unmounted.  Every option is checked against what the installed tool supports,
+and the tool version goes into the image record.
+"""
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+
+from user.system import Cleanup, FstraceError, losetup, mount, run
+
+FILESYSTEMS = ("erofs", "squashfs", "btrfs", "ext4", "xfs")
+
+DEFAULTS = {
+    # the seed 000 configuration: LZ4HC level 12 with 4 KiB clusters
+    "erofs": {"compress": "lz4hc", "level": 12, "cluster": 4096},
+    "squashfs": {"compress": "lz4hc", "block": 4096},
+    "btrfs": {"compress": "zstd:1"},
+    "ext4": {},
+    "xfs": {},
+}
+
+_MKFS = {"erofs": "mkfs.erofs", "squashfs": "mksquashfs", "btrfs": "mkfs.btrfs", "ext4": "mkfs.ext4",
+         "xfs": "mkfs.xfs"}
+
+
+def tool_version(fs):
+    tool = _MKFS[fs]
+    if not shutil.which(tool):
+        raise FstraceError("%s is not installed (needed for --fs %s); run scripts/setup.sh" % (tool, fs))
+    for args in (["-V"], ["-version"], ["--version"]):
+        p = subprocess.run([tool] + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        m = re.search(r"(\d+\.\d+(\.\d+)*)", p.stdout)
+        if m and "usage" not in p.stdout.lower()[:20]:
+            return "%s %s" % (tool, m.group(1))
+    return tool
+
+
+def erofs_compressors():
+    p = subprocess.run(["mkfs.erofs", "--help"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    m = re.search(r"Available compressors are: (.*)", p.stdout)
+    return [c.strip() for c in m.group(1).split(",")] if m else []
+
+
+def squashfs_compressors():
+    p = subprocess.run(["mksquashfs", "-help"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    block = p.stdout.split("Compressors available", 1)[-1].split("-b <block_size>", 1)[0]
+    return re.findall(r"^\s+(\w+)", block, re.M)
+
+
+def normalize(fs, opts):
+    """Fill defaults and validate options against the installed tools; returns a new dict."""
+    if fs not in FILESYSTEMS:
+        raise FstraceError("unknown filesystem %r (choose from %s)" % (fs, ", ".join(FILESYSTEMS)))
+    o = dict(DEFAULTS[fs])
+    o.update({k: v for k, v in opts.items() if v is not None})
+    if fs == "erofs":
+        if o["compress"] != "none":
+            have = erofs_compressors()
+            if o["compress"] not in have:
+                raise FstraceError("installed mkfs.erofs cannot compress with %s (it offers: %s)"
+                                   % (o["compress"], ", ".join(have) or "nothing"))
+        else:
+            o.pop("level", None)
+            o["cluster"] = 4096
+        if o.get("cluster") and (o["cluster"] < 4096 or o["cluster"] & (o["cluster"] - 1)):
+            raise FstraceError("erofs cluster size must be a power of two >= 4096, got %d" % o["cluster"])
+        if o["compress"] == "lz4":
+            o.pop("level", None)
+    elif fs == "squashfs":
+        comp = o["compress"]
+        base = "lz4" if comp == "lz4hc" else comp
+        if comp != "none" and base not in squashfs_compressors():
+            raise FstraceError("installed mksquashfs cannot compress with %s" % base)
+        b = int(o["block"])
+        if b < 4096 or b > 1 << 20 or b & (b - 1):
+            raise FstraceError("squashfs block size must be a power of two in 4K..1M, got %d" % b)
+    elif fs == "btrfs":
+        if not re.fullmatch(r"none|lzo|zlib(:\d+)?|zstd(:\d+)?", o["compress"]):
+            raise FstraceError("btrfs compress must be none, lzo, zlib[:N] or zstd[:N], got %r" % o["compress"])
+    return o
+
+
+def mkfs_argv(fs, o, image, src):
+    if fs == "erofs":
+        argv = ["mkfs.erofs", "-T0", "--all-root"]
+        if o["compress"] != "none":
+            z = o["compress"] + (",%d" % o["level"] if o.get("level") else "")
+            argv += ["-z" + z, "-C%d" % o["cluster"]]
+        return argv + [image, src]
+    if fs == "squashfs":
+        argv = ["mksquashfs", src, image, "-b", str(o["block"]), "-no-xattrs", "-all-time", "0",
+                "-all-root", "-noappend", "-quiet", "-no-progress"]
+        if o["compress"] == "none":
+            argv += ["-noD", "-noI", "-noX", "-noF", "-no-duplicates"]
+        elif o["compress"] == "lz4hc":
+            argv += ["-comp", "lz4", "-Xhc"]
+        else:
+            argv += ["-comp", o["compress"]]
+        return argv
+    raise ValueError(fs)
+
+
+def label(fs, o):
+    """Short human name of a configuration, e.g. erofs-lz4hc12-C4096."""
+    if fs == "erofs":
+        if o["compress"] == "none":
+            return "erofs-none"
+        return "erofs-%s%s-C%d" % (o["compress"], o.get("level", ""), o["cluster"])
+    if fs == "squashfs":
+        return "squashfs-%s-b%d" % (o["compress"], o["block"])
+    if fs == "btrfs":
+        return "btrfs-%s" % o["compress"].replace(":", "")
+    return fs
+
+
+def _du_bytes(src):
+    total = 0
+    for dirpath, _, files in os.walk(src):
+        for f in files:
+            total += os.lstat(os.path.join(dirpath, f)).st_size
+    return total
+
+
+def _build_writable(fs, o, image, src):
+    """btrfs/ext4/xfs: sparse file, mkfs, mount (loop), cp -a, unmount."""
+    size = max(_du_bytes(src) * 2 + (400 << 20), 512 << 20)
+    with open(image, "wb") as f:
+        f.truncate(size)
+    if fs == "btrfs":
+        run(["mkfs.btrfs", "-q", "-f", image])
+    elif fs == "ext4":
+        run(["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", image])
+    else:
+        run(["mkfs.xfs", "-q", "-f", image])
+    with Cleanup() as c:
+        dev, _ = losetup(image, c, direct_io=False, read_only=False)
+        mnt = tempfile.mkdtemp(prefix="fstrace-build-")
+        c.push("remove " + mnt, os.rmdir, mnt)
+        opts = "rw"
+        if fs == "btrfs" and o["compress"] != "none":
+            opts += ",compress=" + o["compress"]
+        mount(dev, mnt, fs, c, opts)
+        run(["cp", "-a", src + "/.", mnt])
+        run(["sync", "-f", mnt])
+
+
+def ensure_image(fs, opts, src, dataset_id, cache_dir, progress=None):
+    """Build (or reuse) the image of src; returns its record (dict)."""
+    o = normalize(fs, opts)
+    version = tool_version(fs)
+    key = hashlib.sha256(json.dumps([dataset_id, fs, o, version], sort_keys=True).encode()).hexdigest()[:12]
+    d = os.path.join(cache_dir, "images")
+    os.makedirs(d, exist_ok=True)
+    image = os.path.join(d, "%s-%s.img" % (label(fs, o), key))
+    meta_path = image + ".json"
+    if os.path.exists(image) and os.path.exists(meta_path):
+        with open(meta_path) as f:
+            return json.load(f)
+    if progress:
+        progress("image: building %s from %s" % (label(fs, o), src))
+    tmp = image + ".partial"
+    if os.path.exists(tmp):
+        os.unlink(tmp)
+    t0 = time.monotonic()
+    try:
+        if fs in ("erofs", "squashfs"):
+            argv = mkfs_argv(fs, o, tmp, src)
+            run(argv)
+        else:
+            argv = None
+            _build_writable(fs, o, tmp, src)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    build_s = time.monotonic() - t0
+    os.rename(tmp, image)
+    rec = {
+        "fs": fs, "options": o, "label": label(fs, o), "path": image, "bytes": os.path.getsize(image),
+        "allocated_bytes": os.stat(image).st_blocks * 512, "dataset_id": dataset_id,
+        "tool": version, "mkfs_argv": argv, "build_seconds": round(build_s, 3),
+        "source_bytes": _du_bytes(src),
+    }
+    with open(meta_path, "w") as f:
+        json.dump(rec, f, indent=1, sort_keys=True)
+    return rec
+
+
+def alignment_unit(fs, o):
+    """Bytes that block I/O alignment is measured against: the image's cluster or block size."""
+    if fs == "erofs":
+        return o.get("cluster", 4096)
+    if fs == "squashfs":
+        return o["block"]
+    return 4096
+
+
+def mount_options(fs, o):
+    if fs == "btrfs":
+        return "ro" + ("" if o["compress"] == "none" else ",compress=" + o["compress"])
+    return "ro"
