@@ -21,7 +21,7 @@ USER_CFLAGS := -g -O2 -Wall -Wextra -Wno-unused-parameter -I$(OUT) -Ibpf
 STATIC_LIBS := -Wl,-Bstatic -lbpf -lelf -lz -lzstd -Wl,-Bdynamic
 DYN_LIBS := -lbpf -lelf -lz
 
-.PHONY: all clean vmlinux test bench-overhead
+.PHONY: all clean vmlinux test
 all: $(OUT)/fstrace-collect
 
 $(OUT):
@@ -45,3 +45,6 @@ vmlinux:
 
 clean:
 	rm -rf $(OUT)
+
+test:
+	./scripts/test.sh

@@ -64,6 +64,10 @@ def render(s):
             dd = d["diskstats_delta"]
             w("    kernel diskstats over the run: %d reads, %d sectors, %d merges"
               % (dd["reads"], dd["sectors_read"], dd["reads_merged"]))
+            if d["unseen_requests"]:
+                w("    LOST: the kernel completed %d read requests (%d sectors) that fstrace's programs never saw;"
+                  % (d["unseen_requests"], d["unseen_sectors"]))
+                w("          the figures for this device cover %d of %d requests" % (d["requests"], dd["reads"]))
         w("    block request size")
         w(format_log2(d["size_hist_log2_bytes"], "bytes").rstrip("\n"))
 
@@ -75,7 +79,10 @@ def render(s):
     for u in s["unavailable"]:
         w("  unavailable: %s (%s)" % (u["figure"], u["why"]))
     d = s["drops"] or {}
-    w("  dropped records: %s" % (", ".join("%s %d" % kv for kv in sorted(d.items())) or "none"))
+    w("  dropped records (ring buffer full): %s" % (", ".join("%s %d" % kv for kv in sorted(d.items())) or "none"))
+    unseen = s.get("unseen_block_requests") or {}
+    w("  block requests the kernel completed unseen by fstrace: %s"
+      % (", ".join("%s %d" % kv for kv in sorted(unseen.items())) or "none (records match /proc/diskstats)"))
     gt = s.get("ground_truth") or {}
     if "read_bytes" in gt:
         w("  workload's own count: %s read%s" % (_size(gt["read_bytes"]),

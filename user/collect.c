@@ -57,6 +57,7 @@ static struct {
 	int ready_fd;
 	bool progress;
 	bool no_btf_tp;
+	bool block_only;
 	char **cmd;
 } opt = { .ready_fd = -1 };
 
@@ -110,6 +111,7 @@ static void usage(FILE *f)
 		"      --ready-fd FD       write \"ready\\n\" to FD once tracing is attached\n"
 		"      --progress          print record counts to stderr every second\n"
 		"      --no-tp-btf         use raw_tp where tp_btf would do (testing the fallback tier)\n"
+		"      --block-only        block devices only: no requests, no attribution (cheapest)\n"
 		"With COMMAND, it is started once tracing is attached and tracing ends when it exits.\n");
 }
 
@@ -121,6 +123,7 @@ static void parse_args(int argc, char **argv)
 		{ "cgroup", required_argument, 0, 'g' },   { "duration", required_argument, 0, 'D' },
 		{ "ready-fd", required_argument, 0, 'r' }, { "progress", no_argument, 0, 'P' },
 		{ "no-tp-btf", no_argument, 0, 'B' },	   { "help", no_argument, 0, 'h' },
+		{ "block-only", no_argument, 0, 'b' },
 		{ 0 },
 	};
 	int c;
@@ -133,6 +136,7 @@ static void parse_args(int argc, char **argv)
 		case 'r': opt.ready_fd = atoi(optarg); break;
 		case 'P': opt.progress = true; break;
 		case 'B': opt.no_btf_tp = true; break;
+		case 'b': opt.block_only = true; break;
 		case 'p':
 			if (opt.nr_pids == MAX_PIDS)
 				die("too many --pid");
@@ -329,6 +333,25 @@ static void json_diskstat(struct jbuf *b, const struct diskstat *s)
 	jb_add(b, "}");
 }
 
+/*
+ * Runs the kernel skipped because the program was already active on that CPU
+ * (lost events), and runs counted (only while kernel.bpf_stats_enabled=1).
+ */
+static void prog_stats(struct probe *p)
+{
+	struct bpf_prog_info info = {};
+	__u32 len = sizeof(info);
+	p->misses = p->runs = 0;
+	if (!p->prog)
+		return;
+	if (bpf_obj_get_info_by_fd(bpf_program__fd(p->prog), &info, &len)) {
+		fprintf(stderr, "fstrace-collect: cannot read statistics of %s: %s\n", p->name, strerror(errno));
+		return;
+	}
+	p->misses = info.recursion_misses;
+	p->runs = info.run_cnt;
+}
+
 static void json_probes(struct jbuf *b, struct probe *probes, int n, bool *first)
 {
 	for (int i = 0; i < n; i++) {
@@ -339,7 +362,7 @@ static void json_probes(struct jbuf *b, struct probe *probes, int n, bool *first
 		jb_str(b, probes[i].measures);
 		jb_add(b, ",\"why\":");
 		jb_str(b, probes[i].why);
-		jb_add(b, "}");
+		jb_add(b, ",\"missed_runs\":%llu,\"runs\":%llu}", probes[i].misses, probes[i].runs);
 	}
 }
 
@@ -457,7 +480,14 @@ int main(int argc, char **argv)
 	struct tasks_bpf *tsk = NULL;
 	struct bpf_object *none = NULL;
 	LOAD_SKEL(block_bpf, blk, block_probes, none);
-	LOAD_SKEL(tasks_bpf, tsk, task_probes, blk->obj);
+	if (!opt.block_only) {
+		LOAD_SKEL(tasks_bpf, tsk, task_probes, blk->obj);
+	} else {
+		for (int i = 0; i < N(task_probes); i++) {
+			task_probes[i].tier = TIER_NONE;
+			snprintf(task_probes[i].why, sizeof(task_probes[i].why), "not loaded: --block-only");
+		}
+	}
 
 	for (int i = 0; i < opt.nr_devs; i++) {
 		struct dev_arg *d = &opt.devs[i];
@@ -480,7 +510,7 @@ int main(int argc, char **argv)
 
 	err = tiers_attach(block_probes, N(block_probes));
 	if (!err)
-		err = tiers_attach(task_probes, N(task_probes));
+		err = tsk ? tiers_attach(task_probes, N(task_probes)) : 0;
 	if (err) {
 		if (child > 0) {
 			close(go[1]);
@@ -493,10 +523,11 @@ int main(int argc, char **argv)
 	}
 	__u64 t_attached = now_ns(CLOCK_MONOTONIC);
 
+	/* [t_start, t_end] encloses both diskstats snapshots: completions they count fall inside it */
+	__u64 t_start = now_ns(CLOCK_MONOTONIC), t_start_real = now_ns(CLOCK_REALTIME);
 	struct diskstat ds_start[MAX_DEVS], ds_end[MAX_DEVS];
 	for (int i = 0; i < opt.nr_devs; i++)
 		read_diskstat(&opt.devs[i], &ds_start[i]);
-	__u64 t_start = now_ns(CLOCK_MONOTONIC), t_start_real = now_ns(CLOCK_REALTIME);
 
 	if (opt.ready_fd >= 0) {
 		if (write(opt.ready_fd, "ready\n", 6) != 6) { /* the reader went away: keep tracing */ }
@@ -555,6 +586,10 @@ int main(int argc, char **argv)
 	for (int i = 0; i < opt.nr_devs; i++)
 		read_diskstat(&opt.devs[i], &ds_end[i]);
 	__u64 t_end = now_ns(CLOCK_MONOTONIC);
+	for (int i = 0; i < N(block_probes); i++)
+		prog_stats(&block_probes[i]);
+	for (int i = 0; i < N(task_probes); i++)
+		prog_stats(&task_probes[i]);
 	tiers_detach(block_probes, N(block_probes));
 	tiers_detach(task_probes, N(task_probes));
 	while (ring_buffer__consume(rb) > 0)
@@ -630,7 +665,8 @@ int main(int argc, char **argv)
 	jb_add(&h, "},\"config\":%s}", meta);
 
 	ring_buffer__free(rb);
-	tasks_bpf__destroy(tsk);
+	if (tsk)
+		tasks_bpf__destroy(tsk);
 	block_bpf__destroy(blk);
 
 	err = results_finish(&res, h.s);

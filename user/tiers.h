@@ -26,6 +26,8 @@ struct probe {
 	char why[256];			/* why better tiers were not used, or why it is unavailable */
 	struct bpf_program *prog;
 	struct bpf_link *link;
+	unsigned long long misses;	/* runs the kernel skipped (recursion guard), read at the end */
+	unsigned long long runs;	/* runs, counted only with kernel.bpf_stats_enabled=1 */
 };
 
 const char *tier_name(enum tier t);

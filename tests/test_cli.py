@@ -1,0 +1,41 @@
+"""Bad input: one clear line on stderr and a non-zero exit, before anything is set up."""
+import subprocess
+
+from conftest import FSTRACE, fstrace
+
+
+def one_line_error(p):
+    assert p.returncode != 0
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, p.stderr
+    assert lines[0].startswith("fstrace: error:"), p.stderr
+    return lines[0]
+
+
+def test_unknown_fs():
+    line = one_line_error(fstrace("run", "--fs", "ntfs", "--workload", "randread", check=False))
+    assert "unknown filesystem 'ntfs'" in line and "erofs" in line
+
+
+def test_unknown_workload():
+    line = one_line_error(fstrace("run", "--fs", "erofs", "--workload", "bonnie", check=False))
+    assert "unknown workload 'bonnie'" in line and "randread" in line
+
+
+def test_not_root():
+    p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", FSTRACE, "run",
+                        "--fs", "erofs", "--workload", "randread"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+    line = one_line_error(p)
+    assert "must run as root" in line and "sudo ./fstrace run" in line
+
+
+def test_unsupported_compressor_is_named():
+    line = one_line_error(fstrace("run", "--fs", "erofs", "--workload", "randread", "--compress", "brotli",
+                                  "--scale", "0.05", check=False))
+    assert "cannot compress with brotli" in line
+
+
+def test_report_of_missing_dir():
+    line = one_line_error(fstrace("report", "/nonexistent/run", check=False))
+    assert "no results file" in line

@@ -1,0 +1,99 @@
+"""The collector on its own, as it runs on a target box: results file, tiers, fallback, integrity."""
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from analysis import results
+from analysis import summary as S
+from conftest import COLLECTOR
+
+
+def collect(tmp_path, *args, cmd):
+    out = tmp_path / "r.fst"
+    p = subprocess.run([COLLECTOR, "-o", str(out)] + list(args) + ["--"] + cmd, stderr=subprocess.PIPE, text=True)
+    assert p.returncode == 0, p.stderr
+    return results.load(str(out))
+
+
+@pytest.fixture(scope="module")
+def payload(tmp_path_factory):
+    d = tmp_path_factory.mktemp("payload")
+    path = d / "payload.bin"
+    data = os.urandom(300000)
+    path.write_bytes(data)
+    return str(path), len(data)
+
+
+def read_requests_of(res, path):
+    st = os.stat(path)
+    req = res["req"]
+    read = S.enum_value(res.header, "req_kind", "read")
+    return req[(req["kind"] == read) & (req["ino"] == st.st_ino)]
+
+
+def test_results_file_describes_itself(tmp_path, payload):
+    path, size = payload
+    res = collect(tmp_path, cmd=["dd", "if=" + path, "of=/dev/null", "bs=65536"])
+    h = res.header
+    assert h["format"] == "fstrace-results"
+    assert h["kernel"]["release"] == os.uname().release
+    assert {p["probe"] for p in h["probes"]} >= {"sys_enter", "block_rq_complete", "sched_switch"}
+    assert all(p["tier"] in ("fentry", "kprobe", "tp_btf", "raw_tp", "unavailable") for p in h["probes"])
+    for name, layout in h["records"].items():
+        assert results.dtype_for(layout).itemsize == layout["size"]
+    reads = read_requests_of(res, path)
+    assert int(reads["ret"].sum()) == size
+    assert len(reads) == (size + 65535) // 65536 + 1  # dd reads until a 0-byte read
+    assert bytes(reads["comm"][0]).startswith(b"dd")
+
+
+def test_raw_tp_tier_gives_the_same_answer(tmp_path, payload):
+    """The raw_tp twins (for kernels without tp_btf) measure what the tp_btf programs do."""
+    path, size = payload
+    res = collect(tmp_path, "--no-tp-btf", cmd=["dd", "if=" + path, "of=/dev/null", "bs=4096"])
+    tiers = {p["probe"]: p["tier"] for p in res.header["probes"]}
+    assert set(tiers.values()) == {"raw_tp"}
+    reads = read_requests_of(res, path)
+    assert int(reads["ret"].sum()) == size
+    assert len(reads) == (size + 4095) // 4096 + 1
+    wall = (reads["ts_end_ns"] - reads["ts_start_ns"]).astype(np.int64)
+    parts = sum(reads[p].astype(np.int64) for p in S.ATTRIBUTION_PARTS)
+    assert np.all(wall == parts)
+
+
+def test_children_are_traced(tmp_path, payload):
+    path, size = payload
+    res = collect(tmp_path, cmd=["sh", "-c", "cat %s > /dev/null; (cat %s) > /dev/null" % (path, path)])
+    reads = read_requests_of(res, path)
+    assert int(reads["ret"].sum()) == 2 * size
+    assert len(np.unique(reads["tgid"])) == 2
+
+
+def test_truncated_file_is_refused(tmp_path, payload):
+    path, _ = payload
+    collect(tmp_path, cmd=["cat", path])
+    full = (tmp_path / "r.fst").read_bytes()
+    cut = tmp_path / "cut.fst"
+    cut.write_bytes(full[:-100])
+    with pytest.raises(results.ResultsError, match="truncated"):
+        results.load(str(cut))
+    (tmp_path / "junk.fst").write_bytes(b"not a results file")
+    with pytest.raises(results.ResultsError, match="not an fstrace"):
+        results.load(str(tmp_path / "junk.fst"))
+
+
+def test_metadata_file_is_embedded(tmp_path):
+    meta = tmp_path / "meta.json"
+    meta.write_text(json.dumps({"dataset_id": "abc", "note": "quote \" and backslash \\"}))
+    res = collect(tmp_path, "-m", str(meta), cmd=["true"])
+    assert res.config == {"dataset_id": "abc", "note": "quote \" and backslash \\"}
+
+
+def test_collector_refuses_non_root(tmp_path):
+    p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", COLLECTOR, "-o",
+                        "/tmp/x.fst", "--", "true"], stderr=subprocess.PIPE, text=True)
+    assert p.returncode != 0
+    assert "must run as root" in p.stderr

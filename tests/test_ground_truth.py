@@ -1,0 +1,109 @@
+"""Recorded figures against what is known independently: the workload's own counts and the kernel's."""
+import numpy as np
+
+from analysis import summary as S
+
+
+def fio_file_reads(res):
+    """read-type requests on the fio file: the file fio was told to read, on the mounted image."""
+    reads = S.reads_of(res)
+    # fio reads one file on the image; any other read there would be a fio or fstrace bug
+    assert len(np.unique(reads["ino"])) == 1
+    return reads
+
+
+def test_fio_io_count_and_bytes(erofs_randread):
+    _, res, summary = erofs_randread
+    gt = summary["ground_truth"]
+    reads = fio_file_reads(res)
+    assert gt["ios"] > 1000
+    assert len(reads) == gt["ios"]
+    assert int(reads["ret"].sum()) == gt["read_bytes"]
+    # every fio read is one 4 KiB pread64 at a distinct offset: randread covers the file once
+    assert set(reads["ret"].tolist()) == {4096}
+    assert len(np.unique(reads["pos"])) == gt["ios"]
+
+
+def test_fio_latencies_agree(erofs_randread):
+    """fio's completion latency percentiles vs fstrace's syscall latencies for the same I/Os."""
+    _, res, summary = erofs_randread
+    reads = fio_file_reads(res)
+    ours = np.sort((reads["ts_end_ns"] - reads["ts_start_ns"]).astype(np.float64))
+    fio_p = summary["ground_truth"]["clat_ns"]["percentile"]
+    p50 = float(fio_p["50.000000"])
+    # fio rounds percentiles to its own log-linear bins (within ~3 %) and times around the syscall:
+    # our syscall-only time sits at or below its number, and not far below it
+    ours_p50 = float(np.percentile(ours, 50))
+    assert 0.5 * p50 <= ours_p50 <= 1.1 * p50, (ours_p50, p50)
+
+
+def test_loop_device_matches_diskstats(erofs_randread):
+    """Recorded block requests vs the kernel's own /proc/diskstats delta for the loop device.
+
+    Exact when no event was lost.  On this 6.18 kernel BPF is occasionally not run for block
+    completions in some softirq contexts (no missed run is counted); then the shortfall must be
+    reported as unseen, never hidden, and the records must not contain anything the kernel did not do.
+    """
+    _, res, summary = erofs_randread
+    loop = [d for d in summary["devices"].values() if d["level"] == "loop"]
+    assert len(loop) == 1
+    d = loop[0]
+    delta = d["diskstats_delta"]
+    assert delta["reads"] > 500
+    assert d["requests"] <= delta["reads"]
+    assert d["sectors"] <= delta["sectors_read"]
+    assert d["unseen_requests"] == delta["reads"] - d["requests"]
+    if d["unseen_requests"] == 0:
+        assert d["sectors"] == delta["sectors_read"]
+        assert d["merges"] == delta["reads_merged"]
+        assert summary["unseen_block_requests"] == {}
+    else:
+        name = [k for k, v in summary["devices"].items() if v is d][0]
+        assert summary["unseen_block_requests"][name] == d["unseen_requests"]
+        assert d["unseen_requests"] <= 0.1 * delta["reads"]
+        # each unseen request was at least one sector and at most the largest request recorded
+        assert d["unseen_requests"] <= d["unseen_sectors"] <= d["unseen_requests"] * 64
+
+
+def test_no_drops_and_all_records_valid(erofs_randread):
+    _, res, summary = erofs_randread
+    assert summary["drops"] == {"req": 0, "io": 0}
+    assert summary["bad_records"] == 0
+
+
+def test_attribution_parts_sum_to_wall_for_every_request(erofs_randread):
+    _, res, _ = erofs_randread
+    req = res["req"]
+    wall = (req["ts_end_ns"] - req["ts_start_ns"]).astype(np.int64)
+    parts = sum(req[p].astype(np.int64) for p in S.ATTRIBUTION_PARTS)
+    assert np.all(np.abs(wall - parts) <= np.maximum(wall // 100, 1))
+
+
+def test_cold_randread_waits_for_io_it_issued(erofs_randread):
+    """Cold cache: every loop request was charged to the reader, and it spent time waiting for them."""
+    _, res, summary = erofs_randread
+    loop = [d for d in summary["devices"].values() if d["level"] == "loop"][0]
+    assert loop["charged_to_workload"] == loop["requests"]
+    reads = fio_file_reads(res)
+    waited = reads[reads["io_wait_ns"] > 0]
+    assert len(waited) > 0
+    # a read that waited for I/O had I/O charged to it
+    assert np.all(waited["nr_ios"] > 0)
+
+
+def test_backing_device_follows_loop(erofs_randread):
+    """With direct I/O, each loop request becomes backing-device I/O charged to the same reader."""
+    _, res, summary = erofs_randread
+    cfg = res.config
+    if cfg.get("backing_kdev") is None or not cfg.get("loop_direct_io"):
+        import pytest
+        pytest.skip("image not on a block device or loop direct I/O unavailable here")
+    loop = [d for d in summary["devices"].values() if d["level"] == "loop"][0]
+    back = [d for d in summary["devices"].values() if d["level"] == "backing"][0]
+    assert back["by_charge"]["loop"]["bytes"] == loop["bytes"]
+
+
+def test_tar_reads_every_byte(squashfs_tar):
+    _, res, summary = squashfs_tar
+    reads = S.reads_of(res)
+    assert int(reads["ret"][reads["ret"] > 0].sum()) == summary["ground_truth"]["read_bytes"]
