@@ -42,7 +42,9 @@ def render(s):
         w("    %-11s %9.1f ms  %s  %s" % (p[:-3], a["parts_ns"][p] / 1e6, _pct(a["shares"][p]),
                                         ATTRIBUTION_MEANING[p]))
     if a["wall_ns"]:
-        w("    parts sum to %.2f %% of request wall time" % (100.0 * (a["wall_ns"] - a["unaccounted_ns"]) / a["wall_ns"]))
+        w("    parts sum to %.2f %% of request wall time; %d requests had a context switch the kernel did not"
+          " report to fstrace" % (100.0 * (a["wall_ns"] - a["unaccounted_ns"]) / a["wall_ns"],
+                                 a["requests_with_missed_events"]))
 
     for name, d in s["devices"].items():
         w("")
@@ -80,6 +82,10 @@ def render(s):
         w("  unavailable: %s (%s)" % (u["figure"], u["why"]))
     d = s["drops"] or {}
     w("  dropped records (ring buffer full): %s" % (", ".join("%s %d" % kv for kv in sorted(d.items())) or "none"))
+    ex = s.get("expired_in_flight") or {}
+    if ex.get("bios") or ex.get("requests"):
+        w("  in-flight block state expired (completion never delivered): %d bios, %d requests"
+          % (ex.get("bios", 0), ex.get("requests", 0)))
     unseen = s.get("unseen_block_requests") or {}
     w("  block requests the kernel completed unseen by fstrace: %s"
       % (", ".join("%s %d" % kv for kv in sorted(unseen.items())) or "none (records match /proc/diskstats)"))

@@ -10,13 +10,14 @@ from analysis.hist import log2_slots, percentiles
 
 SCHEMA_VERSION = 1
 
-ATTRIBUTION_PARTS = ("oncpu_ns", "io_wait_ns", "dsleep_ns", "sleep_ns", "runq_ns")
+ATTRIBUTION_PARTS = ("oncpu_ns", "io_wait_ns", "dsleep_ns", "sleep_ns", "runq_ns", "missed_ns")
 ATTRIBUTION_MEANING = {
     "oncpu_ns": "on-CPU in the request (syscall work, page-cache copy, in-task decompression)",
     "io_wait_ns": "off-CPU, uninterruptible, with the task's own block I/O in flight",
     "dsleep_ns": "off-CPU, uninterruptible, no own I/O in flight (locks, I/O or work done by others)",
     "sleep_ns": "off-CPU, interruptible sleep",
     "runq_ns": "runnable, waiting for a CPU",
+    "missed_ns": "not attributable: the kernel did not deliver a context-switch event for it",
 }
 
 
@@ -76,6 +77,7 @@ def attribution(reqs):
         "parts_ns": parts,
         "shares": {p: (v / wall if wall else None) for p, v in parts.items()},
         "unaccounted_ns": wall - accounted,
+        "requests_with_missed_events": int((reqs["nr_missed_events"] > 0).sum()) if len(reqs) else 0,
         "method": "sched_switch/sched_wakeup intervals inside each syscall; I/O wait = D state while "
                   "the task's own block requests are in flight (first-cut model)",
     }
@@ -198,6 +200,7 @@ def summarize(res, ground_truth=None):
         "tiers": tiers(res),
         "unavailable": unavailable(res),
         "drops": h.get("drops"),
+        "expired_in_flight": h.get("expired_in_flight"),
         "unseen_block_requests": {name: d["unseen_requests"] for name, d in devices.items()
                                   if d.get("unseen_requests")},
         "bad_records": h.get("bad_records", 0),

@@ -13,37 +13,18 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-struct bio_start {
-	__u64 ts_queue;
-	__u32 pid;		/* charged traced thread, 0 = none */
-	__u32 queue_pid;	/* thread that queued the bio */
-	__u16 charge;
-	char comm[16];
-};
-
-struct rq_start {
-	__u64 ts_queue;
-	__u64 ts_issue;
-	__u32 pid;
-	__u32 queue_pid;
-	__u32 nr_bios;
-	__u32 charged_bios;	/* bios counted in task_inflight[pid] */
-	__u16 charge;
-	char comm[16];
-};
-
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
 	__type(key, void *);
-	__type(value, struct bio_start);
+	__type(value, struct fst_bio_start);
 } bio_starts SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
 	__type(key, void *);
-	__type(value, struct rq_start);
+	__type(value, struct fst_rq_start);
 } rq_starts SEC(".maps");
 
 /* worker thread -> loop device (kernel dev_t) it is serving right now */
@@ -95,7 +76,7 @@ static __always_inline struct fst_dev_cfg *dev_cfg(__u32 dev)
 	return bpf_map_lookup_elem(&traced_devs, &dev);
 }
 
-static __always_inline void charge_current(struct bio_start *s)
+static __always_inline void charge_current(struct fst_bio_start *s)
 {
 	__u32 pid = (__u32)bpf_get_current_pid_tgid();
 
@@ -124,7 +105,7 @@ static __always_inline int handle_bio_queue(struct bio *bio)
 	/* a split remainder is queued again: keep the time it was first queued */
 	if (bpf_map_lookup_elem(&bio_starts, &bio))
 		return 0;
-	struct bio_start s = { .ts_queue = bpf_ktime_get_ns() };
+	struct fst_bio_start s = { .ts_queue = bpf_ktime_get_ns() };
 	charge_current(&s);
 	bpf_map_update_elem(&bio_starts, &bio, &s, BPF_ANY);
 	inflight_add(s.pid, 1);
@@ -138,8 +119,8 @@ static __always_inline int handle_bio_split(struct bio *split)
 	if (!dev_cfg(dev))
 		return 0;
 	void *parent = BPF_CORE_READ(split, bi_private);
-	struct bio_start *ps = bpf_map_lookup_elem(&bio_starts, &parent);
-	struct bio_start s = {};
+	struct fst_bio_start *ps = bpf_map_lookup_elem(&bio_starts, &parent);
+	struct fst_bio_start s = {};
 	if (ps) {
 		s = *ps;
 	} else {
@@ -161,16 +142,16 @@ static __always_inline int handle_rq_issue(struct request *rq)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
 
-	struct rq_start *old = bpf_map_lookup_elem(&rq_starts, &rq);
+	struct fst_rq_start *old = bpf_map_lookup_elem(&rq_starts, &rq);
 	if (old) {	/* requeued: keep its bios' accounting, take the new issue time */
 		old->ts_issue = now;
 		return 0;
 	}
 
-	struct rq_start r = { .ts_issue = now };
+	struct fst_rq_start r = { .ts_issue = now };
 	struct bio *bio = BPF_CORE_READ(rq, bio);
 	for (int i = 0; i < MAX_RQ_BIOS && bio; i++) {
-		struct bio_start *s = bpf_map_lookup_elem(&bio_starts, &bio);
+		struct fst_bio_start *s = bpf_map_lookup_elem(&bio_starts, &bio);
 		r.nr_bios++;
 		if (s) {
 			if (!r.ts_queue || s->ts_queue < r.ts_queue)
@@ -242,7 +223,7 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 	__u32 cmd_flags = BPF_CORE_READ(rq, cmd_flags);
 	__u64 sector = BPF_CORE_READ(rq, __sector);
 	__u32 data_len = BPF_CORE_READ(rq, __data_len);
-	struct rq_start *r = bpf_map_lookup_elem(&rq_starts, &rq);
+	struct fst_rq_start *r = bpf_map_lookup_elem(&rq_starts, &rq);
 
 	struct fst_io *rec = record_reserve(FST_REC_IO, sizeof(*rec));
 	if (rec) {

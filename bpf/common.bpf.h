@@ -72,7 +72,7 @@ struct task_req {
 	__u64 last_on;		/* when the thread last went on-CPU during the request */
 	__u64 off_ts;		/* when it went off-CPU, 0 while running */
 	__u64 wake_ts;		/* first wakeup during the off-CPU interval */
-	__u64 oncpu, io_wait, dsleep, sleep, runq;
+	__u64 oncpu, io_wait, dsleep, sleep, runq, missed;
 	__u64 ino;
 	__u64 count;
 	__s64 pos;
@@ -82,6 +82,7 @@ struct task_req {
 	__u32 nr;
 	__u32 nr_ios;
 	__u32 nr_switches;
+	__u32 nr_missed;
 	__u16 kind;
 	__u16 ftype;
 	__u8 off_preempted;

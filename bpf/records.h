@@ -60,6 +60,8 @@ enum fst_hist_metric { FST_HIST_METRICS(FST_ENUM_MEMBER) };
  *   dsleep_ns   off-CPU, uninterruptible, no own I/O in flight (locks, others' I/O)
  *   sleep_ns    off-CPU, interruptible
  *   runq_ns     runnable but not running (preempted, or woken and waiting for a CPU)
+ *   missed_ns   not attributable: the kernel did not run our scheduler programs for a
+ *               context switch in this interval (nr_missed_events counts such gaps)
  * sdev is the kernel dev_t (major << 20 | minor) of the file's superblock.
  */
 #define FST_REQ_FIELDS(F, S)   \
@@ -70,6 +72,7 @@ enum fst_hist_metric { FST_HIST_METRICS(FST_ENUM_MEMBER) };
 	F(__u64, dsleep_ns)    \
 	F(__u64, sleep_ns)     \
 	F(__u64, runq_ns)      \
+	F(__u64, missed_ns)    \
 	F(__u64, ino)          \
 	F(__s64, ret)          \
 	F(__u64, count)        \
@@ -81,6 +84,7 @@ enum fst_hist_metric { FST_HIST_METRICS(FST_ENUM_MEMBER) };
 	F(__u32, syscall_nr)   \
 	F(__u32, nr_ios)       \
 	F(__u32, nr_switches)  \
+	F(__u32, nr_missed_events) \
 	F(__u16, kind)         \
 	F(__u16, ftype)        \
 	S(comm, 16)
@@ -118,6 +122,34 @@ struct fst_io {
 	FST_REC_HEADER(FST_DECLARE_FIELD, FST_DECLARE_STRING)
 	FST_IO_FIELDS(FST_DECLARE_FIELD, FST_DECLARE_STRING)
 };
+
+/* ---- in-flight block state, kept in maps and expired by the collector ---- */
+
+/* a bio queued on a traced device, until the request carrying it is issued */
+struct fst_bio_start {
+	__u64 ts_queue;
+	__u32 pid;		/* charged traced thread, 0 = none */
+	__u32 queue_pid;	/* thread that queued the bio */
+	__u16 charge;
+	__u16 pad;
+	char comm[16];
+};
+
+/* an issued request on a traced device, until it completes */
+struct fst_rq_start {
+	__u64 ts_queue;
+	__u64 ts_issue;
+	__u32 pid;
+	__u32 queue_pid;
+	__u32 nr_bios;
+	__u32 charged_bios;	/* bios counted in task_inflight[pid] */
+	__u16 charge;
+	__u16 pad;
+	char comm[16];
+};
+
+/* in-flight entries older than this never saw their completion event: the collector expires them */
+#define FST_STALE_NS (10ull * 1000000000ull)
 
 /* ---- in-kernel aggregates, read by the collector at the end ---- */
 

@@ -70,7 +70,13 @@ static __always_inline int handle_sys_exit(long ret)
 	if (!r)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
-	r->oncpu += now - r->last_on;
+	if (r->off_ts) {
+		/* the switch back in was never delivered: when it ran again is unknown */
+		r->missed += now - r->off_ts;
+		r->nr_missed++;
+	} else {
+		r->oncpu += now - r->last_on;
+	}
 
 	/* openat: the file is known only once the descriptor exists */
 	if (r->kind == FST_REQ_OPEN && ret >= 0)
@@ -86,6 +92,8 @@ static __always_inline int handle_sys_exit(long ret)
 		rec->dsleep_ns = r->dsleep;
 		rec->sleep_ns = r->sleep;
 		rec->runq_ns = r->runq;
+		rec->missed_ns = r->missed;
+		rec->nr_missed_events = r->nr_missed;
 		rec->ino = r->ino;
 		rec->ret = ret;
 		rec->count = r->count;
@@ -116,7 +124,12 @@ static __always_inline int handle_switch(bool preempt, struct task_struct *prev,
 
 	struct task_req *r = bpf_map_lookup_elem(&task_reqs, &prev_pid);
 	if (r) {
-		r->oncpu += now - r->last_on;
+		if (r->off_ts) {	/* its last switch in was never delivered */
+			r->missed += now - r->off_ts;
+			r->nr_missed++;
+		} else {
+			r->oncpu += now - r->last_on;
+		}
 		r->off_ts = now;
 		r->wake_ts = 0;
 		r->off_state = prev_state;
@@ -127,7 +140,12 @@ static __always_inline int handle_switch(bool preempt, struct task_struct *prev,
 	}
 
 	r = bpf_map_lookup_elem(&task_reqs, &next_pid);
-	if (r && r->off_ts) {
+	if (r && !r->off_ts) {
+		/* switched in without a delivered switch out: the split since last_on is unknown */
+		r->missed += now - r->last_on;
+		r->nr_missed++;
+		r->last_on = now;
+	} else if (r) {
 		if (r->off_preempted) {
 			r->runq += now - r->off_ts;
 		} else {

@@ -72,11 +72,17 @@ def test_no_drops_and_all_records_valid(erofs_randread):
 
 
 def test_attribution_parts_sum_to_wall_for_every_request(erofs_randread):
-    _, res, _ = erofs_randread
+    """Every request's parts add up to its wall time; a context switch the kernel did not deliver to
+    BPF is accounted as missed time, never as on-CPU or sleep, and stays rare."""
+    _, res, summary = erofs_randread
     req = res["req"]
     wall = (req["ts_end_ns"] - req["ts_start_ns"]).astype(np.int64)
     parts = sum(req[p].astype(np.int64) for p in S.ATTRIBUTION_PARTS)
     assert np.all(np.abs(wall - parts) <= np.maximum(wall // 100, 1))
+    assert np.all(req["oncpu_ns"].astype(np.int64) <= wall)
+    assert np.all((req["missed_ns"] > 0) <= (req["nr_missed_events"] > 0))
+    assert (req["nr_missed_events"] > 0).mean() < 0.01
+    assert summary["attribution"]["requests_with_missed_events"] == int((req["nr_missed_events"] > 0).sum())
 
 
 def test_cold_randread_waits_for_io_it_issued(erofs_randread):
@@ -92,7 +98,8 @@ def test_cold_randread_waits_for_io_it_issued(erofs_randread):
 
 
 def test_backing_device_follows_loop(erofs_randread):
-    """With direct I/O, each loop request becomes backing-device I/O charged to the same reader."""
+    """With direct I/O, each loop request becomes one backing-device request charged to the same reader
+    (exactly, unless the kernel withheld completion events, which are then reported as unseen)."""
     _, res, summary = erofs_randread
     cfg = res.config
     if cfg.get("backing_kdev") is None or not cfg.get("loop_direct_io"):
@@ -100,7 +107,11 @@ def test_backing_device_follows_loop(erofs_randread):
         pytest.skip("image not on a block device or loop direct I/O unavailable here")
     loop = [d for d in summary["devices"].values() if d["level"] == "loop"][0]
     back = [d for d in summary["devices"].values() if d["level"] == "backing"][0]
-    assert back["by_charge"]["loop"]["bytes"] == loop["bytes"]
+    via_loop = back["by_charge"]["loop"]
+    lost = max(loop["unseen_requests"], 0) + max(back["unseen_requests"], 0)
+    assert abs(via_loop["requests"] - loop["requests"]) <= lost
+    if lost == 0:
+        assert via_loop["bytes"] == loop["bytes"]
 
 
 def test_tar_reads_every_byte(squashfs_tar):

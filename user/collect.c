@@ -421,6 +421,56 @@ static void json_aggregates(struct jbuf *b, struct block_bpf *blk)
 	jb_add(b, "]");
 }
 
+/*
+ * Expire in-flight bios and requests older than FST_STALE_NS: their completion
+ * event was never delivered to us, and left in place they would keep a task
+ * "waiting for its own I/O" for the rest of the run.
+ */
+struct expired {
+	unsigned long long bios, requests;
+};
+
+static void inflight_release(int fd, __u32 pid, __s64 n)
+{
+	__s64 v;
+	if (!pid || !n || bpf_map_lookup_elem(fd, &pid, &v))
+		return;
+	v = v > n ? v - n : 0;
+	bpf_map_update_elem(fd, &pid, &v, BPF_EXIST);
+}
+
+static void expire_stale(struct block_bpf *blk, __u64 now, struct expired *ex)
+{
+	int infl = bpf_map__fd(blk->maps.task_inflight);
+	int bfd = bpf_map__fd(blk->maps.bio_starts), rfd = bpf_map__fd(blk->maps.rq_starts);
+	__u64 key, next;
+	void *prev = NULL;
+	struct fst_bio_start b;
+	struct fst_rq_start r;
+
+	while (!bpf_map_get_next_key(bfd, prev, &next)) {
+		key = next;
+		if (!bpf_map_lookup_elem(bfd, &key, &b) && now > b.ts_queue + FST_STALE_NS &&
+		    !bpf_map_delete_elem(bfd, &key)) {
+			inflight_release(infl, b.pid, 1);
+			ex->bios++;
+			continue;	/* key is gone: continue from the same previous key */
+		}
+		prev = &key;
+	}
+	prev = NULL;
+	while (!bpf_map_get_next_key(rfd, prev, &next)) {
+		key = next;
+		if (!bpf_map_lookup_elem(rfd, &key, &r) && now > r.ts_issue + FST_STALE_NS &&
+		    !bpf_map_delete_elem(rfd, &key)) {
+			inflight_release(infl, r.pid, r.charged_bios);
+			ex->requests++;
+			continue;
+		}
+		prev = &key;
+	}
+}
+
 static __u64 sum_drops(int fd, __u32 idx)
 {
 	int ncpu = libbpf_num_possible_cpus();
@@ -542,7 +592,8 @@ int main(int argc, char **argv)
 	int wstatus = 0;
 	bool child_done = child <= 0;
 	__u64 t_child_exit = 0;
-	__u64 last_progress = t_start;
+	__u64 last_progress = t_start, last_expire = t_start;
+	struct expired expired = {};
 	while (!stop_signal) {
 		err = ring_buffer__poll(rb, 100);
 		if (err < 0 && err != -EINTR)
@@ -555,6 +606,10 @@ int main(int argc, char **argv)
 				(unsigned long long)res.spools[FST_REC_IO].count,
 				(unsigned long long)(sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_REQ) +
 						     sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_IO)));
+		}
+		if (now - last_expire >= 1000000000ull) {
+			last_expire = now;
+			expire_stale(blk, now, &expired);
 		}
 		if (!child_done && waitpid(child, &wstatus, WNOHANG) == child) {
 			child_done = true;
@@ -660,6 +715,8 @@ int main(int argc, char **argv)
 	jb_add(&h, "],\"drops\":{\"req\":%llu,\"io\":%llu},",
 	       (unsigned long long)sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_REQ),
 	       (unsigned long long)sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_IO));
+	jb_add(&h, "\"expired_in_flight\":{\"bios\":%llu,\"requests\":%llu,\"after_ns\":%llu},",
+	       expired.bios, expired.requests, FST_STALE_NS);
 	jb_add(&h, "\"kernel_aggregates\":{");
 	json_aggregates(&h, blk);
 	jb_add(&h, "},\"config\":%s}", meta);
