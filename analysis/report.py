@@ -18,8 +18,12 @@ def render(s):
     run = s["run"]
     out = []
     w = out.append
-    w("fstrace: %s on %s (%s cache), dataset %s, kernel %s"
-      % (run["workload"], run["label"], run["cache"], run["dataset_id"], run["kernel"]))
+    if run.get("mode") == "attach":
+        w("fstrace attach: %s, %.1f s, kernel %s" % (", ".join(run.get("mounts") or []) or "all filesystems",
+                                                     s["wall_s"], run["kernel"]))
+    else:
+        w("fstrace: %s on %s (%s cache), dataset %s, kernel %s"
+          % (run["workload"], run["label"], run["cache"], run["dataset_id"], run["kernel"]))
     r = s["reads"]
     tput = s["throughput_bytes_per_s"]
     w("  reads: %d requests, %s in %.3f s wall = %s/s"

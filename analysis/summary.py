@@ -39,12 +39,13 @@ def dev_name(kdev):
 def fs_requests(res, kinds=("read", "getdents", "open")):
     """Requests of the traced workload on the traced filesystem (file known: sdev matches)."""
     req = res["req"]
-    fs_dev = res.config.get("fs_kdev")
+    cfg = res.config
+    fs_devs = cfg.get("fs_kdevs") or ([cfg["fs_kdev"]] if cfg.get("fs_kdev") is not None else None)
     mask = np.zeros(len(req), dtype=bool)
     for k in kinds:
         mask |= req["kind"] == enum_value(res.header, "req_kind", k)
-    if fs_dev is not None:
-        mask &= req["sdev"] == fs_dev
+    if fs_devs:
+        mask &= np.isin(req["sdev"], fs_devs)
     return req[mask]
 
 
@@ -184,6 +185,7 @@ def summarize(res, ground_truth=None):
     return {
         "schema_version": SCHEMA_VERSION,
         "run": {
+            "mode": cfg.get("mode", "run"), "mounts": cfg.get("mounts"),
             "fs": cfg.get("fs"), "label": cfg.get("label"), "workload": cfg.get("workload"),
             "dataset_id": cfg.get("dataset_id"), "cache": cfg.get("cache"), "loop_direct_io": cfg.get("loop_direct_io"),
             "image_bytes": cfg.get("image", {}).get("bytes"), "kernel": h["kernel"]["release"],

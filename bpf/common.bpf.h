@@ -96,21 +96,65 @@ struct {
 	__type(value, struct task_req);
 } task_reqs SEC(".maps");
 
-/* Is this task in the traced set: the pid tree the collector started, or the cgroup it was given. */
+/* superblock devices (kernel dev_t) whose files' requests are kept when cfg.filter_sdev is on */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u8);
+} traced_sdevs SEC(".maps");
+
+static __always_inline bool comm_matches(const char *comm)
+{
+	for (int i = 0; i < 16; i++) {
+		if (comm[i] != cfg.comm[i])
+			return false;
+		if (!comm[i])
+			break;
+	}
+	return true;
+}
+
+/* Is this task traced: it passes every task filter that is on (pid tree, comm, cgroup). */
 static __always_inline bool task_is_traced(struct task_struct *task)
 {
-	if (cfg.filter_cgroup_id)
-		return BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id) == cfg.filter_cgroup_id;
-	__u32 pid = BPF_CORE_READ(task, pid);
-	return bpf_map_lookup_elem(&traced_pids, &pid) != NULL;
+	if (cfg.filter_pids) {
+		__u32 pid = BPF_CORE_READ(task, pid);
+		if (!bpf_map_lookup_elem(&traced_pids, &pid))
+			return false;
+	}
+	if (cfg.filter_comm) {
+		char comm[16];
+		BPF_CORE_READ_STR_INTO(&comm, task, comm);
+		if (!comm_matches(comm))
+			return false;
+	}
+	if (cfg.filter_cgroup_id && BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id) != cfg.filter_cgroup_id)
+		return false;
+	return true;
 }
 
 static __always_inline bool current_is_traced(void)
 {
-	if (cfg.filter_cgroup_id)
-		return bpf_get_current_cgroup_id() == cfg.filter_cgroup_id;
-	__u32 pid = (__u32)bpf_get_current_pid_tgid();
-	return bpf_map_lookup_elem(&traced_pids, &pid) != NULL;
+	if (cfg.filter_pids) {
+		__u32 pid = (__u32)bpf_get_current_pid_tgid();
+		if (!bpf_map_lookup_elem(&traced_pids, &pid))
+			return false;
+	}
+	if (cfg.filter_comm) {
+		char comm[16];
+		bpf_get_current_comm(comm, sizeof(comm));
+		if (!comm_matches(comm))
+			return false;
+	}
+	if (cfg.filter_cgroup_id && bpf_get_current_cgroup_id() != cfg.filter_cgroup_id)
+		return false;
+	return true;
+}
+
+static __always_inline bool sdev_is_traced(__u32 sdev)
+{
+	return !cfg.filter_sdev || bpf_map_lookup_elem(&traced_sdevs, &sdev) != NULL;
 }
 
 /* Reserve a record in the ring buffer; a failed reservation is counted, never silent. */

@@ -14,6 +14,10 @@
 #ifndef FSTRACE_RECORDS_H
 #define FSTRACE_RECORDS_H
 
+#ifndef __VMLINUX_H__
+#include <linux/types.h>	/* user space; BPF objects get the types from vmlinux.h */
+#endif
+
 #define FST_RECORDS_VERSION 1
 
 /* Every record starts with this, so one ring buffer carries all kinds. */
@@ -185,11 +189,19 @@ struct fst_dev_cfg {
 /* drop counters, one per record type (index = enum fst_rec_type) */
 #define FST_MAX_REC_TYPES 8
 
-/* configuration frozen into every program before load */
+/*
+ * Configuration frozen into every program before load.  Task filters combine
+ * (a task must pass every one that is on); with none on, every task is traced.
+ */
 struct fst_cfg {
 	__u64 loop_rootcg_workfn;	/* kernel addresses of loop work functions (kallsyms), 0 = unknown */
 	__u64 loop_workfn;
-	__u64 filter_cgroup_id;		/* 0 = filter by traced pid tree only */
+	__u64 filter_cgroup_id;		/* cgroup v2 id, 0 = off */
+	__u8 filter_pids;		/* task must be in traced_pids (a process tree) */
+	__u8 filter_comm;		/* task comm must equal comm */
+	__u8 filter_sdev;		/* requests only on files of the superblocks in traced_sdevs */
+	__u8 pad[5];
+	char comm[16];
 };
 
 #endif

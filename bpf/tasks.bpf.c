@@ -57,8 +57,11 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
 		if (fst_syscall_has_pos(id))
 			r.pos = PT_REGS_PARM4_CORE_SYSCALL(regs);
 	}
-	if (kind == FST_REQ_READ || kind == FST_REQ_GETDENTS || id == FST_NR_FSTAT)
+	if (kind == FST_REQ_READ || kind == FST_REQ_GETDENTS || id == FST_NR_FSTAT) {
 		note_file(&r, fd_file((struct task_struct *)bpf_get_current_task(), fd));
+		if (!sdev_is_traced(r.sdev))
+			return 0;
+	}
 	bpf_map_update_elem(&task_reqs, &pid, &r, BPF_ANY);
 	return 0;
 }
@@ -81,6 +84,11 @@ static __always_inline int handle_sys_exit(long ret)
 	/* openat: the file is known only once the descriptor exists */
 	if (r->kind == FST_REQ_OPEN && ret >= 0)
 		note_file(r, fd_file((struct task_struct *)bpf_get_current_task(), ret));
+	/* path-based requests (stat) cannot be placed on a filesystem here: kept only without an fs filter */
+	if (!sdev_is_traced(r->sdev)) {
+		bpf_map_delete_elem(&task_reqs, &pid);
+		return 0;
+	}
 
 	struct fst_req *rec = record_reserve(FST_REC_REQ, sizeof(*rec));
 	if (rec) {
@@ -178,7 +186,7 @@ static __always_inline int handle_wakeup(struct task_struct *p)
 
 static __always_inline int handle_fork(struct task_struct *parent, struct task_struct *child)
 {
-	if (cfg.filter_cgroup_id)
+	if (!cfg.filter_pids)
 		return 0;
 	/* clone() from any thread of a traced process: the parent passed here is the leader */
 	__u32 cur = (__u32)bpf_get_current_pid_tgid();

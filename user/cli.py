@@ -7,6 +7,7 @@ import datetime
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -14,8 +15,9 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from user.system import (Cleanup, FstraceError, Interrupted, backing_block_device, dev_numbers,  # noqa: E402
-                         drop_caches, install_signal_handlers, kdev, losetup, mount)
+from user.system import (Cleanup, FstraceError, Interrupted, backing_block_device,  # noqa: E402
+                         block_devices_of_mount, dev_numbers, drop_caches, install_signal_handlers, kdev,
+                         losetup, mount, mount_of, mounts)
 
 COLLECTOR = os.path.join(ROOT, "build", "fstrace-collect")
 DEFAULT_CACHE = "/var/cache/fstrace"
@@ -52,19 +54,23 @@ def parse_image_opts(args):
     return opts
 
 
-def run_collector(argv, cwd):
-    """Run the collector (which runs the workload); on interrupt, stop it so it finishes its file."""
+def run_collector(argv, cwd, interrupt_ends=False):
+    """Run the collector; on interrupt, stop it so it finishes its file.
+
+    interrupt_ends: Ctrl-C is the normal way to end (attach) rather than an abort (run)."""
     p = subprocess.Popen(argv, cwd=cwd)
     try:
         rc = p.wait()
     except Interrupted:
-        p.terminate()
+        p.send_signal(signal.SIGINT)
         try:
-            p.wait(timeout=30)
+            rc = p.wait(timeout=30)
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
-        raise
+            raise
+        if not interrupt_ends:
+            raise
     if rc != 0:
         raise FstraceError("collector failed (exit %d); see its message above" % rc)
 
@@ -144,6 +150,80 @@ def cmd_run(args):
     return 0
 
 
+def cmd_attach(args):
+    """Trace a live system: no images, no workloads of ours."""
+    require_root("fstrace attach")
+    if not os.access(COLLECTOR, os.X_OK):
+        raise FstraceError("collector not built: run make (or ./fstrace, which builds it)")
+    chosen = []
+    if args.fs:
+        chosen = [m for m in mounts() if m[1] == args.fs]
+        if not chosen:
+            raise FstraceError("no %s filesystem is mounted" % args.fs)
+    for path in args.mount or []:
+        if not os.path.exists(path):
+            raise FstraceError("--mount %s: no such path" % path)
+        chosen.append(mount_of(path))
+    sdevs, devs = [], []
+    for m in chosen:
+        if m[3] not in sdevs:
+            sdevs.append(m[3])
+        for d in block_devices_of_mount(m):
+            if d not in devs:
+                devs.append(d)
+    for d in args.dev or []:
+        try:
+            ma, mi = (int(x) for x in d.split(":"))
+        except ValueError:
+            raise FstraceError("--dev wants MAJ:MIN, got %r" % d)
+        if not os.path.exists("/sys/dev/block/%d:%d" % (ma, mi)):
+            raise FstraceError("--dev %s: no such block device" % d)
+        devs.append((ma, mi))
+    outdir = os.path.abspath(args.out or default_outdir("attach", args.fs or "all"))
+    if os.path.exists(outdir) and os.listdir(outdir):
+        raise FstraceError("output directory %s exists and is not empty" % outdir)
+    partial = outdir + ".partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    os.makedirs(partial)
+    argv = [COLLECTOR, "-o", os.path.join(partial, "results.fst")]
+    for ma, mi in devs:
+        is_loop = os.path.exists("/sys/dev/block/%d:%d/loop" % (ma, mi))
+        argv += ["-d", "%d:%d:4096%s" % (ma, mi, ":loop" if is_loop else "")]
+    for ma, mi in sdevs:
+        argv += ["--sdev", "%d:%d" % (ma, mi)]
+    for pid in args.pid or []:
+        argv += ["--pid", str(pid)]
+    if args.comm:
+        argv += ["--comm", args.comm]
+    if args.cgroup:
+        argv += ["--cgroup", args.cgroup]
+    if args.duration:
+        argv += ["--duration", str(args.duration)]
+    if args.interval > 0:
+        argv += ["--interval", str(args.interval)]
+    meta = {"mode": "attach", "label": "attach", "workload": "attach", "fs": args.fs,
+            "mounts": [m[0] for m in chosen], "fs_kdevs": [kdev(*d) for d in sdevs] or None,
+            "devices_note": "alignment measured against 4 KiB (image cluster size unknown when attaching)",
+            "filters": {"fs": args.fs, "mount": args.mount, "dev": args.dev, "pid": args.pid,
+                        "comm": args.comm, "cgroup": args.cgroup}}
+    done = False
+    try:
+        with tempfile.NamedTemporaryFile("w", suffix=".json") as mf:
+            json.dump(meta, mf)
+            mf.flush()
+            progress("attached: %s; Ctrl-C to stop" % (", ".join(m[0] for m in chosen) or "all filesystems"))
+            run_collector(argv + ["-m", mf.name], cwd="/", interrupt_ends=True)
+        summary = write_summary(partial)
+        os.rename(partial, outdir)
+        done = True
+    finally:
+        if not done:
+            shutil.rmtree(partial, ignore_errors=True)
+    sys.stdout.write(render_summary(summary))
+    progress("results in %s" % outdir)
+    return 0
+
+
 def write_summary(resdir, wl=None, ctx=None):
     from analysis import results, summary
     res = results.load(os.path.join(resdir, "results.fst"))
@@ -165,10 +245,12 @@ def cmd_report(args):
     from analysis import results, summary
     path = args.dir
     fst = os.path.join(path, "results.fst") if os.path.isdir(path) else path
-    if not os.path.exists(fst):
-        raise FstraceError("no results file at %s" % fst)
     try:
         res = results.load(fst)
+    except FileNotFoundError:
+        raise FstraceError("no results file at %s" % fst)
+    except OSError as e:
+        raise FstraceError("cannot read %s: %s" % (fst, e.strerror))
     except results.ResultsError as e:
         raise FstraceError("%s: %s" % (fst, e))
     gt = None
@@ -200,6 +282,17 @@ def build_parser():
     r.add_argument("--cache", default=os.environ.get("FSTRACE_CACHE", DEFAULT_CACHE),
                    help="where datasets and images are kept (default %(default)s)")
     r.set_defaults(func=cmd_run)
+    a = sub.add_parser("attach", help="trace a live system until Ctrl-C or --duration")
+    a.add_argument("--fs", help="only files on (and devices under) mounted filesystems of this type")
+    a.add_argument("--mount", action="append", help="only files on (and devices under) this mount; repeatable")
+    a.add_argument("--dev", action="append", help="also trace this block device, MAJ:MIN; repeatable")
+    a.add_argument("--pid", action="append", type=int, help="only this process and its children; repeatable")
+    a.add_argument("--comm", help="only tasks with this name")
+    a.add_argument("--cgroup", help="only tasks in this cgroup v2 directory")
+    a.add_argument("--duration", type=float, help="seconds to trace (default: until Ctrl-C)")
+    a.add_argument("--interval", type=float, default=1.0, help="live view refresh, seconds (0: off)")
+    a.add_argument("-o", "--out", help="results directory (default: fstrace-results/<time>-attach-<fs>)")
+    a.set_defaults(func=cmd_attach)
     rep = sub.add_parser("report", help="print the report of a results directory (no root, no BPF)")
     rep.add_argument("dir")
     rep.set_defaults(func=cmd_report)

@@ -26,6 +26,7 @@
 #include "records.h"
 #include "results.h"
 #include "tiers.h"
+#include "live.h"
 #include "block.skel.h"
 #include "tasks.skel.h"
 
@@ -49,6 +50,10 @@ static struct {
 	const char *out;
 	const char *meta_file;
 	const char *cgroup;
+	const char *comm;
+	unsigned sdevs[MAX_DEVS][2];
+	int nr_sdevs;
+	double interval;
 	struct dev_arg devs[MAX_DEVS];
 	int nr_devs;
 	int pids[MAX_PIDS];
@@ -61,8 +66,8 @@ static struct {
 	char **cmd;
 } opt = { .ready_fd = -1 };
 
-#define P(name, measures, btf, raw, req) \
-	{ name, measures, { [TIER_TP_BTF] = btf, [TIER_RAW_TP] = raw }, req }
+#define P(nm, what, btf, raw, req) \
+	{ .name = nm, .measures = what, .progs = { [TIER_TP_BTF] = btf, [TIER_RAW_TP] = raw }, .required = req }
 
 static struct probe block_probes[] = {
 	P("block_bio_queue", "bio queue time, owner", "block_bio_queue_btf", "block_bio_queue_raw", true),
@@ -105,8 +110,13 @@ static void usage(FILE *f)
 		"  -o, --out FILE          results file to write (created only when complete)\n"
 		"  -m, --meta FILE         JSON object stored as the results' \"config\"\n"
 		"  -d, --dev MAJ:MIN[:UNIT[:loop]]  trace this block device; UNIT = fs block/cluster bytes\n"
-		"  -p, --pid PID           trace this process (all threads) and its future children\n"
+		"  -p, --pid PID           trace this process (all threads) and its future children;\n"
+		"                          without COMMAND, tracing ends when every such process has exited\n"
 		"  -g, --cgroup PATH       trace the tasks of this cgroup v2 directory\n"
+		"  -c, --comm NAME         trace tasks with this name\n"
+		"  -s, --sdev MAJ:MIN      keep requests only on files of this filesystem (st_dev); repeatable\n"
+		"  -i, --interval SEC      print a live view every SEC seconds\n"
+		"Task filters combine; with none, every task on the system is traced.\n"
 		"  -D, --duration SEC      stop after SEC seconds (default: command exit or Ctrl-C)\n"
 		"      --ready-fd FD       write \"ready\\n\" to FD once tracing is attached\n"
 		"      --progress          print record counts to stderr every second\n"
@@ -123,7 +133,8 @@ static void parse_args(int argc, char **argv)
 		{ "cgroup", required_argument, 0, 'g' },   { "duration", required_argument, 0, 'D' },
 		{ "ready-fd", required_argument, 0, 'r' }, { "progress", no_argument, 0, 'P' },
 		{ "no-tp-btf", no_argument, 0, 'B' },	   { "help", no_argument, 0, 'h' },
-		{ "block-only", no_argument, 0, 'b' },
+		{ "block-only", no_argument, 0, 'b' },	   { "comm", required_argument, 0, 'c' },
+		{ "sdev", required_argument, 0, 's' },	   { "interval", required_argument, 0, 'i' },
 		{ 0 },
 	};
 	int c;
@@ -137,6 +148,19 @@ static void parse_args(int argc, char **argv)
 		case 'P': opt.progress = true; break;
 		case 'B': opt.no_btf_tp = true; break;
 		case 'b': opt.block_only = true; break;
+		case 'c':
+			if (strlen(optarg) > 15)
+				die("--comm %s: a task name has at most 15 characters", optarg);
+			opt.comm = optarg;
+			break;
+		case 'i': opt.interval = atof(optarg); break;
+		case 's':
+			if (opt.nr_sdevs == MAX_DEVS)
+				die("too many --sdev");
+			if (sscanf(optarg, "%u:%u", &opt.sdevs[opt.nr_sdevs][0], &opt.sdevs[opt.nr_sdevs][1]) != 2)
+				die("--sdev wants MAJ:MIN, got '%s'", optarg);
+			opt.nr_sdevs++;
+			break;
 		case 'p':
 			if (opt.nr_pids == MAX_PIDS)
 				die("too many --pid");
@@ -162,8 +186,8 @@ static void parse_args(int argc, char **argv)
 		die("-o FILE is required (see --help)");
 	if (optind < argc)
 		opt.cmd = argv + optind;
-	if (!opt.cmd && !opt.nr_pids && !opt.cgroup && opt.duration <= 0)
-		fprintf(stderr, "fstrace-collect: no command, pid or cgroup: tracing nothing until Ctrl-C\n");
+	if (!opt.cmd && !opt.nr_pids && !opt.cgroup && !opt.comm)
+		fprintf(stderr, "fstrace-collect: no command, pid, comm or cgroup filter: tracing every task\n");
 }
 
 static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args)
@@ -203,6 +227,11 @@ static void fill_cfg(struct fst_cfg *c)
 	c->loop_rootcg_workfn = ksym_addr("loop_rootcg_workfn");
 	c->loop_workfn = ksym_addr("loop_workfn");
 	c->filter_cgroup_id = opt.cgroup ? cgroup_id(opt.cgroup) : 0;
+	c->filter_pids = opt.cmd || opt.nr_pids;
+	c->filter_comm = opt.comm != NULL;
+	if (opt.comm)
+		strncpy(c->comm, opt.comm, sizeof(c->comm) - 1);
+	c->filter_sdev = opt.nr_sdevs > 0;
 }
 
 /* every later object shares the first object's maps of the same name */
@@ -245,6 +274,8 @@ static int handle_record(void *ctx, void *data, size_t size)
 {
 	struct results *r = ctx;
 	int err = results_add(r, data, size);
+	if (opt.interval > 0)
+		live_add(data, size);
 	if (err)
 		die("writing records: %s", strerror(-err));
 	return 0;
@@ -316,6 +347,21 @@ static void add_pid_tree(int map_fd, int pid)
 		bpf_map_update_elem(map_fd, &key, &one, BPF_ANY);
 	}
 	closedir(d);
+}
+
+/* running or sleeping; a zombie waiting for its parent counts as gone */
+static bool pid_alive(int pid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return false;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	char *paren = strrchr(buf, ')');	/* comm may contain spaces and parentheses */
+	return paren && paren[1] == ' ' && paren[2] != 'Z' && paren[2] != 'X';
 }
 
 static void json_diskstat(struct jbuf *b, const struct diskstat *s)
@@ -545,6 +591,11 @@ int main(int argc, char **argv)
 		struct fst_dev_cfg dc = { .unit_bytes = d->unit, .is_loop = d->is_loop };
 		bpf_map_update_elem(bpf_map__fd(blk->maps.traced_devs), &kdev, &dc, BPF_ANY);
 	}
+	for (int i = 0; i < opt.nr_sdevs; i++) {
+		__u32 kdev = (opt.sdevs[i][0] << 20) | opt.sdevs[i][1];
+		__u8 one = 1;
+		bpf_map_update_elem(bpf_map__fd(blk->maps.traced_sdevs), &kdev, &one, BPF_ANY);
+	}
 	int pids_fd = bpf_map__fd(blk->maps.traced_pids);
 	for (int i = 0; i < opt.nr_pids; i++)
 		add_pid_tree(pids_fd, opt.pids[i]);
@@ -592,7 +643,8 @@ int main(int argc, char **argv)
 	int wstatus = 0;
 	bool child_done = child <= 0;
 	__u64 t_child_exit = 0;
-	__u64 last_progress = t_start, last_expire = t_start;
+	__u64 last_progress = t_start, last_expire = t_start, last_live = t_start;
+	int live_clear = isatty(STDOUT_FILENO);
 	struct expired expired = {};
 	while (!stop_signal) {
 		err = ring_buffer__poll(rb, 100);
@@ -607,6 +659,12 @@ int main(int argc, char **argv)
 				(unsigned long long)(sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_REQ) +
 						     sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_IO)));
 		}
+		if (opt.interval > 0 && now - last_live >= (__u64)(opt.interval * 1e9)) {
+			live_print(stdout, (now - last_live) / 1e9,
+				   sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_REQ) +
+				   sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_IO), live_clear);
+			last_live = now;
+		}
 		if (now - last_expire >= 1000000000ull) {
 			last_expire = now;
 			expire_stale(blk, now, &expired);
@@ -617,6 +675,13 @@ int main(int argc, char **argv)
 		}
 		if (child > 0 && child_done)
 			break;
+		if (child <= 0 && opt.nr_pids) {	/* --pid: stop once every traced process is gone */
+			bool any = false;
+			for (int i = 0; i < opt.nr_pids && !any; i++)
+				any = pid_alive(opt.pids[i]);
+			if (!any)
+				break;
+		}
 		if (opt.duration > 0 && now - t_start >= (__u64)(opt.duration * 1e9))
 			break;
 	}
@@ -676,7 +741,15 @@ int main(int argc, char **argv)
 	json_probes(&h, block_probes, N(block_probes), &first);
 	json_probes(&h, task_probes, N(task_probes), &first);
 	jb_add(&h, "],\"loop_charging\":%s,", blk->rodata->cfg.loop_rootcg_workfn ? "true" : "false");
-	jb_add(&h, "\"filter\":{\"cgroup\":");
+	jb_add(&h, "\"filter\":{\"comm\":");
+	if (opt.comm)
+		jb_str(&h, opt.comm);
+	else
+		jb_add(&h, "null");
+	jb_add(&h, ",\"sdevs\":[");
+	for (int i = 0; i < opt.nr_sdevs; i++)
+		jb_add(&h, "%s%u", i ? "," : "", (opt.sdevs[i][0] << 20) | opt.sdevs[i][1]);
+	jb_add(&h, "],\"all_tasks\":%s,\"cgroup\":", !opt.cmd && !opt.nr_pids && !opt.cgroup && !opt.comm ? "true" : "false");
 	if (opt.cgroup)
 		jb_str(&h, opt.cgroup);
 	else

@@ -144,3 +144,50 @@ def drop_caches():
     with open("/proc/sys/vm/drop_caches", "w") as f:
         f.write("3\n")
 
+
+
+def mounts():
+    """[(mountpoint, fstype, source, (major, minor) of the superblock)] from /proc/self/mountinfo."""
+    out = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, right = line.rstrip("\n").split(" - ", 1)
+            fields = left.split()
+            ma, mi = fields[2].split(":")
+            fstype, source = right.split()[:2]
+            mnt = fields[4].replace("\\040", " ")
+            out.append((mnt, fstype, source, (int(ma), int(mi))))
+    return out
+
+
+def mount_of(path):
+    """The mount holding path (the longest mountpoint prefix)."""
+    path = os.path.realpath(path)
+    best = None
+    for m in mounts():
+        mp = m[0]
+        if path == mp or path.startswith(mp.rstrip("/") + "/"):
+            if best is None or len(mp) > len(best[0]):
+                best = m
+    return best
+
+
+def block_devices_of_mount(m):
+    """Block devices under a mount: its own device, and for a loop device the disk holding its backing file."""
+    _, _, source, sdev = m
+    devs = []
+    if os.path.exists("/sys/dev/block/%d:%d" % sdev):
+        devs.append(sdev)
+    elif source.startswith("/dev/") and os.path.exists(source):
+        devs.append(dev_numbers(source))   # btrfs: anonymous superblock device, real one is the source
+    for d in list(devs):
+        name = os.path.basename(os.path.realpath("/sys/dev/block/%d:%d" % d))
+        try:
+            with open("/sys/block/%s/loop/backing_file" % name) as f:
+                backing = f.read().strip()
+        except OSError:
+            continue
+        under = backing_block_device(backing) if os.path.exists(backing) else None
+        if under and under not in devs:
+            devs.append(under)
+    return devs

@@ -1,0 +1,135 @@
+"""fstrace attach: filters applied in the kernel, live view, Ctrl-C ends normally, results like run's."""
+import json
+import os
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from analysis import results
+from analysis import summary as S
+from conftest import COLLECTOR, FSTRACE, settled_leftovers
+
+
+@pytest.fixture(scope="module")
+def mounted_erofs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("attach")
+    src = d / "src"
+    src.mkdir()
+    (src / "big.bin").write_bytes(os.urandom(4 << 20) + bytes(4 << 20))
+    (src / "small.txt").write_bytes(b"hello fstrace\n" * 1000)
+    img = str(d / "img.erofs")
+    subprocess.run(["mkfs.erofs", "-zlz4hc", "-C16384", "-T0", img, str(src)], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    dev = subprocess.run(["losetup", "-f", "--show", "-r", img], check=True, stdout=subprocess.PIPE,
+                         text=True).stdout.strip()
+    mnt = str(d / "mnt")
+    os.mkdir(mnt)
+    subprocess.run(["mount", "-t", "erofs", "-o", "ro", dev, mnt], check=True)
+    yield mnt, dev
+    subprocess.run(["umount", mnt], check=True)
+    subprocess.run(["losetup", "-d", dev], check=True)
+
+
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def start_attach(out, *args):
+    p = subprocess.Popen([FSTRACE, "attach", "-o", str(out)] + list(args), stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    # tracing is live once the collector prints its first live view line
+    deadline = time.time() + 120
+    seen = ""
+    while time.time() < deadline:
+        line = p.stdout.readline()
+        seen += line
+        if line.startswith("fstrace ") and "requests/s" in line:
+            return p, seen
+        assert line or p.poll() is None, seen
+    raise AssertionError("attach never started:\n" + seen)
+
+
+def finish(p, seen, sig=None):
+    if sig:
+        p.send_signal(sig)
+    rest = p.communicate(timeout=120)[0]
+    assert p.returncode == 0, seen + rest
+    return seen + rest
+
+
+def test_attach_mount_counts_every_read_of_the_workload(tmp_path, mounted_erofs):
+    mnt, dev = mounted_erofs
+    drop_caches()
+    out = tmp_path / "out"
+    p, seen = start_attach(out, "--mount", mnt, "--duration", "4", "--interval", "0.5")
+    fio = subprocess.run(["fio", "--name=x", "--filename=" + os.path.join(mnt, "big.bin"), "--rw=randread",
+                          "--bs=4k", "--ioengine=psync", "--readonly", "--io_size=2m", "--output-format=json"],
+                         stdout=subprocess.PIPE, text=True, check=True)
+    text = finish(p, seen)
+    ios = json.loads(fio.stdout[fio.stdout.index("{"):])["jobs"][0]["read"]["total_ios"]
+    res = results.load(str(out / "results.fst"))
+    st = os.stat(os.path.join(mnt, "big.bin"))
+    reads = S.reads_of(res, st.st_ino)
+    assert len(reads) == ios == 512
+    # only requests on the mounted filesystem were kept (in the kernel): nothing from other filesystems
+    assert set(np.unique(res["req"]["sdev"]).tolist()) <= {os.major(st.st_dev) << 20 | os.minor(st.st_dev)}
+    assert "fio" in text and "IO_WAIT_MS" in text
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["run"]["mode"] == "attach"
+    loop = summary["devices"]["%d:%d" % (os.major(os.stat(dev).st_rdev), os.minor(os.stat(dev).st_rdev))]
+    assert loop["requests"] > 0 and loop["level"] == "loop"
+
+
+def test_attach_comm_filter_and_ctrl_c(tmp_path, mounted_erofs):
+    mnt, _ = mounted_erofs
+    out = tmp_path / "out"
+    before = settled_leftovers()
+    p, seen = start_attach(out, "--comm", "fstrace-reader", "--interval", "0.5")
+    target = os.path.join(mnt, "small.txt")
+    # the same program under two names: only the one named in --comm is traced
+    for name in ("fstrace-reader", "other-reader"):
+        subprocess.run(["bash", "-c", "exec -a %s cat %s > /dev/null" % (name, target)], check=True)
+        subprocess.run(["python3", "-c", "import ctypes,sys; libc=ctypes.CDLL(None); "
+                        "libc.prctl(15, sys.argv[1].encode(), 0, 0, 0); open(sys.argv[2],'rb').read()",
+                        name, target], check=True)
+    finish(p, seen, signal.SIGINT)
+    res = results.load(str(out / "results.fst"))
+    comms = {bytes(c).rstrip(b"\0") for c in res["req"]["comm"]}
+    assert comms == {b"fstrace-reader"}
+    reads = S.reads_of(res, os.stat(target).st_ino)
+    assert int(reads["ret"].sum()) == os.path.getsize(target)
+    assert settled_leftovers(expect=before) == before
+
+
+def test_collector_alone_then_offline_report(tmp_path, mounted_erofs):
+    """As on a target box without Python: the collector by itself, the report elsewhere without root."""
+    mnt, _ = mounted_erofs
+    target = os.path.join(mnt, "big.bin")
+    reader = subprocess.Popen(["sh", "-c", "sleep 1; dd if=%s of=/dev/null bs=64k; sleep 1" % target])
+    f = tmp_path / "box.fst"
+    subprocess.run([COLLECTOR, "-o", str(f), "--pid", str(reader.pid)], check=True, timeout=60,
+                   stderr=subprocess.DEVNULL)
+    reader.wait()
+    # carried to "another machine": a directory an unprivileged user can read
+    import shutil
+    import tempfile
+    elsewhere = tempfile.mkdtemp(prefix="fstrace-offline-")
+    try:
+        os.chmod(elsewhere, 0o755)
+        shutil.copy(str(f), elsewhere)
+        copy = os.path.join(elsewhere, "box.fst")
+        os.chmod(copy, 0o644)
+        p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", FSTRACE, "report",
+                            copy], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    finally:
+        shutil.rmtree(elsewhere)
+    assert p.returncode == 0, p.stderr
+    assert "reads:" in p.stdout
+    res = results.load(str(f))
+    reads = S.reads_of(res, os.stat(target).st_ino)
+    assert int(reads["ret"].sum()) == os.path.getsize(target)

@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: GPL-2.0
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "records.h"
+#include "live.h"
+
+#define TOP_SLOTS 512
+#define TOP_SHOWN 5
+
+struct top_entry {
+	uint64_t key;		/* tgid, or sdev << 40 ^ ino */
+	uint64_t io_wait_ns;
+	uint64_t requests;
+	uint32_t sdev;
+	uint64_t ino;
+	char comm[16];
+	int used;
+};
+
+static struct {
+	uint64_t reqs, read_bytes, ios, io_bytes;
+	uint64_t parts[6];
+	uint32_t *lat_us;
+	size_t nlat, cap;
+	struct top_entry procs[TOP_SLOTS], files[TOP_SLOTS];
+} L;
+
+static struct top_entry *top_slot(struct top_entry *t, uint64_t key)
+{
+	for (unsigned i = 0, h = (unsigned)(key * 0x9E3779B97F4A7C15ull >> 40); i < TOP_SLOTS; i++) {
+		struct top_entry *e = &t[(h + i) % TOP_SLOTS];
+		if (!e->used) {
+			e->used = 1;
+			e->key = key;
+			return e;
+		}
+		if (e->key == key)
+			return e;
+	}
+	return NULL;	/* table full for this interval: the tail is not shown */
+}
+
+void live_add(const void *data, size_t size)
+{
+	const uint32_t *hdr = data;
+	if (size < 8)
+		return;
+	if (hdr[0] == FST_REC_IO && size >= sizeof(struct fst_io)) {
+		const struct fst_io *io = data;
+		L.ios++;
+		L.io_bytes += io->bytes;
+		return;
+	}
+	if (hdr[0] != FST_REC_REQ || size < sizeof(struct fst_req))
+		return;
+	const struct fst_req *r = data;
+	L.reqs++;
+	if (r->kind == FST_REQ_READ && r->ret > 0)
+		L.read_bytes += r->ret;
+	const uint64_t parts[6] = { r->oncpu_ns, r->io_wait_ns, r->dsleep_ns, r->sleep_ns, r->runq_ns, r->missed_ns };
+	for (int i = 0; i < 6; i++)
+		L.parts[i] += parts[i];
+	if (L.nlat == L.cap) {
+		L.cap = L.cap ? L.cap * 2 : 4096;
+		L.lat_us = realloc(L.lat_us, L.cap * sizeof(*L.lat_us));
+		if (!L.lat_us)
+			abort();
+	}
+	L.lat_us[L.nlat++] = (uint32_t)((r->ts_end_ns - r->ts_start_ns) / 1000);
+
+	struct top_entry *p = top_slot(L.procs, r->tgid);
+	if (p) {
+		p->io_wait_ns += r->io_wait_ns;
+		p->requests++;
+		memcpy(p->comm, r->comm, sizeof(p->comm));
+	}
+	if (r->ino) {
+		struct top_entry *f = top_slot(L.files, ((uint64_t)r->sdev << 40) ^ r->ino);
+		if (f) {
+			f->io_wait_ns += r->io_wait_ns;
+			f->requests++;
+			f->sdev = r->sdev;
+			f->ino = r->ino;
+		}
+	}
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static int cmp_wait(const void *a, const void *b)
+{
+	const struct top_entry *x = a, *y = b;
+	if (x->used != y->used)
+		return y->used - x->used;
+	return x->io_wait_ns < y->io_wait_ns ? 1 : x->io_wait_ns > y->io_wait_ns ? -1 : 0;
+}
+
+void live_print(FILE *out, double interval_s, unsigned long long drops, int clear)
+{
+	char stamp[16];
+	time_t now = time(NULL);
+	strftime(stamp, sizeof(stamp), "%H:%M:%S", localtime(&now));
+	if (clear)
+		fprintf(out, "\033[H\033[2J");
+	fprintf(out, "fstrace %s  requests/s %.0f  read MiB/s %.1f  block req/s %.0f (%.1f MiB/s)  dropped %llu\n", stamp,
+		L.reqs / interval_s, L.read_bytes / interval_s / 1048576.0, L.ios / interval_s,
+		L.io_bytes / interval_s / 1048576.0, drops);
+	if (L.nlat) {
+		qsort(L.lat_us, L.nlat, sizeof(*L.lat_us), cmp_u32);
+		fprintf(out, "  latency p50 %u us  p99 %u us  max %u us\n", L.lat_us[L.nlat / 2],
+			L.lat_us[(size_t)(L.nlat * 0.99)], L.lat_us[L.nlat - 1]);
+	}
+	uint64_t total = 0;
+	for (int i = 0; i < 6; i++)
+		total += L.parts[i];
+	if (total) {
+		static const char *names[6] = { "oncpu", "io_wait", "dsleep", "sleep", "runq", "missed" };
+		fprintf(out, "  time in requests:");
+		for (int i = 0; i < 6; i++)
+			fprintf(out, " %s %.0f%%", names[i], 100.0 * L.parts[i] / total);
+		fprintf(out, "\n");
+	}
+	qsort(L.procs, TOP_SLOTS, sizeof(L.procs[0]), cmp_wait);
+	qsort(L.files, TOP_SLOTS, sizeof(L.files[0]), cmp_wait);
+	fprintf(out, "  %-8s %-16s %12s %9s      %-9s %-12s %12s %9s\n", "TGID", "COMM", "IO_WAIT_MS", "REQS", "DEV",
+		"INODE", "IO_WAIT_MS", "REQS");
+	for (int i = 0; i < TOP_SHOWN; i++) {
+		const struct top_entry *p = &L.procs[i], *f = &L.files[i];
+		if (!p->used && !f->used)
+			break;
+		if (p->used)
+			fprintf(out, "  %-8llu %-16.16s %12.1f %9llu", (unsigned long long)p->key, p->comm,
+				p->io_wait_ns / 1e6, (unsigned long long)p->requests);
+		else
+			fprintf(out, "  %-8s %-16s %12s %9s", "", "", "", "");
+		if (f->used) {
+			char dev[16];
+			snprintf(dev, sizeof(dev), "%u:%u", f->sdev >> 20, f->sdev & 0xfffff);
+			fprintf(out, "      %-9s %-12llu %12.1f %9llu", dev, (unsigned long long)f->ino,
+				f->io_wait_ns / 1e6, (unsigned long long)f->requests);
+		}
+		fprintf(out, "\n");
+	}
+	fflush(out);
+	uint32_t *lat = L.lat_us;
+	size_t cap = L.cap;
+	memset(&L, 0, sizeof(L));
+	L.lat_us = lat;
+	L.cap = cap;
+}

@@ -1,0 +1,15 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+#ifndef FSTRACE_LIVE_H
+#define FSTRACE_LIVE_H
+
+#include <stdio.h>
+#include <linux/types.h>
+
+/*
+ * A top-like view of the last interval, computed in the collector from the
+ * records it is writing anyway, so it works on a target box without Python.
+ */
+void live_add(const void *rec, size_t size);
+void live_print(FILE *out, double interval_s, unsigned long long drops, int clear);
+
+#endif
