@@ -21,7 +21,7 @@ USER_CFLAGS := -g -O2 -Wall -Wextra -Wno-unused-parameter -I$(OUT) -Ibpf
 STATIC_LIBS := -Wl,-Bstatic -lbpf -lelf -lz -lzstd -Wl,-Bdynamic
 DYN_LIBS := -lbpf -lelf -lz
 
-.PHONY: all clean vmlinux test
+.PHONY: all clean vmlinux test bench-overhead
 all: $(OUT)/fstrace-collect
 
 $(OUT):
@@ -48,3 +48,9 @@ clean:
 
 test:
 	./scripts/test.sh
+
+# Benchmarks (not tests): tracing overhead, events/s, analysis speed. Writes bench-results/*.json.
+bench-overhead: all
+	./scripts/setup.sh
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bpftrace libbpf-tools >/dev/null
+	/usr/bin/python3 scripts/bench_overhead.py $(BENCH_ARGS)

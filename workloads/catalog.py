@@ -93,10 +93,11 @@ class ListWorkload(Workload):
 class Fio(Workload):
     """fio 4 KiB reads on the large single file; fio's own JSON is the ground truth."""
 
-    def __init__(self, name, summary, rw, io_size=None):
+    def __init__(self, name, summary, rw, io_size=None, runtime_s=None):
         super().__init__(name, "single", summary, "000")
         self.rw = rw
         self.io_size = io_size
+        self.runtime_s = runtime_s
 
     def prepare(self, mnt, outdir, ctx):
         argv = ["fio", "--name=" + self.name, "--filename=" + os.path.join(mnt, ctx["single_file"]),
@@ -104,6 +105,8 @@ class Fio(Workload):
                 "--randseed=1234", "--output-format=json", "--output=" + os.path.join(outdir, "fio.json")]
         if self.io_size:
             argv.append("--io_size=" + self.io_size)
+        if self.runtime_s:
+            argv += ["--time_based", "--runtime=%gs" % self.runtime_s]
         return argv
 
     def ground_truth(self, outdir, ctx):
