@@ -64,6 +64,7 @@ def request_stats(reqs):
         "bytes": int(reqs["ret"][ok].sum()) if len(reqs) else 0,
         "latency_us": percentiles(lat_ns / 1e3),
         "latency_hist_log2_us": log2_slots(lat_ns // 1000),
+        "pagecache_misses": int(reqs["pcache_adds"].sum()) if len(reqs) else 0,
     }
     return out
 
@@ -144,6 +145,7 @@ def device_stats(res):
             # contexts and no missed run is counted (seen on 6.18; see README).
             t = res.header["time"]
             inside = reads[(reads["ts_complete_ns"] >= t["start_ns"]) & (reads["ts_complete_ns"] <= t["end_ns"])]
+            st["requests_in_window"] = int(len(inside))
             st["unseen_requests"] = delta["reads"] - len(inside)
             st["unseen_sectors"] = delta["sectors_read"] - int(inside["bytes"].astype(np.uint64).sum() // 512)
         out[dev_name(d["dev"])] = st

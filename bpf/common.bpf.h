@@ -83,6 +83,7 @@ struct task_req {
 	__u32 nr_ios;
 	__u32 nr_switches;
 	__u32 nr_missed;
+	__u32 pcache_adds;
 	__u16 kind;
 	__u16 ftype;
 	__u8 off_preempted;

@@ -66,6 +66,8 @@ enum fst_hist_metric { FST_HIST_METRICS(FST_ENUM_MEMBER) };
  *   runq_ns     runnable but not running (preempted, or woken and waiting for a CPU)
  *   missed_ns   not attributable: the kernel did not run our scheduler programs for a
  *               context switch in this interval (nr_missed_events counts such gaps)
+ * pcache_adds counts folios added to the page cache while the request ran in
+ * its thread: its page-cache misses, readahead included.
  * sdev is the kernel dev_t (major << 20 | minor) of the file's superblock.
  */
 #define FST_REQ_FIELDS(F, S)   \
@@ -89,6 +91,8 @@ enum fst_hist_metric { FST_HIST_METRICS(FST_ENUM_MEMBER) };
 	F(__u32, nr_ios)       \
 	F(__u32, nr_switches)  \
 	F(__u32, nr_missed_events) \
+	F(__u32, pcache_adds)  \
+	F(__u32, pad1)         \
 	F(__u16, kind)         \
 	F(__u16, ftype)        \
 	S(comm, 16)

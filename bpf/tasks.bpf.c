@@ -102,6 +102,8 @@ static __always_inline int handle_sys_exit(long ret)
 		rec->runq_ns = r->runq;
 		rec->missed_ns = r->missed;
 		rec->nr_missed_events = r->nr_missed;
+		rec->pcache_adds = r->pcache_adds;
+		rec->pad1 = 0;
 		rec->ino = r->ino;
 		rec->ret = ret;
 		rec->count = r->count;
@@ -207,6 +209,20 @@ static __always_inline int handle_exit(void)
 	/* the pid stays in traced_pids: its block I/O may still complete, and pids are not reused that fast */
 	return 0;
 }
+
+static __always_inline int handle_pcache_add(void)
+{
+	__u32 pid = (__u32)bpf_get_current_pid_tgid();
+	struct task_req *r = bpf_map_lookup_elem(&task_reqs, &pid);
+	if (r)
+		r->pcache_adds++;
+	return 0;
+}
+
+SEC("tp_btf/mm_filemap_add_to_page_cache")
+int BPF_PROG(mm_filemap_add_to_page_cache_btf, struct folio *folio) { return handle_pcache_add(); }
+SEC("raw_tp/mm_filemap_add_to_page_cache")
+int BPF_PROG(mm_filemap_add_to_page_cache_raw, struct folio *folio) { return handle_pcache_add(); }
 
 SEC("tp_btf/sys_enter")
 int BPF_PROG(sys_enter_btf, struct pt_regs *regs, long id) { return handle_sys_enter(regs, id); }

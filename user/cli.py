@@ -75,30 +75,27 @@ def run_collector(argv, cwd, interrupt_ends=False):
         raise FstraceError("collector failed (exit %d); see its message above" % rc)
 
 
-def cmd_run(args):
-    from workloads import catalog, dataset, images
-
-    try:
-        wl = catalog.get(args.workload)
-    except KeyError as e:
-        raise FstraceError(e.args[0])
-    if args.fs not in images.FILESYSTEMS:
-        raise FstraceError("unknown filesystem %r (choose from %s)" % (args.fs, ", ".join(images.FILESYSTEMS)))
-    require_root("fstrace run")
-    if not os.access(COLLECTOR, os.X_OK):
-        raise FstraceError("collector not built: run make (or ./fstrace, which builds it)")
-    opts = images.normalize(args.fs, parse_image_opts(args))
-    tools = tool_versions(args.fs, wl)
-
+def resolve_dataset(args):
+    from workloads import dataset
     cache = os.path.abspath(args.cache)
     if args.dataset:
-        droot, manifest = dataset.from_user(args.dataset, cache, progress)
-    else:
-        droot, manifest = dataset.ensure_default(cache, args.scale, progress)
-    ctx = catalog.context(droot, wl.part, manifest)
-    image = images.ensure_image(args.fs, opts, ctx["source"], "%s/%s" % (manifest["id"], wl.part), cache, progress)
+        return dataset.from_user(args.dataset, cache, progress)
+    return dataset.ensure_default(cache, args.scale, progress)
 
-    outdir = os.path.abspath(args.out or default_outdir(image["label"], wl.name))
+
+def check_ready(what):
+    require_root(what)
+    if not os.access(COLLECTOR, os.X_OK):
+        raise FstraceError("collector not built: run make (or ./fstrace, which builds it)")
+
+
+def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io=True, tools=None):
+    """Build (or reuse) the image, mount it, run one workload under tracing; returns its summary.
+
+    outdir appears only when complete; an error or interrupt leaves no mount, loop device or partial output."""
+    from workloads import catalog, images
+    ctx = catalog.context(droot, wl.part, manifest)
+    image = images.ensure_image(fs, opts, ctx["source"], "%s/%s" % (manifest["id"], wl.part), cache, progress)
     if os.path.exists(outdir) and os.listdir(outdir):
         raise FstraceError("output directory %s exists and is not empty" % outdir)
     partial = outdir + ".partial"
@@ -109,29 +106,29 @@ def cmd_run(args):
         with Cleanup() as c:
             tmp = tempfile.mkdtemp(prefix="fstrace-run-")
             c.push("remove " + tmp, shutil.rmtree, tmp, True)
-            dev, dio = losetup(image["path"], c, direct_io=not args.no_direct_io)
+            dev, dio = losetup(image["path"], c, direct_io=direct_io)
             mnt = os.path.join(tmp, "mnt")
-            mount(dev, mnt, args.fs, c, images.mount_options(args.fs, opts))
+            mount(dev, mnt, fs, c, images.mount_options(fs, opts))
             loop = dev_numbers(dev)
-            unit = images.alignment_unit(args.fs, opts)
+            unit = images.alignment_unit(fs, opts)
             devs = ["-d", "%d:%d:%d:loop" % (loop[0], loop[1], unit)]
             backing = backing_block_device(image["path"])
             if backing:
                 devs += ["-d", "%d:%d:4096" % backing]
             argv = wl.prepare(mnt, partial, ctx)
             meta = {
-                "fs": args.fs, "label": image["label"], "options": opts, "workload": wl.name,
+                "fs": fs, "label": image["label"], "options": opts, "workload": wl.name,
                 "workload_summary": wl.summary, "argv": argv, "dataset_id": manifest["id"],
                 "dataset_part": wl.part, "dataset": manifest, "image": image, "tools": tools,
                 "fs_kdev": kdev(*dev_numbers(mnt)), "loop_device": dev, "loop_kdev": kdev(*loop),
                 "loop_direct_io": dio, "backing_kdev": kdev(*backing) if backing else None,
                 "backing_note": None if backing else "image is not on a block device: backing level not traced",
-                "cache": "warm" if args.warm else "cold", "alignment_unit_bytes": unit,
+                "cache": "warm" if warm else "cold", "alignment_unit_bytes": unit,
             }
             meta_path = os.path.join(tmp, "meta.json")
             with open(meta_path, "w") as f:
                 json.dump(meta, f)
-            if args.warm:
+            if warm:
                 progress("warming the page cache with one untraced run")
                 subprocess.run(argv, cwd=mnt, stdout=subprocess.DEVNULL, check=False)
             else:
@@ -145,6 +142,26 @@ def cmd_run(args):
     finally:
         if not done:
             shutil.rmtree(partial, ignore_errors=True)
+    return summary
+
+
+def cmd_run(args):
+    from workloads import catalog, images
+
+    try:
+        wl = catalog.get(args.workload)
+    except KeyError as e:
+        raise FstraceError(e.args[0])
+    if args.fs not in images.FILESYSTEMS:
+        raise FstraceError("unknown filesystem %r (choose from %s)" % (args.fs, ", ".join(images.FILESYSTEMS)))
+    check_ready("fstrace run")
+    opts = images.normalize(args.fs, parse_image_opts(args))
+    tools = tool_versions(args.fs, wl)
+    droot, manifest = resolve_dataset(args)
+    label = images.label(args.fs, opts)
+    outdir = os.path.abspath(args.out or default_outdir(label, wl.name))
+    summary = run_once(args.fs, opts, wl, droot, manifest, os.path.abspath(args.cache), outdir,
+                       warm=args.warm, direct_io=not args.no_direct_io, tools=tools)
     sys.stdout.write(render_summary(summary))
     progress("results in %s" % outdir)
     return 0
@@ -152,9 +169,7 @@ def cmd_run(args):
 
 def cmd_attach(args):
     """Trace a live system: no images, no workloads of ours."""
-    require_root("fstrace attach")
-    if not os.access(COLLECTOR, os.X_OK):
-        raise FstraceError("collector not built: run make (or ./fstrace, which builds it)")
+    check_ready("fstrace attach")
     chosen = []
     if args.fs:
         chosen = [m for m in mounts() if m[1] == args.fs]
@@ -262,7 +277,20 @@ def cmd_report(args):
     return 0
 
 
+def cmd_compare(args):
+    from analysis import tables
+    rows = []
+    for d in (args.a, args.b):
+        try:
+            rows.append(tables.load_rows(d))
+        except FileNotFoundError:
+            raise FstraceError("%s holds neither bench.json nor summary.json" % d)
+    sys.stdout.write(tables.render_compare(tables.compare(*rows)))
+    return 0
+
+
 def build_parser():
+    from user import bench
     from workloads import catalog, images
     p = argparse.ArgumentParser(prog="fstrace", description="Explain why reads on erofs, squashfs and btrfs "
                                 "are as fast or slow as they are.")
@@ -293,6 +321,24 @@ def build_parser():
     a.add_argument("--interval", type=float, default=1.0, help="live view refresh, seconds (0: off)")
     a.add_argument("-o", "--out", help="results directory (default: fstrace-results/<time>-attach-<fs>)")
     a.set_defaults(func=cmd_attach)
+    b = sub.add_parser("bench", help="the seed tables: fs x compressor x cluster x workload x runs, with causes")
+    b.add_argument("--preset", help="a whole matrix: " + ", ".join(sorted(bench.PRESETS)))
+    b.add_argument("--fs", help="comma-separated filesystems")
+    b.add_argument("--compress", help="comma-separated compressors (see run --compress)")
+    b.add_argument("--cluster", help="comma-separated cluster/block sizes, bytes")
+    b.add_argument("--workload", help="comma-separated workloads (default with --preset: the preset's)")
+    b.add_argument("--runs", type=int, default=3, help="runs of each (default %(default)s)")
+    b.add_argument("--warm", action="store_true", help="warm-cache runs")
+    b.add_argument("--dataset", help="directory or tarball instead of the built-in dataset")
+    b.add_argument("--scale", type=float, default=1.0, help=argparse.SUPPRESS)
+    b.add_argument("-o", "--out", help="bench directory (default: fstrace-results/<time>-bench)")
+    b.add_argument("--cache", default=os.environ.get("FSTRACE_CACHE", DEFAULT_CACHE))
+    b.set_defaults(func=lambda a: bench.cmd_bench(a, run_once, resolve_dataset, check_ready, progress,
+                                                  tool_versions))
+    c = sub.add_parser("compare", help="what changed between two result sets (bench or run directories)")
+    c.add_argument("a")
+    c.add_argument("b")
+    c.set_defaults(func=cmd_compare)
     rep = sub.add_parser("report", help="print the report of a results directory (no root, no BPF)")
     rep.add_argument("dir")
     rep.set_defaults(func=cmd_report)

@@ -87,6 +87,8 @@ static struct probe task_probes[] = {
 	P("sched_wakeup", "sleep vs runqueue split", "sched_wakeup_btf", "sched_wakeup_raw", false),
 	P("sched_process_fork", "process tree", "sched_process_fork_btf", "sched_process_fork_raw", true),
 	P("sched_process_exit", "process tree", "sched_process_exit_btf", "sched_process_exit_raw", false),
+	P("mm_filemap_add_to_page_cache", "page-cache misses per request", "mm_filemap_add_to_page_cache_btf",
+	  "mm_filemap_add_to_page_cache_raw", false),
 };
 
 #define N(a) (int)(sizeof(a) / sizeof((a)[0]))

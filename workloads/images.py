@@ -96,7 +96,7 @@ def mkfs_argv(fs, o, image, src):
             argv += ["-z" + z, "-C%d" % o["cluster"]]
         return argv + [image, src]
     if fs == "squashfs":
-        argv = ["mksquashfs", src, image, "-b", str(o["block"]), "-no-xattrs", "-all-time", "0",
+        argv = ["mksquashfs", src, image, "-b", str(o["block"]), "-no-xattrs", "-all-time", "0", "-mkfs-time", "0",
                 "-all-root", "-noappend", "-quiet", "-no-progress"]
         if o["compress"] == "none":
             argv += ["-noD", "-noI", "-noX", "-noF", "-no-duplicates"]
@@ -152,6 +152,50 @@ def _build_writable(fs, o, image, src):
         run(["sync", "-f", mnt])
 
 
+def verify(fs, o, image):
+    """Read the options back from the built image; raise if one was not applied. Returns what was checked."""
+    got = {}
+    if fs == "squashfs":
+        out = run(["unsquashfs", "-s", image]).stdout
+        m = re.search(r"^Compression (\w+)", out, re.M)
+        got["compression"] = m.group(1) if m else None
+        got["high_compression"] = "-Xhc" in out
+        m = re.search(r"^Block size (\d+)", out, re.M)
+        got["block"] = int(m.group(1)) if m else None
+        if o["compress"] == "none":
+            want = {"block": o["block"]}
+            uncompressed = all("%s are uncompressed" % w in out for w in ("Inodes", "Fragments")) and "Data is uncompressed" in out
+            if not uncompressed:
+                raise FstraceError("squashfs image %s: data, inodes or fragments compressed despite -noD -noI -noF" % image)
+            got["uncompressed"] = True
+        else:
+            want = {"compression": "lz4" if o["compress"] == "lz4hc" else o["compress"], "block": o["block"]}
+            if o["compress"] == "lz4hc" and not got["high_compression"]:
+                raise FstraceError("squashfs image %s: -Xhc was not applied" % image)
+    elif fs == "erofs":
+        out = run(["dump.erofs", "-s", image]).stdout
+        m = re.search(r"Filesystem features:\s*(.*)", out)
+        feats = set(m.group(1).split()) if m else set()
+        got["features"] = sorted(feats)
+        # lz4 and lz4hc write the same format: the superblock shows compression (0padding) and
+        # physical clusters above one block (big_pcluster), not the compressor's level
+        want = {}
+        compressed = o["compress"] != "none"
+        if ("0padding" in feats) != compressed:
+            raise FstraceError("erofs image %s: compression %s was not applied (features: %s)"
+                               % (image, o["compress"], " ".join(sorted(feats))))
+        if compressed and ("big_pcluster" in feats) != (o["cluster"] > 4096):
+            raise FstraceError("erofs image %s: cluster size %d was not applied (features: %s)"
+                               % (image, o["cluster"], " ".join(sorted(feats))))
+    else:
+        return {"checked": False, "why": "options of %s are mount options, checked at mount" % fs}
+    for k, v in want.items():
+        if got.get(k) != v:
+            raise FstraceError("%s image %s: %s is %r, asked for %r" % (fs, image, k, got.get(k), v))
+    got["checked"] = True
+    return got
+
+
 def ensure_image(fs, opts, src, dataset_id, cache_dir, progress=None):
     """Build (or reuse) the image of src; returns its record (dict)."""
     o = normalize(fs, opts)
@@ -163,7 +207,13 @@ def ensure_image(fs, opts, src, dataset_id, cache_dir, progress=None):
     meta_path = image + ".json"
     if os.path.exists(image) and os.path.exists(meta_path):
         with open(meta_path) as f:
-            return json.load(f)
+            rec = json.load(f)
+        if "verified" not in rec:  # cached by a version that did not check: check before using it
+            rec["verified"] = verify(fs, o, image)
+            with open(meta_path + ".tmp", "w") as f:
+                json.dump(rec, f, indent=1, sort_keys=True)
+            os.rename(meta_path + ".tmp", meta_path)
+        return rec
     if progress:
         progress("image: building %s from %s" % (label(fs, o), src))
     tmp = image + ".partial"
@@ -182,12 +232,17 @@ def ensure_image(fs, opts, src, dataset_id, cache_dir, progress=None):
             os.unlink(tmp)
         raise
     build_s = time.monotonic() - t0
+    try:
+        verified = verify(fs, o, tmp)
+    except BaseException:
+        os.unlink(tmp)
+        raise
     os.rename(tmp, image)
     rec = {
         "fs": fs, "options": o, "label": label(fs, o), "path": image, "bytes": os.path.getsize(image),
         "allocated_bytes": os.stat(image).st_blocks * 512, "dataset_id": dataset_id,
         "tool": version, "mkfs_argv": argv, "build_seconds": round(build_s, 3),
-        "source_bytes": _du_bytes(src),
+        "source_bytes": _du_bytes(src), "verified": verified,
     }
     with open(meta_path, "w") as f:
         json.dump(rec, f, indent=1, sort_keys=True)

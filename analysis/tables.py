@@ -1,0 +1,153 @@
+"""Seed-style tables with causes: pure functions from run summaries (and bench documents) to rows and text."""
+import csv
+import io
+import json
+import os
+import statistics
+
+SCHEMA_VERSION = 1
+
+
+def row_from_summary(s):
+    """The figures one run contributes to a bench table."""
+    a = s["attribution"]
+    shares = a["shares"]
+    loop = [d for d in s["devices"].values() if d.get("level") == "loop"]
+    loop = loop[0] if loop else {}
+    other_parts = ("dsleep_ns", "sleep_ns", "runq_ns", "missed_ns")
+    other = [shares.get(k) for k in other_parts]
+    return {
+        "label": s["run"]["label"], "fs": s["run"]["fs"], "workload": s["run"]["workload"],
+        "wall_s": s["wall_s"], "read_bytes": s["reads"]["bytes"], "requests": s["reads"]["count"],
+        "io_wait_share": shares.get("io_wait_ns"), "oncpu_share": shares.get("oncpu_ns"),
+        "other_share": None if None in other else sum(other),
+        "io_wait_s": a["parts_ns"]["io_wait_ns"] / 1e9, "oncpu_s": a["parts_ns"]["oncpu_ns"] / 1e9,
+        "other_s": sum(a["parts_ns"][k] for k in other_parts) / 1e9,
+        "decompression_share": None,
+        "decompression_note": "unavailable: no decompression probes in this build",
+        "loop_requests": loop.get("requests"), "loop_mean_bytes": loop.get("mean_bytes"),
+        "loop_aligned_4k_pct": loop.get("aligned_4k_pct"), "loop_unseen_requests": loop.get("unseen_requests"),
+        "pagecache_misses": s["reads"].get("pagecache_misses", 0) + s["metadata"]["open_getdents"].get(
+            "pagecache_misses", 0),
+    }
+
+
+def _median_row(rows):
+    """The run whose time is the median (its causes are shown beside the min/median/max times)."""
+    ordered = sorted(rows, key=lambda r: r["wall_s"])
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def group(doc):
+    """{(workload, label): [rows]} in the order the bench ran them."""
+    out = {}
+    for r in doc["rows"]:
+        out.setdefault((r["workload"], r["label"]), []).append(r)
+    return out
+
+
+def _pct(x):
+    return "  n/a" if x is None else "%4.0f%%" % (100 * x)
+
+
+def _time(t):
+    return "%.3f" % t if t < 10 else "%.2f" % t
+
+
+def render_bench(doc):
+    out = []
+    w = out.append
+    w("fstrace bench: dataset %s, %s cache, %d run(s) each, kernel %s" % (doc["dataset_id"], doc["cache"],
+                                                                          doc["runs"], doc["kernel"]))
+    for part in sorted({i["part"] for i in doc["images"]}):
+        w("")
+        w("image sizes (%s)" % part)
+        w("  %-26s %14s %10s %9s" % ("config", "bytes", "ratio", "build s"))
+        for i in doc["images"]:
+            if i["part"] == part:
+                w("  %-26s %14d %10.3f %9.1f" % (i["label"], i["bytes"], i["ratio_to_uncompressed"],
+                                                 i["build_seconds"]))
+    groups = group(doc)
+    for wl in dict.fromkeys(r["workload"] for r in doc["rows"]):
+        w("")
+        w("%s" % wl)
+        w("  %-26s %-23s %6s %6s %6s %7s %9s %8s %7s %9s" % (
+            "config", "time s min/med/max", "ioWait", "onCPU", "other", "decomp", "loop req", "mean KiB",
+            "4K-al", "pc miss"))
+        keyed = [(k, v) for k, v in groups.items() if k[0] == wl]
+        keyed.sort(key=lambda kv: statistics.median(r["wall_s"] for r in kv[1]))
+        for (_, label), rows in keyed:
+            times = [r["wall_s"] for r in rows]
+            m = _median_row(rows)
+            w("  %-26s %7s %7s %7s %6s %6s %6s %7s %9s %8s %7s %9s" % (
+                label, _time(min(times)), _time(statistics.median(times)), _time(max(times)),
+                _pct(m["io_wait_share"]), _pct(m["oncpu_share"]), _pct(m["other_share"]), "n/a",
+                m["loop_requests"] if m["loop_requests"] is not None else "-",
+                "%.1f" % (m["loop_mean_bytes"] / 1024) if m["loop_mean_bytes"] else "-",
+                "%.0f%%" % m["loop_aligned_4k_pct"] if m["loop_aligned_4k_pct"] is not None else "-",
+                m["pagecache_misses"]))
+    w("")
+    w("ioWait/onCPU/other: shares of the time spent in requests on the image (median run); decomp: "
+      "decompression CPU, not measurable by this build; loop req: block requests on the image's loop device; "
+      "pc miss: page-cache folios added during the workload's requests.")
+    return "\n".join(out) + "\n"
+
+
+CSV_FIELDS = ["workload", "label", "fs", "run", "wall_s", "read_bytes", "requests", "io_wait_share", "oncpu_share",
+              "other_share", "io_wait_s", "oncpu_s", "other_s", "decompression_share", "loop_requests", "loop_mean_bytes", "loop_aligned_4k_pct",
+              "loop_unseen_requests", "pagecache_misses", "dir"]
+
+
+def render_csv(doc):
+    buf = io.StringIO()
+    wr = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore")
+    wr.writeheader()
+    for r in doc["rows"]:
+        wr.writerow(r)
+    return buf.getvalue()
+
+
+def load_rows(path):
+    """Rows of a bench directory (bench.json) or of a single run directory (summary.json)."""
+    bench = os.path.join(path, "bench.json")
+    if os.path.exists(bench):
+        with open(bench) as f:
+            return json.load(f)["rows"]
+    with open(os.path.join(path, "summary.json")) as f:
+        return [dict(row_from_summary(json.load(f)), run=1)]
+
+
+COMPONENTS = ("io_wait_s", "oncpu_s", "other_s")
+
+
+def compare(rows_a, rows_b):
+    """For every (workload, config) in both: median times, their ratio, and the component that moved most."""
+    ga, gb = group({"rows": rows_a}), group({"rows": rows_b})
+    out = []
+    for key in ga:
+        if key not in gb:
+            continue
+        ta = statistics.median(r["wall_s"] for r in ga[key])
+        tb = statistics.median(r["wall_s"] for r in gb[key])
+        ma, mb = _median_row(ga[key]), _median_row(gb[key])
+        # absolute seconds per component, so a share that grows only because another shrank is not blamed
+        deltas = {c: mb[c] - ma[c] for c in COMPONENTS}
+        moved = max(deltas, key=lambda c: abs(deltas[c]))
+        out.append({"workload": key[0], "label": key[1], "time_a": ta, "time_b": tb, "ratio": tb / ta if ta else None,
+                    "component_delta_s": deltas, "moved_most": moved,
+                    "loop_requests": (ma["loop_requests"], mb["loop_requests"]),
+                    "pagecache_misses": (ma["pagecache_misses"], mb["pagecache_misses"])})
+    return out
+
+
+def render_compare(rows):
+    if not rows:
+        return "nothing to compare: no (workload, configuration) is in both result sets\n"
+    lines = ["%-14s %-26s %9s %9s %7s  %-14s %s" % ("workload", "config", "A s", "B s", "B/A", "moved most",
+                                                     "component change (s): io_wait / on-CPU / other")]
+    for r in rows:
+        d = r["component_delta_s"]
+        lines.append("%-14s %-26s %9.3f %9.3f %7.3f  %-14s %+.3f / %+.3f / %+.3f" % (
+            r["workload"], r["label"], r["time_a"], r["time_b"], r["ratio"] or 0, r["moved_most"][:-2],
+            d["io_wait_s"], d["oncpu_s"], d["other_s"]))
+    return "\n".join(lines) + "\n"

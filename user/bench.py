@@ -1,0 +1,128 @@
+"""fstrace bench: the seed tables, fs x compressor x cluster size x workload x runs, with causes beside each time.
+
+Runs alternate between configurations (for run i: every configuration once, in a fixed order), so a noisy,
+shared machine affects all configurations alike; tables report min/median/max like hyperfine.
+"""
+import datetime
+import json
+import os
+import sys
+
+from user.system import FstraceError
+
+PRESETS = {
+    # seed 000: erofs vs squashfs, uncompressed and LZ4HC at 4K/16K/64K/128K, all tree and fio workloads
+    "seed000": {
+        "fs": ["erofs", "squashfs"],
+        "variants": [("none", None), ("lz4hc", 4096), ("lz4hc", 16384), ("lz4hc", 65536), ("lz4hc", 131072)],
+        "workloads": ["tar-data", "tar-meta", "cat-500", "stat-500", "cat-all", "stat-all", "seqread", "randread",
+                      "randread-10m"],
+    },
+}
+
+
+def _split(text):
+    return [x for x in (text or "").split(",") if x]
+
+
+def plan_configs(args):
+    """[(fs, normalized options)] from a preset or from --fs/--compress/--cluster lists."""
+    from workloads import images
+    if args.preset:
+        if args.preset not in PRESETS:
+            raise FstraceError("unknown preset %r (choose from %s)" % (args.preset, ", ".join(PRESETS)))
+        p = PRESETS[args.preset]
+        fss, variants = p["fs"], p["variants"]
+    else:
+        fss = _split(args.fs)
+        comps = _split(args.compress) or [None]
+        clusters = [int(c) for c in _split(args.cluster)] or [None]
+        variants = [(c, k) for c in comps for k in clusters]
+    if not fss:
+        raise FstraceError("bench needs --preset or --fs")
+    out = []
+    for fs in fss:
+        if fs not in images.FILESYSTEMS:
+            raise FstraceError("unknown filesystem %r (choose from %s)" % (fs, ", ".join(images.FILESYSTEMS)))
+        for comp, cluster in variants:
+            opts = {"compress": comp}
+            if cluster is not None and fs in ("erofs", "squashfs"):
+                opts["cluster" if fs == "erofs" else "block"] = cluster
+            o = images.normalize(fs, opts)
+            if (fs, o) not in out:  # uncompressed images ignore the cluster size: one each
+                out.append((fs, o))
+    return out
+
+
+def plan_workloads(args):
+    from workloads import catalog
+    names = PRESETS[args.preset]["workloads"] if args.preset and not args.workload else _split(args.workload)
+    if not names:
+        raise FstraceError("bench needs --workload (comma-separated) or --preset")
+    try:
+        return [catalog.get(n) for n in names]
+    except KeyError as e:
+        raise FstraceError(e.args[0])
+
+
+def image_table(configs, parts, droot, manifest, cache, progress):
+    """Every image of the matrix, with size, ratio to the same fs uncompressed, and build time."""
+    from workloads import catalog, images
+    rows = []
+    for part in parts:
+        ctx = catalog.context(droot, "single" if part == "single" else "tree", manifest)
+        base = {}
+        for fs, opts in configs:
+            rec = images.ensure_image(fs, opts, ctx["source"], "%s/%s" % (manifest["id"], part), cache, progress)
+            if fs not in base:
+                none = images.normalize(fs, {"compress": "none"})
+                base[fs] = images.ensure_image(fs, none, ctx["source"], "%s/%s" % (manifest["id"], part), cache,
+                                               progress)
+            size_key = "bytes" if fs in ("erofs", "squashfs") else "allocated_bytes"
+            rows.append({"part": part, "fs": fs, "label": rec["label"], "bytes": rec[size_key],
+                         "ratio_to_uncompressed": rec[size_key] / base[fs][size_key],
+                         "build_seconds": rec["build_seconds"], "tool": rec["tool"],
+                         "verified": rec.get("verified")})
+    return rows
+
+
+def cmd_bench(args, run_once, resolve_dataset, check_ready, progress, tool_versions):
+    from analysis import tables
+    configs = plan_configs(args)
+    workloads = plan_workloads(args)
+    check_ready("fstrace bench")
+    droot, manifest = resolve_dataset(args)
+    cache = os.path.abspath(args.cache)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    outdir = os.path.abspath(args.out or os.path.join("fstrace-results", "%s-bench" % stamp))
+    if os.path.exists(outdir) and os.listdir(outdir):
+        raise FstraceError("output directory %s exists and is not empty" % outdir)
+    os.makedirs(outdir, exist_ok=True)
+    parts = sorted({w.part for w in workloads})
+    progress("bench: %d configurations x %d workloads x %d runs" % (len(configs), len(workloads), args.runs))
+    imgs = image_table(configs, parts, droot, manifest, cache, progress)
+    plan = [(wl, run, fs, opts) for wl in workloads for run in range(1, args.runs + 1) for fs, opts in configs]
+    rows = []
+    from workloads import images
+    for i, (wl, run, fs, opts) in enumerate(plan, 1):
+        label = images.label(fs, opts)
+        progress("bench [%d/%d] %s on %s, run %d/%d" % (i, len(plan), wl.name, label, run, args.runs))
+        rundir = os.path.join(outdir, label, wl.name, "run-%d" % run)
+        s = run_once(fs, opts, wl, droot, manifest, cache, rundir, warm=args.warm,
+                     tools=tool_versions(fs, wl))
+        rows.append(dict(tables.row_from_summary(s), run=run, dir=os.path.relpath(rundir, outdir)))
+    doc = {"schema_version": tables.SCHEMA_VERSION, "kind": "fstrace-bench", "dataset_id": manifest["id"],
+           "runs": args.runs, "cache": "warm" if args.warm else "cold", "images": imgs, "rows": rows,
+           "kernel": os.uname().release}
+    tmp = os.path.join(outdir, "bench.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=1)
+    os.rename(tmp, os.path.join(outdir, "bench.json"))
+    with open(os.path.join(outdir, "bench.csv"), "w") as f:
+        f.write(tables.render_csv(doc))
+    text = tables.render_bench(doc)
+    with open(os.path.join(outdir, "tables.txt"), "w") as f:
+        f.write(text)
+    sys.stdout.write(text)
+    progress("bench results in %s" % outdir)
+    return 0
