@@ -33,10 +33,12 @@ $(OUT)/%.bpf.o: bpf/%.bpf.c $(BPF_HDRS) | $(OUT)
 $(OUT)/%.skel.h: $(OUT)/%.bpf.o
 	$(BPFTOOL) gen skeleton $< > $@.tmp && mv $@.tmp $@
 
+# linked under a temporary name and renamed, so a collector that is running keeps its binary
 $(OUT)/fstrace-collect: $(USER_SRCS) $(USER_HDRS) $(SKELS) bpf/records.h | $(OUT)
-	$(CC) $(USER_CFLAGS) $(USER_SRCS) -o $@ -static -lbpf -lelf -lz -lzstd 2>/dev/null || \
-	$(CC) $(USER_CFLAGS) $(USER_SRCS) -o $@ $(STATIC_LIBS) 2>/dev/null || \
-	$(CC) $(USER_CFLAGS) $(USER_SRCS) -o $@ $(DYN_LIBS)
+	$(CC) $(USER_CFLAGS) $(USER_SRCS) -o $@.tmp -static -lbpf -lelf -lz -lzstd 2>/dev/null || \
+	$(CC) $(USER_CFLAGS) $(USER_SRCS) -o $@.tmp $(STATIC_LIBS) 2>/dev/null || \
+	$(CC) $(USER_CFLAGS) $(USER_SRCS) -o $@.tmp $(DYN_LIBS)
+	mv $@.tmp $@
 
 vmlinux:
 	mkdir -p vmlinux/$(ARCH)

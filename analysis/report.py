@@ -28,6 +28,11 @@ def render(s):
     tput = s["throughput_bytes_per_s"]
     w("  reads: %d requests, %s in %.3f s wall = %s/s"
       % (r["count"], _size(r["bytes"]), s["wall_s"], _size(tput) if tput else "n/a"))
+    wr, sy = s.get("writes", {}), s.get("sync", {})
+    if wr.get("count") or sy.get("count"):
+        w("  writes: %d requests, %s; sync calls: %d, %.1f ms in all"
+          % (wr.get("count", 0), _size(wr.get("bytes", 0)), sy.get("count", 0),
+             (sy["latency_us"]["mean"] * sy["count"] / 1000.0) if sy.get("latency_us") else 0.0))
     m = s["metadata"]
     w("  metadata: %d open/getdents on the image, %d stat calls"
       % (m["open_getdents"]["count"], m["stat"]["count"]))
@@ -52,6 +57,9 @@ def render(s):
 
     for name, d in s["devices"].items():
         w("")
+        if d.get("write_requests"):
+            w("  device %s (%s): %d write requests, %s" % (name, d["level"], d["write_requests"],
+                                                          _size(d["write_bytes"])))
         if not d.get("requests"):
             w("  device %s (%s): no read requests" % (name, d["level"]))
             continue
@@ -97,4 +105,6 @@ def render(s):
     if "read_bytes" in gt:
         w("  workload's own count: %s read%s" % (_size(gt["read_bytes"]),
                                                  ", %d I/Os (fio)" % gt["ios"] if "ios" in gt else ""))
+    if "write_bytes" in gt:
+        w("  workload's own count: %s written" % _size(gt["write_bytes"]))
     return "\n".join(out) + "\n"

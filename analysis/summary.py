@@ -13,8 +13,8 @@ SCHEMA_VERSION = 1
 ATTRIBUTION_PARTS = ("oncpu_ns", "io_wait_ns", "dsleep_ns", "sleep_ns", "runq_ns", "missed_ns")
 ATTRIBUTION_MEANING = {
     "oncpu_ns": "on-CPU in the request (syscall work, page-cache copy, in-task decompression)",
-    "io_wait_ns": "off-CPU, uninterruptible, with the task's own block I/O in flight",
-    "dsleep_ns": "off-CPU, uninterruptible, no own I/O in flight (locks, I/O or work done by others)",
+    "io_wait_ns": "off-CPU waiting for I/O (in io_schedule, or own block I/O in flight)",
+    "dsleep_ns": "off-CPU, uninterruptible otherwise (locks, work done by others)",
     "sleep_ns": "off-CPU, interruptible sleep",
     "runq_ns": "runnable, waiting for a CPU",
     "missed_ns": "not attributable: the kernel did not deliver a context-switch event for it",
@@ -80,8 +80,8 @@ def attribution(reqs):
         "shares": {p: (v / wall if wall else None) for p, v in parts.items()},
         "unaccounted_ns": wall - accounted,
         "requests_with_missed_events": int((reqs["nr_missed_events"] > 0).sum()) if len(reqs) else 0,
-        "method": "sched_switch/sched_wakeup intervals inside each syscall; I/O wait = D state while "
-                  "the task's own block requests are in flight (first-cut model)",
+        "method": "sched_switch/sched_wakeup intervals inside each syscall; I/O wait = off-CPU in "
+                  "io_schedule (task->in_iowait) or uninterruptible with own block requests in flight",
     }
 
 
@@ -131,6 +131,9 @@ def device_stats(res):
         st["all_ops_requests"] = int(len(rows))
         charge_none = enum_value(res.header, "charge", "none")
         st["charged_to_workload"] = int((reads["charge"] != charge_none).sum())
+        writes = rows[(rows["cmd_flags"] & 0xFF) == 1]  # REQ_OP_WRITE
+        st["write_requests"] = int(len(writes))
+        st["write_bytes"] = int(writes["bytes"].astype(np.uint64).sum())
         st["by_charge"] = {
             name: {"requests": int((reads["charge"] == int(v)).sum()),
                    "bytes": int(reads["bytes"][reads["charge"] == int(v)].sum())}
@@ -181,7 +184,7 @@ def summarize(res, ground_truth=None):
     meta = fs_requests(res, kinds=meta_kinds)
     stat_kind = enum_value(h, "req_kind", "stat")
     stats = res["req"][res["req"]["kind"] == stat_kind]
-    all_fs = fs_requests(res, kinds=("read",) + meta_kinds)
+    all_fs = fs_requests(res, kinds=("read", "write") + meta_kinds)
     rs = request_stats(reads)
     devices = device_stats(res)
     return {
@@ -191,11 +194,15 @@ def summarize(res, ground_truth=None):
             "fs": cfg.get("fs"), "label": cfg.get("label"), "workload": cfg.get("workload"),
             "dataset_id": cfg.get("dataset_id"), "cache": cfg.get("cache"), "loop_direct_io": cfg.get("loop_direct_io"),
             "image_bytes": cfg.get("image", {}).get("bytes"), "kernel": h["kernel"]["release"],
+            "iops_cap": cfg.get("iops_cap"),
             "collector": h["collector"], "tools": cfg.get("tools"), "workload_exit_status": wl.get("exit_status"),
         },
         "wall_s": wall_ns / 1e9,
         "reads": rs,
         "throughput_bytes_per_s": rs["bytes"] / (wall_ns / 1e9) if wall_ns > 0 else None,
+        "writes": request_stats(fs_requests(res, kinds=("write",))),
+        "sync": dict(request_stats(res["req"][res["req"]["kind"] == enum_value(h, "req_kind", "sync")]),
+                     note="sync is counted for every fsync/fdatasync/sync/syncfs of the workload"),
         "metadata": {"open_getdents": request_stats(meta),
                      "stat": dict(request_stats(stats),
                                   note="stat is path-based: counted for all paths the workload stat'ed")},

@@ -37,7 +37,9 @@
 	E(FST_REQ_READ, 1, "read")	/* read, pread64, readv, preadv, preadv2 */      \
 	E(FST_REQ_STAT, 2, "stat")	/* stat family, statx */                         \
 	E(FST_REQ_OPEN, 3, "open")	/* open, openat */                               \
-	E(FST_REQ_GETDENTS, 4, "getdents")	/* getdents64 */
+	E(FST_REQ_GETDENTS, 4, "getdents")	/* getdents64 */      \
+	E(FST_REQ_WRITE, 5, "write")	/* write, pwrite64, writev, pwritev, pwritev2 */ \
+	E(FST_REQ_SYNC, 6, "sync")	/* fsync, fdatasync, sync, syncfs */
 
 /* how a block request was charged to a traced task */
 #define FST_CHARGES(E)                                                         \
@@ -60,8 +62,9 @@ enum fst_hist_metric { FST_HIST_METRICS(FST_ENUM_MEMBER) };
 /*
  * Request: wall time [ts_start_ns, ts_end_ns] is partitioned into
  *   oncpu_ns    running
- *   io_wait_ns  off-CPU, uninterruptible, own block I/O in flight
- *   dsleep_ns   off-CPU, uninterruptible, no own I/O in flight (locks, others' I/O)
+ *   io_wait_ns  off-CPU, uninterruptible, in io_schedule() (task->in_iowait) or with
+ *               its own block I/O in flight
+ *   dsleep_ns   off-CPU, uninterruptible otherwise (locks, work done by others)
  *   sleep_ns    off-CPU, interruptible
  *   runq_ns     runnable but not running (preempted, or woken and waiting for a CPU)
  *   missed_ns   not attributable: the kernel did not run our scheduler programs for a

@@ -23,6 +23,15 @@
 #define FST_NR_OPEN 2
 #define FST_NR_OPENAT 257
 #define FST_NR_GETDENTS64 217
+#define FST_NR_WRITE 1
+#define FST_NR_PWRITE64 18
+#define FST_NR_WRITEV 20
+#define FST_NR_PWRITEV 296
+#define FST_NR_PWRITEV2 328
+#define FST_NR_FSYNC 74
+#define FST_NR_FDATASYNC 75
+#define FST_NR_SYNC 162
+#define FST_NR_SYNCFS 306
 #elif defined(__TARGET_ARCH_arm64)
 #define FST_NR_READ 63
 #define FST_NR_PREAD64 67
@@ -37,6 +46,15 @@
 #define FST_NR_OPEN -1
 #define FST_NR_OPENAT 56
 #define FST_NR_GETDENTS64 61
+#define FST_NR_WRITE 64
+#define FST_NR_PWRITE64 68
+#define FST_NR_WRITEV 66
+#define FST_NR_PWRITEV 70
+#define FST_NR_PWRITEV2 287
+#define FST_NR_FSYNC 82
+#define FST_NR_FDATASYNC 83
+#define FST_NR_SYNC 81
+#define FST_NR_SYNCFS 267
 #else
 #error "fstrace: add this architecture's syscall numbers to bpf/syscalls.h"
 #endif
@@ -65,14 +83,39 @@ static __always_inline __u16 fst_syscall_kind(long nr)
 		return FST_REQ_OPEN;
 	case FST_NR_GETDENTS64:
 		return FST_REQ_GETDENTS;
+	case FST_NR_WRITE:
+	case FST_NR_PWRITE64:
+	case FST_NR_WRITEV:
+	case FST_NR_PWRITEV:
+	case FST_NR_PWRITEV2:
+		return FST_REQ_WRITE;
+	case FST_NR_FSYNC:
+	case FST_NR_FDATASYNC:
+	case FST_NR_SYNC:
+	case FST_NR_SYNCFS:
+		return FST_REQ_SYNC;
 	}
 	return 0;
 }
 
-/* pread64, preadv and preadv2 take the file position as the fourth argument */
+/* the p-variants take the file position as the fourth argument */
 static __always_inline bool fst_syscall_has_pos(long nr)
 {
-	return nr == FST_NR_PREAD64 || nr == FST_NR_PREADV || nr == FST_NR_PREADV2;
+	return nr == FST_NR_PREAD64 || nr == FST_NR_PREADV || nr == FST_NR_PREADV2 ||
+	       nr == FST_NR_PWRITE64 || nr == FST_NR_PWRITEV || nr == FST_NR_PWRITEV2;
+}
+
+/* the third argument is a byte count (not an iovec count) */
+static __always_inline bool fst_syscall_has_count(long nr)
+{
+	return nr == FST_NR_READ || nr == FST_NR_PREAD64 || nr == FST_NR_WRITE || nr == FST_NR_PWRITE64;
+}
+
+/* the first argument is a file descriptor whose file the request is about */
+static __always_inline bool fst_syscall_has_fd(long nr, __u16 kind)
+{
+	return kind == FST_REQ_READ || kind == FST_REQ_WRITE || kind == FST_REQ_GETDENTS || nr == FST_NR_FSTAT ||
+	       nr == FST_NR_FSYNC || nr == FST_NR_FDATASYNC || nr == FST_NR_SYNCFS;
 }
 
 #endif

@@ -33,7 +33,7 @@ static __always_inline void note_file(struct task_req *r, struct file *f)
 	r->ino = BPF_CORE_READ(inode, i_ino);
 	r->sdev = BPF_CORE_READ(inode, i_sb, s_dev);
 	r->ftype = (BPF_CORE_READ(inode, i_mode) >> 12) & 0xf;
-	if (r->pos < 0 && r->kind == FST_REQ_READ)
+	if (r->pos < 0 && (r->kind == FST_REQ_READ || r->kind == FST_REQ_WRITE))
 		r->pos = BPF_CORE_READ(f, f_pos);
 }
 
@@ -50,14 +50,11 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
 	};
 	long fd = PT_REGS_PARM1_CORE_SYSCALL(regs);
 
-	if (kind == FST_REQ_READ) {
-		/* readv/preadv take an iovec count there, not a byte count */
-		if (id == FST_NR_READ || id == FST_NR_PREAD64)
-			r.count = PT_REGS_PARM3_CORE_SYSCALL(regs);
-		if (fst_syscall_has_pos(id))
-			r.pos = PT_REGS_PARM4_CORE_SYSCALL(regs);
-	}
-	if (kind == FST_REQ_READ || kind == FST_REQ_GETDENTS || id == FST_NR_FSTAT) {
+	if (fst_syscall_has_count(id))
+		r.count = PT_REGS_PARM3_CORE_SYSCALL(regs);
+	if (fst_syscall_has_pos(id))
+		r.pos = PT_REGS_PARM4_CORE_SYSCALL(regs);
+	if (fst_syscall_has_fd(id, kind)) {
 		note_file(&r, fd_file((struct task_struct *)bpf_get_current_task(), fd));
 		if (!sdev_is_traced(r.sdev))
 			return 0;
@@ -145,7 +142,9 @@ static __always_inline int handle_switch(bool preempt, struct task_struct *prev,
 		r->off_state = prev_state;
 		/* preempted, or yielded while still runnable: waiting for a CPU, not sleeping */
 		r->off_preempted = preempt || prev_state == 0;
-		r->off_io = inflight_get(prev_pid) > 0;
+		/* waiting for I/O: in io_schedule() (the kernel's own iowait, as delay accounting counts it,
+		 * which also covers bios held back by block throttling), or its own block I/O is in flight */
+		r->off_io = BPF_CORE_READ_BITFIELD_PROBED(prev, in_iowait) || inflight_get(prev_pid) > 0;
 		r->nr_switches++;
 	}
 

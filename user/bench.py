@@ -98,7 +98,7 @@ def cmd_bench(args, run_once, resolve_dataset, check_ready, progress, tool_versi
     if os.path.exists(outdir) and os.listdir(outdir):
         raise FstraceError("output directory %s exists and is not empty" % outdir)
     os.makedirs(outdir, exist_ok=True)
-    parts = sorted({w.part for w in workloads})
+    parts = sorted({w.part for w in workloads if not w.writes})
     progress("bench: %d configurations x %d workloads x %d runs" % (len(configs), len(workloads), args.runs))
     imgs = image_table(configs, parts, droot, manifest, cache, progress)
     plan = [(wl, run, fs, opts) for wl in workloads for run in range(1, args.runs + 1) for fs, opts in configs]
@@ -109,10 +109,11 @@ def cmd_bench(args, run_once, resolve_dataset, check_ready, progress, tool_versi
         progress("bench [%d/%d] %s on %s, run %d/%d" % (i, len(plan), wl.name, label, run, args.runs))
         rundir = os.path.join(outdir, label, wl.name, "run-%d" % run)
         s = run_once(fs, opts, wl, droot, manifest, cache, rundir, warm=args.warm,
-                     tools=tool_versions(fs, wl))
+                     tools=tool_versions(fs, wl), iops=args.iops_cap)
         rows.append(dict(tables.row_from_summary(s), run=run, dir=os.path.relpath(rundir, outdir)))
     doc = {"schema_version": tables.SCHEMA_VERSION, "kind": "fstrace-bench", "dataset_id": manifest["id"],
-           "runs": args.runs, "cache": "warm" if args.warm else "cold", "images": imgs, "rows": rows,
+           "runs": args.runs, "cache": "warm" if args.warm else "cold", "iops_cap": args.iops_cap,
+           "images": imgs, "rows": rows,
            "kernel": os.uname().release}
     tmp = os.path.join(outdir, "bench.json.tmp")
     with open(tmp, "w") as f:

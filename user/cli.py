@@ -16,8 +16,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from user.system import (Cleanup, FstraceError, Interrupted, backing_block_device,  # noqa: E402
-                         block_devices_of_mount, dev_numbers, drop_caches, install_signal_handlers, kdev,
-                         losetup, mount, mount_of, mounts)
+                         block_devices_of_mount, dev_numbers, drop_caches, in_cgroup, install_signal_handlers,
+                         iops_cap, kdev, losetup, mount, mount_of, mounts)
 
 COLLECTOR = os.path.join(ROOT, "build", "fstrace-collect")
 DEFAULT_CACHE = "/var/cache/fstrace"
@@ -89,13 +89,21 @@ def check_ready(what):
         raise FstraceError("collector not built: run make (or ./fstrace, which builds it)")
 
 
-def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io=True, tools=None):
+def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io=True, tools=None, iops=None):
     """Build (or reuse) the image, mount it, run one workload under tracing; returns its summary.
 
-    outdir appears only when complete; an error or interrupt leaves no mount, loop device or partial output."""
+    Write workloads get a fresh, empty image instead.  outdir appears only when complete; an error or
+    interrupt leaves no mount, loop device, cgroup or partial output."""
     from workloads import catalog, images
     ctx = catalog.context(droot, wl.part, manifest)
-    image = images.ensure_image(fs, opts, ctx["source"], "%s/%s" % (manifest["id"], wl.part), cache, progress)
+    if wl.writes:
+        if fs not in images.WRITABLE:
+            raise FstraceError("workload %s writes: it needs --fs %s" % (wl.name, ", ".join(images.WRITABLE)))
+        image = {"fs": fs, "options": opts, "label": images.label(fs, opts), "fresh_empty": True,
+                 "tool": images.tool_version(fs)}
+    else:
+        image = images.ensure_image(fs, opts, ctx["source"], "%s/%s" % (manifest["id"], wl.part), cache,
+                                    progress)
     if os.path.exists(outdir) and os.listdir(outdir):
         raise FstraceError("output directory %s exists and is not empty" % outdir)
     partial = outdir + ".partial"
@@ -106,9 +114,15 @@ def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io
         with Cleanup() as c:
             tmp = tempfile.mkdtemp(prefix="fstrace-run-")
             c.push("remove " + tmp, shutil.rmtree, tmp, True)
-            dev, dio = losetup(image["path"], c, direct_io=direct_io)
             mnt = os.path.join(tmp, "mnt")
-            mount(dev, mnt, fs, c, images.mount_options(fs, opts))
+            if wl.writes:
+                image["path"] = os.path.join(tmp, "empty.img")
+                images.mkfs_empty(fs, image["path"], images.tree_bytes(ctx["source"]))
+                dev, dio = losetup(image["path"], c, direct_io=direct_io, read_only=False)
+                mount(dev, mnt, fs, c, images.mount_options(fs, opts, writable=True))
+            else:
+                dev, dio = losetup(image["path"], c, direct_io=direct_io)
+                mount(dev, mnt, fs, c, images.mount_options(fs, opts))
             loop = dev_numbers(dev)
             unit = images.alignment_unit(fs, opts)
             devs = ["-d", "%d:%d:%d:loop" % (loop[0], loop[1], unit)]
@@ -116,19 +130,26 @@ def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io
             if backing:
                 devs += ["-d", "%d:%d:4096" % backing]
             argv = wl.prepare(mnt, partial, ctx)
+            if iops:
+                argv = in_cgroup(argv, iops_cap([loop], iops, c))
             meta = {
                 "fs": fs, "label": image["label"], "options": opts, "workload": wl.name,
                 "workload_summary": wl.summary, "argv": argv, "dataset_id": manifest["id"],
                 "dataset_part": wl.part, "dataset": manifest, "image": image, "tools": tools,
-                "fs_kdev": kdev(*dev_numbers(mnt)), "loop_device": dev, "loop_kdev": kdev(*loop),
+                # the superblock's device as the kernel records it (btrfs's stat() shows a subvolume's instead)
+                "fs_kdev": kdev(*mount_of(mnt)[3]), "loop_device": dev, "loop_kdev": kdev(*loop),
                 "loop_direct_io": dio, "backing_kdev": kdev(*backing) if backing else None,
                 "backing_note": None if backing else "image is not on a block device: backing level not traced",
-                "cache": "warm" if warm else "cold", "alignment_unit_bytes": unit,
+                "cache": "source in page cache" if wl.writes else ("warm" if warm else "cold"),
+                "alignment_unit_bytes": unit, "iops_cap": iops,
             }
             meta_path = os.path.join(tmp, "meta.json")
             with open(meta_path, "w") as f:
                 json.dump(meta, f)
-            if warm:
+            if wl.writes:  # seed 004: the files being copied are already in memory
+                subprocess.run(["tar", "cf", "-", "."], cwd=ctx["source"], stdout=subprocess.DEVNULL, check=True)
+                os.sync()
+            elif warm:
                 progress("warming the page cache with one untraced run")
                 subprocess.run(argv, cwd=mnt, stdout=subprocess.DEVNULL, check=False)
             else:
@@ -161,7 +182,7 @@ def cmd_run(args):
     label = images.label(args.fs, opts)
     outdir = os.path.abspath(args.out or default_outdir(label, wl.name))
     summary = run_once(args.fs, opts, wl, droot, manifest, os.path.abspath(args.cache), outdir,
-                       warm=args.warm, direct_io=not args.no_direct_io, tools=tools)
+                       warm=args.warm, direct_io=not args.no_direct_io, tools=tools, iops=args.iops_cap)
     sys.stdout.write(render_summary(summary))
     progress("results in %s" % outdir)
     return 0
@@ -306,6 +327,8 @@ def build_parser():
     r.add_argument("--scale", type=float, default=1.0, help=argparse.SUPPRESS)  # small datasets for tests
     r.add_argument("--warm", action="store_true", help="trace a warm-cache run (default: caches dropped)")
     r.add_argument("--no-direct-io", action="store_true", help="buffered loop device (backing file cached too)")
+    r.add_argument("--iops-cap", type=int, help="cap the image device at this many IOPS (block throttling), "
+                   "e.g. 3000 for seed 000's cloud disk")
     r.add_argument("-o", "--out", help="results directory (default: fstrace-results/<time>-<config>-<workload>)")
     r.add_argument("--cache", default=os.environ.get("FSTRACE_CACHE", DEFAULT_CACHE),
                    help="where datasets and images are kept (default %(default)s)")
@@ -329,6 +352,7 @@ def build_parser():
     b.add_argument("--workload", help="comma-separated workloads (default with --preset: the preset's)")
     b.add_argument("--runs", type=int, default=3, help="runs of each (default %(default)s)")
     b.add_argument("--warm", action="store_true", help="warm-cache runs")
+    b.add_argument("--iops-cap", type=int, help="cap the image device at this many IOPS")
     b.add_argument("--dataset", help="directory or tarball instead of the built-in dataset")
     b.add_argument("--scale", type=float, default=1.0, help=argparse.SUPPRESS)
     b.add_argument("-o", "--out", help="bench directory (default: fstrace-results/<time>-bench)")

@@ -191,3 +191,52 @@ def block_devices_of_mount(m):
         if under and under not in devs:
             devs.append(under)
     return devs
+
+
+def iops_cap(devs, iops, cleanup):
+    """A cgroup whose reads and writes on devs are capped at iops (block throttling); returns its directory.
+
+    cgroup v2 io.max where the io controller is available, else cgroup v1 blkio throttling."""
+    name = "fstrace-%d" % os.getpid()
+    for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
+        try:
+            with open(os.path.join(root, "cgroup.controllers")) as f:
+                if "io" not in f.read().split():
+                    continue
+        except OSError:
+            continue
+        with open(os.path.join(root, "cgroup.subtree_control"), "w") as f:
+            f.write("+io")
+        d = os.path.join(root, name)
+        os.mkdir(d)
+        cleanup.push("remove cgroup " + d, _rmdir_cgroup, d)
+        with open(os.path.join(d, "io.max"), "w") as f:
+            for ma, mi in devs:
+                f.write("%d:%d riops=%d wiops=%d\n" % (ma, mi, iops, iops))
+        return d
+    v1 = "/sys/fs/cgroup/blkio"
+    if not os.path.exists(os.path.join(v1, "blkio.throttle.read_iops_device")):
+        raise FstraceError("cannot cap IOPS: no cgroup v2 io controller and no cgroup v1 blkio throttling")
+    d = os.path.join(v1, name)
+    os.mkdir(d)
+    cleanup.push("remove cgroup " + d, _rmdir_cgroup, d)
+    for ma, mi in devs:
+        for knob in ("read", "write"):
+            with open(os.path.join(d, "blkio.throttle.%s_iops_device" % knob), "w") as f:
+                f.write("%d:%d %d\n" % (ma, mi, iops))
+    return d
+
+
+def _rmdir_cgroup(d):
+    for _ in range(50):  # its tasks may take a moment to be gone
+        try:
+            os.rmdir(d)
+            return
+        except OSError:
+            time.sleep(0.1)
+    os.rmdir(d)
+
+
+def in_cgroup(argv, cgroup_dir):
+    """argv run inside cgroup_dir (the shell moves itself in, then becomes the command)."""
+    return ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cgroup_dir] + list(argv)

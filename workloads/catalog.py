@@ -14,6 +14,8 @@ RANDOM_LIST_SEED = 500  # the same random file order on every image of one datas
 
 
 class Workload:
+    writes = False  # writes into an empty, writable image instead of reading the dataset's image
+
     def __init__(self, name, part, summary, seed_ref):
         self.name = name
         self.part = part
@@ -125,6 +127,18 @@ class Fio(Workload):
         }
 
 
+class CopyIn(Workload):
+    """seed 004's write test: cp -a of the dataset (already in the page cache) into an empty image, then sync."""
+    writes = True
+
+    def prepare(self, mnt, outdir, ctx):
+        return ["sh", "-c", "cp -a '%s/.' '%s/dst' && sync" % (ctx["source"], mnt)]
+
+    def ground_truth(self, outdir, ctx):
+        return {"write_bytes": sum(os.path.getsize(os.path.join(ctx["source"], f))
+                                   for f in tree_files(ctx["source"]))}
+
+
 WORKLOADS = {w.name: w for w in [
     Fio("randread", "fio 4 KiB random reads over the whole large file (seed 000 'Full Random I/Os')", "randread"),
     Fio("seqread", "fio 4 KiB sequential read of the large file (seed 000 'Sequential I/Os')", "read"),
@@ -139,6 +153,12 @@ WORKLOADS = {w.name: w for w in [
     ListWorkload("stat-all", "stat all files in random order (seed 000)", "stat", None),
     Shell("tar-usrbin", "tar cf - usr/bin | cat > /dev/null (seed 002)", "002",
           "tar cf - usr/bin | cat > /dev/null", "usr/bin"),
+    Shell("cp-ram", "cp -a of the tree to a RAM disk (/dev/shm), cold cache (seed 004 read)", "004",
+          'd=$(mktemp -d /dev/shm/fstrace-cp-XXXXXX) && cp -a . "$d"; s=$?; rm -rf "$d"; exit $s', "."),
+    CopyIn("write-small", "tree", "cp -a of the many-small-files tree into an empty image && sync (seed 004 write)",
+           "004"),
+    CopyIn("write-large", "single", "cp -a of the one large file into an empty image && sync (seed 004 write)",
+           "004"),
 ]}
 
 

@@ -121,7 +121,7 @@ def label(fs, o):
     return fs
 
 
-def _du_bytes(src):
+def tree_bytes(src):
     total = 0
     for dirpath, _, files in os.walk(src):
         for f in files:
@@ -129,9 +129,12 @@ def _du_bytes(src):
     return total
 
 
-def _build_writable(fs, o, image, src):
-    """btrfs/ext4/xfs: sparse file, mkfs, mount (loop), cp -a, unmount."""
-    size = max(_du_bytes(src) * 2 + (400 << 20), 512 << 20)
+WRITABLE = ("btrfs", "ext4", "xfs")
+
+
+def mkfs_empty(fs, image, src_bytes):
+    """An empty btrfs/ext4/xfs in a sparse file with room for src_bytes twice over."""
+    size = max(src_bytes * 2 + (400 << 20), 512 << 20)
     with open(image, "wb") as f:
         f.truncate(size)
     if fs == "btrfs":
@@ -140,14 +143,16 @@ def _build_writable(fs, o, image, src):
         run(["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", image])
     else:
         run(["mkfs.xfs", "-q", "-f", image])
+
+
+def _build_writable(fs, o, image, src):
+    """btrfs/ext4/xfs: sparse file, mkfs, mount (loop), cp -a, unmount."""
+    mkfs_empty(fs, image, tree_bytes(src))
     with Cleanup() as c:
         dev, _ = losetup(image, c, direct_io=False, read_only=False)
         mnt = tempfile.mkdtemp(prefix="fstrace-build-")
         c.push("remove " + mnt, os.rmdir, mnt)
-        opts = "rw"
-        if fs == "btrfs" and o["compress"] != "none":
-            opts += ",compress=" + o["compress"]
-        mount(dev, mnt, fs, c, opts)
+        mount(dev, mnt, fs, c, mount_options(fs, o, writable=True))
         run(["cp", "-a", src + "/.", mnt])
         run(["sync", "-f", mnt])
 
@@ -242,7 +247,7 @@ def ensure_image(fs, opts, src, dataset_id, cache_dir, progress=None):
         "fs": fs, "options": o, "label": label(fs, o), "path": image, "bytes": os.path.getsize(image),
         "allocated_bytes": os.stat(image).st_blocks * 512, "dataset_id": dataset_id,
         "tool": version, "mkfs_argv": argv, "build_seconds": round(build_s, 3),
-        "source_bytes": _du_bytes(src), "verified": verified,
+        "source_bytes": tree_bytes(src), "verified": verified,
     }
     with open(meta_path, "w") as f:
         json.dump(rec, f, indent=1, sort_keys=True)
@@ -258,7 +263,8 @@ def alignment_unit(fs, o):
     return 4096
 
 
-def mount_options(fs, o):
+def mount_options(fs, o, writable=False):
+    base = "rw" if writable else "ro"
     if fs == "btrfs":
-        return "ro" + ("" if o["compress"] == "none" else ",compress=" + o["compress"])
-    return "ro"
+        return base + ("" if o["compress"] == "none" else ",compress=" + o["compress"])
+    return base
