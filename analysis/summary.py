@@ -204,7 +204,7 @@ def summarize(res, ground_truth=None):
         "sync": dict(request_stats(res["req"][res["req"]["kind"] == enum_value(h, "req_kind", "sync")]),
                      note="sync is counted for every fsync/fdatasync/sync/syncfs of the workload"),
         "metadata": {"open_getdents": request_stats(meta),
-                     "stat": dict(request_stats(stats),
+                     "stat": dict(request_stats(stats), attribution=attribution(stats),
                                   note="stat is path-based: counted for all paths the workload stat'ed")},
         "attribution": attribution(all_fs),
         "devices": devices,

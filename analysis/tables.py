@@ -11,6 +11,8 @@ SCHEMA_VERSION = 1
 def row_from_summary(s):
     """The figures one run contributes to a bench table."""
     a = s["attribution"]
+    if not a["wall_ns"] and s["metadata"]["stat"].get("attribution", {}).get("wall_ns"):
+        a = s["metadata"]["stat"]["attribution"]  # stat workloads: their stat calls (all paths)
     shares = a["shares"]
     loop = [d for d in s["devices"].values() if d.get("level") == "loop"]
     loop = loop[0] if loop else {}
@@ -87,7 +89,8 @@ def render_bench(doc):
                 "%.0f%%" % m["loop_aligned_4k_pct"] if m["loop_aligned_4k_pct"] is not None else "-",
                 m["pagecache_misses"]))
     w("")
-    w("ioWait/onCPU/other: shares of the time spent in requests on the image (median run); decomp: "
+    w("ioWait/onCPU/other: shares of the time spent in requests on the image (median run; stat workloads: "
+      "in their stat calls, all paths); decomp: "
       "decompression CPU, not measurable by this build; loop req: block requests on the image's loop device; "
       "pc miss: page-cache folios added during the workload's requests.")
     return "\n".join(out) + "\n"

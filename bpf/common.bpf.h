@@ -230,4 +230,73 @@ static __always_inline __s64 inflight_get(__u32 pid)
 	return n ? *n : 0;
 }
 
+/* ---- decompression probes (erofs/squashfs/btrfs .bpf.c): entry saves, exit emits ---- */
+
+#define PF_WQ_WORKER 0x00000020
+#define PF_KTHREAD 0x00200000
+
+struct decomp_start {
+	__u64 ts;
+	__u32 in_bytes;
+	__u32 out_bytes;	/* known at entry (erofs, btrfs), else taken from the return value */
+	__u32 dev;
+	__u16 fs;
+	__u16 alg;
+	__u16 tier;
+};
+
+/* per thread: decompressors do not nest within one thread */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct decomp_start);
+} decomp_starts SEC(".maps");
+
+static __always_inline void decomp_begin(__u16 fs, __u16 alg, __u32 in_bytes, __u32 out_bytes, __u32 dev,
+					 __u16 tier)
+{
+	__u32 pid = (__u32)bpf_get_current_pid_tgid();
+	struct decomp_start d = {
+		.ts = bpf_ktime_get_ns(), .in_bytes = in_bytes, .out_bytes = out_bytes, .dev = dev,
+		.fs = fs, .alg = alg, .tier = tier,
+	};
+	bpf_map_update_elem(&decomp_starts, &pid, &d, BPF_ANY);
+}
+
+static __always_inline void decomp_end(long ret)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 pid = (__u32)pid_tgid;
+	struct decomp_start *d = bpf_map_lookup_elem(&decomp_starts, &pid);
+	if (!d)
+		return;
+	struct fst_decomp *rec = record_reserve(FST_REC_DECOMP, sizeof(*rec));
+	if (rec) {
+		struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+		unsigned int flags = BPF_CORE_READ(task, flags);
+		bool traced = current_is_traced();
+		rec->ts_start_ns = d->ts;
+		rec->ts_end_ns = now;
+		rec->in_bytes = d->in_bytes;
+		rec->out_bytes = d->out_bytes ? d->out_bytes : (ret > 0 ? (__u32)ret : 0);
+		rec->pid = pid;
+		rec->tgid = pid_tgid >> 32;
+		rec->charged_pid = traced ? pid : 0;
+		rec->dev = d->dev;
+		rec->ret = ret;
+		rec->fs = d->fs;
+		rec->alg = d->alg;
+		rec->context = traced ? FST_CTX_TRACED :
+			       (flags & PF_WQ_WORKER) ? FST_CTX_KWORKER :
+			       (flags & PF_KTHREAD) ? FST_CTX_KTHREAD : FST_CTX_OTHER_TASK;
+		rec->tier = d->tier;
+		rec->pad0 = 0;
+		bpf_get_current_comm(rec->comm, sizeof(rec->comm));
+		bpf_ringbuf_submit(rec, 0);
+	}
+	bpf_map_delete_elem(&decomp_starts, &pid);
+}
+
 #endif

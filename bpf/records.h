@@ -31,7 +31,8 @@
  */
 #define FST_REC_TYPES(E)                                                       \
 	E(FST_REC_REQ, 1, "req")	/* one read/metadata syscall of a traced task */ \
-	E(FST_REC_IO, 2, "io")		/* one completed block request on a traced device */
+	E(FST_REC_IO, 2, "io")		/* one completed block request on a traced device */ \
+	E(FST_REC_DECOMP, 3, "decomp")	/* one decompression of a compressed unit */
 
 #define FST_REQ_KINDS(E)                                                       \
 	E(FST_REQ_READ, 1, "read")	/* read, pread64, readv, preadv, preadv2 */      \
@@ -53,11 +54,43 @@
 	E(FST_H_IO_BYTES, 3, "io_bytes")	/* block request size; sub = op */              \
 	E(FST_H_REQ_US, 4, "req_us")		/* request latency; sub = request kind */
 
+#define FST_FILESYSTEMS(E)          \
+	E(FST_FS_EROFS, 1, "erofs")  \
+	E(FST_FS_SQUASHFS, 2, "squashfs") \
+	E(FST_FS_BTRFS, 3, "btrfs")
+
+#define FST_ALGS(E)                  \
+	E(FST_ALG_LZ4, 1, "lz4")     \
+	E(FST_ALG_LZMA, 2, "lzma")   \
+	E(FST_ALG_DEFLATE, 3, "deflate") \
+	E(FST_ALG_ZSTD, 4, "zstd")   \
+	E(FST_ALG_PLAIN, 5, "plain") \
+	E(FST_ALG_ZLIB, 6, "zlib")   \
+	E(FST_ALG_LZO, 7, "lzo")     \
+	E(FST_ALG_XZ, 8, "xz")       \
+	E(FST_ALG_UNKNOWN, 15, "unknown")
+
+/* where a decompression ran */
+#define FST_CONTEXTS(E)                                         \
+	E(FST_CTX_TRACED, 1, "traced task")	/* in a traced task itself */ \
+	E(FST_CTX_OTHER_TASK, 2, "other task")	/* in an untraced user task (or a softirq on it) */ \
+	E(FST_CTX_KWORKER, 3, "kworker")	/* in a workqueue worker */ \
+	E(FST_CTX_KTHREAD, 4, "kernel thread")	/* in another kernel thread (ksoftirqd, ...) */
+
+/* which tier measured a record (same order as the collector's tiers) */
+#define FST_TIERS(E)                 \
+	E(FST_TIER_FENTRY, 1, "fentry") \
+	E(FST_TIER_KPROBE, 2, "kprobe")
+
 #define FST_ENUM_MEMBER(c, v, n) c = v,
 enum fst_rec_type { FST_REC_TYPES(FST_ENUM_MEMBER) };
 enum fst_req_kind { FST_REQ_KINDS(FST_ENUM_MEMBER) };
 enum fst_charge { FST_CHARGES(FST_ENUM_MEMBER) };
 enum fst_hist_metric { FST_HIST_METRICS(FST_ENUM_MEMBER) };
+enum fst_fs { FST_FILESYSTEMS(FST_ENUM_MEMBER) };
+enum fst_alg { FST_ALGS(FST_ENUM_MEMBER) };
+enum fst_context { FST_CONTEXTS(FST_ENUM_MEMBER) };
+enum fst_tier { FST_TIERS(FST_ENUM_MEMBER) };
 
 /*
  * Request: wall time [ts_start_ns, ts_end_ns] is partitioned into
@@ -121,6 +154,28 @@ enum fst_hist_metric { FST_HIST_METRICS(FST_ENUM_MEMBER) };
 	F(__u16, pad0)          \
 	S(comm, 16)
 
+/*
+ * Decompression of one compressed unit (erofs pcluster, squashfs block,
+ * btrfs extent).  dev is the kernel dev_t of the filesystem's superblock;
+ * charged_pid is the traced thread it ran in (0 when it ran elsewhere).
+ */
+#define FST_DECOMP_FIELDS(F, S)  \
+	F(__u64, ts_start_ns)    \
+	F(__u64, ts_end_ns)      \
+	F(__u32, in_bytes)       \
+	F(__u32, out_bytes)      \
+	F(__u32, pid)            \
+	F(__u32, tgid)           \
+	F(__u32, charged_pid)    \
+	F(__u32, dev)            \
+	F(__s32, ret)            \
+	F(__u16, fs)             \
+	F(__u16, alg)            \
+	F(__u16, context)        \
+	F(__u16, tier)           \
+	F(__u32, pad0)           \
+	S(comm, 16)
+
 #define FST_DECLARE_FIELD(t, n) t n;
 #define FST_DECLARE_STRING(n, len) char n[len];
 
@@ -132,6 +187,11 @@ struct fst_req {
 struct fst_io {
 	FST_REC_HEADER(FST_DECLARE_FIELD, FST_DECLARE_STRING)
 	FST_IO_FIELDS(FST_DECLARE_FIELD, FST_DECLARE_STRING)
+};
+
+struct fst_decomp {
+	FST_REC_HEADER(FST_DECLARE_FIELD, FST_DECLARE_STRING)
+	FST_DECOMP_FIELDS(FST_DECLARE_FIELD, FST_DECLARE_STRING)
 };
 
 /* ---- in-flight block state, kept in maps and expired by the collector ---- */

@@ -277,9 +277,28 @@ def render_summary(s):
     return report.render(s)
 
 
+def report_bench(bench_dir):
+    """Re-render a bench directory's tables, re-summarizing every run from its own results file."""
+    from analysis import results, summary, tables
+    with open(os.path.join(bench_dir, "bench.json")) as f:
+        doc = json.load(f)
+    rows = []
+    for r in doc["rows"]:
+        rundir = os.path.join(bench_dir, r["dir"])
+        with open(os.path.join(rundir, "summary.json")) as f:
+            gt = json.load(f).get("ground_truth")
+        s = summary.summarize(results.load(os.path.join(rundir, "results.fst")), gt)
+        rows.append(dict(tables.row_from_summary(s), run=r["run"], dir=r["dir"]))
+    doc["rows"] = rows
+    sys.stdout.write(tables.render_bench(doc))
+    return 0
+
+
 def cmd_report(args):
     from analysis import results, summary
     path = args.dir
+    if os.path.isdir(path) and os.path.exists(os.path.join(path, "bench.json")):
+        return report_bench(path)
     fst = os.path.join(path, "results.fst") if os.path.isdir(path) else path
     try:
         res = results.load(fst)
@@ -363,7 +382,7 @@ def build_parser():
     c.add_argument("a")
     c.add_argument("b")
     c.set_defaults(func=cmd_compare)
-    rep = sub.add_parser("report", help="print the report of a results directory (no root, no BPF)")
+    rep = sub.add_parser("report", help="print the report of a run or bench directory (no root, no BPF)")
     rep.add_argument("dir")
     rep.set_defaults(func=cmd_report)
     return p

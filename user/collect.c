@@ -29,6 +29,9 @@
 #include "live.h"
 #include "block.skel.h"
 #include "tasks.skel.h"
+#include "erofs.skel.h"
+#include "squashfs.skel.h"
+#include "btrfs.skel.h"
 
 #define FSTRACE_VERSION "0.1.0"
 #define MAX_DEVS 16
@@ -91,7 +94,40 @@ static struct probe task_probes[] = {
 	  "mm_filemap_add_to_page_cache_raw", false),
 };
 
+/* decompression: fentry/fexit, or kprobe/kretprobe; no tracepoint tier can time it exactly */
+#define D(fn, what)                                                                                 \
+	{ .name = #fn, .measures = what,                                                           \
+	  .progs = { [TIER_FENTRY] = #fn "_fentry", [TIER_KPROBE] = #fn "_kprobe" },               \
+	  .exit_progs = { [TIER_FENTRY] = #fn "_fexit", [TIER_KPROBE] = #fn "_kretprobe" } }
+
+static struct probe erofs_probes[] = {
+	D(z_erofs_lz4_decompress, "erofs lz4 pcluster decompression time and sizes"),
+	D(z_erofs_lzma_decompress, "erofs lzma pcluster decompression time and sizes"),
+	D(z_erofs_deflate_decompress, "erofs deflate pcluster decompression time and sizes"),
+	D(z_erofs_zstd_decompress, "erofs zstd pcluster decompression time and sizes"),
+	D(z_erofs_transform_plain, "erofs uncompressed-pcluster copy time and sizes"),
+};
+
+static struct probe squashfs_probes[] = {
+	D(squashfs_decompress, "squashfs block decompression time and sizes"),
+};
+
+static struct probe btrfs_probes[] = {
+	D(zstd_decompress_bio, "btrfs zstd extent decompression time and sizes"),
+	D(lzo_decompress_bio, "btrfs lzo extent decompression time and sizes"),
+	D(zlib_decompress_bio, "btrfs zlib extent decompression time and sizes"),
+};
+
 #define N(a) (int)(sizeof(a) / sizeof((a)[0]))
+
+static const struct {
+	struct probe *probes;
+	int n;
+} probe_groups[] = {
+	{ block_probes, N(block_probes) },   { task_probes, N(task_probes) },
+	{ erofs_probes, N(erofs_probes) },   { squashfs_probes, N(squashfs_probes) },
+	{ btrfs_probes, N(btrfs_probes) },
+};
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...)
@@ -204,6 +240,8 @@ static unsigned long long ksym_addr(const char *name)
 	FILE *f = fopen("/proc/kallsyms", "r");
 	if (!f)
 		return 0;
+	static char buf[1 << 16];
+	setvbuf(f, buf, _IOFBF, sizeof(buf));
 	char line[512], sym[256], type;
 	unsigned long long addr, found = 0;
 	while (fgets(line, sizeof(line), f)) {
@@ -224,8 +262,16 @@ static __u64 cgroup_id(const char *path)
 	return st.st_ino;	/* cgroup v2 id is the kernfs inode number */
 }
 
-static void fill_cfg(struct fst_cfg *c)
+/* the same frozen configuration for every object; computed once (kallsyms is long) */
+static void fill_cfg(struct fst_cfg *out)
 {
+	static struct fst_cfg cached;
+	static bool done;
+	if (done) {
+		*out = cached;
+		return;
+	}
+	struct fst_cfg *c = &cached;
 	c->loop_rootcg_workfn = ksym_addr("loop_rootcg_workfn");
 	c->loop_workfn = ksym_addr("loop_workfn");
 	c->filter_cgroup_id = opt.cgroup ? cgroup_id(opt.cgroup) : 0;
@@ -234,6 +280,8 @@ static void fill_cfg(struct fst_cfg *c)
 	if (opt.comm)
 		strncpy(c->comm, opt.comm, sizeof(c->comm) - 1);
 	c->filter_sdev = opt.nr_sdevs > 0;
+	done = true;
+	*out = cached;
 }
 
 /* every later object shares the first object's maps of the same name */
@@ -269,6 +317,54 @@ static void reuse_maps(struct bpf_object *owner, struct bpf_object *obj)
 				die("loading " #type ": %s", strerror(err_));                      \
 			fprintf(stderr, "fstrace-collect: " #type " did not load with tp_btf (%s); "  \
 					"retrying with raw_tp\n", strerror(err_));                  \
+		}                                                                                   \
+	} while (0)
+
+static bool any_tier(struct probe *probes, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (probes[i].tier != TIER_NONE)
+			return true;
+	return false;
+}
+
+static void mark_unavailable(struct probe *probes, int n, const char *why)
+{
+	for (int i = 0; i < n; i++) {
+		if (probes[i].tier == TIER_NONE)
+			continue;
+		size_t l = strlen(probes[i].why);
+		snprintf(probes[i].why + l, sizeof(probes[i].why) - l, "%s%s: %s", l ? "; " : "",
+			 tier_name(probes[i].tier), why);
+		probes[i].tier = TIER_NONE;
+		probes[i].prog = probes[i].exit_prog = NULL;
+	}
+}
+
+/*
+ * Optional probes of one filesystem: open, choose tiers, and load only if some
+ * probe has a tier.  A load failure makes them unavailable (with the reason)
+ * instead of ending the run.
+ */
+#define LOAD_OPTIONAL_SKEL(type, skel, probes, owner)                                               \
+	do {                                                                                        \
+		skel = type##__open();                                                              \
+		if (!skel)                                                                          \
+			die("opening " #type ": %s", strerror(errno));                             \
+		fill_cfg((struct fst_cfg *)&skel->rodata->cfg);                                     \
+		reuse_maps(owner, skel->obj);                                                       \
+		tiers_select(skel->obj, probes, N(probes), opt.no_btf_tp);                          \
+		if (!any_tier(probes, N(probes)) || opt.block_only) {                               \
+			if (opt.block_only)                                                         \
+				mark_unavailable(probes, N(probes), "not loaded: --block-only");   \
+			type##__destroy(skel);                                                      \
+			skel = NULL;                                                                \
+		} else if (type##__load(skel)) {                                                    \
+			char why_[128];                                                             \
+			snprintf(why_, sizeof(why_), "load failed: %s", strerror(errno));           \
+			mark_unavailable(probes, N(probes), why_);                                  \
+			type##__destroy(skel);                                                      \
+			skel = NULL;                                                                \
 		}                                                                                   \
 	} while (0)
 
@@ -587,6 +683,13 @@ int main(int argc, char **argv)
 		}
 	}
 
+	struct erofs_bpf *ero = NULL;
+	struct squashfs_bpf *sqf = NULL;
+	struct btrfs_bpf *btr = NULL;
+	LOAD_OPTIONAL_SKEL(erofs_bpf, ero, erofs_probes, blk->obj);
+	LOAD_OPTIONAL_SKEL(squashfs_bpf, sqf, squashfs_probes, blk->obj);
+	LOAD_OPTIONAL_SKEL(btrfs_bpf, btr, btrfs_probes, blk->obj);
+
 	for (int i = 0; i < opt.nr_devs; i++) {
 		struct dev_arg *d = &opt.devs[i];
 		__u32 kdev = (d->major << 20) | d->minor;
@@ -614,13 +717,19 @@ int main(int argc, char **argv)
 	err = tiers_attach(block_probes, N(block_probes));
 	if (!err)
 		err = tsk ? tiers_attach(task_probes, N(task_probes)) : 0;
+	if (!err && ero)
+		err = tiers_attach(erofs_probes, N(erofs_probes));
+	if (!err && sqf)
+		err = tiers_attach(squashfs_probes, N(squashfs_probes));
+	if (!err && btr)
+		err = tiers_attach(btrfs_probes, N(btrfs_probes));
 	if (err) {
 		if (child > 0) {
 			close(go[1]);
 			waitpid(child, NULL, 0);
 		}
-		tiers_detach(block_probes, N(block_probes));
-		tiers_detach(task_probes, N(task_probes));
+		for (unsigned g = 0; g < N(probe_groups); g++)
+			tiers_detach(probe_groups[g].probes, probe_groups[g].n);
 		results_discard(&res);
 		die("attach failed; nothing traced");
 	}
@@ -708,12 +817,11 @@ int main(int argc, char **argv)
 	for (int i = 0; i < opt.nr_devs; i++)
 		read_diskstat(&opt.devs[i], &ds_end[i]);
 	__u64 t_end = now_ns(CLOCK_MONOTONIC);
-	for (int i = 0; i < N(block_probes); i++)
-		prog_stats(&block_probes[i]);
-	for (int i = 0; i < N(task_probes); i++)
-		prog_stats(&task_probes[i]);
-	tiers_detach(block_probes, N(block_probes));
-	tiers_detach(task_probes, N(task_probes));
+	for (unsigned g = 0; g < N(probe_groups); g++) {
+		for (int i = 0; i < probe_groups[g].n; i++)
+			prog_stats(&probe_groups[g].probes[i]);
+		tiers_detach(probe_groups[g].probes, probe_groups[g].n);
+	}
 	while (ring_buffer__consume(rb) > 0)
 		;
 
@@ -740,8 +848,8 @@ int main(int argc, char **argv)
 	       (unsigned long long)(t_attached - t_load0));
 	jb_add(&h, "\"probes\":[");
 	bool first = true;
-	json_probes(&h, block_probes, N(block_probes), &first);
-	json_probes(&h, task_probes, N(task_probes), &first);
+	for (unsigned g = 0; g < N(probe_groups); g++)
+		json_probes(&h, probe_groups[g].probes, probe_groups[g].n, &first);
 	jb_add(&h, "],\"loop_charging\":%s,", blk->rodata->cfg.loop_rootcg_workfn ? "true" : "false");
 	jb_add(&h, "\"filter\":{\"comm\":");
 	if (opt.comm)
@@ -787,9 +895,10 @@ int main(int argc, char **argv)
 		json_diskstat(&h, &ds_end[i]);
 		jb_add(&h, "}");
 	}
-	jb_add(&h, "],\"drops\":{\"req\":%llu,\"io\":%llu},",
+	jb_add(&h, "],\"drops\":{\"req\":%llu,\"io\":%llu,\"decomp\":%llu},",
 	       (unsigned long long)sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_REQ),
-	       (unsigned long long)sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_IO));
+	       (unsigned long long)sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_IO),
+	       (unsigned long long)sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_DECOMP));
 	jb_add(&h, "\"expired_in_flight\":{\"bios\":%llu,\"requests\":%llu,\"after_ns\":%llu},",
 	       expired.bios, expired.requests, FST_STALE_NS);
 	jb_add(&h, "\"kernel_aggregates\":{");
@@ -799,6 +908,9 @@ int main(int argc, char **argv)
 	ring_buffer__free(rb);
 	if (tsk)
 		tasks_bpf__destroy(tsk);
+	erofs_bpf__destroy(ero);
+	squashfs_bpf__destroy(sqf);
+	btrfs_bpf__destroy(btr);
 	block_bpf__destroy(blk);
 
 	err = results_finish(&res, h.s);

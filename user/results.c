@@ -99,8 +99,27 @@ char *enums_json(void)
 	ENUM_OBJ("charge", FST_CHARGES);
 	jb_add(b, ",");
 	ENUM_OBJ("hist_metric", FST_HIST_METRICS);
+	jb_add(b, ",");
+	ENUM_OBJ("fs", FST_FILESYSTEMS);
+	jb_add(b, ",");
+	ENUM_OBJ("alg", FST_ALGS);
+	jb_add(b, ",");
+	ENUM_OBJ("context", FST_CONTEXTS);
+	jb_add(b, ",");
+	ENUM_OBJ("tier", FST_TIERS);
 	jb_add(b, "}");
 	return jb.s;
+}
+
+static void layout_decomp(struct jbuf *b)
+{
+#define REC struct fst_decomp
+	int first = 1;
+	jb_add(b, "\"decomp\":{\"type\":%d,\"size\":%zu,\"fields\":[", FST_REC_DECOMP, sizeof(REC));
+	FST_REC_HEADER(FIELD_JSON, STRING_JSON)
+	FST_DECOMP_FIELDS(FIELD_JSON, STRING_JSON)
+	jb_add(b, "]}");
+#undef REC
 }
 
 char *records_layout_json(void)
@@ -110,6 +129,8 @@ char *records_layout_json(void)
 	layout_req(&b);
 	jb_add(&b, ",");
 	layout_io(&b);
+	jb_add(&b, ",");
+	layout_decomp(&b);
 	jb_add(&b, "}");
 	return b.s;
 }
@@ -128,6 +149,7 @@ static uint32_t rec_size(int type)
 	switch (type) {
 	case FST_REC_REQ: return sizeof(struct fst_req);
 	case FST_REC_IO: return sizeof(struct fst_io);
+	case FST_REC_DECOMP: return sizeof(struct fst_decomp);
 	}
 	return 0;
 }

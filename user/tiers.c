@@ -36,6 +36,27 @@ bool tp_btf_exists(const char *tp)
 	return btf && btf__find_by_name_kind(btf, name, BTF_KIND_TYPEDEF) > 0;
 }
 
+/* module BTFs, loaded once (Debian 6.1 builds erofs/squashfs/btrfs as modules) */
+#define MAX_MOD_BTF 256
+static struct {
+	__u32 id;
+	struct btf *btf;
+} mod_btfs[MAX_MOD_BTF];
+static int nr_mod_btfs = -1;
+
+static void load_module_btfs(struct btf *vml)
+{
+	__u32 btf_id = 0;
+	nr_mod_btfs = 0;
+	while (!bpf_btf_get_next_id(btf_id, &btf_id) && nr_mod_btfs < MAX_MOD_BTF) {
+		struct btf *mod = btf__load_from_kernel_by_id_split(btf_id, vml);
+		if (libbpf_get_error(mod))
+			continue;
+		mod_btfs[nr_mod_btfs].id = btf_id;
+		mod_btfs[nr_mod_btfs++].btf = mod;
+	}
+}
+
 /* Find func in vmlinux BTF, else in module BTF; returns the type id and (for modules) an fd to close. */
 static int find_func_btf(const char *func, int *obj_fd)
 {
@@ -46,25 +67,20 @@ static int find_func_btf(const char *func, int *obj_fd)
 	int id = btf__find_by_name_kind(vml, func, BTF_KIND_FUNC);
 	if (id > 0)
 		return id;
-	/* modules (Debian 6.1 builds erofs/squashfs/btrfs as modules) */
-	__u32 btf_id = 0;
-	while (!bpf_btf_get_next_id(btf_id, &btf_id)) {
-		int fd = bpf_btf_get_fd_by_id(btf_id);
-		if (fd < 0)
-			continue;
-		struct btf *mod = btf__load_from_kernel_by_id_split(btf_id, vml);
-		if (!libbpf_get_error(mod)) {
-			id = btf__find_by_name_kind(mod, func, BTF_KIND_FUNC);
-			btf__free(mod);
-			if (id > 0) {
-				*obj_fd = fd;
-				return id;
-			}
+	if (nr_mod_btfs < 0)
+		load_module_btfs(vml);
+	for (int i = 0; i < nr_mod_btfs; i++) {
+		id = btf__find_by_name_kind(mod_btfs[i].btf, func, BTF_KIND_FUNC);
+		if (id > 0) {
+			*obj_fd = bpf_btf_get_fd_by_id(mod_btfs[i].id);
+			return *obj_fd < 0 ? -errno : id;
 		}
-		close(fd);
 	}
 	return -ENOENT;
 }
+
+/* EPERM/EACCES on a test load is the kernel's policy for all fentry programs: ask once */
+static int fentry_policy_err;
 
 bool fentry_can_attach(const char *func, char *why, size_t why_len)
 {
@@ -72,6 +88,12 @@ bool fentry_can_attach(const char *func, char *why, size_t why_len)
 	int id = find_func_btf(func, &obj_fd);
 	if (id < 0) {
 		snprintf(why, why_len, "fentry: %s has no BTF (inlined, renamed or not built)", func);
+		return false;
+	}
+	if (fentry_policy_err) {
+		snprintf(why, why_len, "fentry: not permitted on this kernel: %s", strerror(fentry_policy_err));
+		if (obj_fd >= 0)
+			close(obj_fd);
 		return false;
 	}
 	/* r0 = 0; exit */
@@ -93,6 +115,8 @@ bool fentry_can_attach(const char *func, char *why, size_t why_len)
 	if (err)
 		snprintf(why, why_len, "fentry: test %s of %s failed: %s", prog_fd < 0 ? "load" : "attach",
 			 func, strerror(-err));
+	if (err == -EPERM || err == -EACCES)
+		fentry_policy_err = -err;
 	if (link_fd >= 0)
 		close(link_fd);
 	if (prog_fd >= 0)
@@ -161,22 +185,29 @@ void tiers_select(struct bpf_object *obj, struct probe *probes, int n, bool no_b
 	for (int i = 0; i < n; i++) {
 		struct probe *p = &probes[i];
 		p->tier = TIER_NONE;
-		p->prog = NULL;
+		p->prog = p->exit_prog = NULL;
 		p->why[0] = 0;
 		for (int t = 0; t < TIER_MAX; t++) {
 			if (!p->progs[t])
 				continue;
 			struct bpf_program *prog = bpf_object__find_program_by_name(obj, p->progs[t]);
+			struct bpf_program *exit_prog =
+				p->exit_progs[t] ? bpf_object__find_program_by_name(obj, p->exit_progs[t]) : NULL;
 			if (!prog)
 				continue;
 			bpf_program__set_autoload(prog, false);
+			if (exit_prog)
+				bpf_program__set_autoload(exit_prog, false);
 			if (p->tier != TIER_NONE)
 				continue;
 			char why[160] = "";
 			if (tier_offered(t, p->name, no_btf_tp, why, sizeof(why))) {
 				p->tier = t;
 				p->prog = prog;
+				p->exit_prog = exit_prog;
 				bpf_program__set_autoload(prog, true);
+				if (exit_prog)
+					bpf_program__set_autoload(exit_prog, true);
 			} else if (why[0]) {
 				size_t l = strlen(p->why);
 				snprintf(p->why + l, sizeof(p->why) - l, "%s%s", l ? "; " : "", why);
@@ -192,13 +223,22 @@ int tiers_attach(struct probe *probes, int n)
 		if (!p->prog)
 			continue;
 		p->link = bpf_program__attach(p->prog);
+		if (p->link && p->exit_prog) {
+			p->exit_link = bpf_program__attach(p->exit_prog);
+			if (!p->exit_link) {
+				int err = errno;
+				bpf_link__destroy(p->link);
+				p->link = NULL;
+				errno = err;
+			}
+		}
 		if (!p->link) {
 			int err = -errno;
 			size_t l = strlen(p->why);
 			snprintf(p->why + l, sizeof(p->why) - l, "%s%s: attach failed: %s", l ? "; " : "",
 				 tier_name(p->tier), strerror(-err));
 			p->tier = TIER_NONE;
-			p->prog = NULL;
+			p->prog = p->exit_prog = NULL;
 			if (p->required) {
 				fprintf(stderr, "fstrace-collect: cannot attach %s: %s\n", p->name, strerror(-err));
 				return err;
@@ -211,7 +251,8 @@ int tiers_attach(struct probe *probes, int n)
 void tiers_detach(struct probe *probes, int n)
 {
 	for (int i = 0; i < n; i++) {
+		bpf_link__destroy(probes[i].exit_link);
 		bpf_link__destroy(probes[i].link);
-		probes[i].link = NULL;
+		probes[i].link = probes[i].exit_link = NULL;
 	}
 }

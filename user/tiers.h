@@ -20,12 +20,13 @@ struct probe {
 	const char *name;		/* kernel function or tracepoint */
 	const char *measures;		/* what figures depend on it */
 	const char *progs[TIER_MAX];	/* program name in the object per tier, NULL = no such variant */
+	const char *exit_progs[TIER_MAX];	/* its exit twin (fexit, kretprobe), if the tier needs one */
 	bool required;			/* the run cannot go on without it */
 	/* filled by tier selection and attach */
 	enum tier tier;
 	char why[256];			/* why better tiers were not used, or why it is unavailable */
-	struct bpf_program *prog;
-	struct bpf_link *link;
+	struct bpf_program *prog, *exit_prog;
+	struct bpf_link *link, *exit_link;
 	unsigned long long misses;	/* runs the kernel skipped (recursion guard), read at the end */
 	unsigned long long runs;	/* runs, counted only with kernel.bpf_stats_enabled=1 */
 };

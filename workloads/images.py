@@ -85,6 +85,8 @@ def normalize(fs, opts):
     elif fs == "btrfs":
         if not re.fullmatch(r"none|lzo|zlib(:\d+)?|zstd(:\d+)?", o["compress"]):
             raise FstraceError("btrfs compress must be none, lzo, zlib[:N] or zstd[:N], got %r" % o["compress"])
+    else:  # ext4 and xfs compress nothing: a baseline has no options
+        o = {}
     return o
 
 
