@@ -132,7 +132,46 @@ static __always_inline int handle_bio_split(struct bio *split)
 	return 0;
 }
 
-#define MAX_RQ_BIOS 128
+#define MAX_RQ_BIOS 256
+
+struct rq_walk {
+	struct bio *bio;
+	struct fst_rq_start *r;
+};
+
+/* one bio of a request's chain: fold its queue time and owner into the request */
+static int walk_bio(__u32 i, struct rq_walk *w)
+{
+	struct bio *bio = w->bio;
+	struct fst_rq_start *r = w->r;
+	if (!bio)
+		return 1;
+	w->bio = BPF_CORE_READ(bio, bi_next);
+	struct fst_bio_start *s = bpf_map_lookup_elem(&bio_starts, &bio);
+	r->nr_bios++;
+	if (!s)
+		return 0;
+	if (!r->ts_queue || s->ts_queue < r->ts_queue)
+		r->ts_queue = s->ts_queue;
+	if (!r->queue_pid) {
+		r->queue_pid = s->queue_pid;
+		__builtin_memcpy(r->comm, s->comm, sizeof(r->comm));
+	}
+	if (s->pid && !r->pid) {
+		r->pid = s->pid;
+		r->charge = s->charge;
+	}
+	if (s->pid) {
+		/* move the bio's in-flight count onto the request's owner */
+		if (s->pid != r->pid) {
+			inflight_add(s->pid, -1);
+			inflight_add(r->pid, 1);
+		}
+		r->charged_bios++;
+	}
+	bpf_map_delete_elem(&bio_starts, &bio);
+	return 0;
+}
 
 static __always_inline int handle_rq_issue(struct request *rq)
 {
@@ -149,33 +188,9 @@ static __always_inline int handle_rq_issue(struct request *rq)
 	}
 
 	struct fst_rq_start r = { .ts_issue = now };
-	struct bio *bio = BPF_CORE_READ(rq, bio);
-	for (int i = 0; i < MAX_RQ_BIOS && bio; i++) {
-		struct fst_bio_start *s = bpf_map_lookup_elem(&bio_starts, &bio);
-		r.nr_bios++;
-		if (s) {
-			if (!r.ts_queue || s->ts_queue < r.ts_queue)
-				r.ts_queue = s->ts_queue;
-			if (!r.queue_pid) {
-				r.queue_pid = s->queue_pid;
-				__builtin_memcpy(r.comm, s->comm, sizeof(r.comm));
-			}
-			if (s->pid && !r.pid) {
-				r.pid = s->pid;
-				r.charge = s->charge;
-			}
-			if (s->pid) {
-				/* move the bio's in-flight count onto the request's owner */
-				if (s->pid != r.pid) {
-					inflight_add(s->pid, -1);
-					inflight_add(r.pid, 1);
-				}
-				r.charged_bios++;
-			}
-			bpf_map_delete_elem(&bio_starts, &bio);
-		}
-		bio = BPF_CORE_READ(bio, bi_next);
-	}
+	/* bpf_loop, not a C loop: the 6.1 verifier rejects loops that close on a fall-through edge */
+	struct rq_walk w = { .bio = BPF_CORE_READ(rq, bio), .r = &r };
+	bpf_loop(MAX_RQ_BIOS, walk_bio, &w, 0);
 	bpf_map_update_elem(&rq_starts, &rq, &r, BPF_ANY);
 
 	if (dc->is_loop && r.pid)

@@ -107,6 +107,7 @@ struct {
 
 static __always_inline bool comm_matches(const char *comm)
 {
+#pragma unroll
 	for (int i = 0; i < 16; i++) {
 		if (comm[i] != cfg.comm[i])
 			return false;
@@ -174,14 +175,17 @@ static __always_inline void *record_reserve(__u32 type, __u32 size)
 	return rec;
 }
 
+/* floor(log2(v)), 0 for 0 and 1; a binary search without loops (the 6.1 verifier only takes loops whose
+ * back-edge is a jump, and clang decides that, not us) */
 static __always_inline __u32 log2_slot(__u64 v)
 {
 	__u32 r = 0;
-	/* bounded: values are at most 64 bits */
-	for (int i = 0; i < 64 && v > 1; i++) {
-		v >>= 1;
-		r++;
-	}
+	if (v >> 32) { v >>= 32; r += 32; }
+	if (v >> 16) { v >>= 16; r += 16; }
+	if (v >> 8) { v >>= 8; r += 8; }
+	if (v >> 4) { v >>= 4; r += 4; }
+	if (v >> 2) { v >>= 2; r += 2; }
+	if (v >> 1) { r += 1; }
 	return r < FST_HIST_SLOTS ? r : FST_HIST_SLOTS - 1;
 }
 

@@ -32,6 +32,7 @@
 #define FST_NR_FDATASYNC 75
 #define FST_NR_SYNC 162
 #define FST_NR_SYNCFS 306
+#define FST_NR_SENDFILE 40
 #elif defined(__TARGET_ARCH_arm64)
 #define FST_NR_READ 63
 #define FST_NR_PREAD64 67
@@ -55,6 +56,7 @@
 #define FST_NR_FDATASYNC 83
 #define FST_NR_SYNC 81
 #define FST_NR_SYNCFS 267
+#define FST_NR_SENDFILE 71
 #else
 #error "fstrace: add this architecture's syscall numbers to bpf/syscalls.h"
 #endif
@@ -67,6 +69,7 @@ static __always_inline __u16 fst_syscall_kind(long nr)
 	case FST_NR_READV:
 	case FST_NR_PREADV:
 	case FST_NR_PREADV2:
+	case FST_NR_SENDFILE:	/* busybox cat reads files this way */
 		return FST_REQ_READ;
 	case FST_NR_FSTAT:
 	case FST_NR_NEWFSTATAT:
@@ -105,10 +108,18 @@ static __always_inline bool fst_syscall_has_pos(long nr)
 	       nr == FST_NR_PWRITE64 || nr == FST_NR_PWRITEV || nr == FST_NR_PWRITEV2;
 }
 
-/* the third argument is a byte count (not an iovec count) */
-static __always_inline bool fst_syscall_has_count(long nr)
+/* which argument (1-based) is a byte count, 0 = none (readv & co. take an iovec count) */
+static __always_inline int fst_syscall_count_arg(long nr)
 {
-	return nr == FST_NR_READ || nr == FST_NR_PREAD64 || nr == FST_NR_WRITE || nr == FST_NR_PWRITE64;
+	if (nr == FST_NR_READ || nr == FST_NR_PREAD64 || nr == FST_NR_WRITE || nr == FST_NR_PWRITE64)
+		return 3;
+	return nr == FST_NR_SENDFILE ? 4 : 0;
+}
+
+/* which argument is the file the request reads: sendfile(out_fd, in_fd, ...) reads its second */
+static __always_inline int fst_syscall_fd_arg(long nr)
+{
+	return nr == FST_NR_SENDFILE ? 2 : 1;
 }
 
 /* the first argument is a file descriptor whose file the request is about */

@@ -48,10 +48,13 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
 	struct task_req r = {
 		.start = now, .last_on = now, .nr = id, .kind = kind, .pos = -1,
 	};
-	long fd = PT_REGS_PARM1_CORE_SYSCALL(regs);
+	long fd = fst_syscall_fd_arg(id) == 2 ? PT_REGS_PARM2_CORE_SYSCALL(regs) : PT_REGS_PARM1_CORE_SYSCALL(regs);
+	int count_arg = fst_syscall_count_arg(id);
 
-	if (fst_syscall_has_count(id))
+	if (count_arg == 3)
 		r.count = PT_REGS_PARM3_CORE_SYSCALL(regs);
+	else if (count_arg == 4)
+		r.count = PT_REGS_PARM4_CORE_SYSCALL(regs);
 	if (fst_syscall_has_pos(id))
 		r.pos = PT_REGS_PARM4_CORE_SYSCALL(regs);
 	if (fst_syscall_has_fd(id, kind)) {

@@ -66,6 +66,7 @@ static struct {
 	bool progress;
 	bool no_btf_tp;
 	bool block_only;
+	bool no_fentry;
 	char **cmd;
 } opt = { .ready_fd = -1 };
 
@@ -160,6 +161,7 @@ static void usage(FILE *f)
 		"      --progress          print record counts to stderr every second\n"
 		"      --no-tp-btf         use raw_tp where tp_btf would do (testing the fallback tier)\n"
 		"      --block-only        block devices only: no requests, no attribution (cheapest)\n"
+		"      --no-fentry         use kprobes where fentry would do (testing the kprobe twins)\n"
 		"With COMMAND, it is started once tracing is attached and tracing ends when it exits.\n");
 }
 
@@ -172,6 +174,7 @@ static void parse_args(int argc, char **argv)
 		{ "ready-fd", required_argument, 0, 'r' }, { "progress", no_argument, 0, 'P' },
 		{ "no-tp-btf", no_argument, 0, 'B' },	   { "help", no_argument, 0, 'h' },
 		{ "block-only", no_argument, 0, 'b' },	   { "comm", required_argument, 0, 'c' },
+		{ "no-fentry", no_argument, 0, 'F' },
 		{ "sdev", required_argument, 0, 's' },	   { "interval", required_argument, 0, 'i' },
 		{ 0 },
 	};
@@ -186,6 +189,7 @@ static void parse_args(int argc, char **argv)
 		case 'P': opt.progress = true; break;
 		case 'B': opt.no_btf_tp = true; break;
 		case 'b': opt.block_only = true; break;
+		case 'F': opt.no_fentry = true; break;
 		case 'c':
 			if (strlen(optarg) > 15)
 				die("--comm %s: a task name has at most 15 characters", optarg);
@@ -307,7 +311,7 @@ static void reuse_maps(struct bpf_object *owner, struct bpf_object *obj)
 			fill_cfg((struct fst_cfg *)&skel->rodata->cfg);                             \
 			if (owner)                                                                  \
 				reuse_maps(owner, skel->obj);                                       \
-			tiers_select(skel->obj, probes, N(probes), opt.no_btf_tp || attempt);       \
+			tiers_select(skel->obj, probes, N(probes), opt.no_btf_tp || attempt, opt.no_fentry); \
 			if (!type##__load(skel))                                                    \
 				break;                                                              \
 			int err_ = errno;                                                           \
@@ -353,7 +357,7 @@ static void mark_unavailable(struct probe *probes, int n, const char *why)
 			die("opening " #type ": %s", strerror(errno));                             \
 		fill_cfg((struct fst_cfg *)&skel->rodata->cfg);                                     \
 		reuse_maps(owner, skel->obj);                                                       \
-		tiers_select(skel->obj, probes, N(probes), opt.no_btf_tp);                          \
+		tiers_select(skel->obj, probes, N(probes), opt.no_btf_tp, opt.no_fentry);           \
 		if (!any_tier(probes, N(probes)) || opt.block_only) {                               \
 			if (opt.block_only)                                                         \
 				mark_unavailable(probes, N(probes), "not loaded: --block-only");   \

@@ -156,10 +156,14 @@ bool kprobe_can_attach(const char *func, char *why, size_t why_len)
 	return true;
 }
 
-static bool tier_offered(enum tier t, const char *name, bool no_btf_tp, char *why, size_t why_len)
+static bool tier_offered(enum tier t, const char *name, bool no_btf_tp, bool no_fentry, char *why, size_t why_len)
 {
 	switch (t) {
 	case TIER_FENTRY:
+		if (no_fentry) {
+			snprintf(why, why_len, "fentry: disabled for this load");
+			return false;
+		}
 		return fentry_can_attach(name, why, why_len);
 	case TIER_KPROBE:
 		return kprobe_can_attach(name, why, why_len);
@@ -180,7 +184,7 @@ static bool tier_offered(enum tier t, const char *name, bool no_btf_tp, char *wh
 	}
 }
 
-void tiers_select(struct bpf_object *obj, struct probe *probes, int n, bool no_btf_tp)
+void tiers_select(struct bpf_object *obj, struct probe *probes, int n, bool no_btf_tp, bool no_fentry)
 {
 	for (int i = 0; i < n; i++) {
 		struct probe *p = &probes[i];
@@ -201,7 +205,7 @@ void tiers_select(struct bpf_object *obj, struct probe *probes, int n, bool no_b
 			if (p->tier != TIER_NONE)
 				continue;
 			char why[160] = "";
-			if (tier_offered(t, p->name, no_btf_tp, why, sizeof(why))) {
+			if (tier_offered(t, p->name, no_btf_tp, no_fentry, why, sizeof(why))) {
 				p->tier = t;
 				p->prog = prog;
 				p->exit_prog = exit_prog;

@@ -34,7 +34,7 @@ struct probe {
 const char *tier_name(enum tier t);
 
 /* Choose each probe's tier and set autoload of every candidate program in obj accordingly. */
-void tiers_select(struct bpf_object *obj, struct probe *probes, int n, bool no_btf_tp);
+void tiers_select(struct bpf_object *obj, struct probe *probes, int n, bool no_btf_tp, bool no_fentry);
 
 /* Attach the chosen programs; an optional probe that fails to attach becomes unavailable. */
 int tiers_attach(struct probe *probes, int n);
