@@ -21,7 +21,7 @@ USER_CFLAGS := -g -O2 -Wall -Wextra -Wno-unused-parameter -I$(OUT) -Ibpf
 STATIC_LIBS := -Wl,-Bstatic -lbpf -lelf -lz -lzstd -Wl,-Bdynamic
 DYN_LIBS := -lbpf -lelf -lz
 
-.PHONY: all clean vmlinux test bench-overhead
+.PHONY: all clean vmlinux test bench-overhead vmtest
 all: $(OUT)/fstrace-collect
 
 $(OUT):
@@ -56,3 +56,8 @@ bench-overhead: all
 	./scripts/setup.sh
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bpftrace libbpf-tools >/dev/null
 	/usr/bin/python3 scripts/bench_overhead.py $(BENCH_ARGS)
+
+# The fentry/kprobe tier on a Debian 6.1 kernel under QEMU (part of the test suite too).
+vmtest: all
+	./scripts/setup.sh
+	/usr/bin/python3 scripts/vmtest.py

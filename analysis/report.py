@@ -18,7 +18,9 @@ def render(s):
     run = s["run"]
     out = []
     w = out.append
-    if run.get("mode") == "attach":
+    if not run.get("workload"):
+        w("fstrace: collector results (no run configuration), %.1f s, kernel %s" % (s["wall_s"], run["kernel"]))
+    elif run.get("mode") == "attach":
         w("fstrace attach: %s, %.1f s, kernel %s" % (", ".join(run.get("mounts") or []) or "all filesystems",
                                                      s["wall_s"], run["kernel"]))
     else:
@@ -54,6 +56,21 @@ def render(s):
         w("    parts sum to %.2f %% of request wall time; %d requests had a context switch the kernel did not"
           " report to fstrace" % (100.0 * (a["wall_ns"] - a["unaccounted_ns"]) / a["wall_ns"],
                                  a["requests_with_missed_events"]))
+
+    dec = s.get("decompression") or {}
+    if dec.get("available"):
+        w("")
+        w("  decompression (%s)" % ", ".join("%s: %s" % kv for kv in sorted(dec["probes"].items())))
+        for g in dec["groups"]:
+            u = g["unit_us"]
+            w("    %-8s %-7s %7d units  in %s  out %s  %.1f ms  per unit p50 %.1f us p99 %.1f us  ran in: %s" % (
+                g["fs"], g["alg"], g["units"], _size(g["in_bytes"]), _size(g["out_bytes"]), g["ns"] / 1e6,
+                u["p50"], u["p99"], ", ".join("%s %d" % (k, v["units"]) for k, v in sorted(g["contexts"].items()))))
+        w("    inside the reading thread's requests: %.1f ms; elsewhere (kworkers, other tasks): %.1f ms"
+          % (dec["in_requests_ns"] / 1e6, dec["elsewhere_ns"] / 1e6))
+        for g in dec["groups"]:
+            w("    %s %s time per unit" % (g["fs"], g["alg"]))
+            w(format_log2(g["unit_hist_log2_us"], "usecs").rstrip("\n"))
 
     for name, d in s["devices"].items():
         w("")

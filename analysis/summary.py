@@ -160,14 +160,82 @@ def tiers(res):
             for p in res.header.get("probes", [])}
 
 
+def decompression_probes(res):
+    return [p for p in res.header.get("probes", []) if "decompression" in p["measures"] or
+            "copy time" in p["measures"]]
+
+
+def decompression_in_requests(reqs, d):
+    """Decompression time spent inside each request, by the request's own thread (pid and time overlap)."""
+    inside = np.zeros(len(reqs), dtype=np.int64)
+    mine = d[d["charged_pid"] > 0]
+    for pid in np.unique(mine["charged_pid"]):
+        ri = np.nonzero(reqs["pid"] == pid)[0]
+        if not len(ri):
+            continue
+        order = ri[np.argsort(reqs["ts_start_ns"][ri])]
+        starts = reqs["ts_start_ns"][order]
+        dd = mine[mine["charged_pid"] == pid]
+        k = np.searchsorted(starts, dd["ts_start_ns"], side="right") - 1
+        ok = k >= 0
+        k, dd = k[ok], dd[ok]
+        hit = dd["ts_start_ns"] <= reqs["ts_end_ns"][order[k]]
+        np.add.at(inside, order[k[hit]], (dd["ts_end_ns"][hit] - dd["ts_start_ns"][hit]).astype(np.int64))
+    return inside
+
+
+def decompression(res, reqs):
+    """Per (fs, algorithm): units, sizes, time and where it ran; or why it could not be measured."""
+    probes = decompression_probes(res)
+    attached = [p for p in probes if p["tier"] != "unavailable"]
+    if not attached:
+        reasons = sorted({p["why"] for p in probes}) or ["this collector has no decompression probes"]
+        return {"available": False, "why": "; ".join(reasons)}
+    d = res.records.get("decomp")
+    cfg = res.config
+    fs_devs = cfg.get("fs_kdevs") or ([cfg["fs_kdev"]] if cfg.get("fs_kdev") is not None else None)
+    if d is None:
+        d = np.zeros(0)
+    elif fs_devs:
+        d = d[np.isin(d["dev"], fs_devs)]
+    h = res.header
+    groups = []
+    if len(d):
+        for fs, alg in sorted({(int(a), int(b)) for a, b in zip(d["fs"], d["alg"])}):
+            g = d[(d["fs"] == fs) & (d["alg"] == alg)]
+            dur = (g["ts_end_ns"] - g["ts_start_ns"]).astype(np.int64)
+            ctx = {}
+            for c in np.unique(g["context"]):
+                m = g["context"] == c
+                ctx[enum_name(h, "context", c)] = {"units": int(m.sum()), "ns": int(dur[m].sum())}
+            groups.append({
+                "fs": enum_name(h, "fs", fs), "alg": enum_name(h, "alg", alg), "units": int(len(g)),
+                "in_bytes": int(g["in_bytes"].astype(np.uint64).sum()),
+                "out_bytes": int(g["out_bytes"].astype(np.uint64).sum()),
+                "ns": int(dur.sum()), "unit_us": percentiles(dur / 1e3),
+                "unit_hist_log2_us": log2_slots(dur // 1000),
+                "in_hist_log2_bytes": log2_slots(g["in_bytes"]),
+                "contexts": ctx, "tiers": sorted({enum_name(h, "tier", t) for t in np.unique(g["tier"])}),
+            })
+    inside = decompression_in_requests(reqs, d) if len(d) else np.zeros(len(reqs), dtype=np.int64)
+    return {"available": True, "groups": groups,
+            "in_requests_ns": int(inside.sum()),
+            "elsewhere_ns": int(sum(gr["ns"] for gr in groups)) - int(inside.sum()),
+            "probes": {p["probe"]: p["tier"] for p in attached},
+            "note": "in_requests_ns: in the requesting thread, within its requests (part of on-CPU time); "
+                    "elsewhere_ns: kworkers, other tasks and between requests"}
+
+
 def unavailable(res):
     """Figures this run could not measure, with the reason; printed instead of zeros."""
     out = []
     for p in res.header.get("probes", []):
-        if p["tier"] == "unavailable":
+        if p["tier"] == "unavailable" and p not in decompression_probes(res):
             out.append({"figure": p["measures"], "why": p["why"] or "probe could not attach"})
-    out.append({"figure": "decompression time per request",
-                "why": "filesystem decompression probes are not part of this collector build yet"})
+    dec = decompression_probes(res)
+    if dec and all(p["tier"] == "unavailable" for p in dec):
+        out.append({"figure": "decompression time (erofs, squashfs, btrfs)",
+                    "why": sorted({p["why"] for p in dec})[0]})
     if not res.header.get("loop_charging"):
         out.append({"figure": "backing-device I/O charged to the reader",
                     "why": "loop work function addresses not readable from /proc/kallsyms"})
@@ -207,6 +275,7 @@ def summarize(res, ground_truth=None):
                      "stat": dict(request_stats(stats), attribution=attribution(stats),
                                   note="stat is path-based: counted for all paths the workload stat'ed")},
         "attribution": attribution(all_fs),
+        "decompression": decompression(res, all_fs),
         "devices": devices,
         "tiers": tiers(res),
         "unavailable": unavailable(res),

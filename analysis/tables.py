@@ -25,8 +25,10 @@ def row_from_summary(s):
         "other_share": None if None in other else sum(other),
         "io_wait_s": a["parts_ns"]["io_wait_ns"] / 1e9, "oncpu_s": a["parts_ns"]["oncpu_ns"] / 1e9,
         "other_s": sum(a["parts_ns"][k] for k in other_parts) / 1e9,
-        "decompression_share": None,
-        "decompression_note": "unavailable: no decompression probes in this build",
+        "decompression_share": (s["decompression"]["in_requests_ns"] / a["wall_ns"]
+                                if s.get("decompression", {}).get("available") and a["wall_ns"] else None),
+        "decompression_note": None if s.get("decompression", {}).get("available") else
+        "unavailable: " + s.get("decompression", {}).get("why", "no decompression probes"),
         "loop_requests": loop.get("requests"), "loop_mean_bytes": loop.get("mean_bytes"),
         "loop_aligned_4k_pct": loop.get("aligned_4k_pct"), "loop_unseen_requests": loop.get("unseen_requests"),
         "pagecache_misses": s["reads"].get("pagecache_misses", 0) + s["metadata"]["open_getdents"].get(
@@ -83,7 +85,7 @@ def render_bench(doc):
             m = _median_row(rows)
             w("  %-26s %7s %7s %7s %6s %6s %6s %7s %9s %8s %7s %9s" % (
                 label, _time(min(times)), _time(statistics.median(times)), _time(max(times)),
-                _pct(m["io_wait_share"]), _pct(m["oncpu_share"]), _pct(m["other_share"]), "n/a",
+                _pct(m["io_wait_share"]), _pct(m["oncpu_share"]), _pct(m["other_share"]), _pct(m["decompression_share"]),
                 m["loop_requests"] if m["loop_requests"] is not None else "-",
                 "%.1f" % (m["loop_mean_bytes"] / 1024) if m["loop_mean_bytes"] else "-",
                 "%.0f%%" % m["loop_aligned_4k_pct"] if m["loop_aligned_4k_pct"] is not None else "-",
@@ -91,7 +93,7 @@ def render_bench(doc):
     w("")
     w("ioWait/onCPU/other: shares of the time spent in requests on the image (median run; stat workloads: "
       "in their stat calls, all paths); decomp: "
-      "decompression CPU, not measurable by this build; loop req: block requests on the image's loop device; "
+      "share of it decompressing in the requesting thread (n/a: no fentry/kprobe on this kernel); loop req: block requests on the image's loop device; "
       "pc miss: page-cache folios added during the workload's requests.")
     return "\n".join(out) + "\n"
 
