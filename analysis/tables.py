@@ -16,6 +16,7 @@ def row_from_summary(s):
     shares = a["shares"]
     loop = [d for d in s["devices"].values() if d.get("level") == "loop"]
     loop = loop[0] if loop else {}
+    wrote = bool(s.get("writes", {}).get("count")) and not s["reads"]["count"]
     other_parts = ("dsleep_ns", "sleep_ns", "runq_ns", "missed_ns")
     other = [shares.get(k) for k in other_parts]
     return {
@@ -29,8 +30,12 @@ def row_from_summary(s):
                                 if s.get("decompression", {}).get("available") and a["wall_ns"] else None),
         "decompression_note": None if s.get("decompression", {}).get("available") else
         "unavailable: " + s.get("decompression", {}).get("why", "no decompression probes"),
-        "loop_requests": loop.get("requests"), "loop_mean_bytes": loop.get("mean_bytes"),
-        "loop_aligned_4k_pct": loop.get("aligned_4k_pct"), "loop_unseen_requests": loop.get("unseen_requests"),
+        "loop_op": "write" if wrote else "read",
+        "loop_requests": loop.get("write_requests") if wrote else loop.get("requests"),
+        "loop_mean_bytes": (loop["write_bytes"] / loop["write_requests"] if loop.get("write_requests") else None)
+        if wrote else loop.get("mean_bytes"),
+        "loop_aligned_4k_pct": None if wrote else loop.get("aligned_4k_pct"),
+        "loop_unseen_requests": loop.get("unseen_requests"),
         "pagecache_misses": s["reads"].get("pagecache_misses", 0) + s["metadata"]["open_getdents"].get(
             "pagecache_misses", 0),
     }
@@ -98,7 +103,8 @@ def render_bench(doc):
     return "\n".join(out) + "\n"
 
 
-CSV_FIELDS = ["workload", "label", "fs", "run", "wall_s", "read_bytes", "requests", "io_wait_share", "oncpu_share",
+CSV_FIELDS = ["workload", "label", "fs", "run", "wall_s", "read_bytes", "requests", "loop_op", "io_wait_share",
+              "oncpu_share",
               "other_share", "io_wait_s", "oncpu_s", "other_s", "decompression_share", "loop_requests", "loop_mean_bytes", "loop_aligned_4k_pct",
               "loop_unseen_requests", "pagecache_misses", "dir"]
 
