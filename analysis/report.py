@@ -72,6 +72,12 @@ def render(s):
             w("    %s %s time per unit" % (g["fs"], g["alg"]))
             w(format_log2(g["unit_hist_log2_us"], "usecs").rstrip("\n"))
 
+    for kind, wk in sorted((s.get("async_work") or {}).items()):
+        w("")
+        w("  %s in kworkers: %d items, %.1f ms, per item p50 %.1f us p99 %.1f us, queued p50 %s us before running"
+          % (kind, wk["items"], wk["ns"] / 1e6, wk["item_us"]["p50"], wk["item_us"]["p99"],
+             "%.1f" % wk["queue_delay_us"]["p50"] if wk["queue_delay_us"] else "n/a"))
+
     for name, d in s["devices"].items():
         w("")
         if d.get("write_requests"):

@@ -226,6 +226,25 @@ def decompression(res, reqs):
                     "elsewhere_ns: kworkers, other tasks and between requests"}
 
 
+def async_work(res):
+    """Known filesystem work items run by kworkers (tracepoint tier): count, time, queueing delay."""
+    w = res.records.get("work")
+    if w is None or not len(w):
+        return {}
+    out = {}
+    for k in np.unique(w["kind"]):
+        g = w[w["kind"] == k]
+        run_ns = (g["ts_end_ns"] - g["ts_start_ns"]).astype(np.int64)
+        queued = g[g["ts_queue_ns"] > 0]
+        delay_us = (queued["ts_start_ns"] - queued["ts_queue_ns"]) / 1e3
+        out[enum_name(res.header, "work_kind", k)] = {
+            "items": int(len(g)), "ns": int(run_ns.sum()), "item_us": percentiles(run_ns / 1e3),
+            "queue_delay_us": percentiles(delay_us), "workers": int(len(np.unique(g["pid"]))),
+            "tier": "tp_btf workqueue_execute_start/end (exact time of the work function)",
+        }
+    return out
+
+
 def unavailable(res):
     """Figures this run could not measure, with the reason; printed instead of zeros."""
     out = []
@@ -276,6 +295,7 @@ def summarize(res, ground_truth=None):
                                   note="stat is path-based: counted for all paths the workload stat'ed")},
         "attribution": attribution(all_fs),
         "decompression": decompression(res, all_fs),
+        "async_work": async_work(res),
         "devices": devices,
         "tiers": tiers(res),
         "unavailable": unavailable(res),

@@ -287,7 +287,49 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 	return 0;
 }
 
-/* loop worker context: which loop device a kworker is serving right now */
+struct work_start {
+	__u64 ts_queue;
+	__u64 ts_start;
+	__u64 work;
+	__u16 kind;
+};
+
+/* known filesystem work items: queued -> (queue time by work pointer), executing -> (by worker thread) */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, __u64);
+} work_queued SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct work_start);
+} work_running SEC(".maps");
+
+static __always_inline __u16 fs_work_kind(__u64 fn)
+{
+	if (!fn)
+		return 0;
+	if (fn == cfg.erofs_decomp_workfn)
+		return FST_WORK_EROFS_DECOMPRESS;
+	if (fn == cfg.btrfs_endio_workfn)
+		return FST_WORK_BTRFS_ENDIO;
+	return 0;
+}
+
+static __always_inline int handle_work_queue(struct work_struct *work)
+{
+	if (!fs_work_kind((__u64)BPF_CORE_READ(work, func)))
+		return 0;
+	__u64 key = (__u64)work, now = bpf_ktime_get_ns();
+	bpf_map_update_elem(&work_queued, &key, &now, BPF_ANY);
+	return 0;
+}
+
+/* loop worker context: which loop device a kworker is serving right now; filesystem work: its timing */
 static __always_inline int handle_work_start(struct work_struct *work)
 {
 	__u64 fn = (__u64)BPF_CORE_READ(work, func);
@@ -295,6 +337,19 @@ static __always_inline int handle_work_start(struct work_struct *work)
 
 	if (!fn)
 		return 0;
+	__u16 kind = fs_work_kind(fn);
+	if (kind) {
+		__u64 key = (__u64)work;
+		__u64 *q = bpf_map_lookup_elem(&work_queued, &key);
+		struct work_start ws = { .ts_start = bpf_ktime_get_ns(), .work = key, .kind = kind };
+		if (q) {
+			ws.ts_queue = *q;
+			bpf_map_delete_elem(&work_queued, &key);
+		}
+		__u32 pid = (__u32)bpf_get_current_pid_tgid();
+		bpf_map_update_elem(&work_running, &pid, &ws, BPF_ANY);
+		return 0;
+	}
 	if (fn == cfg.loop_rootcg_workfn) {
 		lo = (void *)work - bpf_core_field_offset(struct loop_device, rootcg_work);
 	} else if (fn == cfg.loop_workfn) {
@@ -315,6 +370,22 @@ static __always_inline int handle_work_start(struct work_struct *work)
 static __always_inline int handle_work_end(void)
 {
 	__u32 pid = (__u32)bpf_get_current_pid_tgid();
+	struct work_start *ws = bpf_map_lookup_elem(&work_running, &pid);
+	if (ws) {
+		struct fst_work *rec = record_reserve(FST_REC_WORK, sizeof(*rec));
+		if (rec) {
+			rec->ts_queue_ns = ws->ts_queue;
+			rec->ts_start_ns = ws->ts_start;
+			rec->ts_end_ns = bpf_ktime_get_ns();
+			rec->work = ws->work;
+			rec->pid = pid;
+			rec->kind = ws->kind;
+			rec->pad0 = 0;
+			bpf_get_current_comm(rec->comm, sizeof(rec->comm));
+			bpf_ringbuf_submit(rec, 0);
+		}
+		bpf_map_delete_elem(&work_running, &pid);
+	}
 	bpf_map_delete_elem(&loop_ctx, &pid);
 	return 0;
 }
@@ -345,6 +416,13 @@ SEC("tp_btf/workqueue_execute_start")
 int BPF_PROG(workqueue_execute_start_btf, struct work_struct *work) { return handle_work_start(work); }
 SEC("raw_tp/workqueue_execute_start")
 int BPF_PROG(workqueue_execute_start_raw, struct work_struct *work) { return handle_work_start(work); }
+
+SEC("tp_btf/workqueue_queue_work")
+int BPF_PROG(workqueue_queue_work_btf, int req_cpu, void *pwq, struct work_struct *work)
+{ return handle_work_queue(work); }
+SEC("raw_tp/workqueue_queue_work")
+int BPF_PROG(workqueue_queue_work_raw, int req_cpu, void *pwq, struct work_struct *work)
+{ return handle_work_queue(work); }
 
 SEC("tp_btf/workqueue_execute_end")
 int BPF_PROG(workqueue_execute_end_btf, struct work_struct *work) { return handle_work_end(); }

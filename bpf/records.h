@@ -32,7 +32,8 @@
 #define FST_REC_TYPES(E)                                                       \
 	E(FST_REC_REQ, 1, "req")	/* one read/metadata syscall of a traced task */ \
 	E(FST_REC_IO, 2, "io")		/* one completed block request on a traced device */ \
-	E(FST_REC_DECOMP, 3, "decomp")	/* one decompression of a compressed unit */
+	E(FST_REC_DECOMP, 3, "decomp")	/* one decompression of a compressed unit */ \
+	E(FST_REC_WORK, 4, "work")	/* one execution of a known filesystem work item */
 
 #define FST_REQ_KINDS(E)                                                       \
 	E(FST_REQ_READ, 1, "read")	/* read, pread64, readv, preadv, preadv2 */      \
@@ -82,6 +83,11 @@
 	E(FST_TIER_FENTRY, 1, "fentry") \
 	E(FST_TIER_KPROBE, 2, "kprobe")
 
+/* filesystem work done asynchronously in kworkers, recognised by work function */
+#define FST_WORK_KINDS(E)                                                      \
+	E(FST_WORK_EROFS_DECOMPRESS, 1, "erofs decompression")	/* z_erofs_decompressqueue_work */ \
+	E(FST_WORK_BTRFS_ENDIO, 2, "btrfs read end-io")	/* checksums and decompression of read bios */
+
 #define FST_ENUM_MEMBER(c, v, n) c = v,
 enum fst_rec_type { FST_REC_TYPES(FST_ENUM_MEMBER) };
 enum fst_req_kind { FST_REQ_KINDS(FST_ENUM_MEMBER) };
@@ -91,6 +97,7 @@ enum fst_fs { FST_FILESYSTEMS(FST_ENUM_MEMBER) };
 enum fst_alg { FST_ALGS(FST_ENUM_MEMBER) };
 enum fst_context { FST_CONTEXTS(FST_ENUM_MEMBER) };
 enum fst_tier { FST_TIERS(FST_ENUM_MEMBER) };
+enum fst_work_kind { FST_WORK_KINDS(FST_ENUM_MEMBER) };
 
 /*
  * Request: wall time [ts_start_ns, ts_end_ns] is partitioned into
@@ -176,6 +183,21 @@ enum fst_tier { FST_TIERS(FST_ENUM_MEMBER) };
 	F(__u32, pad0)           \
 	S(comm, 16)
 
+/*
+ * One execution of a known work item (tracepoint tier: exact for erofs's async
+ * decompression, which is all that work function does).  ts_queue_ns is 0 when
+ * the work was queued before tracing started.
+ */
+#define FST_WORK_FIELDS(F, S)    \
+	F(__u64, ts_queue_ns)    \
+	F(__u64, ts_start_ns)    \
+	F(__u64, ts_end_ns)      \
+	F(__u64, work)           \
+	F(__u32, pid)            \
+	F(__u16, kind)           \
+	F(__u16, pad0)           \
+	S(comm, 16)
+
 #define FST_DECLARE_FIELD(t, n) t n;
 #define FST_DECLARE_STRING(n, len) char n[len];
 
@@ -192,6 +214,11 @@ struct fst_io {
 struct fst_decomp {
 	FST_REC_HEADER(FST_DECLARE_FIELD, FST_DECLARE_STRING)
 	FST_DECOMP_FIELDS(FST_DECLARE_FIELD, FST_DECLARE_STRING)
+};
+
+struct fst_work {
+	FST_REC_HEADER(FST_DECLARE_FIELD, FST_DECLARE_STRING)
+	FST_WORK_FIELDS(FST_DECLARE_FIELD, FST_DECLARE_STRING)
 };
 
 /* ---- in-flight block state, kept in maps and expired by the collector ---- */
@@ -263,6 +290,8 @@ struct fst_dev_cfg {
 struct fst_cfg {
 	__u64 loop_rootcg_workfn;	/* kernel addresses of loop work functions (kallsyms), 0 = unknown */
 	__u64 loop_workfn;
+	__u64 erofs_decomp_workfn;	/* z_erofs_decompressqueue_work, 0 = not in this kernel */
+	__u64 btrfs_endio_workfn;	/* simple_end_io_work (6.18) or btrfs_end_bio_work (6.1) */
 	__u64 filter_cgroup_id;		/* cgroup v2 id, 0 = off */
 	__u8 filter_pids;		/* task must be in traced_pids (a process tree) */
 	__u8 filter_comm;		/* task comm must equal comm */

@@ -203,6 +203,25 @@ def check(outdir):
                 ",".join(sorted({h["enums"]["context"][str(c)] for c in set(mine["context"].tolist())}))))
             if not used:
                 fail("%s %s: no probe used tier %s" % (name, mode, tier))
+            if fs == "erofs":
+                # the two tiers on one run: erofs decompression measured by fentry/kprobe inside kworkers
+                # must fit inside the workqueue-timed erofs work items (the tracepoint tier's exact figure)
+                w = res.records.get("work")
+                kind = [int(k) for k, v in h["enums"]["work_kind"].items() if v == "erofs decompression"][0]
+                items = w[w["kind"] == kind] if w is not None else []
+                kctx = [int(k) for k, v in h["enums"]["context"].items() if v == "kworker"][0]
+                in_kworkers = int(dur[mine["context"] == kctx].sum())
+                work_ns = int((items["ts_end_ns"] - items["ts_start_ns"]).sum()) if len(items) else 0
+                lines.append("%-6s %-7s workqueue tier: %d erofs work items, %.1f ms; %s decompression inside "
+                             "them: %.1f ms" % (name, mode, len(items), work_ns / 1e6, tier, in_kworkers / 1e6))
+                if in_kworkers and not len(items):
+                    fail("%s %s: kworker decompression measured but no erofs work items" % (name, mode))
+                if in_kworkers > work_ns:
+                    fail("%s %s: decompression in kworkers (%d ns) exceeds the work items' time (%d ns)"
+                         % (name, mode, in_kworkers, work_ns))
+                if work_ns and in_kworkers < 0.2 * work_ns:
+                    fail("%s %s: decompression is only %.0f%% of the erofs work items' time"
+                         % (name, mode, 100.0 * in_kworkers / work_ns))
     return ok, lines
 
 

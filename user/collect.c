@@ -78,10 +78,12 @@ static struct probe block_probes[] = {
 	P("block_split", "owner of split bios", "block_split_btf", "block_split_raw", false),
 	P("block_rq_issue", "issue time, merges", "block_rq_issue_btf", "block_rq_issue_raw", true),
 	P("block_rq_complete", "completion, size, alignment", "block_rq_complete_btf", "block_rq_complete_raw", true),
-	P("workqueue_execute_start", "loop worker -> reader charging", "workqueue_execute_start_btf",
-	  "workqueue_execute_start_raw", false),
-	P("workqueue_execute_end", "loop worker -> reader charging", "workqueue_execute_end_btf",
-	  "workqueue_execute_end_raw", false),
+	P("workqueue_execute_start", "loop worker -> reader charging; filesystem work items",
+	  "workqueue_execute_start_btf", "workqueue_execute_start_raw", false),
+	P("workqueue_execute_end", "loop worker -> reader charging; filesystem work items",
+	  "workqueue_execute_end_btf", "workqueue_execute_end_raw", false),
+	P("workqueue_queue_work", "queueing delay of filesystem work items", "workqueue_queue_work_btf",
+	  "workqueue_queue_work_raw", false),
 };
 
 static struct probe task_probes[] = {
@@ -278,6 +280,10 @@ static void fill_cfg(struct fst_cfg *out)
 	struct fst_cfg *c = &cached;
 	c->loop_rootcg_workfn = ksym_addr("loop_rootcg_workfn");
 	c->loop_workfn = ksym_addr("loop_workfn");
+	c->erofs_decomp_workfn = ksym_addr("z_erofs_decompressqueue_work");
+	c->btrfs_endio_workfn = ksym_addr("simple_end_io_work");
+	if (!c->btrfs_endio_workfn)
+		c->btrfs_endio_workfn = ksym_addr("btrfs_end_bio_work");
 	c->filter_cgroup_id = opt.cgroup ? cgroup_id(opt.cgroup) : 0;
 	c->filter_pids = opt.cmd || opt.nr_pids;
 	c->filter_comm = opt.comm != NULL;
@@ -899,10 +905,11 @@ int main(int argc, char **argv)
 		json_diskstat(&h, &ds_end[i]);
 		jb_add(&h, "}");
 	}
-	jb_add(&h, "],\"drops\":{\"req\":%llu,\"io\":%llu,\"decomp\":%llu},",
+	jb_add(&h, "],\"drops\":{\"req\":%llu,\"io\":%llu,\"decomp\":%llu,\"work\":%llu},",
 	       (unsigned long long)sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_REQ),
 	       (unsigned long long)sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_IO),
-	       (unsigned long long)sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_DECOMP));
+	       (unsigned long long)sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_DECOMP),
+	       (unsigned long long)sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_WORK));
 	jb_add(&h, "\"expired_in_flight\":{\"bios\":%llu,\"requests\":%llu,\"after_ns\":%llu},",
 	       expired.bios, expired.requests, FST_STALE_NS);
 	jb_add(&h, "\"kernel_aggregates\":{");

@@ -107,6 +107,8 @@ char *enums_json(void)
 	ENUM_OBJ("context", FST_CONTEXTS);
 	jb_add(b, ",");
 	ENUM_OBJ("tier", FST_TIERS);
+	jb_add(b, ",");
+	ENUM_OBJ("work_kind", FST_WORK_KINDS);
 	jb_add(b, "}");
 	return jb.s;
 }
@@ -122,6 +124,17 @@ static void layout_decomp(struct jbuf *b)
 #undef REC
 }
 
+static void layout_work(struct jbuf *b)
+{
+#define REC struct fst_work
+	int first = 1;
+	jb_add(b, "\"work\":{\"type\":%d,\"size\":%zu,\"fields\":[", FST_REC_WORK, sizeof(REC));
+	FST_REC_HEADER(FIELD_JSON, STRING_JSON)
+	FST_WORK_FIELDS(FIELD_JSON, STRING_JSON)
+	jb_add(b, "]}");
+#undef REC
+}
+
 char *records_layout_json(void)
 {
 	struct jbuf b = {};
@@ -131,6 +144,8 @@ char *records_layout_json(void)
 	layout_io(&b);
 	jb_add(&b, ",");
 	layout_decomp(&b);
+	jb_add(&b, ",");
+	layout_work(&b);
 	jb_add(&b, "}");
 	return b.s;
 }
@@ -150,6 +165,7 @@ static uint32_t rec_size(int type)
 	case FST_REC_REQ: return sizeof(struct fst_req);
 	case FST_REC_IO: return sizeof(struct fst_io);
 	case FST_REC_DECOMP: return sizeof(struct fst_decomp);
+	case FST_REC_WORK: return sizeof(struct fst_work);
 	}
 	return 0;
 }

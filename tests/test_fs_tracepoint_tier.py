@@ -1,0 +1,36 @@
+"""Filesystem figures from the tracepoint tier on this kernel (no fentry, no kprobes)."""
+import json
+
+from conftest import CACHE, SCALE, fstrace
+
+
+def run(tmp_path, *args):
+    out = tmp_path / "out"
+    fstrace("run", "--scale", SCALE, "--cache", CACHE, "-o", str(out), *args)
+    return json.loads((out / "summary.json").read_text())
+
+
+def test_erofs_async_decompression_is_timed_by_the_workqueue(tmp_path):
+    """Cold sequential reads of compressed erofs decompress in kworkers: every item is timed exactly."""
+    s = run(tmp_path, "--fs", "erofs", "--workload", "tar-data")
+    work = s["async_work"].get("erofs decompression")
+    assert work, s["async_work"]
+    assert work["items"] > 10
+    assert work["ns"] > 0 and work["item_us"]["p50"] > 0
+    assert work["queue_delay_us"] is not None
+
+
+def test_uncompressed_erofs_has_no_decompression_work(tmp_path):
+    s = run(tmp_path, "--fs", "erofs", "--compress", "none", "--workload", "tar-data")
+    assert "erofs decompression" not in s["async_work"]
+    assert s["reads"]["bytes"] == s["ground_truth"]["read_bytes"]
+
+
+def test_decompression_time_is_unavailable_here_and_says_why(tmp_path):
+    s = run(tmp_path, "--fs", "squashfs", "--workload", "cat-500")
+    dec = s["decompression"]
+    if dec["available"]:  # a kernel with fentry or kprobes: then it must have measured squashfs
+        assert any(g["fs"] == "squashfs" and g["units"] > 0 for g in dec["groups"])
+    else:
+        assert "fentry" in dec["why"] and "kprobe" in dec["why"]
+        assert any("decompression" in u["figure"] for u in s["unavailable"])
