@@ -10,13 +10,16 @@ from analysis.hist import log2_slots, percentiles
 
 SCHEMA_VERSION = 1
 
-ATTRIBUTION_PARTS = ("oncpu_ns", "io_wait_ns", "dsleep_ns", "sleep_ns", "runq_ns", "missed_ns")
+ATTRIBUTION_PARTS = ("oncpu_ns", "io_wait_ns", "worker_ns", "worker_wait_ns", "dsleep_ns", "sleep_ns", "runq_ns",
+                     "missed_ns")
 ATTRIBUTION_MEANING = {
     "oncpu_ns": "on-CPU in the request (syscall work, page-cache copy, in-task decompression)",
     "io_wait_ns": "off-CPU waiting for I/O (in io_schedule, or own block I/O in flight)",
     "dsleep_ns": "off-CPU, uninterruptible otherwise (locks, work done by others)",
     "sleep_ns": "off-CPU, interruptible sleep",
     "runq_ns": "runnable, waiting for a CPU",
+    "worker_ns": "asleep while a kworker ran filesystem work that woke it (erofs decompression, btrfs end-io)",
+    "worker_wait_ns": "asleep while that work waited for its kworker to get a CPU",
     "missed_ns": "not attributable: the kernel did not deliver a context-switch event for it",
 }
 

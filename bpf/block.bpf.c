@@ -287,27 +287,13 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 	return 0;
 }
 
-struct work_start {
-	__u64 ts_queue;
-	__u64 ts_start;
-	__u64 work;
-	__u16 kind;
-};
-
-/* known filesystem work items: queued -> (queue time by work pointer), executing -> (by worker thread) */
+/* known filesystem work items: queued -> queue time by work pointer (running ones: common.bpf.h) */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
 	__type(key, __u64);
 	__type(value, __u64);
 } work_queued SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
-	__type(key, __u32);
-	__type(value, struct work_start);
-} work_running SEC(".maps");
 
 static __always_inline __u16 fs_work_kind(__u64 fn)
 {

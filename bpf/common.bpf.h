@@ -66,13 +66,29 @@ struct {
 	__type(value, struct fst_hist);
 } hists SEC(".maps");
 
+/* a known filesystem work item a kworker is running now (block.bpf.c fills it; tasks.bpf.c reads it) */
+struct work_start {
+	__u64 ts_queue;
+	__u64 ts_start;
+	__u64 work;
+	__u16 kind;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct work_start);
+} work_running SEC(".maps");
+
 /* the request a traced thread is in, while it is in one */
 struct task_req {
 	__u64 start;
 	__u64 last_on;		/* when the thread last went on-CPU during the request */
 	__u64 off_ts;		/* when it went off-CPU, 0 while running */
 	__u64 wake_ts;		/* first wakeup during the off-CPU interval */
-	__u64 oncpu, io_wait, dsleep, sleep, runq, missed;
+	__u64 oncpu, io_wait, dsleep, sleep, runq, missed, worker, worker_wait;
+	__u64 waker_queue, waker_start;	/* the work item whose kworker woke it, 0 = not woken by one */
 	__u64 ino;
 	__u64 count;
 	__s64 pos;

@@ -109,6 +109,11 @@ enum fst_work_kind { FST_WORK_KINDS(FST_ENUM_MEMBER) };
  *   runq_ns     runnable but not running (preempted, or woken and waiting for a CPU)
  *   missed_ns   not attributable: the kernel did not run our scheduler programs for a
  *               context switch in this interval (nr_missed_events counts such gaps)
+ *   worker_ns   asleep while a kworker ran the filesystem work item that woke it
+ *               (erofs async decompression, btrfs read end-io): work done on its behalf
+ *   worker_wait_ns  asleep while that work item waited for its kworker to run
+ * A sleep ended by such a wakeup is split at the work item's queue and start
+ * times: before the queueing it counts as I/O wait (or dsleep) as usual.
  * pcache_adds counts folios added to the page cache while the request ran in
  * its thread: its page-cache misses, readahead included.
  * sdev is the kernel dev_t (major << 20 | minor) of the file's superblock.
@@ -122,6 +127,8 @@ enum fst_work_kind { FST_WORK_KINDS(FST_ENUM_MEMBER) };
 	F(__u64, sleep_ns)     \
 	F(__u64, runq_ns)      \
 	F(__u64, missed_ns)    \
+	F(__u64, worker_ns)    \
+	F(__u64, worker_wait_ns) \
 	F(__u64, ino)          \
 	F(__s64, ret)          \
 	F(__u64, count)        \

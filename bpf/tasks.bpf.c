@@ -101,6 +101,8 @@ static __always_inline int handle_sys_exit(long ret)
 		rec->sleep_ns = r->sleep;
 		rec->runq_ns = r->runq;
 		rec->missed_ns = r->missed;
+		rec->worker_ns = r->worker;
+		rec->worker_wait_ns = r->worker_wait;
 		rec->nr_missed_events = r->nr_missed;
 		rec->pcache_adds = r->pcache_adds;
 		rec->pad1 = 0;
@@ -163,6 +165,17 @@ static __always_inline int handle_switch(bool preempt, struct task_struct *prev,
 		} else {
 			__u64 woke = r->wake_ts && r->wake_ts <= now ? r->wake_ts : now;
 			__u64 slept = woke - r->off_ts;
+			if (r->waker_start) {
+				/* woken by a kworker's filesystem work: the work's run, its wait for the worker,
+				 * and only the time before it was queued as ordinary sleep */
+				__u64 start = r->waker_start < r->off_ts ? r->off_ts : (r->waker_start > woke ? woke : r->waker_start);
+				__u64 queued = r->waker_queue ? r->waker_queue : r->waker_start;
+				queued = queued < r->off_ts ? r->off_ts : (queued > start ? start : queued);
+				r->worker += woke - start;
+				r->worker_wait += start - queued;
+				slept = queued - r->off_ts;
+				r->waker_start = r->waker_queue = 0;
+			}
 			if (r->off_state & TASK_UNINTERRUPTIBLE_BIT) {
 				if (r->off_io)
 					r->io_wait += slept;
@@ -183,8 +196,16 @@ static __always_inline int handle_wakeup(struct task_struct *p)
 {
 	__u32 pid = BPF_CORE_READ(p, pid);
 	struct task_req *r = bpf_map_lookup_elem(&task_reqs, &pid);
-	if (r && r->off_ts && !r->wake_ts)
-		r->wake_ts = bpf_ktime_get_ns();
+	if (!r || !r->off_ts || r->wake_ts)
+		return 0;
+	r->wake_ts = bpf_ktime_get_ns();
+	/* the waker is a kworker in the middle of a known filesystem work item: the hop back to the reader */
+	__u32 cur = (__u32)bpf_get_current_pid_tgid();
+	struct work_start *ws = bpf_map_lookup_elem(&work_running, &cur);
+	if (ws) {
+		r->waker_queue = ws->ts_queue;
+		r->waker_start = ws->ts_start;
+	}
 	return 0;
 }
 

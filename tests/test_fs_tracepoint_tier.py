@@ -18,6 +18,11 @@ def test_erofs_async_decompression_is_timed_by_the_workqueue(tmp_path):
     assert work["items"] > 10
     assert work["ns"] > 0 and work["item_us"]["p50"] > 0
     assert work["queue_delay_us"] is not None
+    # the kworker hop: requests woken by these work items are charged only the part of the work they slept
+    # through, never more than the work items ran
+    parts = s["attribution"]["parts_ns"]
+    assert 0 <= parts["worker_ns"] <= work["ns"]
+    assert s["attribution"]["unaccounted_ns"] == 0
 
 
 def test_uncompressed_erofs_has_no_decompression_work(tmp_path):
