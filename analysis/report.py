@@ -72,6 +72,16 @@ def render(s):
             w("    %s %s time per unit" % (g["fs"], g["alg"]))
             w(format_log2(g["unit_hist_log2_us"], "usecs").rstrip("\n"))
 
+    est = dec.get("estimate")
+    if est and not dec.get("available"):
+        w("")
+        w("  decompression in the reading tasks, estimated: %.1f ms (95 %% interval %.1f-%.1f ms), %d of %d samples"
+          % (est["ns"] / 1e6, est["ci95_ns"][0] / 1e6, est["ci95_ns"][1] / 1e6, est["samples"],
+             est["samples_in_requests"]))
+        w("    method: " + est["method"])
+        if est["by_function"]:
+            w("    by decompressor: " + ", ".join("%s %d" % kv for kv in list(est["by_function"].items())[:5]))
+
     for kind, wk in sorted((s.get("async_work") or {}).items()):
         w("")
         w("  %s in kworkers: %d items, %.1f ms, per item p50 %.1f us p99 %.1f us, queued p50 %s us before running"

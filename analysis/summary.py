@@ -6,6 +6,7 @@ kept here.
 """
 import numpy as np
 
+from analysis import sampling
 from analysis.hist import log2_slots, percentiles
 
 SCHEMA_VERSION = 1
@@ -193,7 +194,8 @@ def decompression(res, reqs):
     attached = [p for p in probes if p["tier"] != "unavailable"]
     if not attached:
         reasons = sorted({p["why"] for p in probes}) or ["this collector has no decompression probes"]
-        return {"available": False, "why": "; ".join(reasons)}
+        return {"available": False, "why": "; ".join(reasons),
+                "estimate": sampling.decompression_estimate(res.header)}
     d = res.records.get("decomp")
     cfg = res.config
     fs_devs = cfg.get("fs_kdevs") or ([cfg["fs_kdev"]] if cfg.get("fs_kdev") is not None else None)
@@ -221,7 +223,7 @@ def decompression(res, reqs):
                 "contexts": ctx, "tiers": sorted({enum_name(h, "tier", t) for t in np.unique(g["tier"])}),
             })
     inside = decompression_in_requests(reqs, d) if len(d) else np.zeros(len(reqs), dtype=np.int64)
-    return {"available": True, "groups": groups,
+    return {"available": True, "groups": groups, "estimate": sampling.decompression_estimate(h),
             "in_requests_ns": int(inside.sum()),
             "elsewhere_ns": int(sum(gr["ns"] for gr in groups)) - int(inside.sum()),
             "probes": {p["probe"]: p["tier"] for p in attached},

@@ -28,8 +28,7 @@ def row_from_summary(s):
                           (a["parts_ns"]["worker_ns"] + a["parts_ns"]["worker_wait_ns"]) / a["wall_ns"]),
         "io_wait_s": a["parts_ns"]["io_wait_ns"] / 1e9, "oncpu_s": a["parts_ns"]["oncpu_ns"] / 1e9,
         "other_s": sum(a["parts_ns"][k] for k in other_parts) / 1e9,
-        "decompression_share": (s["decompression"]["in_requests_ns"] / a["wall_ns"]
-                                if s.get("decompression", {}).get("available") and a["wall_ns"] else None),
+        "decompression_share": _decompression_share(s.get("decompression", {}), a["wall_ns"]),
         "decompression_note": None if s.get("decompression", {}).get("available") else
         "unavailable: " + s.get("decompression", {}).get("why", "no decompression probes"),
         "loop_op": "write" if wrote else "read",
@@ -41,6 +40,17 @@ def row_from_summary(s):
         "pagecache_misses": s["reads"].get("pagecache_misses", 0) + s["metadata"]["open_getdents"].get(
             "pagecache_misses", 0),
     }
+
+
+def _decompression_share(dec, wall_ns):
+    """Measured (fentry/kprobe) decompression in the requests, else the sampling estimate, else None."""
+    if not wall_ns:
+        return None
+    if dec.get("available"):
+        return dec["in_requests_ns"] / wall_ns
+    if dec.get("estimate"):
+        return dec["estimate"]["ns"] / wall_ns
+    return None
 
 
 def _median_row(rows):

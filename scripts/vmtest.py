@@ -21,7 +21,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from analysis import results  # noqa: E402
+from analysis import results, sampling  # noqa: E402
 from workloads import dataset, images  # noqa: E402
 
 COLLECTOR = os.path.join(ROOT, "build", "fstrace-collect")
@@ -94,7 +94,7 @@ run() {  # name disk fstype
     for mode in fentry kprobe; do
         flag=""; [ $mode = kprobe ] && flag=--no-fentry
         echo 3 > /proc/sys/vm/drop_caches
-        /fstrace-collect $flag -o /out/$1-$mode.fst -d $dev:4096 -- sh -c "find /mnt/$1 -type f -exec cat {} + > /dev/null" \
+        /fstrace-collect $flag --sample-hz 4999 -o /out/$1-$mode.fst -d $dev:4096 -- sh -c "find /mnt/$1 -type f -exec cat {} + > /dev/null" \
             2>> /out/collector.log || echo "vmguest: collector $1 $mode failed" >> /out/collector.log
     done
     umount /mnt/$1
@@ -203,6 +203,19 @@ def check(outdir):
                 ",".join(sorted({h["enums"]["context"][str(c)] for c in set(mine["context"].tolist())}))))
             if not used:
                 fail("%s %s: no probe used tier %s" % (name, mode, tier))
+            ctx_traced = [int(k) for k, v in h["enums"]["context"].items() if v == "traced task"][0]
+            in_task = int(dur[mine["context"] == ctx_traced].sum())
+            est = sampling.decompression_estimate(h)
+            if est and in_task > 50e6:
+                # sampling tier vs fentry/kprobe on the same run: the estimate must fall in a band around it
+                ratio = est["ns"] / in_task
+                lines.append("%-6s %-7s sampling tier: %.1f ms estimated (95%% %.1f-%.1f) vs %.1f ms measured "
+                             "in the reading task: ratio %.2f" % (name, mode, est["ns"] / 1e6,
+                                                                 est["ci95_ns"][0] / 1e6, est["ci95_ns"][1] / 1e6,
+                                                                 in_task / 1e6, ratio))
+                if not 0.5 <= ratio <= 1.5:
+                    fail("%s %s: sampling estimate %.0f%% of the measured in-task decompression (band 50-150%%)"
+                         % (name, mode, 100 * ratio))
             if fs == "erofs":
                 # the two tiers on one run: erofs decompression measured by fentry/kprobe inside kworkers
                 # must fit inside the workqueue-timed erofs work items (the tracepoint tier's exact figure)

@@ -5,6 +5,7 @@ from conftest import CACHE, SCALE, fstrace
 
 
 def run(tmp_path, *args):
+    tmp_path.mkdir(parents=True, exist_ok=True)
     out = tmp_path / "out"
     fstrace("run", "--scale", SCALE, "--cache", CACHE, "-o", str(out), *args)
     return json.loads((out / "summary.json").read_text())
@@ -39,3 +40,16 @@ def test_decompression_time_is_unavailable_here_and_says_why(tmp_path):
     else:
         assert "fentry" in dec["why"] and "kprobe" in dec["why"]
         assert any("decompression" in u["figure"] for u in s["unavailable"])
+
+
+def test_sampling_estimate_sees_squashfs_decompression(tmp_path):
+    """In-task decompression estimated from sampled stacks: clearly positive for xz, zero without compression."""
+    xz = run(tmp_path / "xz", "--fs", "squashfs", "--compress", "xz", "--cluster", "131072", "--workload", "tar-data")
+    est = xz["decompression"]["estimate"]
+    assert est["samples"] > 50
+    assert est["ci95_ns"][0] > 0
+    assert "squashfs_decompress" in est["by_function"]
+    assert est["samples"] <= est["samples_in_requests"]
+    none = run(tmp_path / "none", "--fs", "squashfs", "--compress", "none", "--workload", "tar-data")
+    est0 = none["decompression"]["estimate"]
+    assert est0["samples"] == 0 and est0["samples_in_requests"] > 0

@@ -21,6 +21,7 @@ from user.system import (Cleanup, FstraceError, Interrupted, backing_block_devic
 
 COLLECTOR = os.path.join(ROOT, "build", "fstrace-collect")
 DEFAULT_CACHE = "/var/cache/fstrace"
+SAMPLE_HZ = 4999  # kernel stacks of the workload inside its requests (sampling tier)
 
 
 def progress(msg):
@@ -155,8 +156,8 @@ def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io
             else:
                 drop_caches()
             progress("running %s on %s (%s)" % (wl.name, image["label"], dev))
-            run_collector([COLLECTOR, "-o", os.path.join(partial, "results.fst"), "-m", meta_path, "--progress"]
-                          + devs + ["--"] + argv, cwd=mnt)
+            run_collector([COLLECTOR, "-o", os.path.join(partial, "results.fst"), "-m", meta_path, "--progress",
+                           "--sample-hz", str(SAMPLE_HZ)] + devs + ["--"] + argv, cwd=mnt)
         summary = write_summary(partial, wl, ctx)
         os.rename(partial, outdir)
         done = True
@@ -237,6 +238,7 @@ def cmd_attach(args):
         argv += ["--duration", str(args.duration)]
     if args.interval > 0:
         argv += ["--interval", str(args.interval)]
+    argv += ["--sample-hz", str(SAMPLE_HZ)]
     meta = {"mode": "attach", "label": "attach", "workload": "attach", "fs": args.fs,
             "mounts": [m[0] for m in chosen], "fs_kdevs": [kdev(*d) for d in sdevs] or None,
             "devices_note": "alignment measured against 4 KiB (image cluster size unknown when attaching)",

@@ -32,6 +32,9 @@
 #include "erofs.skel.h"
 #include "squashfs.skel.h"
 #include "btrfs.skel.h"
+#include "sample.skel.h"
+#include <linux/perf_event.h>
+#include <sys/syscall.h>
 
 #define FSTRACE_VERSION "0.1.0"
 #define MAX_DEVS 16
@@ -67,6 +70,7 @@ static struct {
 	bool no_btf_tp;
 	bool block_only;
 	bool no_fentry;
+	int sample_hz;
 	char **cmd;
 } opt = { .ready_fd = -1 };
 
@@ -164,6 +168,7 @@ static void usage(FILE *f)
 		"      --no-tp-btf         use raw_tp where tp_btf would do (testing the fallback tier)\n"
 		"      --block-only        block devices only: no requests, no attribution (cheapest)\n"
 		"      --no-fentry         use kprobes where fentry would do (testing the kprobe twins)\n"
+		"      --sample-hz HZ      sample kernel stacks of traced tasks inside requests (0: off)\n"
 		"With COMMAND, it is started once tracing is attached and tracing ends when it exits.\n");
 }
 
@@ -176,7 +181,7 @@ static void parse_args(int argc, char **argv)
 		{ "ready-fd", required_argument, 0, 'r' }, { "progress", no_argument, 0, 'P' },
 		{ "no-tp-btf", no_argument, 0, 'B' },	   { "help", no_argument, 0, 'h' },
 		{ "block-only", no_argument, 0, 'b' },	   { "comm", required_argument, 0, 'c' },
-		{ "no-fentry", no_argument, 0, 'F' },
+		{ "no-fentry", no_argument, 0, 'F' },	   { "sample-hz", required_argument, 0, 'S' },
 		{ "sdev", required_argument, 0, 's' },	   { "interval", required_argument, 0, 'i' },
 		{ 0 },
 	};
@@ -192,6 +197,7 @@ static void parse_args(int argc, char **argv)
 		case 'B': opt.no_btf_tp = true; break;
 		case 'b': opt.block_only = true; break;
 		case 'F': opt.no_fentry = true; break;
+		case 'S': opt.sample_hz = atoi(optarg); break;
 		case 'c':
 			if (strlen(optarg) > 15)
 				die("--comm %s: a task name has at most 15 characters", optarg);
@@ -377,6 +383,144 @@ static void mark_unavailable(struct probe *probes, int n, const char *why)
 			skel = NULL;                                                                \
 		}                                                                                   \
 	} while (0)
+
+/* ---- sampling tier: perf events, stacks folded with kallsyms ---- */
+
+struct ksym {
+	unsigned long long addr;
+	char *name;
+};
+static struct ksym *ksyms;
+static size_t nr_ksyms;
+
+static int cmp_ksym(const void *a, const void *b)
+{
+	const struct ksym *x = a, *y = b;
+	return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+static void load_ksyms(void)
+{
+	FILE *f = fopen("/proc/kallsyms", "r");
+	if (!f)
+		return;
+	static char buf[1 << 16];
+	setvbuf(f, buf, _IOFBF, sizeof(buf));
+	char line[512], name[256], type;
+	unsigned long long addr;
+	size_t cap = 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%llx %c %255s", &addr, &type, name) != 3 || !addr)
+			continue;
+		if (type != 't' && type != 'T' && type != 'w' && type != 'W')
+			continue;
+		if (nr_ksyms == cap) {
+			cap = cap ? cap * 2 : 65536;
+			ksyms = realloc(ksyms, cap * sizeof(*ksyms));
+			if (!ksyms)
+				abort();
+		}
+		ksyms[nr_ksyms].addr = addr;
+		ksyms[nr_ksyms++].name = strdup(name);
+	}
+	fclose(f);
+	qsort(ksyms, nr_ksyms, sizeof(*ksyms), cmp_ksym);
+}
+
+static const char *ksym_name(unsigned long long ip)
+{
+	size_t lo = 0, hi = nr_ksyms;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (ksyms[mid].addr <= ip)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo ? ksyms[lo - 1].name : "[unknown]";
+}
+
+#define MAX_PERF_CPUS 1024
+static struct bpf_link *perf_links[MAX_PERF_CPUS];
+static int nr_perf_links;
+
+static int attach_sampling(struct sample_bpf *smp, int hz)
+{
+	int ncpu = libbpf_num_possible_cpus();
+	for (int cpu = 0; cpu < ncpu && cpu < MAX_PERF_CPUS; cpu++) {
+		struct perf_event_attr attr = {
+			.type = PERF_TYPE_SOFTWARE, .config = PERF_COUNT_SW_CPU_CLOCK, .size = sizeof(attr),
+			.freq = 1, .sample_freq = hz,
+		};
+		int fd = syscall(__NR_perf_event_open, &attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC);
+		if (fd < 0) {
+			if (errno == ENODEV)	/* offline CPU */
+				continue;
+			return -errno;
+		}
+		struct bpf_link *l = bpf_program__attach_perf_event(smp->progs.sample_request_stack, fd);
+		if (!l) {
+			int err = -errno;
+			close(fd);
+			return err;
+		}
+		perf_links[nr_perf_links++] = l;
+	}
+	return nr_perf_links ? 0 : -ENODEV;
+}
+
+static void detach_sampling(void)
+{
+	for (int i = 0; i < nr_perf_links; i++)
+		bpf_link__destroy(perf_links[i]);
+	nr_perf_links = 0;
+}
+
+/* "sampling": folded kernel stacks (root first) of traced tasks inside requests, with counts */
+static void json_sampling(struct jbuf *b, struct sample_bpf *smp, int hz, const char *why_off)
+{
+	jb_add(b, "\"sampling\":{\"hz\":%d", smp ? hz : 0);
+	if (!smp) {
+		jb_add(b, ",\"why_off\":");
+		jb_str(b, why_off);
+		jb_add(b, "}");
+		return;
+	}
+	load_ksyms();
+	int sfd = bpf_map__fd(smp->maps.samples), kfd = bpf_map__fd(smp->maps.stacks);
+	struct { __u32 pid; __s32 stack_id; } key, next;
+	void *prev = NULL;
+	unsigned long long total = 0, lost = 0;
+	__u64 ips[127];
+	bool first = true;
+	jb_add(b, ",\"folded\":[");
+	while (!bpf_map_get_next_key(sfd, prev, &next)) {
+		key = next;
+		prev = &key;
+		__u64 n;
+		if (bpf_map_lookup_elem(sfd, &key, &n))
+			continue;
+		total += n;
+		memset(ips, 0, sizeof(ips));
+		if (key.stack_id < 0 || bpf_map_lookup_elem(kfd, &key.stack_id, ips)) {
+			lost += n;
+			continue;
+		}
+		struct jbuf st = {};
+		int depth = 0;
+		while (depth < 127 && ips[depth])
+			depth++;
+		for (int i = depth - 1; i >= 0; i--)
+			jb_add(&st, "%s%s", i == depth - 1 ? "" : ";", ksym_name(ips[i]));
+		/* [stack, count] pairs: the same stack recurs for each thread it was sampled in */
+		jb_add(b, "%s[", first ? "" : ",");
+		first = false;
+		jb_str(b, st.s ? st.s : "[empty]");
+		jb_add(b, ",%llu]", (unsigned long long)n);
+		free(st.s);
+	}
+	jb_add(b, "],\"samples\":%llu,\"stacks_lost\":%llu,\"event\":\"cpu-clock\"}", total, lost);
+}
 
 static int handle_record(void *ctx, void *data, size_t size)
 {
@@ -700,6 +844,23 @@ int main(int argc, char **argv)
 	LOAD_OPTIONAL_SKEL(squashfs_bpf, sqf, squashfs_probes, blk->obj);
 	LOAD_OPTIONAL_SKEL(btrfs_bpf, btr, btrfs_probes, blk->obj);
 
+	struct sample_bpf *smp = NULL;
+	char sample_why[160] = "off (--sample-hz 0)";
+	if (opt.sample_hz > 0 && tsk) {
+		smp = sample_bpf__open();
+		if (!smp)
+			die("opening sample_bpf: %s", strerror(errno));
+		fill_cfg((struct fst_cfg *)&smp->rodata->cfg);
+		reuse_maps(blk->obj, smp->obj);
+		if (sample_bpf__load(smp)) {
+			snprintf(sample_why, sizeof(sample_why), "load failed: %s", strerror(errno));
+			sample_bpf__destroy(smp);
+			smp = NULL;
+		}
+	} else if (opt.sample_hz > 0) {
+		snprintf(sample_why, sizeof(sample_why), "needs request tracing (not with --block-only)");
+	}
+
 	for (int i = 0; i < opt.nr_devs; i++) {
 		struct dev_arg *d = &opt.devs[i];
 		__u32 kdev = (d->major << 20) | d->minor;
@@ -733,6 +894,15 @@ int main(int argc, char **argv)
 		err = tiers_attach(squashfs_probes, N(squashfs_probes));
 	if (!err && btr)
 		err = tiers_attach(btrfs_probes, N(btrfs_probes));
+	if (!err && smp) {
+		int serr = attach_sampling(smp, opt.sample_hz);
+		if (serr) {
+			snprintf(sample_why, sizeof(sample_why), "perf_event_open/attach failed: %s", strerror(-serr));
+			detach_sampling();
+			sample_bpf__destroy(smp);
+			smp = NULL;
+		}
+	}
 	if (err) {
 		if (child > 0) {
 			close(go[1]);
@@ -832,6 +1002,7 @@ int main(int argc, char **argv)
 			prog_stats(&probe_groups[g].probes[i]);
 		tiers_detach(probe_groups[g].probes, probe_groups[g].n);
 	}
+	detach_sampling();
 	while (ring_buffer__consume(rb) > 0)
 		;
 
@@ -912,6 +1083,8 @@ int main(int argc, char **argv)
 	       (unsigned long long)sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_WORK));
 	jb_add(&h, "\"expired_in_flight\":{\"bios\":%llu,\"requests\":%llu,\"after_ns\":%llu},",
 	       expired.bios, expired.requests, FST_STALE_NS);
+	json_sampling(&h, smp, opt.sample_hz, sample_why);
+	jb_add(&h, ",");
 	jb_add(&h, "\"kernel_aggregates\":{");
 	json_aggregates(&h, blk);
 	jb_add(&h, "},\"config\":%s}", meta);
@@ -919,6 +1092,7 @@ int main(int argc, char **argv)
 	ring_buffer__free(rb);
 	if (tsk)
 		tasks_bpf__destroy(tsk);
+	sample_bpf__destroy(smp);
 	erofs_bpf__destroy(ero);
 	squashfs_bpf__destroy(sqf);
 	btrfs_bpf__destroy(btr);

@@ -1,0 +1,52 @@
+"""Estimates from the sampling tier: kernel stacks of traced tasks sampled inside their requests.
+
+Where no fentry/kprobe can time decompression (tracepoint-only kernels), the share of samples whose stack
+passes through a decompressor estimates the CPU time spent decompressing in the reading tasks.  Each sample
+stands for 1/hz seconds; the count is Poisson, so the 95 % interval is count +- 1.96 sqrt(count) samples.
+"""
+import math
+import re
+
+# functions that only run to decompress (filesystem front ends and the library decoders under them)
+DECOMPRESSOR = re.compile(
+    r"^(squashfs_decompress|squashfs_xz_uncompress|(zstd|lz4|lzo|zlib)_uncompress|z_erofs_\w*decompress\w*|"
+    r"z_erofs_transform_plain|(zstd|lzo|zlib)_decompress_bio|btrfs_decompress\w*|LZ4_decompress\w*|"
+    r"lz4_decompress\w*|lzo1x_decompress\w*|ZSTD_decompress\w*|ZSTD_\w*[dD]ecode\w*|HUF_decompress\w*|"
+    r"FSE_decompress\w*|xz_dec_\w*|lzma_\w*|dict_repeat|zlib_inflate\w*|inflate_fast)$")
+
+
+def folded(header):
+    """{stack: samples}, summed over threads."""
+    out = {}
+    for stack, n in header.get("sampling", {}).get("folded", []):
+        out[stack] = out.get(stack, 0) + n
+    return out
+
+
+def is_decompression(stack):
+    return any(DECOMPRESSOR.match(f) for f in stack.split(";"))
+
+
+def decompression_estimate(header):
+    """In-task decompression CPU estimated from samples, or None if sampling was off."""
+    s = header.get("sampling") or {}
+    hz = s.get("hz") or 0
+    if not hz:
+        return None
+    stacks = folded(header)
+    k = sum(n for st, n in stacks.items() if is_decompression(st))
+    total = sum(stacks.values())
+    half = 1.96 * math.sqrt(k) if k else 3.0  # with no sample, 3 samples bound the rate at 95 %
+    per = 1e9 / hz
+    by_fn = {}
+    for st, n in stacks.items():
+        frames = [f for f in st.split(";") if DECOMPRESSOR.match(f)]
+        if frames:
+            by_fn[frames[0]] = by_fn.get(frames[0], 0) + n
+    return {
+        "method": "perf cpu-clock sampling at %d Hz of kernel stacks of traced tasks inside requests; "
+                  "samples whose stack contains a decompressor function" % hz,
+        "samples": int(k), "samples_in_requests": int(total), "stacks_lost": int(s.get("stacks_lost", 0)),
+        "ns": k * per, "ci95_ns": [max(0.0, (k - half) * per), (k + half) * per],
+        "by_function": dict(sorted(by_fn.items(), key=lambda kv: -kv[1])),
+    }
