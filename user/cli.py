@@ -263,7 +263,8 @@ def cmd_attach(args):
 
 
 def write_summary(resdir, wl=None, ctx=None):
-    from analysis import results, summary
+    """summary.json, the on-CPU flamegraph (SVG + folded) and the Perfetto timeline of a results directory."""
+    from analysis import flamegraph, results, sampling, summary, timeline
     res = results.load(os.path.join(resdir, "results.fst"))
     gt = wl.ground_truth(resdir, ctx) if wl else None
     s = summary.summarize(res, gt)
@@ -271,6 +272,12 @@ def write_summary(resdir, wl=None, ctx=None):
     with open(tmp, "w") as f:
         json.dump(s, f, indent=1, sort_keys=True)
     os.rename(tmp, os.path.join(resdir, "summary.json"))
+    stacks = sampling.folded(res.header)
+    if res.header.get("sampling", {}).get("hz"):
+        flamegraph.write(resdir, "oncpu", stacks, "on-CPU kernel stacks inside requests: %s" % (
+            res.config.get("label") or "fstrace"), "%d samples at %d Hz; orange: decompression, blue: block I/O"
+            % (sum(stacks.values()), res.header["sampling"]["hz"]))
+    timeline.write(res, os.path.join(resdir, "timeline.json"))
     return s
 
 
@@ -328,6 +335,19 @@ def cmd_compare(args):
         except FileNotFoundError:
             raise FstraceError("%s holds neither bench.json nor summary.json" % d)
     sys.stdout.write(tables.render_compare(tables.compare(*rows)))
+    if args.flamegraph:
+        from analysis import flamegraph, results, sampling
+        folded = []
+        for d in (args.a, args.b):
+            fst = os.path.join(d, "results.fst")
+            if not os.path.exists(fst):
+                raise FstraceError("--flamegraph compares two run directories; %s has no results.fst" % d)
+            folded.append(sampling.folded(results.load(fst).header))
+        with open(args.flamegraph, "w") as f:
+            f.write(flamegraph.render(folded[1], "differential on-CPU flamegraph: %s vs %s" % (args.b, args.a),
+                                      "widths: B's samples; red: more than in A (share), blue: less",
+                                      base=folded[0]))
+        progress("differential flamegraph in %s" % args.flamegraph)
     return 0
 
 
@@ -383,6 +403,7 @@ def build_parser():
     c = sub.add_parser("compare", help="what changed between two result sets (bench or run directories)")
     c.add_argument("a")
     c.add_argument("b")
+    c.add_argument("--flamegraph", help="also write a differential on-CPU flamegraph SVG (two run directories)")
     c.set_defaults(func=cmd_compare)
     rep = sub.add_parser("report", help="print the report of a run or bench directory (no root, no BPF)")
     rep.add_argument("dir")

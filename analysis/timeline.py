@@ -1,0 +1,85 @@
+"""A run as a Perfetto-loadable timeline (Chrome trace event JSON): pure function from Results to a dict.
+
+Tracks: one per traced thread (its requests, with their attribution in args), one per block device (its
+requests, Q->C), one per kworker (filesystem work items), one per thread for decompression units where they
+were measured; flows link each request to the block requests charged to its thread while it ran.
+"""
+import json
+
+import numpy as np
+
+from analysis.summary import ATTRIBUTION_PARTS, dev_name, enum_name
+
+
+def _us(ns, t0):
+    return (int(ns) - t0) / 1000.0
+
+
+def build(res):
+    h = res.header
+    t0 = int(h["time"]["start_ns"])
+    ev = []
+    req = res.records.get("req")
+    io = res.records.get("io")
+    work = res.records.get("work")
+    dec = res.records.get("decomp")
+    ev.append({"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "requests (traced threads)"}})
+    ev.append({"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "block devices"}})
+    ev.append({"ph": "M", "name": "process_name", "pid": 3, "args": {"name": "kworkers (filesystem work)"}})
+    flow = 0
+    if req is not None and len(req):
+        for r in req:
+            args = {p[:-3]: int(r[p]) / 1000.0 for p in ATTRIBUTION_PARTS}
+            args.update(bytes=int(r["ret"]), ino=int(r["ino"]), block_requests=int(r["nr_ios"]))
+            ev.append({"ph": "X", "pid": 1, "tid": int(r["pid"]), "ts": _us(r["ts_start_ns"], t0),
+                       "dur": max((int(r["ts_end_ns"]) - int(r["ts_start_ns"])) / 1000.0, 0.001),
+                       "name": enum_name(h, "req_kind", r["kind"]), "cat": "request", "args": args})
+    if io is not None and len(io):
+        # per thread, its requests by start time: the request running when a block request was queued
+        by_pid = {}
+        if req is not None and len(req):
+            for pid in np.unique(req["pid"]):
+                mine = req[req["pid"] == pid]
+                mine = mine[np.argsort(mine["ts_start_ns"])]
+                by_pid[int(pid)] = (mine["ts_start_ns"], mine["ts_end_ns"])
+        for b in io:
+            start = int(b["ts_queue_ns"]) or int(b["ts_complete_ns"])
+            ev.append({"ph": "X", "pid": 2, "tid": int(b["dev"]), "ts": _us(start, t0),
+                       "dur": max((int(b["ts_complete_ns"]) - start) / 1000.0, 0.001),
+                       "name": "%s %d KiB" % ("R" if (int(b["cmd_flags"]) & 0xFF) == 0 else "W",
+                                              int(b["bytes"]) // 1024),
+                       "cat": "block", "args": {"sector": int(b["sector"]), "bytes": int(b["bytes"]),
+                                                "charged_pid": int(b["pid"]), "bios": int(b["nr_bios"])}})
+            spans = by_pid.get(int(b["pid"]))
+            if spans is not None:
+                k = int(np.searchsorted(spans[0], start, side="right")) - 1
+                if k >= 0 and spans[1][k] >= start:
+                    flow += 1
+                    ev.append({"ph": "s", "id": flow, "pid": 1, "tid": int(b["pid"]), "ts": _us(start, t0),
+                               "name": "issued", "cat": "flow"})
+                    ev.append({"ph": "f", "bp": "e", "id": flow, "pid": 2, "tid": int(b["dev"]),
+                               "ts": _us(start, t0), "name": "issued", "cat": "flow"})
+        for d in np.unique(io["dev"]):
+            ev.append({"ph": "M", "name": "thread_name", "pid": 2, "tid": int(d), "args": {"name": dev_name(d)}})
+    if work is not None and len(work):
+        for w in work:
+            ev.append({"ph": "X", "pid": 3, "tid": int(w["pid"]), "ts": _us(w["ts_start_ns"], t0),
+                       "dur": max((int(w["ts_end_ns"]) - int(w["ts_start_ns"])) / 1000.0, 0.001),
+                       "name": enum_name(h, "work_kind", w["kind"]), "cat": "work",
+                       "args": {"queued_us_before": ((int(w["ts_start_ns"]) - int(w["ts_queue_ns"])) / 1000.0
+                                                     if w["ts_queue_ns"] else None)}})
+    if dec is not None and len(dec):
+        for d in dec:
+            ev.append({"ph": "X", "pid": 3 if d["charged_pid"] == 0 else 1, "tid": int(d["pid"]),
+                       "ts": _us(d["ts_start_ns"], t0),
+                       "dur": max((int(d["ts_end_ns"]) - int(d["ts_start_ns"])) / 1000.0, 0.001),
+                       "name": "decompress %s %s" % (enum_name(h, "fs", d["fs"]), enum_name(h, "alg", d["alg"])),
+                       "cat": "decompression", "args": {"in": int(d["in_bytes"]), "out": int(d["out_bytes"])}})
+    return {"traceEvents": ev, "displayTimeUnit": "ms",
+            "otherData": {"kernel": h["kernel"]["release"], "workload": res.config.get("workload"),
+                          "label": res.config.get("label")}}
+
+
+def write(res, path):
+    with open(path, "w") as f:
+        json.dump(build(res), f)
