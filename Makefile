@@ -59,5 +59,5 @@ bench-overhead: all
 
 # The fentry/kprobe tier on a Debian 6.1 kernel under QEMU (part of the test suite too).
 vmtest: all
-	./scripts/setup.sh
+	./scripts/setup.sh --test
 	/usr/bin/python3 scripts/vmtest.py

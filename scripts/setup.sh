@@ -1,6 +1,5 @@
 #!/bin/sh
 # Install what fstrace needs (Debian bookworm packages) and build it. Idempotent: a no-op when all is there.
-# qemu-system-x86, busybox-static, kmod and cpio are for the 6.1-kernel test of the fentry/kprobe tier.
 # Why not bcc/python3-bcc: bcc compiles its BPF C against kernel headers on the target at every start;
 # fstrace's CO-RE objects are compiled once and relocated by libbpf on any kernel with BTF.
 set -eu
@@ -8,8 +7,11 @@ here=$(CDPATH= cd -- "$(dirname -- "$0")/.." && pwd)
 
 PKGS="make gcc clang llvm libbpf-dev libelf-dev zlib1g-dev libzstd-dev bpftool
       fio erofs-utils squashfs-tools btrfs-progs xfsprogs e2fsprogs util-linux tar lz4
-      python3 python3-numpy python3-pytest
-      qemu-system-x86 busybox-static kmod cpio"
+      python3 python3-numpy"
+# --test: what only the tests need (pytest; QEMU, busybox, kmod and cpio for the Debian 6.1 kernel test)
+if [ "${1:-}" = "--test" ]; then
+	PKGS="$PKGS python3-pytest qemu-system-x86 busybox-static kmod cpio"
+fi
 
 missing=""
 for p in $PKGS; do

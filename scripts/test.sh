@@ -7,6 +7,6 @@ if [ "$(id -u)" -ne 0 ]; then
 	echo "fstrace tests: must run as root (try: sudo ./scripts/test.sh)" >&2
 	exit 1
 fi
-"$here/scripts/setup.sh"
+"$here/scripts/setup.sh" --test
 cd "$here"
 exec /usr/bin/python3 -m pytest -p no:cacheprovider "$@" tests

@@ -22,7 +22,7 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="session", autouse=True)
 def built():
-    subprocess.run([os.path.join(ROOT, "scripts", "setup.sh")], check=True)
+    subprocess.run([os.path.join(ROOT, "scripts", "setup.sh"), "--test"], check=True)
     assert os.access(COLLECTOR, os.X_OK)
 
 

@@ -1033,18 +1033,12 @@ int main(int argc, char **argv)
 		json_probes(&h, probe_groups[g].probes, probe_groups[g].n, &first);
 	jb_add(&h, "],\"loop_charging\":%s,", blk->rodata->cfg.loop_rootcg_workfn ? "true" : "false");
 	jb_add(&h, "\"filter\":{\"comm\":");
-	if (opt.comm)
-		jb_str(&h, opt.comm);
-	else
-		jb_add(&h, "null");
+	jb_str_or_null(&h, opt.comm);
 	jb_add(&h, ",\"sdevs\":[");
 	for (int i = 0; i < opt.nr_sdevs; i++)
 		jb_add(&h, "%s%u", i ? "," : "", (opt.sdevs[i][0] << 20) | opt.sdevs[i][1]);
 	jb_add(&h, "],\"all_tasks\":%s,\"cgroup\":", !opt.cmd && !opt.nr_pids && !opt.cgroup && !opt.comm ? "true" : "false");
-	if (opt.cgroup)
-		jb_str(&h, opt.cgroup);
-	else
-		jb_add(&h, "null");
+	jb_str_or_null(&h, opt.cgroup);
 	jb_add(&h, ",\"pids\":[");
 	for (int i = 0; i < opt.nr_pids; i++)
 		jb_add(&h, "%s%d", i ? "," : "", opt.pids[i]);

@@ -34,6 +34,14 @@ void jb_add(struct jbuf *b, const char *fmt, ...)
 	}
 }
 
+void jb_str_or_null(struct jbuf *b, const char *s)
+{
+	if (s)
+		jb_str(b, s);
+	else
+		jb_add(b, "null");
+}
+
 void jb_str(struct jbuf *b, const char *s)
 {
 	jb_add(b, "\"");
@@ -52,32 +60,38 @@ void jb_str(struct jbuf *b, const char *s)
 /* Field tables generated from the X-macros in records.h: the one definition of each layout. */
 #define FIELD_JSON(t, n) \
 	jb_add(b, "%s{\"name\":\"%s\",\"type\":\"%s\",\"offset\":%zu,\"size\":%zu}", \
-	       first ? "" : ",", #n, #t, offsetof(REC, n), sizeof(((REC *)0)->n)); first = 0;
+	       first ? "" : ",", #n, #t, offsetof(rec_t, n), sizeof(((rec_t *)0)->n)); first = 0;
 #define STRING_JSON(n, len) \
 	jb_add(b, "%s{\"name\":\"%s\",\"type\":\"char\",\"offset\":%zu,\"size\":%d}", \
-	       first ? "" : ",", #n, offsetof(REC, n), len); first = 0;
+	       first ? "" : ",", #n, offsetof(rec_t, n), len); first = 0;
+#define DEFINE_LAYOUT(lname, rstruct, FIELDS)                                 \
+	static void layout_##lname(struct jbuf *b)                              \
+	{                                                                       \
+		typedef rstruct rec_t;                                          \
+		int first = 1;                                                  \
+		jb_add(b, "[");                                                 \
+		FST_REC_HEADER(FIELD_JSON, STRING_JSON)                         \
+		FIELDS(FIELD_JSON, STRING_JSON)                                 \
+		jb_add(b, "]");                                                 \
+	}
 
-static void layout_req(struct jbuf *b)
-{
-#define REC struct fst_req
-	int first = 1;
-	jb_add(b, "\"req\":{\"type\":%d,\"size\":%zu,\"fields\":[", FST_REC_REQ, sizeof(REC));
-	FST_REC_HEADER(FIELD_JSON, STRING_JSON)
-	FST_REQ_FIELDS(FIELD_JSON, STRING_JSON)
-	jb_add(b, "]}");
-#undef REC
-}
+DEFINE_LAYOUT(req, struct fst_req, FST_REQ_FIELDS)
+DEFINE_LAYOUT(io, struct fst_io, FST_IO_FIELDS)
+DEFINE_LAYOUT(decomp, struct fst_decomp, FST_DECOMP_FIELDS)
+DEFINE_LAYOUT(work, struct fst_work, FST_WORK_FIELDS)
 
-static void layout_io(struct jbuf *b)
-{
-#define REC struct fst_io
-	int first = 1;
-	jb_add(b, "\"io\":{\"type\":%d,\"size\":%zu,\"fields\":[", FST_REC_IO, sizeof(REC));
-	FST_REC_HEADER(FIELD_JSON, STRING_JSON)
-	FST_IO_FIELDS(FIELD_JSON, STRING_JSON)
-	jb_add(b, "]}");
-#undef REC
-}
+/* every record type the results file can hold: its size and field table */
+static const struct rec_type {
+	int type;
+	size_t size;
+	void (*layout)(struct jbuf *b);
+} rec_types[] = {
+	{ FST_REC_REQ, sizeof(struct fst_req), layout_req },
+	{ FST_REC_IO, sizeof(struct fst_io), layout_io },
+	{ FST_REC_DECOMP, sizeof(struct fst_decomp), layout_decomp },
+	{ FST_REC_WORK, sizeof(struct fst_work), layout_work },
+};
+#define NR_REC_TYPES (int)(sizeof(rec_types) / sizeof(rec_types[0]))
 
 #define ENUM_JSON(c, v, n) jb_add(b, "%s\"%d\":\"%s\"", first ? "" : ",", v, n); first = 0;
 #define ENUM_OBJ(name, X)                         \
@@ -113,43 +127,6 @@ char *enums_json(void)
 	return jb.s;
 }
 
-static void layout_decomp(struct jbuf *b)
-{
-#define REC struct fst_decomp
-	int first = 1;
-	jb_add(b, "\"decomp\":{\"type\":%d,\"size\":%zu,\"fields\":[", FST_REC_DECOMP, sizeof(REC));
-	FST_REC_HEADER(FIELD_JSON, STRING_JSON)
-	FST_DECOMP_FIELDS(FIELD_JSON, STRING_JSON)
-	jb_add(b, "]}");
-#undef REC
-}
-
-static void layout_work(struct jbuf *b)
-{
-#define REC struct fst_work
-	int first = 1;
-	jb_add(b, "\"work\":{\"type\":%d,\"size\":%zu,\"fields\":[", FST_REC_WORK, sizeof(REC));
-	FST_REC_HEADER(FIELD_JSON, STRING_JSON)
-	FST_WORK_FIELDS(FIELD_JSON, STRING_JSON)
-	jb_add(b, "]}");
-#undef REC
-}
-
-char *records_layout_json(void)
-{
-	struct jbuf b = {};
-	jb_add(&b, "{");
-	layout_req(&b);
-	jb_add(&b, ",");
-	layout_io(&b);
-	jb_add(&b, ",");
-	layout_decomp(&b);
-	jb_add(&b, ",");
-	layout_work(&b);
-	jb_add(&b, "}");
-	return b.s;
-}
-
 #define REC_NAME_CASE(c, v, n) case c: return n;
 static const char *rec_name(int type)
 {
@@ -161,13 +138,24 @@ static const char *rec_name(int type)
 
 static uint32_t rec_size(int type)
 {
-	switch (type) {
-	case FST_REC_REQ: return sizeof(struct fst_req);
-	case FST_REC_IO: return sizeof(struct fst_io);
-	case FST_REC_DECOMP: return sizeof(struct fst_decomp);
-	case FST_REC_WORK: return sizeof(struct fst_work);
-	}
+	for (int i = 0; i < NR_REC_TYPES; i++)
+		if (rec_types[i].type == type)
+			return rec_types[i].size;
 	return 0;
+}
+
+char *records_layout_json(void)
+{
+	struct jbuf b = {};
+	jb_add(&b, "{");
+	for (int i = 0; i < NR_REC_TYPES; i++) {
+		jb_add(&b, "%s\"%s\":{\"type\":%d,\"size\":%zu,\"fields\":", i ? "," : "",
+		       rec_name(rec_types[i].type), rec_types[i].type, rec_types[i].size);
+		rec_types[i].layout(&b);
+		jb_add(&b, "}");
+	}
+	jb_add(&b, "}");
+	return b.s;
 }
 
 /* an unlinked file in dir: nothing is left behind if we die */

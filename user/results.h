@@ -54,5 +54,6 @@ struct jbuf {
 };
 void jb_add(struct jbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void jb_str(struct jbuf *b, const char *s);	/* quoted, escaped */
+void jb_str_or_null(struct jbuf *b, const char *s);
 
 #endif
