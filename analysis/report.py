@@ -82,6 +82,15 @@ def render(s):
         if est["by_function"]:
             w("    by decompressor: " + ", ".join("%s %d" % kv for kv in list(est["by_function"].items())[:5]))
 
+    off = s.get("offcpu")
+    if off and off["by_reason"]:
+        w("")
+        w("  off-CPU time by the function it blocked in (kernel stacks at every switch-out in a request)")
+        for reason, r in sorted(off["by_reason"].items(), key=lambda kv: -kv[1]["ns"]):
+            w("    %-8s %9.1f ms: %s" % (reason, r["ns"] / 1e6, ", ".join("%s %.1f ms" % (f, ns / 1e6)
+                                                                    for f, ns in r["top"])))
+        w("    lock waits (uninterruptible sleep under a sleeping lock): %.1f ms" % (off["lock_wait_ns"] / 1e6))
+
     for kind, wk in sorted((s.get("async_work") or {}).items()):
         w("")
         w("  %s in kworkers: %d items, %.1f ms, per item p50 %.1f us p99 %.1f us, queued p50 %s us before running"

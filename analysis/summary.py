@@ -301,6 +301,7 @@ def summarize(res, ground_truth=None):
         "attribution": attribution(all_fs),
         "decompression": decompression(res, all_fs),
         "async_work": async_work(res),
+        "offcpu": sampling.offcpu_summary(h),
         "devices": devices,
         "tiers": tiers(res),
         "unavailable": unavailable(res),

@@ -81,6 +81,35 @@ struct {
 	__type(value, struct work_start);
 } work_running SEC(".maps");
 
+/* kernel stacks: sampled on-CPU (sample.bpf.c) and at every off-CPU switch in a request (tasks.bpf.c) */
+#define MAX_STACK_DEPTH 127
+
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 16384);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
+} stacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct fst_offcpu_key);
+	__type(value, __u64);
+} offcpu SEC(".maps");
+
+static __always_inline void offcpu_add(__s32 stack_id, __u32 reason, __u64 ns)
+{
+	if (!cfg.offcpu_stacks || !ns)
+		return;
+	struct fst_offcpu_key k = { .stack_id = stack_id, .reason = reason };
+	__u64 *v = bpf_map_lookup_elem(&offcpu, &k);
+	if (v)
+		__sync_fetch_and_add(v, ns);
+	else
+		bpf_map_update_elem(&offcpu, &k, &ns, BPF_NOEXIST);
+}
+
 /* the request a traced thread is in, while it is in one */
 struct task_req {
 	__u64 start;
@@ -94,6 +123,7 @@ struct task_req {
 	__s64 pos;
 	__u64 io_bytes;
 	__u32 off_state;
+	__s32 off_stack;	/* kernel stack where it went off-CPU (when cfg.offcpu_stacks) */
 	__u32 sdev;
 	__u32 nr;
 	__u32 nr_ios;

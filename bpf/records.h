@@ -287,6 +287,20 @@ struct fst_dev_cfg {
 	__u32 is_loop;
 };
 
+/* off-CPU time per (kernel stack, reason), accumulated in the kernel */
+#define FST_OFFCPU_REASONS(E)                     \
+	E(FST_OFF_IO, 1, "io_wait")               \
+	E(FST_OFF_DSLEEP, 2, "dsleep")            \
+	E(FST_OFF_SLEEP, 3, "sleep")              \
+	E(FST_OFF_WORKER, 4, "worker")
+
+enum fst_offcpu_reason { FST_OFFCPU_REASONS(FST_ENUM_MEMBER) };
+
+struct fst_offcpu_key {
+	__s32 stack_id;
+	__u32 reason;
+};
+
 /* drop counters, one per record type (index = enum fst_rec_type) */
 #define FST_MAX_REC_TYPES 8
 
@@ -303,7 +317,8 @@ struct fst_cfg {
 	__u8 filter_pids;		/* task must be in traced_pids (a process tree) */
 	__u8 filter_comm;		/* task comm must equal comm */
 	__u8 filter_sdev;		/* requests only on files of the superblocks in traced_sdevs */
-	__u8 pad[5];
+	__u8 offcpu_stacks;		/* record the kernel stack of every off-CPU interval in a request */
+	__u8 pad[4];
 	char comm[16];
 };
 

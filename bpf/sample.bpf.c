@@ -9,15 +9,6 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-#define MAX_STACK_DEPTH 127
-
-struct {
-	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
-	__uint(max_entries, 16384);
-	__uint(key_size, sizeof(__u32));
-	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
-} stacks SEC(".maps");
-
 struct sample_key {
 	__u32 pid;
 	__s32 stack_id;		/* negative: the stack could not be recorded */

@@ -127,7 +127,7 @@ static __always_inline int handle_sys_exit(long ret)
 	return 0;
 }
 
-static __always_inline int handle_switch(bool preempt, struct task_struct *prev,
+static __always_inline int handle_switch(void *ctx, bool preempt, struct task_struct *prev,
 					 struct task_struct *next, unsigned int prev_state)
 {
 	__u64 now = bpf_ktime_get_ns();
@@ -145,6 +145,7 @@ static __always_inline int handle_switch(bool preempt, struct task_struct *prev,
 		r->off_ts = now;
 		r->wake_ts = 0;
 		r->off_state = prev_state;
+		r->off_stack = cfg.offcpu_stacks ? bpf_get_stackid(ctx, &stacks, 0) : -1;
 		/* preempted, or yielded while still runnable: waiting for a CPU, not sleeping */
 		r->off_preempted = preempt || prev_state == 0;
 		/* waiting for I/O: in io_schedule() (the kernel's own iowait, as delay accounting counts it,
@@ -173,16 +174,21 @@ static __always_inline int handle_switch(bool preempt, struct task_struct *prev,
 				queued = queued < r->off_ts ? r->off_ts : (queued > start ? start : queued);
 				r->worker += woke - start;
 				r->worker_wait += start - queued;
+				offcpu_add(r->off_stack, FST_OFF_WORKER, woke - queued);
 				slept = queued - r->off_ts;
 				r->waker_start = r->waker_queue = 0;
 			}
 			if (r->off_state & TASK_UNINTERRUPTIBLE_BIT) {
-				if (r->off_io)
+				if (r->off_io) {
 					r->io_wait += slept;
-				else
+					offcpu_add(r->off_stack, FST_OFF_IO, slept);
+				} else {
 					r->dsleep += slept;
+					offcpu_add(r->off_stack, FST_OFF_DSLEEP, slept);
+				}
 			} else {
 				r->sleep += slept;
+				offcpu_add(r->off_stack, FST_OFF_SLEEP, slept);
 			}
 			r->runq += now - woke;
 		}
@@ -260,11 +266,11 @@ int BPF_PROG(sys_exit_raw, struct pt_regs *regs, long ret) { return handle_sys_e
 SEC("tp_btf/sched_switch")
 int BPF_PROG(sched_switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
-{ return handle_switch(preempt, prev, next, prev_state); }
+{ return handle_switch(ctx, preempt, prev, next, prev_state); }
 SEC("raw_tp/sched_switch")
 int BPF_PROG(sched_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
-{ return handle_switch(preempt, prev, next, prev_state); }
+{ return handle_switch(ctx, preempt, prev, next, prev_state); }
 
 SEC("tp_btf/sched_wakeup")
 int BPF_PROG(sched_wakeup_btf, struct task_struct *p) { return handle_wakeup(p); }

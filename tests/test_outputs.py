@@ -70,3 +70,24 @@ def test_timeline_holds_every_request_and_block_request(xz_run):
     ends = sorted(e["id"] for e in ev if e["ph"] == "f")
     assert starts == ends and len(starts) > 0
     assert all(e["dur"] > 0 for e in ev if e["ph"] == "X")
+
+
+def test_offcpu_stacks_account_for_every_offcpu_nanosecond(xz_run):
+    """The kernel-side off-CPU stack map and the per-request attribution are one measurement: they agree."""
+    res = results.load(str(xz_run / "results.fst"))
+    off = res.header["offcpu"]
+    names = res.header["enums"]["offcpu_reason"]
+    total = {}
+    for _, reason, ns in off["folded"]:
+        total[names[str(reason)]] = total.get(names[str(reason)], 0) + ns
+    req = res["req"]
+    parts = {"io_wait": int(req["io_wait_ns"].sum()), "dsleep": int(req["dsleep_ns"].sum()),
+             "sleep": int(req["sleep_ns"].sum()),
+             "worker": int(req["worker_ns"].sum() + req["worker_wait_ns"].sum())}
+    assert sum(total.values()) + off["stack_lost_ns"] == sum(parts.values())
+    for reason, ns in total.items():
+        assert ns <= parts[reason]
+    svg = (xz_run / "offcpu.svg").read_text()
+    f = frames(svg)
+    assert any(name.startswith("[") for name in f)  # the reason roots
+    assert "schedule" not in f and not any(n.startswith("bpf_prog_") for n in f)  # trimmed at the scheduler

@@ -277,6 +277,11 @@ def write_summary(resdir, wl=None, ctx=None):
         flamegraph.write(resdir, "oncpu", stacks, "on-CPU kernel stacks inside requests: %s" % (
             res.config.get("label") or "fstrace"), "%d samples at %d Hz; orange: decompression, blue: block I/O"
             % (sum(stacks.values()), res.header["sampling"]["hz"]))
+    offcpu = sampling.offcpu_folded(res.header)
+    if res.header.get("offcpu"):
+        weighted = {"[%s];%s" % k: max(1, ns // 1000) for k, ns in offcpu.items()}
+        flamegraph.write(resdir, "offcpu", weighted, "off-CPU kernel stacks inside requests: %s" % (
+            res.config.get("label") or "fstrace"), "weighted by microseconds blocked; roots: why it was off-CPU")
     timeline.write(res, os.path.join(resdir, "timeline.json"))
     return s
 

@@ -296,6 +296,7 @@ static void fill_cfg(struct fst_cfg *out)
 	if (opt.comm)
 		strncpy(c->comm, opt.comm, sizeof(c->comm) - 1);
 	c->filter_sdev = opt.nr_sdevs > 0;
+	c->offcpu_stacks = opt.sample_hz > 0;
 	done = true;
 	*out = cached;
 }
@@ -476,6 +477,52 @@ static void detach_sampling(void)
 	nr_perf_links = 0;
 }
 
+/* one kernel stack, root first, "a;b;c"; false if it was not recorded */
+static bool fold_stack(int stacks_fd, __s32 id, struct jbuf *out)
+{
+	__u64 ips[127] = {};
+	if (id < 0 || bpf_map_lookup_elem(stacks_fd, &id, ips))
+		return false;
+	int depth = 0;
+	while (depth < 127 && ips[depth])
+		depth++;
+	for (int i = depth - 1; i >= 0; i--)
+		jb_add(out, "%s%s", i == depth - 1 ? "" : ";", ksym_name(ips[i]));
+	if (!depth)
+		jb_add(out, "[empty]");
+	return true;
+}
+
+/* "offcpu": [stack, reason, ns] for every off-CPU interval of traced tasks inside requests */
+static void json_offcpu(struct jbuf *b, struct block_bpf *blk)
+{
+	int ofd = bpf_map__fd(blk->maps.offcpu), kfd = bpf_map__fd(blk->maps.stacks);
+	struct fst_offcpu_key key, next;
+	void *prev = NULL;
+	bool first = true;
+	unsigned long long lost_ns = 0;
+	jb_add(b, "\"offcpu\":{\"folded\":[");
+	while (!bpf_map_get_next_key(ofd, prev, &next)) {
+		key = next;
+		prev = &key;
+		__u64 ns;
+		if (bpf_map_lookup_elem(ofd, &key, &ns))
+			continue;
+		struct jbuf st = {};
+		if (!fold_stack(kfd, key.stack_id, &st)) {
+			lost_ns += ns;
+			free(st.s);
+			continue;
+		}
+		jb_add(b, "%s[", first ? "" : ",");
+		first = false;
+		jb_str(b, st.s);
+		jb_add(b, ",%u,%llu]", key.reason, (unsigned long long)ns);
+		free(st.s);
+	}
+	jb_add(b, "],\"stack_lost_ns\":%llu}", lost_ns);
+}
+
 /* "sampling": folded kernel stacks (root first) of traced tasks inside requests, with counts */
 static void json_sampling(struct jbuf *b, struct sample_bpf *smp, int hz, const char *why_off)
 {
@@ -486,12 +533,10 @@ static void json_sampling(struct jbuf *b, struct sample_bpf *smp, int hz, const 
 		jb_add(b, "}");
 		return;
 	}
-	load_ksyms();
 	int sfd = bpf_map__fd(smp->maps.samples), kfd = bpf_map__fd(smp->maps.stacks);
 	struct { __u32 pid; __s32 stack_id; } key, next;
 	void *prev = NULL;
 	unsigned long long total = 0, lost = 0;
-	__u64 ips[127];
 	bool first = true;
 	jb_add(b, ",\"folded\":[");
 	while (!bpf_map_get_next_key(sfd, prev, &next)) {
@@ -501,17 +546,12 @@ static void json_sampling(struct jbuf *b, struct sample_bpf *smp, int hz, const 
 		if (bpf_map_lookup_elem(sfd, &key, &n))
 			continue;
 		total += n;
-		memset(ips, 0, sizeof(ips));
-		if (key.stack_id < 0 || bpf_map_lookup_elem(kfd, &key.stack_id, ips)) {
+		struct jbuf st = {};
+		if (!fold_stack(kfd, key.stack_id, &st)) {
 			lost += n;
+			free(st.s);
 			continue;
 		}
-		struct jbuf st = {};
-		int depth = 0;
-		while (depth < 127 && ips[depth])
-			depth++;
-		for (int i = depth - 1; i >= 0; i--)
-			jb_add(&st, "%s%s", i == depth - 1 ? "" : ";", ksym_name(ips[i]));
 		/* [stack, count] pairs: the same stack recurs for each thread it was sampled in */
 		jb_add(b, "%s[", first ? "" : ",");
 		first = false;
@@ -1077,8 +1117,14 @@ int main(int argc, char **argv)
 	       (unsigned long long)sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_WORK));
 	jb_add(&h, "\"expired_in_flight\":{\"bios\":%llu,\"requests\":%llu,\"after_ns\":%llu},",
 	       expired.bios, expired.requests, FST_STALE_NS);
+	if (opt.sample_hz > 0)
+		load_ksyms();
 	json_sampling(&h, smp, opt.sample_hz, sample_why);
 	jb_add(&h, ",");
+	if (blk->rodata->cfg.offcpu_stacks) {
+		json_offcpu(&h, blk);
+		jb_add(&h, ",");
+	}
 	jb_add(&h, "\"kernel_aggregates\":{");
 	json_aggregates(&h, blk);
 	jb_add(&h, "},\"config\":%s}", meta);

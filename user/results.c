@@ -123,6 +123,8 @@ char *enums_json(void)
 	ENUM_OBJ("tier", FST_TIERS);
 	jb_add(b, ",");
 	ENUM_OBJ("work_kind", FST_WORK_KINDS);
+	jb_add(b, ",");
+	ENUM_OBJ("offcpu_reason", FST_OFFCPU_REASONS);
 	jb_add(b, "}");
 	return jb.s;
 }
