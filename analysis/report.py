@@ -82,6 +82,14 @@ def render(s):
         if est["by_function"]:
             w("    by decompressor: " + ", ".join("%s %d" % kv for kv in list(est["by_function"].items())[:5]))
 
+    da = s.get("delay_accounting")
+    if da and da["threads"]:
+        w("")
+        w("  I/O wait vs the kernel's task delay accounting (blkio delay), per thread")
+        for t in sorted(da["threads"], key=lambda t: -t["blkio_delay_ns"])[:5]:
+            w("    %-16s %7d  kernel %9.1f ms (%d waits)  fstrace %9.1f ms" % (
+                t["comm"], t["pid"], t["blkio_delay_ns"] / 1e6, t["blkio_count"], t["fstrace_io_wait_ns"] / 1e6))
+
     off = s.get("offcpu")
     if off and off["by_reason"]:
         w("")

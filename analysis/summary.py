@@ -250,6 +250,25 @@ def async_work(res):
     return out
 
 
+def delay_accounting(res):
+    """Per traced thread that exited: the kernel's blkio delay next to fstrace's I/O wait in its requests."""
+    t = res.records.get("task")
+    if t is None or not len(t):
+        return None
+    req = res["req"]
+    threads = []
+    for x in t:
+        mine = req[req["pid"] == x["pid"]]
+        ours = int(mine["io_wait_ns"].sum() + mine["worker_ns"].sum() + mine["worker_wait_ns"].sum())
+        if x["blkio_count"] or ours:
+            threads.append({"pid": int(x["pid"]), "comm": bytes(x["comm"]).rstrip(b"\0").decode(errors="replace"),
+                            "blkio_delay_ns": int(x["blkio_delay_ns"]), "blkio_count": int(x["blkio_count"]),
+                            "fstrace_io_wait_ns": ours})
+    return {"threads": threads,
+            "note": "blkio delay: the kernel's time in io_schedule() over the thread's life (task delay "
+                    "accounting); fstrace: I/O wait (+ kworker time) inside its requests"}
+
+
 def unavailable(res):
     """Figures this run could not measure, with the reason; printed instead of zeros."""
     out = []
@@ -302,6 +321,7 @@ def summarize(res, ground_truth=None):
         "decompression": decompression(res, all_fs),
         "async_work": async_work(res),
         "offcpu": sampling.offcpu_summary(h),
+        "delay_accounting": delay_accounting(res),
         "devices": devices,
         "tiers": tiers(res),
         "unavailable": unavailable(res),

@@ -33,7 +33,8 @@
 	E(FST_REC_REQ, 1, "req")	/* one read/metadata syscall of a traced task */ \
 	E(FST_REC_IO, 2, "io")		/* one completed block request on a traced device */ \
 	E(FST_REC_DECOMP, 3, "decomp")	/* one decompression of a compressed unit */ \
-	E(FST_REC_WORK, 4, "work")	/* one execution of a known filesystem work item */
+	E(FST_REC_WORK, 4, "work")	/* one execution of a known filesystem work item */ \
+	E(FST_REC_TASK, 5, "task")	/* a traced thread's exit, with the kernel's delay accounting */
 
 #define FST_REQ_KINDS(E)                                                       \
 	E(FST_REQ_READ, 1, "read")	/* read, pread64, readv, preadv, preadv2 */      \
@@ -205,6 +206,20 @@ enum fst_work_kind { FST_WORK_KINDS(FST_ENUM_MEMBER) };
 	F(__u16, pad0)           \
 	S(comm, 16)
 
+/*
+ * A traced thread exits: the kernel's own task delay accounting for it
+ * (blkio: time in io_schedule(), from entering it to running again), the
+ * ground truth fstrace's I/O wait is checked against.
+ */
+#define FST_TASK_FIELDS(F, S)    \
+	F(__u64, ts_exit_ns)     \
+	F(__u64, blkio_delay_ns) \
+	F(__u32, blkio_count)    \
+	F(__u32, pid)            \
+	F(__u32, tgid)           \
+	F(__u32, pad0)           \
+	S(comm, 16)
+
 #define FST_DECLARE_FIELD(t, n) t n;
 #define FST_DECLARE_STRING(n, len) char n[len];
 
@@ -226,6 +241,11 @@ struct fst_decomp {
 struct fst_work {
 	FST_REC_HEADER(FST_DECLARE_FIELD, FST_DECLARE_STRING)
 	FST_WORK_FIELDS(FST_DECLARE_FIELD, FST_DECLARE_STRING)
+};
+
+struct fst_task {
+	FST_REC_HEADER(FST_DECLARE_FIELD, FST_DECLARE_STRING)
+	FST_TASK_FIELDS(FST_DECLARE_FIELD, FST_DECLARE_STRING)
 };
 
 /* ---- in-flight block state, kept in maps and expired by the collector ---- */

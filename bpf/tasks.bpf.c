@@ -232,7 +232,23 @@ static __always_inline int handle_fork(struct task_struct *parent, struct task_s
 
 static __always_inline int handle_exit(void)
 {
-	__u32 pid = (__u32)bpf_get_current_pid_tgid();
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 pid = (__u32)pid_tgid;
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct task_delay_info *delays = BPF_CORE_READ(task, delays);
+	if (delays && current_is_traced()) {
+		struct fst_task *rec = record_reserve(FST_REC_TASK, sizeof(*rec));
+		if (rec) {
+			rec->ts_exit_ns = bpf_ktime_get_ns();
+			rec->blkio_delay_ns = BPF_CORE_READ(delays, blkio_delay);
+			rec->blkio_count = BPF_CORE_READ(delays, blkio_count);
+			rec->pid = pid;
+			rec->tgid = pid_tgid >> 32;
+			rec->pad0 = 0;
+			bpf_get_current_comm(rec->comm, sizeof(rec->comm));
+			bpf_ringbuf_submit(rec, 0);
+		}
+	}
 	bpf_map_delete_elem(&task_reqs, &pid);
 	bpf_map_delete_elem(&task_inflight, &pid);
 	/* the pid stays in traced_pids: its block I/O may still complete, and pids are not reused that fast */

@@ -171,3 +171,16 @@ def test_cp_to_ram_reads_the_whole_tree(tmp_path):
     fstrace("run", "--fs", "squashfs", "--workload", "cp-ram", "--scale", SCALE, "--cache", CACHE, "-o", str(out))
     s = json.loads((out / "summary.json").read_text())
     assert s["reads"]["bytes"] == s["ground_truth"]["read_bytes"] > 0
+
+
+def test_io_wait_agrees_with_task_delay_accounting(erofs_randread):
+    """The kernel's own blkio delay for fio's reading thread (task delay accounting, switched on by the
+    collector while it traces) against fstrace's I/O wait in that thread's requests."""
+    _, res, summary = erofs_randread
+    da = summary["delay_accounting"]
+    reader = max(da["threads"], key=lambda t: t["blkio_delay_ns"])
+    assert reader["comm"] == "fio" and reader["blkio_count"] > 100
+    # the kernel counts from entering io_schedule() to running again (runqueue included) over the thread's
+    # life; fstrace counts off-CPU time in requests: a band, not identity
+    assert 0.8 <= reader["fstrace_io_wait_ns"] / reader["blkio_delay_ns"] <= 1.25
+    assert res.header["delayacct"]["was"] in (0, 1)

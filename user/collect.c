@@ -656,6 +656,23 @@ static bool pid_alive(int pid)
 	return paren && paren[1] == ' ' && paren[2] != 'Z' && paren[2] != 'X';
 }
 
+/* task delay accounting (the ground truth for I/O wait): on while tracing, then as it was */
+static int delayacct_set(int on)
+{
+	int was = -1;
+	FILE *f = fopen("/proc/sys/kernel/task_delayacct", "r+");
+	if (!f)
+		return -1;
+	if (fscanf(f, "%d", &was) != 1)
+		was = -1;
+	if (on >= 0 && was != on) {
+		rewind(f);
+		fprintf(f, "%d\n", on);
+	}
+	fclose(f);
+	return was;
+}
+
 static void json_diskstat(struct jbuf *b, const struct diskstat *s)
 {
 	if (!s->found) {
@@ -863,6 +880,7 @@ int main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
 
+	int delayacct_was = opt.block_only ? delayacct_set(-1) : delayacct_set(1);
 	__u64 t_load0 = now_ns(CLOCK_MONOTONIC);
 	struct block_bpf *blk = NULL;
 	struct tasks_bpf *tsk = NULL;
@@ -1110,11 +1128,14 @@ int main(int argc, char **argv)
 		json_diskstat(&h, &ds_end[i]);
 		jb_add(&h, "}");
 	}
-	jb_add(&h, "],\"drops\":{\"req\":%llu,\"io\":%llu,\"decomp\":%llu,\"work\":%llu},",
+	jb_add(&h, "],\"drops\":{\"req\":%llu,\"io\":%llu,\"decomp\":%llu,\"work\":%llu,\"task\":%llu},",
 	       (unsigned long long)sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_REQ),
 	       (unsigned long long)sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_IO),
 	       (unsigned long long)sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_DECOMP),
-	       (unsigned long long)sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_WORK));
+	       (unsigned long long)sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_WORK),
+	       (unsigned long long)sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_TASK));
+	jb_add(&h, "\"delayacct\":{\"was\":%d,\"enabled_for_tracing\":%s},", delayacct_was,
+	       delayacct_was == 0 ? "true" : "false");
 	jb_add(&h, "\"expired_in_flight\":{\"bios\":%llu,\"requests\":%llu,\"after_ns\":%llu},",
 	       expired.bios, expired.requests, FST_STALE_NS);
 	if (opt.sample_hz > 0)
@@ -1129,6 +1150,8 @@ int main(int argc, char **argv)
 	json_aggregates(&h, blk);
 	jb_add(&h, "},\"config\":%s}", meta);
 
+	if (delayacct_was == 0)
+		delayacct_set(0);
 	ring_buffer__free(rb);
 	if (tsk)
 		tasks_bpf__destroy(tsk);

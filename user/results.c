@@ -79,6 +79,7 @@ DEFINE_LAYOUT(req, struct fst_req, FST_REQ_FIELDS)
 DEFINE_LAYOUT(io, struct fst_io, FST_IO_FIELDS)
 DEFINE_LAYOUT(decomp, struct fst_decomp, FST_DECOMP_FIELDS)
 DEFINE_LAYOUT(work, struct fst_work, FST_WORK_FIELDS)
+DEFINE_LAYOUT(task, struct fst_task, FST_TASK_FIELDS)
 
 /* every record type the results file can hold: its size and field table */
 static const struct rec_type {
@@ -90,6 +91,7 @@ static const struct rec_type {
 	{ FST_REC_IO, sizeof(struct fst_io), layout_io },
 	{ FST_REC_DECOMP, sizeof(struct fst_decomp), layout_decomp },
 	{ FST_REC_WORK, sizeof(struct fst_work), layout_work },
+	{ FST_REC_TASK, sizeof(struct fst_task), layout_task },
 };
 #define NR_REC_TYPES (int)(sizeof(rec_types) / sizeof(rec_types[0]))
 
