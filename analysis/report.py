@@ -116,6 +116,9 @@ def render(s):
         w("  device %s (%s): %d read requests, %s, mean %s, %d merges, %d charged to the workload"
           % (name, d["level"], d["requests"], _size(d["bytes"]), _size(d["mean_bytes"]), d["merges"],
              d["charged_to_workload"]))
+        if d.get("by_origin"):
+            w("    queued by: " + ", ".join("%s %d (%s)" % (k, v["requests"], _size(v["bytes"]))
+                                      for k, v in sorted(d["by_origin"].items(), key=lambda kv: -kv[1]["requests"])))
         bc = d["by_charge"]
         w("    charged: %s" % ", ".join("%s %d (%s)" % (k, v["requests"], _size(v["bytes"]))
                                      for k, v in sorted(bc.items()) if v["requests"]))

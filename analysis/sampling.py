@@ -96,3 +96,28 @@ def offcpu_summary(header, top=3):
             "stack_lost_ns": header["offcpu"].get("stack_lost_ns", 0),
             "method": "kernel stack at every switch-out of a traced thread inside a request, weighted by the "
                       "time until it ran again; lock wait = dsleep under a sleeping-lock function"}
+
+
+# which filesystem path queued a block request, from the kernel stack it was queued from (first match wins;
+# squashfs's fragment readers are inlined on some kernels, so fragment misses can count as data there)
+IO_ORIGINS = [
+    ("loop worker (backing file I/O)", None, re.compile(r"^(lo_rw_aio\S*|loop_\w+|lo_\w+)$")),
+    ("squashfs metadata", "squashfs_", re.compile(r"^squashfs_(read_metadata|read_inode|lookup|readdir)$")),
+    ("squashfs fragment", "squashfs_", re.compile(r"fragment")),
+    ("squashfs data", "squashfs_", re.compile(r"^squashfs_")),
+    ("erofs metadata", "erofs_", re.compile(r"^erofs_(bread|read_metabuf|iget|lookup|readdir|fill_inode)$")),
+    ("erofs compressed data", "z_erofs_", re.compile(r"^z_erofs_")),
+    ("erofs plain data", "erofs_", re.compile(r"^(iomap_\w+|erofs_\w+)$")),
+    ("btrfs", "btrfs_", re.compile(r"^btrfs_")),
+    ("page cache readahead", None, re.compile(r"^(page_cache_ra_\w+|read_pages)$")),
+]
+
+
+def io_origin(stack):
+    frames = stack.split(";")
+    for name, needs, pat in IO_ORIGINS:
+        if needs and not any(f.startswith(needs) for f in frames):
+            continue
+        if any(pat.search(f) for f in frames):
+            return name
+    return "other"

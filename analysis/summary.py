@@ -138,6 +138,15 @@ def device_stats(res):
         writes = rows[(rows["cmd_flags"] & 0xFF) == 1]  # REQ_OP_WRITE
         st["write_requests"] = int(len(writes))
         st["write_bytes"] = int(writes["bytes"].astype(np.uint64).sum())
+        stacks = res.header.get("io_stacks")
+        if stacks is not None:
+            origins = {}
+            for sid, nbytes in zip(reads["queue_stack"].tolist(), reads["bytes"].tolist()):
+                o = sampling.io_origin(stacks[str(sid)]) if str(sid) in stacks else "unknown"
+                cur = origins.setdefault(o, {"requests": 0, "bytes": 0})
+                cur["requests"] += 1
+                cur["bytes"] += int(nbytes)
+            st["by_origin"] = origins
         st["by_charge"] = {
             name: {"requests": int((reads["charge"] == int(v)).sum()),
                    "bytes": int(reads["bytes"][reads["charge"] == int(v)].sum())}

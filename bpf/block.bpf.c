@@ -97,7 +97,7 @@ static __always_inline void charge_current(struct fst_bio_start *s)
 	}
 }
 
-static __always_inline int handle_bio_queue(struct bio *bio)
+static __always_inline int handle_bio_queue(void *ctx, struct bio *bio)
 {
 	__u32 dev = bio_dev(bio);
 	if (!dev_cfg(dev))
@@ -105,7 +105,8 @@ static __always_inline int handle_bio_queue(struct bio *bio)
 	/* a split remainder is queued again: keep the time it was first queued */
 	if (bpf_map_lookup_elem(&bio_starts, &bio))
 		return 0;
-	struct fst_bio_start s = { .ts_queue = bpf_ktime_get_ns() };
+	struct fst_bio_start s = { .ts_queue = bpf_ktime_get_ns(),
+				   .stack = cfg.offcpu_stacks ? bpf_get_stackid(ctx, &stacks, 0) : -1 };
 	charge_current(&s);
 	bpf_map_update_elem(&bio_starts, &bio, &s, BPF_ANY);
 	inflight_add(s.pid, 1);
@@ -120,7 +121,7 @@ static __always_inline int handle_bio_split(struct bio *split)
 		return 0;
 	void *parent = BPF_CORE_READ(split, bi_private);
 	struct fst_bio_start *ps = bpf_map_lookup_elem(&bio_starts, &parent);
-	struct fst_bio_start s = {};
+	struct fst_bio_start s = { .stack = -1 };
 	if (ps) {
 		s = *ps;
 	} else {
@@ -155,6 +156,7 @@ static int walk_bio(__u32 i, struct rq_walk *w)
 		r->ts_queue = s->ts_queue;
 	if (!r->queue_pid) {
 		r->queue_pid = s->queue_pid;
+		r->stack = s->stack;
 		__builtin_memcpy(r->comm, s->comm, sizeof(r->comm));
 	}
 	if (s->pid && !r->pid) {
@@ -187,7 +189,7 @@ static __always_inline int handle_rq_issue(struct request *rq)
 		return 0;
 	}
 
-	struct fst_rq_start r = { .ts_issue = now };
+	struct fst_rq_start r = { .ts_issue = now, .stack = -1 };
 	/* bpf_loop, not a C loop: the 6.1 verifier rejects loops that close on a fall-through edge */
 	struct rq_walk w = { .bio = BPF_CORE_READ(rq, bio), .r = &r };
 	bpf_loop(MAX_RQ_BIOS, walk_bio, &w, 0);
@@ -249,6 +251,7 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 		rec->cmd_flags = cmd_flags;
 		rec->error = error;
 		rec->pad0 = 0;
+		rec->pad1 = 0;
 		if (r) {
 			rec->ts_queue_ns = r->ts_queue ? r->ts_queue : r->ts_issue;
 			rec->ts_issue_ns = r->ts_issue;
@@ -256,6 +259,7 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 			rec->pid = r->pid;
 			rec->queue_pid = r->queue_pid;
 			rec->charge = r->charge;
+			rec->queue_stack = r->stack;
 			__builtin_memcpy(rec->comm, r->comm, sizeof(rec->comm));
 		} else {	/* issued before tracing started */
 			rec->ts_queue_ns = 0;
@@ -264,6 +268,7 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 			rec->pid = 0;
 			rec->queue_pid = 0;
 			rec->charge = FST_CHARGE_NONE;
+			rec->queue_stack = -1;
 			__builtin_memset(rec->comm, 0, sizeof(rec->comm));
 		}
 		bpf_ringbuf_submit(rec, 0);
@@ -377,9 +382,9 @@ static __always_inline int handle_work_end(void)
 }
 
 SEC("tp_btf/block_bio_queue")
-int BPF_PROG(block_bio_queue_btf, struct bio *bio) { return handle_bio_queue(bio); }
+int BPF_PROG(block_bio_queue_btf, struct bio *bio) { return handle_bio_queue(ctx, bio); }
 SEC("raw_tp/block_bio_queue")
-int BPF_PROG(block_bio_queue_raw, struct bio *bio) { return handle_bio_queue(bio); }
+int BPF_PROG(block_bio_queue_raw, struct bio *bio) { return handle_bio_queue(ctx, bio); }
 
 SEC("tp_btf/block_split")
 int BPF_PROG(block_split_btf, struct bio *bio, unsigned int new_sector) { return handle_bio_split(bio); }

@@ -152,6 +152,9 @@ enum fst_work_kind { FST_WORK_KINDS(FST_ENUM_MEMBER) };
  * Block request, emitted at completion.  Q = first bio queued, D = issued to
  * the driver, C = completed.  dev is the kernel dev_t of the partition or
  * disk the request was issued to.  nr_bios - 1 is the number of merges.
+ * queue_stack: kernel stack id (results header "io_stacks") where its first
+ * bio was queued, -1 when stacks are off: it tells which filesystem path
+ * (metadata, fragment, data readahead, ...) had to go to the device.
  */
 #define FST_IO_FIELDS(F, S)     \
 	F(__u64, ts_queue_ns)   \
@@ -167,6 +170,8 @@ enum fst_work_kind { FST_WORK_KINDS(FST_ENUM_MEMBER) };
 	F(__s32, error)         \
 	F(__u16, charge)        \
 	F(__u16, pad0)          \
+	F(__s32, queue_stack)   \
+	F(__u32, pad1)          \
 	S(comm, 16)
 
 /*
@@ -257,6 +262,7 @@ struct fst_bio_start {
 	__u32 queue_pid;	/* thread that queued the bio */
 	__u16 charge;
 	__u16 pad;
+	__s32 stack;		/* kernel stack at queueing, -1 = not taken */
 	char comm[16];
 };
 
@@ -270,6 +276,7 @@ struct fst_rq_start {
 	__u32 charged_bios;	/* bios counted in task_inflight[pid] */
 	__u16 charge;
 	__u16 pad;
+	__s32 stack;
 	char comm[16];
 };
 

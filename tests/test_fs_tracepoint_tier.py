@@ -53,3 +53,19 @@ def test_sampling_estimate_sees_squashfs_decompression(tmp_path):
     none = run(tmp_path / "none", "--fs", "squashfs", "--compress", "none", "--workload", "tar-data")
     est0 = none["decompression"]["estimate"]
     assert est0["samples"] == 0 and est0["samples_in_requests"] > 0
+
+
+def test_block_requests_are_traced_back_to_the_filesystem_path(tmp_path):
+    """Which path missed the cache and went to the device: the stack each block request was queued from."""
+    sq = run(tmp_path / "sq", "--fs", "squashfs", "--workload", "cat-500")
+    loop = [d for d in sq["devices"].values() if d["level"] == "loop"][0]
+    assert loop["by_origin"]["squashfs data"]["requests"] > 0
+    assert loop["by_origin"]["squashfs metadata"]["requests"] > 0
+    assert sum(v["requests"] for v in loop["by_origin"].values()) == loop["requests"]
+    er = run(tmp_path / "er", "--fs", "erofs", "--workload", "cat-500")
+    loop = [d for d in er["devices"].values() if d["level"] == "loop"][0]
+    assert loop["by_origin"]["erofs compressed data"]["requests"] > 0
+    assert loop["by_origin"]["erofs metadata"]["requests"] > 0
+    back = [d for d in er["devices"].values() if d["level"] == "backing"]
+    if back and back[0].get("by_origin"):
+        assert back[0]["by_origin"]["loop worker (backing file I/O)"]["requests"] > 0

@@ -562,8 +562,50 @@ static void json_sampling(struct jbuf *b, struct sample_bpf *smp, int hz, const 
 	jb_add(b, "],\"samples\":%llu,\"stacks_lost\":%llu,\"event\":\"cpu-clock\"}", total, lost);
 }
 
+/* stack ids block requests were queued from: folded into the header at the end */
+#define MAX_IO_STACKS 16384
+static __s32 io_stack_ids[MAX_IO_STACKS];
+static bool io_stack_used[MAX_IO_STACKS];
+
+static void note_io_stack(__s32 id)
+{
+	if (id < 0)
+		return;
+	for (unsigned i = 0, h = (unsigned)id * 2654435761u; i < MAX_IO_STACKS; i++) {
+		unsigned k = (h + i) % MAX_IO_STACKS;
+		if (!io_stack_used[k]) {
+			io_stack_used[k] = true;
+			io_stack_ids[k] = id;
+			return;
+		}
+		if (io_stack_ids[k] == id)
+			return;
+	}
+}
+
+static void json_io_stacks(struct jbuf *b, struct block_bpf *blk)
+{
+	int kfd = bpf_map__fd(blk->maps.stacks);
+	bool first = true;
+	jb_add(b, "\"io_stacks\":{");
+	for (int k = 0; k < MAX_IO_STACKS; k++) {
+		if (!io_stack_used[k])
+			continue;
+		struct jbuf st = {};
+		if (fold_stack(kfd, io_stack_ids[k], &st)) {
+			jb_add(b, "%s\"%d\":", first ? "" : ",", io_stack_ids[k]);
+			jb_str(b, st.s);
+			first = false;
+		}
+		free(st.s);
+	}
+	jb_add(b, "}");
+}
+
 static int handle_record(void *ctx, void *data, size_t size)
 {
+	if (size >= sizeof(struct fst_io) && ((const __u32 *)data)[0] == FST_REC_IO)
+		note_io_stack(((const struct fst_io *)data)->queue_stack);
 	struct results *r = ctx;
 	int err = results_add(r, data, size);
 	if (opt.interval > 0)
@@ -1144,6 +1186,8 @@ int main(int argc, char **argv)
 	jb_add(&h, ",");
 	if (blk->rodata->cfg.offcpu_stacks) {
 		json_offcpu(&h, blk);
+		jb_add(&h, ",");
+		json_io_stacks(&h, blk);
 		jb_add(&h, ",");
 	}
 	jb_add(&h, "\"kernel_aggregates\":{");
