@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
@@ -493,33 +494,54 @@ static bool fold_stack(int stacks_fd, __s32 id, struct jbuf *out)
 	return true;
 }
 
-/* "offcpu": [stack, reason, ns] for every off-CPU interval of traced tasks inside requests */
-static void json_offcpu(struct jbuf *b, struct block_bpf *blk)
+/*
+ * Rows [stack, (reason,) value] of a map whose 8-byte keys hold a stack id at
+ * stack_off (and a reason at reason_off, or -1): the values of rows whose
+ * stack was not recorded go to *lost instead, the sum of all to *total.
+ */
+static void json_stack_rows(struct jbuf *b, int map_fd, int stacks_fd, int stack_off, int reason_off,
+			    unsigned long long *total, unsigned long long *lost)
 {
-	int ofd = bpf_map__fd(blk->maps.offcpu), kfd = bpf_map__fd(blk->maps.stacks);
-	struct fst_offcpu_key key, next;
+	__u8 key[8], next[8];
 	void *prev = NULL;
 	bool first = true;
-	unsigned long long lost_ns = 0;
-	jb_add(b, "\"offcpu\":{\"folded\":[");
-	while (!bpf_map_get_next_key(ofd, prev, &next)) {
-		key = next;
-		prev = &key;
-		__u64 ns;
-		if (bpf_map_lookup_elem(ofd, &key, &ns))
+	while (!bpf_map_get_next_key(map_fd, prev, next)) {
+		memcpy(key, next, sizeof(key));
+		prev = key;
+		__u64 v;
+		__s32 id;
+		__u32 reason = 0;
+		if (bpf_map_lookup_elem(map_fd, key, &v))
 			continue;
+		memcpy(&id, key + stack_off, sizeof(id));
+		if (reason_off >= 0)
+			memcpy(&reason, key + reason_off, sizeof(reason));
+		*total += v;
 		struct jbuf st = {};
-		if (!fold_stack(kfd, key.stack_id, &st)) {
-			lost_ns += ns;
+		if (!fold_stack(stacks_fd, id, &st)) {
+			*lost += v;
 			free(st.s);
 			continue;
 		}
+		/* one row per key: the same stack recurs for each thread (or reason) it was seen with */
 		jb_add(b, "%s[", first ? "" : ",");
 		first = false;
 		jb_str(b, st.s);
-		jb_add(b, ",%u,%llu]", key.reason, (unsigned long long)ns);
+		if (reason_off >= 0)
+			jb_add(b, ",%u", reason);
+		jb_add(b, ",%llu]", (unsigned long long)v);
 		free(st.s);
 	}
+}
+
+/* "offcpu": [stack, reason, ns] for every off-CPU interval of traced tasks inside requests */
+static void json_offcpu(struct jbuf *b, struct block_bpf *blk)
+{
+	unsigned long long total = 0, lost_ns = 0;
+	jb_add(b, "\"offcpu\":{\"folded\":[");
+	json_stack_rows(b, bpf_map__fd(blk->maps.offcpu), bpf_map__fd(blk->maps.stacks),
+			offsetof(struct fst_offcpu_key, stack_id), offsetof(struct fst_offcpu_key, reason), &total,
+			&lost_ns);
 	jb_add(b, "],\"stack_lost_ns\":%llu}", lost_ns);
 }
 
@@ -533,32 +555,10 @@ static void json_sampling(struct jbuf *b, struct sample_bpf *smp, int hz, const 
 		jb_add(b, "}");
 		return;
 	}
-	int sfd = bpf_map__fd(smp->maps.samples), kfd = bpf_map__fd(smp->maps.stacks);
-	struct { __u32 pid; __s32 stack_id; } key, next;
-	void *prev = NULL;
 	unsigned long long total = 0, lost = 0;
-	bool first = true;
 	jb_add(b, ",\"folded\":[");
-	while (!bpf_map_get_next_key(sfd, prev, &next)) {
-		key = next;
-		prev = &key;
-		__u64 n;
-		if (bpf_map_lookup_elem(sfd, &key, &n))
-			continue;
-		total += n;
-		struct jbuf st = {};
-		if (!fold_stack(kfd, key.stack_id, &st)) {
-			lost += n;
-			free(st.s);
-			continue;
-		}
-		/* [stack, count] pairs: the same stack recurs for each thread it was sampled in */
-		jb_add(b, "%s[", first ? "" : ",");
-		first = false;
-		jb_str(b, st.s ? st.s : "[empty]");
-		jb_add(b, ",%llu]", (unsigned long long)n);
-		free(st.s);
-	}
+	/* sample keys: { u32 pid; s32 stack_id } */
+	json_stack_rows(b, bpf_map__fd(smp->maps.samples), bpf_map__fd(smp->maps.stacks), 4, -1, &total, &lost);
 	jb_add(b, "],\"samples\":%llu,\"stacks_lost\":%llu,\"event\":\"cpu-clock\"}", total, lost);
 }
 
