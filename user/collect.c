@@ -248,23 +248,71 @@ static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list 
 	return vfprintf(stderr, fmt, args);
 }
 
-static unsigned long long ksym_addr(const char *name)
+
+struct ksym {
+	unsigned long long addr;
+	char *name;
+};
+static struct ksym *ksyms;
+static size_t nr_ksyms;
+
+static int cmp_ksym(const void *a, const void *b)
 {
+	const struct ksym *x = a, *y = b;
+	return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+/* the kernel's function symbols, read once: work-function addresses at start, stack symbols at the end */
+static void load_ksyms(void)
+{
+	if (ksyms)
+		return;
 	FILE *f = fopen("/proc/kallsyms", "r");
 	if (!f)
-		return 0;
+		return;
 	static char buf[1 << 16];
 	setvbuf(f, buf, _IOFBF, sizeof(buf));
-	char line[512], sym[256], type;
-	unsigned long long addr, found = 0;
+	char line[512], name[256], type;
+	unsigned long long addr;
+	size_t cap = 0;
 	while (fgets(line, sizeof(line), f)) {
-		if (sscanf(line, "%llx %c %255s", &addr, &type, sym) == 3 && !strcmp(sym, name)) {
-			found = addr;
-			break;
+		if (sscanf(line, "%llx %c %255s", &addr, &type, name) != 3 || !addr)
+			continue;
+		if (type != 't' && type != 'T' && type != 'w' && type != 'W')
+			continue;
+		if (nr_ksyms == cap) {
+			cap = cap ? cap * 2 : 65536;
+			ksyms = realloc(ksyms, cap * sizeof(*ksyms));
+			if (!ksyms)
+				abort();
 		}
+		ksyms[nr_ksyms].addr = addr;
+		ksyms[nr_ksyms++].name = strdup(name);
 	}
 	fclose(f);
-	return found;
+	qsort(ksyms, nr_ksyms, sizeof(*ksyms), cmp_ksym);
+}
+
+static const char *ksym_name(unsigned long long ip)
+{
+	size_t lo = 0, hi = nr_ksyms;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (ksyms[mid].addr <= ip)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo ? ksyms[lo - 1].name : "[unknown]";
+}
+
+static unsigned long long ksym_addr(const char *name)
+{
+	load_ksyms();
+	for (size_t i = 0; i < nr_ksyms; i++)
+		if (!strcmp(ksyms[i].name, name))
+			return ksyms[i].addr;
+	return 0;
 }
 
 static __u64 cgroup_id(const char *path)
@@ -387,60 +435,6 @@ static void mark_unavailable(struct probe *probes, int n, const char *why)
 	} while (0)
 
 /* ---- sampling tier: perf events, stacks folded with kallsyms ---- */
-
-struct ksym {
-	unsigned long long addr;
-	char *name;
-};
-static struct ksym *ksyms;
-static size_t nr_ksyms;
-
-static int cmp_ksym(const void *a, const void *b)
-{
-	const struct ksym *x = a, *y = b;
-	return x->addr < y->addr ? -1 : x->addr > y->addr;
-}
-
-static void load_ksyms(void)
-{
-	FILE *f = fopen("/proc/kallsyms", "r");
-	if (!f)
-		return;
-	static char buf[1 << 16];
-	setvbuf(f, buf, _IOFBF, sizeof(buf));
-	char line[512], name[256], type;
-	unsigned long long addr;
-	size_t cap = 0;
-	while (fgets(line, sizeof(line), f)) {
-		if (sscanf(line, "%llx %c %255s", &addr, &type, name) != 3 || !addr)
-			continue;
-		if (type != 't' && type != 'T' && type != 'w' && type != 'W')
-			continue;
-		if (nr_ksyms == cap) {
-			cap = cap ? cap * 2 : 65536;
-			ksyms = realloc(ksyms, cap * sizeof(*ksyms));
-			if (!ksyms)
-				abort();
-		}
-		ksyms[nr_ksyms].addr = addr;
-		ksyms[nr_ksyms++].name = strdup(name);
-	}
-	fclose(f);
-	qsort(ksyms, nr_ksyms, sizeof(*ksyms), cmp_ksym);
-}
-
-static const char *ksym_name(unsigned long long ip)
-{
-	size_t lo = 0, hi = nr_ksyms;
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-		if (ksyms[mid].addr <= ip)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo ? ksyms[lo - 1].name : "[unknown]";
-}
 
 #define MAX_PERF_CPUS 1024
 static struct bpf_link *perf_links[MAX_PERF_CPUS];
