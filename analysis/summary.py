@@ -281,10 +281,10 @@ def delay_accounting(res):
 def unavailable(res):
     """Figures this run could not measure, with the reason; printed instead of zeros."""
     out = []
-    for p in res.header.get("probes", []):
-        if p["tier"] == "unavailable" and p not in decompression_probes(res):
-            out.append({"figure": p["measures"], "why": p["why"] or "probe could not attach"})
     dec = decompression_probes(res)
+    for p in res.header.get("probes", []):
+        if p["tier"] == "unavailable" and p not in dec:
+            out.append({"figure": p["measures"], "why": p["why"] or "probe could not attach"})
     if dec and all(p["tier"] == "unavailable" for p in dec):
         out.append({"figure": "decompression time (erofs, squashfs, btrfs)",
                     "why": sorted({p["why"] for p in dec})[0]})
