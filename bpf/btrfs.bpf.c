@@ -26,31 +26,8 @@ static __always_inline void begin(struct compressed_bio *cb, __u16 alg, __u16 ti
 	decomp_begin(FST_FS_BTRFS, alg, BPF_CORE_READ(cb, compressed_len), BPF_CORE_READ(cb, len), cb_dev(cb), tier);
 }
 
-#define BTRFS_PROBES(fn, alg)                                                          \
-	SEC("fentry/" #fn)                                                             \
-	int BPF_PROG(fn##_fentry, struct list_head *ws, struct compressed_bio *cb)     \
-	{                                                                              \
-		begin(cb, alg, FST_TIER_FENTRY);                                       \
-		return 0;                                                              \
-	}                                                                              \
-	SEC("fexit/" #fn)                                                              \
-	int BPF_PROG(fn##_fexit, struct list_head *ws, struct compressed_bio *cb, int ret) \
-	{                                                                              \
-		decomp_end(ret);                                                       \
-		return 0;                                                              \
-	}                                                                              \
-	SEC("kprobe/" #fn)                                                             \
-	int BPF_KPROBE(fn##_kprobe, struct list_head *ws, struct compressed_bio *cb)   \
-	{                                                                              \
-		begin(cb, alg, FST_TIER_KPROBE);                                       \
-		return 0;                                                              \
-	}                                                                              \
-	SEC("kretprobe/" #fn)                                                          \
-	int BPF_KRETPROBE(fn##_kretprobe, int ret)                                     \
-	{                                                                              \
-		decomp_end(ret);                                                       \
-		return 0;                                                              \
-	}
+#define BTRFS_PROBES(fn, alg) \
+	DECOMP_PROBES(fn, begin(cb, alg, tier), int, ret, struct list_head *ws, struct compressed_bio *cb)
 
 BTRFS_PROBES(zstd_decompress_bio, FST_ALG_ZSTD)
 BTRFS_PROBES(lzo_decompress_bio, FST_ALG_LZO)

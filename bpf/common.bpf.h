@@ -349,4 +349,38 @@ static __always_inline void decomp_end(long ret)
 	bpf_map_delete_elem(&decomp_starts, &pid);
 }
 
+/*
+ * A decompressor function's fentry/fexit programs and their kprobe/kretprobe
+ * twins (the collector enables one pair).  The parameter list comes last; BEGIN
+ * is an expression run at entry with `tier` in scope, and RET turns the return
+ * value `ret` (of type RET_T) into decomp_end()'s: negative on error.
+ */
+#define DECOMP_PROBES(fn, BEGIN, RET_T, RET, ...)                                         \
+	SEC("fentry/" #fn)                                                                \
+	int BPF_PROG(fn##_fentry, __VA_ARGS__)                                            \
+	{                                                                                 \
+		__u16 tier = FST_TIER_FENTRY;                                             \
+		BEGIN;                                                                    \
+		return 0;                                                                 \
+	}                                                                                 \
+	SEC("fexit/" #fn)                                                                 \
+	int BPF_PROG(fn##_fexit, __VA_ARGS__, RET_T ret)                                  \
+	{                                                                                 \
+		decomp_end(RET);                                                          \
+		return 0;                                                                 \
+	}                                                                                 \
+	SEC("kprobe/" #fn)                                                                \
+	int BPF_KPROBE(fn##_kprobe, __VA_ARGS__)                                          \
+	{                                                                                 \
+		__u16 tier = FST_TIER_KPROBE;                                             \
+		BEGIN;                                                                    \
+		return 0;                                                                 \
+	}                                                                                 \
+	SEC("kretprobe/" #fn)                                                             \
+	int BPF_KRETPROBE(fn##_kretprobe, RET_T ret)                                      \
+	{                                                                                 \
+		decomp_end(RET);                                                          \
+		return 0;                                                                 \
+	}
+
 #endif

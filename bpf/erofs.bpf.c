@@ -15,32 +15,10 @@ static __always_inline void begin(struct z_erofs_decompress_req *rq, __u16 alg, 
 		     BPF_CORE_READ(rq, sb, s_dev), tier);
 }
 
-#define EROFS_PROBES(fn, alg)                                                          \
-	SEC("fentry/" #fn)                                                             \
-	int BPF_PROG(fn##_fentry, struct z_erofs_decompress_req *rq)                   \
-	{                                                                              \
-		begin(rq, alg, FST_TIER_FENTRY);                                       \
-		return 0;                                                              \
-	}                                                                              \
-	SEC("fexit/" #fn)                                                              \
-	int BPF_PROG(fn##_fexit, struct z_erofs_decompress_req *rq, void *pagepool, long ret) \
-	{                                                                              \
-		/* 6.1 returns an int error, 6.18 a const char * (NULL on success) */ \
-		decomp_end(ret ? -1 : 0);                                              \
-		return 0;                                                              \
-	}                                                                              \
-	SEC("kprobe/" #fn)                                                             \
-	int BPF_KPROBE(fn##_kprobe, struct z_erofs_decompress_req *rq)                 \
-	{                                                                              \
-		begin(rq, alg, FST_TIER_KPROBE);                                       \
-		return 0;                                                              \
-	}                                                                              \
-	SEC("kretprobe/" #fn)                                                          \
-	int BPF_KRETPROBE(fn##_kretprobe, long ret)                                    \
-	{                                                                              \
-		decomp_end(ret ? -1 : 0);                                              \
-		return 0;                                                              \
-	}
+/* 6.1 returns an int error, 6.18 a const char * (NULL on success): either way, non-zero is a failure */
+#define EROFS_PROBES(fn, alg)                                                            \
+	DECOMP_PROBES(fn, begin(rq, alg, tier), long, ret ? -1 : 0,                       \
+		      struct z_erofs_decompress_req *rq, void *pagepool)
 
 EROFS_PROBES(z_erofs_lz4_decompress, FST_ALG_LZ4)
 EROFS_PROBES(z_erofs_lzma_decompress, FST_ALG_LZMA)

@@ -30,31 +30,5 @@ static __always_inline void begin(struct squashfs_sb_info *msblk, struct bio *bi
 	decomp_begin(FST_FS_SQUASHFS, squashfs_alg(msblk), length, 0, BPF_CORE_READ(bio, bi_bdev, bd_dev), tier);
 }
 
-SEC("fentry/squashfs_decompress")
-int BPF_PROG(squashfs_decompress_fentry, struct squashfs_sb_info *msblk, struct bio *bio, int offset, int length)
-{
-	begin(msblk, bio, length, FST_TIER_FENTRY);
-	return 0;
-}
-
-SEC("fexit/squashfs_decompress")
-int BPF_PROG(squashfs_decompress_fexit, struct squashfs_sb_info *msblk, struct bio *bio, int offset, int length,
-	     void *output, int ret)
-{
-	decomp_end(ret);
-	return 0;
-}
-
-SEC("kprobe/squashfs_decompress")
-int BPF_KPROBE(squashfs_decompress_kprobe, struct squashfs_sb_info *msblk, struct bio *bio, int offset, int length)
-{
-	begin(msblk, bio, length, FST_TIER_KPROBE);
-	return 0;
-}
-
-SEC("kretprobe/squashfs_decompress")
-int BPF_KRETPROBE(squashfs_decompress_kretprobe, int ret)
-{
-	decomp_end(ret);
-	return 0;
-}
+DECOMP_PROBES(squashfs_decompress, begin(msblk, bio, length, tier), int, ret, struct squashfs_sb_info *msblk,
+	      struct bio *bio, int offset, int length, void *output)
