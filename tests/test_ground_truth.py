@@ -97,8 +97,10 @@ def test_cold_randread_waits_for_io_it_issued(erofs_randread):
     waited = reads[reads["io_wait_ns"] > 0]
     assert len(waited) > 100
     # a read that waited for I/O issued it itself, except where its task's I/O from before the request
-    # was still in flight, or the kernel withheld the issue event (reported as unseen): rare
-    assert (waited["nr_ios"] == 0).mean() <= 0.01
+    # was still in flight (rare: at most 1 %), or the kernel withheld a block event, which the run reports
+    # (completions it never delivered, requests whose issue it never delivered): allowed one read each
+    withheld = loop["unseen_requests"] + loop["issued_before_tracing"]
+    assert (waited["nr_ios"] == 0).sum() <= 0.01 * len(waited) + withheld
 
 
 def test_backing_device_follows_loop(erofs_randread):
