@@ -50,12 +50,33 @@ def render(s):
     w("")
     w("  where request time went (%d ms in requests; first-cut model)" % (a["wall_ns"] // 1000000))
     for p in ATTRIBUTION_PARTS:
+        if p not in a["parts_ns"]:  # results from a collector without that part
+            continue
+        if p == "lock_ns" and not (s.get("lock_wait") or {}).get("available"):
+            w("    %-11s unavailable: %s" % ("lock", (s.get("lock_wait") or {}).get("why", "not measured")))
+            continue
         w("    %-11s %9.1f ms  %s  %s" % (p[:-3], a["parts_ns"][p] / 1e6, _pct(a["shares"][p]),
                                         ATTRIBUTION_MEANING[p]))
     if a["wall_ns"]:
         w("    parts sum to %.2f %% of request wall time; %d requests had a context switch the kernel did not"
           " report to fstrace" % (100.0 * (a["wall_ns"] - a["unaccounted_ns"]) / a["wall_ns"],
                                  a["requests_with_missed_events"]))
+
+    lk = s.get("lock_wait") or {}
+    if lk.get("available") and lk["waits"]:
+        w("    lock waits: %d in %d requests, per request p50 %.1f us p99 %.1f us (%s)"
+          % (lk["waits"], lk["requests_waiting"], lk["wait_us"]["p50"], lk["wait_us"]["p99"], lk["tier"]))
+
+    ra = s.get("readahead") or {}
+    if ra.get("available") and ra["windows"]:
+        w("")
+        w("  readahead: %d windows, %d pages for %d of the reads; largest %d pages (device limit %s KiB)"
+          % (ra["windows"], ra["pages"], ra["requests_with_readahead"], ra["max_window_pages"],
+             ra["device_read_ahead_kb"] if ra["device_read_ahead_kb"] is not None else "?"))
+        w(format_log2(ra["window_hist_log2_pages"], "pages").rstrip("\n"))
+    elif ra and not ra.get("available"):
+        w("")
+        w("  readahead windows: unavailable (%s)" % ra["why"])
 
     dec = s.get("decompression") or {}
     if dec.get("available"):
@@ -97,7 +118,6 @@ def render(s):
         for reason, r in sorted(off["by_reason"].items(), key=lambda kv: -kv[1]["ns"]):
             w("    %-8s %9.1f ms: %s" % (reason, r["ns"] / 1e6, ", ".join("%s %.1f ms" % (f, ns / 1e6)
                                                                     for f, ns in r["top"])))
-        w("    lock waits (uninterruptible sleep under a sleeping lock): %.1f ms" % (off["lock_wait_ns"] / 1e6))
 
     for kind, wk in sorted((s.get("async_work") or {}).items()):
         w("")

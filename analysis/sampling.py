@@ -54,9 +54,6 @@ def decompression_estimate(header):
 
 # where a blocked thread's stack enters the scheduler: frames from here on (incl. fstrace's own BPF) are cut
 _SCHED = {"schedule", "__schedule", "schedule_preempt_disabled", "preempt_schedule_common"}
-# sleeping locks: uninterruptible sleep under these is a lock wait
-LOCK = re.compile(r"^(__?mutex_lock\w*|mutex_lock\w*|rwsem_down_\w+|down_read\w*|down_write\w*|__down\w*|"
-                  r"rt_mutex\w*|percpu_down\w*|__percpu_down\w*)$")
 
 
 def trim_offcpu(stack):
@@ -78,24 +75,21 @@ def offcpu_folded(header):
 
 
 def offcpu_summary(header, top=3):
-    """Per reason: total ns and the blocking functions (leaf frames) that took most; lock waits named."""
+    """Per reason: total ns and the blocking functions (leaf frames) that took most."""
     if not header.get("offcpu"):
         return None
     by_reason = {}
-    lock_ns = 0
     for (reason, stack), ns in offcpu_folded(header).items():
         r = by_reason.setdefault(reason, {"ns": 0, "leaf": {}})
         r["ns"] += ns
         leaf = stack.split(";")[-1]
         r["leaf"][leaf] = r["leaf"].get(leaf, 0) + ns
-        if reason == "dsleep" and any(LOCK.match(f) for f in stack.split(";")):
-            lock_ns += ns
     for r in by_reason.values():
         r["top"] = sorted(r.pop("leaf").items(), key=lambda kv: -kv[1])[:top]
-    return {"by_reason": by_reason, "lock_wait_ns": lock_ns,
+    return {"by_reason": by_reason,
             "stack_lost_ns": header["offcpu"].get("stack_lost_ns", 0),
             "method": "kernel stack at every switch-out of a traced thread inside a request, weighted by the "
-                      "time until it ran again; lock wait = dsleep under a sleeping-lock function"}
+                      "time until it ran again; lock_wait = switched out inside a lock's contention_begin/end"}
 
 
 # which filesystem path queued a block request, from the kernel stack it was queued from (first match wins;

@@ -11,12 +11,13 @@ from analysis.hist import log2_slots, percentiles
 
 SCHEMA_VERSION = 1
 
-ATTRIBUTION_PARTS = ("oncpu_ns", "io_wait_ns", "worker_ns", "worker_wait_ns", "dsleep_ns", "sleep_ns", "runq_ns",
-                     "missed_ns")
+ATTRIBUTION_PARTS = ("oncpu_ns", "io_wait_ns", "worker_ns", "worker_wait_ns", "lock_ns", "dsleep_ns", "sleep_ns",
+                     "runq_ns", "missed_ns")
 ATTRIBUTION_MEANING = {
     "oncpu_ns": "on-CPU in the request (syscall work, page-cache copy, in-task decompression)",
     "io_wait_ns": "off-CPU waiting for I/O (in io_schedule, or own block I/O in flight)",
-    "dsleep_ns": "off-CPU, uninterruptible otherwise (locks, work done by others)",
+    "lock_ns": "off-CPU waiting for a contended sleeping lock (mutex, rwsem; lock:contention_begin/end)",
+    "dsleep_ns": "off-CPU, uninterruptible otherwise (work done by others, folio locks without own I/O)",
     "sleep_ns": "off-CPU, interruptible sleep",
     "runq_ns": "runnable, waiting for a CPU",
     "worker_ns": "asleep while a kworker ran filesystem work that woke it (erofs decompression, btrfs end-io)",
@@ -75,8 +76,9 @@ def request_stats(reqs):
 
 def attribution(reqs):
     """Sum of each part over the requests, their shares, and how far parts miss the wall time."""
+    names = reqs.dtype.names
     wall = int((reqs["ts_end_ns"] - reqs["ts_start_ns"]).sum()) if len(reqs) else 0
-    parts = {p: int(reqs[p].sum()) if len(reqs) else 0 for p in ATTRIBUTION_PARTS}
+    parts = {p: int(reqs[p].sum()) if len(reqs) else 0 for p in ATTRIBUTION_PARTS if p in names}
     accounted = sum(parts.values())
     return {
         "wall_ns": wall,
@@ -87,6 +89,50 @@ def attribution(reqs):
         "method": "sched_switch/sched_wakeup intervals inside each syscall; I/O wait = off-CPU in "
                   "io_schedule (task->in_iowait) or uninterruptible with own block requests in flight",
     }
+
+
+def probe_tier(res, probe):
+    for p in res.header.get("probes", []):
+        if p["probe"] == probe:
+            return p
+    return None
+
+
+def readahead(res, reqs):
+    """Readahead windows the kernel decided for the requests (page_cache_ra_order), or why unknown."""
+    p = probe_tier(res, "page_cache_ra_order")
+    if not p or p["tier"] == "unavailable" or "ra_windows" not in reqs.dtype.names:
+        return {"available": False,
+                "why": (p or {}).get("why") or "this collector has no readahead probe"}
+    fs_devs = res.config.get("fs_kdevs") or ([res.config["fs_kdev"]] if res.config.get("fs_kdev") is not None
+                                              else None)
+    metric = enum_value(res.header, "hist_metric", "ra_window_pages")
+    slots = [0] * 40
+    for h in res.header.get("kernel_aggregates", {}).get("histograms", []):
+        if h["metric"] == metric and (fs_devs is None or h["dev"] in fs_devs):
+            slots = [a + b for a, b in zip(slots, h["slots"])]
+    with_ra = reqs[reqs["ra_windows"] > 0]
+    return {"available": True, "tier": p["tier"], "windows": int(reqs["ra_windows"].sum()),
+            "pages": int(reqs["ra_pages"].astype(np.uint64).sum()),
+            "requests_with_readahead": int(len(with_ra)),
+            "max_window_pages": int(reqs["ra_max_pages"].max()) if len(reqs) else 0,
+            "window_hist_log2_pages": slots,
+            "device_read_ahead_kb": res.config.get("loop_read_ahead_kb"),
+            "note": "windows the kernel sized for these requests (sync and async readahead); pages, not bytes "
+                    "read: folios already cached are skipped"}
+
+
+def lock_wait(res, reqs):
+    """Time requests slept on contended sleeping locks, or why it is unknown."""
+    p = probe_tier(res, "contention_begin")
+    if not p or p["tier"] == "unavailable" or "lock_ns" not in reqs.dtype.names:
+        return {"available": False, "why": (p or {}).get("why") or "this collector has no lock probe"}
+    waited = reqs[reqs["lock_ns"] > 0]
+    return {"available": True, "tier": p["tier"], "ns": int(reqs["lock_ns"].sum()),
+            "waits": int(reqs["nr_lock_waits"].sum()), "requests_waiting": int(len(waited)),
+            "wait_us": percentiles(waited["lock_ns"] / 1e3) if len(waited) else None,
+            "method": "switched out between lock:contention_begin and contention_end (mutex, rwsem, "
+                      "rt-mutex, percpu-rwsem)"}
 
 
 def io_stats(io, unit):
@@ -328,6 +374,8 @@ def summarize(res, ground_truth=None):
                                   note="stat is path-based: counted for all paths the workload stat'ed")},
         "attribution": attribution(all_fs),
         "decompression": decompression(res, all_fs),
+        "lock_wait": lock_wait(res, all_fs),
+        "readahead": readahead(res, reads),
         "async_work": async_work(res),
         "offcpu": sampling.offcpu_summary(h),
         "delay_accounting": delay_accounting(res),

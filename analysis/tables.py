@@ -24,6 +24,7 @@ def row_from_summary(s):
         "wall_s": s["wall_s"], "read_bytes": s["reads"]["bytes"], "requests": s["reads"]["count"],
         "io_wait_share": shares.get("io_wait_ns"), "oncpu_share": shares.get("oncpu_ns"),
         "other_share": None if None in other else sum(other),
+        "lock_share": shares.get("lock_ns"),
         "kworker_share": (None if "worker_ns" not in a["parts_ns"] or not a["wall_ns"] else
                           (a["parts_ns"]["worker_ns"] + a["parts_ns"]["worker_wait_ns"]) / a["wall_ns"]),
         "io_wait_s": a["parts_ns"]["io_wait_ns"] / 1e9, "oncpu_s": a["parts_ns"]["oncpu_ns"] / 1e9,
@@ -92,26 +93,29 @@ def render_bench(doc):
     for wl in dict.fromkeys(r["workload"] for r in doc["rows"]):
         w("")
         w("%s" % wl)
-        w("  %-26s %-23s %6s %6s %6s %6s %7s %9s %8s %7s %9s" % (
-            "config", "time s min/med/max", "ioWait", "onCPU", "kwork", "other", "decomp", "loop req", "mean KiB",
+        w("  %-26s %-23s %6s %6s %6s %6s %6s %7s %9s %8s %7s %9s" % (
+            "config", "time s min/med/max", "ioWait", "onCPU", "kwork", "lock", "other", "decomp", "loop req",
+            "mean KiB",
             "4K-al", "pc miss"))
         keyed = [(k, v) for k, v in groups.items() if k[0] == wl]
         keyed.sort(key=lambda kv: statistics.median(r["wall_s"] for r in kv[1]))
         for (_, label), rows in keyed:
             times = [r["wall_s"] for r in rows]
             m = _median_row(rows)
-            w("  %-26s %7s %7s %7s %6s %6s %6s %6s %7s %9s %8s %7s %9s" % (
+            w("  %-26s %7s %7s %7s %6s %6s %6s %6s %6s %7s %9s %8s %7s %9s" % (
                 label, _time(min(times)), _time(statistics.median(times)), _time(max(times)),
-                _pct(m["io_wait_share"]), _pct(m["oncpu_share"]), _pct(m.get("kworker_share")), _pct(m["other_share"]),
+                _pct(m["io_wait_share"]), _pct(m["oncpu_share"]), _pct(m.get("kworker_share")),
+                _pct(m.get("lock_share")), _pct(m["other_share"]),
                 _pct(m["decompression_share"]),
                 m["loop_requests"] if m["loop_requests"] is not None else "-",
                 "%.1f" % (m["loop_mean_bytes"] / 1024) if m["loop_mean_bytes"] else "-",
                 "%.0f%%" % m["loop_aligned_4k_pct"] if m["loop_aligned_4k_pct"] is not None else "-",
                 m["pagecache_misses"]))
     w("")
-    w("ioWait/onCPU/kwork/other: shares of the time spent in requests on the image (median run; stat workloads: "
+    w("ioWait/onCPU/kwork/lock/other: shares of the time spent in requests on the image (median run; stat workloads: "
       "in their stat calls, all paths); kwork: asleep while a kworker ran filesystem work that woke the "
-      "request (erofs decompression, btrfs end-io), or waited to run it; decomp: "
+      "request (erofs decompression, btrfs end-io), or waited to run it; lock: asleep on a contended mutex/rwsem; "
+      "decomp: "
       "share of it decompressing in the requesting thread (n/a: no fentry/kprobe on this kernel); loop req: block requests on the image's loop device; "
       "pc miss: page-cache folios added during the workload's requests.")
     return "\n".join(out) + "\n"
@@ -119,7 +123,7 @@ def render_bench(doc):
 
 CSV_FIELDS = ["workload", "label", "fs", "run", "wall_s", "read_bytes", "requests", "loop_op", "io_wait_share",
               "oncpu_share",
-              "other_share", "kworker_share", "io_wait_s", "oncpu_s", "other_s", "decompression_share", "loop_requests", "loop_mean_bytes", "loop_aligned_4k_pct",
+              "other_share", "kworker_share", "lock_share", "io_wait_s", "oncpu_s", "other_s", "decompression_share", "loop_requests", "loop_mean_bytes", "loop_aligned_4k_pct",
               "loop_unseen_requests", "pagecache_misses", "dir"]
 
 

@@ -110,14 +110,24 @@ static __always_inline void offcpu_add(__s32 stack_id, __u32 reason, __u64 ns)
 		bpf_map_update_elem(&offcpu, &k, &ns, BPF_NOEXIST);
 }
 
+/* include/trace/events/lock.h: contention_begin flags */
+#ifndef LCB_F_SPIN
+#define LCB_F_SPIN (1U << 0)
+#define LCB_F_RT (1U << 3)
+#define LCB_F_PERCPU (1U << 4)
+#define LCB_F_MUTEX (1U << 5)
+#endif
+#define FST_LCB_MARK (1U << 31)	/* set with the flags, so "waiting" is never 0 */
+
 /* the request a traced thread is in, while it is in one */
 struct task_req {
 	__u64 start;
 	__u64 last_on;		/* when the thread last went on-CPU during the request */
 	__u64 off_ts;		/* when it went off-CPU, 0 while running */
 	__u64 wake_ts;		/* first wakeup during the off-CPU interval */
-	__u64 oncpu, io_wait, dsleep, sleep, runq, missed, worker, worker_wait;
+	__u64 oncpu, io_wait, dsleep, sleep, runq, missed, worker, worker_wait, lock;
 	__u64 waker_queue, waker_start;	/* the work item whose kworker woke it, 0 = not woken by one */
+	__u64 lock_addr;	/* the sleeping lock it is contending for */
 	__u64 ino;
 	__u64 count;
 	__s64 pos;
@@ -130,10 +140,14 @@ struct task_req {
 	__u32 nr_switches;
 	__u32 nr_missed;
 	__u32 pcache_adds;
+	__u32 ra_windows, ra_pages, ra_max_pages;
+	__u32 nr_lock_waits;
+	__u32 in_lock;		/* contention_begin flags while waiting for a contended sleeping lock, 0 otherwise */
 	__u16 kind;
 	__u16 ftype;
 	__u8 off_preempted;
 	__u8 off_io;
+	__u8 off_lock;		/* switched out while waiting for a sleeping lock */
 };
 
 struct {

@@ -54,7 +54,8 @@
 	E(FST_H_IO_Q2C_US, 1, "io_q2c_us")	/* block request queue-to-complete; sub = op */ \
 	E(FST_H_IO_D2C_US, 2, "io_d2c_us")	/* block request issue-to-complete; sub = op */ \
 	E(FST_H_IO_BYTES, 3, "io_bytes")	/* block request size; sub = op */              \
-	E(FST_H_REQ_US, 4, "req_us")		/* request latency; sub = request kind */
+	E(FST_H_REQ_US, 4, "req_us")		/* request latency; sub = request kind */ \
+	E(FST_H_RA_PAGES, 5, "ra_window_pages")	/* readahead window decided (pages); dev = file's sb, sub = 0 sync, 1 async */
 
 #define FST_FILESYSTEMS(E)          \
 	E(FST_FS_EROFS, 1, "erofs")  \
@@ -105,7 +106,10 @@ enum fst_work_kind { FST_WORK_KINDS(FST_ENUM_MEMBER) };
  *   oncpu_ns    running
  *   io_wait_ns  off-CPU, uninterruptible, in io_schedule() (task->in_iowait) or with
  *               its own block I/O in flight
- *   dsleep_ns   off-CPU, uninterruptible otherwise (locks, work done by others)
+ *   lock_ns     off-CPU waiting for a sleeping lock (mutex, rwsem, rt-mutex, percpu-rwsem):
+ *               switched out between the lock's contention_begin and contention_end
+ *   dsleep_ns   off-CPU, uninterruptible otherwise (work done by others, folio locks
+ *               without I/O of its own)
  *   sleep_ns    off-CPU, interruptible
  *   runq_ns     runnable but not running (preempted, or woken and waiting for a CPU)
  *   missed_ns   not attributable: the kernel did not run our scheduler programs for a
@@ -116,7 +120,10 @@ enum fst_work_kind { FST_WORK_KINDS(FST_ENUM_MEMBER) };
  * A sleep ended by such a wakeup is split at the work item's queue and start
  * times: before the queueing it counts as I/O wait (or dsleep) as usual.
  * pcache_adds counts folios added to the page cache while the request ran in
- * its thread: its page-cache misses, readahead included.
+ * its thread: its page-cache misses, readahead included.  ra_windows and
+ * ra_pages count the readahead windows the kernel decided for it and their
+ * pages (page_cache_ra_order; the kernel's readahead sizing, not what was
+ * already cached), ra_max_pages the largest window.
  * sdev is the kernel dev_t (major << 20 | minor) of the file's superblock.
  */
 #define FST_REQ_FIELDS(F, S)   \
@@ -130,6 +137,7 @@ enum fst_work_kind { FST_WORK_KINDS(FST_ENUM_MEMBER) };
 	F(__u64, missed_ns)    \
 	F(__u64, worker_ns)    \
 	F(__u64, worker_wait_ns) \
+	F(__u64, lock_ns)      \
 	F(__u64, ino)          \
 	F(__s64, ret)          \
 	F(__u64, count)        \
@@ -143,6 +151,10 @@ enum fst_work_kind { FST_WORK_KINDS(FST_ENUM_MEMBER) };
 	F(__u32, nr_switches)  \
 	F(__u32, nr_missed_events) \
 	F(__u32, pcache_adds)  \
+	F(__u32, ra_windows)   \
+	F(__u32, ra_pages)     \
+	F(__u32, ra_max_pages) \
+	F(__u32, nr_lock_waits) \
 	F(__u32, pad1)         \
 	F(__u16, kind)         \
 	F(__u16, ftype)        \
@@ -319,7 +331,8 @@ struct fst_dev_cfg {
 	E(FST_OFF_IO, 1, "io_wait")               \
 	E(FST_OFF_DSLEEP, 2, "dsleep")            \
 	E(FST_OFF_SLEEP, 3, "sleep")              \
-	E(FST_OFF_WORKER, 4, "worker")
+	E(FST_OFF_WORKER, 4, "worker")            \
+	E(FST_OFF_LOCK, 5, "lock_wait")
 
 enum fst_offcpu_reason { FST_OFFCPU_REASONS(FST_ENUM_MEMBER) };
 

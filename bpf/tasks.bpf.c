@@ -103,9 +103,14 @@ static __always_inline int handle_sys_exit(long ret)
 		rec->missed_ns = r->missed;
 		rec->worker_ns = r->worker;
 		rec->worker_wait_ns = r->worker_wait;
+		rec->lock_ns = r->lock;
+		rec->nr_lock_waits = r->nr_lock_waits;
+		rec->ra_windows = r->ra_windows;
+		rec->ra_pages = r->ra_pages;
+		rec->ra_max_pages = r->ra_max_pages;
+		rec->pad1 = 0;
 		rec->nr_missed_events = r->nr_missed;
 		rec->pcache_adds = r->pcache_adds;
-		rec->pad1 = 0;
 		rec->ino = r->ino;
 		rec->ret = ret;
 		rec->count = r->count;
@@ -151,6 +156,7 @@ static __always_inline int handle_switch(void *ctx, bool preempt, struct task_st
 		/* waiting for I/O: in io_schedule() (the kernel's own iowait, as delay accounting counts it,
 		 * which also covers bios held back by block throttling), or its own block I/O is in flight */
 		r->off_io = BPF_CORE_READ_BITFIELD_PROBED(prev, in_iowait) || inflight_get(prev_pid) > 0;
+		r->off_lock = r->in_lock != 0;
 		r->nr_switches++;
 	}
 
@@ -178,7 +184,12 @@ static __always_inline int handle_switch(void *ctx, bool preempt, struct task_st
 				slept = queued - r->off_ts;
 				r->waker_start = r->waker_queue = 0;
 			}
-			if (r->off_state & TASK_UNINTERRUPTIBLE_BIT) {
+			if (r->off_lock) {
+				/* waiting for a lock, whatever the sleep state (mutex_lock_interruptible too) */
+				r->lock += slept;
+				r->nr_lock_waits++;
+				offcpu_add(r->off_stack, FST_OFF_LOCK, slept);
+			} else if (r->off_state & TASK_UNINTERRUPTIBLE_BIT) {
 				if (r->off_io) {
 					r->io_wait += slept;
 					offcpu_add(r->off_stack, FST_OFF_IO, slept);
@@ -263,6 +274,69 @@ static __always_inline int handle_pcache_add(void)
 		r->pcache_adds++;
 	return 0;
 }
+
+/*
+ * Lock contention (lock:contention_begin/end, since 5.19): a request switched
+ * out inside a sleeping lock's contention window waits for that lock.  Spinning
+ * locks (qspinlock, rwlock) never sleep and are ignored, and the window closes
+ * only at the end event of the same lock: the mutex slow path itself takes a
+ * spinlock, whose contention must not end the mutex wait.
+ */
+static __always_inline int handle_contention_begin(void *lock, __u32 flags)
+{
+	if ((flags & LCB_F_SPIN) && !(flags & (LCB_F_MUTEX | LCB_F_RT | LCB_F_PERCPU)))
+		return 0;
+	__u32 pid = (__u32)bpf_get_current_pid_tgid();
+	struct task_req *r = bpf_map_lookup_elem(&task_reqs, &pid);
+	if (r) {
+		r->in_lock = flags | FST_LCB_MARK;
+		r->lock_addr = (__u64)lock;
+	}
+	return 0;
+}
+
+static __always_inline int handle_contention_end(void *lock)
+{
+	__u32 pid = (__u32)bpf_get_current_pid_tgid();
+	struct task_req *r = bpf_map_lookup_elem(&task_reqs, &pid);
+	if (r && r->lock_addr == (__u64)lock) {
+		r->in_lock = 0;
+		r->lock_addr = 0;
+	}
+	return 0;
+}
+
+SEC("tp_btf/contention_begin")
+int BPF_PROG(contention_begin_btf, void *lock, unsigned int flags) { return handle_contention_begin(lock, flags); }
+SEC("raw_tp/contention_begin")
+int BPF_PROG(contention_begin_raw, void *lock, unsigned int flags) { return handle_contention_begin(lock, flags); }
+SEC("tp_btf/contention_end")
+int BPF_PROG(contention_end_btf, void *lock, int ret) { return handle_contention_end(lock); }
+SEC("raw_tp/contention_end")
+int BPF_PROG(contention_end_raw, void *lock, int ret) { return handle_contention_end(lock); }
+
+/* the readahead window the kernel decided (readahead:page_cache_ra_order, 6.10+), charged to the request */
+static __always_inline int handle_ra_order(struct inode *inode, struct file_ra_state *ra)
+{
+	__u32 pid = (__u32)bpf_get_current_pid_tgid();
+	struct task_req *r = bpf_map_lookup_elem(&task_reqs, &pid);
+	if (!r)
+		return 0;
+	__u32 pages = BPF_CORE_READ(ra, size);
+	r->ra_windows++;
+	r->ra_pages += pages;
+	if (pages > r->ra_max_pages)
+		r->ra_max_pages = pages;
+	hist_add(FST_H_RA_PAGES, BPF_CORE_READ(inode, i_sb, s_dev), 0, pages);
+	return 0;
+}
+
+SEC("tp_btf/page_cache_ra_order")
+int BPF_PROG(page_cache_ra_order_btf, struct inode *inode, unsigned long index, struct file_ra_state *ra)
+{ return handle_ra_order(inode, ra); }
+SEC("raw_tp/page_cache_ra_order")
+int BPF_PROG(page_cache_ra_order_raw, struct inode *inode, unsigned long index, struct file_ra_state *ra)
+{ return handle_ra_order(inode, ra); }
 
 SEC("tp_btf/mm_filemap_add_to_page_cache")
 int BPF_PROG(mm_filemap_add_to_page_cache_btf, struct folio *folio) { return handle_pcache_add(); }

@@ -33,6 +33,14 @@ def fstrace(*args, check=True, **kw):
     return p
 
 
+def run_summary(tmp_path, *args):
+    """fstrace run with the test dataset and cache; its summary.json."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    out = tmp_path / "out"
+    fstrace("run", "--scale", SCALE, "--cache", CACHE, "-o", str(out), *args)
+    return json.loads((out / "summary.json").read_text())
+
+
 def run_workload(tmp_path_factory, fs, workload, *extra):
     out = tmp_path_factory.mktemp("run") / "out"
     fstrace("run", "--fs", fs, "--workload", workload, "--scale", SCALE, "--cache", CACHE, "-o", str(out), *extra)

@@ -1,14 +1,5 @@
 """Filesystem figures from the tracepoint tier on this kernel (no fentry, no kprobes)."""
-import json
-
-from conftest import CACHE, SCALE, fstrace
-
-
-def run(tmp_path, *args):
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    out = tmp_path / "out"
-    fstrace("run", "--scale", SCALE, "--cache", CACHE, "-o", str(out), *args)
-    return json.loads((out / "summary.json").read_text())
+from conftest import run_summary as run
 
 
 def test_erofs_async_decompression_is_timed_by_the_workqueue(tmp_path):

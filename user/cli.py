@@ -17,7 +17,7 @@ sys.path.insert(0, ROOT)
 
 from user.system import (Cleanup, FstraceError, Interrupted, backing_block_device,  # noqa: E402
                          block_devices_of_mount, dev_numbers, drop_caches, in_cgroup, install_signal_handlers,
-                         iops_cap, kdev, losetup, mount, mount_of, mounts)
+                         iops_cap, kdev, losetup, mount, mount_of, mounts, read_ahead_kb)
 
 COLLECTOR = os.path.join(ROOT, "build", "fstrace-collect")
 DEFAULT_CACHE = "/var/cache/fstrace"
@@ -142,7 +142,7 @@ def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io
                 "loop_direct_io": dio, "backing_kdev": kdev(*backing) if backing else None,
                 "backing_note": None if backing else "image is not on a block device: backing level not traced",
                 "cache": "source in page cache" if wl.writes else ("warm" if warm else "cold"),
-                "alignment_unit_bytes": unit, "iops_cap": iops,
+                "alignment_unit_bytes": unit, "iops_cap": iops, "loop_read_ahead_kb": read_ahead_kb(dev),
             }
             meta_path = os.path.join(tmp, "meta.json")
             with open(meta_path, "w") as f:

@@ -100,6 +100,10 @@ static struct probe task_probes[] = {
 	P("sched_process_exit", "process tree", "sched_process_exit_btf", "sched_process_exit_raw", false),
 	P("mm_filemap_add_to_page_cache", "page-cache misses per request", "mm_filemap_add_to_page_cache_btf",
 	  "mm_filemap_add_to_page_cache_raw", false),
+	P("contention_begin", "lock wait per request", "contention_begin_btf", "contention_begin_raw", false),
+	P("contention_end", "lock wait per request", "contention_end_btf", "contention_end_raw", false),
+	P("page_cache_ra_order", "readahead window sizes per request", "page_cache_ra_order_btf",
+	  "page_cache_ra_order_raw", false),
 };
 
 /* decompression: fentry/fexit, or kprobe/kretprobe; no tracepoint tier can time it exactly */

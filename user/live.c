@@ -20,9 +20,12 @@ struct top_entry {
 	int used;
 };
 
+/* the attribution parts of a request, in the order the live view prints them */
+#define NR_PARTS 9
+
 static struct {
 	uint64_t reqs, read_bytes, ios, io_bytes;
-	uint64_t parts[8];
+	uint64_t parts[NR_PARTS];
 	uint32_t *lat_us;
 	size_t nlat, cap;
 	struct top_entry procs[TOP_SLOTS], files[TOP_SLOTS];
@@ -60,9 +63,9 @@ void live_add(const void *data, size_t size)
 	L.reqs++;
 	if (r->kind == FST_REQ_READ && r->ret > 0)
 		L.read_bytes += r->ret;
-	const uint64_t parts[8] = { r->oncpu_ns, r->io_wait_ns, r->worker_ns, r->worker_wait_ns,
-				    r->dsleep_ns, r->sleep_ns, r->runq_ns, r->missed_ns };
-	for (int i = 0; i < 8; i++)
+	const uint64_t parts[NR_PARTS] = { r->oncpu_ns, r->io_wait_ns, r->worker_ns, r->worker_wait_ns,
+					   r->lock_ns, r->dsleep_ns, r->sleep_ns, r->runq_ns, r->missed_ns };
+	for (int i = 0; i < NR_PARTS; i++)
 		L.parts[i] += parts[i];
 	if (L.nlat == L.cap) {
 		L.cap = L.cap ? L.cap * 2 : 4096;
@@ -119,13 +122,13 @@ void live_print(FILE *out, double interval_s, unsigned long long drops, int clea
 			L.lat_us[(size_t)(L.nlat * 0.99)], L.lat_us[L.nlat - 1]);
 	}
 	uint64_t total = 0;
-	for (int i = 0; i < 8; i++)
+	for (int i = 0; i < NR_PARTS; i++)
 		total += L.parts[i];
 	if (total) {
-		static const char *names[8] = { "oncpu", "io_wait", "kworker", "kworker_wait", "dsleep", "sleep",
-						"runq", "missed" };
+		static const char *names[NR_PARTS] = { "oncpu", "io_wait", "kworker", "kworker_wait", "lock", "dsleep",
+						       "sleep", "runq", "missed" };
 		fprintf(out, "  time in requests:");
-		for (int i = 0; i < 8; i++)
+		for (int i = 0; i < NR_PARTS; i++)
 			fprintf(out, " %s %.0f%%", names[i], 100.0 * L.parts[i] / total);
 		fprintf(out, "\n");
 	}

@@ -131,6 +131,13 @@ def kdev(major, minor):
     return (major << 20) | minor
 
 
+def read_ahead_kb(dev):
+    """The readahead limit the kernel gives files on a block device (its bdi's ra_pages, in KiB)."""
+    ma, mi = dev_numbers(dev)
+    with open("/sys/dev/block/%d:%d/queue/read_ahead_kb" % (ma, mi)) as f:
+        return int(f.read())
+
+
 def backing_block_device(path):
     """(major, minor) of the block device holding path's filesystem, or None (tmpfs, overlay, ...)."""
     ma, mi = dev_numbers(path)

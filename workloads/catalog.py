@@ -70,10 +70,11 @@ class Shell(Workload):
 class ListWorkload(Workload):
     """cat or stat over a fixed random list of files (seed 000's ~7 % and 100 % cases)."""
 
-    def __init__(self, name, summary, tool, n):
+    def __init__(self, name, summary, tool, n, parallel=1):
         super().__init__(name, "tree", summary, "000")
         self.tool = tool
         self.n = n
+        self.parallel = parallel
 
     def prepare(self, mnt, outdir, ctx):
         files = random_list(tree_files(ctx["source"]), self.n)
@@ -81,7 +82,9 @@ class ListWorkload(Workload):
         with open(path, "w") as f:
             f.write("".join(x + "\n" for x in files))
         sink = " > /dev/null"
-        return ["sh", "-c", "xargs -d '\\n' %s < '%s'%s" % (self.tool, path, sink)]
+        # parallel readers: 16 files per process, so every reader starts early and they contend
+        fan = " -P %d -n 16" % self.parallel if self.parallel > 1 else ""
+        return ["sh", "-c", "xargs -d '\\n'%s %s < '%s'%s" % (fan, self.tool, path, sink)]
 
     def ground_truth(self, outdir, ctx):
         with open(os.path.join(outdir, "filelist.txt")) as f:
@@ -102,8 +105,9 @@ class Fio(Workload):
         self.runtime_s = runtime_s
 
     def prepare(self, mnt, outdir, ctx):
+        # no --invalidate: the run decides the cache state (caches dropped for cold, a read-through for warm)
         argv = ["fio", "--name=" + self.name, "--filename=" + os.path.join(mnt, ctx["single_file"]),
-                "--rw=" + self.rw, "--bs=4k", "--ioengine=psync", "--readonly", "--invalidate=1",
+                "--rw=" + self.rw, "--bs=4k", "--ioengine=psync", "--readonly", "--invalidate=0",
                 "--randseed=1234", "--output-format=json", "--output=" + os.path.join(outdir, "fio.json")]
         if self.io_size:
             argv.append("--io_size=" + self.io_size)
@@ -151,6 +155,8 @@ WORKLOADS = {w.name: w for w in [
     ListWorkload("stat-500", "stat 500 random files (~7 %, seed 000)", "stat", 500),
     ListWorkload("cat-all", "cat all files in random order (seed 000)", "cat", None),
     ListWorkload("stat-all", "stat all files in random order (seed 000)", "stat", None),
+    ListWorkload("cat-all-p4", "cat all files in random order, 4 readers at once (app start-up; shows contention "
+                 "for squashfs's decompressor and other locks)", "cat", None, parallel=4),
     Shell("tar-usrbin", "tar cf - usr/bin | cat > /dev/null (seed 002)", "002",
           "tar cf - usr/bin | cat > /dev/null", "usr/bin"),
     Shell("cp-ram", "cp -a of the tree to a RAM disk (/dev/shm), cold cache (seed 004 read)", "004",
