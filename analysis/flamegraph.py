@@ -30,7 +30,22 @@ def tree(stacks):
     return root
 
 
+# the category frames wallclock_folded() ends stacks with: one distinct colour each
+CATEGORY_COLOURS = {
+    "[cpu]": "rgb(90,170,90)",                  # other CPU: green
+    "[cpu: decompression]": "rgb(220,80,30)",   # decompression: orange, as decompressor frames
+    "[cpu: lock spin]": "rgb(200,150,220)",     # spinning for a contended lock: light purple
+    "[io_wait]": "rgb(40,90,200)",              # waiting for block I/O: blue
+    "[worker]": "rgb(0,150,150)",               # a kworker ran filesystem work for it: teal
+    "[lock_wait]": "rgb(150,60,170)",           # asleep on a contended lock: purple
+    "[dsleep]": "rgb(140,110,80)",              # other uninterruptible sleep: brown
+    "[sleep]": "rgb(170,170,170)",              # interruptible sleep: grey
+}
+
+
 def _colour(frame):
+    if frame in CATEGORY_COLOURS:
+        return CATEGORY_COLOURS[frame]
     if DECOMPRESSOR.match(frame):
         return "rgb(220,80,30)"  # decompression: the one saturated colour
     if any(k in frame for k in ("io_schedule", "submit_bio", "blk_", "wait_on_page", "folio_wait")):
@@ -49,7 +64,7 @@ def _diff_colour(a, b, total_a, total_b):
     return "rgb(230,%d,%d)" % (c, c) if fb > fa else "rgb(%d,%d,230)" % (c, c)
 
 
-def render(stacks, title, subtitle="", base=None):
+def render(stacks, title, subtitle="", base=None, unit="samples"):
     """SVG text. With base (the A side), colour frames red where B has more samples, blue where fewer."""
     root = tree(stacks)
     base_tree = tree(base) if base is not None else None
@@ -84,8 +99,8 @@ def render(stacks, title, subtitle="", base=None):
                 fill = _diff_colour(bnode[0] if bnode else 0, node[0], total_b, total)
             else:
                 fill = _colour(name)
-            label = "%s (%d samples, %.2f%%)" % (name, node[0], 100.0 * node[0] / total)
-            out.append('<g class="frame" data-samples="%d"><title>%s</title><rect x="%.3f" y="%d" width="%.3f" '
+            label = "%s (%d %s, %.2f%%)" % (name, node[0], unit, 100.0 * node[0] / total)
+            out.append('<g class="frame" data-weight="%d"><title>%s</title><rect x="%.3f" y="%d" width="%.3f" '
                        'height="%d" fill="%s" stroke="white" stroke-width="0.5"/>' % (
                            node[0], escape(label), x, y, w, ROW - 1, fill))
             if w > 40:
@@ -103,12 +118,12 @@ def render(stacks, title, subtitle="", base=None):
     return "\n".join(out) + "\n"
 
 
-def write(dirpath, name, stacks, title, subtitle="", base=None):
+def write(dirpath, name, stacks, title, subtitle="", base=None, unit="samples"):
     """name.folded and name.svg in dirpath; returns the SVG path."""
     import os
     with open(os.path.join(dirpath, name + ".folded"), "w") as f:
         f.write(folded_text(stacks))
     svg = os.path.join(dirpath, name + ".svg")
     with open(svg, "w") as f:
-        f.write(render(stacks, title, subtitle, base))
+        f.write(render(stacks, title, subtitle, base, unit))
     return svg

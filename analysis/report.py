@@ -66,6 +66,11 @@ def render(s):
     if lk.get("available") and lk["waits"]:
         w("    lock waits: %d in %d requests, per request p50 %.1f us p99 %.1f us (%s)"
           % (lk["waits"], lk["requests_waiting"], lk["wait_us"]["p50"], lk["wait_us"]["p99"], lk["tier"]))
+    spin = lk.get("spin_estimate")
+    if spin and spin["samples"]:
+        w("    on-CPU lock spinning (in oncpu), estimated: %.1f ms (95 %% interval %.1f-%.1f ms), under: %s"
+          % (spin["ns"] / 1e6, spin["ci95_ns"][0] / 1e6, spin["ci95_ns"][1] / 1e6,
+             ", ".join("%s %d" % kv for kv in list(spin["by_function"].items())[:3])))
 
     ra = s.get("readahead") or {}
     if ra.get("available") and ra["windows"]:

@@ -15,41 +15,82 @@ DECOMPRESSOR = re.compile(
     r"FSE_decompress\w*|xz_dec_\w*|lzma_\w*|dict_repeat|zlib_inflate\w*|inflate_fast)$")
 
 
-def folded(header):
-    """{stack: samples}, summed over threads."""
+KWORKER_ROOT = "[kworker: "  # samples of kworkers running filesystem work start with this frame
+
+
+def folded(header, kworkers=False):
+    """{stack: samples}, summed over threads: the traced threads inside requests (user frames, then kernel
+    frames), and with kworkers=True also the kworkers running filesystem work for them."""
     out = {}
     for stack, n in header.get("sampling", {}).get("folded", []):
-        out[stack] = out.get(stack, 0) + n
+        if kworkers or not stack.startswith(KWORKER_ROOT):
+            out[stack] = out.get(stack, 0) + n
     return out
 
 
+def kworker_samples(header):
+    """{work kind: samples} of kworkers running filesystem work (on-CPU time done for the readers)."""
+    out = {}
+    for stack, n in folded(header, kworkers=True).items():
+        if stack.startswith(KWORKER_ROOT):
+            kind = stack[len(KWORKER_ROOT):stack.index("]")]
+            out[kind] = out.get(kind, 0) + n
+    return out
+
+
+# spinning for a lock on-CPU (a mutex's optimistic spin, a contended spinlock): not work, even when the
+# lock is the decompressor's (squashfs's single decompressor spins its waiters in squashfs_decompress)
+LOCK_SPIN = re.compile(r"^(mutex_spin_on_owner|osq_lock|__mutex_lock\S*|rwsem_spin_on_owner|rwsem_optimistic_spin|"
+                       r"native_queued_spin_lock_slowpath|__pv_queued_spin_lock_slowpath|queued_spin_lock_slowpath|"
+                       r"queued_read_lock_slowpath|queued_write_lock_slowpath)$")
+
+
+def is_lock_spin(stack):
+    return any(LOCK_SPIN.match(f) for f in stack.split(";"))
+
+
 def is_decompression(stack):
-    return any(DECOMPRESSOR.match(f) for f in stack.split(";"))
+    return any(DECOMPRESSOR.match(f) for f in stack.split(";")) and not is_lock_spin(stack)
 
 
-def decompression_estimate(header):
-    """In-task decompression CPU estimated from samples, or None if sampling was off."""
+def _estimate(header, matches, name_of, what):
+    """CPU time of the sampled stacks that match, with its Poisson 95 % interval; None if sampling was off."""
     s = header.get("sampling") or {}
     hz = s.get("hz") or 0
     if not hz:
         return None
     stacks = folded(header)
-    k = sum(n for st, n in stacks.items() if is_decompression(st))
     total = sum(stacks.values())
-    half = 1.96 * math.sqrt(k) if k else 3.0  # with no sample, 3 samples bound the rate at 95 %
-    per = 1e9 / hz
     by_fn = {}
     for st, n in stacks.items():
-        frames = [f for f in st.split(";") if DECOMPRESSOR.match(f)]
-        if frames:
-            by_fn[frames[0]] = by_fn.get(frames[0], 0) + n
+        if matches(st):
+            fn = name_of(st.split(";"))
+            by_fn[fn] = by_fn.get(fn, 0) + n
+    k = sum(by_fn.values())
+    half = 1.96 * math.sqrt(k) if k else 3.0  # with no sample, 3 samples bound the rate at 95 %
+    per = 1e9 / hz
     return {
         "method": "perf cpu-clock sampling at %d Hz of kernel stacks of traced tasks inside requests; "
-                  "samples whose stack contains a decompressor function" % hz,
+                  "samples whose stack contains %s" % (hz, what),
         "samples": int(k), "samples_in_requests": int(total), "stacks_lost": int(s.get("stacks_lost", 0)),
+        "kworker_samples": kworker_samples(header),
         "ns": k * per, "ci95_ns": [max(0.0, (k - half) * per), (k + half) * per],
         "by_function": dict(sorted(by_fn.items(), key=lambda kv: -kv[1])),
     }
+
+
+def decompression_estimate(header):
+    """In-task decompression CPU, by the outermost decompressor function."""
+    return _estimate(header, is_decompression, lambda fr: next(f for f in fr if DECOMPRESSOR.match(f)),
+                     "a decompressor function and no lock spinning")
+
+
+def lock_spin_estimate(header):
+    """On-CPU spinning for contended locks, by the function that took the lock."""
+    def taker(frames):
+        i = next(i for i, f in enumerate(frames) if LOCK_SPIN.match(f))
+        return frames[i - 1] if i else frames[i]
+    return _estimate(header, is_lock_spin, taker, "a lock's spinning slow path")
 
 
 # where a blocked thread's stack enters the scheduler: frames from here on (incl. fstrace's own BPF) are cut
@@ -72,6 +113,31 @@ def offcpu_folded(header):
         key = (names.get(str(reason), str(reason)), trim_offcpu(stack))
         out[key] = out.get(key, 0) + ns
     return out
+
+
+# the leaf frame the wall-clock graph adds to every stack: what the thread was doing there
+WALL_CPU, WALL_DECOMP, WALL_SPIN = "[cpu]", "[cpu: decompression]", "[cpu: lock spin]"
+
+
+def wallclock_folded(header):
+    """{stack: microseconds}: where requests' wall time went, on- and off-CPU in one graph.
+
+    On-CPU time comes from the samples (each worth 1/hz; an estimate), off-CPU time from the switch-out
+    stacks weighted by the measured time blocked.  Each stack ends in a category frame ([cpu],
+    [cpu: decompression], [cpu: lock spin], [io_wait], [lock_wait], ...) so a renderer can colour the categories apart.
+    [cpu: lock spin] is on-CPU spinning for a contended lock.  Runqueue time has no stack of its own and is not in the graph."""
+    out = {}
+    hz = (header.get("sampling") or {}).get("hz") or 0
+    if hz:
+        per_us = 1e6 / hz
+        for st, n in folded(header).items():
+            cat = WALL_DECOMP if is_decompression(st) else WALL_SPIN if is_lock_spin(st) else WALL_CPU
+            key = "%s;%s" % (st, cat)
+            out[key] = out.get(key, 0) + int(round(n * per_us))
+    for (reason, st), ns in offcpu_folded(header).items():
+        key = "%s;[%s]" % (st, reason)
+        out[key] = out.get(key, 0) + ns // 1000
+    return {k: v for k, v in out.items() if v > 0}
 
 
 def offcpu_summary(header, top=3):

@@ -61,6 +61,14 @@ def reads_of(res, ino=None):
     return r
 
 
+def latencies_us(res):
+    """Latencies of the run's reads on the image, else of all its requests there (stat workloads: stat calls)."""
+    r = fs_requests(res, kinds=("read",))
+    if not len(r):
+        r = fs_requests(res, kinds=("read", "write", "open", "getdents", "stat"))
+    return (r["ts_end_ns"] - r["ts_start_ns"]).astype(np.int64) / 1e3
+
+
 def request_stats(reqs):
     lat_ns = (reqs["ts_end_ns"] - reqs["ts_start_ns"]).astype(np.int64)
     ok = reqs["ret"] > 0
@@ -129,10 +137,12 @@ def lock_wait(res, reqs):
         return {"available": False, "why": (p or {}).get("why") or "this collector has no lock probe"}
     waited = reqs[reqs["lock_ns"] > 0]
     return {"available": True, "tier": p["tier"], "ns": int(reqs["lock_ns"].sum()),
+            "spin_estimate": sampling.lock_spin_estimate(res.header),
             "waits": int(reqs["nr_lock_waits"].sum()), "requests_waiting": int(len(waited)),
             "wait_us": percentiles(waited["lock_ns"] / 1e3) if len(waited) else None,
             "method": "switched out between lock:contention_begin and contention_end (mutex, rwsem, "
-                      "rt-mutex, percpu-rwsem)"}
+                      "rt-mutex, percpu-rwsem); spin_estimate: on-CPU spinning for locks (part of oncpu_ns), "
+                      "from samples"}
 
 
 def io_stats(io, unit):

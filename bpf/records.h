@@ -336,6 +336,18 @@ struct fst_dev_cfg {
 
 enum fst_offcpu_reason { FST_OFFCPU_REASONS(FST_ENUM_MEMBER) };
 
+/* frames kept of a sampled user stack (each a struct bpf_stack_build_id) */
+#define FST_USER_STACK_DEPTH 32
+
+/* one sampled stack, counted in the kernel (sample.bpf.c) */
+struct fst_sample_key {
+	__u32 pid;
+	__u32 tgid;
+	__s32 stack_id;		/* kernel stack; negative: it could not be recorded */
+	__s32 user_stack_id;	/* user stack of a traced thread; negative: none (kworker) or not recorded */
+	__u32 work_kind;	/* 0: a traced thread in a request; else the work kind its kworker was running */
+};
+
 struct fst_offcpu_key {
 	__s32 stack_id;
 	__u32 reason;

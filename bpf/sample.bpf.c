@@ -1,33 +1,53 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Sampling tier: a cpu-clock perf event on every CPU; a sample taken while a
- * traced thread is inside a request counts its kernel stack.  The collector
- * symbolizes the stacks and estimates, e.g., in-task decompression CPU where
- * no fentry/kprobe can time it (with the method and a confidence interval).
+ * traced thread is inside a request counts its kernel and user stacks, and a
+ * sample in a kworker running a known filesystem work item (erofs
+ * decompression, btrfs end-io: work done for the readers) counts its kernel
+ * stack under that work kind.  The collector symbolizes the stacks and
+ * estimates, e.g., in-task decompression CPU where no fentry/kprobe can time
+ * it (with the method and a confidence interval).
  */
 #include "common.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
-struct sample_key {
-	__u32 pid;
-	__s32 stack_id;		/* negative: the stack could not be recorded */
-};
-
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
-	__type(key, struct sample_key);
+	__type(key, struct fst_sample_key);
 	__type(value, __u64);
 } samples SEC(".maps");
+
+/*
+ * User stacks as (build id, file offset) per frame, resolved by the kernel at
+ * sample time: short-lived processes (a cat per file) are gone, with their
+ * mappings, before the collector could read them.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 4096);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, FST_USER_STACK_DEPTH * sizeof(struct bpf_stack_build_id));
+	__uint(map_flags, BPF_F_STACK_BUILD_ID);
+} user_stacks SEC(".maps");
 
 SEC("perf_event")
 int sample_request_stack(struct bpf_perf_event_data *ctx)
 {
 	__u32 pid = (__u32)bpf_get_current_pid_tgid();
-	if (!pid || !bpf_map_lookup_elem(&task_reqs, &pid))
+	if (!pid)
 		return 0;
-	struct sample_key key = { .pid = pid, .stack_id = bpf_get_stackid(ctx, &stacks, 0) };
+	struct fst_sample_key key = { .pid = pid, .tgid = bpf_get_current_pid_tgid() >> 32, .user_stack_id = -1 };
+	if (bpf_map_lookup_elem(&task_reqs, &pid)) {
+		key.user_stack_id = bpf_get_stackid(ctx, &user_stacks, BPF_F_USER_STACK);
+	} else {
+		struct work_start *ws = bpf_map_lookup_elem(&work_running, &pid);
+		if (!ws)
+			return 0;
+		key.work_kind = ws->kind;
+	}
+	key.stack_id = bpf_get_stackid(ctx, &stacks, 0);
 	__u64 one = 1, *n = bpf_map_lookup_elem(&samples, &key);
 	if (n)
 		__sync_fetch_and_add(n, 1);

@@ -7,10 +7,11 @@ here=$(CDPATH= cd -- "$(dirname -- "$0")/.." && pwd)
 
 PKGS="make gcc clang llvm libbpf-dev libelf-dev zlib1g-dev libzstd-dev bpftool
       fio erofs-utils squashfs-tools btrfs-progs xfsprogs e2fsprogs util-linux tar lz4
-      python3 python3-numpy"
-# --test: what only the tests need (pytest; QEMU, busybox, kmod and cpio for the Debian 6.1 kernel test)
+      python3 python3-numpy python3-matplotlib"
+# --test: what only the tests need (pytest; QEMU, busybox, kmod and cpio for the Debian 6.1 kernel test;
+# headless Chromium and PIL to check the HTML report renders)
 if [ "${1:-}" = "--test" ]; then
-	PKGS="$PKGS python3-pytest qemu-system-x86 busybox-static kmod cpio"
+	PKGS="$PKGS python3-pytest qemu-system-x86 busybox-static kmod cpio chromium python3-pil"
 fi
 
 missing=""

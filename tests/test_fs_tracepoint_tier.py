@@ -15,6 +15,14 @@ def test_erofs_async_decompression_is_timed_by_the_workqueue(tmp_path):
     parts = s["attribution"]["parts_ns"]
     assert 0 <= parts["worker_ns"] <= work["ns"]
     assert s["attribution"]["unaccounted_ns"] == 0
+    # the sampling tier sees the same kworkers: samples taken while they ran the work agree with its exact time
+    est = s["decompression"]["estimate"]
+    hz = int(est["method"].split(" at ")[1].split(" Hz")[0])
+    expected = work["ns"] * hz / 1e9
+    got = est["kworker_samples"].get("erofs decompression", 0)
+    assert got > 0
+    if expected >= 30:
+        assert 0.5 * expected <= got <= 1.5 * expected, (got, expected)
 
 
 def test_uncompressed_erofs_has_no_decompression_work(tmp_path):

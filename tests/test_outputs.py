@@ -1,5 +1,7 @@
 """Pictures and timelines people look at: flamegraph SVGs (valid, proportional) and the Perfetto timeline."""
 import json
+import re
+import subprocess
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -16,7 +18,7 @@ def frames(svg_text):
     for g in root.iter(SVG + "g"):
         name = g.find(SVG + "title").text.split(" (")[0]
         rect = g.find(SVG + "rect")
-        out.setdefault(name, []).append((int(g.get("data-samples")), float(rect.get("width")),
+        out.setdefault(name, []).append((int(g.get("data-weight")), float(rect.get("width")),
                                           float(rect.get("x")), rect.get("fill")))
     return out
 
@@ -60,6 +62,22 @@ def test_run_writes_an_oncpu_flamegraph_showing_decompression(xz_run):
     assert sum(int(l.rsplit(" ", 1)[1]) for l in folded) >= total > 0
 
 
+def test_oncpu_stacks_carry_the_user_frames_that_made_the_syscall(xz_run):
+    """tar and cat read through libc: the frame under the syscall entry is a libc function, by name."""
+    res = results.load(str(xz_run / "results.fst"))
+    smp = res.header["sampling"]
+    assert 0 < smp["with_user_stack"] <= smp["samples"]
+    callers = {}
+    for st, n in smp["folded"]:
+        frames = st.split(";")
+        if "entry_SYSCALL_64_after_hwframe" in frames:
+            i = frames.index("entry_SYSCALL_64_after_hwframe")
+            if i:
+                callers[frames[i - 1]] = callers.get(frames[i - 1], 0) + n
+    named = {f: n for f, n in callers.items() if not f.startswith("[")}
+    assert any(re.search(r"read|write", f) for f in named), callers
+
+
 def test_timeline_holds_every_request_and_block_request(xz_run):
     t = json.loads((xz_run / "timeline.json").read_text())
     res = results.load(str(xz_run / "results.fst"))
@@ -82,7 +100,7 @@ def test_offcpu_stacks_account_for_every_offcpu_nanosecond(xz_run):
         total[names[str(reason)]] = total.get(names[str(reason)], 0) + ns
     req = res["req"]
     parts = {"io_wait": int(req["io_wait_ns"].sum()), "dsleep": int(req["dsleep_ns"].sum()),
-             "sleep": int(req["sleep_ns"].sum()),
+             "sleep": int(req["sleep_ns"].sum()), "lock_wait": int(req["lock_ns"].sum()),
              "worker": int(req["worker_ns"].sum() + req["worker_wait_ns"].sum())}
     assert sum(total.values()) + off["stack_lost_ns"] == sum(parts.values())
     for reason, ns in total.items():
@@ -91,3 +109,79 @@ def test_offcpu_stacks_account_for_every_offcpu_nanosecond(xz_run):
     f = frames(svg)
     assert any(name.startswith("[") for name in f)  # the reason roots
     assert "schedule" not in f and not any(n.startswith("bpf_prog_") for n in f)  # trimmed at the scheduler
+
+
+def test_wallclock_flamegraph_colours_io_decompression_and_cpu_apart(xz_run):
+    """One graph of requests' wall time: sampled on-CPU time plus measured off-CPU time, by category."""
+    res = results.load(str(xz_run / "results.fst"))
+    hz = res.header["sampling"]["hz"]
+    folded = {}
+    for line in (xz_run / "wallclock.folded").read_text().splitlines():
+        st, n = line.rsplit(" ", 1)
+        folded[st] = int(n)
+    by_cat = {}
+    for st, us in folded.items():
+        cat = st.rsplit(";", 1)[1]
+        by_cat[cat] = by_cat.get(cat, 0) + us
+    samples = sum(n for _, n in res.header["sampling"]["folded"])
+    cpu_us = sum(v for k, v in by_cat.items() if k.startswith("[cpu"))
+    assert cpu_us == pytest.approx(samples * 1e6 / hz, rel=0.01)
+    off_us = sum(ns for _, _, ns in res.header["offcpu"]["folded"]) / 1e3
+    assert sum(v for k, v in by_cat.items() if not k.startswith("[cpu")) == pytest.approx(off_us, rel=0.01, abs=50)
+    assert by_cat["[cpu: decompression]"] > 0 and by_cat["[io_wait]"] > 0
+    f = frames((xz_run / "wallclock.svg").read_text())
+    fills = {cat: f[cat][0][3] for cat in ("[cpu]", "[cpu: decompression]", "[io_wait]")}
+    assert len(set(fills.values())) == 3
+    assert fills == {c: flamegraph.CATEGORY_COLOURS[c] for c in fills}
+
+
+def chromium(html_path, png_path):
+    """Open a page in headless Chromium: (DOM after load, console messages, screenshot written)."""
+    base = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+            "--disable-background-networking", "--no-first-run", "--hide-scrollbars", "--enable-logging=stderr",
+            "--v=0"]
+    url = "file://" + str(html_path)
+    dom = subprocess.run(base + ["--dump-dom", url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         timeout=120)
+    shot = subprocess.run(base + ["--window-size=1280,3000", "--screenshot=" + str(png_path), url],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    console = [l for l in (dom.stderr + shot.stderr).splitlines() if ":CONSOLE" in l]
+    return dom.stdout, console, png_path.exists()
+
+
+def test_the_console_check_catches_a_broken_page(tmp_path):
+    bad = tmp_path / "bad.html"
+    bad.write_text("<html><body><script>undefinedFunction();</script>x</body></html>")
+    _, console, _ = chromium(bad, tmp_path / "bad.png")
+    assert any("undefinedFunction" in l for l in console)
+
+
+def test_html_report_renders_in_a_browser(xz_run, tmp_path):
+    """The run's self-contained report: every figure laid out, no console message, a non-blank page."""
+    from PIL import Image
+    page = xz_run / "report.html"
+    text = page.read_text()
+    assert not re.search(r'(src|href)\s*=\s*"(https?:|//)', text)  # nothing fetched from the network
+    figures = int(re.search(r'data-figures="(\d+)"', text).group(1))
+    assert figures == 5  # latency CDF, attribution bars, wall-clock, on-CPU and off-CPU flamegraphs
+    dom, console, shot = chromium(page, tmp_path / "report.png")
+    assert console == []
+    assert 'data-rendered-figures="%d"' % figures in dom
+    assert "squashfs_decompress" in dom and "Latency CDF" in dom
+    assert shot
+    im = Image.open(tmp_path / "report.png").convert("RGB")
+    colours = im.getcolors(maxcolors=1 << 20)
+    assert len(colours) > 50  # plots and flamegraphs, not a blank or error page
+    white = max(colours)[0] / (im.size[0] * im.size[1])
+    assert white < 0.95
+
+
+def test_offline_report_and_compare_write_html(xz_run, tmp_path):
+    out = tmp_path / "r.html"
+    fstrace("report", str(xz_run), "--html", str(out))
+    assert out.read_text().count('<div class="figure">') == 5
+    cmp = tmp_path / "c.html"
+    fstrace("compare", str(xz_run), str(xz_run), "--html", str(cmp))
+    dom, console, _ = chromium(cmp, tmp_path / "c.png")
+    assert console == []
+    assert 'data-rendered-figures="2"' in dom and "What changed" in dom

@@ -86,7 +86,7 @@ def image_table(configs, parts, droot, manifest, cache, progress):
     return rows
 
 
-def cmd_bench(args, run_once, resolve_dataset, check_ready, progress, tool_versions):
+def cmd_bench(args, run_once, resolve_dataset, check_ready, progress, tool_versions, write_html, sets_html):
     from analysis import tables
     configs = plan_configs(args)
     workloads = plan_workloads(args)
@@ -125,5 +125,7 @@ def cmd_bench(args, run_once, resolve_dataset, check_ready, progress, tool_versi
     with open(os.path.join(outdir, "tables.txt"), "w") as f:
         f.write(text)
     sys.stdout.write(text)
+    write_html(os.path.join(outdir, "report.html"), sets_html("fstrace bench: dataset %s" % manifest["id"],
+                                                              [("", outdir)], None))
     progress("bench results in %s" % outdir)
     return 0

@@ -272,18 +272,91 @@ def write_summary(resdir, wl=None, ctx=None):
     with open(tmp, "w") as f:
         json.dump(s, f, indent=1, sort_keys=True)
     os.rename(tmp, os.path.join(resdir, "summary.json"))
-    stacks = sampling.folded(res.header)
+    stacks = sampling.folded(res.header, kworkers=True)
     if res.header.get("sampling", {}).get("hz"):
-        flamegraph.write(resdir, "oncpu", stacks, "on-CPU kernel stacks inside requests: %s" % (
-            res.config.get("label") or "fstrace"), "%d samples at %d Hz; orange: decompression, blue: block I/O"
+        flamegraph.write(resdir, "oncpu", stacks, "on-CPU stacks inside requests, and of kworkers working for "
+                         "them: %s" % (res.config.get("label") or "fstrace"), "%d samples at %d Hz; orange: decompression, blue: block I/O"
             % (sum(stacks.values()), res.header["sampling"]["hz"]))
     offcpu = sampling.offcpu_folded(res.header)
     if res.header.get("offcpu"):
         weighted = {"[%s];%s" % k: max(1, ns // 1000) for k, ns in offcpu.items()}
         flamegraph.write(resdir, "offcpu", weighted, "off-CPU kernel stacks inside requests: %s" % (
-            res.config.get("label") or "fstrace"), "weighted by microseconds blocked; roots: why it was off-CPU")
+            res.config.get("label") or "fstrace"), "weighted by microseconds blocked; roots: why it was off-CPU",
+            unit="us")
+    wall = sampling.wallclock_folded(res.header)
+    if wall:
+        flamegraph.write(resdir, "wallclock", wall, "wall-clock kernel stacks inside requests: %s" % (
+            res.config.get("label") or "fstrace"), "microseconds; green: CPU, orange: decompression, blue: I/O wait, "
+            "teal: kworker, purple: lock wait (light: spinning), brown: other D sleep (CPU from samples, off-CPU measured)", unit="us")
     timeline.write(res, os.path.join(resdir, "timeline.json"))
+    write_html(os.path.join(resdir, "report.html"), run_html(resdir, s, res))
     return s
+
+
+FLAMEGRAPHS = [("wallclock", "Wall-clock flamegraph",
+                "Where requests' time went: CPU from samples, off-CPU time as measured, one colour per category."),
+               ("oncpu", "On-CPU flamegraph", "Sampled kernel stacks of the traced tasks inside their requests."),
+               ("offcpu", "Off-CPU flamegraph", "Kernel stacks at switch-out, weighted by the time blocked.")]
+
+
+def write_html(path, text):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.rename(tmp, path)
+
+
+def run_html(resdir, s, res):
+    """The self-contained HTML report of one run directory."""
+    from analysis import html, plots, report, summary, tables
+    label = s["run"].get("label") or "run"
+    figs = [("Latency CDF", plots.latency_cdf([(label, summary.latencies_us(res))], "request latency")),
+            ("Attribution", plots.attribution_bars([(label, s["attribution"]["parts_ns"])],
+                                                   summary.ATTRIBUTION_PARTS, "where request time went"))]
+    flames = []
+    for name, heading, note in FLAMEGRAPHS:
+        svg = os.path.join(resdir, name + ".svg")
+        if os.path.exists(svg):
+            with open(svg) as f:
+                flames.append((heading, f.read(), note))
+    table = None
+    if s["run"].get("workload"):
+        doc = {"dataset_id": s["run"].get("dataset_id"), "cache": s["run"].get("cache"), "runs": 1,
+               "kernel": s["run"]["kernel"], "images": [], "rows": [tables.row_from_summary(s)]}
+        table = tables.render_bench(doc)
+    return html.run_page(s, report.render(s), table, figs, flames)
+
+
+def sets_html(title, sets, head_text):
+    """HTML of result sets side by side (a comparison, or one bench): latency CDF and attribution per
+    configuration, and the sets' tables.  sets: [(name prefix, run or bench directory)]."""
+    from analysis import html, plots, results, summary, tables
+    cdf, bars, texts = [], [], []
+    for side, d in sets:
+        bench = os.path.join(d, "bench.json")
+        if os.path.exists(bench):
+            with open(bench) as f:
+                doc = json.load(f)
+            texts.append(("%s%s" % (side + ": " if side else "", d), tables.render_bench(doc)))
+            runs = {}
+            for r in doc["rows"]:
+                runs.setdefault((r["workload"], r["label"]), r)
+            run_dirs = [(" ".join(x for x in (side, wl, label) if x), os.path.join(d, r["dir"]))
+                        for (wl, label), r in runs.items()]
+        else:
+            run_dirs = [(" ".join(x for x in (side, os.path.basename(os.path.normpath(d))) if x), d)]
+        for label, rd in run_dirs:
+            fst = os.path.join(rd, "results.fst")
+            if not os.path.exists(fst):
+                continue
+            res = results.load(fst)
+            cdf.append((label, summary.latencies_us(res)))
+            bars.append((label, summary.attribution(summary.fs_requests(
+                res, kinds=("read", "write", "open", "getdents")))["parts_ns"]))
+    figs = [("Latency CDF per configuration", plots.latency_cdf(cdf, "request latency")),
+            ("Attribution per configuration", plots.attribution_bars(bars, summary.ATTRIBUTION_PARTS,
+                                                                     "where request time went"))]
+    return html.compare_page(title, head_text, figs, texts, [])
 
 
 def render_summary(s):
@@ -312,7 +385,11 @@ def cmd_report(args):
     from analysis import results, summary
     path = args.dir
     if os.path.isdir(path) and os.path.exists(os.path.join(path, "bench.json")):
-        return report_bench(path)
+        rc = report_bench(path)
+        if args.html:
+            write_html(args.html, sets_html("fstrace bench: %s" % path, [("", path)], None))
+            progress("HTML report in %s" % args.html)
+        return rc
     fst = os.path.join(path, "results.fst") if os.path.isdir(path) else path
     try:
         res = results.load(fst)
@@ -327,7 +404,11 @@ def cmd_report(args):
     if os.path.exists(spath):
         with open(spath) as f:
             gt = json.load(f).get("ground_truth")
-    sys.stdout.write(render_summary(summary.summarize(res, gt)))
+    s = summary.summarize(res, gt)
+    sys.stdout.write(render_summary(s))
+    if args.html:
+        write_html(args.html, run_html(os.path.dirname(fst), s, res))
+        progress("HTML report in %s" % args.html)
     return 0
 
 
@@ -339,7 +420,12 @@ def cmd_compare(args):
             rows.append(tables.load_rows(d))
         except FileNotFoundError:
             raise FstraceError("%s holds neither bench.json nor summary.json" % d)
-    sys.stdout.write(tables.render_compare(tables.compare(*rows)))
+    text = tables.render_compare(tables.compare(*rows))
+    sys.stdout.write(text)
+    if args.html:
+        write_html(args.html, sets_html("fstrace compare: %s vs %s" % (args.a, args.b),
+                                        [("A", args.a), ("B", args.b)], text))
+        progress("HTML report in %s" % args.html)
     if args.flamegraph:
         from analysis import flamegraph, results, sampling
         folded = []
@@ -347,7 +433,7 @@ def cmd_compare(args):
             fst = os.path.join(d, "results.fst")
             if not os.path.exists(fst):
                 raise FstraceError("--flamegraph compares two run directories; %s has no results.fst" % d)
-            folded.append(sampling.folded(results.load(fst).header))
+            folded.append(sampling.folded(results.load(fst).header, kworkers=True))
         with open(args.flamegraph, "w") as f:
             f.write(flamegraph.render(folded[1], "differential on-CPU flamegraph: %s vs %s" % (args.b, args.a),
                                       "widths: B's samples; red: more than in A (share), blue: less",
@@ -404,14 +490,16 @@ def build_parser():
     b.add_argument("-o", "--out", help="bench directory (default: fstrace-results/<time>-bench)")
     b.add_argument("--cache", default=os.environ.get("FSTRACE_CACHE", DEFAULT_CACHE))
     b.set_defaults(func=lambda a: bench.cmd_bench(a, run_once, resolve_dataset, check_ready, progress,
-                                                  tool_versions))
+                                                  tool_versions, write_html, sets_html))
     c = sub.add_parser("compare", help="what changed between two result sets (bench or run directories)")
     c.add_argument("a")
     c.add_argument("b")
     c.add_argument("--flamegraph", help="also write a differential on-CPU flamegraph SVG (two run directories)")
+    c.add_argument("--html", help="also write a self-contained HTML report of the comparison to this file")
     c.set_defaults(func=cmd_compare)
     rep = sub.add_parser("report", help="print the report of a run or bench directory (no root, no BPF)")
     rep.add_argument("dir")
+    rep.add_argument("--html", help="also write the run's self-contained HTML report to this file")
     rep.set_defaults(func=cmd_report)
     return p
 

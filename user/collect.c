@@ -34,6 +34,7 @@
 #include "squashfs.skel.h"
 #include "btrfs.skel.h"
 #include "sample.skel.h"
+#include "ustack.h"
 #include <linux/perf_event.h>
 #include <sys/syscall.h>
 
@@ -543,7 +544,18 @@ static void json_offcpu(struct jbuf *b, struct block_bpf *blk)
 	jb_add(b, "],\"stack_lost_ns\":%llu}", lost_ns);
 }
 
-/* "sampling": folded kernel stacks (root first) of traced tasks inside requests, with counts */
+#define WORK_KIND_CASE(c, v, n) case v: return n;
+static const char *work_kind_name(unsigned kind)
+{
+	switch (kind) { FST_WORK_KINDS(WORK_KIND_CASE) }
+	return "filesystem work";
+}
+
+/*
+ * "sampling": folded stacks (root first) with counts: a traced thread's user
+ * frames then its kernel frames, or "[kworker: <work kind>]" then the kernel
+ * frames of a kworker doing filesystem work for the readers.
+ */
 static void json_sampling(struct jbuf *b, struct sample_bpf *smp, int hz, const char *why_off)
 {
 	jb_add(b, "\"sampling\":{\"hz\":%d", smp ? hz : 0);
@@ -553,11 +565,40 @@ static void json_sampling(struct jbuf *b, struct sample_bpf *smp, int hz, const 
 		jb_add(b, "}");
 		return;
 	}
-	unsigned long long total = 0, lost = 0;
+	unsigned long long total = 0, lost = 0, user_frames = 0;
+	int map_fd = bpf_map__fd(smp->maps.samples), stacks_fd = bpf_map__fd(smp->maps.stacks);
+	int ustacks_fd = bpf_map__fd(smp->maps.user_stacks);
+	struct fst_sample_key key, next;
+	void *prev = NULL;
+	bool first = true;
 	jb_add(b, ",\"folded\":[");
-	/* sample keys: { u32 pid; s32 stack_id } */
-	json_stack_rows(b, bpf_map__fd(smp->maps.samples), bpf_map__fd(smp->maps.stacks), 4, -1, &total, &lost);
-	jb_add(b, "],\"samples\":%llu,\"stacks_lost\":%llu,\"event\":\"cpu-clock\"}", total, lost);
+	while (!bpf_map_get_next_key(map_fd, prev, &next)) {
+		key = next;
+		prev = &key;
+		__u64 n;
+		if (bpf_map_lookup_elem(map_fd, &key, &n))
+			continue;
+		total += n;
+		struct jbuf st = {};
+		if (key.work_kind)
+			jb_add(&st, "[kworker: %s];", work_kind_name(key.work_kind));
+		else if (ustack_fold(ustacks_fd, key.user_stack_id, key.tgid, &st)) {
+			jb_add(&st, ";");
+			user_frames += n;
+		}
+		if (!fold_stack(stacks_fd, key.stack_id, &st)) {
+			lost += n;
+			free(st.s);
+			continue;
+		}
+		jb_add(b, "%s[", first ? "" : ",");
+		first = false;
+		jb_str(b, st.s);
+		jb_add(b, ",%llu]", (unsigned long long)n);
+		free(st.s);
+	}
+	jb_add(b, "],\"samples\":%llu,\"stacks_lost\":%llu,\"with_user_stack\":%llu,\"event\":\"cpu-clock\"}",
+	       total, lost, user_frames);
 }
 
 /* stack ids block requests were queued from: folded into the header at the end */
@@ -604,6 +645,9 @@ static int handle_record(void *ctx, void *data, size_t size)
 {
 	if (size >= sizeof(struct fst_io) && ((const __u32 *)data)[0] == FST_REC_IO)
 		note_io_stack(((const struct fst_io *)data)->queue_stack);
+	/* a process's mappings, for its user stacks, while it still runs */
+	if (opt.sample_hz > 0 && size >= sizeof(struct fst_req) && ((const __u32 *)data)[0] == FST_REC_REQ)
+		ustack_note_process(((const struct fst_req *)data)->tgid);
 	struct results *r = ctx;
 	int err = results_add(r, data, size);
 	if (opt.interval > 0)

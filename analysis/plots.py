@@ -1,0 +1,66 @@
+"""Plots for the HTML report, drawn with matplotlib into SVG text (data in, SVG text out)."""
+import io
+
+import numpy as np
+
+# one colour per attribution part, the same as the wall-clock flamegraph's categories where they overlap
+PART_COLOURS = {
+    "oncpu_ns": "#5aaa5a", "io_wait_ns": "#285ac8", "worker_ns": "#009696", "worker_wait_ns": "#7fcaca",
+    "lock_ns": "#963caa", "dsleep_ns": "#8c6e50", "sleep_ns": "#aaaaaa", "runq_ns": "#e0b040",
+    "missed_ns": "#ff4040",
+}
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _svg(fig):
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})  # same data, same bytes
+    _pyplot().close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]  # inline: no XML prologue or doctype
+
+
+def latency_cdf(series, title):
+    """series: [(label, latencies in microseconds)]: one empirical CDF each, log-scaled time axis."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for label, lat_us in series:
+        v = np.sort(np.maximum(np.asarray(lat_us, dtype=float), 0.1))
+        if v.size:
+            ax.step(v, np.arange(1, v.size + 1) / v.size, where="post", label="%s (%d)" % (label, v.size))
+    ax.set_xscale("log")
+    ax.set_xlabel("request latency (µs)")
+    ax.set_ylabel("fraction of requests")
+    ax.set_ylim(0, 1.01)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.set_title(title)
+    if series:
+        ax.legend(loc="lower right", fontsize=8)
+    return _svg(fig)
+
+
+def attribution_bars(rows, parts, title):
+    """rows: [(label, {part: ns})]: one horizontal bar per configuration, stacked by share of wall time."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 0.6 + 0.45 * max(len(rows), 1)))
+    labels = [label for label, _ in rows]
+    left = np.zeros(len(rows))
+    for p in parts:
+        vals = np.array([float(d.get(p, 0)) for _, d in rows])
+        totals = np.array([float(sum(d.values())) or 1.0 for _, d in rows])
+        share = vals / totals
+        if share.any():
+            ax.barh(labels, share, left=left, color=PART_COLOURS.get(p), label=p[:-3])
+        left += share
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("share of the time spent in requests")
+    ax.invert_yaxis()
+    ax.set_title(title)
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8)
+    return _svg(fig)
