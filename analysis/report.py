@@ -18,14 +18,17 @@ def render(s):
     run = s["run"]
     out = []
     w = out.append
+    cache = run.get("cache") or ""
+    if not cache.endswith("cache"):
+        cache += " cache"
     if not run.get("workload"):
         w("fstrace: collector results (no run configuration), %.1f s, kernel %s" % (s["wall_s"], run["kernel"]))
     elif run.get("mode") == "attach":
         w("fstrace attach: %s, %.1f s, kernel %s" % (", ".join(run.get("mounts") or []) or "all filesystems",
                                                      s["wall_s"], run["kernel"]))
     else:
-        w("fstrace: %s on %s (%s cache), dataset %s, kernel %s"
-          % (run["workload"], run["label"], run["cache"], run["dataset_id"], run["kernel"]))
+        w("fstrace: %s on %s (%s), dataset %s, kernel %s"
+          % (run["workload"], run["label"], cache, run["dataset_id"], run["kernel"]))
     r = s["reads"]
     tput = s["throughput_bytes_per_s"]
     w("  reads: %d requests, %s in %.3f s wall = %s/s"
@@ -124,11 +127,27 @@ def render(s):
             w("    %-8s %9.1f ms: %s" % (reason, r["ns"] / 1e6, ", ".join("%s %.1f ms" % (f, ns / 1e6)
                                                                     for f, ns in r["top"])))
 
+    er = s.get("erofs")
+    if er:
+        w("")
+        w("  erofs tracepoints: %s" % ", ".join("%s %d" % kv for kv in er["events"].items()))
+        if er.get("pclusters"):
+            w("    pclusters the reads needed: %d (%s); from the device once %d, more than once %d, "
+              "already in memory %d" % (er["pclusters"], _size(er["pcluster_bytes"]), er["pclusters_read_once"],
+                                        er["pclusters_reread"], er["pclusters_without_device_read"]))
+        pr = er["per_request"]["map"]
+        if pr["per_request"]:
+            w("    extents mapped per request that mapped any: p50 %.0f, max %.0f (%d requests)"
+              % (pr["per_request"]["p50"], pr["per_request"]["max"], pr["requests_with"]))
+
     for kind, wk in sorted((s.get("async_work") or {}).items()):
         w("")
         w("  %s in kworkers: %d items, %.1f ms, per item p50 %.1f us p99 %.1f us, queued p50 %s us before running"
           % (kind, wk["items"], wk["ns"] / 1e6, wk["item_us"]["p50"], wk["item_us"]["p99"],
              "%.1f" % wk["queue_delay_us"]["p50"] if wk["queue_delay_us"] else "n/a"))
+        if wk.get("by_worker"):
+            w("    ran in: " + ", ".join("%s[%d] %d items %.1f ms" % (x["comm"], x["pid"], x["items"], x["ns"] / 1e6)
+                                       for x in wk["by_worker"][:4]))
 
     for name, d in s["devices"].items():
         w("")

@@ -300,7 +300,7 @@ struct {
 	__type(value, __u64);
 } work_queued SEC(".maps");
 
-static __always_inline __u16 fs_work_kind(__u64 fn)
+static __always_inline __u16 fs_work_kind(struct work_struct *work, __u64 fn)
 {
 	if (!fn)
 		return 0;
@@ -308,12 +308,18 @@ static __always_inline __u16 fs_work_kind(__u64 fn)
 		return FST_WORK_EROFS_DECOMPRESS;
 	if (fn == cfg.btrfs_endio_workfn)
 		return FST_WORK_BTRFS_ENDIO;
+	if (fn == cfg.btrfs_work_helper && cfg.btrfs_compress_fn) {
+		/* btrfs's own workqueues run every item through one helper: the item says what it does */
+		struct btrfs_work *bw = (void *)work - bpf_core_field_offset(struct btrfs_work, normal_work);
+		if ((__u64)BPF_CORE_READ(bw, func) == cfg.btrfs_compress_fn)
+			return FST_WORK_BTRFS_COMPRESS;
+	}
 	return 0;
 }
 
 static __always_inline int handle_work_queue(struct work_struct *work)
 {
-	if (!fs_work_kind((__u64)BPF_CORE_READ(work, func)))
+	if (!fs_work_kind(work, (__u64)BPF_CORE_READ(work, func)))
 		return 0;
 	__u64 key = (__u64)work, now = bpf_ktime_get_ns();
 	bpf_map_update_elem(&work_queued, &key, &now, BPF_ANY);
@@ -328,7 +334,7 @@ static __always_inline int handle_work_start(struct work_struct *work)
 
 	if (!fn)
 		return 0;
-	__u16 kind = fs_work_kind(fn);
+	__u16 kind = fs_work_kind(work, fn);
 	if (kind) {
 		__u64 key = (__u64)work;
 		__u64 *q = bpf_map_lookup_elem(&work_queued, &key);

@@ -4,6 +4,9 @@
  * 6.1 has a dispatcher (z_erofs_decompress) that 6.18 dropped; the
  * per-algorithm functions exist in both, so those are the probes.
  * fentry/fexit where the kernel allows, kprobe/kretprobe twin.
+ *
+ * And erofs's own tracepoints, in traced threads, on every tier: each extent
+ * mapped (which pcluster a read needed), each readahead and read_folio call.
  */
 #include "common.bpf.h"
 
@@ -25,3 +28,108 @@ EROFS_PROBES(z_erofs_lzma_decompress, FST_ALG_LZMA)
 EROFS_PROBES(z_erofs_deflate_decompress, FST_ALG_DEFLATE)
 EROFS_PROBES(z_erofs_zstd_decompress, FST_ALG_ZSTD)
 EROFS_PROBES(z_erofs_transform_plain, FST_ALG_PLAIN)
+
+static __always_inline struct fst_erofs *erofs_record(struct inode *inode, __u16 event)
+{
+	if (!current_is_traced())
+		return NULL;
+	__u32 sdev = BPF_CORE_READ(inode, i_sb, s_dev);
+	if (!sdev_is_traced(sdev))
+		return NULL;
+	struct fst_erofs *rec = record_reserve(FST_REC_EROFS, sizeof(*rec));
+	if (!rec)
+		return NULL;
+	rec->ts_ns = bpf_ktime_get_ns();
+	rec->ino = BPF_CORE_READ(inode, i_ino);
+	rec->pid = (__u32)bpf_get_current_pid_tgid();
+	rec->dev = sdev;
+	rec->event = event;
+	rec->la = rec->llen = rec->pa = rec->plen = 0;
+	rec->map_flags = rec->lookup_flags = 0;
+	rec->pad0 = 0;
+	rec->pad1 = 0;
+	return rec;
+}
+
+static __always_inline int handle_map_exit(struct inode *inode, struct erofs_map_blocks *map, unsigned int flags,
+					   int ret)
+{
+	if (ret)
+		return 0;
+	struct fst_erofs *rec = erofs_record(inode, FST_EROFS_MAP);
+	if (!rec)
+		return 0;
+	rec->la = BPF_CORE_READ(map, m_la);
+	rec->llen = BPF_CORE_READ(map, m_llen);
+	rec->pa = BPF_CORE_READ(map, m_pa);
+	rec->plen = BPF_CORE_READ(map, m_plen);
+	rec->map_flags = BPF_CORE_READ(map, m_flags);
+	rec->lookup_flags = flags;
+	bpf_ringbuf_submit(rec, 0);
+	return 0;
+}
+
+static __always_inline int handle_readahead(struct inode *inode, unsigned long start, unsigned int nrpage)
+{
+	struct fst_erofs *rec = erofs_record(inode, FST_EROFS_READAHEAD);
+	if (!rec)
+		return 0;
+	rec->la = start;
+	rec->llen = nrpage;
+	bpf_ringbuf_submit(rec, 0);
+	return 0;
+}
+
+static __always_inline int handle_read_folio(struct inode *inode, unsigned long index)
+{
+	struct fst_erofs *rec = erofs_record(inode, FST_EROFS_READ_FOLIO);
+	if (!rec)
+		return 0;
+	rec->la = index;
+	bpf_ringbuf_submit(rec, 0);
+	return 0;
+}
+
+SEC("tp_btf/erofs_map_blocks_exit")
+int BPF_PROG(erofs_map_blocks_exit_btf, struct inode *inode, struct erofs_map_blocks *map, unsigned int flags,
+	     int ret)
+{ return handle_map_exit(inode, map, flags, ret); }
+SEC("raw_tp/erofs_map_blocks_exit")
+int BPF_PROG(erofs_map_blocks_exit_raw, struct inode *inode, struct erofs_map_blocks *map, unsigned int flags,
+	     int ret)
+{ return handle_map_exit(inode, map, flags, ret); }
+/* 6.1: compressed files have their own map tracepoint (6.18 folded it into erofs_map_blocks_exit) */
+SEC("raw_tp/z_erofs_map_blocks_iter_exit")
+int BPF_PROG(z_erofs_map_blocks_iter_exit_raw, struct inode *inode, struct erofs_map_blocks *map,
+	     unsigned int flags, int ret)
+{ return handle_map_exit(inode, map, flags, ret); }
+
+SEC("tp_btf/erofs_readahead")
+int BPF_PROG(erofs_readahead_btf, struct inode *inode, unsigned long start, unsigned int nrpage, bool raw)
+{ return handle_readahead(inode, start, nrpage); }
+SEC("raw_tp/erofs_readahead")
+int BPF_PROG(erofs_readahead_raw, struct inode *inode, unsigned long start, unsigned int nrpage, bool raw)
+{ return handle_readahead(inode, start, nrpage); }
+/* 6.1's name for the same event */
+SEC("raw_tp/erofs_readpages")
+int BPF_PROG(erofs_readpages_raw, struct inode *inode, unsigned long start, unsigned int nrpage, bool raw)
+{ return handle_readahead(inode, start, nrpage); }
+
+SEC("tp_btf/erofs_read_folio")
+int BPF_PROG(erofs_read_folio_btf, struct folio *folio, bool raw)
+{ return handle_read_folio(BPF_CORE_READ(folio, mapping, host), BPF_CORE_READ(folio, index)); }
+SEC("raw_tp/erofs_read_folio")
+int BPF_PROG(erofs_read_folio_raw, struct folio *folio, bool raw)
+{ return handle_read_folio(BPF_CORE_READ(folio, mapping, host), BPF_CORE_READ(folio, index)); }
+/* 6.1: erofs_readpage(struct page *page, bool raw); struct page lost .index later (CO-RE flavour) */
+struct page___v61 {
+	struct address_space *mapping;
+	unsigned long index;
+} __attribute__((preserve_access_index));
+
+SEC("raw_tp/erofs_readpage")
+int BPF_PROG(erofs_readpage_raw, struct page___v61 *page, bool raw)
+{
+	unsigned long index = bpf_core_field_exists(page->index) ? BPF_CORE_READ(page, index) : 0;
+	return handle_read_folio(BPF_CORE_READ(page, mapping, host), index);
+}

@@ -34,7 +34,8 @@
 	E(FST_REC_IO, 2, "io")		/* one completed block request on a traced device */ \
 	E(FST_REC_DECOMP, 3, "decomp")	/* one decompression of a compressed unit */ \
 	E(FST_REC_WORK, 4, "work")	/* one execution of a known filesystem work item */ \
-	E(FST_REC_TASK, 5, "task")	/* a traced thread's exit, with the kernel's delay accounting */
+	E(FST_REC_TASK, 5, "task")	/* a traced thread's exit, with the kernel's delay accounting */ \
+	E(FST_REC_EROFS, 6, "erofs")	/* an erofs tracepoint in a traced thread: extent map, readahead, read_folio */
 
 #define FST_REQ_KINDS(E)                                                       \
 	E(FST_REQ_READ, 1, "read")	/* read, pread64, readv, preadv, preadv2 */      \
@@ -88,7 +89,23 @@
 /* filesystem work done asynchronously in kworkers, recognised by work function */
 #define FST_WORK_KINDS(E)                                                      \
 	E(FST_WORK_EROFS_DECOMPRESS, 1, "erofs decompression")	/* z_erofs_decompressqueue_work */ \
-	E(FST_WORK_BTRFS_ENDIO, 2, "btrfs read end-io")	/* checksums and decompression of read bios */
+	E(FST_WORK_BTRFS_ENDIO, 2, "btrfs read end-io")	/* checksums and decompression of read bios */ \
+	E(FST_WORK_BTRFS_COMPRESS, 3, "btrfs write compression")	/* compress_file_range: one delalloc chunk */
+
+/* which erofs tracepoint an erofs record comes from */
+#define FST_EROFS_EVENTS(E)                                                     \
+	E(FST_EROFS_MAP, 1, "map")		/* erofs_map_blocks_exit (6.1: z_erofs_map_blocks_iter_exit) */ \
+	E(FST_EROFS_READAHEAD, 2, "readahead")	/* erofs_readahead (6.1: erofs_readpages) */ \
+	E(FST_EROFS_READ_FOLIO, 3, "read_folio")	/* erofs_read_folio: one folio read outside readahead */
+
+/* struct erofs_map_blocks m_flags bits, as fs/erofs/internal.h defines them (the same on 6.1 and 6.18) */
+#define FST_EROFS_MAP_FLAGS(E)                                                  \
+	E(FST_EROFS_MAP_MAPPED, 0x1, "mapped")                                  \
+	E(FST_EROFS_MAP_META, 0x2, "meta")	/* inline in the metadata area */ \
+	E(FST_EROFS_MAP_ENCODED, 0x4, "encoded")	/* compressed: [pa, pa + plen) is a pcluster */ \
+	E(FST_EROFS_MAP_FULL_MAPPED, 0x8, "full_mapped")                        \
+	E(FST_EROFS_MAP_FRAGMENT, 0x10, "fragment")                             \
+	E(FST_EROFS_MAP_PARTIAL_REF, 0x20, "partial_ref")
 
 #define FST_ENUM_MEMBER(c, v, n) c = v,
 enum fst_rec_type { FST_REC_TYPES(FST_ENUM_MEMBER) };
@@ -100,6 +117,8 @@ enum fst_alg { FST_ALGS(FST_ENUM_MEMBER) };
 enum fst_context { FST_CONTEXTS(FST_ENUM_MEMBER) };
 enum fst_tier { FST_TIERS(FST_ENUM_MEMBER) };
 enum fst_work_kind { FST_WORK_KINDS(FST_ENUM_MEMBER) };
+enum fst_erofs_event { FST_EROFS_EVENTS(FST_ENUM_MEMBER) };
+enum fst_erofs_map_flag { FST_EROFS_MAP_FLAGS(FST_ENUM_MEMBER) };
 
 /*
  * Request: wall time [ts_start_ns, ts_end_ns] is partitioned into
@@ -237,6 +256,29 @@ enum fst_work_kind { FST_WORK_KINDS(FST_ENUM_MEMBER) };
 	F(__u32, pad0)           \
 	S(comm, 16)
 
+/*
+ * erofs tracepoint in a traced thread (tracepoints exist on every kernel tier).
+ * map: [la, la + llen) of file ino maps to [pa, pa + plen) on the device
+ * (a pcluster when map_flags has "encoded"); lookup_flags are the caller's
+ * EROFS_GET_BLOCKS_* (0x2 READMORE: readahead extending to whole pclusters).
+ * readahead: la = first page index, llen = pages.  read_folio: la = page index.
+ * dev is the kernel dev_t of the superblock.
+ */
+#define FST_EROFS_FIELDS(F, S)   \
+	F(__u64, ts_ns)          \
+	F(__u64, ino)            \
+	F(__u64, la)             \
+	F(__u64, llen)           \
+	F(__u64, pa)             \
+	F(__u64, plen)           \
+	F(__u32, pid)            \
+	F(__u32, dev)            \
+	F(__u32, map_flags)      \
+	F(__u32, lookup_flags)   \
+	F(__u16, event)          \
+	F(__u16, pad0)           \
+	F(__u32, pad1)
+
 #define FST_DECLARE_FIELD(t, n) t n;
 #define FST_DECLARE_STRING(n, len) char n[len];
 
@@ -263,6 +305,11 @@ struct fst_work {
 struct fst_task {
 	FST_REC_HEADER(FST_DECLARE_FIELD, FST_DECLARE_STRING)
 	FST_TASK_FIELDS(FST_DECLARE_FIELD, FST_DECLARE_STRING)
+};
+
+struct fst_erofs {
+	FST_REC_HEADER(FST_DECLARE_FIELD, FST_DECLARE_STRING)
+	FST_EROFS_FIELDS(FST_DECLARE_FIELD, FST_DECLARE_STRING)
 };
 
 /* ---- in-flight block state, kept in maps and expired by the collector ---- */
@@ -365,6 +412,9 @@ struct fst_cfg {
 	__u64 loop_workfn;
 	__u64 erofs_decomp_workfn;	/* z_erofs_decompressqueue_work, 0 = not in this kernel */
 	__u64 btrfs_endio_workfn;	/* simple_end_io_work (6.18) or btrfs_end_bio_work (6.1) */
+	__u64 btrfs_work_helper;	/* the work function of every btrfs_work; the real one is btrfs_work->func */
+	__u64 btrfs_compress_fn;	/* btrfs_work->func of write compression: async_cow_start (6.1) or
+					 * compress_file_range (6.5+) */
 	__u64 filter_cgroup_id;		/* cgroup v2 id, 0 = off */
 	__u8 filter_pids;		/* task must be in traced_pids (a process tree) */
 	__u8 filter_comm;		/* task comm must equal comm */

@@ -1,5 +1,5 @@
 """Filesystem figures from the tracepoint tier on this kernel (no fentry, no kprobes)."""
-from conftest import run_summary as run
+from conftest import CACHE, SCALE, run_summary as run
 
 
 def test_erofs_async_decompression_is_timed_by_the_workqueue(tmp_path):
@@ -68,3 +68,24 @@ def test_block_requests_are_traced_back_to_the_filesystem_path(tmp_path):
     back = [d for d in er["devices"].values() if d["level"] == "backing"]
     if back and back[0].get("by_origin"):
         assert back[0]["by_origin"]["loop worker (backing file I/O)"]["requests"] > 0
+
+
+def test_btrfs_write_compression_is_timed_in_its_workers(tmp_path):
+    """seed 004's cp -a && sync: compressing btrfs runs one work item per delalloc chunk in its kworkers."""
+    import math
+    import os
+    from workloads import catalog, dataset
+    z = run(tmp_path / "zstd", "--fs", "btrfs", "--compress", "zstd", "--workload", "write-small")
+    work = z["async_work"].get("btrfs write compression")
+    assert work, z["async_work"]
+    assert work["ns"] > 0 and work["workers"] >= 1
+    assert sum(w["items"] for w in work["by_worker"]) <= work["items"]
+    assert all(w["comm"].startswith("kworker") for w in work["by_worker"])
+    # ground truth from the files copied: btrfs compresses a file's delalloc range in chunks of at most
+    # 512 KiB, and every file bigger than a page goes through compression at least once
+    tree = os.path.join(dataset.ensure_default(CACHE, float(SCALE))[0], "tree")
+    sizes = [os.path.getsize(os.path.join(tree, f)) for f in catalog.tree_files(tree)]
+    assert sum(1 for s in sizes if s > 4096) <= work["items"] <= sum(math.ceil(s / 524288) for s in sizes)
+    none = run(tmp_path / "none", "--fs", "btrfs", "--compress", "none", "--workload", "write-small")
+    assert "btrfs write compression" not in none["async_work"]
+    assert none["writes"]["bytes"] == z["writes"]["bytes"] == z["ground_truth"]["write_bytes"]

@@ -119,6 +119,16 @@ static struct probe erofs_probes[] = {
 	D(z_erofs_deflate_decompress, "erofs deflate pcluster decompression time and sizes"),
 	D(z_erofs_zstd_decompress, "erofs zstd pcluster decompression time and sizes"),
 	D(z_erofs_transform_plain, "erofs uncompressed-pcluster copy time and sizes"),
+	P("erofs_map_blocks_exit", "erofs extents mapped per request (pclusters needed)", "erofs_map_blocks_exit_btf",
+	  "erofs_map_blocks_exit_raw", false),
+	/* the same figures from the tracepoints' 6.1 names; "measures" matches so one attached twin suffices */
+	P("z_erofs_map_blocks_iter_exit", "erofs extents mapped per request (pclusters needed)", NULL,
+	  "z_erofs_map_blocks_iter_exit_raw", false),
+	P("erofs_readahead", "erofs readahead calls per request", "erofs_readahead_btf", "erofs_readahead_raw", false),
+	P("erofs_readpages", "erofs readahead calls per request", NULL, "erofs_readpages_raw", false),
+	P("erofs_read_folio", "erofs single-folio reads per request", "erofs_read_folio_btf", "erofs_read_folio_raw",
+	  false),
+	P("erofs_readpage", "erofs single-folio reads per request", NULL, "erofs_readpage_raw", false),
 };
 
 static struct probe squashfs_probes[] = {
@@ -344,6 +354,10 @@ static void fill_cfg(struct fst_cfg *out)
 	c->btrfs_endio_workfn = ksym_addr("simple_end_io_work");
 	if (!c->btrfs_endio_workfn)
 		c->btrfs_endio_workfn = ksym_addr("btrfs_end_bio_work");
+	c->btrfs_work_helper = ksym_addr("btrfs_work_helper");
+	c->btrfs_compress_fn = ksym_addr("async_cow_start");
+	if (!c->btrfs_compress_fn)
+		c->btrfs_compress_fn = ksym_addr("compress_file_range");
 	c->filter_cgroup_id = opt.cgroup ? cgroup_id(opt.cgroup) : 0;
 	c->filter_pids = opt.cmd || opt.nr_pids;
 	c->filter_comm = opt.comm != NULL;
@@ -1212,12 +1226,12 @@ int main(int argc, char **argv)
 		json_diskstat(&h, &ds_end[i]);
 		jb_add(&h, "}");
 	}
-	jb_add(&h, "],\"drops\":{\"req\":%llu,\"io\":%llu,\"decomp\":%llu,\"work\":%llu,\"task\":%llu},",
-	       (unsigned long long)sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_REQ),
-	       (unsigned long long)sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_IO),
-	       (unsigned long long)sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_DECOMP),
-	       (unsigned long long)sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_WORK),
-	       (unsigned long long)sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_TASK));
+	jb_add(&h, "],\"drops\":{");
+	int drops_fd = bpf_map__fd(blk->maps.drops);
+#define DROPS_JSON(c, v, n) \
+	jb_add(&h, "%s\"%s\":%llu", c == FST_REC_REQ ? "" : ",", n, (unsigned long long)sum_drops(drops_fd, c));
+	FST_REC_TYPES(DROPS_JSON)
+	jb_add(&h, "},");
 	jb_add(&h, "\"delayacct\":{\"was\":%d,\"enabled_for_tracing\":%s},", delayacct_was,
 	       delayacct_was == 0 ? "true" : "false");
 	jb_add(&h, "\"expired_in_flight\":{\"bios\":%llu,\"requests\":%llu,\"after_ns\":%llu},",

@@ -80,6 +80,7 @@ DEFINE_LAYOUT(io, struct fst_io, FST_IO_FIELDS)
 DEFINE_LAYOUT(decomp, struct fst_decomp, FST_DECOMP_FIELDS)
 DEFINE_LAYOUT(work, struct fst_work, FST_WORK_FIELDS)
 DEFINE_LAYOUT(task, struct fst_task, FST_TASK_FIELDS)
+DEFINE_LAYOUT(erofs, struct fst_erofs, FST_EROFS_FIELDS)
 
 /* every record type the results file can hold: its size and field table */
 static const struct rec_type {
@@ -92,6 +93,7 @@ static const struct rec_type {
 	{ FST_REC_DECOMP, sizeof(struct fst_decomp), layout_decomp },
 	{ FST_REC_WORK, sizeof(struct fst_work), layout_work },
 	{ FST_REC_TASK, sizeof(struct fst_task), layout_task },
+	{ FST_REC_EROFS, sizeof(struct fst_erofs), layout_erofs },
 };
 #define NR_REC_TYPES (int)(sizeof(rec_types) / sizeof(rec_types[0]))
 
@@ -127,6 +129,10 @@ char *enums_json(void)
 	ENUM_OBJ("work_kind", FST_WORK_KINDS);
 	jb_add(b, ",");
 	ENUM_OBJ("offcpu_reason", FST_OFFCPU_REASONS);
+	jb_add(b, ",");
+	ENUM_OBJ("erofs_event", FST_EROFS_EVENTS);
+	jb_add(b, ",");
+	ENUM_OBJ("erofs_map_flag", FST_EROFS_MAP_FLAGS);
 	jb_add(b, "}");
 	return jb.s;
 }

@@ -79,6 +79,24 @@ static int find_func_btf(const char *func, int *obj_fd)
 	return -ENOENT;
 }
 
+/* Is there a tracepoint of this name, in vmlinux or a loaded module?  Unknown (true) without BTF. */
+static bool tracepoint_exists(const char *tp)
+{
+	struct btf *vml = vmlinux_btf();
+	char name[256];
+	if (!vml)
+		return true;
+	snprintf(name, sizeof(name), "btf_trace_%s", tp);
+	if (btf__find_by_name_kind(vml, name, BTF_KIND_TYPEDEF) > 0)
+		return true;
+	if (nr_mod_btfs < 0)
+		load_module_btfs(vml);
+	for (int i = 0; i < nr_mod_btfs; i++)
+		if (btf__find_by_name_kind(mod_btfs[i].btf, name, BTF_KIND_TYPEDEF) > 0)
+			return true;
+	return false;
+}
+
 /* EPERM/EACCES on a test load is the kernel's policy for all fentry programs: ask once */
 static int fentry_policy_err;
 
@@ -178,6 +196,10 @@ static bool tier_offered(enum tier t, const char *name, bool no_btf_tp, bool no_
 		}
 		return true;
 	case TIER_RAW_TP:
+		if (!tracepoint_exists(name)) {
+			snprintf(why, why_len, "no tracepoint %s in this kernel", name);
+			return false;
+		}
 		return true;
 	default:
 		return false;
