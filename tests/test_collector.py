@@ -55,8 +55,12 @@ def test_raw_tp_tier_gives_the_same_answer(tmp_path, payload):
     path, size = payload
     res = collect(tmp_path, "--no-tp-btf", cmd=["dd", "if=" + path, "of=/dev/null", "bs=4096"])
     # every tracepoint probe falls back to its raw_tp twin; decompression probes have no tracepoint tier
-    tiers = {p["probe"]: p["tier"] for p in res.header["probes"] if p not in S.decompression_probes(res)}
-    assert set(tiers.values()) == {"raw_tp"}
+    probes = [p for p in res.header["probes"] if p not in S.decompression_probes(res)]
+    attached = {p["measures"] for p in probes if p["tier"] == "raw_tp"}
+    for p in probes:
+        if p["tier"] != "raw_tp":
+            # only another kernel's name for a tracepoint whose twin here is attached (erofs_readpages on 6.18)
+            assert p["tier"] == "unavailable" and "no tracepoint" in p["why"] and p["measures"] in attached, p
     reads = read_requests_of(res, path)
     assert int(reads["ret"].sum()) == size
     assert len(reads) == (size + 4095) // 4096 + 1
