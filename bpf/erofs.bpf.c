@@ -51,6 +51,24 @@ static __always_inline struct fst_erofs *erofs_record(struct inode *inode, __u16
 	return rec;
 }
 
+/*
+ * m_flags in records.h's bits.  Before 6.3 erofs used buffer_head state bits
+ * (1 << BH_Mapped, 1 << BH_Meta, 1 << (BH_PrivateStart + 0..3)); since then
+ * 0x1..0x20.  The old encoding never sets bit 0 (BH_Uptodate) and always sets
+ * BH_Mapped on a mapped extent, so a value tells which one it is.
+ */
+static __always_inline __u32 erofs_map_flags(__u32 f)
+{
+	__u32 mapped = 1u << bpf_core_enum_value(enum bh_state_bits, BH_Mapped);
+	__u32 meta = 1u << bpf_core_enum_value(enum bh_state_bits, BH_Meta);
+	__u32 priv = bpf_core_enum_value(enum bh_state_bits, BH_PrivateStart);
+	if ((f & 0x1) || !(f & mapped))
+		return f;
+	return FST_EROFS_MAP_MAPPED | (f & meta ? FST_EROFS_MAP_META : 0) |
+	       (f & (1u << priv) ? FST_EROFS_MAP_ENCODED : 0) | (f & (2u << priv) ? FST_EROFS_MAP_FULL_MAPPED : 0) |
+	       (f & (4u << priv) ? FST_EROFS_MAP_FRAGMENT : 0) | (f & (8u << priv) ? FST_EROFS_MAP_PARTIAL_REF : 0);
+}
+
 static __always_inline int handle_map_exit(struct inode *inode, struct erofs_map_blocks *map, unsigned int flags,
 					   int ret)
 {
@@ -63,7 +81,7 @@ static __always_inline int handle_map_exit(struct inode *inode, struct erofs_map
 	rec->llen = BPF_CORE_READ(map, m_llen);
 	rec->pa = BPF_CORE_READ(map, m_pa);
 	rec->plen = BPF_CORE_READ(map, m_plen);
-	rec->map_flags = BPF_CORE_READ(map, m_flags);
+	rec->map_flags = erofs_map_flags(BPF_CORE_READ(map, m_flags));
 	rec->lookup_flags = flags;
 	bpf_ringbuf_submit(rec, 0);
 	return 0;

@@ -98,7 +98,8 @@
 	E(FST_EROFS_READAHEAD, 2, "readahead")	/* erofs_readahead (6.1: erofs_readpages) */ \
 	E(FST_EROFS_READ_FOLIO, 3, "read_folio")	/* erofs_read_folio: one folio read outside readahead */
 
-/* struct erofs_map_blocks m_flags bits, as fs/erofs/internal.h defines them (the same on 6.1 and 6.18) */
+/* struct erofs_map_blocks m_flags bits as fs/erofs/internal.h defines them since 6.3; erofs.bpf.c translates
+ * the buffer_head-based values of older kernels into these */
 #define FST_EROFS_MAP_FLAGS(E)                                                  \
 	E(FST_EROFS_MAP_MAPPED, 0x1, "mapped")                                  \
 	E(FST_EROFS_MAP_META, 0x2, "meta")	/* inline in the metadata area */ \

@@ -21,7 +21,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from analysis import results, sampling  # noqa: E402
+from analysis import results, sampling, summary  # noqa: E402
 from workloads import dataset, images  # noqa: E402
 
 COLLECTOR = os.path.join(ROOT, "build", "fstrace-collect")
@@ -244,6 +244,21 @@ def check(outdir):
                 if work_ns and in_kworkers < 0.2 * work_ns:
                     fail("%s %s: decompression is only %.0f%% of the erofs work items' time"
                          % (name, mode, 100.0 * in_kworkers / work_ns))
+                # erofs's own tracepoints (raw_tp on this kernel) against the decompressor probes of the same
+                # run: the pclusters the reads mapped are the ones decompressed, with the same compressed bytes
+                ev = summary.erofs_events(res, res["req"])
+                if not ev or not ev.get("pclusters"):
+                    fail("%s %s: no erofs pclusters from the map tracepoint (%s)" % (name, mode, ev))
+                else:
+                    lines.append("%-6s %-7s erofs tracepoints: %d pclusters, %d B compressed; decompressor saw "
+                                 "%d units, %d B in" % (name, mode, ev["pclusters"], ev["pcluster_bytes"],
+                                                       len(mine), in_total))
+                    if not 0.8 <= ev["pclusters"] / len(mine) <= 1.25:
+                        fail("%s %s: %d pclusters mapped vs %d decompressed" % (name, mode, ev["pclusters"],
+                                                                                len(mine)))
+                    if not 0.9 <= ev["pcluster_bytes"] / max(in_total, 1) <= 1.1:
+                        fail("%s %s: %d compressed bytes mapped vs %d decompressed" % (
+                            name, mode, ev["pcluster_bytes"], in_total))
     return ok, lines
 
 
