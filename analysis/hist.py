@@ -43,20 +43,28 @@ def format_log2(counts, unit, width=40):
     return "\n".join(lines) + "\n"
 
 
-def format_linear(values, step, unit, width=40, max_rows=40):
-    """Linear histogram with buckets of `step` (print_linear_hist style)."""
+def linear_slots(values, nrows=20):
+    """Linear buckets over [0, p99] (the tail above p99 in the last row): {step_us, counts}, or None."""
     v = np.asarray(values, dtype=np.float64)
     if v.size == 0:
+        return None
+    top = float(np.percentile(v, 99))
+    raw = max(top / nrows, 1.0)
+    mag = 10 ** np.floor(np.log10(raw))
+    step = float(min((m * mag for m in (1, 2, 5, 10) if m * mag >= raw)))  # a round step: 1, 2 or 5 x 10^k
+    idx = np.minimum((v // step).astype(np.int64), int(top // step))
+    return {"step_us": step, "counts": np.bincount(idx).tolist()}
+
+
+def format_linear_counts(counts, step, unit, width=40):
+    """Text of a linear histogram (print_linear_hist style); the last row holds everything above it."""
+    if not counts or not max(counts):
         return "     (no samples)\n"
-    idx = (v // step).astype(np.int64)
-    counts = np.bincount(idx - idx.min())
-    base = int(idx.min())
-    if len(counts) > max_rows:
-        return format_log2(log2_slots(values), unit, width)
-    peak = counts.max()
+    peak = max(counts)
     lines = ["%*s : count    distribution" % (15, unit)]
     for i, c in enumerate(counts):
-        lines.append("%15g : %-8d |%-*s|" % ((base + i) * step, c, width, "*" * int(round(c * width / peak))))
+        label = "%g%s" % (i * step, "+" if i == len(counts) - 1 else "")
+        lines.append("%15s : %-8d |%-*s|" % (label, c, width, "*" * int(round(c * width / peak))))
     return "\n".join(lines) + "\n"
 
 

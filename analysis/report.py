@@ -1,5 +1,5 @@
 """Terminal report of one run, rendered from its summary (a pure function: summary -> text)."""
-from analysis.hist import format_log2
+from analysis.hist import format_linear_counts, format_log2
 from analysis.summary import ATTRIBUTION_MEANING, ATTRIBUTION_PARTS
 
 
@@ -64,6 +64,17 @@ def render(s):
         w("    parts sum to %.2f %% of request wall time; %d requests had a context switch the kernel did not"
           " report to fstrace" % (100.0 * (a["wall_ns"] - a["unaccounted_ns"]) / a["wall_ns"],
                                  a["requests_with_missed_events"]))
+
+    for p, slots in sorted((a.get("part_hist_log2_us") or {}).items()):
+        if a["shares"].get(p) and a["shares"][p] >= 0.1 and p != "missed_ns":
+            w("")
+            w("  %s per request (requests with any)" % p[:-3])
+            w(format_log2(slots, "usecs").rstrip("\n"))
+    if r["count"] and s.get("read_latency_linear_us"):
+        lin = s["read_latency_linear_us"]
+        w("")
+        w("  read request latency up to p99, linear (%g us steps)" % lin["step_us"])
+        w(format_linear_counts(lin["counts"], lin["step_us"], "usecs").rstrip("\n"))
 
     lk = s.get("lock_wait") or {}
     if lk.get("available") and lk["waits"]:

@@ -7,7 +7,7 @@ kept here.
 import numpy as np
 
 from analysis import sampling
-from analysis.hist import log2_slots, percentiles
+from analysis.hist import linear_slots, log2_slots, percentiles
 
 SCHEMA_VERSION = 1
 
@@ -91,6 +91,8 @@ def attribution(reqs):
     return {
         "wall_ns": wall,
         "parts_ns": parts,
+        # per part, over the requests that had any of it: how it is spread (log2 slots of microseconds)
+        "part_hist_log2_us": {p: log2_slots(reqs[p][reqs[p] > 0] // 1000) for p, v in parts.items() if v},
         "shares": {p: (v / wall if wall else None) for p, v in parts.items()},
         "unaccounted_ns": wall - accounted,
         "requests_with_missed_events": int((reqs["nr_missed_events"] > 0).sum()) if len(reqs) else 0,
@@ -464,6 +466,7 @@ def summarize(res, ground_truth=None):
         },
         "wall_s": wall_ns / 1e9,
         "reads": rs,
+        "read_latency_linear_us": linear_slots((reads["ts_end_ns"] - reads["ts_start_ns"]).astype(np.int64) / 1e3),
         "throughput_bytes_per_s": rs["bytes"] / (wall_ns / 1e9) if wall_ns > 0 else None,
         "writes": request_stats(fs_requests(res, kinds=("write",))),
         "sync": dict(request_stats(res["req"][res["req"]["kind"] == enum_value(h, "req_kind", "sync")]),

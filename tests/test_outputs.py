@@ -185,3 +185,23 @@ def test_offline_report_and_compare_write_html(xz_run, tmp_path):
     dom, console, _ = chromium(cmp, tmp_path / "c.png")
     assert console == []
     assert 'data-rendered-figures="2"' in dom and "What changed" in dom
+
+
+def test_linear_histogram_counts_every_value_and_keeps_the_tail():
+    from analysis import hist
+    values = list(range(0, 1000)) + [50000]  # p99 near 990: the outlier lands in the last row
+    lin = hist.linear_slots(values)
+    assert sum(lin["counts"]) == len(values)
+    assert lin["step_us"] in (50.0, 100.0)  # a round step giving about 20 rows up to p99
+    assert lin["counts"][-1] >= 1
+    text = hist.format_linear_counts(lin["counts"], lin["step_us"], "usecs")
+    assert text.count("\n") == len(lin["counts"]) + 1 and "+ :" in text
+
+
+def test_part_histograms_count_the_requests_that_had_the_part(xz_run):
+    res = results.load(str(xz_run / "results.fst"))
+    s = json.loads((xz_run / "summary.json").read_text())
+    from analysis import summary as S
+    reqs = S.fs_requests(res, kinds=("read", "write", "open", "getdents"))
+    for part, slots in s["attribution"]["part_hist_log2_us"].items():
+        assert sum(slots) == int((reqs[part] > 0).sum())
