@@ -41,11 +41,16 @@ def dev_name(kdev):
     return "%d:%d" % (kdev >> 20, kdev & 0xFFFFF)
 
 
+def fs_devices(res):
+    """Kernel dev_t of the traced filesystems' superblocks, or None when the run traced all of them."""
+    cfg = res.config
+    return cfg.get("fs_kdevs") or ([cfg["fs_kdev"]] if cfg.get("fs_kdev") is not None else None)
+
+
 def fs_requests(res, kinds=("read", "getdents", "open")):
     """Requests of the traced workload on the traced filesystem (file known: sdev matches)."""
     req = res["req"]
-    cfg = res.config
-    fs_devs = cfg.get("fs_kdevs") or ([cfg["fs_kdev"]] if cfg.get("fs_kdev") is not None else None)
+    fs_devs = fs_devices(res)
     mask = np.zeros(len(req), dtype=bool)
     for k in kinds:
         mask |= req["kind"] == enum_value(res.header, "req_kind", k)
@@ -114,8 +119,7 @@ def readahead(res, reqs):
     if not p or p["tier"] == "unavailable" or "ra_windows" not in reqs.dtype.names:
         return {"available": False,
                 "why": (p or {}).get("why") or "this collector has no readahead probe"}
-    fs_devs = res.config.get("fs_kdevs") or ([res.config["fs_kdev"]] if res.config.get("fs_kdev") is not None
-                                              else None)
+    fs_devs = fs_devices(res)
     metric = enum_value(res.header, "hist_metric", "ra_window_pages")
     slots = [0] * 40
     for h in res.header.get("kernel_aggregates", {}).get("histograms", []):
@@ -264,8 +268,7 @@ def decompression(res, reqs):
         return {"available": False, "why": "; ".join(reasons),
                 "estimate": sampling.decompression_estimate(res.header)}
     d = res.records.get("decomp")
-    cfg = res.config
-    fs_devs = cfg.get("fs_kdevs") or ([cfg["fs_kdev"]] if cfg.get("fs_kdev") is not None else None)
+    fs_devs = fs_devices(res)
     if d is None:
         d = np.zeros(0)
     elif fs_devs:
@@ -323,10 +326,6 @@ def async_work(res):
     return out
 
 
-def flag_value(header, enum, name):
-    return enum_value(header, enum, name)
-
-
 def overlap_counts(starts, ends, qs, qe):
     """How many of the intervals [starts, ends) overlap each query [qs, qe)."""
     s, e = np.sort(starts), np.sort(ends)
@@ -357,15 +356,14 @@ def erofs_events(res, reqs):
     if e is None:
         return None
     h = res.header
-    fs_devs = res.config.get("fs_kdevs") or ([res.config["fs_kdev"]] if res.config.get("fs_kdev") is not None
-                                              else None)
+    fs_devs = fs_devices(res)
     if fs_devs:
         e = e[np.isin(e["dev"], fs_devs)]
     if not len(e):
         return None
     ev = {name: int((e["event"] == int(v)).sum()) for v, name in h["enums"]["erofs_event"].items()}
     maps = e[e["event"] == enum_value(h, "erofs_event", "map")]
-    enc = flag_value(h, "erofs_map_flag", "encoded")
+    enc = enum_value(h, "erofs_map_flag", "encoded")
     pcl = maps[((maps["map_flags"] & enc) != 0) & (maps["plen"] > 0)]
     out = {"events": ev, "extent_lookups": int(len(maps)), "pcluster_lookups": int(len(pcl))}
     if len(pcl):
