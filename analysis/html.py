@@ -43,7 +43,7 @@ def key_values(pairs):
 
 
 def page(title, sections):
-    """sections: [(heading, html fragment)]; figures: number of inline figures the page holds."""
+    """sections: [(heading, html fragment)]; <body data-figures> says how many inline figures they hold."""
     body = "".join("<h2>%s</h2>\n%s\n" % (escape(h), frag) for h, frag in sections)
     figures = sum(frag.count('<div class="figure">') for _, frag in sections)
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>%s</title>"
@@ -71,10 +71,9 @@ def run_page(s, text_report, table_text, plots, flamegraphs):
     return page(title, sections)
 
 
-def compare_page(title, compare_text, plots, tables_text, flamegraphs):
+def compare_page(title, compare_text, plots, tables_text):
+    """Result sets side by side: what changed (a comparison), plots per configuration, the sets' tables."""
     sections = [("What changed", pre(compare_text))] if compare_text else []
     sections += [(heading, inline_svg(svg)) for heading, svg in plots]
     sections += [(heading, pre(text)) for heading, text in tables_text]
-    sections += [(heading, inline_svg(svg) + '<p class="note">%s</p>' % escape(note))
-                 for heading, svg, note in flamegraphs]
     return page(title, sections)

@@ -244,18 +244,9 @@ def decompression_in_requests(reqs, d):
     """Decompression time spent inside each request, by the request's own thread (pid and time overlap)."""
     inside = np.zeros(len(reqs), dtype=np.int64)
     mine = d[d["charged_pid"] > 0]
-    for pid in np.unique(mine["charged_pid"]):
-        ri = np.nonzero(reqs["pid"] == pid)[0]
-        if not len(ri):
-            continue
-        order = ri[np.argsort(reqs["ts_start_ns"][ri])]
-        starts = reqs["ts_start_ns"][order]
-        dd = mine[mine["charged_pid"] == pid]
-        k = np.searchsorted(starts, dd["ts_start_ns"], side="right") - 1
-        ok = k >= 0
-        k, dd = k[ok], dd[ok]
-        hit = dd["ts_start_ns"] <= reqs["ts_end_ns"][order[k]]
-        np.add.at(inside, order[k[hit]], (dd["ts_end_ns"][hit] - dd["ts_start_ns"][hit]).astype(np.int64))
+    idx = records_in_requests(reqs, mine["charged_pid"], mine["ts_start_ns"])
+    hit = idx >= 0
+    np.add.at(inside, idx[hit], (mine["ts_end_ns"][hit] - mine["ts_start_ns"][hit]).astype(np.int64))
     return inside
 
 

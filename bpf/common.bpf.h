@@ -117,7 +117,6 @@ static __always_inline void offcpu_add(__s32 stack_id, __u32 reason, __u64 ns)
 #define LCB_F_PERCPU (1U << 4)
 #define LCB_F_MUTEX (1U << 5)
 #endif
-#define FST_LCB_MARK (1U << 31)	/* set with the flags, so "waiting" is never 0 */
 
 /* the request a traced thread is in, while it is in one */
 struct task_req {
@@ -127,7 +126,7 @@ struct task_req {
 	__u64 wake_ts;		/* first wakeup during the off-CPU interval */
 	__u64 oncpu, io_wait, dsleep, sleep, runq, missed, worker, worker_wait, lock;
 	__u64 waker_queue, waker_start;	/* the work item whose kworker woke it, 0 = not woken by one */
-	__u64 lock_addr;	/* the sleeping lock it is contending for */
+	__u64 lock_addr;	/* the sleeping lock it is contending for, 0 = none */
 	__u64 ino;
 	__u64 count;
 	__s64 pos;
@@ -142,7 +141,6 @@ struct task_req {
 	__u32 pcache_adds;
 	__u32 ra_windows, ra_pages, ra_max_pages;
 	__u32 nr_lock_waits;
-	__u32 in_lock;		/* contention_begin flags while waiting for a contended sleeping lock, 0 otherwise */
 	__u16 kind;
 	__u16 ftype;
 	__u8 off_preempted;
@@ -156,6 +154,13 @@ struct {
 	__type(key, __u32);
 	__type(value, struct task_req);
 } task_reqs SEC(".maps");
+
+/* the request the current thread is in, NULL outside one */
+static __always_inline struct task_req *current_req(void)
+{
+	__u32 pid = (__u32)bpf_get_current_pid_tgid();
+	return bpf_map_lookup_elem(&task_reqs, &pid);
+}
 
 /* superblock devices (kernel dev_t) whose files' requests are kept when cfg.filter_sdev is on */
 struct {

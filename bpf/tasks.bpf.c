@@ -156,7 +156,7 @@ static __always_inline int handle_switch(void *ctx, bool preempt, struct task_st
 		/* waiting for I/O: in io_schedule() (the kernel's own iowait, as delay accounting counts it,
 		 * which also covers bios held back by block throttling), or its own block I/O is in flight */
 		r->off_io = BPF_CORE_READ_BITFIELD_PROBED(prev, in_iowait) || inflight_get(prev_pid) > 0;
-		r->off_lock = r->in_lock != 0;
+		r->off_lock = r->lock_addr != 0;
 		r->nr_switches++;
 	}
 
@@ -268,8 +268,7 @@ static __always_inline int handle_exit(void)
 
 static __always_inline int handle_pcache_add(void)
 {
-	__u32 pid = (__u32)bpf_get_current_pid_tgid();
-	struct task_req *r = bpf_map_lookup_elem(&task_reqs, &pid);
+	struct task_req *r = current_req();
 	if (r)
 		r->pcache_adds++;
 	return 0;
@@ -286,23 +285,17 @@ static __always_inline int handle_contention_begin(void *lock, __u32 flags)
 {
 	if ((flags & LCB_F_SPIN) && !(flags & (LCB_F_MUTEX | LCB_F_RT | LCB_F_PERCPU)))
 		return 0;
-	__u32 pid = (__u32)bpf_get_current_pid_tgid();
-	struct task_req *r = bpf_map_lookup_elem(&task_reqs, &pid);
-	if (r) {
-		r->in_lock = flags | FST_LCB_MARK;
+	struct task_req *r = current_req();
+	if (r)
 		r->lock_addr = (__u64)lock;
-	}
 	return 0;
 }
 
 static __always_inline int handle_contention_end(void *lock)
 {
-	__u32 pid = (__u32)bpf_get_current_pid_tgid();
-	struct task_req *r = bpf_map_lookup_elem(&task_reqs, &pid);
-	if (r && r->lock_addr == (__u64)lock) {
-		r->in_lock = 0;
+	struct task_req *r = current_req();
+	if (r && r->lock_addr == (__u64)lock)
 		r->lock_addr = 0;
-	}
 	return 0;
 }
 
@@ -318,8 +311,7 @@ int BPF_PROG(contention_end_raw, void *lock, int ret) { return handle_contention
 /* the readahead window the kernel decided (readahead:page_cache_ra_order, 6.10+), charged to the request */
 static __always_inline int handle_ra_order(struct inode *inode, struct file_ra_state *ra)
 {
-	__u32 pid = (__u32)bpf_get_current_pid_tgid();
-	struct task_req *r = bpf_map_lookup_elem(&task_reqs, &pid);
+	struct task_req *r = current_req();
 	if (!r)
 		return 0;
 	__u32 pages = BPF_CORE_READ(ra, size);

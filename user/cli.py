@@ -356,7 +356,7 @@ def sets_html(title, sets, head_text):
     figs = [("Latency CDF per configuration", plots.latency_cdf(cdf, "request latency")),
             ("Attribution per configuration", plots.attribution_bars(bars, summary.ATTRIBUTION_PARTS,
                                                                      "where request time went"))]
-    return html.compare_page(title, head_text, figs, texts, [])
+    return html.compare_page(title, head_text, figs, texts)
 
 
 def render_summary(s):

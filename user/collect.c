@@ -507,19 +507,26 @@ static bool fold_stack(int stacks_fd, __s32 id, struct jbuf *out)
 	return true;
 }
 
+/* frames a row's key puts before its kernel stack (a thread's user frames, a kworker's work kind) */
+typedef void (*stack_prefix_fn)(const void *key, __u64 value, struct jbuf *st, void *ctx);
+
 /*
- * Rows [stack, (reason,) value] of a map whose 8-byte keys hold a stack id at
- * stack_off (and a reason at reason_off, or -1): the values of rows whose
- * stack was not recorded go to *lost instead, the sum of all to *total.
+ * Rows [stack, (reason,) value] of a map whose keys (key_size bytes) hold a
+ * kernel stack id at stack_off (and a reason at reason_off, or -1), each stack
+ * after the frames prefix() adds (if given): the values of rows whose stack
+ * was not recorded go to *lost instead, the sum of all to *total.
  */
-static void json_stack_rows(struct jbuf *b, int map_fd, int stacks_fd, int stack_off, int reason_off,
-			    unsigned long long *total, unsigned long long *lost)
+static void json_stack_rows(struct jbuf *b, int map_fd, size_t key_size, int stacks_fd, int stack_off,
+			    int reason_off, stack_prefix_fn prefix, void *ctx, unsigned long long *total,
+			    unsigned long long *lost)
 {
-	__u8 key[8], next[8];
+	__u8 key[64], next[64];
 	void *prev = NULL;
 	bool first = true;
+	if (key_size > sizeof(key))
+		abort();
 	while (!bpf_map_get_next_key(map_fd, prev, next)) {
-		memcpy(key, next, sizeof(key));
+		memcpy(key, next, key_size);
 		prev = key;
 		__u64 v;
 		__s32 id;
@@ -531,6 +538,8 @@ static void json_stack_rows(struct jbuf *b, int map_fd, int stacks_fd, int stack
 			memcpy(&reason, key + reason_off, sizeof(reason));
 		*total += v;
 		struct jbuf st = {};
+		if (prefix)
+			prefix(key, v, &st, ctx);
 		if (!fold_stack(stacks_fd, id, &st)) {
 			*lost += v;
 			free(st.s);
@@ -552,9 +561,9 @@ static void json_offcpu(struct jbuf *b, struct block_bpf *blk)
 {
 	unsigned long long total = 0, lost_ns = 0;
 	jb_add(b, "\"offcpu\":{\"folded\":[");
-	json_stack_rows(b, bpf_map__fd(blk->maps.offcpu), bpf_map__fd(blk->maps.stacks),
-			offsetof(struct fst_offcpu_key, stack_id), offsetof(struct fst_offcpu_key, reason), &total,
-			&lost_ns);
+	json_stack_rows(b, bpf_map__fd(blk->maps.offcpu), sizeof(struct fst_offcpu_key), bpf_map__fd(blk->maps.stacks),
+			offsetof(struct fst_offcpu_key, stack_id), offsetof(struct fst_offcpu_key, reason), NULL, NULL,
+			&total, &lost_ns);
 	jb_add(b, "],\"stack_lost_ns\":%llu}", lost_ns);
 }
 
@@ -565,11 +574,25 @@ static const char *work_kind_name(unsigned kind)
 	return "filesystem work";
 }
 
-/*
- * "sampling": folded stacks (root first) with counts: a traced thread's user
- * frames then its kernel frames, or "[kworker: <work kind>]" then the kernel
- * frames of a kworker doing filesystem work for the readers.
- */
+struct sample_prefix {
+	int ustacks_fd;
+	unsigned long long with_user_stack;
+};
+
+/* a sample's frames above its kernel stack: "[kworker: <work kind>]", or the traced thread's user frames */
+static void sample_prefix(const void *k, __u64 n, struct jbuf *st, void *ctx)
+{
+	const struct fst_sample_key *key = k;
+	struct sample_prefix *sp = ctx;
+	if (key->work_kind) {
+		jb_add(st, "[kworker: %s];", work_kind_name(key->work_kind));
+	} else if (ustack_fold(sp->ustacks_fd, key->user_stack_id, key->tgid, st)) {
+		jb_add(st, ";");
+		sp->with_user_stack += n;
+	}
+}
+
+/* "sampling": folded stacks (root first) with counts, user or kworker frames above the kernel frames */
 static void json_sampling(struct jbuf *b, struct sample_bpf *smp, int hz, const char *why_off)
 {
 	jb_add(b, "\"sampling\":{\"hz\":%d", smp ? hz : 0);
@@ -579,40 +602,13 @@ static void json_sampling(struct jbuf *b, struct sample_bpf *smp, int hz, const 
 		jb_add(b, "}");
 		return;
 	}
-	unsigned long long total = 0, lost = 0, user_frames = 0;
-	int map_fd = bpf_map__fd(smp->maps.samples), stacks_fd = bpf_map__fd(smp->maps.stacks);
-	int ustacks_fd = bpf_map__fd(smp->maps.user_stacks);
-	struct fst_sample_key key, next;
-	void *prev = NULL;
-	bool first = true;
+	unsigned long long total = 0, lost = 0;
+	struct sample_prefix sp = { .ustacks_fd = bpf_map__fd(smp->maps.user_stacks) };
 	jb_add(b, ",\"folded\":[");
-	while (!bpf_map_get_next_key(map_fd, prev, &next)) {
-		key = next;
-		prev = &key;
-		__u64 n;
-		if (bpf_map_lookup_elem(map_fd, &key, &n))
-			continue;
-		total += n;
-		struct jbuf st = {};
-		if (key.work_kind)
-			jb_add(&st, "[kworker: %s];", work_kind_name(key.work_kind));
-		else if (ustack_fold(ustacks_fd, key.user_stack_id, key.tgid, &st)) {
-			jb_add(&st, ";");
-			user_frames += n;
-		}
-		if (!fold_stack(stacks_fd, key.stack_id, &st)) {
-			lost += n;
-			free(st.s);
-			continue;
-		}
-		jb_add(b, "%s[", first ? "" : ",");
-		first = false;
-		jb_str(b, st.s);
-		jb_add(b, ",%llu]", (unsigned long long)n);
-		free(st.s);
-	}
+	json_stack_rows(b, bpf_map__fd(smp->maps.samples), sizeof(struct fst_sample_key), bpf_map__fd(smp->maps.stacks),
+			offsetof(struct fst_sample_key, stack_id), -1, sample_prefix, &sp, &total, &lost);
 	jb_add(b, "],\"samples\":%llu,\"stacks_lost\":%llu,\"with_user_stack\":%llu,\"event\":\"cpu-clock\"}",
-	       total, lost, user_frames);
+	       total, lost, sp.with_user_stack);
 }
 
 /* stack ids block requests were queued from: folded into the header at the end */

@@ -57,44 +57,46 @@ static void load_module_btfs(struct btf *vml)
 	}
 }
 
-/* Find func in vmlinux BTF, else in module BTF; returns the type id and (for modules) an fd to close. */
-static int find_func_btf(const char *func, int *obj_fd)
+/* Type id of name (of kind) in vmlinux BTF, else in a module's (*mod = its index, -1 for vmlinux); <= 0: none. */
+static int find_btf(const char *name, __u32 kind, int *mod)
 {
 	struct btf *vml = vmlinux_btf();
-	*obj_fd = -1;
+	*mod = -1;
 	if (!vml)
 		return -ENOENT;
-	int id = btf__find_by_name_kind(vml, func, BTF_KIND_FUNC);
+	int id = btf__find_by_name_kind(vml, name, kind);
 	if (id > 0)
 		return id;
 	if (nr_mod_btfs < 0)
 		load_module_btfs(vml);
 	for (int i = 0; i < nr_mod_btfs; i++) {
-		id = btf__find_by_name_kind(mod_btfs[i].btf, func, BTF_KIND_FUNC);
+		id = btf__find_by_name_kind(mod_btfs[i].btf, name, kind);
 		if (id > 0) {
-			*obj_fd = bpf_btf_get_fd_by_id(mod_btfs[i].id);
-			return *obj_fd < 0 ? -errno : id;
+			*mod = i;
+			return id;
 		}
 	}
 	return -ENOENT;
 }
 
+/* Find func in vmlinux BTF, else in module BTF; returns the type id and (for modules) an fd to close. */
+static int find_func_btf(const char *func, int *obj_fd)
+{
+	int mod, id = find_btf(func, BTF_KIND_FUNC, &mod);
+	*obj_fd = -1;
+	if (id <= 0 || mod < 0)
+		return id;
+	*obj_fd = bpf_btf_get_fd_by_id(mod_btfs[mod].id);
+	return *obj_fd < 0 ? -errno : id;
+}
+
 /* Is there a tracepoint of this name, in vmlinux or a loaded module?  Unknown (true) without BTF. */
 static bool tracepoint_exists(const char *tp)
 {
-	struct btf *vml = vmlinux_btf();
 	char name[256];
-	if (!vml)
-		return true;
+	int mod;
 	snprintf(name, sizeof(name), "btf_trace_%s", tp);
-	if (btf__find_by_name_kind(vml, name, BTF_KIND_TYPEDEF) > 0)
-		return true;
-	if (nr_mod_btfs < 0)
-		load_module_btfs(vml);
-	for (int i = 0; i < nr_mod_btfs; i++)
-		if (btf__find_by_name_kind(mod_btfs[i].btf, name, BTF_KIND_TYPEDEF) > 0)
-			return true;
-	return false;
+	return !vmlinux_btf() || find_btf(name, BTF_KIND_TYPEDEF, &mod) > 0;
 }
 
 /* EPERM/EACCES on a test load is the kernel's policy for all fentry programs: ask once */
