@@ -77,7 +77,7 @@ def render(s):
         w(format_linear_counts(lin["counts"], lin["step_us"], "usecs").rstrip("\n"))
 
     lk = s.get("lock_wait") or {}
-    if lk.get("available") and lk["waits"]:
+    if lk.get("available") and lk["waits"] and lk["wait_us"]:
         w("    lock waits: %d in %d requests, per request p50 %.1f us p99 %.1f us (%s)"
           % (lk["waits"], lk["requests_waiting"], lk["wait_us"]["p50"], lk["wait_us"]["p99"], lk["tier"]))
     spin = lk.get("spin_estimate")

@@ -185,9 +185,10 @@ static __always_inline int handle_switch(void *ctx, bool preempt, struct task_st
 				r->waker_start = r->waker_queue = 0;
 			}
 			if (r->off_lock) {
-				/* waiting for a lock, whatever the sleep state (mutex_lock_interruptible too) */
+				/* waiting for a lock, whatever the sleep state (mutex_lock_interruptible too);
+				 * a wait whose sleep the waking kworker's work took whole is not a lock wait */
 				r->lock += slept;
-				r->nr_lock_waits++;
+				r->nr_lock_waits += slept > 0;
 				offcpu_add(r->off_stack, FST_OFF_LOCK, slept);
 			} else if (r->off_state & TASK_UNINTERRUPTIBLE_BIT) {
 				if (r->off_io) {

@@ -84,6 +84,7 @@ def test_attribution_parts_sum_to_wall_for_every_request(erofs_randread):
     assert np.all(np.abs(wall - parts) <= np.maximum(wall // 100, 1))
     assert np.all(req["oncpu_ns"].astype(np.int64) <= wall)
     assert np.all((req["missed_ns"] > 0) <= (req["nr_missed_events"] > 0))
+    assert np.all((req["nr_lock_waits"] > 0) == (req["lock_ns"] > 0))
     assert (req["nr_missed_events"] > 0).mean() < 0.01
     assert summary["attribution"]["requests_with_missed_events"] == int((req["nr_missed_events"] > 0).sum())
 

@@ -43,6 +43,10 @@ def test_parallel_squashfs_readers_wait_for_the_decompressor_lock(tmp_path):
         else:
             assert not (in_lock and stack.split(";")[-1].startswith("__mutex_lock")), (reason, stack)
     assert lock_ns == lk["ns"]
+    # a counted lock wait is one the request slept in, and every lock sleep is counted
+    req = results.load(str(tmp_path / "p4" / "out" / "results.fst"))["req"]
+    assert ((req["nr_lock_waits"] > 0) == (req["lock_ns"] > 0)).all()
+    assert lk["requests_waiting"] == int((req["lock_ns"] > 0).sum())
     if kernel_config("CONFIG_SQUASHFS_DECOMP_SINGLE"):
         # one decompressor per filesystem: the readers queue on its mutex
         on_decomp = sum(ns for (reason, stack), ns in stacks.items()
