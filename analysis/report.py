@@ -151,6 +151,39 @@ def render(s):
             w("    extents mapped per request that mapped any: p50 %.0f, max %.0f (%d requests)"
               % (pr["per_request"]["p50"], pr["per_request"]["max"], pr["requests_with"]))
 
+    fc = s.get("fs_caches") or {}
+    if fc.get("available") and fc["groups"]:
+        w("")
+        w("  filesystem caches (%s)" % ", ".join("%s: %s" % kv for kv in sorted(fc["probes"].items())))
+        for g in fc["groups"]:
+            w("    %-18s %s %7d lookups  hits %d (%.1f %%)  misses %d (%d blocks, %d missed again, %s)"
+              % (g["cache"], g["dev"], g["lookups"], g["hits"], 100 * g["hit_ratio"], g["misses"],
+                 g["blocks_missed"], g["blocks_missed_again"], _size(g["miss_bytes"])))
+            w("      per lookup: hit p50 %s p99 %s us, miss p50 %s p99 %s us; misses took %.1f ms" % (
+                *(("%.1f" % g[k][q]) if g[k] else "-" for k in ("hit_us", "miss_us") for q in ("p50", "p99")),
+                g["miss_ns"] / 1e6))
+        if fc.get("misses_per_request"):
+            w("    misses per request that missed: p50 %.0f, max %.0f (%d requests)"
+              % (fc["misses_per_request"]["p50"], fc["misses_per_request"]["max"], fc["requests_with_misses"]))
+    elif fc and not fc.get("available"):
+        w("")
+        w("  filesystem cache hits/misses: unavailable (%s)" % fc["why"])
+
+    wc = s.get("write_compression") or {}
+    if wc.get("available") and wc["groups"]:
+        w("")
+        w("  compression on write (%s)" % ", ".join("%s: %s" % kv for kv in sorted(wc["probes"].items())))
+        for g in wc["groups"]:
+            w("    %-6s %-5s %6d chunks (%d not compressed)  %s -> %s (%s)  %.1f ms  per chunk p50 %.1f us p99 "
+              "%.1f us" % (g["fs"], g["alg"], g["chunks"], g["not_compressed"], _size(g["in_bytes"]),
+                           _size(g["out_bytes"]), "%.2f" % g["ratio"] if g["ratio"] else "-", g["ns"] / 1e6,
+                           g["chunk_us"]["p50"], g["chunk_us"]["p99"]))
+            w("      ran in: " + ", ".join("%s[%d] %d chunks %.1f ms" % (x["comm"], x["pid"], x["items"], x["ns"] / 1e6)
+                                         for x in g["by_thread"][:4]))
+    elif wc and not wc.get("available") and (s.get("writes") or {}).get("count"):
+        w("")
+        w("  compression time per chunk on write: unavailable (%s)" % wc["why"])
+
     for kind, wk in sorted((s.get("async_work") or {}).items()):
         w("")
         w("  %s in kworkers: %d items, %.1f ms, per item p50 %.1f us p99 %.1f us, queued p50 %s us before running"

@@ -292,6 +292,16 @@ def decompression(res, reqs):
                     "elsewhere_ns: kworkers, other tasks and between requests"}
 
 
+def by_thread(records, ns):
+    """The threads that did the work of some records, busiest first: pid, comm, records, time."""
+    out = []
+    for pid in np.unique(records["pid"]):
+        m = records["pid"] == pid
+        out.append({"pid": int(pid), "comm": bytes(records["comm"][m][0]).rstrip(b"\0").decode(errors="replace"),
+                    "items": int(m.sum()), "ns": int(ns[m].sum())})
+    return sorted(out, key=lambda x: -x["ns"])
+
+
 def async_work(res):
     """Known filesystem work items run by kworkers (tracepoint tier): count, time, queueing delay."""
     w = res.records.get("work")
@@ -303,15 +313,11 @@ def async_work(res):
         run_ns = (g["ts_end_ns"] - g["ts_start_ns"]).astype(np.int64)
         queued = g[g["ts_queue_ns"] > 0]
         delay_us = (queued["ts_start_ns"] - queued["ts_queue_ns"]) / 1e3
-        workers = []
-        for pid in np.unique(g["pid"]):
-            m = g["pid"] == pid
-            workers.append({"pid": int(pid), "comm": bytes(g["comm"][m][0]).rstrip(b"\0").decode(errors="replace"),
-                            "items": int(m.sum()), "ns": int(run_ns[m].sum())})
+        workers = by_thread(g, run_ns)
         out[enum_name(res.header, "work_kind", k)] = {
             "items": int(len(g)), "ns": int(run_ns.sum()), "item_us": percentiles(run_ns / 1e3),
             "queue_delay_us": percentiles(delay_us), "workers": int(len(workers)),
-            "by_worker": sorted(workers, key=lambda w: -w["ns"])[:8],
+            "by_worker": workers[:8],
             "tier": "tp_btf workqueue_execute_start/end (exact time of the work function)",
         }
     return out
@@ -393,6 +399,97 @@ def erofs_events(res, reqs):
     return out
 
 
+def fs_caches(res, reqs):
+    """Lookups in the filesystems' own caches (squashfs metadata, fragment, data): hits, misses, blocks missed
+    more than once, lookup time, misses per request; or why they could not be measured."""
+    probes = [probe_tier(res, n) for n in ("squashfs_cache_get", "squashfs_read_data")]
+    if not all(probes):
+        return {"available": False, "why": "this collector has no filesystem cache probes"}
+    down = [p for p in probes if p["tier"] == "unavailable"]
+    if down:
+        # both are needed: a lookup is a miss only if the read under it is seen
+        return {"available": False, "why": "; ".join("%s: %s" % (p["probe"], p["why"]) for p in down)}
+    h = res.header
+    c = res.records.get("fs_cache")
+    fs_devs = fs_devices(res)
+    if c is not None and fs_devs:
+        c = c[np.isin(c["dev"], fs_devs)]
+    groups = []
+    if c is not None and len(c):
+        for dev, kind in sorted({(int(a), int(b)) for a, b in zip(c["dev"], c["cache"])}):
+            g = c[(c["dev"] == dev) & (c["cache"] == kind)]
+            dur = (g["ts_end_ns"] - g["ts_start_ns"]).astype(np.int64)
+            miss = g["missed"] != 0
+            blocks, times = np.unique(g["block"][miss], return_counts=True)
+            groups.append({
+                "dev": dev_name(dev), "cache": enum_name(h, "fs_cache", kind), "lookups": int(len(g)),
+                "hits": int((~miss).sum()), "misses": int(miss.sum()),
+                "hit_ratio": float((~miss).mean()),
+                "blocks_missed": int(len(blocks)), "blocks_missed_again": int((times > 1).sum()),
+                "miss_bytes": int(g["bytes"][miss & (g["bytes"] > 0)].astype(np.int64).sum()),
+                "errors": int((g["bytes"] < 0).sum()),
+                "hit_ns": int(dur[~miss].sum()), "miss_ns": int(dur[miss].sum()),
+                "hit_us": percentiles(dur[~miss] / 1e3) if (~miss).any() else None,
+                "miss_us": percentiles(dur[miss] / 1e3) if miss.any() else None,
+                "tiers": sorted({enum_name(h, "tier", t) for t in np.unique(g["tier"])}),
+            })
+    out = {"available": True, "groups": groups,
+           "probes": {p["probe"]: p["tier"] for p in probes},
+           "note": "miss: the block was read and decompressed into the cache during the lookup (time includes "
+                   "both); a hit that slept until another reader filled the entry counts as a slow hit; "
+                   "blocks_missed_again: evicted and read again in this run"}
+    if c is not None and len(c):
+        idx = records_in_requests(reqs, c["pid"], c["ts_start_ns"])
+        missed = idx[(c["missed"] != 0) & (idx >= 0)]
+        counts = np.bincount(missed, minlength=len(reqs)) if len(reqs) else np.zeros(0, dtype=np.int64)
+        out["requests_with_misses"] = int((counts > 0).sum())
+        out["misses_per_request"] = percentiles(counts[counts > 0]) if (counts > 0).any() else None
+        out["outside_requests"] = int((idx < 0).sum())
+    return out
+
+
+def write_compression(res):
+    """Compression on write (btrfs): chunks, sizes, ratio, time, and the threads that ran it; or why it could
+    not be measured.  None when the collector has no such probe."""
+    probes = [p for p in res.header.get("probes", []) if p["measures"].startswith("btrfs compression on write")]
+    if not probes:
+        return None
+    attached = [p for p in probes if p["tier"] != "unavailable"]
+    if not attached:
+        return {"available": False, "why": "; ".join(sorted({"%s: %s" % (p["probe"], p["why"]) for p in probes}))}
+    h = res.header
+    c = res.records.get("compress")
+    fs_devs = fs_devices(res)
+    if c is not None and fs_devs:
+        c = c[np.isin(c["dev"], fs_devs)]
+    groups = []
+    if c is not None and len(c):
+        for fs, alg in sorted({(int(a), int(b)) for a, b in zip(c["fs"], c["alg"])}):
+            g = c[(c["fs"] == fs) & (c["alg"] == alg)]
+            dur = (g["ts_end_ns"] - g["ts_start_ns"]).astype(np.int64)
+            ok = g["ret"] == 0
+            in_ok = int(g["in_bytes"][ok].astype(np.int64).sum())
+            out_ok = int(g["out_bytes"][ok].astype(np.int64).sum())
+            ctx = {}
+            for k in np.unique(g["context"]):
+                m = g["context"] == k
+                ctx[enum_name(h, "context", k)] = {"chunks": int(m.sum()), "ns": int(dur[m].sum())}
+            groups.append({
+                "fs": enum_name(h, "fs", fs), "alg": enum_name(h, "alg", alg), "chunks": int(len(g)),
+                "compressed": int(ok.sum()), "not_compressed": int((~ok).sum()),
+                "in_bytes": in_ok, "out_bytes": out_ok, "ratio": out_ok / in_ok if in_ok else None,
+                "ns": int(dur.sum()), "chunk_us": percentiles(dur / 1e3),
+                "chunk_hist_log2_us": log2_slots(dur // 1000),
+                "mb_per_s": in_ok / (dur[ok].sum() / 1e3) if dur[ok].sum() else None,
+                "contexts": ctx, "by_thread": by_thread(g, dur)[:8],
+                "tiers": sorted({enum_name(h, "tier", t) for t in np.unique(g["tier"])}),
+            })
+    return {"available": True, "groups": groups, "probes": {p["probe"]: p["tier"] for p in attached},
+            "note": "one chunk = one call of the compressor (up to 128 KiB of one file); not_compressed: the "
+                    "compressor gave up (data did not shrink) and the chunk was written as it was; ratio and "
+                    "MB/s over compressed chunks"}
+
+
 def delay_accounting(res):
     """Per traced thread that exited: the kernel's blkio delay next to fstrace's I/O wait in its requests."""
     t = res.records.get("task")
@@ -418,9 +515,15 @@ def unavailable(res):
     dec = decompression_probes(res)
     # a figure some probe measured is available, even if its other-kernel twin (same "measures") is not
     measured = {p["measures"] for p in res.header.get("probes", []) if p["tier"] != "unavailable"}
+    seen = {}
     for p in res.header.get("probes", []):
         if p["tier"] == "unavailable" and p not in dec and p["measures"] not in measured:
-            out.append({"figure": p["measures"], "why": p["why"] or "probe could not attach"})
+            why = p["why"] or "probe could not attach"
+            if p["measures"] in seen:  # twins for other kernels: one line, each twin's reason
+                seen[p["measures"]]["why"] += "; %s: %s" % (p["probe"], why)
+                continue
+            seen[p["measures"]] = {"figure": p["measures"], "why": why}
+            out.append(seen[p["measures"]])
     if dec and all(p["tier"] == "unavailable" for p in dec):
         out.append({"figure": "decompression time (erofs, squashfs, btrfs)",
                     "why": sorted({p["why"] for p in dec})[0]})
@@ -467,6 +570,8 @@ def summarize(res, ground_truth=None):
         "decompression": decompression(res, all_fs),
         "lock_wait": lock_wait(res, all_fs),
         "erofs": erofs_events(res, all_fs),
+        "fs_caches": fs_caches(res, all_fs),
+        "write_compression": write_compression(res),
         "readahead": readahead(res, reads),
         "async_work": async_work(res),
         "offcpu": sampling.offcpu_summary(h),

@@ -1,14 +1,14 @@
 """A run as a Perfetto-loadable timeline (Chrome trace event JSON): pure function from Results to a dict.
 
 Tracks: one per traced thread (its requests, with their attribution in args), one per block device (its
-requests, Q->C), one per kworker (filesystem work items), one per thread for decompression units where they
-were measured; flows link each request to the block requests charged to its thread while it ran.
+requests, Q->C), one per kworker (filesystem work items); decompression units, filesystem cache misses and
+write compression chunks, where they were measured, on the thread that ran them; flows link each request to the block requests charged to its thread while it ran.
 """
 import json
 
 import numpy as np
 
-from analysis.summary import ATTRIBUTION_PARTS, dev_name, enum_name
+from analysis.summary import ATTRIBUTION_PARTS, dev_name, enum_name, enum_value
 
 
 def _us(ns, t0):
@@ -68,13 +68,27 @@ def build(res):
                        "name": enum_name(h, "work_kind", w["kind"]), "cat": "work",
                        "args": {"queued_us_before": ((int(w["ts_start_ns"]) - int(w["ts_queue_ns"])) / 1000.0
                                                      if w["ts_queue_ns"] else None)}})
-    if dec is not None and len(dec):
-        for d in dec:
-            ev.append({"ph": "X", "pid": 3 if d["charged_pid"] == 0 else 1, "tid": int(d["pid"]),
-                       "ts": _us(d["ts_start_ns"], t0),
-                       "dur": max((int(d["ts_end_ns"]) - int(d["ts_start_ns"])) / 1000.0, 0.001),
-                       "name": "decompress %s %s" % (enum_name(h, "fs", d["fs"]), enum_name(h, "alg", d["alg"])),
-                       "cat": "decompression", "args": {"in": int(d["in_bytes"]), "out": int(d["out_bytes"])}})
+    def slice_on_thread(r, traced, name, cat, args):
+        """A span of kernel work on the thread that ran it: the request track if traced, else the kworker's."""
+        ev.append({"ph": "X", "pid": 1 if traced else 3, "tid": int(r["pid"]), "ts": _us(r["ts_start_ns"], t0),
+                   "dur": max((int(r["ts_end_ns"]) - int(r["ts_start_ns"])) / 1000.0, 0.001),
+                   "name": name, "cat": cat, "args": args})
+
+    for d in dec if dec is not None else ():
+        slice_on_thread(d, d["charged_pid"] != 0,
+                        "decompress %s %s" % (enum_name(h, "fs", d["fs"]), enum_name(h, "alg", d["alg"])),
+                        "decompression", {"in": int(d["in_bytes"]), "out": int(d["out_bytes"])})
+    # misses only: hits are sub-microsecond and would bury the track
+    cache = res.records.get("fs_cache")
+    for c in cache[cache["missed"] != 0] if cache is not None else ():
+        slice_on_thread(c, c["charged_pid"] != 0, "%s cache miss" % enum_name(h, "fs_cache", c["cache"]),
+                        "cache miss", {"block": int(c["block"]), "bytes": int(c["bytes"])})
+    comp = res.records.get("compress")
+    for c in comp if comp is not None else ():
+        slice_on_thread(c, c["context"] == enum_value(h, "context", "traced task"),
+                        "compress %s %s" % (enum_name(h, "fs", c["fs"]), enum_name(h, "alg", c["alg"])),
+                        "compression", {"ino": int(c["ino"]), "file_pos": int(c["file_pos"]),
+                                        "in": int(c["in_bytes"]), "out": int(c["out_bytes"]), "ret": int(c["ret"])})
     return {"traceEvents": ev, "displayTimeUnit": "ms",
             "otherData": {"kernel": h["kernel"]["release"], "workload": res.config.get("workload"),
                           "label": res.config.get("label")}}

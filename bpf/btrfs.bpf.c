@@ -32,3 +32,143 @@ static __always_inline void begin(struct compressed_bio *cb, __u16 alg, __u16 ti
 BTRFS_PROBES(zstd_decompress_bio, FST_ALG_ZSTD)
 BTRFS_PROBES(lzo_decompress_bio, FST_ALG_LZO)
 BTRFS_PROBES(zlib_decompress_bio, FST_ALG_ZLIB)
+
+/*
+ * Compression on write: one call per chunk of up to 128 KiB of a file,
+ * normally in a btrfs-delalloc kworker.  The function was renamed
+ * (btrfs_compress_pages -> _folios) and its arguments reordered, so their
+ * positions come from the running kernel's BTF (cfg.btrfs_compress_arg_*),
+ * and the sizes are read at exit through the total_in/total_out pointers.
+ */
+struct compress_start {
+	__u64 ts;
+	__u64 file_pos;
+	__u64 ino;
+	__u64 total_in;		/* kernel addresses of the function's unsigned long results */
+	__u64 total_out;
+	__u32 dev;
+	__u16 alg;
+	__u16 tier;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct compress_start);
+} compress_starts SEC(".maps");
+
+/* btrfs_compression_type; 6.1 packs the level into bits 4-7 of the same argument */
+static __always_inline __u16 btrfs_alg(__u64 type)
+{
+	switch (type & 0xf) {
+	case 1: return FST_ALG_ZLIB;
+	case 2: return FST_ALG_LZO;
+	case 3: return FST_ALG_ZSTD;
+	}
+	return FST_ALG_UNKNOWN;
+}
+
+static __always_inline void compress_begin(__u64 type, __u64 owner, __u64 start, __u64 total_in, __u64 total_out,
+					   __u16 tier)
+{
+	struct inode *inode;
+	if (cfg.btrfs_compress_owner_is_inode)
+		inode = __builtin_preserve_access_index(&((struct btrfs_inode *)owner)->vfs_inode);
+	else
+		inode = BPF_CORE_READ((struct address_space *)owner, host);
+	__u32 dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	if (!sdev_is_traced(dev))
+		return;
+	__u32 pid = (__u32)bpf_get_current_pid_tgid();
+	struct compress_start c = {
+		.ts = bpf_ktime_get_ns(), .file_pos = start, .ino = BPF_CORE_READ(inode, i_ino),
+		.total_in = total_in, .total_out = total_out, .dev = dev, .alg = btrfs_alg(type), .tier = tier,
+	};
+	bpf_map_update_elem(&compress_starts, &pid, &c, BPF_ANY);
+}
+
+static __always_inline void compress_end(long ret)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 pid = (__u32)pid_tgid;
+	struct compress_start *c = bpf_map_lookup_elem(&compress_starts, &pid);
+	if (!c)
+		return;
+	struct fst_compress *rec = record_reserve(FST_REC_COMPRESS, sizeof(*rec));
+	if (rec) {
+		unsigned long in = 0, out = 0;
+		bpf_probe_read_kernel(&in, sizeof(in), (void *)c->total_in);
+		bpf_probe_read_kernel(&out, sizeof(out), (void *)c->total_out);
+		rec->ts_start_ns = c->ts;
+		rec->ts_end_ns = now;
+		rec->file_pos = c->file_pos;
+		rec->ino = c->ino;
+		rec->in_bytes = in;
+		rec->out_bytes = out;
+		rec->pid = pid;
+		rec->tgid = pid_tgid >> 32;
+		rec->dev = c->dev;
+		rec->ret = ret;
+		rec->fs = FST_FS_BTRFS;
+		rec->alg = c->alg;
+		rec->context = current_context(current_is_traced());
+		rec->tier = c->tier;
+		bpf_get_current_comm(rec->comm, sizeof(rec->comm));
+		bpf_ringbuf_submit(rec, 0);
+	}
+	bpf_map_delete_elem(&compress_starts, &pid);
+}
+
+static __always_inline bool compress_args_known(void)
+{
+	return cfg.btrfs_compress_arg_owner >= 0 && cfg.btrfs_compress_arg_start >= 0 &&
+	       cfg.btrfs_compress_arg_total_in >= 0 && cfg.btrfs_compress_arg_total_out >= 0;
+}
+
+static __always_inline __u64 func_arg(void *ctx, int n)
+{
+	__u64 v = 0;
+	bpf_get_func_arg(ctx, n, &v);
+	return v;
+}
+
+#define BTRFS_COMPRESS_PROBES(fn)                                                                 \
+	SEC("fentry/" #fn)                                                                        \
+	int BPF_PROG(fn##_fentry)                                                                 \
+	{                                                                                         \
+		if (compress_args_known())                                                        \
+			compress_begin(func_arg(ctx, 0), func_arg(ctx, cfg.btrfs_compress_arg_owner), \
+				       func_arg(ctx, cfg.btrfs_compress_arg_start),                 \
+				       func_arg(ctx, cfg.btrfs_compress_arg_total_in),              \
+				       func_arg(ctx, cfg.btrfs_compress_arg_total_out), FST_TIER_FENTRY); \
+		return 0;                                                                         \
+	}                                                                                         \
+	SEC("fexit/" #fn)                                                                         \
+	int BPF_PROG(fn##_fexit)                                                                  \
+	{                                                                                         \
+		__u64 ret = 0;                                                                    \
+		bpf_get_func_ret(ctx, &ret);                                                      \
+		compress_end((int)ret);                                                           \
+		return 0;                                                                         \
+	}                                                                                         \
+	SEC("kprobe/" #fn)                                                                        \
+	int fn##_kprobe(struct pt_regs *ctx)                                                      \
+	{                                                                                         \
+		if (compress_args_known())                                                        \
+			compress_begin(kprobe_arg(ctx, 0), kprobe_arg(ctx, cfg.btrfs_compress_arg_owner), \
+				       kprobe_arg(ctx, cfg.btrfs_compress_arg_start),               \
+				       kprobe_arg(ctx, cfg.btrfs_compress_arg_total_in),            \
+				       kprobe_arg(ctx, cfg.btrfs_compress_arg_total_out), FST_TIER_KPROBE); \
+		return 0;                                                                         \
+	}                                                                                         \
+	SEC("kretprobe/" #fn)                                                                     \
+	int BPF_KRETPROBE(fn##_kretprobe, int ret)                                                \
+	{                                                                                         \
+		compress_end(ret);                                                                \
+		return 0;                                                                         \
+	}
+
+BTRFS_COMPRESS_PROBES(btrfs_compress_folios)
+BTRFS_COMPRESS_PROBES(btrfs_compress_pages)

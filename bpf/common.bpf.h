@@ -304,6 +304,16 @@ static __always_inline __s64 inflight_get(__u32 pid)
 #define PF_WQ_WORKER 0x00000020
 #define PF_KTHREAD 0x00200000
 
+/* where the current code runs, for records of work done on behalf of readers and writers */
+static __always_inline __u16 current_context(bool traced)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	unsigned int flags = BPF_CORE_READ(task, flags);
+	return traced ? FST_CTX_TRACED :
+	       (flags & PF_WQ_WORKER) ? FST_CTX_KWORKER :
+	       (flags & PF_KTHREAD) ? FST_CTX_KTHREAD : FST_CTX_OTHER_TASK;
+}
+
 struct decomp_start {
 	__u64 ts;
 	__u32 in_bytes;
@@ -343,8 +353,6 @@ static __always_inline void decomp_end(long ret)
 		return;
 	struct fst_decomp *rec = record_reserve(FST_REC_DECOMP, sizeof(*rec));
 	if (rec) {
-		struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-		unsigned int flags = BPF_CORE_READ(task, flags);
 		bool traced = current_is_traced();
 		rec->ts_start_ns = d->ts;
 		rec->ts_end_ns = now;
@@ -357,9 +365,7 @@ static __always_inline void decomp_end(long ret)
 		rec->ret = ret;
 		rec->fs = d->fs;
 		rec->alg = d->alg;
-		rec->context = traced ? FST_CTX_TRACED :
-			       (flags & PF_WQ_WORKER) ? FST_CTX_KWORKER :
-			       (flags & PF_KTHREAD) ? FST_CTX_KTHREAD : FST_CTX_OTHER_TASK;
+		rec->context = current_context(traced);
 		rec->tier = d->tier;
 		rec->pad0 = 0;
 		bpf_get_current_comm(rec->comm, sizeof(rec->comm));
@@ -369,12 +375,12 @@ static __always_inline void decomp_end(long ret)
 }
 
 /*
- * A decompressor function's fentry/fexit programs and their kprobe/kretprobe
- * twins (the collector enables one pair).  The parameter list comes last; BEGIN
- * is an expression run at entry with `tier` in scope, and RET turns the return
- * value `ret` (of type RET_T) into decomp_end()'s: negative on error.
+ * A kernel function's fentry/fexit programs and their kprobe/kretprobe twins
+ * (the collector enables one pair).  The parameter list comes last; BEGIN is
+ * run at entry with `tier` in scope, END at exit with the return value `ret`
+ * (of type RET_T) in scope.
  */
-#define DECOMP_PROBES(fn, BEGIN, RET_T, RET, ...)                                         \
+#define FUNC_PROBES(fn, BEGIN, END, RET_T, ...)                                           \
 	SEC("fentry/" #fn)                                                                \
 	int BPF_PROG(fn##_fentry, __VA_ARGS__)                                            \
 	{                                                                                 \
@@ -385,7 +391,7 @@ static __always_inline void decomp_end(long ret)
 	SEC("fexit/" #fn)                                                                 \
 	int BPF_PROG(fn##_fexit, __VA_ARGS__, RET_T ret)                                  \
 	{                                                                                 \
-		decomp_end(RET);                                                          \
+		END;                                                                      \
 		return 0;                                                                 \
 	}                                                                                 \
 	SEC("kprobe/" #fn)                                                                \
@@ -398,8 +404,55 @@ static __always_inline void decomp_end(long ret)
 	SEC("kretprobe/" #fn)                                                             \
 	int BPF_KRETPROBE(fn##_kretprobe, RET_T ret)                                      \
 	{                                                                                 \
-		decomp_end(RET);                                                          \
+		END;                                                                      \
 		return 0;                                                                 \
 	}
+
+/* a decompressor: RET turns `ret` into decomp_end()'s argument, negative on error */
+#define DECOMP_PROBES(fn, BEGIN, RET_T, RET, ...) FUNC_PROBES(fn, BEGIN, decomp_end(RET), RET_T, __VA_ARGS__)
+
+/* entry only: fentry and its kprobe twin */
+#define ENTRY_PROBES(fn, BEGIN, ...)                                                      \
+	SEC("fentry/" #fn)                                                                \
+	int BPF_PROG(fn##_fentry, __VA_ARGS__)                                            \
+	{                                                                                 \
+		BEGIN;                                                                    \
+		return 0;                                                                 \
+	}                                                                                 \
+	SEC("kprobe/" #fn)                                                                \
+	int BPF_KPROBE(fn##_kprobe, __VA_ARGS__)                                          \
+	{                                                                                 \
+		BEGIN;                                                                    \
+		return 0;                                                                 \
+	}
+
+/*
+ * Argument n (from 0) of the probed function, at a kprobe on its entry, for
+ * functions whose argument positions are only known at run time (from BTF).
+ * Beyond the registers the calling convention passes arguments on the stack,
+ * above the return address.  0 when it cannot be read.
+ */
+static __always_inline __u64 kprobe_arg(struct pt_regs *ctx, int n)
+{
+	__u64 v = 0;
+#if defined(__TARGET_ARCH_x86)
+	switch (n) {
+	case 0: return BPF_CORE_READ(ctx, di);
+	case 1: return BPF_CORE_READ(ctx, si);
+	case 2: return BPF_CORE_READ(ctx, dx);
+	case 3: return BPF_CORE_READ(ctx, cx);
+	case 4: return BPF_CORE_READ(ctx, r8);
+	case 5: return BPF_CORE_READ(ctx, r9);
+	}
+	if (n > 5 && n < 12)
+		bpf_probe_read_kernel(&v, sizeof(v), (void *)(BPF_CORE_READ(ctx, sp) + 8 * (n - 5)));
+#elif defined(__TARGET_ARCH_arm64)
+	if (n >= 0 && n < 8)
+		v = BPF_CORE_READ((struct user_pt_regs *)ctx, regs[n]);
+#else
+#error "kprobe_arg: add this architecture's calling convention"
+#endif
+	return v;
+}
 
 #endif

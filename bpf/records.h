@@ -35,7 +35,9 @@
 	E(FST_REC_DECOMP, 3, "decomp")	/* one decompression of a compressed unit */ \
 	E(FST_REC_WORK, 4, "work")	/* one execution of a known filesystem work item */ \
 	E(FST_REC_TASK, 5, "task")	/* a traced thread's exit, with the kernel's delay accounting */ \
-	E(FST_REC_EROFS, 6, "erofs")	/* an erofs tracepoint in a traced thread: extent map, readahead, read_folio */
+	E(FST_REC_EROFS, 6, "erofs")	/* an erofs tracepoint in a traced thread: extent map, readahead, read_folio */ \
+	E(FST_REC_FS_CACHE, 7, "fs_cache")	/* one lookup in a filesystem's own cache (squashfs) */ \
+	E(FST_REC_COMPRESS, 8, "compress")	/* one compression of a chunk of file data on write (btrfs) */
 
 #define FST_REQ_KINDS(E)                                                       \
 	E(FST_REQ_READ, 1, "read")	/* read, pread64, readv, preadv, preadv2 */      \
@@ -98,6 +100,14 @@
 	E(FST_EROFS_READAHEAD, 2, "readahead")	/* erofs_readahead (6.1: erofs_readpages) */ \
 	E(FST_EROFS_READ_FOLIO, 3, "read_folio")	/* erofs_read_folio: one folio read outside readahead */
 
+/* the filesystem-internal caches a fs_cache record looked in (squashfs: struct squashfs_sb_info's
+ * block_cache, fragment_cache and read_page, named "metadata", "fragment" and "data" by the kernel) */
+#define FST_FS_CACHES(E)                                                         \
+	E(FST_FS_CACHE_SQUASHFS_METADATA, 1, "squashfs metadata")	/* inodes, directories, fragment/id tables */ \
+	E(FST_FS_CACHE_SQUASHFS_FRAGMENT, 2, "squashfs fragment")	/* fragment blocks: tails of small files */ \
+	E(FST_FS_CACHE_SQUASHFS_DATA, 3, "squashfs data")	/* whole data blocks (CONFIG_SQUASHFS_FILE_CACHE) */ \
+	E(FST_FS_CACHE_UNKNOWN, 15, "unknown")
+
 /* struct erofs_map_blocks m_flags bits as fs/erofs/internal.h defines them since 6.3; erofs.bpf.c translates
  * the buffer_head-based values of older kernels into these */
 #define FST_EROFS_MAP_FLAGS(E)                                                  \
@@ -120,6 +130,7 @@ enum fst_tier { FST_TIERS(FST_ENUM_MEMBER) };
 enum fst_work_kind { FST_WORK_KINDS(FST_ENUM_MEMBER) };
 enum fst_erofs_event { FST_EROFS_EVENTS(FST_ENUM_MEMBER) };
 enum fst_erofs_map_flag { FST_EROFS_MAP_FLAGS(FST_ENUM_MEMBER) };
+enum fst_fs_cache_kind { FST_FS_CACHES(FST_ENUM_MEMBER) };
 
 /*
  * Request: wall time [ts_start_ns, ts_end_ns] is partitioned into
@@ -280,6 +291,53 @@ enum fst_erofs_map_flag { FST_EROFS_MAP_FLAGS(FST_ENUM_MEMBER) };
 	F(__u16, pad0)           \
 	F(__u32, pad1)
 
+/*
+ * One lookup in a filesystem's own cache (squashfs_cache_get): missed = 1 when
+ * the block was read and decompressed into the cache during the lookup (a
+ * nested squashfs_read_data in the same thread), 0 for a hit, including a hit
+ * that slept until another reader finished filling the entry.  block is the
+ * block's byte address on the device; bytes its decompressed length, or a
+ * negative error.  charged_pid is the traced thread it ran in, 0 elsewhere.
+ */
+#define FST_FS_CACHE_FIELDS(F, S) \
+	F(__u64, ts_start_ns)    \
+	F(__u64, ts_end_ns)      \
+	F(__u64, block)          \
+	F(__u32, pid)            \
+	F(__u32, tgid)           \
+	F(__u32, charged_pid)    \
+	F(__u32, dev)            \
+	F(__s32, bytes)          \
+	F(__u16, fs)             \
+	F(__u16, cache)          \
+	F(__u16, missed)         \
+	F(__u16, tier)           \
+	F(__u32, pad0)           \
+	S(comm, 16)
+
+/*
+ * One call of the filesystem's compressor on write (btrfs_compress_folios /
+ * btrfs_compress_pages: up to 128 KiB of one file from file_pos): in_bytes
+ * consumed, out_bytes produced, ret < 0 when the data did not compress (it is
+ * then written uncompressed).  dev is the superblock's kernel dev_t.
+ */
+#define FST_COMPRESS_FIELDS(F, S) \
+	F(__u64, ts_start_ns)    \
+	F(__u64, ts_end_ns)      \
+	F(__u64, file_pos)       \
+	F(__u64, ino)            \
+	F(__u32, in_bytes)       \
+	F(__u32, out_bytes)      \
+	F(__u32, pid)            \
+	F(__u32, tgid)           \
+	F(__u32, dev)            \
+	F(__s32, ret)            \
+	F(__u16, fs)             \
+	F(__u16, alg)            \
+	F(__u16, context)        \
+	F(__u16, tier)           \
+	S(comm, 16)
+
 #define FST_DECLARE_FIELD(t, n) t n;
 #define FST_DECLARE_STRING(n, len) char n[len];
 
@@ -311,6 +369,16 @@ struct fst_task {
 struct fst_erofs {
 	FST_REC_HEADER(FST_DECLARE_FIELD, FST_DECLARE_STRING)
 	FST_EROFS_FIELDS(FST_DECLARE_FIELD, FST_DECLARE_STRING)
+};
+
+struct fst_fs_cache {
+	FST_REC_HEADER(FST_DECLARE_FIELD, FST_DECLARE_STRING)
+	FST_FS_CACHE_FIELDS(FST_DECLARE_FIELD, FST_DECLARE_STRING)
+};
+
+struct fst_compress {
+	FST_REC_HEADER(FST_DECLARE_FIELD, FST_DECLARE_STRING)
+	FST_COMPRESS_FIELDS(FST_DECLARE_FIELD, FST_DECLARE_STRING)
 };
 
 /* ---- in-flight block state, kept in maps and expired by the collector ---- */
@@ -402,7 +470,7 @@ struct fst_offcpu_key {
 };
 
 /* drop counters, one per record type (index = enum fst_rec_type) */
-#define FST_MAX_REC_TYPES 8
+#define FST_MAX_REC_TYPES 16
 
 /*
  * Configuration frozen into every program before load.  Task filters combine
@@ -421,7 +489,15 @@ struct fst_cfg {
 	__u8 filter_comm;		/* task comm must equal comm */
 	__u8 filter_sdev;		/* requests only on files of the superblocks in traced_sdevs */
 	__u8 offcpu_stacks;		/* record the kernel stack of every off-CPU interval in a request */
-	__u8 pad[4];
+	/* argument positions of btrfs_compress_folios/_pages, looked up by name in its BTF: the signature
+	 * changed twice (6.1: type_level, mapping, start, pages, out_pages, total_in, total_out; 6.18: type,
+	 * level, inode, start, folios, ...); -1 = unknown */
+	__s8 btrfs_compress_arg_owner;	/* "mapping" (address_space) or "inode" (btrfs_inode) */
+	__s8 btrfs_compress_arg_start;
+	__s8 btrfs_compress_arg_total_in;
+	__s8 btrfs_compress_arg_total_out;
+	__u8 btrfs_compress_owner_is_inode;
+	__u8 pad[3];
 	char comm[16];
 };
 

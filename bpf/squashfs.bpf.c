@@ -32,3 +32,96 @@ static __always_inline void begin(struct squashfs_sb_info *msblk, struct bio *bi
 
 DECOMP_PROBES(squashfs_decompress, begin(msblk, bio, length, tier), int, ret, struct squashfs_sb_info *msblk,
 	      struct bio *bio, int offset, int length, void *output)
+
+/*
+ * Cache lookups: squashfs_cache_get() finds a block in one of the three
+ * caches or evicts an entry and fills it through squashfs_read_data() in the
+ * same thread, so a read_data inside a lookup is the lookup's miss.  The
+ * lookup is timed whole: a hit that waited for another reader's fill (or for
+ * a free entry) shows as a slow hit.
+ */
+struct cache_lookup {
+	__u64 ts;
+	__u64 block;
+	__u32 dev;
+	__u16 cache;
+	__u16 tier;
+	__u16 missed;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct cache_lookup);
+} cache_lookups SEC(".maps");
+
+static __always_inline __u16 cache_kind(struct super_block *sb, struct squashfs_cache *cache)
+{
+	struct squashfs_sb_info *msblk = BPF_CORE_READ(sb, s_fs_info);
+	if (cache == BPF_CORE_READ(msblk, block_cache))
+		return FST_FS_CACHE_SQUASHFS_METADATA;
+	if (cache == BPF_CORE_READ(msblk, fragment_cache))
+		return FST_FS_CACHE_SQUASHFS_FRAGMENT;
+	if (cache == BPF_CORE_READ(msblk, read_page))
+		return FST_FS_CACHE_SQUASHFS_DATA;
+	return FST_FS_CACHE_UNKNOWN;
+}
+
+static __always_inline void lookup_begin(struct super_block *sb, struct squashfs_cache *cache, __u64 block,
+					 __u16 tier)
+{
+	__u32 dev = BPF_CORE_READ(sb, s_dev);
+	if (!sdev_is_traced(dev))
+		return;
+	__u32 pid = (__u32)bpf_get_current_pid_tgid();
+	struct cache_lookup l = {
+		.ts = bpf_ktime_get_ns(), .block = block, .dev = dev, .cache = cache_kind(sb, cache), .tier = tier,
+	};
+	bpf_map_update_elem(&cache_lookups, &pid, &l, BPF_ANY);
+}
+
+static __always_inline void lookup_end(struct squashfs_cache_entry *entry)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 pid = (__u32)pid_tgid;
+	struct cache_lookup *l = bpf_map_lookup_elem(&cache_lookups, &pid);
+	if (!l)
+		return;
+	struct fst_fs_cache *rec = record_reserve(FST_REC_FS_CACHE, sizeof(*rec));
+	if (rec) {
+		int error = BPF_CORE_READ(entry, error);
+		rec->ts_start_ns = l->ts;
+		rec->ts_end_ns = now;
+		rec->block = l->block;
+		rec->pid = pid;
+		rec->tgid = pid_tgid >> 32;
+		rec->charged_pid = current_is_traced() ? pid : 0;
+		rec->dev = l->dev;
+		rec->bytes = error ? error : BPF_CORE_READ(entry, length);
+		rec->fs = FST_FS_SQUASHFS;
+		rec->cache = l->cache;
+		rec->missed = l->missed;
+		rec->tier = l->tier;
+		rec->pad0 = 0;
+		bpf_get_current_comm(rec->comm, sizeof(rec->comm));
+		bpf_ringbuf_submit(rec, 0);
+	}
+	bpf_map_delete_elem(&cache_lookups, &pid);
+}
+
+static __always_inline void lookup_missed(void)
+{
+	__u32 pid = (__u32)bpf_get_current_pid_tgid();
+	struct cache_lookup *l = bpf_map_lookup_elem(&cache_lookups, &pid);
+	if (l)
+		l->missed = 1;
+}
+
+FUNC_PROBES(squashfs_cache_get, lookup_begin(sb, cache, block, tier), lookup_end(ret),
+	    struct squashfs_cache_entry *, struct super_block *sb, struct squashfs_cache *cache, u64 block,
+	    int length)
+
+ENTRY_PROBES(squashfs_read_data, lookup_missed(), struct super_block *sb, u64 index, int length,
+	     u64 *next_index, struct squashfs_page_actor *output)

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tarfile
@@ -21,7 +22,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from analysis import results, sampling, summary  # noqa: E402
+from analysis import results, sampling, summary, timeline  # noqa: E402
 from workloads import dataset, images  # noqa: E402
 
 COLLECTOR = os.path.join(ROOT, "build", "fstrace-collect")
@@ -33,6 +34,8 @@ IMAGES = [
     ("sqlz4", "squashfs", {"compress": "lz4", "block": 16384}, "lz4"),
     ("btrfs", "btrfs", {"compress": "zstd:1"}, "zstd"),
 ]
+# (disk, source image): the source's files copied onto an empty btrfs mounted with compress=zstd:1
+WRITES = [("bw", "sqxz")]
 
 
 def log(msg):
@@ -96,27 +99,43 @@ mount -t tmpfs tmp /tmp
 for m in $(cat /modules.order); do insmod /modules/$m || echo "vmguest: insmod $m failed"; done
 sleep 1
 mkdir -p /out
-run() {  # name disk fstype
+run() {  # name disk fstype: every file read cold, once per tier, each on a fresh mount (squashfs's caches too)
     mkdir -p /mnt/$1
-    mount -t $3 -o ro /dev/$2 /mnt/$1 || { echo "vmguest: mount $1 failed"; return; }
     dev=$(cat /sys/block/$2/dev)
     for mode in fentry kprobe; do
         flag=""; [ $mode = kprobe ] && flag=--no-fentry
+        echo "vmguest: reading $1 ($mode)"
+        mount -t $3 -o ro /dev/$2 /mnt/$1 || { echo "vmguest: mount $1 failed"; return; }
         echo 3 > /proc/sys/vm/drop_caches
         /fstrace-collect $flag --sample-hz 4999 -o /out/$1-$mode.fst -d $dev:4096 -- sh -c "find /mnt/$1 -type f -exec cat {} + > /dev/null" \
             2>> /out/collector.log || echo "vmguest: collector $1 $mode failed" >> /out/collector.log
+        umount /mnt/$1
     done
-    umount /mnt/$1
+}
+write() {  # name disk srcdisk srcfs: seed 004's cp -a && sync onto an empty btrfs mounted with compress=zstd:1
+    mkdir -p /mnt/$1 /mnt/$1-src
+    dev=$(cat /sys/block/$2/dev)
+    mount -t $4 -o ro /dev/$3 /mnt/$1-src || { echo "vmguest: mount $1 source failed"; return; }
+    mount -t btrfs -o compress=zstd:1 /dev/$2 /mnt/$1 || { echo "vmguest: mount $1 failed"; return; }
+    for mode in fentry kprobe; do
+        flag=""; [ $mode = kprobe ] && flag=--no-fentry
+        echo "vmguest: writing $1 ($mode)"
+        /fstrace-collect $flag -o /out/$1-$mode.fst -d $dev:4096 -- sh -c "cp -a /mnt/$1-src/. /mnt/$1/$mode && sync" \
+            2>> /out/collector.log || echo "vmguest: collector $1 $mode failed" >> /out/collector.log
+    done
+    umount /mnt/$1 /mnt/$1-src
 }
 """
 
 
-def guest_script(disks):
+def guest_script(disks, writes):
     lines = [GUEST_INIT]
     for name, disk, fstype in disks:
         lines.append("run %s %s %s" % (name, disk, fstype))
+    for name, disk, src_disk, src_fs in writes:
+        lines.append("write %s %s %s %s" % (name, disk, src_disk, src_fs))
     lines.append("uname -r > /out/kernel.txt")
-    out_disk = "vd" + chr(ord("a") + len(disks))  # the raw disk after the images
+    out_disk = "vd" + chr(ord("a") + len(disks) + len(writes))  # the raw disk after the images
     lines.append("cd /out && tar cf /dev/%s . && sync" % out_disk)
     lines.append("echo vmguest: done")
     lines.append("poweroff -f")
@@ -151,7 +170,142 @@ def pack(root, out):
             raise SystemExit("vmtest: packing the initramfs failed")
 
 
-def check(outdir):
+def squashfs_layout(path):
+    """What the image says about its caches' blocks, read from the superblock and the metadata block headers
+    (independent of the kernel): fragment blocks, metadata block addresses of the inode and directory tables,
+    every metadata block address the index tables point to, and the root inode's blocks (read at mount)."""
+    with open(path, "rb") as f:
+        img = f.read()
+    (_, inodes, _, _, fragments, _, _, _, no_ids, _, _, root_inode, _, id_table, xattr_table, inode_table, dir_table,
+     frag_table, lookup_table) = struct.unpack_from("<IIIIIHHHHHHQQQQQQQQ", img, 0)
+    none = 0xFFFFFFFFFFFFFFFF
+
+    def index(start, entries, per_block):
+        n = (entries + per_block - 1) // per_block
+        return list(struct.unpack_from("<%dQ" % n, img, start)) if start != none and n else []
+
+    tables = index(frag_table, fragments, 512) + index(id_table, no_ids, 2048) + index(lookup_table, inodes, 1024)
+    # the directory table ends where the first metadata block of another table begins
+    end = min([b for b in tables if b > dir_table] + [frag_table, id_table] +
+              [t for t in (lookup_table, xattr_table) if t != none])
+    walked, addr = [], inode_table
+    while addr < end:
+        walked.append(addr)
+        addr += 2 + (struct.unpack_from("<H", img, addr)[0] & 0x7FFF)
+    root = inode_table + (root_inode >> 16)
+    i = walked.index(root)
+    return {"fragments": fragments, "inode_dir_blocks": set(walked), "all_blocks": set(walked) | set(tables),
+            "mount_blocks": set(walked[i:i + 2])}
+
+
+def probe_states(header, measures):
+    """Tier and reason of the probes whose figure mentions measures, for a failure message."""
+    return "; ".join("%s=%s %s" % (p["probe"], p["tier"], p["why"][:80]) for p in header["probes"]
+                     if measures in p["measures"])
+
+
+def check_squashfs_caches(name, mode, res, layout, fail, lines):
+    """squashfs cache lookups against the image: every fragment block missed at least once (the workload reads
+    every file), metadata misses only on metadata blocks, and every inode and directory block missed unless
+    mount left it cached."""
+    h = res.header
+    c = res.records.get("fs_cache")
+    if c is None or not len(c):
+        fail("%s %s: no squashfs cache lookups (probes: %s)" % (name, mode, probe_states(h, "cache")))
+        return
+    meta = c[c["cache"] == summary.enum_value(h, "fs_cache", "squashfs metadata")]
+    frag = c[c["cache"] == summary.enum_value(h, "fs_cache", "squashfs fragment")]
+    meta_missed = set(meta["block"][meta["missed"] != 0].tolist())
+    frag_missed = set(frag["block"][frag["missed"] != 0].tolist())
+    lines.append("%-6s %-7s squashfs caches: metadata %d lookups, %d misses on %d blocks (image: %d inode/directory "
+                 "blocks); fragment %d lookups, %d misses on %d blocks (image: %d fragment blocks)" % (
+                     name, mode, len(meta), int((meta["missed"] != 0).sum()), len(meta_missed),
+                     len(layout["inode_dir_blocks"]), len(frag), int((frag["missed"] != 0).sum()), len(frag_missed),
+                     layout["fragments"]))
+    if len(frag_missed) != layout["fragments"]:
+        fail("%s %s: %d distinct fragment blocks missed, the image has %d" % (name, mode, len(frag_missed),
+                                                                              layout["fragments"]))
+    if meta_missed - layout["all_blocks"]:
+        fail("%s %s: metadata misses at %s, not metadata block addresses of the image" % (
+            name, mode, sorted(meta_missed - layout["all_blocks"])[:5]))
+    unread = layout["inode_dir_blocks"] - meta_missed - layout["mount_blocks"]
+    if unread:
+        fail("%s %s: inode/directory blocks never missed: %s" % (name, mode, sorted(unread)[:5]))
+    if not (meta["missed"] == 0).any():
+        fail("%s %s: no metadata cache hits" % (name, mode))
+    tier_id = summary.enum_value(h, "tier", mode)
+    if set(c["tier"].tolist()) != {tier_id}:
+        fail("%s %s: cache records from tiers %s" % (name, mode, sorted(set(c["tier"].tolist()))))
+    slices = [e for e in timeline.build(res)["traceEvents"] if e.get("cat") == "cache miss"]
+    if len(slices) != int((c["missed"] != 0).sum()):
+        fail("%s %s: %d cache-miss slices in the timeline for %d misses" % (name, mode, len(slices),
+                                                                           int((c["missed"] != 0).sum())))
+
+
+def check_write_compression(name, mode, res, src, fail, lines):
+    """btrfs compression on write against the copied files: each chunk at most 128 KiB of one file, compressed
+    bytes below the input, inputs adding up to no more than the files' sizes, run by kworkers inside the
+    btrfs write-compression work items the tracepoint tier timed."""
+    h = res.header
+    c = res.records.get("compress")
+    if c is None or not len(c):
+        fail("%s %s: no compression records (probes: %s)" % (name, mode, probe_states(h, "on write")))
+        return
+    # the tier must be the one asked for, unless the probe says why the better one could not be used (6.1's
+    # trampolines take at most 6 arguments: btrfs_compress_pages has 7 and goes to its kprobe twin)
+    probe = [p for p in h["probes"] if "on write" in p["measures"] and p["tier"] != "unavailable"]
+    tier = probe[0]["tier"] if probe else "unavailable"
+    if tier != mode and not (mode == "fentry" and tier == "kprobe" and probe[0]["why"].startswith("fentry:")):
+        fail("%s %s: compression probe on tier %s (%s)" % (name, mode, tier, probe[0]["why"] if probe else ""))
+    sizes = [os.lstat(os.path.join(d, f)).st_size for d, _, fs in os.walk(src) for f in fs
+             if os.path.isfile(os.path.join(d, f)) and not os.path.islink(os.path.join(d, f))]
+    file_bytes = sum(sizes)
+    ok = c[c["ret"] == 0]
+    dur = (c["ts_end_ns"] - c["ts_start_ns"]).astype("int64")
+    in_total = int(ok["in_bytes"].astype("int64").sum())
+    lines.append("%-6s %-7s btrfs compression: %d chunks (%d not compressed), %d B in -> %d B out, %.1f ms; "
+                 "files copied %d B in %d files; ctx %s; tier %s" % (
+                     name, mode, len(c), len(c) - len(ok), in_total, int(ok["out_bytes"].astype("int64").sum()),
+                     dur.sum() / 1e6, file_bytes, len(sizes),
+                     ",".join(sorted({h["enums"]["context"][str(x)] for x in set(c["context"].tolist())})),
+                     tier if tier == mode else "%s (%s)" % (tier, probe[0]["why"])))
+    if set(c["tier"].tolist()) != {summary.enum_value(h, "tier", tier)}:
+        fail("%s %s: compression records from tiers %s" % (name, mode, sorted(set(c["tier"].tolist()))))
+    if int(c["in_bytes"].max()) > 128 * 1024:
+        fail("%s %s: a chunk of %d bytes, above btrfs's 128 KiB" % (name, mode, c["in_bytes"].max()))
+    if (ok["out_bytes"] >= ok["in_bytes"]).any():
+        fail("%s %s: compressed chunks that did not shrink" % (name, mode))
+    if not 0.5 * file_bytes <= in_total <= file_bytes:
+        fail("%s %s: %d bytes compressed for %d bytes of files copied" % (name, mode, in_total, file_bytes))
+    by_ino = {}
+    for ino, n in zip(ok["ino"].tolist(), ok["in_bytes"].tolist()):
+        by_ino[ino] = by_ino.get(ino, 0) + n
+    if max(by_ino.values()) > max(sizes):
+        fail("%s %s: %d bytes compressed for one file, the largest is %d" % (name, mode, max(by_ino.values()),
+                                                                             max(sizes)))
+    slices = [e for e in timeline.build(res)["traceEvents"] if e.get("cat") == "compression"]
+    if len(slices) != len(c) or any(e["pid"] != 3 for e in slices):
+        fail("%s %s: %d compression slices in the timeline for %d chunks" % (name, mode, len(slices), len(c)))
+    # the tracepoint tier's exact figure on the same run: compression runs inside the work items
+    w = res.records.get("work")
+    kind = summary.enum_value(h, "work_kind", "btrfs write compression")
+    items = w[w["kind"] == kind] if w is not None else []
+    if not len(items):
+        fail("%s %s: no btrfs write-compression work items timed" % (name, mode))
+        return
+    inside = 0
+    for r, d in zip(c, dur):
+        m = (items["pid"] == r["pid"]) & (items["ts_start_ns"] <= r["ts_start_ns"]) & (items["ts_end_ns"] >= r["ts_end_ns"])
+        inside += int(d) if m.any() else 0
+    work_ns = int((items["ts_end_ns"] - items["ts_start_ns"]).sum())
+    lines.append("%-6s %-7s workqueue tier: %d compression work items, %.1f ms; %.1f ms of compression inside them"
+                 % (name, mode, len(items), work_ns / 1e6, inside / 1e6))
+    if inside != int(dur.sum()):
+        fail("%s %s: %.1f of %.1f ms of compression ran outside the timed work items" % (
+            name, mode, (dur.sum() - inside) / 1e6, dur.sum() / 1e6))
+
+
+def check(outdir, paths, src):
     """Host-side checks; returns (ok, report lines)."""
     lines, ok = [], True
 
@@ -175,13 +329,10 @@ def check(outdir):
             fs_id = [int(k) for k, v in h["enums"]["fs"].items() if v == fs][0]
             alg_id = [int(k) for k, v in h["enums"]["alg"].items() if v == alg][0]
             tier_id = [int(k) for k, v in h["enums"]["tier"].items() if v == tier][0]
-            probes = {p["probe"]: p for p in h["probes"]}
             mine = d[(d["fs"] == fs_id)] if d is not None else []
             used = {p["probe"]: p["tier"] for p in h["probes"] if p["tier"] == tier}
             if not len(mine):
-                fail("%s %s: no decompression records (probes: %s)" % (
-                    name, mode, "; ".join("%s=%s %s" % (k, v["tier"], v["why"][:80]) for k, v in probes.items()
-                                          if "decompress" in k or "transform" in k)))
+                fail("%s %s: no decompression records (probes: %s)" % (name, mode, probe_states(h, "decompression")))
                 continue
             if set(mine["tier"].tolist()) != {tier_id}:
                 fail("%s %s: records from tiers %s" % (name, mode, sorted(set(mine["tier"].tolist()))))
@@ -259,6 +410,18 @@ def check(outdir):
                     if not 0.9 <= ev["pcluster_bytes"] / max(in_total, 1) <= 1.1:
                         fail("%s %s: %d compressed bytes mapped vs %d decompressed" % (
                             name, mode, ev["pcluster_bytes"], in_total))
+        if fs == "squashfs":
+            for mode in ("fentry", "kprobe"):
+                path = os.path.join(outdir, "%s-%s.fst" % (name, mode))
+                if os.path.exists(path):
+                    check_squashfs_caches(name, mode, results.load(path), squashfs_layout(paths[name]), fail, lines)
+    for name, _ in WRITES:
+        for mode in ("fentry", "kprobe"):
+            path = os.path.join(outdir, "%s-%s.fst" % (name, mode))
+            if not os.path.exists(path):
+                fail("%s %s: no results" % (name, mode))
+                continue
+            check_write_compression(name, mode, results.load(path), src, fail, lines)
     return ok, lines
 
 
@@ -275,28 +438,40 @@ def main():
     src = os.path.join(droot, "tree")
     work = tempfile.mkdtemp(prefix="fstrace-vmtest-")
     try:
-        disks, drives = [], []
+        disks, drives, paths = [], [], {}
         for i, (name, fs, opts, _) in enumerate(IMAGES):
             rec = images.ensure_image(fs, opts, src, manifest["id"] + "/tree", args.cache, log)
+            paths[name] = rec["path"]
             disks.append((name, "vd" + chr(ord("a") + i), fs))
             drives += ["-drive", "file=%s,if=virtio,format=raw,readonly=on" % rec["path"]]
+        writes = []
+        for name, src_name in WRITES:
+            target = os.path.join(work, name + ".img")
+            images.mkfs_empty("btrfs", target, images.tree_bytes(src))
+            src_disk = [d for d in disks if d[0] == src_name][0]
+            writes.append((name, "vd" + chr(ord("a") + len(disks) + len(writes)), src_disk[1], src_disk[2]))
+            drives += ["-drive", "file=%s,if=virtio,format=raw" % target]
         out_img = os.path.join(work, "out.img")
         with open(out_img, "wb") as f:
             f.truncate(64 << 20)
         drives += ["-drive", "file=%s,if=virtio,format=raw" % out_img]
         root, order = build_initramfs(work, moddir)
         with open(os.path.join(root, "init"), "w") as f:
-            f.write(guest_script(disks))
+            f.write(guest_script(disks, writes))
         os.chmod(os.path.join(root, "init"), 0o755)
         initrd = os.path.join(work, "initrd.gz")
         pack(root, initrd)
         log("booting %s with %d modules under TCG" % (os.path.basename(vmlinuz), len(order)))
         console = os.path.join(work, "console.log")
         with open(console, "w") as con:
-            p = subprocess.run(["qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-m", "2048", "-smp", "2", "-nographic",
-                                "-no-reboot", "-kernel", vmlinuz, "-initrd", initrd,
-                                "-append", "console=ttyS0 panic=-1 quiet"] + drives,
-                               stdout=con, stderr=subprocess.STDOUT, timeout=args.timeout)
+            try:
+                p = subprocess.run(["qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-m", "2048", "-smp", "2", "-nographic",
+                                    "-no-reboot", "-kernel", vmlinuz, "-initrd", initrd,
+                                    "-append", "console=ttyS0 panic=-1 quiet"] + drives,
+                                   stdout=con, stderr=subprocess.STDOUT, timeout=args.timeout)
+            except subprocess.TimeoutExpired:
+                sys.stderr.write(open(console, errors="replace").read()[-4000:])
+                raise SystemExit("vmtest: the guest did not finish within %d s" % args.timeout)
         text = open(console, errors="replace").read()
         if "vmguest: done" not in text:
             sys.stderr.write(text[-4000:])
@@ -308,7 +483,7 @@ def main():
         for l in text.splitlines():
             if l.startswith("vmguest:") and "done" not in l:
                 log("guest said: " + l)
-        ok, lines = check(outdir)
+        ok, lines = check(outdir, paths, src)
         collector_log = os.path.join(outdir, "collector.log")
         print("\n".join(lines))
         report = {"ok": ok, "lines": lines, "kernel": os.path.basename(vmlinuz)}

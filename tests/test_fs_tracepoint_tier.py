@@ -39,6 +39,15 @@ def test_decompression_time_is_unavailable_here_and_says_why(tmp_path):
     else:
         assert "fentry" in dec["why"] and "kprobe" in dec["why"]
         assert any("decompression" in u["figure"] for u in s["unavailable"])
+    # squashfs's own caches need the same tier (a lookup and the read nested in it)
+    fc = s["fs_caches"]
+    if fc["available"]:
+        mine = [g for g in fc["groups"] if g["cache"] == "squashfs metadata"]
+        assert mine and mine[0]["hits"] + mine[0]["misses"] == mine[0]["lookups"] > 0
+    else:
+        assert "squashfs_cache_get" in fc["why"] and "squashfs_read_data" in fc["why"]
+        assert "fentry" in fc["why"] and "kprobe" in fc["why"]
+        assert any("squashfs" in u["figure"] and "cache" in u["figure"] for u in s["unavailable"])
 
 
 def test_sampling_estimate_sees_squashfs_decompression(tmp_path):
@@ -86,6 +95,14 @@ def test_btrfs_write_compression_is_timed_in_its_workers(tmp_path):
     tree = os.path.join(dataset.ensure_default(CACHE, float(SCALE))[0], "tree")
     sizes = [os.path.getsize(os.path.join(tree, f)) for f in catalog.tree_files(tree)]
     assert sum(1 for s in sizes if s > 4096) <= work["items"] <= sum(math.ceil(s / 524288) for s in sizes)
+    # per chunk (sizes, time) needs the compressor's own function: fentry or kprobe
+    wc = z["write_compression"]
+    if wc["available"]:
+        g = wc["groups"][0]
+        assert g["alg"] == "zstd" and g["chunks"] >= work["items"] and g["out_bytes"] < g["in_bytes"]
+    else:
+        assert "fentry" in wc["why"] and "kprobe" in wc["why"]
     none = run(tmp_path / "none", "--fs", "btrfs", "--compress", "none", "--workload", "write-small")
     assert "btrfs write compression" not in none["async_work"]
+    assert not none["write_compression"]["available"] or none["write_compression"]["groups"] == []
     assert none["writes"]["bytes"] == z["writes"]["bytes"] == z["ground_truth"]["write_bytes"]

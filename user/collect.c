@@ -131,14 +131,26 @@ static struct probe erofs_probes[] = {
 	P("erofs_readpage", "erofs single-folio reads per request", NULL, "erofs_readpage_raw", false),
 };
 
+/* entry only: fentry, or kprobe */
+#define FE(fn, what)                                                                                \
+	{ .name = #fn, .measures = what,                                                           \
+	  .progs = { [TIER_FENTRY] = #fn "_fentry", [TIER_KPROBE] = #fn "_kprobe" } }
+
 static struct probe squashfs_probes[] = {
 	D(squashfs_decompress, "squashfs block decompression time and sizes"),
+	D(squashfs_cache_get, "squashfs metadata/fragment/data cache lookups and their time"),
+	FE(squashfs_read_data, "squashfs cache misses (the block read under a lookup)"),
 };
+
+#define BTRFS_COMPRESS_WHAT "btrfs compression on write: time and sizes per chunk, and the thread that ran it"
 
 static struct probe btrfs_probes[] = {
 	D(zstd_decompress_bio, "btrfs zstd extent decompression time and sizes"),
 	D(lzo_decompress_bio, "btrfs lzo extent decompression time and sizes"),
 	D(zlib_decompress_bio, "btrfs zlib extent decompression time and sizes"),
+	/* one name per kernel generation; "measures" matches so one attached twin suffices */
+	D(btrfs_compress_folios, BTRFS_COMPRESS_WHAT),
+	D(btrfs_compress_pages, BTRFS_COMPRESS_WHAT),
 };
 
 #define N(a) (int)(sizeof(a) / sizeof((a)[0]))
@@ -358,6 +370,13 @@ static void fill_cfg(struct fst_cfg *out)
 	c->btrfs_compress_fn = ksym_addr("async_cow_start");
 	if (!c->btrfs_compress_fn)
 		c->btrfs_compress_fn = ksym_addr("compress_file_range");
+	const char *compress_fn = func_param_index("btrfs_compress_folios", "total_out") >= 0 ?
+				  "btrfs_compress_folios" : "btrfs_compress_pages";
+	c->btrfs_compress_owner_is_inode = func_param_index(compress_fn, "inode") >= 0;
+	c->btrfs_compress_arg_owner = func_param_index(compress_fn, c->btrfs_compress_owner_is_inode ? "inode" : "mapping");
+	c->btrfs_compress_arg_start = func_param_index(compress_fn, "start");
+	c->btrfs_compress_arg_total_in = func_param_index(compress_fn, "total_in");
+	c->btrfs_compress_arg_total_out = func_param_index(compress_fn, "total_out");
 	c->filter_cgroup_id = opt.cgroup ? cgroup_id(opt.cgroup) : 0;
 	c->filter_pids = opt.cmd || opt.nr_pids;
 	c->filter_comm = opt.comm != NULL;
@@ -995,6 +1014,14 @@ int main(int argc, char **argv)
 	LOAD_OPTIONAL_SKEL(erofs_bpf, ero, erofs_probes, blk->obj);
 	LOAD_OPTIONAL_SKEL(squashfs_bpf, sqf, squashfs_probes, blk->obj);
 	LOAD_OPTIONAL_SKEL(btrfs_bpf, btr, btrfs_probes, blk->obj);
+	struct fst_cfg frozen;
+	fill_cfg(&frozen);
+	if (frozen.btrfs_compress_arg_owner < 0 || frozen.btrfs_compress_arg_start < 0 ||
+	    frozen.btrfs_compress_arg_total_in < 0 || frozen.btrfs_compress_arg_total_out < 0) {
+		for (int i = 0; i < N(btrfs_probes); i++)
+			if (!strcmp(btrfs_probes[i].measures, BTRFS_COMPRESS_WHAT))
+				mark_unavailable(&btrfs_probes[i], 1, "argument positions unknown: no BTF for it");
+	}
 
 	struct sample_bpf *smp = NULL;
 	char sample_why[160] = "off (--sample-hz 0)";

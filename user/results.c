@@ -81,6 +81,8 @@ DEFINE_LAYOUT(decomp, struct fst_decomp, FST_DECOMP_FIELDS)
 DEFINE_LAYOUT(work, struct fst_work, FST_WORK_FIELDS)
 DEFINE_LAYOUT(task, struct fst_task, FST_TASK_FIELDS)
 DEFINE_LAYOUT(erofs, struct fst_erofs, FST_EROFS_FIELDS)
+DEFINE_LAYOUT(fs_cache, struct fst_fs_cache, FST_FS_CACHE_FIELDS)
+DEFINE_LAYOUT(compress, struct fst_compress, FST_COMPRESS_FIELDS)
 
 /* every record type the results file can hold: its size and field table */
 static const struct rec_type {
@@ -94,6 +96,8 @@ static const struct rec_type {
 	{ FST_REC_WORK, sizeof(struct fst_work), layout_work },
 	{ FST_REC_TASK, sizeof(struct fst_task), layout_task },
 	{ FST_REC_EROFS, sizeof(struct fst_erofs), layout_erofs },
+	{ FST_REC_FS_CACHE, sizeof(struct fst_fs_cache), layout_fs_cache },
+	{ FST_REC_COMPRESS, sizeof(struct fst_compress), layout_compress },
 };
 #define NR_REC_TYPES (int)(sizeof(rec_types) / sizeof(rec_types[0]))
 
@@ -133,6 +137,8 @@ char *enums_json(void)
 	ENUM_OBJ("erofs_event", FST_EROFS_EVENTS);
 	jb_add(b, ",");
 	ENUM_OBJ("erofs_map_flag", FST_EROFS_MAP_FLAGS);
+	jb_add(b, ",");
+	ENUM_OBJ("fs_cache", FST_FS_CACHES);
 	jb_add(b, "}");
 	return jb.s;
 }

@@ -90,6 +90,22 @@ static int find_func_btf(const char *func, int *obj_fd)
 	return *obj_fd < 0 ? -errno : id;
 }
 
+int func_param_index(const char *func, const char *param)
+{
+	int mod, id = find_btf(func, BTF_KIND_FUNC, &mod);
+	if (id <= 0)
+		return -1;
+	struct btf *btf = mod < 0 ? vmlinux_btf() : mod_btfs[mod].btf;
+	const struct btf_type *proto = btf__type_by_id(btf, btf__type_by_id(btf, id)->type);
+	if (!proto || !btf_is_func_proto(proto))
+		return -1;
+	const struct btf_param *params = btf_params(proto);
+	for (int i = 0; i < btf_vlen(proto); i++)
+		if (!strcmp(btf__name_by_offset(btf, params[i].name_off), param))
+			return i;
+	return -1;
+}
+
 /* Is there a tracepoint of this name, in vmlinux or a loaded module?  Unknown (true) without BTF. */
 static bool tracepoint_exists(const char *tp)
 {
@@ -132,7 +148,11 @@ bool fentry_can_attach(const char *func, char *why, size_t why_len)
 		if (link_fd < 0)
 			err = -errno;
 	}
-	if (err)
+	if (err == -524)	/* ENOTSUPP, kernel-internal: strerror has no name for it */
+		snprintf(why, why_len, "fentry: test %s of %s failed: not supported for this function by the "
+			 "kernel (ENOTSUPP; trampolines before 6.6 take at most 6 arguments)",
+			 prog_fd < 0 ? "load" : "attach", func);
+	else if (err)
 		snprintf(why, why_len, "fentry: test %s of %s failed: %s", prog_fd < 0 ? "load" : "attach",
 			 func, strerror(-err));
 	if (err == -EPERM || err == -EACCES)

@@ -44,6 +44,8 @@ void tiers_detach(struct probe *probes, int n);
 bool fentry_can_attach(const char *func, char *why, size_t why_len);
 /* Can a kprobe be placed on func (kprobe PMU, function listed as traceable)? */
 bool kprobe_can_attach(const char *func, char *why, size_t why_len);
+/* Position (from 0) of func's parameter named param, from the BTF of vmlinux or a module; -1 = unknown. */
+int func_param_index(const char *func, const char *param);
 /* Does vmlinux BTF carry the typed tracepoint btf_trace_<tp>? */
 bool tp_btf_exists(const char *tp);
 
