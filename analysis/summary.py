@@ -51,9 +51,7 @@ def fs_requests(res, kinds=("read", "getdents", "open")):
     """Requests of the traced workload on the traced filesystem (file known: sdev matches)."""
     req = res["req"]
     fs_devs = fs_devices(res)
-    mask = np.zeros(len(req), dtype=bool)
-    for k in kinds:
-        mask |= req["kind"] == enum_value(res.header, "req_kind", k)
+    mask = np.isin(req["kind"], [enum_value(res.header, "req_kind", k) for k in kinds])
     if fs_devs:
         mask &= np.isin(req["sdev"], fs_devs)
     return req[mask]
@@ -497,9 +495,10 @@ def delay_accounting(res):
         return None
     req = res["req"]
     threads = []
+    waited = (req["io_wait_ns"].astype(np.int64) + req["worker_ns"].astype(np.int64) +
+              req["worker_wait_ns"].astype(np.int64))
     for x in t:
-        mine = req[req["pid"] == x["pid"]]
-        ours = int(mine["io_wait_ns"].sum() + mine["worker_ns"].sum() + mine["worker_wait_ns"].sum())
+        ours = int(waited[req["pid"] == x["pid"]].sum())  # a column, not the rows: requests are wide records
         if x["blkio_count"] or ours:
             threads.append({"pid": int(x["pid"]), "comm": bytes(x["comm"]).rstrip(b"\0").decode(errors="replace"),
                             "blkio_delay_ns": int(x["blkio_delay_ns"]), "blkio_count": int(x["blkio_count"]),

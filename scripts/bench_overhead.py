@@ -28,7 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from analysis import results, summary  # noqa: E402
-from user.system import Cleanup, backing_block_device, dev_numbers, drop_caches, losetup, mount  # noqa: E402
+from user.system import Cleanup, backing_block_device, dev_numbers, drop_caches, ensure_tracefs, losetup, mount  # noqa: E402
 from workloads import catalog, dataset, images  # noqa: E402
 
 COLLECTOR = os.path.join(ROOT, "build", "fstrace-collect")
@@ -156,6 +156,8 @@ def main():
     with Cleanup() as c:
         work = tempfile.mkdtemp(prefix="fstrace-bench-")
         c.push("remove " + work, shutil.rmtree, work, True)
+        if "bpftrace-hist" in have:
+            ensure_tracefs(c)
         mounts = {}
         devs = []
         for key, img in (("single", img_single), ("tree", img_tree)):

@@ -118,6 +118,13 @@ def mount(dev, mnt, fstype, cleanup, options="ro"):
     cleanup.push("unmount " + mnt, lambda: _retry(lambda: run(["umount", mnt])))
 
 
+def ensure_tracefs(cleanup):
+    """Mount tracefs for tools that look tracepoints up there (bpftrace), unmounted again at cleanup;
+    it is not mounted by default on every system."""
+    if not os.path.isdir("/sys/kernel/tracing/events"):
+        mount("tracefs", "/sys/kernel/tracing", "tracefs", cleanup, options="rw")
+
+
 def dev_numbers(path_or_dev):
     """(major, minor) of a block device node, or of the filesystem a path is on."""
     st = os.stat(path_or_dev)
