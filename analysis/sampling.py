@@ -140,6 +140,13 @@ def wallclock_folded(header):
     return {k: v for k, v in out.items() if v > 0}
 
 
+def stack_lost_by_reason(header):
+    """{reason: ns} of off-CPU time whose stack the kernel could not store (counted, not drawn)."""
+    names = header.get("enums", {}).get("offcpu_reason", {})
+    lost = (header.get("offcpu") or {}).get("stack_lost_ns_by_reason", {})
+    return {names.get(r, r): ns for r, ns in lost.items()}
+
+
 def offcpu_summary(header, top=3):
     """Per reason: total ns and the blocking functions (leaf frames) that took most."""
     if not header.get("offcpu"):
@@ -154,6 +161,7 @@ def offcpu_summary(header, top=3):
         r["top"] = sorted(r.pop("leaf").items(), key=lambda kv: -kv[1])[:top]
     return {"by_reason": by_reason,
             "stack_lost_ns": header["offcpu"].get("stack_lost_ns", 0),
+            "stack_lost_ns_by_reason": stack_lost_by_reason(header),
             "method": "kernel stack at every switch-out of a traced thread inside a request, weighted by the "
                       "time until it ran again; lock_wait = switched out inside a lock's contention_begin/end"}
 

@@ -451,6 +451,7 @@ struct fst_dev_cfg {
 	E(FST_OFF_LOCK, 5, "lock_wait")
 
 enum fst_offcpu_reason { FST_OFFCPU_REASONS(FST_ENUM_MEMBER) };
+#define FST_MAX_OFFCPU_REASONS 8
 
 /* frames kept of a sampled user stack (each a struct bpf_stack_build_id) */
 #define FST_USER_STACK_DEPTH 32

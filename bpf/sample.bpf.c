@@ -32,6 +32,19 @@ struct {
 	__uint(map_flags, BPF_F_STACK_BUILD_ID);
 } user_stacks SEC(".maps");
 
+/*
+ * Kernel stacks of the samples, apart from the off-CPU and bio stacks in
+ * `stacks`: nearly every sample is a distinct stack (its own instruction
+ * pointer), and in a shared map they would fill the buckets the few off-CPU
+ * stacks need (bpf_get_stackid fails on a bucket held by another stack).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 16384);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
+} sample_stacks SEC(".maps");
+
 SEC("perf_event")
 int sample_request_stack(struct bpf_perf_event_data *ctx)
 {
@@ -47,7 +60,7 @@ int sample_request_stack(struct bpf_perf_event_data *ctx)
 			return 0;
 		key.work_kind = ws->kind;
 	}
-	key.stack_id = bpf_get_stackid(ctx, &stacks, 0);
+	key.stack_id = bpf_get_stackid(ctx, &sample_stacks, 0);
 	__u64 one = 1, *n = bpf_map_lookup_elem(&samples, &key);
 	if (n)
 		__sync_fetch_and_add(n, 1);

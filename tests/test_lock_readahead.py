@@ -42,7 +42,9 @@ def test_parallel_squashfs_readers_wait_for_the_decompressor_lock(tmp_path):
             lock_ns += ns
         else:
             assert not (in_lock and stack.split(";")[-1].startswith("__mutex_lock")), (reason, stack)
-    assert lock_ns == lk["ns"]
+    # a stack the kernel could not store is counted by reason, not dropped
+    lost = sampling.stack_lost_by_reason(results.load(str(tmp_path / "p4" / "out" / "results.fst")).header)
+    assert lock_ns + lost.get("lock_wait", 0) == lk["ns"]
     # a counted lock wait is one the request slept in, and every lock sleep is counted
     req = results.load(str(tmp_path / "p4" / "out" / "results.fst"))["req"]
     assert ((req["nr_lock_waits"] > 0) == (req["lock_ns"] > 0)).all()

@@ -537,7 +537,7 @@ typedef void (*stack_prefix_fn)(const void *key, __u64 value, struct jbuf *st, v
  */
 static void json_stack_rows(struct jbuf *b, int map_fd, size_t key_size, int stacks_fd, int stack_off,
 			    int reason_off, stack_prefix_fn prefix, void *ctx, unsigned long long *total,
-			    unsigned long long *lost)
+			    unsigned long long lost[FST_MAX_OFFCPU_REASONS])
 {
 	__u8 key[64], next[64];
 	void *prev = NULL;
@@ -560,7 +560,7 @@ static void json_stack_rows(struct jbuf *b, int map_fd, size_t key_size, int sta
 		if (prefix)
 			prefix(key, v, &st, ctx);
 		if (!fold_stack(stacks_fd, id, &st)) {
-			*lost += v;
+			lost[reason < FST_MAX_OFFCPU_REASONS ? reason : 0] += v;
 			free(st.s);
 			continue;
 		}
@@ -578,12 +578,22 @@ static void json_stack_rows(struct jbuf *b, int map_fd, size_t key_size, int sta
 /* "offcpu": [stack, reason, ns] for every off-CPU interval of traced tasks inside requests */
 static void json_offcpu(struct jbuf *b, struct block_bpf *blk)
 {
-	unsigned long long total = 0, lost_ns = 0;
+	unsigned long long total = 0, lost_ns = 0, lost[FST_MAX_OFFCPU_REASONS] = {};
 	jb_add(b, "\"offcpu\":{\"folded\":[");
 	json_stack_rows(b, bpf_map__fd(blk->maps.offcpu), sizeof(struct fst_offcpu_key), bpf_map__fd(blk->maps.stacks),
 			offsetof(struct fst_offcpu_key, stack_id), offsetof(struct fst_offcpu_key, reason), NULL, NULL,
-			&total, &lost_ns);
-	jb_add(b, "],\"stack_lost_ns\":%llu}", lost_ns);
+			&total, lost);
+	/* a stack the kernel could not store (its bucket held another stack): time known, stack not */
+	jb_add(b, "],\"stack_lost_ns_by_reason\":{");
+	bool first = true;
+	for (int r = 0; r < FST_MAX_OFFCPU_REASONS; r++) {
+		lost_ns += lost[r];
+		if (lost[r]) {
+			jb_add(b, "%s\"%d\":%llu", first ? "" : ",", r, lost[r]);
+			first = false;
+		}
+	}
+	jb_add(b, "},\"stack_lost_ns\":%llu}", lost_ns);
 }
 
 #define WORK_KIND_CASE(c, v, n) case v: return n;
@@ -621,13 +631,13 @@ static void json_sampling(struct jbuf *b, struct sample_bpf *smp, int hz, const 
 		jb_add(b, "}");
 		return;
 	}
-	unsigned long long total = 0, lost = 0;
+	unsigned long long total = 0, lost[FST_MAX_OFFCPU_REASONS] = {};
 	struct sample_prefix sp = { .ustacks_fd = bpf_map__fd(smp->maps.user_stacks) };
 	jb_add(b, ",\"folded\":[");
-	json_stack_rows(b, bpf_map__fd(smp->maps.samples), sizeof(struct fst_sample_key), bpf_map__fd(smp->maps.stacks),
-			offsetof(struct fst_sample_key, stack_id), -1, sample_prefix, &sp, &total, &lost);
+	json_stack_rows(b, bpf_map__fd(smp->maps.samples), sizeof(struct fst_sample_key), bpf_map__fd(smp->maps.sample_stacks),
+			offsetof(struct fst_sample_key, stack_id), -1, sample_prefix, &sp, &total, lost);
 	jb_add(b, "],\"samples\":%llu,\"stacks_lost\":%llu,\"with_user_stack\":%llu,\"event\":\"cpu-clock\"}",
-	       total, lost, sp.with_user_stack);
+	       total, lost[0], sp.with_user_stack);
 }
 
 /* stack ids block requests were queued from: folded into the header at the end */
