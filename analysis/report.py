@@ -165,7 +165,7 @@ def render(s):
         if fc.get("misses_per_request"):
             w("    misses per request that missed: p50 %.0f, max %.0f (%d requests)"
               % (fc["misses_per_request"]["p50"], fc["misses_per_request"]["max"], fc["requests_with_misses"]))
-    elif fc and not fc.get("available"):
+    elif fc and not fc.get("available") and s["run"].get("fs") in (None, "squashfs"):  # only squashfs has them
         w("")
         w("  filesystem cache hits/misses: unavailable (%s)" % fc["why"])
 
