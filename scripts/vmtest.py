@@ -104,7 +104,7 @@ run() {  # name disk fstype: every file read cold, once per tier, each on a fres
     dev=$(cat /sys/block/$2/dev)
     for mode in fentry kprobe; do
         flag=""; [ $mode = kprobe ] && flag=--no-fentry
-        echo "vmguest: reading $1 ($mode)"
+        echo "vmguest: $(cut -d' ' -f1 /proc/uptime) s: reading $1 ($mode)"
         mount -t $3 -o ro /dev/$2 /mnt/$1 || { echo "vmguest: mount $1 failed"; return; }
         echo 3 > /proc/sys/vm/drop_caches
         /fstrace-collect $flag --sample-hz 4999 -o /out/$1-$mode.fst -d $dev:4096 -- sh -c "find /mnt/$1 -type f -exec cat {} + > /dev/null" \
@@ -119,7 +119,7 @@ write() {  # name disk srcdisk srcfs: seed 004's cp -a && sync onto an empty btr
     mount -t btrfs -o compress=zstd:1 /dev/$2 /mnt/$1 || { echo "vmguest: mount $1 failed"; return; }
     for mode in fentry kprobe; do
         flag=""; [ $mode = kprobe ] && flag=--no-fentry
-        echo "vmguest: writing $1 ($mode)"
+        echo "vmguest: $(cut -d' ' -f1 /proc/uptime) s: writing $1 ($mode)"
         /fstrace-collect $flag -o /out/$1-$mode.fst -d $dev:4096 -- sh -c "cp -a /mnt/$1-src/. /mnt/$1/$mode && sync" \
             2>> /out/collector.log || echo "vmguest: collector $1 $mode failed" >> /out/collector.log
     done
@@ -366,7 +366,7 @@ def check(outdir, paths, src):
             ctx_traced = [int(k) for k, v in h["enums"]["context"].items() if v == "traced task"][0]
             in_task = int(dur[mine["context"] == ctx_traced].sum())
             est = sampling.decompression_estimate(h)
-            if est and in_task > 50e6:
+            if est and in_task > 200e6:  # enough samples for the band (xz: ~4000; lz4 at ~60 ms swung 0.6-1.4)
                 # sampling tier vs fentry/kprobe on the same run: the estimate must fall in a band around it
                 ratio = est["ns"] / in_task
                 lines.append("%-6s %-7s sampling tier: %.1f ms estimated (95%% %.1f-%.1f) vs %.1f ms measured "
@@ -465,16 +465,20 @@ def main():
         console = os.path.join(work, "console.log")
         with open(console, "w") as con:
             try:
-                p = subprocess.run(["qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-m", "2048", "-smp", "2", "-nographic",
+                # one vCPU: with two, a guest was seen (2 runs in 7) to stall for good in the collector's
+                # context while the other vCPU took no timer interrupts (soft lockup, RCU stall), consistent
+                # with a cross-CPU call (text patching on attach/detach) never completing under TCG, though
+                # not proven; softlockup_panic ends such a run at once with the stack printed (loglevel 5)
+                p = subprocess.run(["qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-m", "2048", "-smp", "1", "-nographic",
                                     "-no-reboot", "-kernel", vmlinuz, "-initrd", initrd,
-                                    "-append", "console=ttyS0 panic=-1 quiet"] + drives,
+                                    "-append", "console=ttyS0 panic=-1 loglevel=5 softlockup_panic=1"] + drives,
                                    stdout=con, stderr=subprocess.STDOUT, timeout=args.timeout)
             except subprocess.TimeoutExpired:
-                sys.stderr.write(open(console, errors="replace").read()[-4000:])
+                sys.stderr.write(open(console, errors="replace").read()[-12000:])
                 raise SystemExit("vmtest: the guest did not finish within %d s" % args.timeout)
         text = open(console, errors="replace").read()
         if "vmguest: done" not in text:
-            sys.stderr.write(text[-4000:])
+            sys.stderr.write(text[-12000:])
             raise SystemExit("vmtest: the guest did not finish (qemu exit %d)" % p.returncode)
         outdir = os.path.join(work, "out")
         os.makedirs(outdir)
