@@ -47,6 +47,25 @@ def fs_devices(res):
     return cfg.get("fs_kdevs") or ([cfg["fs_kdev"]] if cfg.get("fs_kdev") is not None else None)
 
 
+def fs_records(res, name):
+    """Records of one type (decomp, erofs, fs_cache, compress) on the traced filesystems; empty when the file
+    has none of that type."""
+    r = res.records.get(name)
+    if r is None:
+        return np.zeros(0)
+    fs_devs = fs_devices(res)
+    return r[np.isin(r["dev"], fs_devs)] if fs_devs else r
+
+
+def by_context(header, records, ns, count_key):
+    """{where it ran: {count_key: records, ns}} over the records' context field."""
+    out = {}
+    for c in np.unique(records["context"]):
+        m = records["context"] == c
+        out[enum_name(header, "context", c)] = {count_key: int(m.sum()), "ns": int(ns[m].sum())}
+    return out
+
+
 def fs_requests(res, kinds=("read", "getdents", "open")):
     """Requests of the traced workload on the traced filesystem (file known: sdev matches)."""
     req = res["req"]
@@ -256,22 +275,13 @@ def decompression(res, reqs):
         reasons = sorted({p["why"] for p in probes}) or ["this collector has no decompression probes"]
         return {"available": False, "why": "; ".join(reasons),
                 "estimate": sampling.decompression_estimate(res.header)}
-    d = res.records.get("decomp")
-    fs_devs = fs_devices(res)
-    if d is None:
-        d = np.zeros(0)
-    elif fs_devs:
-        d = d[np.isin(d["dev"], fs_devs)]
+    d = fs_records(res, "decomp")
     h = res.header
     groups = []
     if len(d):
         for fs, alg in sorted({(int(a), int(b)) for a, b in zip(d["fs"], d["alg"])}):
             g = d[(d["fs"] == fs) & (d["alg"] == alg)]
             dur = (g["ts_end_ns"] - g["ts_start_ns"]).astype(np.int64)
-            ctx = {}
-            for c in np.unique(g["context"]):
-                m = g["context"] == c
-                ctx[enum_name(h, "context", c)] = {"units": int(m.sum()), "ns": int(dur[m].sum())}
             groups.append({
                 "fs": enum_name(h, "fs", fs), "alg": enum_name(h, "alg", alg), "units": int(len(g)),
                 "in_bytes": int(g["in_bytes"].astype(np.uint64).sum()),
@@ -279,7 +289,8 @@ def decompression(res, reqs):
                 "ns": int(dur.sum()), "unit_us": percentiles(dur / 1e3),
                 "unit_hist_log2_us": log2_slots(dur // 1000),
                 "in_hist_log2_bytes": log2_slots(g["in_bytes"]),
-                "contexts": ctx, "tiers": sorted({enum_name(h, "tier", t) for t in np.unique(g["tier"])}),
+                "contexts": by_context(h, g, dur, "units"),
+                "tiers": sorted({enum_name(h, "tier", t) for t in np.unique(g["tier"])}),
             })
     inside = decompression_in_requests(reqs, d) if len(d) else np.zeros(len(reqs), dtype=np.int64)
     return {"available": True, "groups": groups, "estimate": sampling.decompression_estimate(h),
@@ -347,15 +358,10 @@ def records_in_requests(reqs, pids, ts):
 def erofs_events(res, reqs):
     """erofs's tracepoints: extents and pclusters the reads needed, whether each pcluster came from the device
     once, more than once or not at all (already in memory), and readahead/read_folio calls per request."""
-    e = res.records.get("erofs")
-    if e is None:
-        return None
-    h = res.header
-    fs_devs = fs_devices(res)
-    if fs_devs:
-        e = e[np.isin(e["dev"], fs_devs)]
+    e = fs_records(res, "erofs")
     if not len(e):
         return None
+    h = res.header
     ev = {name: int((e["event"] == int(v)).sum()) for v, name in h["enums"]["erofs_event"].items()}
     maps = e[e["event"] == enum_value(h, "erofs_event", "map")]
     enc = enum_value(h, "erofs_map_flag", "encoded")
@@ -408,12 +414,9 @@ def fs_caches(res, reqs):
         # both are needed: a lookup is a miss only if the read under it is seen
         return {"available": False, "why": "; ".join("%s: %s" % (p["probe"], p["why"]) for p in down)}
     h = res.header
-    c = res.records.get("fs_cache")
-    fs_devs = fs_devices(res)
-    if c is not None and fs_devs:
-        c = c[np.isin(c["dev"], fs_devs)]
+    c = fs_records(res, "fs_cache")
     groups = []
-    if c is not None and len(c):
+    if len(c):
         for dev, kind in sorted({(int(a), int(b)) for a, b in zip(c["dev"], c["cache"])}):
             g = c[(c["dev"] == dev) & (c["cache"] == kind)]
             dur = (g["ts_end_ns"] - g["ts_start_ns"]).astype(np.int64)
@@ -436,7 +439,7 @@ def fs_caches(res, reqs):
            "note": "miss: the block was read and decompressed into the cache during the lookup (time includes "
                    "both); a hit that slept until another reader filled the entry counts as a slow hit; "
                    "blocks_missed_again: evicted and read again in this run"}
-    if c is not None and len(c):
+    if len(c):
         idx = records_in_requests(reqs, c["pid"], c["ts_start_ns"])
         missed = idx[(c["missed"] != 0) & (idx >= 0)]
         counts = np.bincount(missed, minlength=len(reqs)) if len(reqs) else np.zeros(0, dtype=np.int64)
@@ -456,22 +459,15 @@ def write_compression(res):
     if not attached:
         return {"available": False, "why": "; ".join(sorted({"%s: %s" % (p["probe"], p["why"]) for p in probes}))}
     h = res.header
-    c = res.records.get("compress")
-    fs_devs = fs_devices(res)
-    if c is not None and fs_devs:
-        c = c[np.isin(c["dev"], fs_devs)]
+    c = fs_records(res, "compress")
     groups = []
-    if c is not None and len(c):
+    if len(c):
         for fs, alg in sorted({(int(a), int(b)) for a, b in zip(c["fs"], c["alg"])}):
             g = c[(c["fs"] == fs) & (c["alg"] == alg)]
             dur = (g["ts_end_ns"] - g["ts_start_ns"]).astype(np.int64)
             ok = g["ret"] == 0
             in_ok = int(g["in_bytes"][ok].astype(np.int64).sum())
             out_ok = int(g["out_bytes"][ok].astype(np.int64).sum())
-            ctx = {}
-            for k in np.unique(g["context"]):
-                m = g["context"] == k
-                ctx[enum_name(h, "context", k)] = {"chunks": int(m.sum()), "ns": int(dur[m].sum())}
             groups.append({
                 "fs": enum_name(h, "fs", fs), "alg": enum_name(h, "alg", alg), "chunks": int(len(g)),
                 "compressed": int(ok.sum()), "not_compressed": int((~ok).sum()),
@@ -479,7 +475,7 @@ def write_compression(res):
                 "ns": int(dur.sum()), "chunk_us": percentiles(dur / 1e3),
                 "chunk_hist_log2_us": log2_slots(dur // 1000),
                 "mb_per_s": in_ok / (dur[ok].sum() / 1e3) if dur[ok].sum() else None,
-                "contexts": ctx, "by_thread": by_thread(g, dur)[:8],
+                "contexts": by_context(h, g, dur, "chunks"), "by_thread": by_thread(g, dur)[:8],
                 "tiers": sorted({enum_name(h, "tier", t) for t in np.unique(g["tier"])}),
             })
     return {"available": True, "groups": groups, "probes": {p["probe"]: p["tier"] for p in attached},

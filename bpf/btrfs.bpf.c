@@ -134,15 +134,21 @@ static __always_inline __u64 func_arg(void *ctx, int n)
 	return v;
 }
 
+/* ARG(ctx, n): the tier's way to read argument n */
+#define COMPRESS_BEGIN(ARG, tier)                                                                  \
+	do {                                                                                      \
+		if (compress_args_known())                                                        \
+			compress_begin(ARG(ctx, 0), ARG(ctx, cfg.btrfs_compress_arg_owner),        \
+				       ARG(ctx, cfg.btrfs_compress_arg_start),                      \
+				       ARG(ctx, cfg.btrfs_compress_arg_total_in),                   \
+				       ARG(ctx, cfg.btrfs_compress_arg_total_out), tier);           \
+	} while (0)
+
 #define BTRFS_COMPRESS_PROBES(fn)                                                                 \
 	SEC("fentry/" #fn)                                                                        \
 	int BPF_PROG(fn##_fentry)                                                                 \
 	{                                                                                         \
-		if (compress_args_known())                                                        \
-			compress_begin(func_arg(ctx, 0), func_arg(ctx, cfg.btrfs_compress_arg_owner), \
-				       func_arg(ctx, cfg.btrfs_compress_arg_start),                 \
-				       func_arg(ctx, cfg.btrfs_compress_arg_total_in),              \
-				       func_arg(ctx, cfg.btrfs_compress_arg_total_out), FST_TIER_FENTRY); \
+		COMPRESS_BEGIN(func_arg, FST_TIER_FENTRY);                                        \
 		return 0;                                                                         \
 	}                                                                                         \
 	SEC("fexit/" #fn)                                                                         \
@@ -156,11 +162,7 @@ static __always_inline __u64 func_arg(void *ctx, int n)
 	SEC("kprobe/" #fn)                                                                        \
 	int fn##_kprobe(struct pt_regs *ctx)                                                      \
 	{                                                                                         \
-		if (compress_args_known())                                                        \
-			compress_begin(kprobe_arg(ctx, 0), kprobe_arg(ctx, cfg.btrfs_compress_arg_owner), \
-				       kprobe_arg(ctx, cfg.btrfs_compress_arg_start),               \
-				       kprobe_arg(ctx, cfg.btrfs_compress_arg_total_in),            \
-				       kprobe_arg(ctx, cfg.btrfs_compress_arg_total_out), FST_TIER_KPROBE); \
+		COMPRESS_BEGIN(kprobe_arg, FST_TIER_KPROBE);                                      \
 		return 0;                                                                         \
 	}                                                                                         \
 	SEC("kretprobe/" #fn)                                                                     \

@@ -375,30 +375,36 @@ static __always_inline void decomp_end(long ret)
 }
 
 /*
- * A kernel function's fentry/fexit programs and their kprobe/kretprobe twins
- * (the collector enables one pair).  The parameter list comes last; BEGIN is
- * run at entry with `tier` in scope, END at exit with the return value `ret`
- * (of type RET_T) in scope.
+ * A kernel function's fentry program and its kprobe twin (the collector
+ * enables one).  The parameter list comes last; BEGIN is run at entry with
+ * `tier` in scope.
  */
-#define FUNC_PROBES(fn, BEGIN, END, RET_T, ...)                                           \
+#define ENTRY_PROBES(fn, BEGIN, ...)                                                      \
 	SEC("fentry/" #fn)                                                                \
 	int BPF_PROG(fn##_fentry, __VA_ARGS__)                                            \
 	{                                                                                 \
 		__u16 tier = FST_TIER_FENTRY;                                             \
+		(void)tier;                                                               \
 		BEGIN;                                                                    \
-		return 0;                                                                 \
-	}                                                                                 \
-	SEC("fexit/" #fn)                                                                 \
-	int BPF_PROG(fn##_fexit, __VA_ARGS__, RET_T ret)                                  \
-	{                                                                                 \
-		END;                                                                      \
 		return 0;                                                                 \
 	}                                                                                 \
 	SEC("kprobe/" #fn)                                                                \
 	int BPF_KPROBE(fn##_kprobe, __VA_ARGS__)                                          \
 	{                                                                                 \
 		__u16 tier = FST_TIER_KPROBE;                                             \
+		(void)tier;                                                               \
 		BEGIN;                                                                    \
+		return 0;                                                                 \
+	}
+
+/* entry and exit: ENTRY_PROBES plus fexit and the kretprobe twin, END run with the return value `ret` (of
+ * type RET_T) in scope */
+#define FUNC_PROBES(fn, BEGIN, END, RET_T, ...)                                           \
+	ENTRY_PROBES(fn, BEGIN, __VA_ARGS__)                                              \
+	SEC("fexit/" #fn)                                                                 \
+	int BPF_PROG(fn##_fexit, __VA_ARGS__, RET_T ret)                                  \
+	{                                                                                 \
+		END;                                                                      \
 		return 0;                                                                 \
 	}                                                                                 \
 	SEC("kretprobe/" #fn)                                                             \
@@ -410,21 +416,6 @@ static __always_inline void decomp_end(long ret)
 
 /* a decompressor: RET turns `ret` into decomp_end()'s argument, negative on error */
 #define DECOMP_PROBES(fn, BEGIN, RET_T, RET, ...) FUNC_PROBES(fn, BEGIN, decomp_end(RET), RET_T, __VA_ARGS__)
-
-/* entry only: fentry and its kprobe twin */
-#define ENTRY_PROBES(fn, BEGIN, ...)                                                      \
-	SEC("fentry/" #fn)                                                                \
-	int BPF_PROG(fn##_fentry, __VA_ARGS__)                                            \
-	{                                                                                 \
-		BEGIN;                                                                    \
-		return 0;                                                                 \
-	}                                                                                 \
-	SEC("kprobe/" #fn)                                                                \
-	int BPF_KPROBE(fn##_kprobe, __VA_ARGS__)                                          \
-	{                                                                                 \
-		BEGIN;                                                                    \
-		return 0;                                                                 \
-	}
 
 /*
  * Argument n (from 0) of the probed function, at a kprobe on its entry, for
