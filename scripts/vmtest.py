@@ -318,16 +318,14 @@ def check(outdir, paths, src):
         os.path.join(outdir, "kernel.txt")) else "?"
     lines.append("guest kernel %s" % kver)
     for name, fs, opts, alg in IMAGES:
-        layout = squashfs_layout(paths[name]) if fs == "squashfs" else None
+        loaded = {}
         for mode, tier in (("fentry", "fentry"), ("kprobe", "kprobe")):
             path = os.path.join(outdir, "%s-%s.fst" % (name, mode))
             if not os.path.exists(path):
                 fail("%s %s: no results" % (name, mode))
                 continue
-            res = results.load(path)
+            res = loaded[mode] = results.load(path)
             h = res.header
-            if layout:
-                check_squashfs_caches(name, mode, res, layout, fail, lines)
             d = res.records.get("decomp")
             fs_id = [int(k) for k, v in h["enums"]["fs"].items() if v == fs][0]
             alg_id = [int(k) for k, v in h["enums"]["alg"].items() if v == alg][0]
@@ -413,6 +411,10 @@ def check(outdir, paths, src):
                     if not 0.9 <= ev["pcluster_bytes"] / max(in_total, 1) <= 1.1:
                         fail("%s %s: %d compressed bytes mapped vs %d decompressed" % (
                             name, mode, ev["pcluster_bytes"], in_total))
+        if fs == "squashfs":
+            layout = squashfs_layout(paths[name])
+            for mode, res in loaded.items():
+                check_squashfs_caches(name, mode, res, layout, fail, lines)
     for name, _ in WRITES:
         for mode in ("fentry", "kprobe"):
             path = os.path.join(outdir, "%s-%s.fst" % (name, mode))
