@@ -6,7 +6,7 @@ argue about stands out; a differential graph colours each frame by how its sampl
 """
 from xml.sax.saxutils import escape
 
-from analysis.sampling import DECOMPRESSOR
+from analysis.sampling import DECOMPRESSOR, TRACER_FRAME_PREFIX
 
 WIDTH = 1200
 ROW = 16
@@ -35,6 +35,7 @@ CATEGORY_COLOURS = {
     "[cpu]": "rgb(90,170,90)",                  # other CPU: green
     "[cpu: decompression]": "rgb(220,80,30)",   # decompression: orange, as decompressor frames
     "[cpu: lock spin]": "rgb(200,150,220)",     # spinning for a contended lock: light purple
+    "[cpu: fstrace]": "rgb(130,130,130)",       # fstrace's own programs: mid grey, as their frames
     "[io_wait]": "rgb(40,90,200)",              # waiting for block I/O: blue
     "[worker]": "rgb(0,150,150)",               # a kworker ran filesystem work for it: teal
     "[lock_wait]": "rgb(150,60,170)",           # asleep on a contended lock: purple
@@ -46,6 +47,8 @@ CATEGORY_COLOURS = {
 def _colour(frame):
     if frame in CATEGORY_COLOURS:
         return CATEGORY_COLOURS[frame]
+    if frame.startswith(TRACER_FRAME_PREFIX):
+        return CATEGORY_COLOURS["[cpu: fstrace]"]  # the tracer's own programs, never mistaken for the workload
     if DECOMPRESSOR.match(frame):
         return "rgb(220,80,30)"  # decompression: the one saturated colour
     if any(k in frame for k in ("io_schedule", "submit_bio", "blk_", "wait_on_page", "folio_wait")):

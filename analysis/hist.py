@@ -75,3 +75,36 @@ def percentiles(values, ps=(50, 90, 99, 99.9)):
     out = {"p%g" % p: float(np.percentile(v, p)) for p in ps}
     out.update(mean=float(v.mean()), max=float(v.max()), min=float(v.min()))
     return out
+
+
+def loglin_bounds(slot, sub_bits):
+    """[low, high) ns of a log-linear slot (bpf/common.bpf.h loglin_slot, records.h FST_LAT_SLOTS)."""
+    sub = 1 << sub_bits
+    if slot < sub:
+        return slot, slot + 1
+    e, m = slot // sub + sub_bits - 1, slot % sub
+    return (sub + m) << (e - sub_bits), (sub + m + 1) << (e - sub_bits)
+
+
+def merged_percentiles(exact, slot_counts, sub_bits, slotted_sum_us, ps=(50, 90, 99, 99.9)):
+    """Percentiles of exact values (us) together with values known only by log-linear slot (counts per slot
+    of ns).  A percentile that falls among the slotted values is its slot's midpoint, so it is within half a
+    slot (1/16 of the value) of the true one; max/min/mean are exact where the records hold them, and the
+    slotted values' mean uses their exact sum (sum_ns)."""
+    exact = np.asarray(exact, dtype=np.float64)
+    slots = [(i, c) for i, c in enumerate(slot_counts) if c]
+    if not slots:
+        return percentiles(exact, ps)
+    mids = np.array([sum(loglin_bounds(i, sub_bits)) / 2e3 for i, _ in slots])
+    v = np.concatenate([exact, mids])
+    w = np.concatenate([np.ones(exact.size), np.array([c for _, c in slots], dtype=np.float64)])
+    order = np.argsort(v, kind="stable")
+    v, cum = v[order], np.cumsum(w[order])
+    total = cum[-1]
+    # the inverted-CDF percentile (the smallest value with at least p % at or below it)
+    out = {"p%g" % p: float(v[min(np.searchsorted(cum, p / 100.0 * total), v.size - 1)]) for p in ps}
+    lo_slot, hi_slot = slots[0][0], slots[-1][0]
+    out["mean"] = float((exact.sum() + slotted_sum_us) / total)
+    out.update(min=float(min(exact.min() if exact.size else np.inf, loglin_bounds(lo_slot, sub_bits)[0] / 1e3)),
+               max=float(max(exact.max() if exact.size else 0.0, loglin_bounds(hi_slot, sub_bits)[1] / 1e3)))
+    return out

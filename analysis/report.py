@@ -33,6 +33,9 @@ def render(s):
     tput = s["throughput_bytes_per_s"]
     w("  reads: %d requests, %s in %.3f s wall = %s/s"
       % (r["count"], _size(r["bytes"]), s["wall_s"], _size(tput) if tput else "n/a"))
+    if r.get("counted_in_kernel"):
+        w("    (%d recorded one by one; %d page-cache hits counted in the kernel: their latency percentiles "
+          "are within 1/16)" % (r["recorded"], r["counted_in_kernel"]))
     wr, sy = s.get("writes", {}), s.get("sync", {})
     if wr.get("count") or sy.get("count"):
         w("  writes: %d requests, %s; sync calls: %d, %.1f ms in all"
@@ -64,6 +67,15 @@ def render(s):
         w("    parts sum to %.2f %% of request wall time; %d requests had a context switch the kernel did not"
           " report to fstrace" % (100.0 * (a["wall_ns"] - a["unaccounted_ns"]) / a["wall_ns"],
                                  a["requests_with_missed_events"]))
+
+    tr = s.get("tracer") or {}
+    if tr.get("timed_ns") is not None:
+        smp = tr.get("sampled") or {}
+        w("    fstrace's own cost inside the requests: %.1f ms timed by its handlers (%s of their time)%s"
+          % (tr["timed_ns"] / 1e6, _pct(tr.get("timed_share")),
+             "; %s of their on-CPU samples (95 %%: %.1f-%.1f %%)" % (
+                 _pct(smp["share"]).strip(), 100 * smp["share_95"][0], 100 * smp["share_95"][1])
+             if smp.get("share") is not None else ""))
 
     for p, slots in sorted((a.get("part_hist_log2_us") or {}).items()):
         if a["shares"].get(p) and a["shares"][p] >= 0.1 and p != "missed_ns":

@@ -50,7 +50,35 @@ def is_lock_spin(stack):
 
 
 def is_decompression(stack):
-    return any(DECOMPRESSOR.match(f) for f in stack.split(";")) and not is_lock_spin(stack)
+    return any(DECOMPRESSOR.match(f) for f in stack.split(";")) and not is_lock_spin(stack) and not \
+        is_tracer(stack)
+
+
+# the frame prefix the collector gives its own BPF programs (results header "tracer_frame_prefix")
+TRACER_FRAME_PREFIX = "[fstrace] "
+
+
+def is_tracer(stack, prefix=TRACER_FRAME_PREFIX):
+    """A sample taken while one of fstrace's own programs ran (the stack passes through one of them)."""
+    return any(f.startswith(prefix) for f in stack.split(";"))
+
+
+def tracer_share(header):
+    """The sampled share of the traced threads' on-CPU time inside requests that was fstrace's programs: an
+    independent check of the timed tracer part (the samples also see the kernel's dispatch into the programs,
+    which the handlers' own timing does not, and cannot see the sampling program itself)."""
+    s = header.get("sampling") or {}
+    if not s.get("hz"):
+        return None
+    prefix = header.get("tracer_frame_prefix", TRACER_FRAME_PREFIX)
+    samples = folded(header)
+    total = sum(samples.values())
+    tracer = sum(n for st, n in samples.items() if is_tracer(st, prefix))
+    lo, hi = max(tracer - 1.96 * math.sqrt(tracer), 0), tracer + 1.96 * math.sqrt(tracer)
+    return {"samples": total, "tracer_samples": tracer, "share": tracer / total if total else None,
+            "share_95": [lo / total, min(hi / total, 1.0)] if total else None,
+            "method": "on-CPU samples of traced threads inside requests whose kernel stack passes through one "
+                      "of fstrace's programs, over all such samples (Poisson 95 % interval)"}
 
 
 def _estimate(header, matches, name_of, what):
@@ -117,6 +145,7 @@ def offcpu_folded(header):
 
 # the leaf frame the wall-clock graph adds to every stack: what the thread was doing there
 WALL_CPU, WALL_DECOMP, WALL_SPIN = "[cpu]", "[cpu: decompression]", "[cpu: lock spin]"
+WALL_TRACER = "[cpu: fstrace]"  # the tracer's own programs
 
 
 def wallclock_folded(header):
@@ -131,7 +160,8 @@ def wallclock_folded(header):
     if hz:
         per_us = 1e6 / hz
         for st, n in folded(header).items():
-            cat = WALL_DECOMP if is_decompression(st) else WALL_SPIN if is_lock_spin(st) else WALL_CPU
+            cat = WALL_TRACER if is_tracer(st) else WALL_DECOMP if is_decompression(st) else \
+                WALL_SPIN if is_lock_spin(st) else WALL_CPU
             key = "%s;%s" % (st, cat)
             out[key] = out.get(key, 0) + int(round(n * per_us))
     for (reason, st), ns in offcpu_folded(header).items():

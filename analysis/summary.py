@@ -6,15 +6,16 @@ kept here.
 """
 import numpy as np
 
-from analysis import sampling
-from analysis.hist import linear_slots, log2_slots, percentiles
+from analysis import sampling, schema
+from analysis.hist import linear_slots, loglin_bounds, log2_slots, merged_percentiles, percentiles
 
 SCHEMA_VERSION = 1
 
-ATTRIBUTION_PARTS = ("oncpu_ns", "io_wait_ns", "worker_ns", "worker_wait_ns", "lock_ns", "dsleep_ns", "sleep_ns",
-                     "runq_ns", "missed_ns")
+# defined once, in bpf/records.h (FST_PARTS); results files from before a part existed simply lack its field
+ATTRIBUTION_PARTS = schema.PARTS
 ATTRIBUTION_MEANING = {
     "oncpu_ns": "on-CPU in the request (syscall work, page-cache copy, in-task decompression)",
+    "tracer_ns": "on-CPU in fstrace's own BPF programs inside the request (timed by the handlers)",
     "io_wait_ns": "off-CPU waiting for I/O (in io_schedule, or own block I/O in flight)",
     "lock_ns": "off-CPU waiting for a contended sleeping lock (mutex, rwsem; lock:contention_begin/end)",
     "dsleep_ns": "off-CPU, uninterruptible otherwise (work done by others, folio locks without own I/O)",
@@ -66,14 +67,51 @@ def by_context(header, records, ns, count_key):
     return out
 
 
+def _kind_values(res, kinds):
+    return [enum_value(res.header, "req_kind", k) for k in kinds]
+
+
 def fs_requests(res, kinds=("read", "getdents", "open")):
-    """Requests of the traced workload on the traced filesystem (file known: sdev matches)."""
+    """Recorded requests of the traced workload on the traced filesystem (file known: sdev matches)."""
     req = res["req"]
     fs_devs = fs_devices(res)
-    mask = np.isin(req["kind"], [enum_value(res.header, "req_kind", k) for k in kinds])
+    mask = np.isin(req["kind"], _kind_values(res, kinds))
     if fs_devs:
         mask &= np.isin(req["sdev"], fs_devs)
     return req[mask]
+
+
+def counted_requests(res, kinds=("read", "getdents", "open"), any_fs=False):
+    """The requests of these kinds the kernel counted instead of recording (page-cache hits; records.h
+    fst_req_agg), summed over the traced filesystems (any_fs: over all, as fs_requests' stat calls are):
+    {count, bytes, wall_ns, part_ns, wall_hist, part_hist, wall_ns_loglin}, or None when there are none."""
+    rows = (res.header.get("kernel_aggregates") or {}).get("requests_counted") or []
+    fs_devs = None if any_fs else fs_devices(res)
+    kv = set(_kind_values(res, kinds))
+    rows = [r for r in rows if r["kind"] in kv and (not fs_devs or r["sdev"] in fs_devs) and r["count"]]
+    if not rows:
+        return None
+    out = {"count": 0, "bytes": 0, "wall_ns": 0, "part_ns": {}, "part_hist": {},
+           "wall_hist": np.zeros(len(rows[0]["wall_hist"]), dtype=np.int64),
+           "wall_ns_loglin": np.zeros(len(rows[0]["wall_ns_loglin"]), dtype=np.int64)}
+    for r in rows:
+        for k in ("count", "bytes", "wall_ns"):
+            out[k] += r[k]
+        out["wall_hist"] += r["wall_hist"]
+        out["wall_ns_loglin"] += r["wall_ns_loglin"]
+        for p, v in r["part_ns"].items():
+            out["part_ns"][p] = out["part_ns"].get(p, 0) + v
+            out["part_hist"][p] = out["part_hist"].get(p, np.zeros(len(r["part_hist"][p]), dtype=np.int64)) + \
+                r["part_hist"][p]
+    return out
+
+
+def counted_latencies_us(cnt):
+    """The counted requests' latencies as their log-linear slots' midpoints (within 1/16 of each value)."""
+    if not cnt:
+        return np.zeros(0)
+    mids = [sum(loglin_bounds(i, schema.LAT_SUB_BITS)) / 2e3 for i in range(len(cnt["wall_ns_loglin"]))]
+    return np.repeat(np.array(mids), cnt["wall_ns_loglin"])
 
 
 def reads_of(res, ino=None):
@@ -84,42 +122,85 @@ def reads_of(res, ino=None):
 
 
 def latencies_us(res):
-    """Latencies of the run's reads on the image, else of all its requests there (stat workloads: stat calls)."""
-    r = fs_requests(res, kinds=("read",))
-    if not len(r):
-        r = fs_requests(res, kinds=("read", "write", "open", "getdents", "stat"))
-    return (r["ts_end_ns"] - r["ts_start_ns"]).astype(np.int64) / 1e3
+    """Latencies of the run's reads on the image, else of all its requests there (stat workloads: stat calls);
+    counted requests by their histogram slot (see counted_latencies_us)."""
+    kinds = ("read",)
+    r = fs_requests(res, kinds=kinds)
+    if not len(r) and not counted_requests(res, kinds):
+        kinds = ("read", "write", "open", "getdents", "stat")
+        r = fs_requests(res, kinds=kinds)
+    exact = (r["ts_end_ns"] - r["ts_start_ns"]).astype(np.int64) / 1e3
+    return np.concatenate([exact, counted_latencies_us(counted_requests(res, kinds))])
 
 
-def request_stats(reqs):
+def request_stats(reqs, cnt=None):
+    """Counts, bytes, latency of recorded requests plus the counted ones (cnt: counted_requests())."""
     lat_ns = (reqs["ts_end_ns"] - reqs["ts_start_ns"]).astype(np.int64)
     ok = reqs["ret"] > 0
+    hist = log2_slots(lat_ns // 1000)
+    if cnt:
+        lat = merged_percentiles(lat_ns / 1e3, cnt["wall_ns_loglin"], schema.LAT_SUB_BITS, cnt["wall_ns"] / 1e3)
+        hist = (np.array(hist) + cnt["wall_hist"][:len(hist)]).tolist()
+    else:
+        lat = percentiles(lat_ns / 1e3)
     out = {
-        "count": int(len(reqs)),
-        "bytes": int(reqs["ret"][ok].sum()) if len(reqs) else 0,
-        "latency_us": percentiles(lat_ns / 1e3),
-        "latency_hist_log2_us": log2_slots(lat_ns // 1000),
+        "count": int(len(reqs)) + (cnt["count"] if cnt else 0),
+        "recorded": int(len(reqs)),
+        "counted_in_kernel": cnt["count"] if cnt else 0,
+        "bytes": (int(reqs["ret"][ok].sum()) if len(reqs) else 0) + (cnt["bytes"] if cnt else 0),
+        "latency_us": lat,
+        "latency_method": "exact (every request recorded)" if not cnt else
+        "records exact; counted requests by log-linear slot (8 per power of two): a percentile among them is "
+        "its slot's midpoint, within 1/16 of the true value",
+        "latency_hist_log2_us": hist,
         "pagecache_misses": int(reqs["pcache_adds"].sum()) if len(reqs) else 0,
     }
     return out
 
 
-def attribution(reqs):
-    """Sum of each part over the requests, their shares, and how far parts miss the wall time."""
+def attribution(reqs, cnt=None):
+    """Sum of each part over the requests (recorded and counted), their shares, and how far parts miss the
+    wall time."""
     names = reqs.dtype.names
     wall = int((reqs["ts_end_ns"] - reqs["ts_start_ns"]).sum()) if len(reqs) else 0
     parts = {p: int(reqs[p].sum()) if len(reqs) else 0 for p in ATTRIBUTION_PARTS if p in names}
+    hists = {p: np.array(log2_slots(reqs[p][reqs[p] > 0] // 1000)) for p in parts}
+    if cnt:
+        wall += cnt["wall_ns"]
+        for p in parts:
+            parts[p] += int(cnt["part_ns"].get(p, 0))
+            if p in cnt["part_hist"]:
+                hists[p] = hists[p] + cnt["part_hist"][p][:len(hists[p])]
     accounted = sum(parts.values())
     return {
         "wall_ns": wall,
         "parts_ns": parts,
         # per part, over the requests that had any of it: how it is spread (log2 slots of microseconds)
-        "part_hist_log2_us": {p: log2_slots(reqs[p][reqs[p] > 0] // 1000) for p, v in parts.items() if v},
+        "part_hist_log2_us": {p: hists[p].tolist() for p, v in parts.items() if v},
         "shares": {p: (v / wall if wall else None) for p, v in parts.items()},
         "unaccounted_ns": wall - accounted,
         "requests_with_missed_events": int((reqs["nr_missed_events"] > 0).sum()) if len(reqs) else 0,
+        "requests_counted_in_kernel": cnt["count"] if cnt else 0,
         "method": "sched_switch/sched_wakeup intervals inside each syscall; I/O wait = off-CPU in "
-                  "io_schedule (task->in_iowait) or uninterruptible with own block requests in flight",
+                  "io_schedule (task->in_iowait) or uninterruptible with own block I/O in flight; tracer = "
+                  "fstrace's handlers timing themselves inside the request's on-CPU time (taken out of oncpu)",
+    }
+
+
+def tracer_cost(res, attr):
+    """What fstrace itself cost the requests: timed by its handlers (the tracer part), the sampled share as
+    an independent check, and per probe the kernel's own run time when kernel.bpf_stats_enabled was on."""
+    timed = attr["parts_ns"].get("tracer_ns")
+    per_probe = [{"probe": p["probe"], "tier": p["tier"], "runs": p["runs"], "run_ns": p.get("run_ns", 0),
+                  "ns_per_run": p["run_ns"] / p["runs"]}
+                 for p in res.header.get("probes", []) if p.get("runs") and p.get("run_ns") is not None]
+    return {
+        "timed_ns": timed,
+        "timed_share": timed / attr["wall_ns"] if timed is not None and attr["wall_ns"] else None,
+        "sampled": sampling.tracer_share(res.header),
+        "per_probe": per_probe or None,
+        "per_probe_note": None if per_probe else "unavailable: kernel.bpf_stats_enabled was 0 during the run "
+                                                 "(make bench-overhead turns it on)",
     }
 
 
@@ -220,12 +301,19 @@ def device_stats(res):
         stacks = res.header.get("io_stacks")
         if stacks is not None:
             origins = {}
+            sampled = res.header.get("io_stack_sampling") or {"mode": "all"}
+            unsampled = sampled.get("unsampled_id")
             for sid, nbytes in zip(reads["queue_stack"].tolist(), reads["bytes"].tolist()):
-                o = sampling.io_origin(stacks[str(sid)]) if str(sid) in stacks else "unknown"
+                o = "not sampled" if sid == unsampled else \
+                    sampling.io_origin(stacks[str(sid)]) if str(sid) in stacks else "unknown"
                 cur = origins.setdefault(o, {"requests": 0, "bytes": 0})
                 cur["requests"] += 1
                 cur["bytes"] += int(nbytes)
             st["by_origin"] = origins
+            st["by_origin_method"] = (
+                "every block request's queue stack" if sampled["mode"] == "all" else
+                "queue stacks of at most one bio per %g ms per CPU (the rest 'not sampled'): the origin shares "
+                "of the sampled ones estimate the whole" % (sampled["every_ns"] / 1e6))
         st["by_charge"] = {
             name: {"requests": int((reads["charge"] == int(v)).sum()),
                    "bytes": int(reads["bytes"][reads["charge"] == int(v)].sum())}
@@ -534,12 +622,16 @@ def summarize(res, ground_truth=None):
     wl = h.get("workload", {})
     wall_ns = (wl.get("end_ns") or h["time"]["end_ns"]) - (wl.get("start_ns") or h["time"]["start_ns"])
     reads = fs_requests(res, kinds=("read",))
+    reads_cnt = counted_requests(res, kinds=("read",))
     meta_kinds = ("open", "getdents")
     meta = fs_requests(res, kinds=meta_kinds)
     stat_kind = enum_value(h, "req_kind", "stat")
     stats = res["req"][res["req"]["kind"] == stat_kind]
-    all_fs = fs_requests(res, kinds=("read", "write") + meta_kinds)
-    rs = request_stats(reads)
+    stats_cnt = counted_requests(res, kinds=("stat",), any_fs=True)
+    all_kinds = ("read", "write") + meta_kinds
+    all_fs = fs_requests(res, kinds=all_kinds)
+    rs = request_stats(reads, reads_cnt)
+    attribution_all = attribution(all_fs, counted_requests(res, kinds=all_kinds))
     devices = device_stats(res)
     return {
         "schema_version": SCHEMA_VERSION,
@@ -553,15 +645,22 @@ def summarize(res, ground_truth=None):
         },
         "wall_s": wall_ns / 1e9,
         "reads": rs,
-        "read_latency_linear_us": linear_slots((reads["ts_end_ns"] - reads["ts_start_ns"]).astype(np.int64) / 1e3),
+        "read_latency_linear_us": linear_slots(np.concatenate([
+            (reads["ts_end_ns"] - reads["ts_start_ns"]).astype(np.int64) / 1e3, counted_latencies_us(reads_cnt)])),
         "throughput_bytes_per_s": rs["bytes"] / (wall_ns / 1e9) if wall_ns > 0 else None,
-        "writes": request_stats(fs_requests(res, kinds=("write",))),
-        "sync": dict(request_stats(res["req"][res["req"]["kind"] == enum_value(h, "req_kind", "sync")]),
+        "writes": request_stats(fs_requests(res, kinds=("write",)), counted_requests(res, kinds=("write",))),
+        "sync": dict(request_stats(res["req"][res["req"]["kind"] == enum_value(h, "req_kind", "sync")],
+                                   counted_requests(res, kinds=("sync",), any_fs=True)),
                      note="sync is counted for every fsync/fdatasync/sync/syncfs of the workload"),
-        "metadata": {"open_getdents": request_stats(meta),
-                     "stat": dict(request_stats(stats), attribution=attribution(stats),
+        "metadata": {"open_getdents": request_stats(meta, counted_requests(res, kinds=meta_kinds)),
+                     "stat": dict(request_stats(stats, stats_cnt), attribution=attribution(stats, stats_cnt),
                                   note="stat is path-based: counted for all paths the workload stat'ed")},
-        "attribution": attribution(all_fs),
+        "attribution": attribution_all,
+        "request_records": dict(h.get("request_records") or {"mode": "all"},
+                                note="slow: requests that slept, did block I/O, missed the page cache, failed or "
+                                     "took record_over_ns are recorded; the rest are counted in the kernel"),
+        "task_state": h.get("task_state"),
+        "tracer": tracer_cost(res, attribution_all),
         "decompression": decompression(res, all_fs),
         "lock_wait": lock_wait(res, all_fs),
         "erofs": erofs_events(res, all_fs),

@@ -97,6 +97,30 @@ static __always_inline void charge_current(struct fst_bio_start *s)
 	}
 }
 
+/* when this CPU last took a bio queue stack (records.h FST_IO_STACK_EVERY_NS) */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} io_stack_last SEC(".maps");
+
+static __always_inline __s32 io_stack(void *ctx, __u64 now)
+{
+	if (!cfg.offcpu_stacks)
+		return -1;
+	if (!cfg.io_stacks_all) {
+		__u32 zero = 0;
+		__u64 *last = bpf_map_lookup_elem(&io_stack_last, &zero);
+		if (!last)
+			return FST_STACK_UNSAMPLED;
+		if (*last && now - *last < FST_IO_STACK_EVERY_NS)
+			return FST_STACK_UNSAMPLED;
+		*last = now;
+	}
+	return bpf_get_stackid(ctx, &stacks, 0);
+}
+
 static __always_inline int handle_bio_queue(void *ctx, struct bio *bio)
 {
 	__u32 dev = bio_dev(bio);
@@ -105,11 +129,12 @@ static __always_inline int handle_bio_queue(void *ctx, struct bio *bio)
 	/* a split remainder is queued again: keep the time it was first queued */
 	if (bpf_map_lookup_elem(&bio_starts, &bio))
 		return 0;
-	struct fst_bio_start s = { .ts_queue = bpf_ktime_get_ns(),
-				   .stack = cfg.offcpu_stacks ? bpf_get_stackid(ctx, &stacks, 0) : -1 };
+	__u64 now = bpf_ktime_get_ns();
+	struct fst_bio_start s = { .ts_queue = now, .stack = io_stack(ctx, now) };
 	charge_current(&s);
 	bpf_map_update_elem(&bio_starts, &bio, &s, BPF_ANY);
 	inflight_add(s.pid, 1);
+	tracer_charge(current_req(), s.ts_queue);
 	return 0;
 }
 
@@ -200,6 +225,7 @@ static __always_inline int handle_rq_issue(struct request *rq)
 	/* backing-device requests done for a loop request are the same I/O one level down: count it once */
 	if (r.charge == FST_CHARGE_DIRECT)
 		req_note_io(r.pid, BPF_CORE_READ(rq, __data_len));
+	tracer_charge(current_req(), now);
 	return 0;
 }
 
@@ -271,7 +297,7 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 			rec->queue_stack = -1;
 			__builtin_memset(rec->comm, 0, sizeof(rec->comm));
 		}
-		bpf_ringbuf_submit(rec, 0);
+		record_submit(rec);
 	}
 
 	__u32 op = cmd_flags & 0xff;	/* REQ_OP_MASK */
@@ -289,6 +315,8 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 		inflight_add(r->pid, -(__s64)r->charged_bios);
 		bpf_map_delete_elem(&rq_starts, &rq);
 	}
+	/* mostly in an interrupt: charged to the request it interrupted, whose on-CPU time it took */
+	tracer_charge(current_req(), now);
 	return 0;
 }
 
@@ -379,7 +407,7 @@ static __always_inline int handle_work_end(void)
 			rec->kind = ws->kind;
 			rec->pad0 = 0;
 			bpf_get_current_comm(rec->comm, sizeof(rec->comm));
-			bpf_ringbuf_submit(rec, 0);
+			record_submit(rec);
 		}
 		bpf_map_delete_elem(&work_running, &pid);
 	}

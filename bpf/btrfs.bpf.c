@@ -116,7 +116,7 @@ static __always_inline void compress_end(long ret)
 		rec->context = current_context(current_is_traced());
 		rec->tier = c->tier;
 		bpf_get_current_comm(rec->comm, sizeof(rec->comm));
-		bpf_ringbuf_submit(rec, 0);
+		record_submit(rec);
 	}
 	bpf_map_delete_elem(&compress_starts, &pid);
 }

@@ -23,7 +23,7 @@ const volatile struct fst_cfg cfg = {};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 16 << 20);
+	__uint(max_entries, FST_RINGBUF_BYTES);
 } events SEC(".maps");
 
 /* dropped records per record type: ring buffer full */
@@ -118,13 +118,23 @@ static __always_inline void offcpu_add(__s32 stack_id, __u32 reason, __u64 ns)
 #define LCB_F_MUTEX (1U << 5)
 #endif
 
-/* the request a traced thread is in, while it is in one */
+/* what the per-task state says of the task filters (storage mode: cached at its first read-family syscall) */
+#define FST_VERDICT_UNKNOWN 0
+#define FST_VERDICT_TRACED 1
+#define FST_VERDICT_UNTRACED 2
+
+/*
+ * Per-task state: the request a traced thread is in (in_req), kept between requests.  In task-local storage
+ * (cfg.task_storage: a lookup is a pointer walk from the task, no hashing, and a task without state costs
+ * one NULL test) or, where the kernel lacks it, in a pid-keyed hash the collector swaps in before load.
+ */
 struct task_req {
 	__u64 start;
 	__u64 last_on;		/* when the thread last went on-CPU during the request */
 	__u64 off_ts;		/* when it went off-CPU, 0 while running */
 	__u64 wake_ts;		/* first wakeup during the off-CPU interval */
 	__u64 oncpu, io_wait, dsleep, sleep, runq, missed, worker, worker_wait, lock;
+	__u64 tracer;		/* fstrace's own handlers' run time inside the request's on-CPU time */
 	__u64 waker_queue, waker_start;	/* the work item whose kworker woke it, 0 = not woken by one */
 	__u64 lock_addr;	/* the sleeping lock it is contending for, 0 = none */
 	__u64 ino;
@@ -133,6 +143,7 @@ struct task_req {
 	__u64 io_bytes;
 	__u32 off_state;
 	__s32 off_stack;	/* kernel stack where it went off-CPU (when cfg.offcpu_stacks) */
+	__s32 user_stack;	/* its user stack (sample.bpf.c), taken once: it cannot change inside a syscall */
 	__u32 sdev;
 	__u32 nr;
 	__u32 nr_ios;
@@ -146,20 +157,63 @@ struct task_req {
 	__u8 off_preempted;
 	__u8 off_io;
 	__u8 off_lock;		/* switched out while waiting for a sleeping lock */
+	__u8 in_req;		/* the fields above describe a request in progress */
+	__u8 user_stack_taken;
+	__u8 verdict;		/* FST_VERDICT_*: the task filters' answer, when it can be cached */
 };
 
+/* task-local storage; the collector turns it into a pid-keyed hash (max_entries set) where the kernel has none */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, __u32);
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, struct task_req);
 } task_reqs SEC(".maps");
+
+/*
+ * The state of task (pid is its thread id).  task must be a BTF task pointer (tp_btf, fentry,
+ * bpf_get_current_task_btf()) in storage mode: the collector only enables storage mode where every
+ * program that passes another task's pointer here is a tp_btf program.
+ */
+static __always_inline struct task_req *task_state(struct task_struct *task, __u32 pid)
+{
+	if (cfg.task_storage)
+		return bpf_task_storage_get(&task_reqs, task, 0, 0);
+	return bpf_map_lookup_elem(&task_reqs, &pid);
+}
+
+/* the request task is in, NULL outside one */
+static __always_inline struct task_req *req_of(struct task_struct *task, __u32 pid)
+{
+	struct task_req *r = task_state(task, pid);
+	return r && r->in_req ? r : NULL;
+}
+
+/* branches before calling anything: in hash mode no task-BTF helper is called at all */
+static __always_inline struct task_req *current_state(void)
+{
+	if (cfg.task_storage)
+		return bpf_task_storage_get(&task_reqs, bpf_get_current_task_btf(), 0, 0);
+	__u32 pid = (__u32)bpf_get_current_pid_tgid();
+	return bpf_map_lookup_elem(&task_reqs, &pid);
+}
 
 /* the request the current thread is in, NULL outside one */
 static __always_inline struct task_req *current_req(void)
 {
-	__u32 pid = (__u32)bpf_get_current_pid_tgid();
-	return bpf_map_lookup_elem(&task_reqs, &pid);
+	struct task_req *r = current_state();
+	return r && r->in_req ? r : NULL;
+}
+
+/*
+ * The tracer's own time: a handler that ran on top of a request in progress (in its thread, or in an
+ * interrupt on its CPU) adds what it ran from t0 on.  What the kernel spends calling the program before t0
+ * (tracepoint dispatch, a few tens of ns) is not in it; the sampled stacks measure that share independently.
+ */
+static __always_inline void tracer_charge(struct task_req *r, __u64 t0)
+{
+	if (r)
+		r->tracer += bpf_ktime_get_ns() - t0;
 }
 
 /* superblock devices (kernel dev_t) whose files' requests are kept when cfg.filter_sdev is on */
@@ -179,25 +233,6 @@ static __always_inline bool comm_matches(const char *comm)
 		if (!comm[i])
 			break;
 	}
-	return true;
-}
-
-/* Is this task traced: it passes every task filter that is on (pid tree, comm, cgroup). */
-static __always_inline bool task_is_traced(struct task_struct *task)
-{
-	if (cfg.filter_pids) {
-		__u32 pid = BPF_CORE_READ(task, pid);
-		if (!bpf_map_lookup_elem(&traced_pids, &pid))
-			return false;
-	}
-	if (cfg.filter_comm) {
-		char comm[16];
-		BPF_CORE_READ_STR_INTO(&comm, task, comm);
-		if (!comm_matches(comm))
-			return false;
-	}
-	if (cfg.filter_cgroup_id && BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id) != cfg.filter_cgroup_id)
-		return false;
 	return true;
 }
 
@@ -240,17 +275,24 @@ static __always_inline void *record_reserve(__u32 type, __u32 size)
 	return rec;
 }
 
-/* floor(log2(v)), 0 for 0 and 1; a binary search without loops (the 6.1 verifier only takes loops whose
- * back-edge is a jump, and clang decides that, not us) */
+/*
+ * Submit a record without waking the reader (a wakeup is an irq_work, on a VM a trapped self-IPI, and per
+ * record it cost more than everything else fstrace does): the reader drains on its own timer, and is woken
+ * only by the record that brings the waiting data over cfg.wakeup_bytes, so a burst cannot fill the buffer
+ * between two timer ticks.
+ */
+static __always_inline void record_submit(void *rec)
+{
+	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	__u32 size = ((__u32 *)rec)[1];
+	bool crossed = avail >= cfg.wakeup_bytes && avail - size < cfg.wakeup_bytes;
+	bpf_ringbuf_submit(rec, crossed ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+}
+
+/* log2 histogram slot (records.h fst_log2), clamped to FST_HIST_SLOTS */
 static __always_inline __u32 log2_slot(__u64 v)
 {
-	__u32 r = 0;
-	if (v >> 32) { v >>= 32; r += 32; }
-	if (v >> 16) { v >>= 16; r += 16; }
-	if (v >> 8) { v >>= 8; r += 8; }
-	if (v >> 4) { v >>= 4; r += 4; }
-	if (v >> 2) { v >>= 2; r += 2; }
-	if (v >> 1) { r += 1; }
+	__u32 r = fst_log2(v);
 	return r < FST_HIST_SLOTS ? r : FST_HIST_SLOTS - 1;
 }
 
@@ -283,14 +325,63 @@ static __always_inline void inflight_add(__u32 pid, __s64 delta)
 		bpf_map_update_elem(&task_inflight, &pid, &delta, BPF_ANY);
 }
 
+/*
+ * Block requests issued for a traced thread by another context (kblockd running a stopped queue) in storage
+ * mode, where another task's state cannot be reached by pid: held here until the thread is switched back in
+ * (it is then usually waiting for them), and dropped if they predate the request it is in.
+ */
+struct io_pending {
+	__u64 ts_first;
+	__u32 nr;
+	__u32 pad;
+	__u64 bytes;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct io_pending);
+} ios_pending SEC(".maps");
+
 /* a block request charged to pid was issued: count it in the request the thread is in */
 static __always_inline void req_note_io(__u32 pid, __u32 bytes)
 {
-	struct task_req *r = bpf_map_lookup_elem(&task_reqs, &pid);
-	if (r) {
+	struct task_req *r;
+	if (!cfg.task_storage) {
+		r = bpf_map_lookup_elem(&task_reqs, &pid);
+	} else if (pid == (__u32)bpf_get_current_pid_tgid()) {
+		r = current_state();
+	} else {
+		struct io_pending *p = bpf_map_lookup_elem(&ios_pending, &pid);
+		if (p) {
+			__sync_fetch_and_add(&p->nr, 1);
+			__sync_fetch_and_add(&p->bytes, bytes);
+		} else {
+			struct io_pending n = { .ts_first = bpf_ktime_get_ns(), .nr = 1, .bytes = bytes };
+			bpf_map_update_elem(&ios_pending, &pid, &n, BPF_NOEXIST);
+		}
+		return;
+	}
+	if (r && r->in_req) {
 		r->nr_ios++;
 		r->io_bytes += bytes;
 	}
+}
+
+/* storage mode: fold the block requests issued for this thread elsewhere into its request */
+static __always_inline void req_fold_pending_ios(struct task_req *r, __u32 pid)
+{
+	if (!cfg.task_storage)
+		return;
+	struct io_pending *p = bpf_map_lookup_elem(&ios_pending, &pid);
+	if (!p)
+		return;
+	if (p->ts_first >= r->start) {
+		r->nr_ios += p->nr;
+		r->io_bytes += p->bytes;
+	}
+	bpf_map_delete_elem(&ios_pending, &pid);
 }
 
 static __always_inline __s64 inflight_get(__u32 pid)
@@ -341,6 +432,7 @@ static __always_inline void decomp_begin(__u16 fs, __u16 alg, __u32 in_bytes, __
 		.fs = fs, .alg = alg, .tier = tier,
 	};
 	bpf_map_update_elem(&decomp_starts, &pid, &d, BPF_ANY);
+	tracer_charge(current_req(), d.ts);
 }
 
 static __always_inline void decomp_end(long ret)
@@ -369,9 +461,10 @@ static __always_inline void decomp_end(long ret)
 		rec->tier = d->tier;
 		rec->pad0 = 0;
 		bpf_get_current_comm(rec->comm, sizeof(rec->comm));
-		bpf_ringbuf_submit(rec, 0);
+		record_submit(rec);
 	}
 	bpf_map_delete_elem(&decomp_starts, &pid);
+	tracer_charge(current_req(), now);
 }
 
 /*

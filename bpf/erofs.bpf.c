@@ -51,6 +51,14 @@ static __always_inline struct fst_erofs *erofs_record(struct inode *inode, __u16
 	return rec;
 }
 
+/* submit an erofs record; the handler's time from the record's timestamp on is the tracer's */
+static __always_inline void erofs_submit(struct fst_erofs *rec)
+{
+	__u64 t0 = rec->ts_ns;
+	record_submit(rec);
+	tracer_charge(current_req(), t0);
+}
+
 /*
  * m_flags in records.h's bits.  Before 6.3 erofs used buffer_head state bits
  * (1 << BH_Mapped, 1 << BH_Meta, 1 << (BH_PrivateStart + 0..3)); since then
@@ -83,7 +91,7 @@ static __always_inline int handle_map_exit(struct inode *inode, struct erofs_map
 	rec->plen = BPF_CORE_READ(map, m_plen);
 	rec->map_flags = erofs_map_flags(BPF_CORE_READ(map, m_flags));
 	rec->lookup_flags = flags;
-	bpf_ringbuf_submit(rec, 0);
+	erofs_submit(rec);
 	return 0;
 }
 
@@ -94,7 +102,7 @@ static __always_inline int handle_readahead(struct inode *inode, unsigned long s
 		return 0;
 	rec->la = start;
 	rec->llen = nrpage;
-	bpf_ringbuf_submit(rec, 0);
+	erofs_submit(rec);
 	return 0;
 }
 
@@ -104,7 +112,7 @@ static __always_inline int handle_read_folio(struct inode *inode, unsigned long 
 	if (!rec)
 		return 0;
 	rec->la = index;
-	bpf_ringbuf_submit(rec, 0);
+	erofs_submit(rec);
 	return 0;
 }
 

@@ -118,6 +118,24 @@
 	E(FST_EROFS_MAP_FRAGMENT, 0x10, "fragment")                             \
 	E(FST_EROFS_MAP_PARTIAL_REF, 0x20, "partial_ref")
 
+/*
+ * Attribution parts of a request: each is a field of the req record (and of the in-kernel aggregate of the
+ * requests that are counted rather than recorded) and they partition the request's wall time exactly.  The
+ * value is the part's index in fst_req_agg.part_ns (from 0), the name its record field.
+ */
+#define FST_PARTS(E)                                                           \
+	E(FST_PART_ONCPU, 0, oncpu_ns)	/* running the workload's own kernel/user code */ \
+	E(FST_PART_TRACER, 1, tracer_ns)	/* running fstrace's BPF programs inside the request */ \
+	E(FST_PART_IO_WAIT, 2, io_wait_ns)                                    \
+	E(FST_PART_WORKER, 3, worker_ns)                                      \
+	E(FST_PART_WORKER_WAIT, 4, worker_wait_ns)                            \
+	E(FST_PART_LOCK, 5, lock_ns)                                          \
+	E(FST_PART_DSLEEP, 6, dsleep_ns)                                      \
+	E(FST_PART_SLEEP, 7, sleep_ns)                                        \
+	E(FST_PART_RUNQ, 8, runq_ns)                                          \
+	E(FST_PART_MISSED, 9, missed_ns)
+#define FST_NR_PARTS 10
+
 #define FST_ENUM_MEMBER(c, v, n) c = v,
 enum fst_rec_type { FST_REC_TYPES(FST_ENUM_MEMBER) };
 enum fst_req_kind { FST_REQ_KINDS(FST_ENUM_MEMBER) };
@@ -131,10 +149,14 @@ enum fst_work_kind { FST_WORK_KINDS(FST_ENUM_MEMBER) };
 enum fst_erofs_event { FST_EROFS_EVENTS(FST_ENUM_MEMBER) };
 enum fst_erofs_map_flag { FST_EROFS_MAP_FLAGS(FST_ENUM_MEMBER) };
 enum fst_fs_cache_kind { FST_FS_CACHES(FST_ENUM_MEMBER) };
+#define FST_PART_ENUM_MEMBER(c, v, field) c = v,
+enum fst_part { FST_PARTS(FST_PART_ENUM_MEMBER) };
 
 /*
  * Request: wall time [ts_start_ns, ts_end_ns] is partitioned into
- *   oncpu_ns    running
+ *   oncpu_ns    running (the workload's code; fstrace's own programs excluded)
+ *   tracer_ns   running fstrace's BPF programs while the request was on-CPU: each handler that
+ *               runs in the request's thread (or in an interrupt on top of it) times itself
  *   io_wait_ns  off-CPU, uninterruptible, in io_schedule() (task->in_iowait) or with
  *               its own block I/O in flight
  *   lock_ns     off-CPU waiting for a sleeping lock (mutex, rwsem, rt-mutex, percpu-rwsem):
@@ -169,6 +191,7 @@ enum fst_fs_cache_kind { FST_FS_CACHES(FST_ENUM_MEMBER) };
 	F(__u64, worker_ns)    \
 	F(__u64, worker_wait_ns) \
 	F(__u64, lock_ns)      \
+	F(__u64, tracer_ns)    \
 	F(__u64, ino)          \
 	F(__s64, ret)          \
 	F(__u64, count)        \
@@ -196,8 +219,9 @@ enum fst_fs_cache_kind { FST_FS_CACHES(FST_ENUM_MEMBER) };
  * the driver, C = completed.  dev is the kernel dev_t of the partition or
  * disk the request was issued to.  nr_bios - 1 is the number of merges.
  * queue_stack: kernel stack id (results header "io_stacks") where its first
- * bio was queued, -1 when stacks are off: it tells which filesystem path
- * (metadata, fragment, data readahead, ...) had to go to the device.
+ * bio was queued, -1 when stacks are off, FST_STACK_UNSAMPLED when the rate
+ * limit skipped it: it tells which filesystem path (metadata, fragment, data
+ * readahead, ...) had to go to the device.
  */
 #define FST_IO_FIELDS(F, S)     \
 	F(__u64, ts_queue_ns)   \
@@ -408,6 +432,17 @@ struct fst_rq_start {
 	char comm[16];
 };
 
+/*
+ * A kernel stack walk costs microseconds (ORC unwinding, ~0.2 us a frame on a VM): taken for every bio it
+ * was a tenth of a cold read's on-CPU samples.  By default a CPU takes at most one bio queue stack per this
+ * interval (every bio's when they come slower); the others carry FST_STACK_UNSAMPLED.
+ */
+#define FST_IO_STACK_EVERY_NS 10000000ull
+#define FST_STACK_UNSAMPLED (-1000)
+
+/* the ring buffer all records share (a power of two, page-aligned) */
+#define FST_RINGBUF_BYTES (16u << 20)
+
 /* in-flight entries older than this never saw their completion event: the collector expires them */
 #define FST_STALE_NS (10ull * 1000000000ull)
 
@@ -424,6 +459,60 @@ struct fst_hist_key {
 
 struct fst_hist {
 	__u64 slots[FST_HIST_SLOTS];
+};
+
+/*
+ * Requests counted in the kernel instead of recorded (unless --records all): those that never left the CPU,
+ * issued no block I/O, added nothing to the page cache, returned no error and stayed under the latency
+ * threshold (page-cache hits).  Per (kind, superblock dev), per CPU; with the records they add up to every
+ * request, part by part.  Histograms use log2_slot() of microseconds, as the records' do in the analysis.
+ */
+struct fst_req_agg_key {
+	__u32 sdev;
+	__u16 kind;
+	__u16 pad;
+};
+
+/*
+ * Log-linear latency slots in ns for the counted requests' percentiles: 0..7 ns exactly, then 8 slots per
+ * power of two (slot = (e - 2) * 8 + the 3 bits after the leading one, e = floor(log2 ns)), each at most
+ * 1/8 of its value wide.  A slot's values: [(8 + m) << (e - 3), (9 + m) << (e - 3)).
+ */
+#define FST_LAT_SUB_BITS 3
+#define FST_LAT_SLOTS 256
+
+/* floor(log2(v)), 0 for 0 and 1: a binary search without loops or clz (BPF has neither to rely on; the
+ * 6.1 verifier only takes loops whose back-edge is a jump, and clang decides that, not us) */
+static inline __u32 fst_log2(__u64 v)
+{
+	__u32 r = 0;
+	if (v >> 32) { v >>= 32; r += 32; }
+	if (v >> 16) { v >>= 16; r += 16; }
+	if (v >> 8) { v >>= 8; r += 8; }
+	if (v >> 4) { v >>= 4; r += 4; }
+	if (v >> 2) { v >>= 2; r += 2; }
+	if (v >> 1) { r += 1; }
+	return r;
+}
+
+/* the log-linear slot of a latency in ns (the BPF side and the collector's live view) */
+static inline __u32 fst_loglin_slot(__u64 ns)
+{
+	if (ns < (1u << FST_LAT_SUB_BITS))
+		return (__u32)ns;
+	__u32 e = fst_log2(ns);
+	__u32 slot = (e - 2) * (1u << FST_LAT_SUB_BITS) + (__u32)((ns >> (e - FST_LAT_SUB_BITS)) & 7);
+	return slot < FST_LAT_SLOTS ? slot : FST_LAT_SLOTS - 1;
+}
+
+struct fst_req_agg {
+	__u64 count;
+	__u64 bytes;		/* sum of positive return values */
+	__u64 wall_ns;
+	__u64 part_ns[FST_NR_PARTS];
+	__u64 wall_ns_loglin[FST_LAT_SLOTS];
+	__u64 wall_hist[FST_HIST_SLOTS];
+	__u64 part_hist[FST_NR_PARTS][FST_HIST_SLOTS];	/* over the requests with any of that part */
 };
 
 /* alignment of completed block requests per device, counted in the kernel */
@@ -498,7 +587,12 @@ struct fst_cfg {
 	__s8 btrfs_compress_arg_total_in;
 	__s8 btrfs_compress_arg_total_out;
 	__u8 btrfs_compress_owner_is_inode;
-	__u8 pad[3];
+	__u8 task_storage;		/* per-task state in BPF_MAP_TYPE_TASK_STORAGE (else a pid-keyed hash) */
+	__u8 records_all;		/* record every request (else page-cache hits are only counted) */
+	__u8 io_stacks_all;		/* every bio's queue stack (else at most one per FST_IO_STACK_EVERY_NS per CPU) */
+	__u32 wakeup_bytes;		/* wake the reader when this much is waiting in the ring buffer */
+	__u32 pad2;
+	__u64 record_over_ns;		/* a request this slow is recorded even when it was a page-cache hit */
 	char comm[16];
 };
 

@@ -48,12 +48,20 @@ struct {
 SEC("perf_event")
 int sample_request_stack(struct bpf_perf_event_data *ctx)
 {
+	__u64 t0 = bpf_ktime_get_ns();
 	__u32 pid = (__u32)bpf_get_current_pid_tgid();
 	if (!pid)
 		return 0;
 	struct fst_sample_key key = { .pid = pid, .tgid = bpf_get_current_pid_tgid() >> 32, .user_stack_id = -1 };
-	if (bpf_map_lookup_elem(&task_reqs, &pid)) {
-		key.user_stack_id = bpf_get_stackid(ctx, &user_stacks, BPF_F_USER_STACK);
+	struct task_req *r = current_req();
+	if (r) {
+		/* a user stack with build ids costs microseconds, up to a millisecond when a build id is looked up
+		 * for the first time; a thread's user stack is frozen while it is in a syscall, so once per request */
+		if (!r->user_stack_taken) {
+			r->user_stack = bpf_get_stackid(ctx, &user_stacks, BPF_F_USER_STACK);
+			r->user_stack_taken = 1;
+		}
+		key.user_stack_id = r->user_stack;
 	} else {
 		struct work_start *ws = bpf_map_lookup_elem(&work_running, &pid);
 		if (!ws)
@@ -66,5 +74,6 @@ int sample_request_stack(struct bpf_perf_event_data *ctx)
 		__sync_fetch_and_add(n, 1);
 	else
 		bpf_map_update_elem(&samples, &key, &one, BPF_NOEXIST);
+	tracer_charge(r, t0);
 	return 0;
 }

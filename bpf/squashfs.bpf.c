@@ -106,7 +106,7 @@ static __always_inline void lookup_end(struct squashfs_cache_entry *entry)
 		rec->tier = l->tier;
 		rec->pad0 = 0;
 		bpf_get_current_comm(rec->comm, sizeof(rec->comm));
-		bpf_ringbuf_submit(rec, 0);
+		record_submit(rec);
 	}
 	bpf_map_delete_elem(&cache_lookups, &pid);
 }

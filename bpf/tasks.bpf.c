@@ -37,39 +37,120 @@ static __always_inline void note_file(struct task_req *r, struct file *f)
 		r->pos = BPF_CORE_READ(f, f_pos);
 }
 
+/* storage mode, pid-tree filter only: the filter's answer cannot change for a task (pids only join), so it is
+ * kept in the task's state and an untraced task's read-family syscall costs one storage lookup */
+static __always_inline bool verdict_cacheable(void)
+{
+	return cfg.task_storage && !cfg.filter_comm && !cfg.filter_cgroup_id;
+}
+
 static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
 {
 	__u16 kind = fst_syscall_kind(id);
-	if (!kind || !current_is_traced())
+	if (!kind)
 		return 0;
+	struct task_req *r = current_state();
+	if (r && r->verdict == FST_VERDICT_UNTRACED && verdict_cacheable())
+		return 0;
+	if (!(r && r->verdict == FST_VERDICT_TRACED && verdict_cacheable())) {
+		bool traced = current_is_traced();
+		if (verdict_cacheable()) {
+			if (!r)
+				r = bpf_task_storage_get(&task_reqs, bpf_get_current_task_btf(), 0,
+							 BPF_LOCAL_STORAGE_GET_F_CREATE);
+			if (r)
+				r->verdict = traced ? FST_VERDICT_TRACED : FST_VERDICT_UNTRACED;
+		}
+		if (!traced)
+			return 0;
+	}
 
 	__u32 pid = (__u32)bpf_get_current_pid_tgid();
 	__u64 now = bpf_ktime_get_ns();
-	struct task_req r = {
-		.start = now, .last_on = now, .nr = id, .kind = kind, .pos = -1,
+	struct task_req n = {
+		.start = now, .last_on = now, .nr = id, .kind = kind, .pos = -1, .in_req = 1,
+		.verdict = FST_VERDICT_TRACED,
 	};
 	long fd = fst_syscall_fd_arg(id) == 2 ? PT_REGS_PARM2_CORE_SYSCALL(regs) : PT_REGS_PARM1_CORE_SYSCALL(regs);
 	int count_arg = fst_syscall_count_arg(id);
 
 	if (count_arg == 3)
-		r.count = PT_REGS_PARM3_CORE_SYSCALL(regs);
+		n.count = PT_REGS_PARM3_CORE_SYSCALL(regs);
 	else if (count_arg == 4)
-		r.count = PT_REGS_PARM4_CORE_SYSCALL(regs);
+		n.count = PT_REGS_PARM4_CORE_SYSCALL(regs);
 	if (fst_syscall_has_pos(id))
-		r.pos = PT_REGS_PARM4_CORE_SYSCALL(regs);
+		n.pos = PT_REGS_PARM4_CORE_SYSCALL(regs);
 	if (fst_syscall_has_fd(id, kind)) {
-		note_file(&r, fd_file((struct task_struct *)bpf_get_current_task(), fd));
-		if (!sdev_is_traced(r.sdev))
+		note_file(&n, fd_file((struct task_struct *)bpf_get_current_task(), fd));
+		if (!sdev_is_traced(n.sdev))
 			return 0;
 	}
-	bpf_map_update_elem(&task_reqs, &pid, &r, BPF_ANY);
+	if (!r && cfg.task_storage)
+		r = bpf_task_storage_get(&task_reqs, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (r) {
+		*r = n;
+	} else if (!cfg.task_storage) {
+		bpf_map_update_elem(&task_reqs, &pid, &n, BPF_ANY);
+		r = bpf_map_lookup_elem(&task_reqs, &pid);
+	}
+	/* from the request's start on, this handler is the tracer's time */
+	tracer_charge(r, now);
 	return 0;
+}
+
+/*
+ * A request that never left the CPU, issued no block I/O, added nothing to the page cache and returned no
+ * error (a page-cache hit) is counted in the kernel unless it took longer than cfg.record_over_ns: the
+ * answer needs its parts and latency, not a record each (half a million a second when warm).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 64);	/* preallocated per CPU (3.6 KiB each): kinds x traced filesystems */
+	__type(key, struct fst_req_agg_key);
+	__type(value, struct fst_req_agg);
+} req_agg SEC(".maps");
+
+static const struct fst_req_agg zero_agg;
+
+static __always_inline bool req_is_countable(struct task_req *r, long ret, __u64 wall)
+{
+	return !cfg.records_all && ret >= 0 && !r->nr_switches && !r->nr_missed && !r->nr_ios &&
+	       !r->pcache_adds && !r->ra_windows && wall < cfg.record_over_ns;
+}
+
+static __always_inline void agg_part(struct fst_req_agg *a, int part, __u64 ns)
+{
+	if (!ns)
+		return;
+	a->part_ns[part] += ns;
+	a->part_hist[part][log2_slot(ns / 1000)]++;
+}
+
+static __always_inline bool req_count(struct task_req *r, long ret, __u64 wall, __u64 oncpu, __u64 tracer)
+{
+	struct fst_req_agg_key k = { .sdev = r->sdev, .kind = r->kind };
+	struct fst_req_agg *a = bpf_map_lookup_elem(&req_agg, &k);
+	if (!a) {
+		bpf_map_update_elem(&req_agg, &k, &zero_agg, BPF_NOEXIST);
+		a = bpf_map_lookup_elem(&req_agg, &k);
+		if (!a)
+			return false;	/* map full: the request is recorded instead */
+	}
+	/* per-CPU: no other CPU writes this copy, so no atomics */
+	a->count++;
+	a->bytes += ret > 0 ? ret : 0;
+	a->wall_ns += wall;
+	a->wall_hist[log2_slot(wall / 1000)]++;
+	a->wall_ns_loglin[fst_loglin_slot(wall)]++;
+	/* never left the CPU: every other part is 0 (req_is_countable) */
+	agg_part(a, FST_PART_ONCPU, oncpu);
+	agg_part(a, FST_PART_TRACER, tracer);
+	return true;
 }
 
 static __always_inline int handle_sys_exit(long ret)
 {
-	__u32 pid = (__u32)bpf_get_current_pid_tgid();
-	struct task_req *r = bpf_map_lookup_elem(&task_reqs, &pid);
+	struct task_req *r = current_req();
 	if (!r)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
@@ -80,22 +161,30 @@ static __always_inline int handle_sys_exit(long ret)
 	} else {
 		r->oncpu += now - r->last_on;
 	}
+	r->in_req = 0;
 
 	/* openat: the file is known only once the descriptor exists */
 	if (r->kind == FST_REQ_OPEN && ret >= 0)
 		note_file(r, fd_file((struct task_struct *)bpf_get_current_task(), ret));
 	/* path-based requests (stat) cannot be placed on a filesystem here: kept only without an fs filter */
-	if (!sdev_is_traced(r->sdev)) {
-		bpf_map_delete_elem(&task_reqs, &pid);
+	if (!sdev_is_traced(r->sdev))
 		return 0;
-	}
+
+	/* the handlers' time is in the on-CPU intervals; never more than them (the clamp is what keeps the
+	 * parts an exact partition when a handler's end was timed after a switch) */
+	__u64 tracer = r->tracer < r->oncpu ? r->tracer : r->oncpu;
+	__u64 oncpu = r->oncpu - tracer, wall = now - r->start;
+	hist_add(FST_H_REQ_US, 0, r->kind, wall / 1000);
+	if (req_is_countable(r, ret, wall) && req_count(r, ret, wall, oncpu, tracer))
+		return 0;
 
 	struct fst_req *rec = record_reserve(FST_REC_REQ, sizeof(*rec));
 	if (rec) {
 		__u64 pid_tgid = bpf_get_current_pid_tgid();
 		rec->ts_start_ns = r->start;
 		rec->ts_end_ns = now;
-		rec->oncpu_ns = r->oncpu;
+		rec->oncpu_ns = oncpu;
+		rec->tracer_ns = tracer;
 		rec->io_wait_ns = r->io_wait;
 		rec->dsleep_ns = r->dsleep;
 		rec->sleep_ns = r->sleep;
@@ -125,10 +214,8 @@ static __always_inline int handle_sys_exit(long ret)
 		rec->kind = r->kind;
 		rec->ftype = r->ftype;
 		bpf_get_current_comm(rec->comm, sizeof(rec->comm));
-		bpf_ringbuf_submit(rec, 0);
+		record_submit(rec);
 	}
-	hist_add(FST_H_REQ_US, 0, r->kind, (now - r->start) / 1000);
-	bpf_map_delete_elem(&task_reqs, &pid);
 	return 0;
 }
 
@@ -139,7 +226,7 @@ static __always_inline int handle_switch(void *ctx, bool preempt, struct task_st
 	__u32 prev_pid = BPF_CORE_READ(prev, pid);
 	__u32 next_pid = BPF_CORE_READ(next, pid);
 
-	struct task_req *r = bpf_map_lookup_elem(&task_reqs, &prev_pid);
+	struct task_req *r = req_of(prev, prev_pid);
 	if (r) {
 		if (r->off_ts) {	/* its last switch in was never delivered */
 			r->missed += now - r->off_ts;
@@ -160,7 +247,7 @@ static __always_inline int handle_switch(void *ctx, bool preempt, struct task_st
 		r->nr_switches++;
 	}
 
-	r = bpf_map_lookup_elem(&task_reqs, &next_pid);
+	r = req_of(next, next_pid);
 	if (r && !r->off_ts) {
 		/* switched in without a delivered switch out: the split since last_on is unknown */
 		r->missed += now - r->last_on;
@@ -203,9 +290,12 @@ static __always_inline int handle_switch(void *ctx, bool preempt, struct task_st
 				offcpu_add(r->off_stack, FST_OFF_SLEEP, slept);
 			}
 			r->runq += now - woke;
+			req_fold_pending_ios(r, next_pid);
 		}
 		r->off_ts = 0;
 		r->last_on = now;
+		/* the rest of this handler runs in next's on-CPU interval, which starts at now */
+		tracer_charge(r, now);
 	}
 	return 0;
 }
@@ -213,7 +303,7 @@ static __always_inline int handle_switch(void *ctx, bool preempt, struct task_st
 static __always_inline int handle_wakeup(struct task_struct *p)
 {
 	__u32 pid = BPF_CORE_READ(p, pid);
-	struct task_req *r = bpf_map_lookup_elem(&task_reqs, &pid);
+	struct task_req *r = req_of(p, pid);
 	if (!r || !r->off_ts || r->wake_ts)
 		return 0;
 	r->wake_ts = bpf_ktime_get_ns();
@@ -258,10 +348,12 @@ static __always_inline int handle_exit(void)
 			rec->tgid = pid_tgid >> 32;
 			rec->pad0 = 0;
 			bpf_get_current_comm(rec->comm, sizeof(rec->comm));
-			bpf_ringbuf_submit(rec, 0);
+			record_submit(rec);
 		}
 	}
-	bpf_map_delete_elem(&task_reqs, &pid);
+	/* task-local storage goes with the task; the hash fallback's entry must be removed */
+	if (!cfg.task_storage)
+		bpf_map_delete_elem(&task_reqs, &pid);
 	bpf_map_delete_elem(&task_inflight, &pid);
 	/* the pid stays in traced_pids: its block I/O may still complete, and pids are not reused that fast */
 	return 0;
@@ -269,9 +361,11 @@ static __always_inline int handle_exit(void)
 
 static __always_inline int handle_pcache_add(void)
 {
+	__u64 t0 = bpf_ktime_get_ns();
 	struct task_req *r = current_req();
 	if (r)
 		r->pcache_adds++;
+	tracer_charge(r, t0);
 	return 0;
 }
 
@@ -286,17 +380,21 @@ static __always_inline int handle_contention_begin(void *lock, __u32 flags)
 {
 	if ((flags & LCB_F_SPIN) && !(flags & (LCB_F_MUTEX | LCB_F_RT | LCB_F_PERCPU)))
 		return 0;
+	__u64 t0 = bpf_ktime_get_ns();
 	struct task_req *r = current_req();
 	if (r)
 		r->lock_addr = (__u64)lock;
+	tracer_charge(r, t0);
 	return 0;
 }
 
 static __always_inline int handle_contention_end(void *lock)
 {
+	__u64 t0 = bpf_ktime_get_ns();
 	struct task_req *r = current_req();
 	if (r && r->lock_addr == (__u64)lock)
 		r->lock_addr = 0;
+	tracer_charge(r, t0);
 	return 0;
 }
 
@@ -312,6 +410,7 @@ int BPF_PROG(contention_end_raw, void *lock, int ret) { return handle_contention
 /* the readahead window the kernel decided (readahead:page_cache_ra_order, 6.10+), charged to the request */
 static __always_inline int handle_ra_order(struct inode *inode, struct file_ra_state *ra)
 {
+	__u64 t0 = bpf_ktime_get_ns();
 	struct task_req *r = current_req();
 	if (!r)
 		return 0;
@@ -321,6 +420,7 @@ static __always_inline int handle_ra_order(struct inode *inode, struct file_ra_s
 	if (pages > r->ra_max_pages)
 		r->ra_max_pages = pages;
 	hist_add(FST_H_RA_PAGES, BPF_CORE_READ(inode, i_sb, s_dev), 0, pages);
+	tracer_charge(r, t0);
 	return 0;
 }
 

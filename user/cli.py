@@ -90,7 +90,24 @@ def check_ready(what):
         raise FstraceError("collector not built: run make (or ./fstrace, which builds it)")
 
 
-def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io=True, tools=None, iops=None):
+def tracing_options(args):
+    """Collector options that change what is recorded and what it costs (run, attach, bench alike)."""
+    return ["--sample-hz", str(SAMPLE_HZ if getattr(args, "sample_hz", None) is None else args.sample_hz),
+            "--records", getattr(args, "records", None) or "slow",
+            "--io-stacks", getattr(args, "io_stacks", None) or "sampled"]
+
+
+def add_tracing_arguments(p):
+    p.add_argument("--records", choices=("slow", "all"), default="slow",
+                   help="slow (default): one record per request that slept, did block I/O, missed the page cache, "
+                        "failed or took over 1 ms; page-cache hits are counted in the kernel. all: a record each")
+    p.add_argument("--io-stacks", choices=("sampled", "all"), default="sampled",
+                   help="kernel stacks bios were queued from: at most one per 10 ms per CPU (default) or every bio's")
+    p.add_argument("--sample-hz", type=int, help="on-CPU stack sampling rate (default %d; 0: off)" % SAMPLE_HZ)
+
+
+def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io=True, tools=None, iops=None,
+             trace_opts=None):
     """Build (or reuse) the image, mount it, run one workload under tracing; returns its summary.
 
     Write workloads get a fresh, empty image instead.  outdir appears only when complete; an error or
@@ -156,8 +173,8 @@ def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io
             else:
                 drop_caches()
             progress("running %s on %s (%s)" % (wl.name, image["label"], dev))
-            run_collector([COLLECTOR, "-o", os.path.join(partial, "results.fst"), "-m", meta_path, "--progress",
-                           "--sample-hz", str(SAMPLE_HZ)] + devs + ["--"] + argv, cwd=mnt)
+            run_collector([COLLECTOR, "-o", os.path.join(partial, "results.fst"), "-m", meta_path, "--progress"] +
+                          (trace_opts or tracing_options(None)) + devs + ["--"] + argv, cwd=mnt)
         summary = write_summary(partial, wl, ctx)
         os.rename(partial, outdir)
         done = True
@@ -183,7 +200,8 @@ def cmd_run(args):
     label = images.label(args.fs, opts)
     outdir = os.path.abspath(args.out or default_outdir(label, wl.name))
     summary = run_once(args.fs, opts, wl, droot, manifest, os.path.abspath(args.cache), outdir,
-                       warm=args.warm, direct_io=not args.no_direct_io, tools=tools, iops=args.iops_cap)
+                       warm=args.warm, direct_io=not args.no_direct_io, tools=tools, iops=args.iops_cap,
+                       trace_opts=tracing_options(args))
     sys.stdout.write(render_summary(summary))
     progress("results in %s" % outdir)
     return 0
@@ -238,7 +256,7 @@ def cmd_attach(args):
         argv += ["--duration", str(args.duration)]
     if args.interval > 0:
         argv += ["--interval", str(args.interval)]
-    argv += ["--sample-hz", str(SAMPLE_HZ)]
+    argv += tracing_options(args)
     meta = {"mode": "attach", "label": "attach", "workload": "attach", "fs": args.fs,
             "mounts": [m[0] for m in chosen], "fs_kdevs": [kdev(*d) for d in sdevs] or None,
             "devices_note": "alignment measured against 4 KiB (image cluster size unknown when attaching)",
@@ -462,6 +480,7 @@ def build_parser():
     r.add_argument("--iops-cap", type=int, help="cap the image device at this many IOPS (block throttling), "
                    "e.g. 3000 for seed 000's cloud disk")
     r.add_argument("-o", "--out", help="results directory (default: fstrace-results/<time>-<config>-<workload>)")
+    add_tracing_arguments(r)
     r.add_argument("--cache", default=os.environ.get("FSTRACE_CACHE", DEFAULT_CACHE),
                    help="where datasets and images are kept (default %(default)s)")
     r.set_defaults(func=cmd_run)
@@ -475,6 +494,7 @@ def build_parser():
     a.add_argument("--duration", type=float, help="seconds to trace (default: until Ctrl-C)")
     a.add_argument("--interval", type=float, default=1.0, help="live view refresh, seconds (0: off)")
     a.add_argument("-o", "--out", help="results directory (default: fstrace-results/<time>-attach-<fs>)")
+    add_tracing_arguments(a)
     a.set_defaults(func=cmd_attach)
     b = sub.add_parser("bench", help="the seed tables: fs x compressor x cluster x workload x runs, with causes")
     b.add_argument("--preset", help="a whole matrix: " + ", ".join(sorted(bench.PRESETS)))

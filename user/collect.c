@@ -73,8 +73,11 @@ static struct {
 	bool block_only;
 	bool no_fentry;
 	int sample_hz;
+	bool records_all;
+	bool io_stacks_all;
+	double record_over_us;
 	char **cmd;
-} opt = { .ready_fd = -1 };
+} opt = { .ready_fd = -1, .record_over_us = 1000 };
 
 #define P(nm, what, btf, raw, req) \
 	{ .name = nm, .measures = what, .progs = { [TIER_TP_BTF] = btf, [TIER_RAW_TP] = raw }, .required = req }
@@ -197,6 +200,12 @@ static void usage(FILE *f)
 		"      --block-only        block devices only: no requests, no attribution (cheapest)\n"
 		"      --no-fentry         use kprobes where fentry would do (testing the kprobe twins)\n"
 		"      --sample-hz HZ      sample kernel stacks of traced tasks inside requests (0: off)\n"
+		"      --records MODE      slow (default): record requests that slept, did block I/O, missed the\n"
+		"                          page cache, failed or took --record-over-us; count the rest (page-cache\n"
+		"                          hits) in the kernel.  all: one record per request\n"
+		"      --record-over-us US record any request this slow (default 1000)\n"
+		"      --io-stacks MODE    with --sample-hz: the kernel stack each bio was queued from; sampled\n"
+		"                          (default: at most one per 10 ms per CPU) or all\n"
 		"With COMMAND, it is started once tracing is attached and tracing ends when it exits.\n");
 }
 
@@ -211,6 +220,8 @@ static void parse_args(int argc, char **argv)
 		{ "block-only", no_argument, 0, 'b' },	   { "comm", required_argument, 0, 'c' },
 		{ "no-fentry", no_argument, 0, 'F' },	   { "sample-hz", required_argument, 0, 'S' },
 		{ "sdev", required_argument, 0, 's' },	   { "interval", required_argument, 0, 'i' },
+		{ "records", required_argument, 0, 'R' },  { "record-over-us", required_argument, 0, 'U' },
+		{ "io-stacks", required_argument, 0, 'I' },
 		{ 0 },
 	};
 	int c;
@@ -232,6 +243,23 @@ static void parse_args(int argc, char **argv)
 			opt.comm = optarg;
 			break;
 		case 'i': opt.interval = atof(optarg); break;
+		case 'R':
+			if (strcmp(optarg, "all") && strcmp(optarg, "slow"))
+				die("--records wants all or slow, got '%s'", optarg);
+			opt.records_all = !strcmp(optarg, "all");
+			break;
+		case 'I':
+			if (strcmp(optarg, "all") && strcmp(optarg, "sampled"))
+				die("--io-stacks wants all or sampled, got '%s'", optarg);
+			opt.io_stacks_all = !strcmp(optarg, "all");
+			break;
+		case 'U': {
+			char *end;
+			opt.record_over_us = strtod(optarg, &end);
+			if (end == optarg || *end || !(opt.record_over_us >= 0) || opt.record_over_us > 1e12)
+				die("--record-over-us wants a number of microseconds >= 0, got '%s'", optarg);
+			break;
+		}
 		case 's':
 			if (opt.nr_sdevs == MAX_DEVS)
 				die("too many --sdev");
@@ -320,6 +348,62 @@ static void load_ksyms(void)
 	qsort(ksyms, nr_ksyms, sizeof(*ksyms), cmp_ksym);
 }
 
+/*
+ * fstrace's own programs in the stacks: BPF programs are in kallsyms as bpf_prog_<tag>_<name> only once
+ * loaded, after the first read of it; our programs (by tag) become "[fstrace] <name>" so the flamegraphs and
+ * the sampled tracer share can tell the tracer's time apart, and other tools' programs keep their names.
+ */
+#define TRACER_FRAME_PREFIX "[fstrace] "
+
+static void add_bpf_ksyms(struct bpf_object **objs, int nobjs)
+{
+	char tags[1024][17];
+	int ntags = 0;
+	for (int i = 0; i < nobjs; i++) {
+		struct bpf_program *p;
+		if (!objs[i])
+			continue;
+		bpf_object__for_each_program(p, objs[i]) {
+			struct bpf_prog_info info = {};
+			__u32 len = sizeof(info);
+			int fd = bpf_program__fd(p);
+			if (fd < 0 || ntags == N(tags) || bpf_obj_get_info_by_fd(fd, &info, &len))
+				continue;
+			for (int b = 0; b < 8; b++)
+				sprintf(tags[ntags] + 2 * b, "%02x", info.tag[b]);
+			ntags++;
+		}
+	}
+	FILE *f = fopen("/proc/kallsyms", "r");
+	if (!f)
+		return;
+	char line[512], name[256], type;
+	unsigned long long addr;
+	while (fgets(line, sizeof(line), f)) {
+		if (!strstr(line, "[bpf]") || sscanf(line, "%llx %c %255s", &addr, &type, name) != 3 || !addr ||
+		    strncmp(name, "bpf_prog_", 9) || strlen(name) < 9 + 16 + 1)
+			continue;
+		char *sym = strdup(name);
+		for (int t = 0; t < ntags; t++) {
+			if (!strncmp(name + 9, tags[t], 16)) {
+				free(sym);
+				if (asprintf(&sym, TRACER_FRAME_PREFIX "%s", name + 9 + 17) < 0)
+					sym = NULL;
+				break;
+			}
+		}
+		if (!sym)
+			continue;
+		ksyms = realloc(ksyms, (nr_ksyms + 1) * sizeof(*ksyms));
+		if (!ksyms)
+			abort();
+		ksyms[nr_ksyms].addr = addr;
+		ksyms[nr_ksyms++].name = sym;
+	}
+	fclose(f);
+	qsort(ksyms, nr_ksyms, sizeof(*ksyms), cmp_ksym);
+}
+
 static const char *ksym_name(unsigned long long ip)
 {
 	size_t lo = 0, hi = nr_ksyms;
@@ -350,6 +434,10 @@ static __u64 cgroup_id(const char *path)
 	return st.st_ino;	/* cgroup v2 id is the kernfs inode number */
 }
 
+/* per-task state in task-local storage (else a pid hash), and why: see task_storage_usable() */
+static bool task_storage_on;
+static char task_state_why[160];
+
 /* the same frozen configuration for every object; computed once (kallsyms is long) */
 static void fill_cfg(struct fst_cfg *out)
 {
@@ -357,6 +445,7 @@ static void fill_cfg(struct fst_cfg *out)
 	static bool done;
 	if (done) {
 		*out = cached;
+		out->task_storage = task_storage_on;
 		return;
 	}
 	struct fst_cfg *c = &cached;
@@ -384,8 +473,14 @@ static void fill_cfg(struct fst_cfg *out)
 		strncpy(c->comm, opt.comm, sizeof(c->comm) - 1);
 	c->filter_sdev = opt.nr_sdevs > 0;
 	c->offcpu_stacks = opt.sample_hz > 0;
+	c->records_all = opt.records_all;
+	c->io_stacks_all = opt.io_stacks_all;
+	c->record_over_ns = (__u64)(opt.record_over_us * 1000.0);
+	/* a quarter of the ring buffer: the reader is woken well before a burst could fill it */
+	c->wakeup_bytes = FST_RINGBUF_BYTES / 4;
 	done = true;
 	*out = cached;
+	out->task_storage = task_storage_on;	/* decided per load attempt, after the cache was filled */
 }
 
 /* every later object shares the first object's maps of the same name */
@@ -401,8 +496,50 @@ static void reuse_maps(struct bpf_object *owner, struct bpf_object *obj)
 	}
 }
 
-/* open+load a skeleton with the best tiers; if the kernel refuses tp_btf, fall back to raw_tp */
-#define LOAD_SKEL(type, skel, probes, owner)                                                        \
+/*
+ * Per-task state lives in task-local storage where the kernel has it (a lookup from the task pointer, no
+ * hashing: it is on every context switch of the system) and the programs that look up another task's state
+ * (sched_switch's next, sched_wakeup's woken task) can be tp_btf, whose task pointers the helper takes.
+ * Elsewhere it is a pid-keyed hash.  Decided from the kernel (map probe, BTF), never from its version.
+ */
+
+static bool task_storage_usable(void)
+{
+	const char *tps[] = { "sched_switch", "sched_wakeup", "sys_enter", "sys_exit" };
+	if (opt.no_btf_tp) {
+		snprintf(task_state_why, sizeof(task_state_why), "pid hash: --no-tp-btf (raw_tp cannot pass a task to task storage)");
+		return false;
+	}
+	if (libbpf_probe_bpf_map_type(BPF_MAP_TYPE_TASK_STORAGE, NULL) != 1) {
+		snprintf(task_state_why, sizeof(task_state_why), "pid hash: the kernel has no task-local storage maps");
+		return false;
+	}
+	for (unsigned i = 0; i < N(tps); i++) {
+		if (!tp_btf_exists(tps[i])) {
+			snprintf(task_state_why, sizeof(task_state_why), "pid hash: no tp_btf for %s", tps[i]);
+			return false;
+		}
+	}
+	snprintf(task_state_why, sizeof(task_state_why), "task-local storage");
+	return true;
+}
+
+/* the object that owns the shared maps: the per-task state map becomes a pid hash when storage is off */
+static void setup_task_state_map(struct bpf_object *obj)
+{
+	struct bpf_map *m = bpf_object__find_map_by_name(obj, "task_reqs");
+	if (!m || task_storage_on)
+		return;
+	if (bpf_map__set_type(m, BPF_MAP_TYPE_HASH) || bpf_map__set_map_flags(m, 0) ||
+	    bpf_map__set_max_entries(m, 65536))
+		die("turning task_reqs into a hash: %s", strerror(errno));
+}
+
+/*
+ * open+load a skeleton with the best tiers; if the kernel refuses tp_btf, fall back to raw_tp (with
+ * attempts = 1, no fallback: skel is left NULL instead of dying)
+ */
+#define LOAD_SKEL_TRY(type, skel, probes, owner, attempts)                                          \
 	do {                                                                                        \
 		for (int attempt = 0; attempt < 2; attempt++) {                                     \
 			skel = type##__open();                                                      \
@@ -411,18 +548,26 @@ static void reuse_maps(struct bpf_object *owner, struct bpf_object *obj)
 			fill_cfg((struct fst_cfg *)&skel->rodata->cfg);                             \
 			if (owner)                                                                  \
 				reuse_maps(owner, skel->obj);                                       \
+			else                                                                        \
+				setup_task_state_map(skel->obj);                                    \
 			tiers_select(skel->obj, probes, N(probes), opt.no_btf_tp || attempt, opt.no_fentry); \
 			if (!type##__load(skel))                                                    \
 				break;                                                              \
 			int err_ = errno;                                                           \
 			type##__destroy(skel);                                                      \
 			skel = NULL;                                                                \
-			if (attempt)                                                                \
-				die("loading " #type ": %s", strerror(err_));                      \
+			if (attempt + 1 >= (attempts)) {                                            \
+				if ((attempts) > 1)                                                 \
+					die("loading " #type ": %s", strerror(err_));              \
+				fprintf(stderr, "fstrace-collect: " #type " did not load with tp_btf (%s)\n", \
+					strerror(err_));                                            \
+				break;                                                              \
+			}                                                                           \
 			fprintf(stderr, "fstrace-collect: " #type " did not load with tp_btf (%s); "  \
 					"retrying with raw_tp\n", strerror(err_));                  \
 		}                                                                                   \
 	} while (0)
+#define LOAD_SKEL(type, skel, probes, owner) LOAD_SKEL_TRY(type, skel, probes, owner, 2)
 
 static bool any_tier(struct probe *probes, int n)
 {
@@ -819,7 +964,7 @@ static void prog_stats(struct probe *p)
 {
 	struct bpf_prog_info info = {};
 	__u32 len = sizeof(info);
-	p->misses = p->runs = 0;
+	p->misses = p->runs = p->run_ns = 0;
 	if (!p->prog)
 		return;
 	if (bpf_obj_get_info_by_fd(bpf_program__fd(p->prog), &info, &len)) {
@@ -828,6 +973,7 @@ static void prog_stats(struct probe *p)
 	}
 	p->misses = info.recursion_misses;
 	p->runs = info.run_cnt;
+	p->run_ns = info.run_time_ns;
 }
 
 static void json_probes(struct jbuf *b, struct probe *probes, int n, bool *first)
@@ -840,7 +986,8 @@ static void json_probes(struct jbuf *b, struct probe *probes, int n, bool *first
 		jb_str(b, probes[i].measures);
 		jb_add(b, ",\"why\":");
 		jb_str(b, probes[i].why);
-		jb_add(b, ",\"missed_runs\":%llu,\"runs\":%llu}", probes[i].misses, probes[i].runs);
+		jb_add(b, ",\"missed_runs\":%llu,\"runs\":%llu,\"run_ns\":%llu}", probes[i].misses, probes[i].runs,
+		       probes[i].run_ns);
 	}
 }
 
@@ -856,6 +1003,126 @@ static char *read_file(const char *path)
 		jb_add(&b, "%.*s", (int)n, buf);
 	fclose(f);
 	return b.s ? b.s : strdup("{}");
+}
+
+/* one key of the per-CPU counted-requests map, summed over CPUs; non-zero when it is gone */
+static int req_agg_sum(int fd, const struct fst_req_agg_key *key, struct fst_req_agg *sum)
+{
+	static struct fst_req_agg *per_cpu;
+	static int ncpu;
+	if (!per_cpu) {
+		ncpu = libbpf_num_possible_cpus();
+		per_cpu = calloc(ncpu, sizeof(*per_cpu));
+		if (!per_cpu)
+			die("out of memory");
+	}
+	if (bpf_map_lookup_elem(fd, key, per_cpu))
+		return -errno;
+	memset(sum, 0, sizeof(*sum));
+	for (int c = 0; c < ncpu; c++) {
+		const __u64 *src = (const __u64 *)&per_cpu[c];
+		__u64 *dst = (__u64 *)sum;
+		for (size_t i = 0; i < sizeof(*sum) / sizeof(__u64); i++)
+			dst[i] += src[i];
+	}
+	return 0;
+}
+
+static void json_slots_n(struct jbuf *b, const __u64 *slots, int n)
+{
+	jb_add(b, "[");
+	for (int i = 0; i < n; i++)
+		jb_add(b, "%s%llu", i ? "," : "", (unsigned long long)slots[i]);
+	jb_add(b, "]");
+}
+
+static void json_slots(struct jbuf *b, const __u64 *slots)
+{
+	json_slots_n(b, slots, FST_HIST_SLOTS);
+}
+
+/*
+ * "requests_counted": the requests tasks.bpf.c counted instead of recording, per (kind, superblock dev),
+ * summed over CPUs; parts by name (records.h FST_PARTS), histograms as log2 slots of microseconds.
+ */
+static void json_requests_counted(struct jbuf *b, struct tasks_bpf *tsk)
+{
+	jb_add(b, "\"requests_counted\":[");
+	if (!tsk) {
+		jb_add(b, "]");
+		return;
+	}
+	static const char *part_names[FST_NR_PARTS] = {
+#define PART_NAME(c, v, field) [v] = #field,
+		FST_PARTS(PART_NAME)
+#undef PART_NAME
+	};
+	int fd = bpf_map__fd(tsk->maps.req_agg);
+	struct fst_req_agg sum;
+	struct fst_req_agg_key key, next;
+	void *prev = NULL;
+	bool first = true;
+	while (!bpf_map_get_next_key(fd, prev, &next)) {
+		key = next;
+		prev = &key;
+		if (req_agg_sum(fd, &key, &sum))
+			continue;
+		jb_add(b, "%s{\"kind\":%u,\"sdev\":%u,\"count\":%llu,\"bytes\":%llu,\"wall_ns\":%llu,\"wall_hist\":",
+		       first ? "" : ",", key.kind, key.sdev, (unsigned long long)sum.count,
+		       (unsigned long long)sum.bytes, (unsigned long long)sum.wall_ns);
+		first = false;
+		json_slots(b, sum.wall_hist);
+		jb_add(b, ",\"wall_ns_loglin\":");
+		json_slots_n(b, sum.wall_ns_loglin, FST_LAT_SLOTS);
+		jb_add(b, ",\"part_ns\":{");
+		for (int p = 0; p < FST_NR_PARTS; p++)
+			jb_add(b, "%s\"%s\":%llu", p ? "," : "", part_names[p], (unsigned long long)sum.part_ns[p]);
+		jb_add(b, "},\"part_hist\":{");
+		for (int p = 0; p < FST_NR_PARTS; p++) {
+			jb_add(b, "%s\"%s\":", p ? "," : "", part_names[p]);
+			json_slots(b, sum.part_hist[p]);
+		}
+		jb_add(b, "}}");
+	}
+	jb_add(b, "]");
+}
+
+/* the live view's share of the counted requests: what each (kind, dev) count grew by since the last view */
+static void live_counted(struct tasks_bpf *tsk)
+{
+	static struct {
+		struct fst_req_agg_key key;
+		struct fst_req_agg seen;
+	} last[64];
+	static int nlast;
+	if (!tsk)
+		return;
+	int fd = bpf_map__fd(tsk->maps.req_agg);
+	struct fst_req_agg_key key, next;
+	struct fst_req_agg sum;
+	void *prev = NULL;
+	while (!bpf_map_get_next_key(fd, prev, &next)) {
+		key = next;
+		prev = &key;
+		if (req_agg_sum(fd, &key, &sum))
+			continue;
+		int i = 0;
+		while (i < nlast && memcmp(&last[i].key, &key, sizeof(key)))
+			i++;
+		if (i == N(last))
+			continue;	/* more keys than the map holds: cannot happen */
+		if (i == nlast) {
+			memset(&last[nlast], 0, sizeof(last[0]));
+			last[nlast++].key = key;
+		}
+		__u64 *d = (__u64 *)&sum, *l = (__u64 *)&last[i].seen;
+		for (size_t w = 0; w < sizeof(sum) / sizeof(__u64); w++) {
+			__u64 now = d[w];
+			d[w] -= l[w];
+			l[w] = now;
+		}
+		live_add_counted(&sum, key.kind == FST_REQ_READ);
+	}
 }
 
 static void json_aggregates(struct jbuf *b, struct block_bpf *blk)
@@ -960,6 +1227,23 @@ static __u64 sum_drops(int fd, __u32 idx)
 	return sum;
 }
 
+/*
+ * The BPF side wakes the reader only when a quarter of the ring buffer is waiting (common.bpf.h
+ * record_submit): the reader's own timer drains the rest.  epoll reports the ring only after a wakeup, so a
+ * poll that times out is followed by an explicit consume.  At 500 k records/s (warm randread, --records all)
+ * 50 ms is 2-3 MiB, well under the wakeup threshold.
+ */
+#define RB_POLL_MS 50
+
+static int drain_ring(struct ring_buffer *rb, int timeout_ms)
+{
+	int n = ring_buffer__poll(rb, timeout_ms);
+	if (n < 0)
+		return n;
+	int m = ring_buffer__consume(rb);
+	return m < 0 ? m : n + m;
+}
+
 int main(int argc, char **argv)
 {
 	parse_args(argc, argv);
@@ -1008,10 +1292,20 @@ int main(int argc, char **argv)
 	struct block_bpf *blk = NULL;
 	struct tasks_bpf *tsk = NULL;
 	struct bpf_object *none = NULL;
-	LOAD_SKEL(block_bpf, blk, block_probes, none);
-	if (!opt.block_only) {
-		LOAD_SKEL(tasks_bpf, tsk, task_probes, blk->obj);
-	} else {
+	task_storage_on = !opt.block_only && task_storage_usable();
+	for (;;) {
+		LOAD_SKEL(block_bpf, blk, block_probes, none);
+		if (opt.block_only)
+			break;
+		/* storage mode needs tasks.bpf.c on tp_btf: no raw_tp attempt in it */
+		LOAD_SKEL_TRY(tasks_bpf, tsk, task_probes, blk->obj, task_storage_on ? 1 : 2);
+		if (tsk)
+			break;
+		block_bpf__destroy(blk);
+		task_storage_on = false;
+		snprintf(task_state_why, sizeof(task_state_why), "pid hash: request tracing did not load with tp_btf");
+	}
+	if (opt.block_only) {
 		for (int i = 0; i < N(task_probes); i++) {
 			task_probes[i].tier = TIER_NONE;
 			snprintf(task_probes[i].why, sizeof(task_probes[i].why), "not loaded: --block-only");
@@ -1127,7 +1421,7 @@ int main(int argc, char **argv)
 	int live_clear = isatty(STDOUT_FILENO);
 	struct expired expired = {};
 	while (!stop_signal) {
-		err = ring_buffer__poll(rb, 100);
+		err = drain_ring(rb, RB_POLL_MS);
 		if (err < 0 && err != -EINTR)
 			die("polling ring buffer: %s", strerror(-err));
 		__u64 now = now_ns(CLOCK_MONOTONIC);
@@ -1140,6 +1434,7 @@ int main(int argc, char **argv)
 						     sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_IO)));
 		}
 		if (opt.interval > 0 && now - last_live >= (__u64)(opt.interval * 1e9)) {
+			live_counted(tsk);
 			live_print(stdout, (now - last_live) / 1e9,
 				   sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_REQ) +
 				   sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_IO), live_clear);
@@ -1181,7 +1476,7 @@ int main(int argc, char **argv)
 				busy += dev_inflight(&opt.devs[i]);
 		if (!busy)
 			break;
-		ring_buffer__poll(rb, 20);
+		drain_ring(rb, 20);
 	}
 	for (int i = 0; i < opt.nr_devs; i++)
 		read_diskstat(&opt.devs[i], &ds_end[i]);
@@ -1210,6 +1505,7 @@ int main(int argc, char **argv)
 	jb_str(&h, u.machine);
 	jb_add(&h, "},\"host\":");
 	jb_str(&h, u.nodename);
+	jb_add(&h, ",\"tracer_frame_prefix\":\"" TRACER_FRAME_PREFIX "\"");
 	jb_add(&h, ",\"dev_encoding\":\"kernel dev_t: major << 20 | minor\",");
 	jb_add(&h, "\"clock\":\"CLOCK_MONOTONIC ns (bpf_ktime_get_ns)\",");
 	jb_add(&h, "\"time\":{\"start_ns\":%llu,\"end_ns\":%llu,\"start_realtime_ns\":%llu,"
@@ -1267,10 +1563,24 @@ int main(int argc, char **argv)
 	jb_add(&h, "},");
 	jb_add(&h, "\"delayacct\":{\"was\":%d,\"enabled_for_tracing\":%s},", delayacct_was,
 	       delayacct_was == 0 ? "true" : "false");
+	jb_add(&h, "\"task_state\":{\"store\":\"%s\",\"why\":", opt.block_only ? "none" :
+	       task_storage_on ? "task_storage" : "pid_hash");
+	jb_str(&h, opt.block_only ? "--block-only: no requests" : task_state_why);
+	jb_add(&h, "},\"request_records\":{\"mode\":\"%s\",\"record_over_ns\":%llu},",
+	       opt.records_all ? "all" : "slow", (unsigned long long)(opt.record_over_us * 1000.0));
+	jb_add(&h, "\"io_stack_sampling\":{\"mode\":\"%s\",\"every_ns\":%llu,\"unsampled_id\":%d},",
+	       !opt.sample_hz ? "off" : opt.io_stacks_all ? "all" : "sampled", FST_IO_STACK_EVERY_NS,
+	       FST_STACK_UNSAMPLED);
+	jb_add(&h, "\"reader\":{\"wakeup_bytes\":%u,\"ringbuf_bytes\":%u,\"poll_ms\":%d},",
+	       FST_RINGBUF_BYTES / 4, FST_RINGBUF_BYTES, RB_POLL_MS);
 	jb_add(&h, "\"expired_in_flight\":{\"bios\":%llu,\"requests\":%llu,\"after_ns\":%llu},",
 	       expired.bios, expired.requests, FST_STALE_NS);
-	if (opt.sample_hz > 0)
+	if (opt.sample_hz > 0) {
 		load_ksyms();
+		struct bpf_object *objs[] = { blk->obj, tsk ? tsk->obj : NULL, ero ? ero->obj : NULL,
+					      sqf ? sqf->obj : NULL, btr ? btr->obj : NULL, smp ? smp->obj : NULL };
+		add_bpf_ksyms(objs, N(objs));
+	}
 	json_sampling(&h, smp, opt.sample_hz, sample_why);
 	jb_add(&h, ",");
 	if (blk->rodata->cfg.offcpu_stacks) {
@@ -1281,6 +1591,8 @@ int main(int argc, char **argv)
 	}
 	jb_add(&h, "\"kernel_aggregates\":{");
 	json_aggregates(&h, blk);
+	jb_add(&h, ",");
+	json_requests_counted(&h, tsk);
 	jb_add(&h, "},\"config\":%s}", meta);
 
 	if (delayacct_was == 0)

@@ -20,14 +20,12 @@ struct top_entry {
 	int used;
 };
 
-/* the attribution parts of a request, in the order the live view prints them */
-#define NR_PARTS 9
-
+/* the last interval: recorded requests and, from the kernel's counts, the page-cache hits it only counted;
+ * latencies of both in records.h's log-linear slots, so the percentiles are within 1/16 of the value */
 static struct {
 	uint64_t reqs, read_bytes, ios, io_bytes;
-	uint64_t parts[NR_PARTS];
-	uint32_t *lat_us;
-	size_t nlat, cap;
+	uint64_t parts[FST_NR_PARTS];
+	uint64_t lat_slots[FST_LAT_SLOTS];
 	struct top_entry procs[TOP_SLOTS], files[TOP_SLOTS];
 } L;
 
@@ -63,17 +61,10 @@ void live_add(const void *data, size_t size)
 	L.reqs++;
 	if (r->kind == FST_REQ_READ && r->ret > 0)
 		L.read_bytes += r->ret;
-	const uint64_t parts[NR_PARTS] = { r->oncpu_ns, r->io_wait_ns, r->worker_ns, r->worker_wait_ns,
-					   r->lock_ns, r->dsleep_ns, r->sleep_ns, r->runq_ns, r->missed_ns };
-	for (int i = 0; i < NR_PARTS; i++)
-		L.parts[i] += parts[i];
-	if (L.nlat == L.cap) {
-		L.cap = L.cap ? L.cap * 2 : 4096;
-		L.lat_us = realloc(L.lat_us, L.cap * sizeof(*L.lat_us));
-		if (!L.lat_us)
-			abort();
-	}
-	L.lat_us[L.nlat++] = (uint32_t)((r->ts_end_ns - r->ts_start_ns) / 1000);
+#define PART_ADD(c, v, field) L.parts[v] += r->field;
+	FST_PARTS(PART_ADD)
+#undef PART_ADD
+	L.lat_slots[fst_loglin_slot(r->ts_end_ns - r->ts_start_ns)]++;
 
 	struct top_entry *p = top_slot(L.procs, r->tgid);
 	if (p) {
@@ -92,10 +83,31 @@ void live_add(const void *data, size_t size)
 	}
 }
 
-static int cmp_u32(const void *a, const void *b)
+void live_add_counted(const struct fst_req_agg *delta, bool read)
 {
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-	return x < y ? -1 : x > y;
+	L.reqs += delta->count;
+	if (read)
+		L.read_bytes += delta->bytes;
+	for (int i = 0; i < FST_NR_PARTS; i++)
+		L.parts[i] += delta->part_ns[i];
+	for (int i = 0; i < FST_LAT_SLOTS; i++)
+		L.lat_slots[i] += delta->wall_ns_loglin[i];
+}
+
+/* the latency (us, a slot's midpoint) below which a share q of the interval's requests fell */
+static double lat_quantile_us(uint64_t n, double q)
+{
+	uint64_t want = (uint64_t)(q * (n - 1)) + 1, seen = 0;
+	for (int i = 0; i < FST_LAT_SLOTS; i++) {
+		seen += L.lat_slots[i];
+		if (seen >= want) {
+			if (i < (1 << FST_LAT_SUB_BITS))
+				return i / 1e3;
+			int e = i / (1 << FST_LAT_SUB_BITS) + FST_LAT_SUB_BITS - 1, m = i % (1 << FST_LAT_SUB_BITS);
+			return ((double)((uint64_t)(2 * ((1 << FST_LAT_SUB_BITS) + m) + 1) << (e - FST_LAT_SUB_BITS)) / 2) / 1e3;
+		}
+	}
+	return 0;
 }
 
 static int cmp_wait(const void *a, const void *b)
@@ -116,20 +128,24 @@ void live_print(FILE *out, double interval_s, unsigned long long drops, int clea
 	fprintf(out, "fstrace %s  requests/s %.0f  read MiB/s %.1f  block req/s %.0f (%.1f MiB/s)  dropped %llu\n", stamp,
 		L.reqs / interval_s, L.read_bytes / interval_s / 1048576.0, L.ios / interval_s,
 		L.io_bytes / interval_s / 1048576.0, drops);
-	if (L.nlat) {
-		qsort(L.lat_us, L.nlat, sizeof(*L.lat_us), cmp_u32);
-		fprintf(out, "  latency p50 %u us  p99 %u us  max %u us\n", L.lat_us[L.nlat / 2],
-			L.lat_us[(size_t)(L.nlat * 0.99)], L.lat_us[L.nlat - 1]);
-	}
+	uint64_t n = 0;
+	for (int i = 0; i < FST_LAT_SLOTS; i++)
+		n += L.lat_slots[i];
+	if (n)
+		fprintf(out, "  latency p50 %.1f us  p99 %.1f us  max %.1f us\n", lat_quantile_us(n, 0.5),
+			lat_quantile_us(n, 0.99), lat_quantile_us(n, 1.0));
 	uint64_t total = 0;
-	for (int i = 0; i < NR_PARTS; i++)
+	for (int i = 0; i < FST_NR_PARTS; i++)
 		total += L.parts[i];
 	if (total) {
-		static const char *names[NR_PARTS] = { "oncpu", "io_wait", "kworker", "kworker_wait", "lock", "dsleep",
-						       "sleep", "runq", "missed" };
+		static const char *names[FST_NR_PARTS] = {
+#define PART_NAME(c, v, field) [v] = #field,
+			FST_PARTS(PART_NAME)
+#undef PART_NAME
+		};
 		fprintf(out, "  time in requests:");
-		for (int i = 0; i < NR_PARTS; i++)
-			fprintf(out, " %s %.0f%%", names[i], 100.0 * L.parts[i] / total);
+		for (int i = 0; i < FST_NR_PARTS; i++)
+			fprintf(out, " %.*s %.0f%%", (int)strlen(names[i]) - 3, names[i], 100.0 * L.parts[i] / total);
 		fprintf(out, "\n");
 	}
 	qsort(L.procs, TOP_SLOTS, sizeof(L.procs[0]), cmp_wait);
@@ -154,9 +170,5 @@ void live_print(FILE *out, double interval_s, unsigned long long drops, int clea
 		fprintf(out, "\n");
 	}
 	fflush(out);
-	uint32_t *lat = L.lat_us;
-	size_t cap = L.cap;
 	memset(&L, 0, sizeof(L));
-	L.lat_us = lat;
-	L.cap = cap;
 }

@@ -9,7 +9,12 @@
  * A top-like view of the last interval, computed in the collector from the
  * records it is writing anyway, so it works on a target box without Python.
  */
+#include <stdbool.h>
+#include "records.h"
+
 void live_add(const void *rec, size_t size);
+/* requests the kernel counted instead of recording, since the last call (read: they were reads) */
+void live_add_counted(const struct fst_req_agg *delta, bool read);
 void live_print(FILE *out, double interval_s, unsigned long long drops, int clear);
 
 #endif

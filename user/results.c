@@ -139,6 +139,14 @@ char *enums_json(void)
 	ENUM_OBJ("erofs_map_flag", FST_EROFS_MAP_FLAGS);
 	jb_add(b, ",");
 	ENUM_OBJ("fs_cache", FST_FS_CACHES);
+	jb_add(b, ",");
+	{
+#define PART_JSON(c, v, field) ENUM_JSON(c, v, #field)
+#define FST_PARTS_JSON(E) FST_PARTS(PART_JSON)
+		ENUM_OBJ("part", FST_PARTS_JSON);
+#undef FST_PARTS_JSON
+#undef PART_JSON
+	}
 	jb_add(b, "}");
 	return jb.s;
 }

@@ -29,6 +29,7 @@ struct probe {
 	struct bpf_link *link, *exit_link;
 	unsigned long long misses;	/* runs the kernel skipped (recursion guard), read at the end */
 	unsigned long long runs;	/* runs, counted only with kernel.bpf_stats_enabled=1 */
+	unsigned long long run_ns;	/* time in the program over those runs (same condition) */
 };
 
 const char *tier_name(enum tier t);
