@@ -118,12 +118,23 @@ static __always_inline bool req_is_countable(struct task_req *r, long ret, __u64
 	       !r->pcache_adds && !r->ra_windows && wall < cfg.record_over_ns;
 }
 
+/*
+ * slots[slot]++ with the bound checked on the very register used to index: clang otherwise clamps a copy
+ * (min()) and indexes with the original, which the 6.1 verifier rejects as an unbounded access
+ */
+static __always_inline void slot_inc(__u64 *slots, __u32 slot, __u32 nslots)
+{
+	asm volatile("" : "+r"(slot));
+	if (slot < nslots)
+		slots[slot]++;
+}
+
 static __always_inline void agg_part(struct fst_req_agg *a, int part, __u64 ns)
 {
 	if (!ns)
 		return;
 	a->part_ns[part] += ns;
-	a->part_hist[part][log2_slot(ns / 1000)]++;
+	slot_inc(a->part_hist[part], log2_slot(ns / 1000), FST_HIST_SLOTS);
 }
 
 static __always_inline bool req_count(struct task_req *r, long ret, __u64 wall, __u64 oncpu, __u64 tracer)
@@ -140,8 +151,8 @@ static __always_inline bool req_count(struct task_req *r, long ret, __u64 wall, 
 	a->count++;
 	a->bytes += ret > 0 ? ret : 0;
 	a->wall_ns += wall;
-	a->wall_hist[log2_slot(wall / 1000)]++;
-	a->wall_ns_loglin[fst_loglin_slot(wall)]++;
+	slot_inc(a->wall_hist, log2_slot(wall / 1000), FST_HIST_SLOTS);
+	slot_inc(a->wall_ns_loglin, fst_loglin_slot(wall), FST_LAT_SLOTS);
 	/* never left the CPU: every other part is 0 (req_is_countable) */
 	agg_part(a, FST_PART_ONCPU, oncpu);
 	agg_part(a, FST_PART_TRACER, tracer);

@@ -2,11 +2,20 @@
 
 In one run, on the same images, configurations alternate (order rotated every
 repetition, so drift on a shared machine hits all alike):
-  none            the workload alone
-  fstrace-block   collector --block-only (block requests only)
-  fstrace-full    collector with requests and attribution
-  bpftrace-hist   bpftrace one-liner: block request size histogram
-  biolatency      libbpf-tools biolatency
+  none              the workload alone
+  fstrace-full      the collector exactly as `fstrace run` and `attach` start it by default
+                    (user/cli.py tracing_options(): sampling at SAMPLE_HZ with off-CPU and
+                    sampled bio stacks, page-cache hits counted in the kernel)
+  fstrace-nosample  the same with --sample-hz 0 (no stacks, no sampling)
+  fstrace-records-all  the default with --records all (a record for every request)
+  fstrace-block     collector --block-only (block requests only)
+  bpftrace-hist     bpftrace one-liner: block request size histogram
+  biolatency        libbpf-tools biolatency
+Then, per case, one run each of fstrace-full and bpftrace-hist with
+kernel.bpf_stats_enabled=1 (off for the throughput runs: it times every BPF
+program run, tracers' alike): each program's cost per event (run_time_ns /
+run_cnt) beside the events per second it handled.  Last, the main command's
+own profile: the share of on-CPU samples inside requests that were fstrace's.
 Workloads: fio 4 KiB randread cold (caches dropped), warm (file in the page
 cache, time based), and tar of the tree (cold).  Throughput is the workload's
 own figure; ratios are traced/untraced within one repetition.
@@ -28,11 +37,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from analysis import results, summary  # noqa: E402
+from user.cli import tracing_options  # noqa: E402
 from user.system import Cleanup, backing_block_device, dev_numbers, drop_caches, ensure_tracefs, losetup, mount  # noqa: E402
 from workloads import catalog, dataset, images  # noqa: E402
 
 COLLECTOR = os.path.join(ROOT, "build", "fstrace-collect")
-CONFIGS = ["none", "fstrace-block", "fstrace-full", "bpftrace-hist", "biolatency"]
+# collector options of each fstrace configuration: the default is what run/attach use, not a bench variant
+FSTRACE_CONFIGS = {
+    "fstrace-full": tracing_options(None),
+    "fstrace-nosample": tracing_options(None)[2:] + ["--sample-hz", "0"],
+    "fstrace-records-all": tracing_options(None)[:2] + ["--records", "all"] + tracing_options(None)[4:],
+    "fstrace-block": ["--block-only"],
+}
+CONFIGS = ["none", "fstrace-full", "fstrace-nosample", "fstrace-records-all", "fstrace-block", "bpftrace-hist",
+           "biolatency"]
 BPFTRACE_HIST = "tracepoint:block:block_rq_complete { @bytes = hist(args->nr_sector * 512); }"
 
 
@@ -60,11 +78,21 @@ class Tracer:
             now = bpf_prog_ids() - before
             if now and now == last:
                 time.sleep(0.5)  # attach follows load
+                self.ids = now
                 return
             last = now
             time.sleep(0.2)
         self.stop()
         raise RuntimeError("%s did not load its programs within 60 s" % argv[0])
+
+    def prog_stats(self):
+        """[(name, runs, run_ns)] of the programs this tracer loaded (counted while bpf_stats_enabled=1)."""
+        out = []
+        for prog in json.loads(subprocess.run(["bpftool", "-j", "prog", "show"], stdout=subprocess.PIPE,
+                                              text=True).stdout or "[]"):
+            if str(prog["id"]) in self.ids:
+                out.append((prog.get("name", "?"), prog.get("run_cnt", 0), prog.get("run_time_ns", 0)))
+        return out
 
     def stop(self):
         self.p.send_signal(signal.SIGINT)
@@ -85,15 +113,19 @@ def run_one(config, argv, cwd, devs, work):
     if os.path.exists(fst):
         os.unlink(fst)
     info = {}
-    if config in ("fstrace-block", "fstrace-full"):
-        cmd = [COLLECTOR, "-o", fst] + devs + (["--block-only"] if config == "fstrace-block" else []) + ["--"] + argv
+    if config in FSTRACE_CONFIGS:
+        cmd = [COLLECTOR, "-o", fst] + devs + FSTRACE_CONFIGS[config] + ["--"] + argv
         subprocess.run(cmd, cwd=cwd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         res = results.load(fst)
         n = sum(len(a) for a in res.records.values())
         span = (res.header["time"]["end_ns"] - res.header["time"]["start_ns"]) / 1e9
         info = {"records": n, "records_per_s": n / span if span else None,
                 "dropped": sum(res.header["drops"].values()),
-                "load_attach_s": res.header["time"]["load_attach_ns"] / 1e9}
+                "load_attach_s": res.header["time"]["load_attach_ns"] / 1e9,
+                "probes": [(p["probe"], p["runs"], p.get("run_ns", 0)) for p in res.header["probes"] if p["runs"]]
+                + ([("perf_event sampling", res.header["sampling"]["runs"], res.header["sampling"]["run_ns"])]
+                   if res.header["sampling"].get("runs") else []),
+                "span_s": span}
         return info
     tracer = None
     if config == "bpftrace-hist":
@@ -101,11 +133,54 @@ def run_one(config, argv, cwd, devs, work):
     elif config == "biolatency":
         tracer = Tracer(["biolatency"])
     try:
+        t0 = time.monotonic()
         subprocess.run(argv, cwd=cwd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if tracer:
+            info = {"probes": tracer.prog_stats(), "span_s": time.monotonic() - t0}
     finally:
         if tracer:
             tracer.stop()
     return info
+
+
+class BpfStats:
+    """kernel.bpf_stats_enabled=1 for a while (the kernel then times every BPF program run), restored after."""
+
+    PATH = "/proc/sys/kernel/bpf_stats_enabled"
+
+    def __enter__(self):
+        with open(self.PATH) as f:
+            self.was = f.read().strip()
+        with open(self.PATH, "w") as f:
+            f.write("1")
+        return self
+
+    def __exit__(self, *exc):
+        with open(self.PATH, "w") as f:
+            f.write(self.was)
+
+
+def probe_costs(info):
+    """[{program, runs, events_per_s, ns_per_event}] from one run with bpf stats on."""
+    span = info.get("span_s") or 0
+    return [{"program": name, "runs": runs, "events_per_s": runs / span if span else None,
+             "ns_per_event": ns / runs if runs else None}
+            for name, runs, ns in sorted(info.get("probes", []), key=lambda p: -p[2]) if runs]
+
+
+def main_command_profile(cache, scale):
+    """The main command's own on-CPU profile: the share of samples inside requests that were fstrace's."""
+    out = tempfile.mkdtemp(prefix="fstrace-bench-run-")
+    try:
+        subprocess.run([os.path.join(ROOT, "fstrace"), "run", "--fs", "erofs", "--workload", "randread",
+                        "--cache", cache, "--scale", str(scale), "-o", os.path.join(out, "r")], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open(os.path.join(out, "r", "summary.json")) as f:
+            s = json.load(f)
+        return {"command": "fstrace run --fs erofs --workload randread", "tracer": s["tracer"],
+                "attribution_shares": s["attribution"]["shares"]}
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def throughput(case, work):
@@ -121,8 +196,8 @@ def analysis_rate(work, devs, single_mnt, single_file):
     wl = catalog.Fio("bench-analysis", "", "randread", runtime_s=6)
     argv = wl.prepare(single_mnt, work, {"single_file": single_file})
     fst = os.path.join(work, "big.fst")
-    subprocess.run([COLLECTOR, "-o", fst] + devs + ["--"] + argv, check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
+    subprocess.run([COLLECTOR, "-o", fst] + devs + FSTRACE_CONFIGS["fstrace-records-all"] + ["--"] + argv,
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     t0 = time.perf_counter()
     res = results.load(fst)
     summary.summarize(res)
@@ -202,11 +277,21 @@ def main():
                 ratios = [t / b for t, b in zip(rows[cfg], base)]
                 res[cfg] = {"throughput_bytes_per_s": stats(rows[cfg]), "ratio_to_none": stats(ratios)}
                 if infos[cfg] and infos[cfg][0]:
-                    for k in ("records_per_s", "dropped", "load_attach_s"):
+                    for k in ("records_per_s", "dropped", "load_attach_s", "records"):
                         res[cfg][k] = stats([i[k] for i in infos[cfg] if i.get(k) is not None])
+            # per-program cost: one run each with the kernel's BPF run-time accounting on
+            with BpfStats():
+                for cfg in ("fstrace-full", "bpftrace-hist"):
+                    if cfg not in have:
+                        continue
+                    if case["cold"]:
+                        drop_caches()
+                    res[cfg]["probe_costs"] = probe_costs(run_one(cfg, case["argv"], case["cwd"], devs, work))
             out["cases"][name] = res
         log("analysis speed")
         out["analysis"] = analysis_rate(work, devs, mounts["single"], single_ctx["single_file"])
+    log("the main command's own profile")
+    out["main_command"] = main_command_profile(args.cache, args.scale)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
@@ -215,17 +300,30 @@ def main():
 
 
 def render(out):
-    lines = ["%-22s %-14s %28s %22s %14s %9s %12s" % ("case", "config", "throughput MiB/s min/med/max",
+    lines = ["%-22s %-20s %28s %22s %14s %9s %12s" % ("case", "config", "throughput MiB/s min/med/max",
                                                        "ratio min/med/max", "records/s med", "dropped",
                                                        "attach s")]
     for case, res in out["cases"].items():
         for cfg, r in res.items():
             t, q = r["throughput_bytes_per_s"], r["ratio_to_none"]
-            lines.append("%-22s %-14s %9.1f %8.1f %8.1f   %6.3f %6.3f %6.3f %14s %9s %12s" % (
+            lines.append("%-22s %-20s %9.1f %8.1f %8.1f   %6.3f %6.3f %6.3f %14s %9s %12s" % (
                 case, cfg, t["min"] / 2**20, t["median"] / 2**20, t["max"] / 2**20, q["min"], q["median"], q["max"],
                 "%.0f" % r["records_per_s"]["median"] if r.get("records_per_s") else "-",
-                "%d" % r["dropped"]["max"] if r.get("dropped") else "-",
+                "%d" % r["dropped"]["max"] if r.get("dropped") is not None else "-",
                 "%.3f" % r["load_attach_s"]["median"] if r.get("load_attach_s") else "-"))
+    for case, res in out["cases"].items():
+        for cfg, r in res.items():
+            for p in r.get("probe_costs") or []:
+                lines.append("  per-event cost %-22s %-18s %-34s %10.0f events/s %8.0f ns/event" % (
+                    case, cfg, p["program"][:34], p["events_per_s"] or 0, p["ns_per_event"] or 0))
+    m = out.get("main_command")
+    if m:
+        sm = m["tracer"].get("sampled") or {}
+        lines.append("main command (%s): tracer part %.1f %% of request time (timed); %.1f %% of on-CPU samples "
+                     "inside requests are fstrace's (95 %%: %.1f-%.1f %%)" % (
+                         m["command"], 100 * (m["tracer"]["timed_share"] or 0), 100 * (sm.get("share") or 0),
+                         100 * sm["share_95"][0] if sm.get("share_95") else 0,
+                         100 * sm["share_95"][1] if sm.get("share_95") else 0))
     a = out["analysis"]
     lines.append("analysis: %d records in %.2f s = %.2f s per million records (dropped while recording: %d)"
                  % (a["records"], a["seconds"], a["seconds_per_million"], a["dropped"]))

@@ -12,8 +12,10 @@ from conftest import COLLECTOR
 
 
 def collect(tmp_path, *args, cmd):
+    """The collector alone, a record for every request (these tests check requests one by one)."""
     out = tmp_path / "r.fst"
-    p = subprocess.run([COLLECTOR, "-o", str(out)] + list(args) + ["--"] + cmd, stderr=subprocess.PIPE, text=True)
+    p = subprocess.run([COLLECTOR, "-o", str(out), "--records", "all"] + list(args) + ["--"] + cmd,
+                       stderr=subprocess.PIPE, text=True)
     assert p.returncode == 0, p.stderr
     return results.load(str(out))
 

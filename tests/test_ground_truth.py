@@ -16,24 +16,27 @@ def test_fio_io_count_and_bytes(erofs_randread):
     _, res, summary = erofs_randread
     gt = summary["ground_truth"]
     reads = fio_file_reads(res)
+    counted = S.counted_requests(res, kinds=("read",))
+    n_counted = counted["count"] if counted else 0
     assert gt["ios"] > 1000
-    assert len(reads) == gt["ios"]
-    assert int(reads["ret"].sum()) == gt["read_bytes"]
+    # every read is recorded or, a page-cache hit, counted in the kernel: together exactly fio's reads
+    assert len(reads) + n_counted == gt["ios"] == summary["reads"]["count"]
+    assert int(reads["ret"].sum()) + (counted["bytes"] if counted else 0) == gt["read_bytes"]
+    assert summary["reads"]["bytes"] == gt["read_bytes"]
     # every fio read is one 4 KiB pread64 at a distinct offset: randread covers the file once
     assert set(reads["ret"].tolist()) == {4096}
-    assert len(np.unique(reads["pos"])) == gt["ios"]
+    assert len(np.unique(reads["pos"])) == len(reads)
 
 
 def test_fio_latencies_agree(erofs_randread):
     """fio's completion latency percentiles vs fstrace's syscall latencies for the same I/Os."""
     _, res, summary = erofs_randread
-    reads = fio_file_reads(res)
-    ours = np.sort((reads["ts_end_ns"] - reads["ts_start_ns"]).astype(np.float64))
     fio_p = summary["ground_truth"]["clat_ns"]["percentile"]
     p50 = float(fio_p["50.000000"])
     # fio rounds percentiles to its own log-linear bins (within ~3 %) and times around the syscall:
-    # our syscall-only time sits at or below its number, and not far below it
-    ours_p50 = float(np.percentile(ours, 50))
+    # our syscall-only time sits at or below its number, and not far below it.  Ours is over the recorded
+    # reads and the counted page-cache hits together (the latter by histogram slot, within 1/16)
+    ours_p50 = summary["reads"]["latency_us"]["p50"] * 1e3
     assert 0.5 * p50 <= ours_p50 <= 1.1 * p50, (ours_p50, p50)
 
 
@@ -81,7 +84,9 @@ def test_attribution_parts_sum_to_wall_for_every_request(erofs_randread):
     req = res["req"]
     wall = (req["ts_end_ns"] - req["ts_start_ns"]).astype(np.int64)
     parts = sum(req[p].astype(np.int64) for p in S.ATTRIBUTION_PARTS)
-    assert np.all(np.abs(wall - parts) <= np.maximum(wall // 100, 1))
+    assert "tracer_ns" in req.dtype.names
+    assert np.array_equal(wall, parts)
+    assert summary["attribution"]["unaccounted_ns"] == 0
     assert np.all(req["oncpu_ns"].astype(np.int64) <= wall)
     assert np.all((req["missed_ns"] > 0) <= (req["nr_missed_events"] > 0))
     assert np.all((req["nr_lock_waits"] > 0) == (req["lock_ns"] > 0))
@@ -124,7 +129,9 @@ def test_backing_device_follows_loop(erofs_randread):
 def test_tar_reads_every_byte(squashfs_tar):
     _, res, summary = squashfs_tar
     reads = S.reads_of(res)
-    assert int(reads["ret"][reads["ret"] > 0].sum()) == summary["ground_truth"]["read_bytes"]
+    cnt = S.counted_requests(res, kinds=("read",))
+    assert int(reads["ret"][reads["ret"] > 0].sum()) + (cnt["bytes"] if cnt else 0) == \
+        summary["ground_truth"]["read_bytes"] == summary["reads"]["bytes"]
 
 
 def test_iops_cap_forces_io_wait(tmp_path):

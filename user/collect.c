@@ -781,8 +781,15 @@ static void json_sampling(struct jbuf *b, struct sample_bpf *smp, int hz, const 
 	jb_add(b, ",\"folded\":[");
 	json_stack_rows(b, bpf_map__fd(smp->maps.samples), sizeof(struct fst_sample_key), bpf_map__fd(smp->maps.sample_stacks),
 			offsetof(struct fst_sample_key, stack_id), -1, sample_prefix, &sp, &total, lost);
-	jb_add(b, "],\"samples\":%llu,\"stacks_lost\":%llu,\"with_user_stack\":%llu,\"event\":\"cpu-clock\"}",
-	       total, lost[0], sp.with_user_stack);
+	/* the sampling program's own cost (kernel.bpf_stats_enabled=1), as the probes' */
+	struct bpf_prog_info info = {};
+	__u32 len = sizeof(info);
+	if (bpf_obj_get_info_by_fd(bpf_program__fd(smp->progs.sample_request_stack), &info, &len))
+		memset(&info, 0, sizeof(info));
+	jb_add(b, "],\"samples\":%llu,\"stacks_lost\":%llu,\"with_user_stack\":%llu,\"event\":\"cpu-clock\","
+		  "\"runs\":%llu,\"run_ns\":%llu}",
+	       total, lost[0], sp.with_user_stack, (unsigned long long)info.run_cnt,
+	       (unsigned long long)info.run_time_ns);
 }
 
 /* stack ids block requests were queued from: folded into the header at the end */
