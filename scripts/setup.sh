@@ -16,8 +16,8 @@ WORKLOADS="fio erofs-utils squashfs-tools btrfs-progs xfsprogs e2fsprogs util-li
 # the CLI, summaries and the HTML report
 ANALYSIS="python3 python3-numpy python3-matplotlib"
 # only the tests: pytest; QEMU, busybox, kmod and cpio for the Debian 6.1 kernel test; headless Chromium
-# and PIL to check the HTML report renders
-TEST="python3-pytest qemu-system-x86 busybox-static kmod cpio chromium python3-pil"
+# and PIL to check the HTML report renders; strace to see that bad collector options load nothing
+TEST="python3-pytest qemu-system-x86 busybox-static kmod cpio chromium python3-pil strace"
 
 if [ "${1:-}" = "--test" ]; then
 	set -- collector workloads analysis test
