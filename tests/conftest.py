@@ -94,7 +94,7 @@ def collector_under(parent, timeout=600.0):
     deadline = time.time() + timeout
     while time.time() < deadline:
         children = {}
-        for d in os.listdir("/proc"):
+        for d in filter(str.isdigit, os.listdir("/proc")):
             try:
                 with open("/proc/%s/stat" % d) as f:
                     ppid = int(f.read().rsplit(")", 1)[1].split()[1])
