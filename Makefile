@@ -23,10 +23,11 @@ USER_CFLAGS := -g -O2 -Wall -Wextra -Wno-unused-parameter -I$(OUT) -Ibpf
 STATIC ?= 1
 ifeq ($(STATIC),0)
 LINK_LIBS := -lbpf -lelf -lz
+STATIC_FLAG := 0
 else
 LINK_LIBS := -static -lbpf -lelf -lz -lzstd
+STATIC_FLAG := 1
 endif
-STATIC_FLAG := $(if $(filter 0,$(STATIC)),0,1)
 
 .PHONY: all clean vmlinux test bench-overhead vmtest FORCE
 all: $(OUT)/fstrace-collect
@@ -42,7 +43,7 @@ $(OUT)/%.skel.h: $(OUT)/%.bpf.o
 
 # linked under a temporary name and renamed, so a collector that is running keeps its binary
 $(OUT)/fstrace-collect: $(USER_SRCS) $(USER_HDRS) $(SKELS) bpf/records.h $(OUT)/link-mode | $(OUT)
-	@$(CC) $(USER_CFLAGS) -DFSTRACE_STATIC=$(STATIC_FLAG) $(USER_SRCS) -o $@.tmp $(LINK_LIBS) || { \
+	$(CC) $(USER_CFLAGS) -DFSTRACE_STATIC=$(STATIC_FLAG) $(USER_SRCS) -o $@.tmp $(LINK_LIBS) || { \
 		rm -f $@.tmp; \
 		if [ $(STATIC_FLAG) = 1 ]; then echo "make: linking the static collector failed (static libbpf, libelf," \
 			"zlib, zstd and libc are in libbpf-dev libelf-dev zlib1g-dev libzstd-dev libc6-dev);" \
