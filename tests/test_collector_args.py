@@ -22,6 +22,11 @@ def a_block_device():
     return sorted(os.listdir("/sys/dev/block"))[0]
 
 
+def a_cgroup2_directory():
+    with open("/proc/mounts") as f:
+        return [l.split()[1] for l in f if l.split()[2] == "cgroup2"][0]
+
+
 def a_dead_pid():
     p = subprocess.Popen(["true"])
     p.wait()
@@ -61,6 +66,7 @@ BAD = [
     (["-p", "0"], "--pid wants a whole number"),
     (["--pid", a_dead_pid], "no such process"),
     (["--cgroup", "/nonexistent/cgroup"], "not a cgroup v2 directory"),
+    (["-g", "/tmp"], "not a cgroup v2 directory"),  # a directory, of another filesystem
     (["-c", "a" * 16], "a task name has 1 to 15 characters"),
     (["--comm", ""], "a task name has 1 to 15 characters"),
     (["--bogus"], "unknown option --bogus"),
@@ -110,7 +116,7 @@ def test_every_advertised_option_is_parsed(tmp_path):
     """Each option of the usage text, with a valid value, is accepted (then --help ends the parse)."""
     meta = tmp_path / "meta.json"
     meta.write_text("{}")
-    valid = {"FILE": str(meta), "PID": str(os.getpid()), "PATH": "/sys/fs/cgroup", "NAME": "x", "MAJ:MIN": "0:1",
+    valid = {"FILE": str(meta), "PID": str(os.getpid()), "PATH": a_cgroup2_directory(), "NAME": "x", "MAJ:MIN": "0:1",
              "SEC": "1", "FD": "1", "HZ": "0", "MAJ:MIN[:UNIT[:loop]]": a_block_device() + ":4096",
              "US": "1000", "MODE": "all"}
     for opt, metavar in usage_options():

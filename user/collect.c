@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <linux/magic.h>
 #include <sys/sysmacros.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -292,14 +294,15 @@ static void parse_args(int argc, char **argv)
 		{ 0 },
 	};
 	int c;
-	struct stat st;
+	struct statfs fs;
 	opterr = 0;	/* its messages come on top of ours: one line, from die() */
 	while ((c = getopt_long(argc, argv, "+:o:m:d:p:g:c:s:i:D:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'o': opt.out = optarg; break;
 		case 'm': opt.meta_file = optarg; break;
 		case 'g':
-			if (stat(optarg, &st) || !S_ISDIR(st.st_mode))
+			/* any other directory has an inode number too: it would filter on a cgroup that never runs */
+			if (statfs(optarg, &fs) || fs.f_type != CGROUP2_SUPER_MAGIC)
 				die("--cgroup %s: not a cgroup v2 directory", optarg);
 			opt.cgroup = optarg;
 			break;
