@@ -17,11 +17,19 @@ USER_HDRS := $(wildcard user/*.h)
 
 BPF_CFLAGS := -g -O2 -Wall -target bpf -D__TARGET_ARCH_$(ARCH) -Ivmlinux/$(ARCH) -Ibpf
 USER_CFLAGS := -g -O2 -Wall -Wextra -Wno-unused-parameter -I$(OUT) -Ibpf
-# Static so the collector can be copied to a target box without libbpf; fall back to dynamic.
-STATIC_LIBS := -Wl,-Bstatic -lbpf -lelf -lz -lzstd -Wl,-Bdynamic
-DYN_LIBS := -lbpf -lelf -lz
+# Static so the collector can be copied to a target box that has no libbpf (README "Collector on a target
+# box"); the results header records which it is. A failed static link is an error, not a silent dynamic
+# collector: `make STATIC=0` asks for a dynamic one explicitly.
+STATIC ?= 1
+ifeq ($(STATIC),0)
+LINK_LIBS := -lbpf -lelf -lz
+STATIC_FLAG := 0
+else
+LINK_LIBS := -static -lbpf -lelf -lz -lzstd
+STATIC_FLAG := 1
+endif
 
-.PHONY: all clean vmlinux test bench-overhead vmtest
+.PHONY: all clean vmlinux test bench-overhead vmtest FORCE
 all: $(OUT)/fstrace-collect
 
 $(OUT):
@@ -34,11 +42,20 @@ $(OUT)/%.skel.h: $(OUT)/%.bpf.o
 	$(BPFTOOL) gen skeleton $< > $@.tmp && mv $@.tmp $@
 
 # linked under a temporary name and renamed, so a collector that is running keeps its binary
-$(OUT)/fstrace-collect: $(USER_SRCS) $(USER_HDRS) $(SKELS) bpf/records.h | $(OUT)
-	$(CC) $(USER_CFLAGS) $(USER_SRCS) -o $@.tmp -static -lbpf -lelf -lz -lzstd 2>/dev/null || \
-	$(CC) $(USER_CFLAGS) $(USER_SRCS) -o $@.tmp $(STATIC_LIBS) 2>/dev/null || \
-	$(CC) $(USER_CFLAGS) $(USER_SRCS) -o $@.tmp $(DYN_LIBS)
+$(OUT)/fstrace-collect: $(USER_SRCS) $(USER_HDRS) $(SKELS) bpf/records.h $(OUT)/link-mode | $(OUT)
+	$(CC) $(USER_CFLAGS) -DFSTRACE_STATIC=$(STATIC_FLAG) $(USER_SRCS) -o $@.tmp $(LINK_LIBS) || { \
+		rm -f $@.tmp; \
+		if [ $(STATIC_FLAG) = 1 ]; then echo "make: linking the static collector failed (static libbpf, libelf," \
+			"zlib, zstd and libc are in libbpf-dev libelf-dev zlib1g-dev libzstd-dev libc6-dev);" \
+			"make STATIC=0 builds a dynamic one that cannot be copied to a box without libbpf" >&2; fi; \
+		exit 1; }
 	mv $@.tmp $@
+
+FORCE:
+
+# changes only when STATIC does, so switching it relinks the collector and nothing else
+$(OUT)/link-mode: FORCE | $(OUT)
+	@echo $(STATIC_FLAG) | cmp -s - $@ || echo $(STATIC_FLAG) > $@
 
 vmlinux:
 	mkdir -p vmlinux/$(ARCH)

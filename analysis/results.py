@@ -56,9 +56,6 @@ class Results:
     def config(self):
         return self.header.get("config", {})
 
-    def probe_tiers(self):
-        return {p["probe"]: p for p in self.header.get("probes", [])}
-
 
 def read_header(fp):
     """Parse magic and JSON header; returns (header, data_start) with fp positioned after the header."""

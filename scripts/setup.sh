@@ -2,17 +2,38 @@
 # Install what fstrace needs (Debian bookworm packages) and build it. Idempotent: a no-op when all is there.
 # Why not bcc/python3-bcc: bcc compiles its BPF C against kernel headers on the target at every start;
 # fstrace's CO-RE objects are compiled once and relocated by libbpf on any kernel with BTF.
+#
+#   setup.sh [PART...]   PART: collector, workloads, analysis, test; none: collector workloads analysis
+#   setup.sh --test      all four (the test command)
+# so that `fstrace attach` on a production box installs no fio, mkfs tools or test tools (see ./fstrace).
 set -eu
 here=$(CDPATH= cd -- "$(dirname -- "$0")/.." && pwd)
 
-PKGS="make gcc clang llvm libbpf-dev libelf-dev zlib1g-dev libzstd-dev bpftool
-      fio erofs-utils squashfs-tools btrfs-progs xfsprogs e2fsprogs util-linux tar lz4
-      python3 python3-numpy python3-matplotlib"
-# --test: what only the tests need (pytest; QEMU, busybox, kmod and cpio for the Debian 6.1 kernel test;
-# headless Chromium and PIL to check the HTML report renders)
+# building and running the collector (libc6-dev comes with gcc: its libc.a is part of the static link)
+COLLECTOR="make gcc clang llvm libbpf-dev libelf-dev zlib1g-dev libzstd-dev bpftool"
+# building images and running the standard workloads on them
+WORKLOADS="fio erofs-utils squashfs-tools btrfs-progs xfsprogs e2fsprogs util-linux tar lz4"
+# the CLI, summaries and the HTML report
+ANALYSIS="python3 python3-numpy python3-matplotlib"
+# only the tests: pytest; QEMU, busybox, kmod and cpio for the Debian 6.1 kernel test; headless Chromium
+# and PIL to check the HTML report renders; strace to see that bad collector options load nothing
+TEST="python3-pytest qemu-system-x86 busybox-static kmod cpio chromium python3-pil strace"
+
 if [ "${1:-}" = "--test" ]; then
-	PKGS="$PKGS python3-pytest qemu-system-x86 busybox-static kmod cpio chromium python3-pil"
+	set -- collector workloads analysis test
+elif [ $# -eq 0 ]; then
+	set -- collector workloads analysis
 fi
+PKGS="" build=""
+for part in "$@"; do
+	case "$part" in
+	collector) PKGS="$PKGS $COLLECTOR" build=1 ;;
+	workloads) PKGS="$PKGS $WORKLOADS" ;;
+	analysis) PKGS="$PKGS $ANALYSIS" ;;
+	test) PKGS="$PKGS $TEST" ;;
+	*) echo "setup.sh: unknown part '$part' (collector, workloads, analysis, test or --test)" >&2; exit 2 ;;
+	esac
+done
 
 missing=""
 for p in $PKGS; do
@@ -30,4 +51,6 @@ if [ -n "$missing" ]; then
 	apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
 
-make -s -C "$here" >&2
+if [ -n "$build" ]; then
+	make -s -C "$here" >&2
+fi

@@ -69,27 +69,94 @@ def erofs_tar_16k(tmp_path_factory):
 
 
 def leftovers():
-    """State a run must not leave behind: our loop devices, erofs/squashfs mounts, fstrace BPF programs."""
+    """State a run must not leave behind: our loop devices and erofs/squashfs mounts (by our own paths)."""
     loops = subprocess.run(["losetup", "-a"], stdout=subprocess.PIPE, text=True).stdout
     ours = [l for l in loops.splitlines() if CACHE in l]
     mounts = [l for l in open("/proc/mounts") if "fstrace-run-" in l or "fstrace-build-" in l]
-    progs = subprocess.run(["bpftool", "prog", "show"], stdout=subprocess.PIPE, text=True).stdout
-    ours_progs = [l for l in progs.splitlines() if any(n in l for n in ("block_rq_issue", "sched_switch_",
-                                                                        "sys_enter_btf", "sys_enter_raw"))]
-    return ours, mounts, ours_progs
+    return ours, mounts
 
 
 def settled_leftovers(expect=None, timeout=5.0):
-    """leftovers() once the kernel has freed programs of collectors that already exited.
-
-    Programs are freed an RCU grace period after their last fd closes; wait for the state to
-    stop changing (or to equal `expect`)."""
+    """leftovers() once a cleanup in progress has finished: wait for it to equal `expect`, or (without
+    `expect`) for a short while."""
     import time
     deadline = time.time() + timeout
     state = leftovers()
-    while time.time() < deadline:
-        if (expect is not None and state == expect) or (expect is None and not state[2]):
-            break
+    while expect is not None and state != expect and time.time() < deadline:
         time.sleep(0.05)
         state = leftovers()
     return state
+
+
+def collector_under(parent, timeout=600.0):
+    """The pid of the collector running below process `parent` (fstrace's CLI), once it runs; None if
+    `parent` ended first."""
+    import time
+    exe = os.path.realpath(COLLECTOR)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        children = {}
+        for d in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(d))
+        todo = list(children.get(parent, []))
+        while todo:
+            pid = todo.pop()
+            try:
+                if os.readlink("/proc/%d/exe" % pid) == exe:
+                    return pid
+            except OSError:
+                pass
+            todo += children.get(pid, [])
+        if not os.path.exists("/proc/%d" % parent):
+            return None
+        time.sleep(0.02)
+    raise AssertionError("no collector started under pid %d" % parent)
+
+
+def bpf_objects_of(pid):
+    """The BPF programs, maps and links process `pid` holds, as {("prog", id), ("map", id), ("link", id)}:
+    read from its /proc/PID/fdinfo, so what another tracer on the machine loaded is never taken for ours."""
+    objs = set()
+    fdinfo = "/proc/%d/fdinfo" % pid
+    try:
+        fds = os.listdir(fdinfo)
+    except FileNotFoundError:  # it has exited
+        return objs
+    for fd in fds:
+        try:
+            with open(os.path.join(fdinfo, fd)) as f:
+                for line in f:
+                    key, _, value = line.partition(":")
+                    if key in ("prog_id", "map_id", "link_id"):
+                        objs.add((key[:-3], int(value)))
+        except OSError:  # an fd closed meanwhile
+            continue
+    return objs
+
+
+def live_bpf_objects():
+    """Every BPF program, map and link the kernel holds now, as bpf_objects_of() names them."""
+    objs = set()
+    for kind in ("prog", "map", "link"):
+        out = subprocess.run(["bpftool", "-j", kind, "show"], stdout=subprocess.PIPE, check=True, text=True).stdout
+        objs |= {(kind, o["id"]) for o in json.loads(out or "[]")}
+    return objs
+
+
+def bpf_objects_left(objs, timeout=5.0):
+    """Which of `objs` (a collector's, from bpf_objects_of) the kernel still holds once the collector exited.
+
+    Programs are freed an RCU grace period after their last fd closes: wait up to `timeout` for them to go.
+    Ids are not reused soon after (the kernel allocates them cyclically), so an id still there is ours."""
+    import time
+    deadline = time.time() + timeout
+    left = objs & live_bpf_objects()
+    while left and time.time() < deadline:
+        time.sleep(0.05)
+        left = objs & live_bpf_objects()
+    return left

@@ -10,7 +10,7 @@ import pytest
 
 from analysis import results
 from analysis import summary as S
-from conftest import COLLECTOR, FSTRACE, settled_leftovers
+from conftest import COLLECTOR, FSTRACE, bpf_objects_left, bpf_objects_of, collector_under, settled_leftovers
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +93,9 @@ def test_attach_comm_filter_and_ctrl_c(tmp_path, mounted_erofs):
     out = tmp_path / "out"
     before = settled_leftovers()
     p, seen = start_attach(out, "--comm", "fstrace-reader", "--interval", "0.5", "--records", "all")
+    # attached (it prints the live view): what its collector holds now is everything it loaded
+    objs = bpf_objects_of(collector_under(p.pid, timeout=10))
+    assert any(kind == "link" for kind, _ in objs), objs
     target = os.path.join(mnt, "small.txt")
     # the same program under two names: only the one named in --comm is traced
     for name in ("fstrace-reader", "other-reader"):
@@ -107,6 +110,7 @@ def test_attach_comm_filter_and_ctrl_c(tmp_path, mounted_erofs):
     reads = S.reads_of(res, os.stat(target).st_ino)
     assert int(reads["ret"].sum()) == os.path.getsize(target)
     assert settled_leftovers(expect=before) == before
+    assert bpf_objects_left(objs) == set()
 
 
 def test_collector_alone_then_offline_report(tmp_path, mounted_erofs):

@@ -96,13 +96,30 @@ def test_fio_requests_equal_fio_ios_in_bench(small_bench):
         assert s["reads"]["count"] == s["ground_truth"]["ios"] == 2560
 
 
-def test_compare_with_itself_moves_nothing(small_bench):
+def test_compare_finds_the_configuration_that_changed(small_bench, tmp_path):
+    """B is A with one configuration's runs made slower by a known amount of I/O wait: compare reports that
+    configuration's ratio and component change, and nothing for the others."""
     out, _ = small_bench
-    p = fstrace("compare", str(out), str(out))
-    lines = [l for l in p.stdout.splitlines()[1:] if l.strip()]
+    doc = json.loads((out / "bench.json").read_text())
+    key = ("randread-10m", "erofs-lz4hc12-C4096")
+    changed = [r for r in doc["rows"] if (r["workload"], r["label"]) == key]
+    assert len(changed) == 2
+    median_run = min(changed, key=lambda r: r["wall_s"])  # of two runs, the table's median run is the faster
+    added_io_wait = median_run["wall_s"]
+    for r in changed:
+        r["io_wait_s"] += r["wall_s"]
+        r["wall_s"] *= 2
+    b = tmp_path / "b"
+    b.mkdir()
+    (b / "bench.json").write_text(json.dumps(doc))
+    p = fstrace("compare", str(out), str(b))
+    lines = [l.split() for l in p.stdout.splitlines()[1:] if l.strip()]
     assert len(lines) == 4
-    for l in lines:
-        assert " 1.000 " in l
+    for wl, label, _, _, ratio, moved, io_wait, _, oncpu, _, other in lines:
+        if (wl, label) == key:
+            assert (ratio, moved, io_wait) == ("2.000", "io_wait", "%+.3f" % added_io_wait)
+        else:
+            assert (ratio, io_wait, oncpu, other) == ("1.000", "+0.000", "+0.000", "+0.000")
 
 
 def test_warm_run_hits_the_cache(tmp_path):

@@ -2,6 +2,8 @@
 import os
 import subprocess
 
+import pytest
+
 from analysis import results
 from analysis import summary as S
 from conftest import CACHE, COLLECTOR, SCALE, fstrace
@@ -15,7 +17,9 @@ def test_cold_read_fetches_every_needed_pcluster_once(erofs_tar_16k):
     assert e["pclusters"] > 0
     loop = [d for d in s["devices"].values() if d["level"] == "loop"][0]
     if loop["unseen_requests"]:
-        return  # the kernel withheld block events (README): the exact comparison cannot be made
+        # the kernel withheld block events (README): the exact comparison cannot be made
+        pytest.skip("the kernel withheld %d block completions: pclusters not compared with the device"
+                    % loop["unseen_requests"])
     assert e["pclusters_reread"] == 0 and e["pclusters_without_device_read"] == 0
     assert e["pclusters_read_once"] == e["pclusters"]
     # the same bytes, independently: block requests queued from erofs's compressed-data path
@@ -58,7 +62,8 @@ def test_without_a_compressed_cache_every_pcluster_comes_from_the_device(tmp_pat
     assert e["pclusters"] > 0
     unseen = sum(d["diskstats_end"]["reads"] - d["diskstats_start"]["reads"] for d in res.header["devices"]) - \
         len(res["io"])
-    if unseen == 0:
-        assert e["pclusters_without_device_read"] == 0, (e, unseen)
-        # a pcluster split between two readahead windows is read twice: nothing keeps its compressed pages
-        assert e["pclusters_read_once"] + e["pclusters_reread"] == e["pclusters"]
+    if unseen:
+        pytest.skip("the kernel withheld %d block completions: pclusters not compared with the device" % unseen)
+    assert e["pclusters_without_device_read"] == 0, e
+    # a pcluster split between two readahead windows is read twice: nothing keeps its compressed pages
+    assert e["pclusters_read_once"] + e["pclusters_reread"] == e["pclusters"]

@@ -2,6 +2,8 @@
 import gzip
 import re
 
+import pytest
+
 from analysis import results, sampling
 from conftest import run_summary
 
@@ -70,7 +72,7 @@ def test_readahead_windows_cover_a_cold_sequential_read(tmp_path):
     ra = cold["readahead"]
     if not ra["available"]:  # kernels before the readahead tracepoints (6.10) must say so
         assert ra["why"]
-        return
+        pytest.skip("no readahead figures on this kernel: %s" % ra["why"])
     file_pages = (cold["ground_truth"]["read_bytes"] + 4095) // 4096
     assert ra["windows"] > 0
     assert 1 <= ra["requests_with_readahead"] <= ra["windows"]

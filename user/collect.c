@@ -12,11 +12,14 @@
 #include <stddef.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <linux/magic.h>
 #include <sys/sysmacros.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -209,6 +212,83 @@ static void usage(FILE *f)
 		"With COMMAND, it is started once tracing is attached and tracing ends when it exits.\n");
 }
 
+/*
+ * Option values are checked here, before anything is loaded: atoi/atof read "x" as 0, which made
+ * "--ready-fd x" write to stdin's fd and "--sample-hz x" turn sampling off without a word.
+ */
+static long parse_long(const char *what, const char *s, long lo, long hi)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi)
+		die("%s wants a whole number from %ld to %ld, got '%s'", what, lo, hi, s);
+	return v;
+}
+
+/* at most ~3 years: seconds * 1e9 must fit the 64-bit nanosecond clocks it is compared with */
+#define MAX_SECONDS 1e8
+
+static double parse_seconds(const char *what, const char *s)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || end == s || *end || !(v > 0) || v > MAX_SECONDS)	/* !(v > 0) also rejects nan */
+		die("%s wants a number of seconds above 0 (at most %g), got '%s'", what, MAX_SECONDS, s);
+	return v;
+}
+
+/*
+ * One unsigned decimal field of a colon-separated device argument, below limit; NULL when it is not one.
+ * strtoul alone would take "-1" as 4294967295 and " 8" or "8x" without complaint.
+ */
+static const char *dev_field(const char *s, unsigned long limit, unsigned *out)
+{
+	char *end;
+	if (*s < '0' || *s > '9')
+		return NULL;
+	errno = 0;
+	unsigned long v = strtoul(s, &end, 10);
+	if (errno || v >= limit || (*end && *end != ':'))
+		return NULL;
+	*out = v;
+	return end;
+}
+
+/* MAJ:MIN within the kernel's 32-bit dev_t (12-bit major, 20-bit minor); returns what follows, or NULL */
+static const char *parse_majmin(const char *s, unsigned *major, unsigned *minor)
+{
+	s = dev_field(s, 1ul << 12, major);
+	if (!s || *s != ':')
+		return NULL;
+	return dev_field(s + 1, 1ul << 20, minor);
+}
+
+static void parse_dev(const char *arg, struct dev_arg *d)
+{
+	const char *s = parse_majmin(arg, &d->major, &d->minor);
+	d->unit = 0;	/* 0: the block side measures alignment against 4 KiB */
+	d->is_loop = false;
+	if (s && *s == ':') {
+		s = dev_field(s + 1, (1ul << 30) + 1, &d->unit);
+		if (s && d->unit < 512)
+			s = NULL;
+	}
+	if (s && *s == ':') {
+		d->is_loop = !strcmp(s + 1, "loop");
+		s = d->is_loop ? "" : NULL;
+	}
+	if (!s)
+		die("--dev wants MAJ:MIN[:UNIT[:loop]] (major < 4096, minor < 1048576, UNIT 512 to 1073741824 "
+		    "bytes), got '%s'", arg);
+	char sys[64];
+	snprintf(sys, sizeof(sys), "/sys/dev/block/%u:%u", d->major, d->minor);
+	if (access(sys, F_OK))
+		die("--dev %s: no block device %u:%u", arg, d->major, d->minor);
+	d->is_loop = d->is_loop || d->major == 7;
+}
+
 static void parse_args(int argc, char **argv)
 {
 	static struct option longopts[] = {
@@ -225,24 +305,36 @@ static void parse_args(int argc, char **argv)
 		{ 0 },
 	};
 	int c;
-	while ((c = getopt_long(argc, argv, "+o:m:d:p:g:D:h", longopts, NULL)) != -1) {
+	struct statfs fs;
+	opterr = 0;	/* its messages come on top of ours: one line, from die() */
+	while ((c = getopt_long(argc, argv, "+:o:m:d:p:g:c:s:i:D:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'o': opt.out = optarg; break;
 		case 'm': opt.meta_file = optarg; break;
-		case 'g': opt.cgroup = optarg; break;
-		case 'D': opt.duration = atof(optarg); break;
-		case 'r': opt.ready_fd = atoi(optarg); break;
+		case 'g':
+			/* any other directory has an inode number too: it would filter on a cgroup that never runs */
+			if (statfs(optarg, &fs) || fs.f_type != CGROUP2_SUPER_MAGIC)
+				die("--cgroup %s: not a cgroup v2 directory", optarg);
+			opt.cgroup = optarg;
+			break;
+		case 'D': opt.duration = parse_seconds("--duration", optarg); break;
+		case 'r':
+			opt.ready_fd = parse_long("--ready-fd", optarg, 0, INT_MAX);
+			if (fcntl(opt.ready_fd, F_GETFD) < 0)
+				die("--ready-fd %s: not an open file descriptor", optarg);
+			break;
 		case 'P': opt.progress = true; break;
 		case 'B': opt.no_btf_tp = true; break;
 		case 'b': opt.block_only = true; break;
 		case 'F': opt.no_fentry = true; break;
-		case 'S': opt.sample_hz = atoi(optarg); break;
+		/* perf's default perf_event_max_sample_rate; the kernel may allow less, which the header reports */
+		case 'S': opt.sample_hz = parse_long("--sample-hz", optarg, 0, 100000); break;
 		case 'c':
-			if (strlen(optarg) > 15)
-				die("--comm %s: a task name has at most 15 characters", optarg);
+			if (!*optarg || strlen(optarg) > 15)
+				die("--comm '%s': a task name has 1 to 15 characters", optarg);
 			opt.comm = optarg;
 			break;
-		case 'i': opt.interval = atof(optarg); break;
+		case 'i': opt.interval = parse_seconds("--interval", optarg); break;
 		case 'R':
 			if (strcmp(optarg, "all") && strcmp(optarg, "slow"))
 				die("--records wants all or slow, got '%s'", optarg);
@@ -260,32 +352,37 @@ static void parse_args(int argc, char **argv)
 				die("--record-over-us wants a number of microseconds >= 0, got '%s'", optarg);
 			break;
 		}
-		case 's':
+		case 's': {
 			if (opt.nr_sdevs == MAX_DEVS)
-				die("too many --sdev");
-			if (sscanf(optarg, "%u:%u", &opt.sdevs[opt.nr_sdevs][0], &opt.sdevs[opt.nr_sdevs][1]) != 2)
-				die("--sdev wants MAJ:MIN, got '%s'", optarg);
+				die("too many --sdev (at most %d)", MAX_DEVS);
+			const char *rest = parse_majmin(optarg, &opt.sdevs[opt.nr_sdevs][0], &opt.sdevs[opt.nr_sdevs][1]);
+			if (!rest || *rest)
+				die("--sdev wants MAJ:MIN (major < 4096, minor < 1048576), got '%s'", optarg);
 			opt.nr_sdevs++;
 			break;
-		case 'p':
+		}
+		case 'p': {
 			if (opt.nr_pids == MAX_PIDS)
-				die("too many --pid");
-			opt.pids[opt.nr_pids++] = atoi(optarg);
-			break;
-		case 'd': {
-			struct dev_arg *d = &opt.devs[opt.nr_devs];
-			char loop[8] = "";
-			if (opt.nr_devs == MAX_DEVS)
-				die("too many --dev");
-			int n = sscanf(optarg, "%u:%u:%u:%7s", &d->major, &d->minor, &d->unit, loop);
-			if (n < 2)
-				die("--dev wants MAJ:MIN[:UNIT[:loop]], got '%s'", optarg);
-			d->is_loop = !strcmp(loop, "loop") || d->major == 7;
-			opt.nr_devs++;
+				die("too many --pid (at most %d)", MAX_PIDS);
+			int pid = parse_long("--pid", optarg, 1, INT_MAX);
+			char proc[32];
+			snprintf(proc, sizeof(proc), "/proc/%d", pid);
+			if (access(proc, F_OK))
+				die("--pid %d: no such process", pid);
+			opt.pids[opt.nr_pids++] = pid;
 			break;
 		}
+		case 'd':
+			if (opt.nr_devs == MAX_DEVS)
+				die("too many --dev (at most %d)", MAX_DEVS);
+			parse_dev(optarg, &opt.devs[opt.nr_devs++]);
+			break;
 		case 'h': usage(stdout); exit(0);
-		default: usage(stderr); exit(2);
+		case ':': die("%s needs a value (see --help)", argv[optind - 1]);
+		default:
+			if (optopt)
+				die("unknown option -%c (see --help)", optopt);
+			die("unknown option %s (see --help)", argv[optind - 1]);
 		}
 	}
 	if (!opt.out)
@@ -901,7 +998,9 @@ static void add_pid_tree(int map_fd, int pid)
 	char path[64];
 	__u8 one = 1;
 	__u32 key = pid;
-	bpf_map_update_elem(map_fd, &key, &one, BPF_ANY);
+	/* a pid missing from the map is a process not traced at all: an error, not a smaller result */
+	if (bpf_map_update_elem(map_fd, &key, &one, BPF_ANY))
+		die("--pid %d: adding it to the traced pids: %s", pid, strerror(errno));
 	snprintf(path, sizeof(path), "/proc/%d/task", pid);
 	DIR *d = opendir(path);
 	if (!d)
@@ -910,8 +1009,9 @@ static void add_pid_tree(int map_fd, int pid)
 	while ((e = readdir(d))) {
 		if (e->d_name[0] == '.')
 			continue;
-		key = atoi(e->d_name);
-		bpf_map_update_elem(map_fd, &key, &one, BPF_ANY);
+		key = atoi(e->d_name);	/* /proc's own names: always a number */
+		if (bpf_map_update_elem(map_fd, &key, &one, BPF_ANY))
+			die("--pid %d: adding its thread %u to the traced pids: %s", pid, key, strerror(errno));
 	}
 	closedir(d);
 }
@@ -1355,12 +1455,15 @@ int main(int argc, char **argv)
 		struct dev_arg *d = &opt.devs[i];
 		__u32 kdev = (d->major << 20) | d->minor;
 		struct fst_dev_cfg dc = { .unit_bytes = d->unit, .is_loop = d->is_loop };
-		bpf_map_update_elem(bpf_map__fd(blk->maps.traced_devs), &kdev, &dc, BPF_ANY);
+		if (bpf_map_update_elem(bpf_map__fd(blk->maps.traced_devs), &kdev, &dc, BPF_ANY))
+			die("--dev %u:%u: adding it to the traced devices: %s", d->major, d->minor, strerror(errno));
 	}
 	for (int i = 0; i < opt.nr_sdevs; i++) {
 		__u32 kdev = (opt.sdevs[i][0] << 20) | opt.sdevs[i][1];
 		__u8 one = 1;
-		bpf_map_update_elem(bpf_map__fd(blk->maps.traced_sdevs), &kdev, &one, BPF_ANY);
+		if (bpf_map_update_elem(bpf_map__fd(blk->maps.traced_sdevs), &kdev, &one, BPF_ANY))
+			die("--sdev %u:%u: adding it to the traced filesystems: %s", opt.sdevs[i][0], opt.sdevs[i][1],
+			    strerror(errno));
 	}
 	int pids_fd = bpf_map__fd(blk->maps.traced_pids);
 	for (int i = 0; i < opt.nr_pids; i++)
@@ -1368,7 +1471,8 @@ int main(int argc, char **argv)
 	if (child > 0) {
 		__u32 key = child;
 		__u8 one = 1;
-		bpf_map_update_elem(pids_fd, &key, &one, BPF_ANY);
+		if (bpf_map_update_elem(pids_fd, &key, &one, BPF_ANY))
+			die("tracing the command's pid %u: %s", key, strerror(errno));
 	}
 
 	struct ring_buffer *rb = ring_buffer__new(bpf_map__fd(blk->maps.events), handle_record, &res, NULL);
@@ -1502,8 +1606,8 @@ int main(int argc, char **argv)
 	struct jbuf h = {};
 	jb_add(&h, "{\"format\":\"fstrace-results\",\"format_version\":%d,\"records_version\":%d,",
 	       FST_RESULTS_FORMAT, FST_RECORDS_VERSION);
-	jb_add(&h, "\"collector\":{\"version\":\"%s\",\"libbpf\":\"%u.%u\"},", FSTRACE_VERSION,
-	       libbpf_major_version(), libbpf_minor_version());
+	jb_add(&h, "\"collector\":{\"version\":\"%s\",\"libbpf\":\"%u.%u\",\"static\":%s},", FSTRACE_VERSION,
+	       libbpf_major_version(), libbpf_minor_version(), FSTRACE_STATIC ? "true" : "false");
 	jb_add(&h, "\"kernel\":{\"release\":");
 	jb_str(&h, u.release);
 	jb_add(&h, ",\"version\":");

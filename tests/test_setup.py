@@ -1,0 +1,80 @@
+"""Each fstrace command installs only what it uses: attach on a production box gets no fio, mkfs tools or
+test tools.  apt-get, dpkg-query and make are replaced by stand-ins that record what they were asked."""
+import os
+import subprocess
+
+import pytest
+
+from conftest import FSTRACE, ROOT
+
+COLLECTOR_PKGS = {"clang", "libbpf-dev", "bpftool"}
+WORKLOAD_PKGS = {"fio", "erofs-utils", "squashfs-tools", "btrfs-progs", "xfsprogs"}
+ANALYSIS_PKGS = {"python3-numpy", "python3-matplotlib"}
+TEST_PKGS = {"python3-pytest", "qemu-system-x86", "chromium"}
+
+
+@pytest.fixture
+def fresh_machine(tmp_path):
+    """PATH where no package is installed, apt-get only records what it would install and make what it would
+    build: (environment, log file)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "log"
+    stubs = {"dpkg-query": "exit 1",
+             "apt-get": 'echo "apt-get $*" >> %s' % log,
+             "make": 'echo "make $*" >> %s' % log}
+    for name, body in stubs.items():
+        (bin_dir / name).write_text("#!/bin/sh\n%s\n" % body)
+        (bin_dir / name).chmod(0o755)
+    return dict(os.environ, PATH="%s:%s" % (bin_dir, os.environ["PATH"])), log
+
+
+def installed(log):
+    """(packages apt-get was asked to install, whether make ran)."""
+    lines = log.read_text().splitlines() if log.exists() else []
+    pkgs = set()
+    for l in lines:
+        if l.startswith("apt-get ") and " install " in l:
+            pkgs |= {w for w in l.split(" install ", 1)[1].split() if not w.startswith("-")}
+    return pkgs, any(l.startswith("make ") for l in lines)
+
+
+@pytest.mark.parametrize("command,wanted,unwanted,builds", [
+    ("attach", COLLECTOR_PKGS | ANALYSIS_PKGS, WORKLOAD_PKGS | TEST_PKGS, True),
+    ("run", COLLECTOR_PKGS | WORKLOAD_PKGS | ANALYSIS_PKGS, TEST_PKGS, True),
+    ("bench", COLLECTOR_PKGS | WORKLOAD_PKGS | ANALYSIS_PKGS, TEST_PKGS, True),
+    ("report", ANALYSIS_PKGS, COLLECTOR_PKGS | WORKLOAD_PKGS | TEST_PKGS, False),
+    ("compare", ANALYSIS_PKGS, COLLECTOR_PKGS | WORKLOAD_PKGS | TEST_PKGS, False),
+])
+def test_each_command_installs_what_it_uses(fresh_machine, command, wanted, unwanted, builds):
+    env, log = fresh_machine
+    p = subprocess.run([FSTRACE, command, "--help"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True)
+    assert p.returncode == 0, p.stderr
+    pkgs, built = installed(log)
+    assert wanted <= pkgs and not pkgs & unwanted, pkgs
+    assert built == builds
+
+
+def test_the_test_command_installs_everything(fresh_machine):
+    env, log = fresh_machine
+    subprocess.run([os.path.join(ROOT, "scripts", "setup.sh"), "--test"], env=env, check=True)
+    pkgs, built = installed(log)
+    assert COLLECTOR_PKGS | WORKLOAD_PKGS | ANALYSIS_PKGS | TEST_PKGS <= pkgs and built
+
+
+def test_help_and_unknown_commands_install_nothing(fresh_machine):
+    env, log = fresh_machine
+    subprocess.run([FSTRACE, "--help"], env=env, stdout=subprocess.PIPE, check=True)
+    p = subprocess.run([FSTRACE, "frobnicate"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.returncode == 2 and "invalid choice: 'frobnicate'" in p.stderr
+    assert installed(log) == (set(), False)
+
+
+def test_unknown_setup_part_is_refused(fresh_machine):
+    env, log = fresh_machine
+    p = subprocess.run([os.path.join(ROOT, "scripts", "setup.sh"), "everything"], env=env, stderr=subprocess.PIPE,
+                       text=True)
+    assert p.returncode == 2 and p.stderr.strip() == \
+        "setup.sh: unknown part 'everything' (collector, workloads, analysis, test or --test)"
+    assert installed(log) == (set(), False)
