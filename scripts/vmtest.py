@@ -326,6 +326,13 @@ def check(outdir, paths, src):
                 continue
             res = loaded[mode] = results.load(path)
             h = res.header
+            # 6.1 has task-local storage and tp_btf: the per-task state must live there, on both tiers
+            if (h.get("task_state") or {}).get("store") != "task_storage":
+                fail("%s %s: per-task state not in task storage: %s" % (name, mode, h.get("task_state")))
+            # (not starting with the image name: test_vm reads an image's first such line as its decompression)
+            lines.append("per-task state %s %s: %s; records: %s, %d requests counted in the kernel" % (
+                name, mode, h["task_state"]["store"], h["request_records"]["mode"],
+                sum(r["count"] for r in h["kernel_aggregates"]["requests_counted"])))
             d = res.records.get("decomp")
             fs_id = [int(k) for k, v in h["enums"]["fs"].items() if v == fs][0]
             alg_id = [int(k) for k, v in h["enums"]["alg"].items() if v == alg][0]

@@ -65,12 +65,13 @@ def test_sampling_estimate_sees_squashfs_decompression(tmp_path):
 
 def test_block_requests_are_traced_back_to_the_filesystem_path(tmp_path):
     """Which path missed the cache and went to the device: the stack each block request was queued from."""
-    sq = run(tmp_path / "sq", "--fs", "squashfs", "--workload", "cat-500")
+    # every bio's stack (the default takes at most one per 10 ms per CPU): each path must show up
+    sq = run(tmp_path / "sq", "--fs", "squashfs", "--workload", "cat-500", "--io-stacks", "all")
     loop = [d for d in sq["devices"].values() if d["level"] == "loop"][0]
     assert loop["by_origin"]["squashfs data"]["requests"] > 0
     assert loop["by_origin"]["squashfs metadata"]["requests"] > 0
     assert sum(v["requests"] for v in loop["by_origin"].values()) == loop["requests"]
-    er = run(tmp_path / "er", "--fs", "erofs", "--workload", "cat-500")
+    er = run(tmp_path / "er", "--fs", "erofs", "--workload", "cat-500", "--io-stacks", "all")
     loop = [d for d in er["devices"].values() if d["level"] == "loop"][0]
     assert loop["by_origin"]["erofs compressed data"]["requests"] > 0
     assert loop["by_origin"]["erofs metadata"]["requests"] > 0
