@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 #include "results.h"
 
 void jb_add(struct jbuf *b, const char *fmt, ...)
@@ -233,6 +234,7 @@ int results_add(struct results *r, const void *data, size_t size)
 	}
 	if (fwrite(data, r->spools[type].rec_size, 1, r->spools[type].f) != 1)
 		return -errno;
+	r->spools[type].crc = crc32(r->spools[type].crc, data, r->spools[type].rec_size);
 	r->spools[type].count++;
 	return 0;
 }
@@ -273,20 +275,26 @@ int results_finish(struct results *r, const char *header_json)
 	for (int t = 1; t < FST_MAX_REC_TYPES; t++) {
 		if (!r->spools[t].f)
 			continue;
-		jb_add(&h, "%s{\"record\":\"%s\",\"offset\":%llu,\"count\":%llu,\"size\":%u}", first ? "" : ",",
-		       rec_name(t), (unsigned long long)off, (unsigned long long)r->spools[t].count,
-		       r->spools[t].rec_size);
+		jb_add(&h, "%s{\"record\":\"%s\",\"offset\":%llu,\"count\":%llu,\"size\":%u,\"crc32\":%u}",
+		       first ? "" : ",", rec_name(t), (unsigned long long)off, (unsigned long long)r->spools[t].count,
+		       r->spools[t].rec_size, r->spools[t].crc);
 		first = 0;
 		off += r->spools[t].count * r->spools[t].rec_size;
 	}
 	jb_add(&h, "],\"bad_records\":%llu}", (unsigned long long)r->bad_records);
 
+	/* magic, version, header length: the header CRC covers them too */
+	unsigned char pre[16];
 	uint32_t ver = FST_RESULTS_FORMAT, len = h.len;
+	memcpy(pre, FST_RESULTS_MAGIC, 8);
+	memcpy(pre + 8, &ver, 4);
+	memcpy(pre + 12, &len, 4);
+	uint32_t hcrc = crc32(crc32(0, pre, sizeof(pre)), (const Bytef *)h.s, h.len);
 	static const char pad[8];
+	size_t head = sizeof(pre) + 4 + h.len;
 	int err = 0;
-	if (fwrite(FST_RESULTS_MAGIC, 8, 1, out) != 1 || fwrite(&ver, 4, 1, out) != 1 ||
-	    fwrite(&len, 4, 1, out) != 1 || fwrite(h.s, h.len, 1, out) != 1 ||
-	    ((16 + h.len) % 8 && fwrite(pad, 8 - (16 + h.len) % 8, 1, out) != 1))
+	if (fwrite(pre, sizeof(pre), 1, out) != 1 || fwrite(&hcrc, 4, 1, out) != 1 ||
+	    fwrite(h.s, h.len, 1, out) != 1 || (head % 8 && fwrite(pad, 8 - head % 8, 1, out) != 1))
 		err = -errno;
 	free(h.s);
 	for (int t = 1; !err && t < FST_MAX_REC_TYPES; t++)
