@@ -337,3 +337,43 @@ def load(path):
     if fmt >= 2 and expect != len(blob):
         raise ResultsError("%d bytes after the last section: the file is damaged" % (len(blob) - expect))
     return Results(header, records, path, verified=fmt >= 2, fmt=fmt)
+
+
+def inside(base, name, what):
+    """base/name resolved (symlinks followed), refused unless it stays inside base: a results or bench
+    directory from another machine must not make root read elsewhere (absolute names, .., symlinks out)."""
+    if type(name) is not str or not name or "\0" in name:
+        raise ResultsError("%s: %s is not a file name" % (what, _short(name)))
+    real_base = os.path.realpath(base)
+    path = os.path.realpath(os.path.join(real_base, name))
+    if os.path.commonpath([real_base, path]) != real_base:
+        raise ResultsError("%s: %s leads outside %s; refused" % (what, _short(name), base))
+    return path
+
+
+# what `report` reads from the JSON files next to results: their other fields are rendered or recomputed
+SUMMARY_SCHEMA = {"ground_truth": Opt(Null({"read_bytes": Opt(Int(0)), "write_bytes": Opt(Int(0)),
+                                             "ios": Opt(Int(0))}))}
+BENCH_SCHEMA = {"rows": ListOf({"dir": str, "run": INT, "workload": str, "label": str}),
+                "dataset_id": Null(str), "cache": Null(str), "runs": INT, "kernel": Null(str),
+                "images": ListOf({"part": str, "label": str, "bytes": INT, "ratio_to_uncompressed": float,
+                                  "build_seconds": float})}
+
+
+def load_json(path, schema=None):
+    """A JSON object from a file of a results or bench directory, checked against schema; ResultsError
+    saying what is wrong when it is damaged (the caller names the file)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError) as e:  # ValueError: also bytes that are not UTF-8
+        raise ResultsError("not valid JSON (%s): the file is damaged" % str(e)[:80])
+    if type(doc) is not dict:
+        raise ResultsError("not a JSON object: the file is damaged")
+    if schema:
+        try:
+            _check(doc, schema, "")
+        except ResultsError as e:
+            raise ResultsError(str(e).replace("header field", "field"))
+    return doc
