@@ -114,12 +114,14 @@ HEADER_SCHEMA = {
 REQUIRED_FIELDS = {
     "req": ("kind", "sdev", "ino", "pid", "ret", "ts_start_ns", "ts_end_ns", "pcache_adds", "nr_missed_events",
             "nr_ios", "io_wait_ns", "worker_ns", "worker_wait_ns"),
-    "io": ("dev", "cmd_flags", "charge", "bytes", "sector", "pid", "ts_queue_ns", "ts_complete_ns"),
+    "io": ("dev", "cmd_flags", "charge", "bytes", "sector", "pid", "ts_queue_ns", "ts_complete_ns", "queue_stack"),
     "decomp": ("dev", "fs", "alg", "context", "tier", "pid", "charged_pid", "in_bytes", "out_bytes",
                "ts_start_ns", "ts_end_ns"),
     "work": ("kind", "pid", "comm", "ts_queue_ns", "ts_start_ns", "ts_end_ns"),
     "task": ("pid", "comm", "blkio_count", "blkio_delay_ns"),
 }
+# enumeration values the analysis looks up by name in every file
+REQUIRED_ENUM_NAMES = {"req_kind": ("read", "stat", "open", "getdents", "write", "sync"), "charge": ("none",)}
 
 _KIND = {str: "a string", bool: "true or false", float: "a number"}
 
@@ -195,6 +197,10 @@ def validate_header(header, fmt=FORMAT):
             raise ResultsError("header field sections[%d].crc32 is missing" % i)
     if "req" not in names:
         raise ResultsError("header: no section of requests (req)")
+    for enum, needed in REQUIRED_ENUM_NAMES.items():
+        missing = [n for n in needed if n not in header["enums"][enum].values()]
+        if missing:
+            raise ResultsError("header field enums.%s lacks %s" % (enum, ", ".join(missing)))
     for name, layout in header["records"].items():
         fields = set()
         for f in layout["fields"]:
