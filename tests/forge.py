@@ -10,6 +10,8 @@ import struct
 import subprocess
 import zlib
 
+import pytest
+
 from conftest import COLLECTOR
 
 
@@ -68,3 +70,11 @@ def results_dir(d, raw, summary=None):
         with open(os.path.join(d, "summary.json"), "w") as f:
             f.write(summary)
     return d
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory):
+    """(path, bytes) of a real results file (real_results)."""
+    path = real_results(str(tmp_path_factory.mktemp("real")))
+    with open(path, "rb") as f:
+        return path, f.read()

@@ -11,22 +11,18 @@ import pytest
 
 from analysis import report, results, summary
 from conftest import FSTRACE
-from forge import forge, real_results, results_dir, split
+from forge import forge, real, results_dir, split  # noqa: F401 (real: a fixture)
+from test_cli import one_line_error
 from user.cli import analyse
 from user.system import FstraceError
 
 TRIALS = 300
 
 
-@pytest.fixture(scope="module")
-def real(tmp_path_factory):
-    """(path, bytes) of a real results file: format 2, verified, with requests and stacks."""
-    path = real_results(str(tmp_path_factory.mktemp("real")))
-    res = results.load(path)
+def test_real_file_is_verified(real):
+    res = results.load(real[0])
     assert res.verified and res.format == results.FORMAT
     assert len(res["req"]) > 0 and res.header["offcpu"]["folded"]  # direct reads wait for the device
-    with open(path, "rb") as f:
-        return path, f.read()
 
 
 class Hang(Exception):
@@ -251,14 +247,6 @@ def test_format_1_is_read_unverified_and_damage_in_it_never_crashes(real, tmp_pa
         kind, _ = outcome(str(f), catch_analysis=True)
         kinds[kind] = kinds.get(kind, 0) + 1
     assert kinds.get("damaged") and kinds.get("ok")  # without checksums, many flips go unseen
-
-
-def one_line_error(p):
-    assert p.returncode != 0, p.stdout
-    assert "Traceback" not in p.stderr
-    lines = [l for l in p.stderr.splitlines() if l.strip()]
-    assert len(lines) == 1 and lines[0].startswith("fstrace: error: "), p.stderr
-    return lines[0]
 
 
 def report_of(d):
