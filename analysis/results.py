@@ -17,6 +17,7 @@ still read; Results.verified says the damage they may carry went unchecked.
 import json
 import math
 import os
+import stat
 import struct
 import zlib
 
@@ -167,7 +168,7 @@ def _check(v, spec, where):
         for k, x in v.items():
             if spec.int_keys and not (k.isascii() and k.lstrip("-").isdigit()):
                 raise ResultsError("header field %s: key %s is not an integer" % (where, _short(k)))
-            _check(x, spec.spec, "%s.%s" % (where, k) if len(k) < 40 else where + ".<key>")
+            _check(x, spec.spec, "%s.%s" % (where, k if k.isprintable() and len(k) < 40 else _short(k)))
     else:  # dict: an object with these keys
         if type(v) is not dict:
             bad("an object")
@@ -303,12 +304,22 @@ def read_header(fp, size=None):
     return header, data_start, fmt
 
 
+def open_regular(path):
+    """path opened for reading, if it is a regular file: a FIFO or a device node in a results directory
+    (tar run by root recreates them) would block or never end."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ResultsError("not a regular file")
+    return os.fdopen(fd, "rb")
+
+
 def load(path):
     """Load and verify a results file; record arrays are views over one buffer (no per-record Python work).
 
     Raises ResultsError (one line: which part of the file, what is wrong) for any damage it can see;
     OSError for a file it cannot read."""
-    with open(path, "rb") as fp:
+    with open_regular(path) as fp:
         size = os.fstat(fp.fileno()).st_size
         header, data_start, fmt = read_header(fp, size)
         pad_len = data_start - fp.tell()
@@ -369,7 +380,7 @@ BENCH_SCHEMA = {"rows": ListOf({"dir": str, "run": INT, "workload": str, "label"
 def load_json(path, schema=None):
     """A JSON object from a file of a results or bench directory, checked against schema; ResultsError
     saying what is wrong when it is damaged (the caller names the file)."""
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         raw = f.read()
     try:
         doc = json.loads(raw)

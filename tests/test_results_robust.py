@@ -4,6 +4,7 @@ import json
 import os
 import random
 import signal
+import stat
 import subprocess
 import zlib
 
@@ -311,3 +312,17 @@ def test_enum_names_the_analysis_looks_up_are_required(real, tmp_path):
     f = tmp_path / "enums.fst"
     f.write_bytes(forge(header, data))
     assert outcome(str(f)) == ("damaged", "header field enums.req_kind lacks stat")
+
+
+def test_fifo_or_device_in_the_directory_does_not_hang(real, tmp_path):
+    """A FIFO blocks on open and /dev/zero never ends: both are refused at once."""
+    _, raw = real
+    d = str(tmp_path / "fifo")
+    os.makedirs(d)
+    os.mkfifo(os.path.join(d, "results.fst"))
+    line = one_line_error(report_of(d))
+    assert "results.fst: not a regular file" in line
+    d = results_dir(str(tmp_path / "zero"), raw)
+    os.mknod(os.path.join(d, "summary.json"), 0o600 | stat.S_IFCHR, os.makedev(1, 5))
+    line = one_line_error(report_of(d))
+    assert "summary.json: not a regular file" in line
