@@ -356,15 +356,17 @@ def load(path):
     return Results(header, records, path, verified=fmt >= 2, fmt=fmt)
 
 
-def inside(base, name, what):
+def inside(base, name, named_in=None):
     """base/name resolved (symlinks followed), refused unless it stays inside base: a results or bench
-    directory from another machine must not make root read elsewhere (absolute names, .., symlinks out)."""
+    directory from another machine must not make root read elsewhere (absolute names, .., symlinks out).
+    named_in: the file that gave the name, for the message."""
+    where = "%s: %s" % (named_in, _short(name)) if named_in else os.path.join(base, str(name))
     if type(name) is not str or not name or "\0" in name:
-        raise ResultsError("%s: %s is not a file name" % (what, _short(name)))
+        raise ResultsError("%s is not a file name" % where)
     real_base = os.path.realpath(base)
     path = os.path.realpath(os.path.join(real_base, name))
     if os.path.commonpath([real_base, path]) != real_base:
-        raise ResultsError("%s: %s leads outside %s; refused" % (what, _short(name), base))
+        raise ResultsError("%s leads outside %s; refused" % (where, base))
     return path
 
 

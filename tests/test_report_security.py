@@ -172,3 +172,16 @@ def test_symlinked_results_file_out_of_the_directory_is_refused(real, tmp_path, 
     os.symlink(victim[0], os.path.join(run, "results.fst"))
     line = one_line_error(fstrace("report", run))
     assert "leads outside" in line and victim[1] not in line
+
+
+def test_json_files_linked_out_of_the_directory_are_refused(real, tmp_path, victim):
+    run = results_dir(str(tmp_path / "run"), real[1])
+    os.symlink(victim[0], os.path.join(run, "summary.json"))
+    line = one_line_error(fstrace("report", run))
+    assert line == "fstrace: error: %s/summary.json leads outside %s; refused" % (run, run)
+    bench = str(tmp_path / "bench")
+    os.makedirs(bench)
+    os.symlink(victim[0], os.path.join(bench, "bench.json"))
+    for p in (fstrace("report", bench), fstrace("compare", bench, run)):
+        line = one_line_error(p)
+        assert line == "fstrace: error: %s/bench.json leads outside %s; refused" % (bench, bench)

@@ -370,7 +370,7 @@ def sets_html(title, sets, head_text):
         for label, rd in run_dirs:
             if not os.path.exists(os.path.join(rd, "results.fst")):
                 continue
-            res = load_results(in_dir(rd, "results.fst", rd))
+            res = load_results(in_dir(rd, "results.fst"))
             cdf.append((label, summary.latencies_us(res)))
             bars.append((label, summary.attribution(summary.fs_requests(
                 res, kinds=("read", "write", "open", "getdents")))["parts_ns"]))
@@ -381,8 +381,10 @@ def sets_html(title, sets, head_text):
 
 
 def render_summary(s):
+    """The terminal report, control characters escaped: task names and stacks (attach traces any task)
+    and results from other machines must not drive the terminal."""
     from analysis import report
-    return report.render(s)
+    return report.terminal_safe(report.render(s))
 
 
 # Reporting reads results made on other machines, as root: every file is untrusted.  Damage is one line
@@ -394,13 +396,13 @@ def _error(where, what):
     return FstraceError(terminal_safe("%s: %s" % (where, what)))
 
 
-def in_dir(base, name, named_in):
+def in_dir(base, name, named_in=None):
     """base/name, refused unless it resolves inside base (a symlink or .. out of a results directory)."""
-    from analysis import results
+    from analysis import report, results
     try:
         return results.inside(base, name, named_in)
     except results.ResultsError as e:
-        raise _error(base, e)
+        raise FstraceError(report.terminal_safe(str(e)))
 
 
 def load_results(fst):
@@ -423,6 +425,8 @@ def load_results(fst):
 def load_doc(path, schema):
     """A JSON document of a results or bench directory (summary.json, bench.json), or one line on its damage."""
     from analysis import results
+    d = os.path.dirname(path) or "."
+    path = in_dir(d, os.path.basename(path))
     try:
         return results.load_json(path, schema)
     except OSError as e:
@@ -453,9 +457,8 @@ def report_bench(bench_dir):
     rows = []
     for r in doc["rows"]:
         rundir = in_dir(bench_dir, r["dir"], bench)
-        spath = in_dir(rundir, "summary.json", rundir)
-        gt = load_doc(spath, results.SUMMARY_SCHEMA).get("ground_truth")
-        fst = in_dir(rundir, "results.fst", rundir)
+        gt = load_doc(os.path.join(rundir, "summary.json"), results.SUMMARY_SCHEMA).get("ground_truth")
+        fst = in_dir(rundir, "results.fst")
         s, _ = analyse(load_results(fst), gt, fst)
         rows.append(dict(tables.row_from_summary(s), run=r["run"], dir=r["dir"]))
     doc["rows"] = rows
@@ -464,7 +467,7 @@ def report_bench(bench_dir):
 
 
 def cmd_report(args):
-    from analysis import report, results
+    from analysis import results
     path = args.dir
     if os.path.isdir(path) and os.path.exists(os.path.join(path, "bench.json")):
         rc = report_bench(path)
@@ -472,14 +475,14 @@ def cmd_report(args):
             write_html(args.html, sets_html("fstrace bench: %s" % path, [("", path)], None))
             progress("HTML report in %s" % args.html)
         return rc
-    fst = in_dir(path, "results.fst", path) if os.path.isdir(path) else path
+    fst = in_dir(path, "results.fst") if os.path.isdir(path) else path
     res = load_results(fst)
     gt = None
     spath = os.path.join(os.path.dirname(fst), "summary.json")
     if os.path.lexists(spath):
-        gt = load_doc(in_dir(os.path.dirname(fst), "summary.json", path), results.SUMMARY_SCHEMA).get("ground_truth")
+        gt = load_doc(spath, results.SUMMARY_SCHEMA).get("ground_truth")
     s, text = analyse(res, gt, fst)
-    sys.stdout.write(report.terminal_safe(text))
+    sys.stdout.write(text)
     if args.html:
         write_html(args.html, run_html(s, res))
         progress("HTML report in %s" % args.html)
@@ -515,7 +518,7 @@ def cmd_compare(args):
         for d in (args.a, args.b):
             if not os.path.exists(os.path.join(d, "results.fst")):
                 raise FstraceError("--flamegraph compares two run directories; %s has no results.fst" % d)
-            folded.append(sampling.folded(load_results(in_dir(d, "results.fst", d)).header, kworkers=True))
+            folded.append(sampling.folded(load_results(in_dir(d, "results.fst")).header, kworkers=True))
         write_html(args.flamegraph, flamegraph.render(
             folded[1], "differential on-CPU flamegraph: %s vs %s" % (args.b, args.a),
             "widths: B's samples; red: more than in A (share), blue: less", base=folded[0]))
