@@ -278,6 +278,15 @@ def test_report_on_damaged_directories(real, tmp_path):
         d = results_dir(str(tmp_path / ("d%d" % i)), fst, summ)
         line = one_line_error(report_of(d))
         assert d in line and all(n in line for n in named), line
+    # the same one line from compare, and for a damaged bench.json
+    bad = results_dir(str(tmp_path / "badsum"), raw, "{\"ground_truth\": ")
+    line = one_line_error(subprocess.run([FSTRACE, "compare", bad, bad], stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True, timeout=120))
+    assert line.startswith("fstrace: error: %s/summary.json: not valid JSON" % bad), line
+    with open(os.path.join(bad, "bench.json"), "w") as f:
+        f.write('{"rows": [{"dir": 5}]}')
+    line = one_line_error(report_of(bad))
+    assert line == "fstrace: error: %s/bench.json: field rows[0].dir: expected a string, found 5" % bad
     # intact, with a good summary.json: a report and no error
     d = results_dir(str(tmp_path / "good"), raw, json.dumps({"ground_truth": {"read_bytes": 524288}}))
     p = report_of(d)
