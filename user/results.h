@@ -33,7 +33,7 @@ struct spool {
 	FILE *f;
 	uint64_t count;
 	uint32_t rec_size;
-	uint32_t crc;	/* CRC32 of the records spooled so far */
+	uint32_t crc;	/* CRC32 of the spooled records, once finished */
 };
 
 struct results {
