@@ -8,6 +8,7 @@ import stat
 import subprocess
 import zlib
 
+import numpy as np
 import pytest
 
 from analysis import report, results, summary
@@ -265,11 +266,16 @@ def test_report_on_damaged_directories(real, tmp_path):
     flipped[data_start + req["offset"] + 5] ^= 0x40
     typed = json.loads(json.dumps(header))
     typed["time"]["end_ns"] = "late"
+    # format 1 (nothing to verify) with requests that end before they start: the analysis fails on it
+    backwards = bytearray(data)
+    np.frombuffer(backwards, dtype=results.dtype_for(header["records"]["req"]), count=req["count"])["ts_end_ns"] = 0
     cases = [
         (bytes(flipped), None, ["results.fst: section req", "checksum mismatch"]),
         (raw[:data_start + 100], None, ["results.fst: truncated in section"]),
         (raw[:30], None, ["results.fst: truncated in the header"]),
         (forge(typed, data), None, ["results.fst: header field time.end_ns: expected an integer"]),
+        (forge(header, bytes(backwards), fmt=1), None,
+         ["results.fst: the analysis cannot use it (ValueError", "results format 1 has no checksums"]),
         (raw, "{\"ground_truth\": {\"read_bytes\": 12", ["summary.json: not valid JSON", "damaged"]),
         (raw, "[1, 2]", ["summary.json: not a JSON object"]),
         (raw, "{\"ground_truth\": {\"read_bytes\": \"lots\"}}", ["summary.json: field ground_truth.read_bytes"]),

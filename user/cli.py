@@ -370,7 +370,9 @@ def sets_html(title, sets, head_text):
         for label, rd in run_dirs:
             if not os.path.exists(os.path.join(rd, "results.fst")):
                 continue
-            res = load_results(in_dir(rd, "results.fst"))
+            fst = in_dir(rd, "results.fst")
+            res = load_results(fst)
+            note_unverified(res, fst)
             cdf.append((label, summary.latencies_us(res)))
             bars.append((label, summary.attribution(summary.fs_requests(
                 res, kinds=("read", "write", "open", "getdents")))["parts_ns"]))
@@ -406,7 +408,7 @@ def in_dir(base, name, named_in=None):
 
 
 def load_results(fst):
-    """A loaded results file, or one line naming the file and its damage; notes a file without checksums."""
+    """A loaded results file, or one line naming the file and its damage."""
     from analysis import results
     try:
         res = results.load(fst)
@@ -416,10 +418,14 @@ def load_results(fst):
         raise _error(fst, "cannot read it: %s" % e.strerror)
     except results.ResultsError as e:
         raise _error(fst, e)
+    return res
+
+
+def note_unverified(res, fst):
+    """Say so when a file had no checksums to check (after its analysis, so damage stays one line)."""
     if not res.verified:
         progress("%s: results format %d carries no checksums: damage in it cannot be detected"
                  % (fst, res.format))
-    return res
 
 
 def load_doc(path, schema):
@@ -442,11 +448,13 @@ def analyse(res, gt, fst):
     from analysis import summary
     try:
         s = summary.summarize(res, gt)
-        return s, render_summary(s)
+        text = render_summary(s)
     except (ArithmeticError, AttributeError, IndexError, KeyError, TypeError, ValueError, MemoryError) as e:
         why = ("results format %d has no checksums: the file is probably damaged" % res.format if not res.verified
                else "its checksums match, but its content is not what this fstrace's collector writes")
         raise _error(fst, "the analysis cannot use it (%s: %s); %s" % (type(e).__name__, str(e)[:100], why))
+    note_unverified(res, fst)
+    return s, text
 
 
 def report_bench(bench_dir):
