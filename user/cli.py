@@ -526,7 +526,10 @@ def cmd_compare(args):
         for d in (args.a, args.b):
             if not os.path.exists(os.path.join(d, "results.fst")):
                 raise FstraceError("--flamegraph compares two run directories; %s has no results.fst" % d)
-            folded.append(sampling.folded(load_results(in_dir(d, "results.fst")).header, kworkers=True))
+            fst = in_dir(d, "results.fst")
+            res = load_results(fst)
+            note_unverified(res, fst)
+            folded.append(sampling.folded(res.header, kworkers=True))
         write_html(args.flamegraph, flamegraph.render(
             folded[1], "differential on-CPU flamegraph: %s vs %s" % (args.b, args.a),
             "widths: B's samples; red: more than in A (share), blue: less", base=folded[0]))
