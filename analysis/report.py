@@ -1,6 +1,19 @@
 """Terminal report of one run, rendered from its summary (a pure function: summary -> text)."""
+import re
+
 from analysis.hist import format_linear_counts, format_log2
 from analysis.summary import ATTRIBUTION_MEANING, ATTRIBUTION_PARTS
+
+# C0 controls but the newline, DEL, C1 controls (0x9b is CSI on its own) and the Unicode format
+# characters that reorder or hide text (bidi overrides, zero-width): what could drive or fool a terminal
+_UNPRINTABLE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+
+
+def terminal_safe(text):
+    """text with every control character shown as an escape (\\x1b) instead of sent to the terminal:
+    strings in a results file (kernel release, labels, task names, stacks) come from other machines."""
+    return _UNPRINTABLE.sub(lambda m: "\\x%02x" % ord(m.group()) if ord(m.group()) < 0x100
+                            else "\\u%04x" % ord(m.group()), text)
 
 
 def _size(n):

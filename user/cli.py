@@ -282,7 +282,7 @@ def cmd_attach(args):
 
 def write_summary(resdir, wl=None, ctx=None):
     """summary.json, the on-CPU flamegraph (SVG + folded) and the Perfetto timeline of a results directory."""
-    from analysis import flamegraph, results, sampling, summary, timeline
+    from analysis import flamegraph, results, summary, timeline
     res = results.load(os.path.join(resdir, "results.fst"))
     gt = wl.ground_truth(resdir, ctx) if wl else None
     s = summary.summarize(res, gt)
@@ -290,25 +290,34 @@ def write_summary(resdir, wl=None, ctx=None):
     with open(tmp, "w") as f:
         json.dump(s, f, indent=1, sort_keys=True)
     os.rename(tmp, os.path.join(resdir, "summary.json"))
+    for name, stacks, title, subtitle, unit in flamegraph_specs(res):
+        flamegraph.write(resdir, name, stacks, title, subtitle, unit=unit)
+    timeline.write(res, os.path.join(resdir, "timeline.json"))
+    write_html(os.path.join(resdir, "report.html"), run_html(s, res))
+    return s
+
+
+def flamegraph_specs(res):
+    """(name, folded stacks, title, subtitle, unit) of each flamegraph the results hold stacks for."""
+    from analysis import sampling
+    label = res.config.get("label") or "fstrace"
+    out = []
     stacks = sampling.folded(res.header, kworkers=True)
     if res.header.get("sampling", {}).get("hz"):
-        flamegraph.write(resdir, "oncpu", stacks, "on-CPU stacks inside requests, and of kworkers working for "
-                         "them: %s" % (res.config.get("label") or "fstrace"), "%d samples at %d Hz; orange: decompression, blue: block I/O"
-            % (sum(stacks.values()), res.header["sampling"]["hz"]))
+        out.append(("oncpu", stacks, "on-CPU stacks inside requests, and of kworkers working for them: %s" % label,
+                    "%d samples at %d Hz; orange: decompression, blue: block I/O"
+                    % (sum(stacks.values()), res.header["sampling"]["hz"]), "samples"))
     offcpu = sampling.offcpu_folded(res.header)
     if res.header.get("offcpu"):
         weighted = {"[%s];%s" % k: max(1, ns // 1000) for k, ns in offcpu.items()}
-        flamegraph.write(resdir, "offcpu", weighted, "off-CPU kernel stacks inside requests: %s" % (
-            res.config.get("label") or "fstrace"), "weighted by microseconds blocked; roots: why it was off-CPU",
-            unit="us")
+        out.append(("offcpu", weighted, "off-CPU kernel stacks inside requests: %s" % label,
+                    "weighted by microseconds blocked; roots: why it was off-CPU", "us"))
     wall = sampling.wallclock_folded(res.header)
     if wall:
-        flamegraph.write(resdir, "wallclock", wall, "wall-clock kernel stacks inside requests: %s" % (
-            res.config.get("label") or "fstrace"), "microseconds; green: CPU, orange: decompression, blue: I/O wait, "
-            "teal: kworker, purple: lock wait (light: spinning), brown: other D sleep (CPU from samples, off-CPU measured)", unit="us")
-    timeline.write(res, os.path.join(resdir, "timeline.json"))
-    write_html(os.path.join(resdir, "report.html"), run_html(resdir, s, res))
-    return s
+        out.append(("wallclock", wall, "wall-clock kernel stacks inside requests: %s" % label,
+                    "microseconds; green: CPU, orange: decompression, blue: I/O wait, teal: kworker, purple: lock "
+                    "wait (light: spinning), brown: other D sleep (CPU from samples, off-CPU measured)", "us"))
+    return out
 
 
 FLAMEGRAPHS = [("wallclock", "Wall-clock flamegraph",
@@ -318,25 +327,39 @@ FLAMEGRAPHS = [("wallclock", "Wall-clock flamegraph",
 
 
 def write_html(path, text):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.rename(tmp, path)
+    """Write a report (HTML, SVG) in place atomically.  Root writes reports where other users can write (/tmp)
+    and from results made elsewhere: the temporary is created exclusively under a random name (mkstemp),
+    and a symlink at the final path is refused (rename would replace, never follow, one planted later)."""
+    if os.path.islink(path):
+        raise FstraceError("%s is a symbolic link; refusing to write the report through it" % path)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
+                                   prefix=".%s." % os.path.basename(path), suffix=".tmp")
+    except OSError as e:
+        raise FstraceError("cannot write %s: %s" % (path, e.strerror))
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            os.fchmod(f.fileno(), 0o644)  # mkstemp makes it 0600; a report is for reading
+        os.rename(tmp, path)
+    except BaseException as e:
+        os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise FstraceError("cannot write %s: %s" % (path, e.strerror))
+        raise
 
 
-def run_html(resdir, s, res):
-    """The self-contained HTML report of one run directory."""
-    from analysis import html, plots, report, summary, tables
+def run_html(s, res):
+    """The self-contained HTML report of one run.  Its flamegraphs are drawn again from the results rather
+    than read from the directory's SVG files: those could hold script, or be links out of the directory."""
+    from analysis import flamegraph, html, plots, report, summary, tables
     label = s["run"].get("label") or "run"
     figs = [("Latency CDF", plots.latency_cdf([(label, summary.latencies_us(res))], "request latency")),
             ("Attribution", plots.attribution_bars([(label, s["attribution"]["parts_ns"])],
                                                    summary.ATTRIBUTION_PARTS, "where request time went"))]
-    flames = []
-    for name, heading, note in FLAMEGRAPHS:
-        svg = os.path.join(resdir, name + ".svg")
-        if os.path.exists(svg):
-            with open(svg) as f:
-                flames.append((heading, f.read(), note))
+    drawn = {name: flamegraph.render(stacks, title, subtitle, unit=unit)
+             for name, stacks, title, subtitle, unit in flamegraph_specs(res)}
+    flames = [(heading, drawn[name], note) for name, heading, note in FLAMEGRAPHS if name in drawn]
     table = None
     if s["run"].get("workload"):
         doc = {"dataset_id": s["run"].get("dataset_id"), "cache": s["run"].get("cache"), "runs": 1,
@@ -353,21 +376,21 @@ def sets_html(title, sets, head_text):
     for side, d in sets:
         bench = os.path.join(d, "bench.json")
         if os.path.exists(bench):
-            with open(bench) as f:
-                doc = json.load(f)
+            doc = load_doc(bench, results.BENCH_SCHEMA)
             texts.append(("%s%s" % (side + ": " if side else "", d), tables.render_bench(doc)))
             runs = {}
             for r in doc["rows"]:
                 runs.setdefault((r["workload"], r["label"]), r)
-            run_dirs = [(" ".join(x for x in (side, wl, label) if x), os.path.join(d, r["dir"]))
+            run_dirs = [(" ".join(x for x in (side, wl, label) if x), in_dir(d, r["dir"], bench))
                         for (wl, label), r in runs.items()]
         else:
             run_dirs = [(" ".join(x for x in (side, os.path.basename(os.path.normpath(d))) if x), d)]
         for label, rd in run_dirs:
-            fst = os.path.join(rd, "results.fst")
-            if not os.path.exists(fst):
+            if not os.path.exists(os.path.join(rd, "results.fst")):
                 continue
-            res = results.load(fst)
+            fst = in_dir(rd, "results.fst")
+            res = load_results(fst)
+            note_unverified(res, fst)
             cdf.append((label, summary.latencies_us(res)))
             bars.append((label, summary.attribution(summary.fs_requests(
                 res, kinds=("read", "write", "open", "getdents")))["parts_ns"]))
@@ -378,29 +401,99 @@ def sets_html(title, sets, head_text):
 
 
 def render_summary(s):
+    """The terminal report, control characters escaped: task names and stacks (attach traces any task)
+    and results from other machines must not drive the terminal."""
     from analysis import report
-    return report.render(s)
+    return report.terminal_safe(report.render(s))
+
+
+# Reporting reads results made on other machines, as root: every file is untrusted.  Damage is one line
+# naming the file and what is wrong (never a traceback), names in bench.json resolve only inside the
+# directory reported, and text from the files reaches the terminal only through report.terminal_safe.
+
+def _error(where, what):
+    from analysis.report import terminal_safe
+    return FstraceError(terminal_safe("%s: %s" % (where, what)))
+
+
+def in_dir(base, name, named_in=None):
+    """base/name, refused unless it resolves inside base (a symlink or .. out of a results directory)."""
+    from analysis import report, results
+    try:
+        return results.inside(base, name, named_in)
+    except results.ResultsError as e:
+        raise FstraceError(report.terminal_safe(str(e)))
+
+
+def load_results(fst):
+    """A loaded results file, or one line naming the file and its damage."""
+    from analysis import results
+    try:
+        res = results.load(fst)
+    except FileNotFoundError:
+        raise _error(fst, "no results file there")
+    except OSError as e:
+        raise _error(fst, "cannot read it: %s" % e.strerror)
+    except results.ResultsError as e:
+        raise _error(fst, e)
+    return res
+
+
+def note_unverified(res, fst):
+    """Say so when a file had no checksums to check (after its analysis, so damage stays one line)."""
+    if not res.verified:
+        progress("%s: results format %d carries no checksums: damage in it cannot be detected"
+                 % (fst, res.format))
+
+
+def load_doc(path, schema):
+    """A JSON document of a results or bench directory (summary.json, bench.json), or one line on its damage."""
+    from analysis import results
+    d = os.path.dirname(path) or "."
+    path = in_dir(d, os.path.basename(path))
+    try:
+        return results.load_json(path, schema)
+    except OSError as e:
+        raise _error(path, "cannot read it: %s" % e.strerror)
+    except results.ResultsError as e:
+        raise _error(path, e)
+
+
+def analyse(res, gt, fst):
+    """(summary, terminal report) of a loaded results file.  The header's types, the layouts and the bounds
+    were checked on loading; content that still does not fit the analysis (a format 1 file damaged where
+    nothing could tell, or values no collector writes) is one line, not a traceback."""
+    from analysis import summary
+    try:
+        s = summary.summarize(res, gt)
+        text = render_summary(s)
+    except (ArithmeticError, AttributeError, IndexError, KeyError, TypeError, ValueError, MemoryError) as e:
+        why = ("results format %d has no checksums: the file is probably damaged" % res.format if not res.verified
+               else "its checksums match, but its content is not what this fstrace's collector writes")
+        raise _error(fst, "the analysis cannot use it (%s: %s); %s" % (type(e).__name__, str(e)[:100], why))
+    note_unverified(res, fst)
+    return s, text
 
 
 def report_bench(bench_dir):
     """Re-render a bench directory's tables, re-summarizing every run from its own results file."""
-    from analysis import results, summary, tables
-    with open(os.path.join(bench_dir, "bench.json")) as f:
-        doc = json.load(f)
+    from analysis import report, results, tables
+    bench = os.path.join(bench_dir, "bench.json")
+    doc = load_doc(bench, results.BENCH_SCHEMA)
     rows = []
     for r in doc["rows"]:
-        rundir = os.path.join(bench_dir, r["dir"])
-        with open(os.path.join(rundir, "summary.json")) as f:
-            gt = json.load(f).get("ground_truth")
-        s = summary.summarize(results.load(os.path.join(rundir, "results.fst")), gt)
+        rundir = in_dir(bench_dir, r["dir"], bench)
+        gt = load_doc(os.path.join(rundir, "summary.json"), results.SUMMARY_SCHEMA).get("ground_truth")
+        fst = in_dir(rundir, "results.fst")
+        s, _ = analyse(load_results(fst), gt, fst)
         rows.append(dict(tables.row_from_summary(s), run=r["run"], dir=r["dir"]))
     doc["rows"] = rows
-    sys.stdout.write(tables.render_bench(doc))
+    sys.stdout.write(report.terminal_safe(tables.render_bench(doc)))
     return 0
 
 
 def cmd_report(args):
-    from analysis import results, summary
+    from analysis import results
     path = args.dir
     if os.path.isdir(path) and os.path.exists(os.path.join(path, "bench.json")):
         rc = report_bench(path)
@@ -408,54 +501,56 @@ def cmd_report(args):
             write_html(args.html, sets_html("fstrace bench: %s" % path, [("", path)], None))
             progress("HTML report in %s" % args.html)
         return rc
-    fst = os.path.join(path, "results.fst") if os.path.isdir(path) else path
-    try:
-        res = results.load(fst)
-    except FileNotFoundError:
-        raise FstraceError("no results file at %s" % fst)
-    except OSError as e:
-        raise FstraceError("cannot read %s: %s" % (fst, e.strerror))
-    except results.ResultsError as e:
-        raise FstraceError("%s: %s" % (fst, e))
+    fst = in_dir(path, "results.fst") if os.path.isdir(path) else path
+    res = load_results(fst)
     gt = None
     spath = os.path.join(os.path.dirname(fst), "summary.json")
-    if os.path.exists(spath):
-        with open(spath) as f:
-            gt = json.load(f).get("ground_truth")
-    s = summary.summarize(res, gt)
-    sys.stdout.write(render_summary(s))
+    if os.path.lexists(spath):
+        gt = load_doc(spath, results.SUMMARY_SCHEMA).get("ground_truth")
+    s, text = analyse(res, gt, fst)
+    sys.stdout.write(text)
     if args.html:
-        write_html(args.html, run_html(os.path.dirname(fst), s, res))
+        write_html(args.html, run_html(s, res))
         progress("HTML report in %s" % args.html)
     return 0
 
 
 def cmd_compare(args):
-    from analysis import tables
-    rows = []
+    from analysis import report, results, sampling, tables
+    docs = []
     for d in (args.a, args.b):
-        try:
-            rows.append(tables.load_rows(d))
-        except FileNotFoundError:
+        bench, summ = os.path.join(d, "bench.json"), os.path.join(d, "summary.json")
+        if os.path.exists(bench):
+            load_doc(bench, results.BENCH_SCHEMA)
+            docs.append(bench)
+        elif os.path.exists(summ):
+            load_doc(summ, results.SUMMARY_SCHEMA)
+            docs.append(summ)
+        else:
             raise FstraceError("%s holds neither bench.json nor summary.json" % d)
-    text = tables.render_compare(tables.compare(*rows))
-    sys.stdout.write(text)
+    try:
+        text = tables.render_compare(tables.compare(tables.load_rows(args.a), tables.load_rows(args.b)))
+    except (ArithmeticError, KeyError, TypeError, ValueError) as e:
+        raise _error(" or ".join(docs), "not what fstrace writes there, or damaged (%s: %s)"
+                     % (type(e).__name__, str(e)[:100]))
+    sys.stdout.write(report.terminal_safe(text))
     if args.html:
         write_html(args.html, sets_html("fstrace compare: %s vs %s" % (args.a, args.b),
                                         [("A", args.a), ("B", args.b)], text))
         progress("HTML report in %s" % args.html)
     if args.flamegraph:
-        from analysis import flamegraph, results, sampling
+        from analysis import flamegraph
         folded = []
         for d in (args.a, args.b):
-            fst = os.path.join(d, "results.fst")
-            if not os.path.exists(fst):
+            if not os.path.exists(os.path.join(d, "results.fst")):
                 raise FstraceError("--flamegraph compares two run directories; %s has no results.fst" % d)
-            folded.append(sampling.folded(results.load(fst).header, kworkers=True))
-        with open(args.flamegraph, "w") as f:
-            f.write(flamegraph.render(folded[1], "differential on-CPU flamegraph: %s vs %s" % (args.b, args.a),
-                                      "widths: B's samples; red: more than in A (share), blue: less",
-                                      base=folded[0]))
+            fst = in_dir(d, "results.fst")
+            res = load_results(fst)
+            note_unverified(res, fst)
+            folded.append(sampling.folded(res.header, kworkers=True))
+        write_html(args.flamegraph, flamegraph.render(
+            folded[1], "differential on-CPU flamegraph: %s vs %s" % (args.b, args.a),
+            "widths: B's samples; red: more than in A (share), blue: less", base=folded[0]))
         progress("differential flamegraph in %s" % args.flamegraph)
     return 0
 

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 #include "results.h"
 
 void jb_add(struct jbuf *b, const char *fmt, ...)
@@ -245,15 +246,19 @@ int results_add(struct results *r, const void *data, size_t size)
 	return 0;
 }
 
-static int copy_spool(FILE *from, FILE *to)
+/* the spool's bytes to `to`, or with to == NULL their CRC32 into *crc (the header, written first, holds it) */
+static int copy_spool(FILE *from, FILE *to, uint32_t *crc)
 {
 	char buf[1 << 16];
 	size_t n;
 	if (fflush(from) || fseek(from, 0, SEEK_SET))
 		return -errno;
-	while ((n = fread(buf, 1, sizeof(buf), from)) > 0)
-		if (fwrite(buf, 1, n, to) != n)
+	while ((n = fread(buf, 1, sizeof(buf), from)) > 0) {
+		if (!to)
+			*crc = crc32(*crc, (const Bytef *)buf, n);
+		else if (fwrite(buf, 1, n, to) != n)
 			return -errno;
+	}
 	return ferror(from) ? -EIO : 0;
 }
 
@@ -277,29 +282,37 @@ int results_finish(struct results *r, const char *header_json)
 	free(layout);
 	free(enums);
 	uint64_t off = 0;
-	int first = 1;
+	int first = 1, err = 0;
 	for (int t = 1; t < FST_MAX_REC_TYPES; t++) {
 		if (!r->spools[t].f)
 			continue;
-		jb_add(&h, "%s{\"record\":\"%s\",\"offset\":%llu,\"count\":%llu,\"size\":%u}", first ? "" : ",",
-		       rec_name(t), (unsigned long long)off, (unsigned long long)r->spools[t].count,
-		       r->spools[t].rec_size);
+		/* summed here, once tracing is over, rather than per record while the ring buffer is drained */
+		if (!err)
+			err = copy_spool(r->spools[t].f, NULL, &r->spools[t].crc);
+		jb_add(&h, "%s{\"record\":\"%s\",\"offset\":%llu,\"count\":%llu,\"size\":%u,\"crc32\":%u}",
+		       first ? "" : ",", rec_name(t), (unsigned long long)off, (unsigned long long)r->spools[t].count,
+		       r->spools[t].rec_size, r->spools[t].crc);
 		first = 0;
 		off += r->spools[t].count * r->spools[t].rec_size;
 	}
 	jb_add(&h, "],\"bad_records\":%llu}", (unsigned long long)r->bad_records);
 
+	/* magic, version, header length: the header CRC covers them too */
+	unsigned char pre[16];
 	uint32_t ver = FST_RESULTS_FORMAT, len = h.len;
+	memcpy(pre, FST_RESULTS_MAGIC, 8);
+	memcpy(pre + 8, &ver, 4);
+	memcpy(pre + 12, &len, 4);
+	uint32_t hcrc = crc32(crc32(0, pre, sizeof(pre)), (const Bytef *)h.s, h.len);
 	static const char pad[8];
-	int err = 0;
-	if (fwrite(FST_RESULTS_MAGIC, 8, 1, out) != 1 || fwrite(&ver, 4, 1, out) != 1 ||
-	    fwrite(&len, 4, 1, out) != 1 || fwrite(h.s, h.len, 1, out) != 1 ||
-	    ((16 + h.len) % 8 && fwrite(pad, 8 - (16 + h.len) % 8, 1, out) != 1))
+	size_t head = sizeof(pre) + 4 + h.len;
+	if (!err && (fwrite(pre, sizeof(pre), 1, out) != 1 || fwrite(&hcrc, 4, 1, out) != 1 ||
+	    fwrite(h.s, h.len, 1, out) != 1 || (head % 8 && fwrite(pad, 8 - head % 8, 1, out) != 1)))
 		err = -errno;
 	free(h.s);
 	for (int t = 1; !err && t < FST_MAX_REC_TYPES; t++)
 		if (r->spools[t].f)
-			err = copy_spool(r->spools[t].f, out);
+			err = copy_spool(r->spools[t].f, out, NULL);
 	if (!err && (fflush(out) || fchmod(fileno(out), 0644) || fsync(fileno(out))))
 		err = -errno;
 	if (!err) {

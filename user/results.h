@@ -8,25 +8,32 @@
 #include "records.h"
 
 /*
- * Results file (format 1):
+ * Results file (format 2):
  *   8 bytes  "FSTRACE\0"
  *   u32      format version
  *   u32      header length in bytes
+ *   u32      CRC32 (zlib) of the 16 bytes above and the header
  *   header   JSON: everything a reader needs, including the layout of every
  *            record type (name, type, offset, size of each field) and, per
- *            record type, its section (offset from the data start, count)
- *   padding  to 8 bytes
- *   data     one contiguous array of fixed-size records per record type
+ *            record type, its section (offset from the data start, count,
+ *            CRC32 of the section's bytes)
+ *   padding  zeros to 8 bytes
+ *   data     one contiguous array of fixed-size records per record type,
+ *            the sections back to back in header order, nothing after them
+ * Results travel between machines: the checksums let a reader say that a
+ * damaged file is damaged instead of reporting wrong figures.  Format 1 was
+ * the same without the header CRC and the sections' crc32.
  * The file is created unlinked and linked into place only when complete, so a
  * crash or Ctrl-C never leaves a half-written results file.
  */
 #define FST_RESULTS_MAGIC "FSTRACE"
-#define FST_RESULTS_FORMAT 1
+#define FST_RESULTS_FORMAT 2
 
 struct spool {
 	FILE *f;
 	uint64_t count;
 	uint32_t rec_size;
+	uint32_t crc;	/* CRC32 of the spooled records, once finished */
 };
 
 struct results {

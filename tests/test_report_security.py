@@ -1,0 +1,187 @@
+"""`report` run by root on results from other machines: nothing in a results or bench directory, and no
+link an unprivileged user plants, makes it write or read elsewhere, run script in the HTML report's
+viewer, or drive the terminal."""
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+
+from analysis import flamegraph, results, summary, tables
+from conftest import FSTRACE
+from forge import forge, real, results_dir, split  # noqa: F401 (real: a fixture)
+from test_cli import one_line_error
+from user.cli import flamegraph_specs
+
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+@pytest.fixture
+def victim():
+    """A file only root can reach, and what it holds."""
+    d = tempfile.mkdtemp(prefix="fstrace-victim-")
+    os.chmod(d, 0o700)
+    path = os.path.join(d, "precious")
+    secret = "precious-%s" % os.urandom(8).hex()
+    with open(path, "w") as f:
+        f.write(secret)
+    yield path, secret
+    shutil.rmtree(d)
+
+
+@pytest.fixture
+def users_dir():
+    """A directory an unprivileged user owns (not sticky, so the kernel's protected_symlinks does not
+    step in: fstrace alone must refuse the links planted there)."""
+    d = tempfile.mkdtemp(prefix="fstrace-user-")
+    os.chown(d, 65534, 65534)
+    os.chmod(d, 0o755)
+    yield d
+    shutil.rmtree(d)
+
+
+def fstrace(*args):
+    return subprocess.run([FSTRACE] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          timeout=300)
+
+
+def plant_link(target, link):
+    subprocess.run(NOBODY + ["ln", "-s", target, link], check=True)
+    assert os.lstat(link).st_uid == 65534
+
+
+def test_html_target_symlink_is_refused(real, tmp_path, victim, users_dir):
+    run = results_dir(str(tmp_path / "run"), real[1])
+    html = os.path.join(users_dir, "report.html")
+    plant_link(victim[0], html)
+    line = one_line_error(fstrace("report", run, "--html", html))
+    assert "symbolic link" in line and html in line
+    assert open(victim[0]).read() == victim[1]
+    assert os.readlink(html) == victim[0]
+    assert sorted(os.listdir(users_dir)) == ["report.html"]
+
+
+def test_planted_tmp_symlink_is_not_followed(real, tmp_path, victim, users_dir):
+    """The old FILE.tmp name, planted as a link: the report goes to a fresh temporary of its own."""
+    run = results_dir(str(tmp_path / "run"), real[1])
+    html = os.path.join(users_dir, "report.html")
+    plant_link(victim[0], html + ".tmp")
+    p = fstrace("report", run, "--html", html)
+    assert p.returncode == 0, p.stderr
+    assert open(victim[0]).read() == victim[1]
+    assert os.readlink(html + ".tmp") == victim[0]
+    st = os.lstat(html)
+    assert not os.path.islink(html) and st.st_uid == 0 and st.st_mode & 0o777 == 0o644
+    assert open(html).read().startswith("<!DOCTYPE html>")
+    assert sorted(os.listdir(users_dir)) == ["report.html", "report.html.tmp"]
+
+
+def test_svgs_of_the_results_directory_never_reach_the_html(real, tmp_path, victim):
+    run = results_dir(str(tmp_path / "run"), real[1])
+    with open(os.path.join(run, "oncpu.svg"), "w") as f:
+        f.write('<?xml version="1.0"?><svg xmlns="http://www.w3.org/2000/svg" onload="alert(1)">'
+                '<script>alert(2)</script><foreignObject><iframe src="http://evil.example/"/></foreignObject>'
+                '<image href="http://evil.example/x.png"/></svg>')
+    os.symlink(victim[0], os.path.join(run, "offcpu.svg"))
+    os.symlink("/etc/hostname", os.path.join(run, "wallclock.svg"))
+    out = str(tmp_path / "out.html")
+    p = fstrace("report", run, "--html", out)
+    assert p.returncode == 0, p.stderr
+    page = open(out).read()
+    for bad in ("alert(", "onload", "foreignObject", "evil.example", victim[1]):
+        assert bad not in page, bad
+    assert page.count("<script") == 1  # the page's own figure counter
+    # the flamegraphs in the page are the ones drawn from the records, not the files
+    res = results.load(os.path.join(run, "results.fst"))
+    drawn = {name: flamegraph.render(st, title, sub, unit=unit) for name, st, title, sub, unit in flamegraph_specs(res)}
+    assert "offcpu" in drawn and "wallclock" in drawn
+    for svg in drawn.values():
+        assert svg[svg.index("<svg"):] in page
+
+
+def test_markup_in_header_strings_is_escaped_in_the_html(real, tmp_path):
+    _, header, data = split(real[1])
+    header["config"] = {"label": "<script>alert(3)</script>", "workload": "<img src=x onerror=alert(4)>",
+                        "dataset_id": "d", "cache": "cold", "fs": "erofs"}
+    header["kernel"]["release"] = "</pre><script>alert(5)</script>"
+    run = results_dir(str(tmp_path / "run"), forge(header, data))
+    out = str(tmp_path / "out.html")
+    p = fstrace("report", run, "--html", out)
+    assert p.returncode == 0, p.stderr
+    page = open(out).read()
+    assert "alert(" in page  # the text is there, as text
+    for bad in ("<script>alert", "<img src=x", "</pre><script>"):
+        assert bad not in page, bad
+
+
+def test_escape_sequences_in_header_strings_are_not_printed_raw(real, tmp_path):
+    _, header, data = split(real[1])
+    header["kernel"]["release"] = "6.18\x1b]0;owned\x07\x1b[2J"
+    header["config"] = {"label": "l\x1b[31m", "workload": "w\u009b1m", "dataset_id": "d\u202e", "cache": "cold",
+                        "fs": "erofs"}
+    stack, reason, ns = header["offcpu"]["folded"][0]
+    header["offcpu"]["folded"][0] = ["%s;evil\x1b[5m" % stack, reason, ns]
+    run = results_dir(str(tmp_path / "run"), forge(header, data))
+    p = fstrace("report", run)
+    assert p.returncode == 0, p.stderr
+    for raw_char in ("\x1b", "\x07", "\u009b", "\u202e"):
+        assert raw_char not in p.stdout and raw_char not in p.stderr
+    assert "6.18\\x1b]0;owned\\x07\\x1b[2J" in p.stdout and "l\\x1b[31m" in p.stdout
+    assert "w\\x9b1m" in p.stdout and "d\\u202e" in p.stdout
+    # and in the one line of an error about such a value
+    header["time"]["end_ns"] = "\x1b[2J"
+    run = results_dir(str(tmp_path / "bad"), forge(header, data))
+    line = one_line_error(fstrace("report", run))
+    assert "\x1b" not in line and "\\x1b[2J" in line
+
+
+def bench_dir(d, dirs, fst):
+    """A bench directory whose bench.json names these run directories (rows as a bench writes them)."""
+    os.makedirs(d)
+    row = tables.row_from_summary(summary.summarize(results.load(fst)))
+    doc = {"schema_version": 1, "kind": "fstrace-bench", "dataset_id": "x", "runs": 1, "cache": "cold",
+           "iops_cap": None, "images": [], "kernel": "k",
+           "rows": [dict(row, dir=r, run=1, workload="w", label="l%d" % i) for i, r in enumerate(dirs)]}
+    with open(os.path.join(d, "bench.json"), "w") as f:
+        json.dump(doc, f)
+    return d
+
+
+def test_bench_json_paths_resolve_only_inside_the_directory(real, tmp_path):
+    outside = results_dir(str(tmp_path / "outside"), real[1], json.dumps({"ground_truth": {}}))
+    # a bench whose run is inside it reports (the check does not refuse what is legitimate)
+    good = bench_dir(str(tmp_path / "good"), ["r/run-1"], real[0])
+    results_dir(os.path.join(good, "r", "run-1"), real[1], json.dumps({"ground_truth": {}}))
+    p = fstrace("report", good)
+    assert p.returncode == 0 and "fstrace bench: dataset x" in p.stdout, p.stderr
+    for i, name in enumerate(["../outside", outside, "link", "r/../../outside", "ok\x1b[2J/../../outside"]):
+        b = bench_dir(str(tmp_path / ("b%d" % i)), [name], real[0])
+        os.symlink(outside, os.path.join(b, "link"))
+        line = one_line_error(fstrace("report", b))
+        assert "bench.json" in line and "leads outside" in line and "\x1b" not in line, line
+        line = one_line_error(fstrace("compare", b, good, "--html", str(tmp_path / "c.html")))
+        assert "leads outside" in line, line
+        assert not os.path.exists(tmp_path / "c.html")
+
+
+def test_symlinked_results_file_out_of_the_directory_is_refused(real, tmp_path, victim):
+    run = str(tmp_path / "run")
+    os.makedirs(run)
+    os.symlink(victim[0], os.path.join(run, "results.fst"))
+    line = one_line_error(fstrace("report", run))
+    assert "leads outside" in line and victim[1] not in line
+
+
+def test_json_files_linked_out_of_the_directory_are_refused(real, tmp_path, victim):
+    run = results_dir(str(tmp_path / "run"), real[1])
+    os.symlink(victim[0], os.path.join(run, "summary.json"))
+    line = one_line_error(fstrace("report", run))
+    assert line == "fstrace: error: %s/summary.json leads outside %s; refused" % (run, run)
+    bench = str(tmp_path / "bench")
+    os.makedirs(bench)
+    os.symlink(victim[0], os.path.join(bench, "bench.json"))
+    for p in (fstrace("report", bench), fstrace("compare", bench, run)):
+        line = one_line_error(p)
+        assert line == "fstrace: error: %s/bench.json leads outside %s; refused" % (bench, bench)
