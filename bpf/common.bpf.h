@@ -128,6 +128,19 @@ static __always_inline void offcpu_add(__s32 stack_id, __u32 reason, __u64 ns)
  * (cfg.task_storage: a lookup is a pointer walk from the task, no hashing, and a task without state costs
  * one NULL test) or, where the kernel lacks it, in a pid-keyed hash the collector swaps in before load.
  */
+/* what a thread's state keeps from one request to the next (task_req.keep) */
+struct task_keep {
+	__u64 file;		/* the struct file last looked up for a request, and what it said: */
+	__u64 ino;
+	__u32 sdev;
+	__u16 ftype;
+	__u8 verdict;		/* FST_VERDICT_*: the task filters' answer, when it can be cached */
+	__u8 pad;
+	__u64 user_ip, user_sp;	/* user registers when user_stack was taken (sample.bpf.c); 0: none yet */
+	__s32 user_stack;
+	__u32 pad2;
+};
+
 struct task_req {
 	__u64 start;
 	__u64 last_on;		/* when the thread last went on-CPU during the request */
@@ -159,7 +172,8 @@ struct task_req {
 	__u8 off_lock;		/* switched out while waiting for a sleeping lock */
 	__u8 in_req;		/* the fields above describe a request in progress */
 	__u8 user_stack_taken;
-	__u8 verdict;		/* FST_VERDICT_*: the task filters' answer, when it can be cached */
+	__u8 pad[3];
+	struct task_keep keep;	/* not reset at a request's start */
 };
 
 /* task-local storage; the collector turns it into a pid-keyed hash (max_entries set) where the kernel has none */

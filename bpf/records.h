@@ -57,7 +57,6 @@
 	E(FST_H_IO_Q2C_US, 1, "io_q2c_us")	/* block request queue-to-complete; sub = op */ \
 	E(FST_H_IO_D2C_US, 2, "io_d2c_us")	/* block request issue-to-complete; sub = op */ \
 	E(FST_H_IO_BYTES, 3, "io_bytes")	/* block request size; sub = op */              \
-	E(FST_H_REQ_US, 4, "req_us")		/* request latency; sub = request kind */ \
 	E(FST_H_RA_PAGES, 5, "ra_window_pages")	/* readahead window decided (pages); dev = file's sb, sub = 0 */
 
 #define FST_FILESYSTEMS(E)          \

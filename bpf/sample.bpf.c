@@ -45,6 +45,28 @@ struct {
 	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
 } sample_stacks SEC(".maps");
 
+/*
+ * The thread's user stack.  A thread that calls read() from the same place with the same stack pointer (fio's
+ * loop, a cat) has the same user stack: with task storage, the user registers are compared with those of the
+ * last stack taken, and a match reuses its id instead of walking the stack and looking up build ids again.
+ */
+static __always_inline __s32 user_stack(struct bpf_perf_event_data *ctx, struct task_req *r)
+{
+	if (!cfg.task_storage)
+		return bpf_get_stackid(ctx, &user_stacks, BPF_F_USER_STACK);
+	struct pt_regs *uregs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	__u64 ip = PT_REGS_IP_CORE(uregs), sp = PT_REGS_SP_CORE(uregs);
+	if (sp && r->keep.user_sp == sp && r->keep.user_ip == ip)
+		return r->keep.user_stack;
+	__s32 id = bpf_get_stackid(ctx, &user_stacks, BPF_F_USER_STACK);
+	if (id >= 0) {
+		r->keep.user_ip = ip;
+		r->keep.user_sp = sp;
+		r->keep.user_stack = id;
+	}
+	return id;
+}
+
 SEC("perf_event")
 int sample_request_stack(struct bpf_perf_event_data *ctx)
 {
@@ -58,7 +80,7 @@ int sample_request_stack(struct bpf_perf_event_data *ctx)
 		/* a user stack with build ids costs microseconds, up to a millisecond when a build id is looked up
 		 * for the first time; a thread's user stack is frozen while it is in a syscall, so once per request */
 		if (!r->user_stack_taken) {
-			r->user_stack = bpf_get_stackid(ctx, &user_stacks, BPF_F_USER_STACK);
+			r->user_stack = user_stack(ctx, r);
 			r->user_stack_taken = 1;
 		}
 		key.user_stack_id = r->user_stack;

@@ -13,10 +13,18 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-static __always_inline struct file *fd_file(struct task_struct *task, long fd)
+/* the struct file behind fd in the current task's table, NULL if none */
+static __always_inline struct file *fd_file(long fd)
 {
-	struct file **fds = BPF_CORE_READ(task, files, fdt, fd);
-	unsigned int max = BPF_CORE_READ(task, files, fdt, max_fds);
+	struct fdtable *fdt;
+	if (cfg.task_storage) {
+		/* a BTF task pointer: files is a plain load, not a helper call */
+		fdt = BPF_CORE_READ(bpf_get_current_task_btf()->files, fdt);
+	} else {
+		fdt = BPF_CORE_READ((struct task_struct *)bpf_get_current_task(), files, fdt);
+	}
+	struct file **fds = BPF_CORE_READ(fdt, fd);
+	unsigned int max = BPF_CORE_READ(fdt, max_fds);
 	struct file *f = NULL;
 
 	if (fd < 0 || fd >= max)
@@ -25,14 +33,31 @@ static __always_inline struct file *fd_file(struct task_struct *task, long fd)
 	return f;
 }
 
-static __always_inline void note_file(struct task_req *r, struct file *f)
+/*
+ * The file's inode, superblock and type.  A thread reads the same file over and over (fio, a cat): what the
+ * last file said is kept in its state, and only a different struct file is read again (five reads through
+ * pointers, most of sys_enter's cost when every read is a page-cache hit).
+ */
+static __always_inline void note_file(struct task_req *r, struct task_keep *keep, struct file *f)
 {
 	if (!f)
 		return;
-	struct inode *inode = BPF_CORE_READ(f, f_inode);
-	r->ino = BPF_CORE_READ(inode, i_ino);
-	r->sdev = BPF_CORE_READ(inode, i_sb, s_dev);
-	r->ftype = (BPF_CORE_READ(inode, i_mode) >> 12) & 0xf;
+	if (keep && keep->file == (__u64)f) {
+		r->ino = keep->ino;
+		r->sdev = keep->sdev;
+		r->ftype = keep->ftype;
+	} else {
+		struct inode *inode = BPF_CORE_READ(f, f_inode);
+		r->ino = BPF_CORE_READ(inode, i_ino);
+		r->sdev = BPF_CORE_READ(inode, i_sb, s_dev);
+		r->ftype = (BPF_CORE_READ(inode, i_mode) >> 12) & 0xf;
+		if (keep) {
+			keep->file = (__u64)f;
+			keep->ino = r->ino;
+			keep->sdev = r->sdev;
+			keep->ftype = r->ftype;
+		}
+	}
 	if (r->pos < 0 && (r->kind == FST_REQ_READ || r->kind == FST_REQ_WRITE))
 		r->pos = BPF_CORE_READ(f, f_pos);
 }
@@ -50,49 +75,55 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
 	if (!kind)
 		return 0;
 	struct task_req *r = current_state();
-	if (r && r->verdict == FST_VERDICT_UNTRACED && verdict_cacheable())
-		return 0;
-	if (!(r && r->verdict == FST_VERDICT_TRACED && verdict_cacheable())) {
-		bool traced = current_is_traced();
-		if (verdict_cacheable()) {
+	if (verdict_cacheable()) {
+		if (r && r->keep.verdict == FST_VERDICT_UNTRACED)
+			return 0;
+		if (!r || r->keep.verdict != FST_VERDICT_TRACED) {
+			bool traced = current_is_traced();
 			if (!r)
 				r = bpf_task_storage_get(&task_reqs, bpf_get_current_task_btf(), 0,
 							 BPF_LOCAL_STORAGE_GET_F_CREATE);
 			if (r)
-				r->verdict = traced ? FST_VERDICT_TRACED : FST_VERDICT_UNTRACED;
+				r->keep.verdict = traced ? FST_VERDICT_TRACED : FST_VERDICT_UNTRACED;
+			if (!traced)
+				return 0;
 		}
-		if (!traced)
-			return 0;
+	} else if (!current_is_traced()) {
+		return 0;
 	}
 
 	__u32 pid = (__u32)bpf_get_current_pid_tgid();
 	__u64 now = bpf_ktime_get_ns();
-	struct task_req n = {
-		.start = now, .last_on = now, .nr = id, .kind = kind, .pos = -1, .in_req = 1,
-		.verdict = FST_VERDICT_TRACED,
-	};
-	long fd = fst_syscall_fd_arg(id) == 2 ? PT_REGS_PARM2_CORE_SYSCALL(regs) : PT_REGS_PARM1_CORE_SYSCALL(regs);
-	int count_arg = fst_syscall_count_arg(id);
-
-	if (count_arg == 3)
-		n.count = PT_REGS_PARM3_CORE_SYSCALL(regs);
-	else if (count_arg == 4)
-		n.count = PT_REGS_PARM4_CORE_SYSCALL(regs);
-	if (fst_syscall_has_pos(id))
-		n.pos = PT_REGS_PARM4_CORE_SYSCALL(regs);
-	if (fst_syscall_has_fd(id, kind)) {
-		note_file(&n, fd_file((struct task_struct *)bpf_get_current_task(), fd));
-		if (!sdev_is_traced(n.sdev))
-			return 0;
-	}
 	if (!r && cfg.task_storage)
 		r = bpf_task_storage_get(&task_reqs, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (r) {
-		*r = n;
-	} else if (!cfg.task_storage) {
-		bpf_map_update_elem(&task_reqs, &pid, &n, BPF_ANY);
+	if (!r && !cfg.task_storage) {
+		struct task_req n = {};
+		bpf_map_update_elem(&task_reqs, &pid, &n, BPF_NOEXIST);
 		r = bpf_map_lookup_elem(&task_reqs, &pid);
 	}
+	if (!r)
+		return 0;	/* storage or map full: the thread's requests are not traced */
+	/* a new request: everything but what is kept across requests starts at 0 */
+	__builtin_memset(r, 0, offsetof(struct task_req, keep));
+	r->start = r->last_on = now;
+	r->nr = id;
+	r->kind = kind;
+	r->pos = -1;
+
+	long fd = fst_syscall_fd_arg(id) == 2 ? PT_REGS_PARM2_CORE_SYSCALL(regs) : PT_REGS_PARM1_CORE_SYSCALL(regs);
+	int count_arg = fst_syscall_count_arg(id);
+	if (count_arg == 3)
+		r->count = PT_REGS_PARM3_CORE_SYSCALL(regs);
+	else if (count_arg == 4)
+		r->count = PT_REGS_PARM4_CORE_SYSCALL(regs);
+	if (fst_syscall_has_pos(id))
+		r->pos = PT_REGS_PARM4_CORE_SYSCALL(regs);
+	if (fst_syscall_has_fd(id, kind)) {
+		note_file(r, &r->keep, fd_file(fd));
+		if (!sdev_is_traced(r->sdev))
+			return 0;
+	}
+	r->in_req = 1;
 	/* from the request's start on, this handler is the tracer's time */
 	tracer_charge(r, now);
 	return 0;
@@ -176,7 +207,7 @@ static __always_inline int handle_sys_exit(long ret)
 
 	/* openat: the file is known only once the descriptor exists */
 	if (r->kind == FST_REQ_OPEN && ret >= 0)
-		note_file(r, fd_file((struct task_struct *)bpf_get_current_task(), ret));
+		note_file(r, NULL, fd_file(ret));
 	/* path-based requests (stat) cannot be placed on a filesystem here: kept only without an fs filter */
 	if (!sdev_is_traced(r->sdev))
 		return 0;
@@ -185,7 +216,6 @@ static __always_inline int handle_sys_exit(long ret)
 	 * parts an exact partition when a handler's end was timed after a switch) */
 	__u64 tracer = r->tracer < r->oncpu ? r->tracer : r->oncpu;
 	__u64 oncpu = r->oncpu - tracer, wall = now - r->start;
-	hist_add(FST_H_REQ_US, 0, r->kind, wall / 1000);
 	if (req_is_countable(r, ret, wall) && req_count(r, ret, wall, oncpu, tracer))
 		return 0;
 
