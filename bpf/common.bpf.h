@@ -130,7 +130,7 @@ static __always_inline void offcpu_add(__s32 stack_id, __u32 reason, __u64 ns)
  */
 /* what a thread's state keeps from one request to the next (task_req.keep) */
 struct task_keep {
-	__u64 file;		/* the struct file last looked up for a request, and what it said: */
+	__u64 file;		/* the inode (struct inode *) last looked up for a request, and what it said: */
 	__u64 ino;
 	__u32 sdev;
 	__u16 ftype;

@@ -35,24 +35,24 @@ static __always_inline struct file *fd_file(long fd)
 
 /*
  * The file's inode, superblock and type.  A thread reads the same file over and over (fio, a cat): what the
- * last file said is kept in its state, and only a different struct file is read again (five reads through
- * pointers, most of sys_enter's cost when every read is a page-cache hit).
+ * last inode said is kept in its state and reused when the file's inode is the same object with the same
+ * inode number (two reads instead of five).  A struct file's address alone is no key: files are freed and
+ * their slab reused at once (a closed /sys file's address came back as fio's data file).
  */
 static __always_inline void note_file(struct task_req *r, struct task_keep *keep, struct file *f)
 {
 	if (!f)
 		return;
-	if (keep && keep->file == (__u64)f) {
-		r->ino = keep->ino;
+	struct inode *inode = BPF_CORE_READ(f, f_inode);
+	r->ino = BPF_CORE_READ(inode, i_ino);
+	if (keep && keep->file == (__u64)inode && keep->ino == r->ino) {
 		r->sdev = keep->sdev;
 		r->ftype = keep->ftype;
 	} else {
-		struct inode *inode = BPF_CORE_READ(f, f_inode);
-		r->ino = BPF_CORE_READ(inode, i_ino);
 		r->sdev = BPF_CORE_READ(inode, i_sb, s_dev);
 		r->ftype = (BPF_CORE_READ(inode, i_mode) >> 12) & 0xf;
 		if (keep) {
-			keep->file = (__u64)f;
+			keep->file = (__u64)inode;
 			keep->ino = r->ino;
 			keep->sdev = r->sdev;
 			keep->ftype = r->ftype;
