@@ -13,18 +13,25 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
+/* syscall argument n (from 1): in storage mode the programs are tp_btf, whose regs is a BTF pointer read
+ * with plain loads; raw_tp's needs a helper call per read */
+#define SYSCALL_ARG(regs, n) (cfg.task_storage ? PT_REGS_PARM##n##_SYSCALL(regs) : PT_REGS_PARM##n##_CORE_SYSCALL(regs))
+
 /* the struct file behind fd in the current task's table, NULL if none */
 static __always_inline struct file *fd_file(long fd)
 {
-	struct fdtable *fdt;
+	struct file **fds;
+	unsigned int max;
 	if (cfg.task_storage) {
-		/* a BTF task pointer: files is a plain load, not a helper call */
-		fdt = BPF_CORE_READ(bpf_get_current_task_btf()->files, fdt);
+		/* storage mode (tp_btf): BTF pointers all the way to the table, plain loads instead of helper calls */
+		struct fdtable *fdt = bpf_get_current_task_btf()->files->fdt;
+		fds = fdt->fd;
+		max = fdt->max_fds;
 	} else {
-		fdt = BPF_CORE_READ((struct task_struct *)bpf_get_current_task(), files, fdt);
+		struct fdtable *fdt = BPF_CORE_READ((struct task_struct *)bpf_get_current_task(), files, fdt);
+		fds = BPF_CORE_READ(fdt, fd);
+		max = BPF_CORE_READ(fdt, max_fds);
 	}
-	struct file **fds = BPF_CORE_READ(fdt, fd);
-	unsigned int max = BPF_CORE_READ(fdt, max_fds);
 	struct file *f = NULL;
 
 	if (fd < 0 || fd >= max)
@@ -110,14 +117,14 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
 	r->kind = kind;
 	r->pos = -1;
 
-	long fd = fst_syscall_fd_arg(id) == 2 ? PT_REGS_PARM2_CORE_SYSCALL(regs) : PT_REGS_PARM1_CORE_SYSCALL(regs);
+	long fd = fst_syscall_fd_arg(id) == 2 ? SYSCALL_ARG(regs, 2) : SYSCALL_ARG(regs, 1);
 	int count_arg = fst_syscall_count_arg(id);
 	if (count_arg == 3)
-		r->count = PT_REGS_PARM3_CORE_SYSCALL(regs);
+		r->count = SYSCALL_ARG(regs, 3);
 	else if (count_arg == 4)
-		r->count = PT_REGS_PARM4_CORE_SYSCALL(regs);
+		r->count = SYSCALL_ARG(regs, 4);
 	if (fst_syscall_has_pos(id))
-		r->pos = PT_REGS_PARM4_CORE_SYSCALL(regs);
+		r->pos = SYSCALL_ARG(regs, 4);
 	if (fst_syscall_has_fd(id, kind)) {
 		note_file(r, &r->keep, fd_file(fd));
 		if (!sdev_is_traced(r->sdev))
