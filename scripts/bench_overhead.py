@@ -20,7 +20,7 @@ Workloads: fio 4 KiB randread cold (caches dropped), warm (file in the page
 cache, time based), and tar of the tree (cold).  Throughput is the workload's
 own figure; ratios are traced/untraced within one repetition.
 
-Usage: python3 scripts/bench_overhead.py [--reps N] [--scale S] [--out FILE.json]
+Usage: python3 scripts/bench_overhead.py [--reps N] [--scale S] [--configs A,B] [--out FILE.json]
 """
 import argparse
 import json
@@ -215,6 +215,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--configs", help="comma-separated subset of: " + ", ".join(CONFIGS) + " (none is always run)")
     ap.add_argument("--cache", default=os.environ.get("FSTRACE_CACHE", "/var/cache/fstrace"))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench-results",
                                                   "overhead-%s.json" % time.strftime("%Y%m%d-%H%M%S")))
@@ -224,8 +225,12 @@ def main():
     tree_ctx = catalog.context(droot, "tree", manifest)
     img_single = images.ensure_image("erofs", {}, single_ctx["source"], manifest["id"] + "/single", args.cache, log)
     img_tree = images.ensure_image("erofs", {}, tree_ctx["source"], manifest["id"] + "/tree", args.cache, log)
-    have = [c for c in CONFIGS if c not in ("bpftrace-hist", "biolatency") or shutil.which(
-        "bpftrace" if c == "bpftrace-hist" else "biolatency")]
+    wanted = set(args.configs.split(",")) | {"none"} if args.configs else set(CONFIGS)
+    unknown = wanted - set(CONFIGS)
+    if unknown:
+        sys.exit("bench: unknown configuration(s): %s" % ", ".join(sorted(unknown)))
+    have = [c for c in CONFIGS if c in wanted and (c not in ("bpftrace-hist", "biolatency") or shutil.which(
+        "bpftrace" if c == "bpftrace-hist" else "biolatency"))]
     out = {"configs": have, "reps": args.reps, "dataset_id": manifest["id"], "kernel": os.uname().release,
            "cases": {}}
     with Cleanup() as c:
