@@ -16,7 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from user.system import (Cleanup, FstraceError, Interrupted, ResultsDir, backing_block_device,  # noqa: E402
-                         block_devices_of_mount, dev_numbers, drop_caches, in_cgroup, install_signal_handlers,
+                         block_devices_of_mount, delayacct_sweep, dev_numbers, drop_caches, in_cgroup, install_signal_handlers,
                          iops_cap, kdev, losetup, make_tmpdir, mount, mount_of, mounts, proc_start,
                          read_ahead_kb, recorded_run, run_cgroup)
 
@@ -80,6 +80,7 @@ def run_collector(argv, cwd, interrupt_ends=False):
     finally:
         if p.returncode is not None:
             c.run()
+            delayacct_sweep()  # a collector that was killed could not give task_delayacct back itself
     if rc < 0:
         raise FstraceError("collector killed by %s; no results" % signal.Signals(-rc).name)
     if rc != 0:

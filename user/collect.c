@@ -814,7 +814,7 @@ static bool is_collector(pid_t pid)
 		return false;
 	bool ok = fgets(comm, sizeof(comm), f) && !strcmp(comm, "fstrace-collect\n");
 	fclose(f);
-	return ok;
+	return ok && pid_alive(pid);	/* a zombie holds nothing */
 }
 
 static int delayacct_ref(bool acquire)

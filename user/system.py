@@ -113,7 +113,8 @@ def proc_start(pid):
     """A process's start time (clock ticks after boot), which with its pid names it uniquely; None if gone."""
     try:
         with open("/proc/%d/stat" % pid) as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
+            fields = f.read().rsplit(")", 1)[1].split()
+        return None if fields[0] in ("Z", "X") else int(fields[19])  # a zombie is gone but for its pid
     except (OSError, IndexError, ValueError):
         return None
 
@@ -268,7 +269,7 @@ def delayacct_sweep():
         if not words:
             return
         restore, holders = int(words[0]), [int(w) for w in words[1:]]
-        live = [p for p in holders if _comm(p) == "fstrace-collect"]
+        live = [p for p in holders if proc_start(p) is not None and _comm(p) == "fstrace-collect"]
         if live == holders:
             return
         os.lseek(fd, 0, 0)
@@ -510,10 +511,16 @@ def in_cgroup(argv, cgroup_dirs):
 
 @contextlib.contextmanager
 def cache_lock(path):
-    """Exclusive lock on a cache entry (path.lock beside it) while it is checked and, if missing, made."""
-    with open(path + ".lock", "a") as f:
+    """Exclusive lock on a cache entry while it is checked and, if missing, made.  The lock file lives in
+    STATE_DIR, not in the cache: a failed build leaves nothing there."""
+    with open(_lock_path("cache", path), "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         yield
+
+
+def _lock_path(kind, path):
+    os.makedirs(STATE_DIR, exist_ok=True)
+    return os.path.join(STATE_DIR, "%s-%s.lock" % (kind, hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:16]))
 
 
 def make_tmpdir(cleanup):
@@ -551,9 +558,7 @@ class ResultsDir:
             raise FstraceError("cannot write results under %s: read-only filesystem" % parent)
         if not os.access(parent, os.W_OK | os.X_OK):
             raise FstraceError("cannot write results under %s: permission denied" % parent)
-        os.makedirs(STATE_DIR, exist_ok=True)
-        key = hashlib.sha256(self.outdir.encode()).hexdigest()[:16]
-        self._lock = open(os.path.join(STATE_DIR, "out-%s.lock" % key), "a+")
+        self._lock = open(_lock_path("out", self.outdir), "a+")
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

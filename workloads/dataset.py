@@ -254,8 +254,12 @@ def from_user(src, cache_dir, progress=None):
                         t.extractall(tmp, filter="tar") if hasattr(tarfile, "data_filter") else t.extractall(tmp)
                 except BaseException as e:
                     shutil.rmtree(tmp, ignore_errors=True)
+                    if isinstance(e, tarfile.ReadError):  # its message lists every method tried, one a line
+                        raise FstraceError("--dataset %s: cannot unpack as a tarball: not a tar archive "
+                                           "(plain, gzip, bzip2 or xz)" % src)
                     if isinstance(e, (tarfile.TarError, EOFError, OSError)):
-                        raise FstraceError("--dataset %s: cannot unpack as a tarball: %s" % (src, e))
+                        raise FstraceError("--dataset %s: cannot unpack as a tarball: %s"
+                                           % (src, str(e).splitlines()[0] if str(e) else type(e).__name__))
                     raise
                 os.rename(tmp, root)
     else:
