@@ -189,7 +189,7 @@ def test_sigkill_of_fstrace_leftovers_removed_by_next_start(tmp_path, delayacct_
     assert os.path.exists(state)
     os.kill(coll, signal.SIGSTOP)
     os.kill(p.pid, signal.SIGKILL)
-    p.communicate(timeout=60)
+    p.wait(timeout=60)  # not communicate(): the stopped collector holds the pipes open
     before = machine_state(p.pid)
     assert before["mounts"] and before["loops"] and before["cgroups"] and before["state"], before
     assert alive(coll) and os.path.isdir(str(out) + ".partial")

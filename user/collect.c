@@ -846,7 +846,7 @@ static int delayacct_ref(bool acquire)
 	} else if (n == 0 && restore >= 0) {
 		delayacct_set(restore);
 	}
-	if (ftruncate(fd, 0) == 0 && n > 0) {
+	if (ftruncate(fd, 0) == 0 && lseek(fd, 0, SEEK_SET) == 0 && n > 0) {	/* the read moved the shared offset */
 		dprintf(fd, "%d\n", restore);
 		for (int i = 0; i < n; i++)
 			dprintf(fd, "%d\n", holders[i]);
