@@ -242,6 +242,9 @@ def render(s):
     unseen = s.get("unseen_block_requests") or {}
     w("  block requests the kernel completed unseen by fstrace: %s"
       % (", ".join("%s %d" % kv for kv in sorted(unseen.items())) or "none (records match /proc/diskstats)"))
+    failed = s.get("failed_requests") or {}
+    if failed:  # named, so a run on a damaged image cannot pass for a fast one
+        w("  FAILED requests: %s" % ", ".join("%s x%d" % kv for kv in sorted(failed.items())))
     gt = s.get("ground_truth") or {}
     if "read_bytes" in gt:
         w("  workload's own count: %s read%s" % (_size(gt["read_bytes"]),

@@ -190,6 +190,7 @@ def cmd_run(args):
     summary = run_once(args.fs, opts, wl, droot, manifest, os.path.abspath(args.cache), outdir,
                        warm=args.warm, direct_io=not args.no_direct_io, tools=tools, iops=args.iops_cap)
     sys.stdout.write(render_summary(summary))
+    check_workload_ok(summary, outdir.outdir)
     progress("results in %s" % outdir.outdir)
     return 0
 
@@ -276,6 +277,7 @@ def write_summary(resdir, wl=None, ctx=None):
     res = results.load(os.path.join(resdir, "results.fst"))
     gt = wl.ground_truth(resdir, ctx) if wl else None
     s = summary.summarize(res, gt)
+    s["failed_requests"] = failed_requests(res)
     tmp = os.path.join(resdir, "summary.json.tmp")
     with open(tmp, "w") as f:
         json.dump(s, f, indent=1, sort_keys=True)
@@ -299,6 +301,31 @@ def write_summary(resdir, wl=None, ctx=None):
     timeline.write(res, os.path.join(resdir, "timeline.json"))
     write_html(os.path.join(resdir, "report.html"), run_html(resdir, s, res))
     return s
+
+
+def failed_requests(res):
+    """Requests on the traced filesystems that returned an error: {"read errno 117 (EUCLEAN)": count}."""
+    import errno as errnos
+    from analysis import summary
+    r = summary.fs_requests(res, kinds=("read", "getdents", "open", "stat"))
+    r = r[r["ret"] < 0]
+    out = {}
+    for kind, ret in zip(r["kind"], r["ret"]):
+        e = -int(ret)
+        key = "%s errno %d (%s)" % (summary.enum_name(res.header, "req_kind", kind), e, errnos.errorcode.get(e, "?"))
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+def check_workload_ok(s, outdir):
+    """A run whose workload failed, or whose reads failed, is reported but does not succeed."""
+    failed = s.get("failed_requests") or {}
+    status = s["run"].get("workload_exit_status")
+    if failed or status not in (0, None):
+        raise FstraceError("workload %s%s; results (of a failing run) in %s" % (
+            "exited with status %s" % status if status not in (0, None) else "ended",
+            ", failed requests: " + ", ".join("%s x%d" % kv for kv in sorted(failed.items())) if failed else "",
+            outdir))
 
 
 FLAMEGRAPHS = [("wallclock", "Wall-clock flamegraph",
@@ -413,6 +440,7 @@ def cmd_report(args):
         with open(spath) as f:
             gt = json.load(f).get("ground_truth")
     s = summary.summarize(res, gt)
+    s["failed_requests"] = failed_requests(res)
     sys.stdout.write(render_summary(s))
     if args.html:
         write_html(args.html, run_html(os.path.dirname(fst), s, res))
