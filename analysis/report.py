@@ -223,6 +223,9 @@ def render(s):
                 w("    LOST: the kernel completed %d read requests (%d sectors) that fstrace's programs never saw;"
                   % (d["unseen_requests"], d["unseen_sectors"]))
                 w("          the figures for this device cover %d of %d requests" % (d["requests"], dd["reads"]))
+            if d.get("traced_beyond_diskstats"):
+                w("    %d more requests traced than the kernel counted: the device is shared with other I/O, whose "
+                  "completions at the window's edges are not in the kernel's difference" % d["traced_beyond_diskstats"])
         w("    block request size")
         w(format_log2(d["size_hist_log2_bytes"], "bytes").rstrip("\n"))
 
