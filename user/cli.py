@@ -139,13 +139,13 @@ def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io
             backing = backing_block_device(image["path"])
             if backing:
                 devs += ["-d", "%d:%d:4096" % backing]
-            argv = wl.prepare(mnt, partial, ctx)
+            wl_argv = wl.prepare(mnt, partial, ctx)
+            # the run's own cgroup (ended as a whole at cleanup) and the --iops-cap one
             cgroups = [d for d in (run_cgroup(c), iops_cap([loop], iops, c) if iops else None) if d]
-            if cgroups:
-                argv = in_cgroup(argv, cgroups)
+            argv = in_cgroup(wl_argv, cgroups) if cgroups else wl_argv
             meta = {
                 "fs": fs, "label": image["label"], "options": opts, "workload": wl.name,
-                "workload_summary": wl.summary, "argv": argv, "dataset_id": manifest["id"],
+                "workload_summary": wl.summary, "argv": wl_argv, "cgroups": cgroups, "dataset_id": manifest["id"],
                 "dataset_part": wl.part, "dataset": manifest, "image": image, "tools": tools,
                 # the superblock's device as the kernel records it (btrfs's stat() shows a subvolume's instead)
                 "fs_kdev": kdev(*mount_of(mnt)[3]), "loop_device": dev, "loop_kdev": kdev(*loop),
