@@ -248,6 +248,9 @@ def render(s):
                 w("    LOST: the kernel completed %d read requests (%d sectors) that fstrace's programs never saw;"
                   % (d["unseen_requests"], d["unseen_sectors"]))
                 w("          the figures for this device cover %d of %d requests" % (d["requests"], dd["reads"]))
+            if d.get("traced_beyond_diskstats"):
+                w("    %d more requests traced than the kernel counted: the device is shared with other I/O, whose "
+                  "completions at the window's edges are not in the kernel's difference" % d["traced_beyond_diskstats"])
         w("    block request size")
         w(format_log2(d["size_hist_log2_bytes"], "bytes").rstrip("\n"))
 
@@ -267,6 +270,9 @@ def render(s):
     unseen = s.get("unseen_block_requests") or {}
     w("  block requests the kernel completed unseen by fstrace: %s"
       % (", ".join("%s %d" % kv for kv in sorted(unseen.items())) or "none (records match /proc/diskstats)"))
+    failed = s.get("failed_requests") or {}
+    if failed:  # named, so a run on a damaged image cannot pass for a fast one
+        w("  FAILED requests: %s" % ", ".join("%s x%d" % kv for kv in sorted(failed.items())))
     gt = s.get("ground_truth") or {}
     if "read_bytes" in gt:
         w("  workload's own count: %s read%s" % (_size(gt["read_bytes"]),

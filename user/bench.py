@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-from user.system import FstraceError
+from user.system import FstraceError, ResultsDir
 
 PRESETS = {
     # seed 000: erofs vs squashfs, uncompressed and LZ4HC at 4K/16K/64K/128K, all tree and fio workloads
@@ -87,17 +87,24 @@ def image_table(configs, parts, droot, manifest, cache, progress):
 
 
 def cmd_bench(args, run_once, resolve_dataset, check_ready, progress, tool_versions, write_html, sets_html):
-    from analysis import tables
     configs = plan_configs(args)
     workloads = plan_workloads(args)
     check_ready("fstrace bench")
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    results = ResultsDir(args.out or os.path.join("fstrace-results", "%s-bench" % stamp))  # before any work
     droot, manifest = resolve_dataset(args)
     cache = os.path.abspath(args.cache)
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    outdir = os.path.abspath(args.out or os.path.join("fstrace-results", "%s-bench" % stamp))
-    if os.path.exists(outdir) and os.listdir(outdir):
-        raise FstraceError("output directory %s exists and is not empty" % outdir)
-    os.makedirs(outdir, exist_ok=True)
+    with results as outdir:
+        _bench(args, configs, workloads, droot, manifest, cache, outdir, run_once, progress, tool_versions,
+               write_html, sets_html)
+    progress("bench results in %s" % results.outdir)
+    return 0
+
+
+def _bench(args, configs, workloads, droot, manifest, cache, outdir, run_once, progress, tool_versions,
+           write_html, sets_html):
+    """The bench into outdir (the bench directory's .partial: it is complete only once renamed)."""
+    from analysis import tables
     parts = sorted({w.part for w in workloads if not w.writes})
     progress("bench: %d configurations x %d workloads x %d runs" % (len(configs), len(workloads), args.runs))
     imgs = image_table(configs, parts, droot, manifest, cache, progress)
@@ -108,7 +115,7 @@ def cmd_bench(args, run_once, resolve_dataset, check_ready, progress, tool_versi
         label = images.label(fs, opts)
         progress("bench [%d/%d] %s on %s, run %d/%d" % (i, len(plan), wl.name, label, run, args.runs))
         rundir = os.path.join(outdir, label, wl.name, "run-%d" % run)
-        s = run_once(fs, opts, wl, droot, manifest, cache, rundir, warm=args.warm,
+        s = run_once(fs, opts, wl, droot, manifest, cache, ResultsDir(rundir), warm=args.warm,
                      tools=tool_versions(fs, wl), iops=args.iops_cap)
         rows.append(dict(tables.row_from_summary(s), run=run, dir=os.path.relpath(rundir, outdir)))
     doc = {"schema_version": tables.SCHEMA_VERSION, "kind": "fstrace-bench", "dataset_id": manifest["id"],
@@ -127,5 +134,3 @@ def cmd_bench(args, run_once, resolve_dataset, check_ready, progress, tool_versi
     sys.stdout.write(text)
     write_html(os.path.join(outdir, "report.html"), sets_html("fstrace bench: dataset %s" % manifest["id"],
                                                               [("", outdir)], None))
-    progress("bench results in %s" % outdir)
-    return 0

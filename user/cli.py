@@ -15,9 +15,10 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from user.system import (Cleanup, FstraceError, Interrupted, backing_block_device,  # noqa: E402
-                         block_devices_of_mount, dev_numbers, drop_caches, in_cgroup, install_signal_handlers,
-                         iops_cap, kdev, losetup, mount, mount_of, mounts, read_ahead_kb)
+from user.system import (Cleanup, FstraceError, Interrupted, ResultsDir, backing_block_device,  # noqa: E402
+                         block_devices_of_mount, delayacct_sweep, dev_numbers, drop_caches, in_cgroup, install_signal_handlers,
+                         iops_cap, kdev, losetup, make_tmpdir, mount, mount_of, mounts, proc_start,
+                         read_ahead_kb, recorded_run, run_cgroup)
 
 COLLECTOR = os.path.join(ROOT, "build", "fstrace-collect")
 DEFAULT_CACHE = "/var/cache/fstrace"
@@ -63,7 +64,11 @@ def run_collector(argv, cwd, interrupt_ends=False):
     """Run the collector; on interrupt, stop it so it finishes its file.
 
     interrupt_ends: Ctrl-C is the normal way to end (attach) rather than an abort (run)."""
-    p = subprocess.Popen(argv, cwd=cwd)
+    # should this process be SIGKILLed, the collector is told (SIGTERM) and ends its workload; the next
+    # fstrace start kills it if it is still there (it is recorded with what the run made)
+    p = subprocess.Popen(argv, cwd=cwd, preexec_fn=_die_with_parent)
+    c = Cleanup()
+    c.push("stop collector", lambda: None, record={"kind": "process", "pid": p.pid, "start": proc_start(p.pid)})
     try:
         rc = p.wait()
     except Interrupted:
@@ -76,8 +81,19 @@ def run_collector(argv, cwd, interrupt_ends=False):
             raise
         if not interrupt_ends:
             raise
+    finally:
+        if p.returncode is not None:
+            c.run()
+            delayacct_sweep()  # a collector that was killed could not give task_delayacct back itself
+    if rc < 0:
+        raise FstraceError("collector killed by %s; no results" % signal.Signals(-rc).name)
     if rc != 0:
         raise FstraceError("collector failed (exit %d); see its message above" % rc)
+
+
+def _die_with_parent():
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def resolve_dataset(args):
@@ -114,8 +130,8 @@ def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io
              trace_opts=None):
     """Build (or reuse) the image, mount it, run one workload under tracing; returns its summary.
 
-    Write workloads get a fresh, empty image instead.  outdir appears only when complete; an error or
-    interrupt leaves no mount, loop device, cgroup or partial output."""
+    Write workloads get a fresh, empty image instead.  outdir (a ResultsDir) appears only when complete; an
+    error or interrupt leaves no mount, loop device, cgroup or partial output."""
     from workloads import catalog, images
     ctx = catalog.context(droot, wl.part, manifest)
     if wl.writes:
@@ -126,16 +142,9 @@ def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io
     else:
         image = images.ensure_image(fs, opts, ctx["source"], "%s/%s" % (manifest["id"], wl.part), cache,
                                     progress)
-    if os.path.exists(outdir) and os.listdir(outdir):
-        raise FstraceError("output directory %s exists and is not empty" % outdir)
-    partial = outdir + ".partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    os.makedirs(partial)
-    done = False
-    try:
+    with outdir as partial:
         with Cleanup() as c:
-            tmp = tempfile.mkdtemp(prefix="fstrace-run-")
-            c.push("remove " + tmp, shutil.rmtree, tmp, True)
+            tmp = make_tmpdir(c)
             mnt = os.path.join(tmp, "mnt")
             if wl.writes:
                 image["path"] = os.path.join(tmp, "empty.img")
@@ -151,12 +160,13 @@ def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io
             backing = backing_block_device(image["path"])
             if backing:
                 devs += ["-d", "%d:%d:4096" % backing]
-            argv = wl.prepare(mnt, partial, ctx)
-            if iops:
-                argv = in_cgroup(argv, iops_cap([loop], iops, c))
+            wl_argv = wl.prepare(mnt, partial, ctx)
+            # the run's own cgroup (ended as a whole at cleanup) and the --iops-cap one
+            cgroups = [d for d in (run_cgroup(c), iops_cap([loop], iops, c) if iops else None) if d]
+            argv = in_cgroup(wl_argv, cgroups) if cgroups else wl_argv
             meta = {
                 "fs": fs, "label": image["label"], "options": opts, "workload": wl.name,
-                "workload_summary": wl.summary, "argv": argv, "dataset_id": manifest["id"],
+                "workload_summary": wl.summary, "argv": wl_argv, "cgroups": cgroups, "dataset_id": manifest["id"],
                 "dataset_part": wl.part, "dataset": manifest, "image": image, "tools": tools,
                 # the superblock's device as the kernel records it (btrfs's stat() shows a subvolume's instead)
                 "fs_kdev": kdev(*mount_of(mnt)[3]), "loop_device": dev, "loop_kdev": kdev(*loop),
@@ -180,11 +190,6 @@ def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io
             run_collector([COLLECTOR, "-o", os.path.join(partial, "results.fst"), "-m", meta_path, "--progress"] +
                           (trace_opts or tracing_options(None)) + devs + ["--"] + argv, cwd=mnt)
         summary = write_summary(partial, wl, ctx)
-        os.rename(partial, outdir)
-        done = True
-    finally:
-        if not done:
-            shutil.rmtree(partial, ignore_errors=True)
     return summary
 
 
@@ -199,15 +204,16 @@ def cmd_run(args):
         raise FstraceError("unknown filesystem %r (choose from %s)" % (args.fs, ", ".join(images.FILESYSTEMS)))
     check_ready("fstrace run")
     opts = images.normalize(args.fs, parse_image_opts(args))
+    label = images.label(args.fs, opts)
+    outdir = ResultsDir(args.out or default_outdir(label, wl.name))  # checked before any work
     tools = tool_versions(args.fs, wl)
     droot, manifest = resolve_dataset(args)
-    label = images.label(args.fs, opts)
-    outdir = os.path.abspath(args.out or default_outdir(label, wl.name))
     summary = run_once(args.fs, opts, wl, droot, manifest, os.path.abspath(args.cache), outdir,
                        warm=args.warm, direct_io=not args.no_direct_io, tools=tools, iops=args.iops_cap,
                        trace_opts=tracing_options(args))
     sys.stdout.write(render_summary(summary))
-    progress("results in %s" % outdir)
+    check_workload_ok(summary, outdir.outdir)
+    progress("results in %s" % outdir.outdir)
     return 0
 
 
@@ -222,7 +228,10 @@ def cmd_attach(args):
     for path in args.mount or []:
         if not os.path.exists(path):
             raise FstraceError("--mount %s: no such path" % path)
-        chosen.append(mount_of(path))
+        m = mount_of(path)
+        if m[0] != os.path.realpath(path):
+            raise FstraceError("--mount %s is not a mount point (it is on %s)" % (path, m[0]))
+        chosen.append(m)
     sdevs, devs = [], []
     for m in chosen:
         if m[3] not in sdevs:
@@ -238,12 +247,22 @@ def cmd_attach(args):
         if not os.path.exists("/sys/dev/block/%d:%d" % (ma, mi)):
             raise FstraceError("--dev %s: no such block device" % d)
         devs.append((ma, mi))
-    outdir = os.path.abspath(args.out or default_outdir("attach", args.fs or "all"))
-    if os.path.exists(outdir) and os.listdir(outdir):
-        raise FstraceError("output directory %s exists and is not empty" % outdir)
-    partial = outdir + ".partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    os.makedirs(partial)
+    for pid in args.pid or []:
+        if pid <= 0 or proc_start(pid) is None:
+            raise FstraceError("--pid %d: no such process" % pid)
+    if args.cgroup and not os.path.isfile(os.path.join(args.cgroup, "cgroup.procs")):
+        raise FstraceError("--cgroup %s: not a cgroup directory" % args.cgroup)
+    if args.duration is not None and not args.duration > 0:
+        raise FstraceError("--duration must be more than 0 seconds, got %g" % args.duration)
+    outdir = ResultsDir(args.out or default_outdir("attach", args.fs or "all"))
+    with outdir as partial:
+        summary = _attach(args, partial, chosen, sdevs, devs)
+    sys.stdout.write(render_summary(summary))
+    progress("results in %s" % outdir.outdir)
+    return 0
+
+
+def _attach(args, partial, chosen, sdevs, devs):
     argv = [COLLECTOR, "-o", os.path.join(partial, "results.fst")]
     for ma, mi in devs:
         is_loop = os.path.exists("/sys/dev/block/%d:%d/loop" % (ma, mi))
@@ -266,22 +285,12 @@ def cmd_attach(args):
             "devices_note": "alignment measured against 4 KiB (image cluster size unknown when attaching)",
             "filters": {"fs": args.fs, "mount": args.mount, "dev": args.dev, "pid": args.pid,
                         "comm": args.comm, "cgroup": args.cgroup}}
-    done = False
-    try:
-        with tempfile.NamedTemporaryFile("w", suffix=".json") as mf:
-            json.dump(meta, mf)
-            mf.flush()
-            progress("attached: %s; Ctrl-C to stop" % (", ".join(m[0] for m in chosen) or "all filesystems"))
-            run_collector(argv + ["-m", mf.name], cwd="/", interrupt_ends=True)
-        summary = write_summary(partial)
-        os.rename(partial, outdir)
-        done = True
-    finally:
-        if not done:
-            shutil.rmtree(partial, ignore_errors=True)
-    sys.stdout.write(render_summary(summary))
-    progress("results in %s" % outdir)
-    return 0
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as mf:
+        json.dump(meta, mf)
+        mf.flush()
+        progress("attached: %s; Ctrl-C to stop" % (", ".join(m[0] for m in chosen) or "all filesystems"))
+        run_collector(argv + ["-m", mf.name], cwd="/", interrupt_ends=True)
+    return write_summary(partial)
 
 
 def write_summary(resdir, wl=None, ctx=None):
@@ -290,6 +299,7 @@ def write_summary(resdir, wl=None, ctx=None):
     res = results.load(os.path.join(resdir, "results.fst"))
     gt = wl.ground_truth(resdir, ctx) if wl else None
     s = summary.summarize(res, gt)
+    s["failed_requests"] = failed_requests(res)
     tmp = os.path.join(resdir, "summary.json.tmp")
     with open(tmp, "w") as f:
         json.dump(s, f, indent=1, sort_keys=True)
@@ -322,6 +332,31 @@ def flamegraph_specs(res):
                     "microseconds; green: CPU, orange: decompression, blue: I/O wait, teal: kworker, purple: lock "
                     "wait (light: spinning), brown: other D sleep (CPU from samples, off-CPU measured)", "us"))
     return out
+
+
+def failed_requests(res):
+    """Requests on the traced filesystems that returned an error: {"read errno 117 (EUCLEAN)": count}."""
+    import errno as errnos
+    from analysis import summary
+    r = summary.fs_requests(res, kinds=("read", "getdents", "open", "stat"))
+    r = r[r["ret"] < 0]
+    out = {}
+    for kind, ret in zip(r["kind"], r["ret"]):
+        e = -int(ret)
+        key = "%s errno %d (%s)" % (summary.enum_name(res.header, "req_kind", kind), e, errnos.errorcode.get(e, "?"))
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+def check_workload_ok(s, outdir):
+    """A run whose workload failed, or whose reads failed, is reported but does not succeed."""
+    failed = s.get("failed_requests") or {}
+    status = s["run"].get("workload_exit_status")
+    if failed or status not in (0, None):
+        raise FstraceError("workload %s%s; results (of a failing run) in %s" % (
+            "exited with status %s" % status if status not in (0, None) else "ended",
+            ", failed requests: " + ", ".join("%s x%d" % kv for kv in sorted(failed.items())) if failed else "",
+            outdir))
 
 
 FLAMEGRAPHS = [("wallclock", "Wall-clock flamegraph",
@@ -470,6 +505,7 @@ def analyse(res, gt, fst):
     from analysis import summary
     try:
         s = summary.summarize(res, gt)
+        s["failed_requests"] = failed_requests(res)
         text = render_summary(s)
     except (ArithmeticError, AttributeError, IndexError, KeyError, TypeError, ValueError, MemoryError) as e:
         why = ("results format %d has no checksums: the file is probably damaged" % res.format if not res.verified
@@ -627,9 +663,16 @@ def main(argv=None):
     install_signal_handlers()
     try:
         args = build_parser().parse_args(argv)
+        if args.command in ("run", "attach", "bench") and os.geteuid() == 0:
+            with recorded_run():
+                return args.func(args)
         return args.func(args)
     except FstraceError as e:
         print("fstrace: error: %s" % e, file=sys.stderr)
+        return 1
+    except OSError as e:  # a full disk, a vanished directory: one line, everything already undone
+        print("fstrace: error: %s%s" % (e.strerror or e, ": %s" % e.filename if e.filename else ""),
+              file=sys.stderr)
         return 1
     except (Interrupted, KeyboardInterrupt):
         print("fstrace: interrupted; cleaned up, no results written", file=sys.stderr)

@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <linux/magic.h>
@@ -1048,6 +1050,69 @@ static int delayacct_set(int on)
 	return was;
 }
 
+/* kernel.task_delayacct is system-wide, so concurrent collectors share it through a holder list in
+ * DELAYACCT_REFS, under flock: "<value to restore>\n<pid>...".  The first holder in records the value,
+ * the last one out restores it.  A holder that died without releasing (SIGKILL) is dropped by the next
+ * collector or by fstrace's leftover sweep (user/system.py), which then restores the value itself. */
+#define DELAYACCT_REFS "/run/fstrace/delayacct"
+static bool delayacct_held;
+
+static bool is_collector(pid_t pid)
+{
+	char path[64], comm[32] = "";
+	snprintf(path, sizeof(path), "/proc/%d/comm", pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return false;
+	bool ok = fgets(comm, sizeof(comm), f) && !strcmp(comm, "fstrace-collect\n");
+	fclose(f);
+	return ok && pid_alive(pid);	/* a zombie holds nothing */
+}
+
+static int delayacct_ref(bool acquire)
+{
+	mkdir("/run/fstrace", 0755);
+	int fd = open(DELAYACCT_REFS, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0 || flock(fd, LOCK_EX)) {	/* no /run: unshared, as before */
+		if (fd >= 0)
+			close(fd);
+		return delayacct_set(acquire ? 1 : -1);
+	}
+	FILE *f = fdopen(dup(fd), "r");
+	int restore = -1, n = 0, p;
+	pid_t holders[256];
+	if (f) {
+		if (fscanf(f, "%d", &restore) != 1)
+			restore = -1;
+		while (n < 255 && fscanf(f, "%d", &p) == 1)
+			if (p != getpid() && is_collector(p))
+				holders[n++] = p;
+		fclose(f);
+	}
+	int was = delayacct_set(-1);
+	if (acquire) {
+		if (restore < 0)
+			restore = was;
+		holders[n++] = getpid();
+		delayacct_set(1);
+	} else if (n == 0 && restore >= 0) {
+		delayacct_set(restore);
+	}
+	if (ftruncate(fd, 0) == 0 && lseek(fd, 0, SEEK_SET) == 0 && n > 0) {	/* the read moved the shared offset */
+		dprintf(fd, "%d\n", restore);
+		for (int i = 0; i < n; i++)
+			dprintf(fd, "%d\n", holders[i]);
+	}
+	close(fd);	/* releases the flock */
+	return was;
+}
+
+static void delayacct_release(void)
+{
+	if (delayacct_held)
+		delayacct_ref(false);
+}
+
 static void json_diskstat(struct jbuf *b, const struct diskstat *s)
 {
 	if (!s->found) {
@@ -1376,6 +1441,10 @@ int main(int argc, char **argv)
 		if (child == 0) {
 			char c;
 			close(go[1]);
+			/* its own process group, so the whole workload tree (tar | xargs ...) is signalled at the
+			 * end, and killed with the collector should the collector die */
+			setpgid(0, 0);
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
 			signal(SIGINT, SIG_DFL);
 			signal(SIGTERM, SIG_DFL);
 			if (read(go[0], &c, 1) != 1)
@@ -1385,6 +1454,7 @@ int main(int argc, char **argv)
 			_exit(127);
 		}
 		close(go[0]);
+		setpgid(child, child);	/* either side may run first */
 	}
 
 	struct sigaction sc = { .sa_handler = on_child };
@@ -1394,7 +1464,9 @@ int main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
 
-	int delayacct_was = opt.block_only ? delayacct_set(-1) : delayacct_set(1);
+	int delayacct_was = opt.block_only ? delayacct_set(-1) : delayacct_ref(true);
+	delayacct_held = !opt.block_only;
+	atexit(delayacct_release);	/* every exit, die() included */
 	__u64 t_load0 = now_ns(CLOCK_MONOTONIC);
 	struct block_bpf *blk = NULL;
 	struct tasks_bpf *tsk = NULL;
@@ -1573,7 +1645,7 @@ int main(int argc, char **argv)
 	}
 	bool interrupted = stop_signal != 0;
 	if (!child_done) {
-		kill(child, SIGTERM);
+		kill(-child, SIGTERM);	/* the whole workload tree, not only its shell */
 		waitpid(child, &wstatus, 0);
 		child_done = true;
 		t_child_exit = now_ns(CLOCK_MONOTONIC);
@@ -1706,8 +1778,6 @@ int main(int argc, char **argv)
 	json_requests_counted(&h, tsk);
 	jb_add(&h, "},\"config\":%s}", meta);
 
-	if (delayacct_was == 0)
-		delayacct_set(0);
 	ring_buffer__free(rb);
 	if (tsk)
 		tasks_bpf__destroy(tsk);

@@ -4,10 +4,18 @@ Everything a run sets up (loop device, mount, temporary directory) is pushed
 onto a Cleanup stack as it is made, and undone in reverse order on normal exit,
 error, Ctrl-C or SIGTERM, so a run leaves nothing behind.
 """
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
 import os
+import shutil
 import signal
 import subprocess
 import time
+
+STATE_DIR = "/run/fstrace"  # what live runs created, and locks; tmpfs: gone at reboot like mounts and loops
 
 
 class FstraceError(Exception):
@@ -53,8 +61,14 @@ class Cleanup:
     def __init__(self):
         self._undo = []
 
-    def push(self, what, fn, *args):
-        self._undo.append((what, fn, args))
+    def push(self, what, fn, *args, record=None):
+        """record: {"kind": ..., ...}, written to this run's state file until undone, so that the next
+        fstrace start can undo it should this process be SIGKILLed (see sweep_dead_runs)."""
+        if record is not None and _state is not None:
+            item = _state.add(record)
+            self._undo.append((what, _then_forget, (item, fn) + args))
+        else:
+            self._undo.append((what, fn, args))
 
     def __enter__(self):
         return self
@@ -90,6 +104,195 @@ def _retry(fn, tries=20, delay=0.1):
             time.sleep(delay)
 
 
+def _then_forget(item, fn, *args):
+    fn(*args)
+    _state.forget(item)
+
+
+def proc_start(pid):
+    """A process's start time (clock ticks after boot), which with its pid names it uniquely; None if gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return None if fields[0] in ("Z", "X") else int(fields[19])  # a zombie is gone but for its pid
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return f.read().split(b"\0")
+    except OSError:
+        return []
+
+
+class RunState:
+    """/run/fstrace/run-PID.json: what this run has made and not yet undone (mounts, loop devices,
+    directories, cgroups, the collector), rewritten at every change."""
+
+    def __init__(self):
+        os.makedirs(STATE_DIR, exist_ok=True)
+        self.path = os.path.join(STATE_DIR, "run-%d.json" % os.getpid())
+        self.doc = {"pid": os.getpid(), "start": proc_start(os.getpid()), "items": []}
+        self._write()
+
+    def _write(self):
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.doc, f)
+        os.rename(tmp, self.path)
+
+    def add(self, record):
+        self.doc["items"].append(record)
+        self._write()
+        return record
+
+    def forget(self, record):
+        self.doc["items"] = [i for i in self.doc["items"] if i is not record]
+        self._write()
+
+    def close(self):
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+
+
+_state = None
+
+
+@contextlib.contextmanager
+def recorded_run():
+    """Record what this process creates, after first removing what dead runs left behind."""
+    global _state
+    sweep_dead_runs()
+    _state = RunState()
+    try:
+        yield _state
+    finally:
+        _state.close()
+        _state = None
+
+
+def _owner_alive(doc):
+    """The run that wrote doc is still running (same pid, same start time, still fstrace)."""
+    pid = doc.get("pid")
+    return (isinstance(pid, int) and proc_start(pid) == doc.get("start")
+            and any(a.endswith(b"cli.py") for a in _cmdline(pid)))
+
+
+def _undo_record(item):
+    """Undo one record of a dead run; returns a description, or None when nothing was left of it."""
+    kind, path = item.get("kind"), item.get("path")
+    if kind == "process":
+        pid = item["pid"]
+        if proc_start(pid) != item.get("start"):
+            return None
+        os.kill(pid, signal.SIGKILL)  # the collector: its BPF programs go with it
+        for _ in range(100):
+            if proc_start(pid) != item.get("start"):
+                break
+            time.sleep(0.05)
+        return "killed orphaned collector pid %d" % pid
+    if kind == "cgroup":
+        if not os.path.isdir(path):
+            return None
+        remove_cgroup(path)
+        return "removed cgroup %s" % path
+    if kind == "mount":
+        if not any(m[0] == path for m in mounts()):
+            return None
+        _retry(lambda: run(["umount", path]), tries=100)
+        return "unmounted %s" % path
+    if kind == "loop":
+        name = os.path.basename(item["dev"])
+        try:
+            with open("/sys/block/%s/loop/backing_file" % name) as f:
+                if f.read().strip() != item["backing"]:
+                    return None  # detached since, and reused by someone else
+        except OSError:
+            return None
+        _retry(lambda: run(["losetup", "-d", item["dev"]]))
+        return "detached loop device %s (%s)" % (item["dev"], item["backing"])
+    if kind == "dir":
+        if not os.path.isdir(path):
+            return None
+        shutil.rmtree(path)
+        return "removed %s" % path
+    return None
+
+
+def sweep_dead_runs():
+    """Undo what runs that died without cleaning up (SIGKILL, power cut of the shell) left behind, one line
+    each on stderr; runs whose process is alive are left alone.  Also restores kernel.task_delayacct once
+    no live collector holds it."""
+    import sys
+    if not os.path.isdir(STATE_DIR):
+        return
+    with open(os.path.join(STATE_DIR, "sweep.lock"), "w") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)
+        for name in sorted(os.listdir(STATE_DIR)):
+            if not (name.startswith("run-") and name.endswith(".json")):
+                continue
+            path = os.path.join(STATE_DIR, name)
+            try:
+                with open(path) as f:
+                    doc = json.load(f)
+            except (OSError, ValueError):
+                continue
+            if _owner_alive(doc):
+                continue
+            for item in reversed(doc.get("items", [])):
+                try:
+                    what = _undo_record(item)
+                except (OSError, FstraceError) as e:
+                    what = "could not undo %s: %s" % (item, e)
+                if what:
+                    print("fstrace: leftover of dead run %s: %s" % (doc.get("pid"), what), file=sys.stderr)
+            os.unlink(path)
+        delayacct_sweep()
+
+
+DELAYACCT_REFS = os.path.join(STATE_DIR, "delayacct")
+
+
+def delayacct_sweep():
+    """Drop dead collectors from the kernel.task_delayacct holder list (protocol: user/collect.c,
+    delayacct_ref) and restore the value they found once none is left."""
+    import sys
+    try:
+        fd = os.open(DELAYACCT_REFS, os.O_RDWR)
+    except FileNotFoundError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        words = os.read(fd, 1 << 16).split()
+        if not words:
+            return
+        restore, holders = int(words[0]), [int(w) for w in words[1:]]
+        live = [p for p in holders if proc_start(p) is not None and _comm(p) == "fstrace-collect"]
+        if live == holders:
+            return
+        os.lseek(fd, 0, 0)
+        os.ftruncate(fd, 0)
+        if live:
+            os.write(fd, ("%d\n" % restore + "".join("%d\n" % p for p in live)).encode())
+        elif restore >= 0:
+            with open("/proc/sys/kernel/task_delayacct", "w") as f:
+                f.write("%d\n" % restore)
+            print("fstrace: leftover of dead collector %s: kernel.task_delayacct restored to %d"
+                  % (",".join(map(str, holders)), restore), file=sys.stderr)
+    finally:
+        os.close(fd)
+
+
+def _comm(pid):
+    try:
+        with open("/proc/%d/comm" % pid) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
 def losetup(image, cleanup, direct_io=True, read_only=True):
     """Attach image to a free loop device; returns (/dev/loopN, direct_io actually in effect)."""
     argv = ["losetup", "--find", "--show"]
@@ -98,7 +301,8 @@ def losetup(image, cleanup, direct_io=True, read_only=True):
     if direct_io:
         argv.append("--direct-io=on")
     dev = run(argv + [image]).stdout.strip()
-    cleanup.push("detach " + dev, lambda: _retry(lambda: run(["losetup", "-d", dev])))
+    cleanup.push("detach " + dev, lambda: _retry(lambda: run(["losetup", "-d", dev])),
+                 record={"kind": "loop", "dev": dev, "backing": os.path.realpath(image)})
     name = os.path.basename(dev)
     dio = False
     try:
@@ -115,7 +319,9 @@ def mount(dev, mnt, fstype, cleanup, options="ro"):
         run(["mount", "-t", fstype, "-o", options, dev, mnt])
     except FstraceError as e:
         raise FstraceError("cannot mount %s as %s: %s" % (dev, fstype, e))
-    cleanup.push("unmount " + mnt, lambda: _retry(lambda: run(["umount", mnt])))
+    # the workload's cgroup is killed and emptied before this runs; allow the last file references a moment
+    cleanup.push("unmount " + mnt, lambda: _retry(lambda: run(["umount", mnt]), tries=100),
+                 record={"kind": "mount", "path": mnt})
 
 
 def ensure_tracefs(cleanup):
@@ -207,23 +413,43 @@ def block_devices_of_mount(m):
     return devs
 
 
+def _cgroup2_root():
+    for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
+        if os.path.exists(os.path.join(root, "cgroup.controllers")):
+            return root
+    return None
+
+
+def run_cgroup(cleanup):
+    """The run's own cgroup v2 directory, for its workload: at the end (or on any error or interrupt)
+    everything in it is killed and waited for before the image is unmounted, however many processes the
+    workload forked and whatever became of the collector.  None without cgroup v2 (the collector then still
+    signals the workload's process group)."""
+    root = _cgroup2_root()
+    if root is None:
+        return None
+    d = os.path.join(root, "fstrace-run-%d" % os.getpid())
+    os.mkdir(d)
+    cleanup.push("remove cgroup " + d, remove_cgroup, d, record={"kind": "cgroup", "path": d})
+    return d
+
+
 def iops_cap(devs, iops, cleanup):
     """A cgroup whose reads and writes on devs are capped at iops (block throttling); returns its directory.
 
     cgroup v2 io.max where the io controller is available, else cgroup v1 blkio throttling."""
     name = "fstrace-%d" % os.getpid()
-    for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
-        try:
-            with open(os.path.join(root, "cgroup.controllers")) as f:
-                if "io" not in f.read().split():
-                    continue
-        except OSError:
-            continue
+    root = _cgroup2_root()
+    controllers = []
+    if root:
+        with open(os.path.join(root, "cgroup.controllers")) as f:
+            controllers = f.read().split()
+    if "io" in controllers:
         with open(os.path.join(root, "cgroup.subtree_control"), "w") as f:
             f.write("+io")
         d = os.path.join(root, name)
         os.mkdir(d)
-        cleanup.push("remove cgroup " + d, _rmdir_cgroup, d)
+        cleanup.push("remove cgroup " + d, remove_cgroup, d, record={"kind": "cgroup", "path": d})
         with open(os.path.join(d, "io.max"), "w") as f:
             for ma, mi in devs:
                 f.write("%d:%d riops=%d wiops=%d\n" % (ma, mi, iops, iops))
@@ -233,7 +459,7 @@ def iops_cap(devs, iops, cleanup):
         raise FstraceError("cannot cap IOPS: no cgroup v2 io controller and no cgroup v1 blkio throttling")
     d = os.path.join(v1, name)
     os.mkdir(d)
-    cleanup.push("remove cgroup " + d, _rmdir_cgroup, d)
+    cleanup.push("remove cgroup " + d, remove_cgroup, d, record={"kind": "cgroup", "path": d})
     for ma, mi in devs:
         for knob in ("read", "write"):
             with open(os.path.join(d, "blkio.throttle.%s_iops_device" % knob), "w") as f:
@@ -241,16 +467,135 @@ def iops_cap(devs, iops, cleanup):
     return d
 
 
-def _rmdir_cgroup(d):
-    for _ in range(50):  # its tasks may take a moment to be gone
+def cgroup_pids(d):
+    try:
+        with open(os.path.join(d, "cgroup.procs")) as f:
+            return [int(x) for x in f.read().split()]
+    except FileNotFoundError:
+        return []
+
+
+def remove_cgroup(d):
+    """Kill every process in cgroup d (v2 cgroup.kill, else one by one), wait until it is empty, remove it."""
+    deadline = time.monotonic() + 10
+    while True:
+        pids = cgroup_pids(d)
+        if not pids:
+            break
+        if time.monotonic() > deadline:
+            raise FstraceError("processes %s in %s would not die" % (pids, d))
+        if os.path.exists(os.path.join(d, "cgroup.kill")):
+            with open(os.path.join(d, "cgroup.kill"), "w") as f:
+                f.write("1")
+        else:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        time.sleep(0.02)
+    for _ in range(50):  # an emptied cgroup may be busy a moment longer
         try:
             os.rmdir(d)
+            return
+        except FileNotFoundError:
             return
         except OSError:
             time.sleep(0.1)
     os.rmdir(d)
 
 
-def in_cgroup(argv, cgroup_dir):
-    """argv run inside cgroup_dir (the shell moves itself in, then becomes the command)."""
-    return ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cgroup_dir] + list(argv)
+def in_cgroup(argv, cgroup_dirs):
+    """argv run inside every one of cgroup_dirs (the shell moves itself in, then becomes the command)."""
+    return (["sh", "-c", 'for d in $0; do echo $$ > "$d/cgroup.procs" || exit 126; done; exec "$@"',
+             " ".join(cgroup_dirs)] + list(argv))
+
+
+@contextlib.contextmanager
+def cache_lock(path):
+    """Exclusive lock on a cache entry while it is checked and, if missing, made.  The lock file lives in
+    STATE_DIR, not in the cache: a failed build leaves nothing there."""
+    with open(_lock_path("cache", path), "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def _lock_path(kind, path):
+    os.makedirs(STATE_DIR, exist_ok=True)
+    return os.path.join(STATE_DIR, "%s-%s.lock" % (kind, hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:16]))
+
+
+def make_tmpdir(cleanup):
+    import tempfile
+    tmp = tempfile.mkdtemp(prefix="fstrace-run-")
+    cleanup.push("remove " + tmp, shutil.rmtree, tmp, True, record={"kind": "dir", "path": tmp})
+    return tmp
+
+
+# filesystems results can never be written to, whatever the permission bits say
+_NO_RESULTS_FS = {"proc", "sysfs", "cgroup", "cgroup2", "debugfs", "tracefs", "bpf", "securityfs", "configfs"}
+
+
+class ResultsDir:
+    """A results directory that appears only when complete: checked and locked when made (before any work),
+    written as DIR.partial/ (recorded, so a SIGKILLed run's is removed by the next start) and renamed to DIR
+    on success, removed on failure.  Two runs on the same DIR: the second fails at once."""
+
+    def __init__(self, outdir):
+        self.outdir = os.path.abspath(outdir)
+        self.partial = self.outdir + ".partial"
+        if os.path.islink(self.outdir):
+            raise FstraceError("output directory %s is a symbolic link; give the real path" % self.outdir)
+        if os.path.exists(self.outdir) and (not os.path.isdir(self.outdir) or os.listdir(self.outdir)):
+            raise FstraceError("output directory %s exists and is not empty" % self.outdir)
+        parent = os.path.dirname(self.outdir)
+        while not os.path.exists(parent):
+            parent = os.path.dirname(parent)
+        if not os.path.isdir(parent):
+            raise FstraceError("cannot create %s: %s is not a directory" % (self.outdir, parent))
+        m = mount_of(parent)
+        if m and m[1] in _NO_RESULTS_FS:
+            raise FstraceError("cannot write results under %s (a %s filesystem)" % (m[0], m[1]))
+        if os.statvfs(parent).f_flag & os.ST_RDONLY:
+            raise FstraceError("cannot write results under %s: read-only filesystem" % parent)
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise FstraceError("cannot write results under %s: permission denied" % parent)
+        self._lock = open(_lock_path("out", self.outdir), "a+")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            raise FstraceError("output directory %s is being written by another fstrace run" % self.outdir)
+        if os.path.lexists(self.partial):
+            # not a dead run's (those were swept at start): someone's files, never deleted for them
+            self._lock.close()
+            raise FstraceError("%s already exists; remove it or choose another -o" % self.partial)
+
+    def __enter__(self):
+        try:
+            os.makedirs(self.partial)
+        except OSError as e:
+            self._lock.close()
+            raise FstraceError("cannot create %s: %s" % (self.partial, e.strerror))
+        self._cleanup = Cleanup()
+        self._cleanup.push("remove " + self.partial, shutil.rmtree, self.partial, True,
+                           record={"kind": "dir", "path": self.partial})
+        return self.partial
+
+    def __exit__(self, exc_type, *rest):
+        try:
+            if exc_type is None:
+                if os.path.isdir(self.outdir):
+                    os.rmdir(self.outdir)  # empty (checked above): replaced by the complete one
+                os.rename(self.partial, self.outdir)
+                _state_forget_kind("dir", self.partial)
+            else:
+                self._cleanup.run()
+        finally:
+            self._lock.close()
+        return False
+
+
+def _state_forget_kind(kind, path):
+    if _state is not None:
+        for item in list(_state.doc["items"]):
+            if item.get("kind") == kind and item.get("path") == path:
+                _state.forget(item)

@@ -17,6 +17,8 @@ import os
 import random
 import shutil
 
+from user.system import FstraceError, cache_lock
+
 GENERATOR_VERSION = 1
 FIXED_MTIME = 1700000000  # 2023-11-14, any fixed value will do
 SINGLE_FILE = "silesia.bin"
@@ -222,11 +224,12 @@ def ensure_default(cache_dir, scale=1.0, progress=None):
     name = "default-v%d" % GENERATOR_VERSION + ("" if scale == 1.0 else "-s%g" % scale)
     dest = os.path.join(cache_dir, "datasets", name)
     mpath = os.path.join(dest, "manifest.json")
-    if os.path.exists(mpath):
-        with open(mpath) as f:
-            return dest, json.load(f)
     os.makedirs(os.path.dirname(dest), exist_ok=True)
-    return dest, generate(dest, scale, progress)
+    with cache_lock(dest):  # two runs on a fresh cache: one generates, the other waits and reuses it
+        if os.path.exists(mpath):
+            with open(mpath) as f:
+                return dest, json.load(f)
+        return dest, generate(dest, scale, progress)
 
 
 def from_user(src, cache_dir, progress=None):
@@ -238,17 +241,31 @@ def from_user(src, cache_dir, progress=None):
         import tarfile
         key = hashlib.sha256(("%s:%d:%d" % (src, os.path.getsize(src), int(os.path.getmtime(src)))).encode()).hexdigest()[:16]
         root = os.path.join(cache_dir, "datasets", "user-" + key)
-        if not os.path.isdir(root):
-            if progress:
-                progress("dataset: unpacking %s" % src)
-            tmp = root + ".partial"
-            shutil.rmtree(tmp, ignore_errors=True)
-            os.makedirs(tmp)
-            with tarfile.open(src) as t:
-                t.extractall(tmp, filter="tar") if hasattr(tarfile, "data_filter") else t.extractall(tmp)
-            os.rename(tmp, root)
+        os.makedirs(os.path.dirname(root), exist_ok=True)
+        with cache_lock(root):  # two runs unpacking the same tarball: one unpacks, the other waits
+            if not os.path.isdir(root):
+                if progress:
+                    progress("dataset: unpacking %s" % src)
+                tmp = root + ".partial"
+                shutil.rmtree(tmp, ignore_errors=True)
+                os.makedirs(tmp)
+                try:
+                    with tarfile.open(src) as t:
+                        t.extractall(tmp, filter="tar") if hasattr(tarfile, "data_filter") else t.extractall(tmp)
+                except BaseException as e:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    if isinstance(e, tarfile.ReadError):  # its message lists every method tried, one a line
+                        raise FstraceError("--dataset %s: cannot unpack as a tarball: not a tar archive "
+                                           "(plain, gzip, bzip2 or xz)" % src)
+                    if isinstance(e, (tarfile.TarError, EOFError, OSError)):
+                        raise FstraceError("--dataset %s: cannot unpack as a tarball: %s"
+                                           % (src, str(e).splitlines()[0] if str(e) else type(e).__name__))
+                    raise
+                os.rename(tmp, root)
     else:
-        raise FileNotFoundError("dataset %s does not exist" % src)
+        raise FstraceError("--dataset %s: no such file or directory" % src)
+    if not any(files for _, _, files in os.walk(root)):
+        raise FstraceError("--dataset %s holds no files: nothing to read" % src)
     if progress:
         progress("dataset: hashing %s" % root)
     tid = tree_id(root)

@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 import time
 
-from user.system import Cleanup, FstraceError, losetup, mount, run
+from user.system import Cleanup, FstraceError, cache_lock, losetup, mount, run
 
 FILESYSTEMS = ("erofs", "squashfs", "btrfs", "ext4", "xfs")
 
@@ -211,6 +211,11 @@ def ensure_image(fs, opts, src, dataset_id, cache_dir, progress=None):
     d = os.path.join(cache_dir, "images")
     os.makedirs(d, exist_ok=True)
     image = os.path.join(d, "%s-%s.img" % (label(fs, o), key))
+    with cache_lock(image):  # the same new image asked for by two runs: one builds it, the other waits
+        return _ensure_image(fs, o, version, image, src, dataset_id, progress)
+
+
+def _ensure_image(fs, o, version, image, src, dataset_id, progress):
     meta_path = image + ".json"
     if os.path.exists(image) and os.path.exists(meta_path):
         with open(meta_path) as f:

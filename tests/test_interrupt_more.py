@@ -1,0 +1,270 @@
+"""Signals to the fstrace process alone, to its collector, SIGKILL of fstrace itself, and concurrent runs:
+the machine is checked afterwards for everything this run made (mounts, loop devices, cgroups v1 and v2,
+the collector and its BPF programs, kernel.task_delayacct, temp and .partial directories, state files)."""
+import glob
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import CACHE, COLLECTOR, FSTRACE, SCALE
+
+DELAYACCT = "/proc/sys/kernel/task_delayacct"
+STATE = "/run/fstrace"
+
+
+def delayacct():
+    with open(DELAYACCT) as f:
+        return int(f.read())
+
+
+def set_delayacct(v):
+    with open(DELAYACCT, "w") as f:
+        f.write("%d\n" % v)
+
+
+def children(pid):
+    """Every descendant of pid, from /proc (ppid links)."""
+    kids = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError):
+                continue
+            kids.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            out.append(k)
+            todo.append(k)
+    return out
+
+
+def comm(pid):
+    try:
+        with open("/proc/%d/comm" % pid) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def prog_ids_of(pid):
+    """BPF programs whose fds pid holds (its /proc/PID/fdinfo prog_id lines)."""
+    ids = set()
+    for fd in glob.glob("/proc/%d/fdinfo/*" % pid):
+        try:
+            with open(fd) as f:
+                for line in f:
+                    if line.startswith("prog_id:"):
+                        ids.add(int(line.split()[1]))
+        except OSError:
+            pass
+    return ids
+
+
+def loaded_prog_ids():
+    out = subprocess.run(["bpftool", "prog", "show"], stdout=subprocess.PIPE, text=True).stdout
+    return {int(l.split(":")[0]) for l in out.splitlines() if l and l[0].isdigit()}
+
+
+def machine_state(fstrace_pid):
+    """What a run with this pid can have made, by name and owner (not by guessing across the system)."""
+    mounts = [l.split()[1] for l in open("/proc/mounts") if "fstrace-run-" in l.split()[1]]
+    loops = subprocess.run(["losetup", "-a"], stdout=subprocess.PIPE, text=True).stdout
+    return {
+        "mounts": mounts,
+        "loops": [l for l in loops.splitlines() if CACHE in l],
+        "cgroups": [d for d in glob.glob("/sys/fs/cgroup/*/fstrace-*%d" % fstrace_pid) +
+                    glob.glob("/sys/fs/cgroup/fstrace-*%d" % fstrace_pid)],
+        "state": os.path.exists(os.path.join(STATE, "run-%d.json" % fstrace_pid)),
+    }
+
+
+def start_run(out, *extra, scale="0.25", workload="tar-data"):
+    return subprocess.Popen([FSTRACE, "run", "--fs", "erofs", "--workload", workload, "--scale", scale,
+                             "--cache", CACHE, "-o", str(out)] + list(extra),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_tracing(p, want=("tar",)):
+    """The collector of fstrace process p once its BPF programs are attached and the workload runs; with
+    the workload's processes (by comm) that are then alive."""
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        assert p.poll() is None, "run ended before it could be signalled:\n" + p.stderr.read()
+        kids = children(p.pid)
+        coll = [k for k in kids if comm(k) == "fstrace-collect"]
+        work = [k for k in kids if comm(k) in want]
+        if coll and work and prog_ids_of(coll[0]):
+            return coll[0], work
+        time.sleep(0.01)
+    raise AssertionError("tracing never started")
+
+
+def assert_clean(pid, coll, progs, work, out, da_before):
+    for w in work + [coll]:
+        assert not alive(w), "process %d (%s) survived the run" % (w, comm(w))
+    deadline = time.time() + 5  # programs are freed an RCU grace period after their last fd closes
+    while progs & loaded_prog_ids() and time.time() < deadline:
+        time.sleep(0.05)
+    assert not progs & loaded_prog_ids(), "BPF programs of the collector still loaded"
+    st = machine_state(pid)
+    assert st == {"mounts": [], "loops": [], "cgroups": [], "state": False}, st
+    assert not os.path.exists(str(out)) and not os.path.exists(str(out) + ".partial")
+    assert not [d for d in glob.glob("/tmp/fstrace-run-*") if os.stat(d).st_uid == 0 and
+                not _owner_live(d)], "temp directories left"
+    assert delayacct() == da_before
+
+
+def _owner_live(d):
+    """A temp dir of another live run (the machine is shared): its mount or state names it."""
+    for f in glob.glob(os.path.join(STATE, "run-*.json")):
+        if d in open(f).read():
+            return True
+    return False
+
+
+@pytest.fixture
+def delayacct_off():
+    was = delayacct()
+    set_delayacct(0)
+    yield 0
+    set_delayacct(was)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_to_fstrace_alone_ends_the_whole_workload(tmp_path, sig, delayacct_off):
+    """kill PID (systemd, CI runners): only fstrace gets it, not its process group."""
+    out = tmp_path / "out"
+    p = start_run(out)
+    coll, work = wait_tracing(p)
+    progs = prog_ids_of(coll)
+    work = [k for k in children(coll)]  # the workload tree: sh, tar, cat
+    assert delayacct() == 1
+    os.kill(p.pid, sig)
+    err = p.communicate(timeout=120)[1]
+    assert p.returncode == 130, err
+    assert "Traceback" not in err and "cleanup incomplete" not in err, err
+    assert "interrupted; cleaned up, no results written" in err
+    assert_clean(p.pid, coll, progs, work, out, 0)
+
+
+def test_collector_killed_ends_workload_and_says_so(tmp_path, delayacct_off):
+    out = tmp_path / "out"
+    p = start_run(out)
+    coll, _ = wait_tracing(p)
+    progs = prog_ids_of(coll)
+    work = children(coll)
+    os.kill(coll, signal.SIGKILL)
+    err = p.communicate(timeout=120)[1]
+    assert p.returncode == 1, err
+    lines = [l for l in err.splitlines() if "error" in l]
+    assert lines == ["fstrace: error: collector killed by SIGKILL; no results"], err
+    assert "see its message above" not in err
+    assert_clean(p.pid, coll, progs, work, out, 0)
+
+
+def test_sigkill_of_fstrace_leftovers_removed_by_next_start(tmp_path, delayacct_off):
+    """SIGKILL cannot be handled: the next start finds the dead run's state file, names what it removes
+    (one line each) and leaves the machine clean.  The collector is stopped first so that it is still there
+    (orphaned, BPF attached) when fstrace dies; --iops-cap adds the cgroup v1 blkio (or v2 io) cgroup."""
+    out = tmp_path / "out"
+    p = start_run(out, "--iops-cap", "100000")
+    coll, work = wait_tracing(p)
+    progs = prog_ids_of(coll)
+    work = children(coll)
+    state = os.path.join(STATE, "run-%d.json" % p.pid)
+    assert os.path.exists(state)
+    os.kill(coll, signal.SIGSTOP)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait(timeout=60)  # not communicate(): the stopped collector holds the pipes open
+    before = machine_state(p.pid)
+    assert before["mounts"] and before["loops"] and before["cgroups"] and before["state"], before
+    assert alive(coll) and os.path.isdir(str(out) + ".partial")
+    q = subprocess.run([FSTRACE, "attach", "--duration", "-1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=120)
+    lines = [l for l in q.stderr.splitlines() if "leftover of dead run %d" % p.pid in l]
+    said = "\n".join(lines)
+    assert "killed orphaned collector pid %d" % coll in said, q.stderr
+    assert "unmounted " + before["mounts"][0] in said, q.stderr
+    assert "detached loop device" in said and "removed %s.partial" % out in said, q.stderr
+    for cg in before["cgroups"]:
+        assert "removed cgroup " + cg in said, q.stderr
+    assert any(l.endswith("kernel.task_delayacct restored to 0") for l in q.stderr.splitlines()), q.stderr
+    assert q.stderr.splitlines()[-1] == "fstrace: error: --duration must be more than 0 seconds, got -1"
+    assert_clean(p.pid, coll, progs, work, out, 0)
+
+
+def test_live_run_is_never_swept(tmp_path):
+    out = tmp_path / "out"
+    p = start_run(out, scale="0.25", workload="randread")
+    coll, _ = wait_tracing(p, want=("fio",))
+    q = subprocess.run([FSTRACE, "attach", "--duration", "-1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=120)
+    assert "leftover" not in q.stderr, q.stderr
+    assert alive(coll) and machine_state(p.pid)["mounts"]
+    p.send_signal(signal.SIGINT)
+    p.communicate(timeout=120)
+
+
+def test_delayacct_shared_by_overlapping_collectors(tmp_path, delayacct_off):
+    """Two collectors overlap: the first to end must not turn delay accounting off under the other; the
+    last one out restores the value the first one found."""
+    a = subprocess.Popen([COLLECTOR, "-o", str(tmp_path / "a.fst"), "--duration", "4", "--comm", "nothing-x"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    assert delayacct() == 1
+    b = subprocess.run([COLLECTOR, "-o", str(tmp_path / "b.fst"), "--duration", "0.5", "--comm", "nothing-x"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert b.returncode == 0, b.stderr
+    assert a.poll() is None, "first collector ended too early for the test"
+    assert delayacct() == 1
+    a.communicate(timeout=30)
+    assert a.returncode == 0
+    assert delayacct() == 0
+
+
+def test_same_output_twice_second_fails_first_untouched(tmp_path):
+    out = tmp_path / "out"
+    p = start_run(out, scale="0.25", workload="randread")
+    wait_tracing(p, want=("fio",))
+    q = subprocess.run([FSTRACE, "run", "--fs", "erofs", "--workload", "randread", "--scale", "0.25",
+                        "--cache", CACHE, "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=120)
+    assert q.returncode == 1
+    assert q.stderr.strip().splitlines()[-1] == (
+        "fstrace: error: output directory %s is being written by another fstrace run" % out), q.stderr
+    assert "running" not in q.stderr  # refused before any work
+    assert os.path.isdir(str(out) + ".partial")
+    p.communicate(timeout=600)
+    assert p.returncode == 0
+    assert (out / "summary.json").exists()
+
+
+def test_same_new_image_two_runs_one_builds(tmp_path):
+    """A fresh cache and one dataset: both runs want the same image; one builds it, the other waits."""
+    data = tmp_path / "data"
+    for i in range(30):
+        (data / ("d%d" % (i % 3))).mkdir(parents=True, exist_ok=True)
+        (data / ("d%d" % (i % 3)) / ("f%d" % i)).write_bytes(os.urandom(1000) * (i + 1))
+    cache = tmp_path / "cache"
+    ps = [subprocess.Popen([FSTRACE, "run", "--fs", "squashfs", "--workload", "tar-data", "--dataset", str(data),
+                            "--cache", str(cache), "-o", str(tmp_path / ("out%d" % i))],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    errs = [p.communicate(timeout=600)[1] for p in ps]
+    assert [p.returncode for p in ps] == [0, 0], errs
+    assert sum("image: building" in e for e in errs) == 1, errs
+    assert not glob.glob(str(cache / "images" / "*.partial"))
+    assert (tmp_path / "out0" / "summary.json").exists() and (tmp_path / "out1" / "summary.json").exists()
