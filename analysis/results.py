@@ -88,7 +88,8 @@ HEADER_SCHEMA = {
     "collector": ANY,
     "time": {"start_ns": INT, "end_ns": INT},
     "workload": Opt({"start_ns": INT_OPT, "end_ns": INT_OPT, "exit_status": INT_OPT}),
-    "probes": Opt(ListOf({"probe": str, "tier": str, "measures": str, "why": str})),
+    "probes": Opt(ListOf({"probe": str, "tier": str, "measures": str, "why": str, "runs": Opt(COUNT),
+                          "run_ns": Opt(COUNT)})),
     "loop_charging": Opt(Null(bool)),
     "devices": Opt(ListOf({"dev": COUNT, "unit_bytes": Int(1), "is_loop": bool,
                            "diskstats_start": Opt(Null(DISKSTATS)), "diskstats_end": Opt(Null(DISKSTATS))})),
@@ -96,10 +97,19 @@ HEADER_SCHEMA = {
     "drops": Opt(Null(MapOf(INT))),
     "expired_in_flight": Opt(Null({"bios": Opt(INT), "requests": Opt(INT)})),
     "sampling": Opt({"hz": Opt(Null(Int(0, 1 << 31))), "folded": Opt(ListOf(Tuple(str, INT))),
-                     "stacks_lost": Opt(INT)}),
+                     "stacks_lost": Opt(INT), "runs": Opt(COUNT), "run_ns": Opt(COUNT)}),
+    "tracer_frame_prefix": Opt(str),
+    "task_state": Opt({"store": str, "why": str}),
+    "request_records": Opt({"mode": str, "record_over_ns": COUNT}),
+    "io_stack_sampling": Opt({"mode": str, "every_ns": COUNT, "unsampled_id": INT}),
     "offcpu": Opt(Null({"folded": Opt(ListOf(Tuple(str, INT, INT))), "stack_lost_ns": Opt(INT),
                         "stack_lost_ns_by_reason": Opt(MapOf(INT))})),
-    "kernel_aggregates": Opt({"histograms": Opt(ListOf({"metric": INT, "dev": INT, "slots": ListOf(INT)}))}),
+    "kernel_aggregates": Opt({"histograms": Opt(ListOf({"metric": INT, "dev": INT, "slots": ListOf(INT)})),
+                              # records.h fst_req_agg: the requests counted instead of recorded
+                              "requests_counted": Opt(ListOf({
+                                  "kind": INT, "sdev": COUNT, "count": COUNT, "bytes": COUNT, "wall_ns": COUNT,
+                                  "wall_hist": ListOf(COUNT), "wall_ns_loglin": ListOf(COUNT),
+                                  "part_ns": MapOf(COUNT), "part_hist": MapOf(ListOf(COUNT))}))}),
     "config": Opt({"mode": STR_OPT, "mounts": Opt(Null(ListOf(str))), "fs": STR_OPT, "label": STR_OPT,
                    "workload": STR_OPT, "dataset_id": STR_OPT, "cache": STR_OPT, "iops_cap": INT_OPT,
                    "image": Opt({"bytes": INT_OPT}), "fs_kdevs": Opt(Null(ListOf(COUNT))), "fs_kdev": INT_OPT,
@@ -198,6 +208,16 @@ def validate_header(header, fmt=FORMAT):
             raise ResultsError("header field sections[%d].crc32 is missing" % i)
     if "req" not in names:
         raise ResultsError("header: no section of requests (req)")
+    # the counted requests' histograms are added slot by slot: every row's must have the kernel's slot counts
+    from analysis import schema
+    counted = (header.get("kernel_aggregates") or {}).get("requests_counted") or []
+    for i, row in enumerate(counted):
+        where = "header field kernel_aggregates.requests_counted[%d]" % i
+        if len(row["wall_hist"]) != schema.HIST_SLOTS or len(row["wall_ns_loglin"]) != schema.LAT_SLOTS or \
+                any(len(h) != schema.HIST_SLOTS for h in row["part_hist"].values()):
+            raise ResultsError("%s: histograms of the wrong number of slots" % where)
+        if set(row["part_ns"]) != set(row["part_hist"]):
+            raise ResultsError("%s: parts and their histograms disagree" % where)
     for enum, needed in REQUIRED_ENUM_NAMES.items():
         missing = [n for n in needed if n not in header["enums"][enum].values()]
         if missing:

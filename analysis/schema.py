@@ -33,3 +33,4 @@ def constant(name):
 PARTS = tuple(n for _, _, n in xmacro("FST_PARTS"))
 LAT_SUB_BITS = constant("FST_LAT_SUB_BITS")
 LAT_SLOTS = constant("FST_LAT_SLOTS")
+HIST_SLOTS = constant("FST_HIST_SLOTS")
