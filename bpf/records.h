@@ -513,6 +513,23 @@ struct fst_req_agg {
 	__u64 wall_ns_loglin[FST_LAT_SLOTS];
 	__u64 wall_hist[FST_HIST_SLOTS];
 	__u64 part_hist[FST_NR_PARTS][FST_HIST_SLOTS];	/* over the requests with any of that part */
+	__u64 pcache_adds;	/* folios they added to the page cache (0 unless cfg.records_none: a counted
+				 * request otherwise added none) */
+};
+
+/*
+ * Exact sums of completed block requests per (device, op), beside the log2 histograms (which keep only
+ * counts): the exposition's histogram _sum, and the mean request size per device.
+ */
+struct fst_io_sum_key {
+	__u32 dev;
+	__u32 op;	/* 0 read, 1 write, 2 other (as fst_hist_key.sub) */
+};
+
+struct fst_io_sum {
+	__u64 bytes;
+	__u64 q2c_ns;	/* over the requests whose queueing was seen (the q2c histogram's) */
+	__u64 d2c_ns;
 };
 
 /* alignment of completed block requests per device, counted in the kernel */
@@ -591,7 +608,9 @@ struct fst_cfg {
 	__u8 records_all;		/* record every request (else page-cache hits are only counted) */
 	__u8 io_stacks_all;		/* every bio's queue stack (else at most one per FST_IO_STACK_EVERY_NS per CPU) */
 	__u32 wakeup_bytes;		/* wake the reader when this much is waiting in the ring buffer */
-	__u32 pad2;
+	__u8 records_none;		/* count every request in req_agg, record none (fstrace serve) */
+	__u8 no_io_records;		/* block requests only in the histograms, sums and alignment counters */
+	__u16 pad2;
 	__u64 record_over_ns;		/* a request this slow is recorded even when it was a page-cache hit */
 	char comm[16];
 };

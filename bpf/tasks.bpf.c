@@ -114,6 +114,8 @@ static const struct fst_req_agg zero_agg;
 
 static __always_inline bool req_is_countable(struct task_req *r, long ret, __u64 wall)
 {
+	if (cfg.records_none)	/* fstrace serve: every request is counted, none recorded */
+		return true;
 	return !cfg.records_all && ret >= 0 && !r->nr_switches && !r->nr_missed && !r->nr_ios &&
 	       !r->pcache_adds && !r->ra_windows && wall < cfg.record_over_ns;
 }
@@ -153,11 +155,22 @@ static __always_inline bool req_count(struct task_req *r, long ret, __u64 wall, 
 	a->wall_ns += wall;
 	slot_inc(a->wall_hist, log2_slot(wall / 1000), FST_HIST_SLOTS);
 	slot_inc(a->wall_ns_loglin, fst_loglin_slot(wall), FST_LAT_SLOTS);
-	/* never left the CPU: every other part is 0 (req_is_countable) */
+	/* every part from the task state: all but oncpu and tracer are 0 for a page-cache hit, and any may be
+	 * non-zero under cfg.records_none, where every request is counted */
 	agg_part(a, FST_PART_ONCPU, oncpu);
 	agg_part(a, FST_PART_TRACER, tracer);
+	agg_part(a, FST_PART_IO_WAIT, r->io_wait);
+	agg_part(a, FST_PART_WORKER, r->worker);
+	agg_part(a, FST_PART_WORKER_WAIT, r->worker_wait);
+	agg_part(a, FST_PART_LOCK, r->lock);
+	agg_part(a, FST_PART_DSLEEP, r->dsleep);
+	agg_part(a, FST_PART_SLEEP, r->sleep);
+	agg_part(a, FST_PART_RUNQ, r->runq);
+	agg_part(a, FST_PART_MISSED, r->missed);
+	a->pcache_adds += r->pcache_adds;
 	return true;
 }
+_Static_assert(FST_NR_PARTS == 10, "req_count adds every part from the task state: add the new one there");
 
 static __always_inline int handle_sys_exit(long ret)
 {
@@ -185,7 +198,9 @@ static __always_inline int handle_sys_exit(long ret)
 	 * parts an exact partition when a handler's end was timed after a switch) */
 	__u64 tracer = r->tracer < r->oncpu ? r->tracer : r->oncpu;
 	__u64 oncpu = r->oncpu - tracer, wall = now - r->start;
-	hist_add(FST_H_REQ_US, 0, r->kind, wall / 1000);
+	/* serve: req_agg's wall_hist is the same histogram, per CPU and without a shared atomic */
+	if (!cfg.records_none)
+		hist_add(FST_H_REQ_US, 0, r->kind, wall / 1000);
 	if (req_is_countable(r, ret, wall) && req_count(r, ret, wall, oncpu, tracer))
 		return 0;
 

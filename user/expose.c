@@ -1,0 +1,433 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Prometheus text exposition of the in-kernel aggregates (expose.h).  Model: Cloudflare's ebpf_exporter --
+ * log2 histograms stay in BPF maps and are converted when read, so nothing per request crosses to user space.
+ *
+ * Cardinality: request series are per (kind, filesystem) -- at most req_agg's 64 keys -- times the attribution
+ * parts for the time counters; block series per (traced device, op) -- at most 16 devices x 3 ops; one info
+ * series per probe.  Histograms have FST_HIST_SLOTS buckets each.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include "expose.h"
+#include "results.h"
+
+unsigned long long expose_unaggregated_requests;
+
+/* one key of the per-CPU counted-requests map, summed over CPUs; non-zero when it is gone */
+int req_agg_sum(int fd, const struct fst_req_agg_key *key, struct fst_req_agg *sum)
+{
+	static struct fst_req_agg *per_cpu;
+	static int ncpu;
+	if (!per_cpu) {
+		ncpu = libbpf_num_possible_cpus();
+		per_cpu = calloc(ncpu, sizeof(*per_cpu));
+		if (!per_cpu)
+			abort();
+	}
+	if (bpf_map_lookup_elem(fd, key, per_cpu))
+		return -errno;
+	memset(sum, 0, sizeof(*sum));
+	for (int c = 0; c < ncpu; c++) {
+		const __u64 *src = (const __u64 *)&per_cpu[c];
+		__u64 *dst = (__u64 *)sum;
+		for (size_t i = 0; i < sizeof(*sum) / sizeof(__u64); i++)
+			dst[i] += src[i];
+	}
+	return 0;
+}
+
+__u64 sum_drops(int fd, __u32 idx)
+{
+	int ncpu = libbpf_num_possible_cpus();
+	__u64 *vals = calloc(ncpu, sizeof(*vals)), sum = 0;
+	if (vals && !bpf_map_lookup_elem(fd, &idx, vals))
+		for (int i = 0; i < ncpu; i++)
+			sum += vals[i];
+	free(vals);
+	return sum;
+}
+
+/*
+ * Filesystem and mount point of a superblock device, from /proc/self/mountinfo.  The first seen stay its
+ * labels for the collector's life, so a filesystem that is unmounted keeps its series (with mounted 0)
+ * instead of turning into a new one.
+ */
+#define MAX_FS_LABELS 64
+
+static struct fs_label {
+	__u32 kdev;
+	bool known, mounted;
+	char fs[32];
+	char mount[256];
+} fs_labels[MAX_FS_LABELS];
+static int nr_fs_labels;
+
+static struct fs_label *fs_label(__u32 kdev)
+{
+	for (int i = 0; i < nr_fs_labels; i++)
+		if (fs_labels[i].kdev == kdev)
+			return &fs_labels[i];
+	if (nr_fs_labels == MAX_FS_LABELS)
+		return NULL;
+	struct fs_label *l = &fs_labels[nr_fs_labels++];
+	memset(l, 0, sizeof(*l));
+	l->kdev = kdev;
+	return l;
+}
+
+/* mountinfo writes space, tab, newline and backslash in paths as \ooo */
+static void unescape_octal(char *s)
+{
+	char *d = s;
+	while (*s) {
+		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' && s[2] <= '7' && s[3] >= '0' &&
+		    s[3] <= '7') {
+			*d++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
+			s += 4;
+		} else {
+			*d++ = *s++;
+		}
+	}
+	*d = 0;
+}
+
+static void refresh_fs_labels(void)
+{
+	for (int i = 0; i < nr_fs_labels; i++)
+		fs_labels[i].mounted = false;
+	FILE *f = fopen("/proc/self/mountinfo", "r");
+	if (!f)
+		return;
+	char line[4096], mnt[1024], fstype[64];
+	unsigned major, minor;
+	while (fgets(line, sizeof(line), f)) {
+		char *dash = strstr(line, " - ");
+		if (!dash || sscanf(line, "%*u %*u %u:%u %*s %1023s", &major, &minor, mnt) != 3 ||
+		    sscanf(dash + 3, "%63s", fstype) != 1)
+			continue;
+		__u32 kdev = (major << 20) | minor;
+		for (int i = 0; i < nr_fs_labels; i++) {
+			struct fs_label *l = &fs_labels[i];
+			if (l->kdev != kdev)
+				continue;
+			l->mounted = true;
+			if (!l->known) {
+				unescape_octal(mnt);
+				snprintf(l->fs, sizeof(l->fs), "%.31s", fstype);
+				snprintf(l->mount, sizeof(l->mount), "%.255s", mnt);
+				l->known = true;
+			}
+		}
+	}
+	fclose(f);
+}
+
+/* a label value: backslash, double quote and newline escaped (exposition format) */
+static void label_value(struct jbuf *b, const char *s)
+{
+	for (; *s; s++) {
+		if (*s == '\\' || *s == '"')
+			jb_add(b, "\\%c", *s);
+		else if (*s == '\n')
+			jb_add(b, "\\n");
+		else
+			jb_add(b, "%c", *s);
+	}
+}
+
+static void fs_labels_of(struct jbuf *b, __u32 kdev)
+{
+	struct fs_label *l = fs_label(kdev);
+	jb_add(b, "device=\"%u:%u\",fs=\"", kdev >> 20, kdev & 0xfffff);
+	label_value(b, l && l->known ? l->fs : "");
+	jb_add(b, "\",mount=\"");
+	label_value(b, l && l->known ? l->mount : "");
+	jb_add(b, "\"");
+}
+
+static void family(struct jbuf *b, const char *name, const char *type, const char *help)
+{
+	jb_add(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static const char *op_name(__u32 sub)
+{
+	return sub == 0 ? "read" : sub == 1 ? "write" : "other";
+}
+
+/* names in records.h, by value */
+static const char *kind_name(unsigned kind)
+{
+	switch (kind) {
+#define KIND_CASE(c, v, n) case v: return n;
+		FST_REQ_KINDS(KIND_CASE)
+#undef KIND_CASE
+	}
+	return "unknown";
+}
+
+/*
+ * A log2 histogram (bpf common.bpf.h log2_slot: slot i holds values in [2^i, 2^(i+1)), slot 0 also 0 and 1,
+ * the last slot everything above) as cumulative buckets.  Integer values (bytes) are at most 2^(i+1) - 1 in
+ * slot i; times were truncated to microseconds, so a time in slot i is below 2^(i+1) us.
+ */
+static void histogram(struct jbuf *b, const char *name, const char *labels, const __u64 *slots, double sum,
+		      bool integer_bytes)
+{
+	unsigned long long cum = 0;
+	for (int i = 0; i < FST_HIST_SLOTS - 1; i++) {
+		cum += slots[i];
+		double le = integer_bytes ? (double)((1ull << (i + 1)) - 1) : (double)(1ull << (i + 1)) * 1e-6;
+		jb_add(b, "%s_bucket{%s,le=\"%.9g\"} %llu\n", name, labels, le, cum);
+	}
+	cum += slots[FST_HIST_SLOTS - 1];
+	jb_add(b, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, labels, cum);
+	jb_add(b, "%s_sum{%s} %.9f\n", name, labels, sum);
+	jb_add(b, "%s_count{%s} %llu\n", name, labels, cum);
+}
+
+#define MAX_AGG_KEYS 64
+
+struct agg_row {
+	struct fst_req_agg_key key;
+	struct fst_req_agg sum;
+};
+
+static const char *part_names[FST_NR_PARTS] = {
+#define PART_NAME(c, v, field) [v] = #field,
+	FST_PARTS(PART_NAME)
+#undef PART_NAME
+};
+
+static void requests(struct jbuf *b, int fd)
+{
+	static struct agg_row rows[MAX_AGG_KEYS];
+	int n = 0;
+	struct fst_req_agg_key key, next;
+	void *prev = NULL;
+	while (fd >= 0 && n < MAX_AGG_KEYS && !bpf_map_get_next_key(fd, prev, &next)) {
+		key = next;
+		prev = &key;
+		if (!req_agg_sum(fd, &key, &rows[n].sum)) {
+			rows[n].key = key;
+			fs_label(key.sdev);
+			n++;
+		}
+	}
+	refresh_fs_labels();
+	struct jbuf l = {};
+	static char lab[MAX_AGG_KEYS][1024];	/* a mount label is at most 255 bytes, 510 escaped */
+	for (int i = 0; i < n; i++) {
+		l.len = 0;
+		jb_add(&l, "kind=\"%s\",", kind_name(rows[i].key.kind));
+		fs_labels_of(&l, rows[i].key.sdev);
+		snprintf(lab[i], sizeof(lab[i]), "%s", l.s);
+	}
+	free(l.s);
+
+	family(b, "fstrace_requests_total", "counter", "Requests (syscalls) of traced tasks on files of the filesystem.");
+	for (int i = 0; i < n; i++)
+		jb_add(b, "fstrace_requests_total{%s} %llu\n", lab[i], (unsigned long long)rows[i].sum.count);
+	family(b, "fstrace_request_bytes_total", "counter", "Bytes the requests returned (sum of positive return values).");
+	for (int i = 0; i < n; i++)
+		jb_add(b, "fstrace_request_bytes_total{%s} %llu\n", lab[i], (unsigned long long)rows[i].sum.bytes);
+	family(b, "fstrace_request_duration_seconds", "histogram", "Wall time of each request, syscall entry to exit.");
+	for (int i = 0; i < n; i++)
+		histogram(b, "fstrace_request_duration_seconds", lab[i], rows[i].sum.wall_hist,
+			  rows[i].sum.wall_ns / 1e9, false);
+	family(b, "fstrace_request_time_seconds_total", "counter",
+	       "Time in requests by attribution part; the parts of a request add up to its wall time.");
+	for (int i = 0; i < n; i++)
+		for (int p = 0; p < FST_NR_PARTS; p++) {
+			/* record field names end in _ns: the part is the name without it */
+			int len = (int)strlen(part_names[p]) - 3;
+			jb_add(b, "fstrace_request_time_seconds_total{%s,part=\"%.*s\"} %.9f\n", lab[i], len,
+			       part_names[p], rows[i].sum.part_ns[p] / 1e9);
+		}
+	family(b, "fstrace_pagecache_misses_total", "counter",
+	       "Folios the requests added to the page cache (their page-cache misses, readahead included).");
+	for (int i = 0; i < n; i++)
+		jb_add(b, "fstrace_pagecache_misses_total{%s} %llu\n", lab[i], (unsigned long long)rows[i].sum.pcache_adds);
+}
+
+static void filesystems(struct jbuf *b)
+{
+	family(b, "fstrace_filesystem_mounted", "gauge",
+	       "1 while the traced filesystem is mounted, 0 once it is gone (its counters stay).");
+	for (int i = 0; i < nr_fs_labels; i++) {
+		jb_add(b, "fstrace_filesystem_mounted{");
+		fs_labels_of(b, fs_labels[i].kdev);
+		jb_add(b, "} %d\n", fs_labels[i].mounted);
+	}
+}
+
+#define MAX_HIST_KEYS 1024
+
+struct hist_row {
+	struct fst_hist_key key;
+	struct fst_hist h;
+};
+
+static void block(struct jbuf *b, const struct expose_maps *m)
+{
+	static struct hist_row rows[MAX_HIST_KEYS];
+	int n = 0;
+	struct fst_hist_key key, next;
+	void *prev = NULL;
+	while (n < MAX_HIST_KEYS && !bpf_map_get_next_key(m->hists, prev, &next)) {
+		key = next;
+		prev = &key;
+		if (key.metric != FST_H_IO_BYTES && key.metric != FST_H_IO_Q2C_US && key.metric != FST_H_IO_D2C_US)
+			continue;
+		if (!bpf_map_lookup_elem(m->hists, &key, &rows[n].h)) {
+			rows[n].key = key;
+			n++;
+		}
+	}
+	static const struct {
+		__u32 metric;
+		const char *name, *help;
+	} fams[] = {
+		{ FST_H_IO_BYTES, "fstrace_block_request_bytes", "Size of each completed block request." },
+		{ FST_H_IO_Q2C_US, "fstrace_block_request_q2c_seconds",
+		  "Block request time from its first bio queued to completion (queue and device)." },
+		{ FST_H_IO_D2C_US, "fstrace_block_request_d2c_seconds",
+		  "Block request time from issue to the driver to completion (device)." },
+	};
+	family(b, "fstrace_block_requests_total", "counter", "Completed block requests on the traced devices.");
+	for (int i = 0; i < n; i++) {
+		if (rows[i].key.metric != FST_H_IO_BYTES)
+			continue;
+		unsigned long long c = 0;
+		for (int s = 0; s < FST_HIST_SLOTS; s++)
+			c += rows[i].h.slots[s];
+		jb_add(b, "fstrace_block_requests_total{device=\"%u:%u\",op=\"%s\"} %llu\n", rows[i].key.dev >> 20,
+		       rows[i].key.dev & 0xfffff, op_name(rows[i].key.sub), c);
+	}
+	for (unsigned f = 0; f < sizeof(fams) / sizeof(fams[0]); f++) {
+		family(b, fams[f].name, "histogram", fams[f].help);
+		for (int i = 0; i < n; i++) {
+			if (rows[i].key.metric != fams[f].metric)
+				continue;
+			struct fst_io_sum_key sk = { .dev = rows[i].key.dev, .op = rows[i].key.sub };
+			struct fst_io_sum s = {};
+			bpf_map_lookup_elem(m->io_sums, &sk, &s);
+			double sum = fams[f].metric == FST_H_IO_BYTES ? (double)s.bytes :
+				     fams[f].metric == FST_H_IO_Q2C_US ? s.q2c_ns / 1e9 : s.d2c_ns / 1e9;
+			char lab[64];
+			snprintf(lab, sizeof(lab), "device=\"%u:%u\",op=\"%s\"", rows[i].key.dev >> 20,
+				 rows[i].key.dev & 0xfffff, op_name(rows[i].key.sub));
+			histogram(b, fams[f].name, lab, rows[i].h.slots, sum, fams[f].metric == FST_H_IO_BYTES);
+		}
+	}
+
+	__u32 dkey, dnext;
+	struct fst_align a;
+	struct jbuf al = {}, au = {}, ac = {};
+	void *dprev = NULL;
+	while (!bpf_map_get_next_key(m->aligns, dprev, &dnext)) {
+		dkey = dnext;
+		dprev = &dkey;
+		if (bpf_map_lookup_elem(m->aligns, &dkey, &a))
+			continue;
+		unsigned ma = dkey >> 20, mi = dkey & 0xfffff;
+		jb_add(&al, "fstrace_block_aligned_4k_total{device=\"%u:%u\",edge=\"start\"} %llu\n", ma, mi,
+		       (unsigned long long)a.start_4k);
+		jb_add(&al, "fstrace_block_aligned_4k_total{device=\"%u:%u\",edge=\"end\"} %llu\n", ma, mi,
+		       (unsigned long long)a.end_4k);
+		jb_add(&au, "fstrace_block_aligned_unit_total{device=\"%u:%u\",edge=\"start\"} %llu\n", ma, mi,
+		       (unsigned long long)a.start_unit);
+		jb_add(&au, "fstrace_block_aligned_unit_total{device=\"%u:%u\",edge=\"end\"} %llu\n", ma, mi,
+		       (unsigned long long)a.end_unit);
+		jb_add(&ac, "fstrace_block_unit_crossing_total{device=\"%u:%u\"} %llu\n", ma, mi,
+		       (unsigned long long)a.cross_unit);
+	}
+	family(b, "fstrace_block_aligned_4k_total", "counter",
+	       "Completed block requests whose start (or end) offset is a multiple of 4 KiB.");
+	jb_add(b, "%s", al.s ? al.s : "");
+	family(b, "fstrace_block_aligned_unit_total", "counter",
+	       "Completed block requests whose start (or end) is a multiple of the device's unit (--dev MAJ:MIN:UNIT).");
+	jb_add(b, "%s", au.s ? au.s : "");
+	family(b, "fstrace_block_unit_crossing_total", "counter",
+	       "Completed block requests spanning a unit boundary they do not start on.");
+	jb_add(b, "%s", ac.s ? ac.s : "");
+	free(al.s);
+	free(au.s);
+	free(ac.s);
+}
+
+static void drops_and_probes(struct jbuf *b, const struct expose_maps *m, const struct expose_probes *groups,
+			     int ngroups)
+{
+	family(b, "fstrace_dropped_records_total", "counter",
+	       "Records the kernel could not queue (ring buffer full), by record type.");
+#define DROP_LINE(c, v, n) \
+	jb_add(b, "fstrace_dropped_records_total{type=\"%s\"} %llu\n", n, (unsigned long long)sum_drops(m->drops, c));
+	FST_REC_TYPES(DROP_LINE)
+#undef DROP_LINE
+	family(b, "fstrace_unaggregated_requests_total", "counter",
+	       "Requests that reached user space as records because the in-kernel aggregate was full: not counted above.");
+	jb_add(b, "fstrace_unaggregated_requests_total %llu\n", expose_unaggregated_requests);
+	family(b, "fstrace_probe_info", "gauge", "1 for every probe, with the tier it is attached at (none: unavailable).");
+	for (int g = 0; g < ngroups; g++)
+		for (int i = 0; i < groups[g].n; i++)
+			jb_add(b, "fstrace_probe_info{probe=\"%s\",tier=\"%s\"} 1\n", groups[g].probes[i].name,
+			       tier_name(groups[g].probes[i].tier));
+}
+
+int expose_write(const char *path, const struct expose_maps *m, const struct expose_probes *groups, int ngroups,
+		 const unsigned (*sdevs)[2], int nr_sdevs, double start_time_s)
+{
+	static struct jbuf b;	/* reused: its size settles at the exposition's, so memory stays flat */
+	b.len = 0;
+	for (int i = 0; i < nr_sdevs; i++)
+		fs_label((sdevs[i][0] << 20) | sdevs[i][1]);
+	requests(&b, m->req_agg);
+	filesystems(&b);
+	block(&b, m);
+	drops_and_probes(&b, m, groups, ngroups);
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	family(&b, "fstrace_start_time_seconds", "gauge", "When the collector started (its counters start at 0 then).");
+	jb_add(&b, "fstrace_start_time_seconds %.3f\n", start_time_s);
+	family(&b, "fstrace_last_update_time_seconds", "gauge", "When this exposition was written.");
+	jb_add(&b, "fstrace_last_update_time_seconds %.3f\n", now.tv_sec + now.tv_nsec / 1e9);
+
+	char *tmp;
+	if (asprintf(&tmp, "%s.tmp", path) < 0)
+		return -ENOMEM;
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	int err = 0;
+	if (fd < 0) {
+		err = -errno;
+	} else {
+		size_t off = 0;
+		while (off < b.len) {
+			ssize_t w = write(fd, b.s + off, b.len - off);
+			if (w < 0) {
+				if (errno == EINTR)
+					continue;
+				err = -errno;
+				break;
+			}
+			off += w;
+		}
+		if (close(fd) && !err)
+			err = -errno;
+		if (!err && rename(tmp, path))
+			err = -errno;
+		if (err)
+			unlink(tmp);
+	}
+	free(tmp);
+	return err;
+}

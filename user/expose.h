@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+#ifndef FSTRACE_EXPOSE_H
+#define FSTRACE_EXPOSE_H
+
+/*
+ * The in-kernel aggregates as a Prometheus text exposition (format 0.0.4), rewritten atomically (a temporary
+ * file in the same directory, then rename) so a reader -- fstrace serve, node_exporter's textfile collector,
+ * a shell on a box without Python -- only ever sees a complete one.  Counters are cumulative from the
+ * collector's start and never reset; times in seconds, sizes in bytes.
+ */
+#include <linux/types.h>
+#include "records.h"
+#include "tiers.h"
+
+struct expose_maps {
+	int req_agg;	/* tasks.bpf.c req_agg (per CPU), -1 without request tracing (--block-only) */
+	int hists, aligns, drops, io_sums;
+};
+
+struct expose_probes {
+	const struct probe *probes;
+	int n;
+};
+
+/* request records that reached user space under --records none (req_agg was full): not in the counters */
+extern unsigned long long expose_unaggregated_requests;
+
+/* Write path now; 0, or a negative errno (path is then left as it was). */
+int expose_write(const char *path, const struct expose_maps *m, const struct expose_probes *groups, int ngroups,
+		 const unsigned (*sdevs)[2], int nr_sdevs, double start_time_s);
+
+/* helpers the collector shares with its results header */
+int req_agg_sum(int fd, const struct fst_req_agg_key *key, struct fst_req_agg *sum);
+__u64 sum_drops(int fd, __u32 idx);
+
+#endif
