@@ -1523,10 +1523,16 @@ int main(int argc, char **argv)
 	struct expose_probes xp[N(probe_groups)];
 	for (unsigned g = 0; g < N(probe_groups); g++)
 		xp[g] = (struct expose_probes){ probe_groups[g].probes, probe_groups[g].n };
+	__u32 x_sdevs[MAX_DEVS], x_devs[MAX_DEVS];
+	for (int i = 0; i < opt.nr_sdevs; i++)
+		x_sdevs[i] = (opt.sdevs[i][0] << 20) | opt.sdevs[i][1];
+	for (int i = 0; i < opt.nr_devs; i++)
+		x_devs[i] = (opt.devs[i].major << 20) | opt.devs[i].minor;
+#define EXPOSE() expose_write(opt.exposition, &xm, xp, N(xp), x_sdevs, opt.nr_sdevs, x_devs, opt.nr_devs, \
+			      t_start_real / 1e9)
 	bool expose_failing = false;
 	/* the first exposition exists before "ready": a reader started then finds a complete one */
-	if (opt.exposition && (err = expose_write(opt.exposition, &xm, xp, N(xp), opt.sdevs, opt.nr_sdevs,
-						  t_start_real / 1e9)))
+	if (opt.exposition && (err = EXPOSE()))
 		die("writing --exposition %s: %s", opt.exposition, strerror(-err));
 	__u64 last_expose = t_start;
 
@@ -1569,7 +1575,7 @@ int main(int argc, char **argv)
 		if (opt.exposition && (hup_signal || now - last_expose >= (__u64)(opt.exposition_interval * 1e9))) {
 			hup_signal = 0;
 			last_expose = now;
-			err = expose_write(opt.exposition, &xm, xp, N(xp), opt.sdevs, opt.nr_sdevs, t_start_real / 1e9);
+			err = EXPOSE();
 			/* a full disk must not end an always-on exporter: said once, and once when it recovers */
 			if (err && !expose_failing)
 				fprintf(stderr, "fstrace-collect: writing %s: %s (retrying every interval)\n",
@@ -1627,8 +1633,7 @@ int main(int argc, char **argv)
 	detach_sampling();
 	while (ring_buffer__consume(rb) > 0)
 		;
-	if (opt.exposition && (err = expose_write(opt.exposition, &xm, xp, N(xp), opt.sdevs, opt.nr_sdevs,
-						  t_start_real / 1e9)))
+	if (opt.exposition && (err = EXPOSE()))
 		fprintf(stderr, "fstrace-collect: writing %s: %s\n", opt.exposition, strerror(-err));
 	if (!opt.out) {	/* an exporter: its file is the exposition, already final */
 		if (delayacct_was == 0)

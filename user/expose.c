@@ -208,7 +208,21 @@ static const char *part_names[FST_NR_PARTS] = {
 #undef PART_NAME
 };
 
-static void requests(struct jbuf *b, int fd)
+/* row i of rows[0..n) for key, appended (zero) when absent and there is room; NULL otherwise */
+static struct agg_row *agg_row(struct agg_row *rows, int *n, __u32 sdev, __u16 kind)
+{
+	for (int i = 0; i < *n; i++)
+		if (rows[i].key.sdev == sdev && rows[i].key.kind == kind)
+			return &rows[i];
+	if (*n == MAX_AGG_KEYS)
+		return NULL;
+	memset(&rows[*n], 0, sizeof(rows[*n]));
+	rows[*n].key.sdev = sdev;
+	rows[*n].key.kind = kind;
+	return &rows[(*n)++];
+}
+
+static void requests(struct jbuf *b, int fd, const __u32 *sdevs, int nr_sdevs)
 {
 	static struct agg_row rows[MAX_AGG_KEYS];
 	int n = 0;
@@ -222,6 +236,16 @@ static void requests(struct jbuf *b, int fd)
 			fs_label(key.sdev);
 			n++;
 		}
+	}
+	/*
+	 * Every (kind, filtered filesystem) is there from the first exposition on, at 0: Prometheus's increase()
+	 * cannot count what a series held when it first appeared, so a series born at the first read would lose it.
+	 */
+	for (int i = 0; fd >= 0 && i < nr_sdevs; i++) {
+		fs_label(sdevs[i]);
+#define KIND_ROW(c, v, nm) agg_row(rows, &n, sdevs[i], v);
+		FST_REQ_KINDS(KIND_ROW)
+#undef KIND_ROW
 	}
 	refresh_fs_labels();
 	struct jbuf l = {};
@@ -277,7 +301,7 @@ struct hist_row {
 	struct fst_hist h;
 };
 
-static void block(struct jbuf *b, const struct expose_maps *m)
+static void block(struct jbuf *b, const struct expose_maps *m, const __u32 *devs, int nr_devs)
 {
 	static struct hist_row rows[MAX_HIST_KEYS];
 	int n = 0;
@@ -293,6 +317,20 @@ static void block(struct jbuf *b, const struct expose_maps *m)
 			n++;
 		}
 	}
+	/* every traced device's read series exist from the start, at 0 (see requests()) */
+	static const __u32 io_metrics[] = { FST_H_IO_BYTES, FST_H_IO_Q2C_US, FST_H_IO_D2C_US };
+	for (int d = 0; d < nr_devs; d++)
+		for (unsigned k = 0; k < sizeof(io_metrics) / sizeof(io_metrics[0]); k++) {
+			int i = 0;
+			while (i < n && !(rows[i].key.metric == io_metrics[k] && rows[i].key.dev == devs[d] &&
+					  rows[i].key.sub == 0))
+				i++;
+			if (i == n && n < MAX_HIST_KEYS) {
+				memset(&rows[n], 0, sizeof(rows[n]));
+				rows[n].key = (struct fst_hist_key){ .metric = io_metrics[k], .dev = devs[d], .sub = 0 };
+				n++;
+			}
+		}
 	static const struct {
 		__u32 metric;
 		const char *name, *help;
@@ -385,15 +423,13 @@ static void drops_and_probes(struct jbuf *b, const struct expose_maps *m, const 
 }
 
 int expose_write(const char *path, const struct expose_maps *m, const struct expose_probes *groups, int ngroups,
-		 const unsigned (*sdevs)[2], int nr_sdevs, double start_time_s)
+		 const __u32 *sdevs, int nr_sdevs, const __u32 *devs, int nr_devs, double start_time_s)
 {
 	static struct jbuf b;	/* reused: its size settles at the exposition's, so memory stays flat */
 	b.len = 0;
-	for (int i = 0; i < nr_sdevs; i++)
-		fs_label((sdevs[i][0] << 20) | sdevs[i][1]);
-	requests(&b, m->req_agg);
+	requests(&b, m->req_agg, sdevs, nr_sdevs);
 	filesystems(&b);
-	block(&b, m);
+	block(&b, m, devs, nr_devs);
 	drops_and_probes(&b, m, groups, ngroups);
 	struct timespec now;
 	clock_gettime(CLOCK_REALTIME, &now);

@@ -25,9 +25,10 @@ struct expose_probes {
 /* request records that reached user space under --records none (req_agg was full): not in the counters */
 extern unsigned long long expose_unaggregated_requests;
 
-/* Write path now; 0, or a negative errno (path is then left as it was). */
+/* Write path now; 0, or a negative errno (path is then left as it was).  sdevs: the filesystems filtered on,
+ * devs: the traced block devices (kernel dev_t), whose series are written from the start, at 0. */
 int expose_write(const char *path, const struct expose_maps *m, const struct expose_probes *groups, int ngroups,
-		 const unsigned (*sdevs)[2], int nr_sdevs, double start_time_s);
+		 const __u32 *sdevs, int nr_sdevs, const __u32 *devs, int nr_devs, double start_time_s);
 
 /* helpers the collector shares with its results header */
 int req_agg_sum(int fd, const struct fst_req_agg_key *key, struct fst_req_agg *sum);
