@@ -82,6 +82,11 @@ def stop(p, rest):
     return "".join(rest)
 
 
+def rss(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return int(next(l for l in f if l.startswith("VmRSS:")).split()[1]) * 1024
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -229,6 +234,15 @@ def test_serve_counts_every_read_and_prometheus_agrees(mounted_erofs):  # noqa: 
         rate = prom.query('sum(rate(fstrace_request_time_seconds_total{part="io_wait",kind="read",mount="%s"}[%ds]))'
                           % (mnt, w))
         assert io_wait * 0.999 <= rate * w <= io_wait * w / (w - 2.2) * 1.001, (rate * w, io_wait)
+        # README's queries: in a ratio of two rates over the same samples the extrapolation cancels, so the
+        # I/O-wait share and the mean block request size are those of the raw counters
+        share = prom.query('sum by (mount) (rate(fstrace_request_time_seconds_total{kind="read",part="io_wait",'
+                           'mount="%s"}[%ds])) / sum by (mount) (rate(fstrace_request_duration_seconds_sum{kind="read",'
+                           'mount="%s"}[%ds]))' % (mnt, w, mnt, w))
+        assert abs(share - io_wait / wall) < 1e-6, (share, io_wait / wall)
+        mean = prom.query('sum by (device) (rate(fstrace_block_request_bytes_sum{device="%s"}[%ds])) / sum by (device) '
+                          '(rate(fstrace_block_request_bytes_count{device="%s"}[%ds]))' % (loop, w, loop, w))
+        assert abs(mean - (ds1[1] - ds0[1]) / (ds1[0] - ds0[0])) < 1e-6 * mean, mean
         assert t1 - t0 < w
     finally:
         if prom:
@@ -280,6 +294,12 @@ def test_serve_survives_bad_clients_and_stops_clean(mounted_erofs):  # noqa: F81
             t.join(timeout=60)
         assert len(results) == 100 and all(isinstance(r, float) for r in results), results
         slow.close()
+        # memory stays flat: a few hundred more scrapes grow neither process
+        rss0 = rss(p.pid), rss(collector)
+        for _ in range(300):
+            scrape(port)
+        rss1 = rss(p.pid), rss(collector)
+        assert rss1[0] - rss0[0] < 1 << 20 and rss1[1] - rss0[1] < 256 << 10, (rss0, rss1)
         # SIGHUP: the exposition is rewritten at once and serving goes on
         p.send_signal(signal.SIGHUP)
         assert "fstrace_requests_total" in fresh_scrape(port)
