@@ -68,11 +68,12 @@ def scrape(port, path="/metrics"):
 def fresh_scrape(port):
     """A scrape the collector wrote after now (its interval is 0.2 s)."""
     t = time.time()
-    while True:
+    while time.time() < t + 10:
         text = scrape(port)
         if value(parse(text), "fstrace_last_update_time_seconds") > t:
             return text
         time.sleep(0.05)
+    raise AssertionError("the exposition was not rewritten within 10 s")
 
 
 def stop(p, rest):
@@ -311,23 +312,34 @@ def test_serve_survives_bad_clients_and_stops_clean(mounted_erofs):  # noqa: F81
     assert private and not os.path.exists(os.path.dirname(private[0]))
 
 
-def test_unmounted_filesystem_is_reported_and_serving_goes_on(tmp_path):
+def test_a_mount_that_goes_away_and_comes_back_elsewhere(tmp_path):
+    """Unmounted: reported, its counters stay, serving goes on.  Mounted again there from another loop device:
+    serve follows it (filters resolved again) and counts its reads under the new device."""
     src = tmp_path / "src"
     src.mkdir()
     (src / "f").write_bytes(b"x" * 8192)
     img, mnt = str(tmp_path / "img.erofs"), str(tmp_path / "mnt")
     os.mkdir(mnt)
     subprocess.run(["mkfs.erofs", img, str(src)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    dev = subprocess.run(["losetup", "-f", "--show", "-r", img], check=True, stdout=subprocess.PIPE,
-                         text=True).stdout.strip()
-    mounted = False
+    loops, mounted = [], False
+
+    def mount():
+        loops.append(subprocess.run(["losetup", "-f", "--show", "-r", img], check=True, stdout=subprocess.PIPE,
+                                    text=True).stdout.strip())
+        subprocess.run(["mount", "-t", "erofs", "-o", "ro", loops[-1], mnt], check=True)
+        rdev = os.stat(loops[-1]).st_rdev
+        return "%d:%d" % (os.major(rdev), os.minor(rdev))
+
+    def read_file():
+        drop_caches()
+        with open(os.path.join(mnt, "f"), "rb") as f:
+            assert len(f.read()) == 8192
     try:
-        subprocess.run(["mount", "-t", "erofs", "-o", "ro", dev, mnt], check=True)
+        first = mount()
         mounted = True
         p, port, rest = start_serve("--mount", mnt)
         try:
-            with open(os.path.join(mnt, "f"), "rb") as f:
-                assert len(f.read()) == 8192
+            read_file()
             reads = value(parse(fresh_scrape(port)), "fstrace_requests_total", kind="read", mount=mnt)
             assert reads >= 1
             subprocess.run(["umount", mnt], check=True)
@@ -336,14 +348,32 @@ def test_unmounted_filesystem_is_reported_and_serving_goes_on(tmp_path):
             after = parse(fresh_scrape(port))
             assert value(after, "fstrace_filesystem_mounted", mount=mnt) == 0
             assert value(after, "fstrace_requests_total", kind="read", mount=mnt) == reads  # counters stay
+            assert p.poll() is None and "%s is no longer mounted" % mnt in "".join(rest)
+
+            second = mount()
+            mounted = True
+            assert second != first
+            deadline = time.time() + 60
+            while "following it" not in "".join(rest) and time.time() < deadline:
+                time.sleep(0.1)
+            time.sleep(1)
+            samples = parse(fresh_scrape(port))
+            while value(samples, "fstrace_filesystem_mounted", mount=mnt, device=second) != 1 and \
+                    time.time() < deadline:
+                samples = parse(fresh_scrape(port))
+            read_file()
+            samples = parse(fresh_scrape(port))
+            assert value(samples, "fstrace_requests_total", kind="read", mount=mnt, device=second) >= 1
+            assert value(samples, "fstrace_filesystem_mounted", mount=mnt, device=second) == 1
         finally:
             log = stop(p, rest)
         assert p.returncode == 0, log
-        assert "%s is no longer mounted" % mnt in log
+        assert "mounted again from another device (%s): following it" % second in log, log
     finally:
         if mounted:
             subprocess.run(["umount", mnt], check=True)
-        subprocess.run(["losetup", "-d", dev], check=True)
+        for dev in loops:
+            subprocess.run(["losetup", "-d", dev], check=True)
 
 
 def test_collector_alone_writes_the_textfile(tmp_path):

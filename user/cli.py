@@ -298,8 +298,11 @@ def cmd_serve(args):
     from user import serve
     check_ready("fstrace serve")
     listen = serve.parse_listen(args.listen)
-    chosen, sdevs, devs = resolve_filters(args)
-    return serve.serve(listen, [COLLECTOR] + filter_argv(args, sdevs, devs), chosen, args, progress)
+
+    def resolve():
+        chosen, sdevs, devs = resolve_filters(args)
+        return chosen, [COLLECTOR] + filter_argv(args, sdevs, devs)
+    return serve.serve(listen, resolve, args, progress)
 
 
 def write_summary(resdir, wl=None, ctx=None):

@@ -111,8 +111,10 @@ class Server(http.server.ThreadingHTTPServer):
 
 
 def watch_mounts(chosen, state, progress):
-    """Say when a traced mount goes away or comes back (the collector's fstrace_filesystem_mounted says it too)."""
+    """Say when a traced mount goes away or comes back (the collector's fstrace_filesystem_mounted says it too);
+    True when one is back from another device, which the filters must be resolved again to follow."""
     now = mounts()
+    moved = False
     for m in chosen:
         here = [x for x in now if x[0] == m[0]]
         st = "mounted" if any(x[3] == m[3] for x in here) else ("other" if here else "gone")
@@ -121,11 +123,13 @@ def watch_mounts(chosen, state, progress):
                 progress("serve: %s is no longer mounted; its counters stay, fstrace_filesystem_mounted is 0"
                          % m[0])
             elif st == "other":
-                progress("serve: %s is mounted again from another device (%d:%d), which is not traced: restart "
-                         "fstrace serve to follow it" % ((m[0],) + next(x[3] for x in here)))
+                progress("serve: %s is mounted again from another device (%d:%d): following it, counters restart"
+                         % ((m[0],) + next(x[3] for x in here)))
+                moved = True
             else:
                 progress("serve: %s is mounted again from the same device; counting on" % m[0])
         state[m[0]] = st
+    return moved
 
 
 def wait_ready(proc, fd, stop):
@@ -140,9 +144,31 @@ def wait_ready(proc, fd, stop):
     return False
 
 
-def serve(listen, collector_argv, chosen, args, progress):
+def start_collector(collector_argv, path, args, stop):
+    """The collector, aggregate-only, rewriting path; None if told to stop while it started."""
+    r, w = os.pipe()
+    argv = collector_argv + COLLECTOR_OPTIONS + ["--exposition", path, "--exposition-interval",
+                                                 str(args.update_interval), "--ready-fd", str(w)]
+    proc = subprocess.Popen(argv, pass_fds=(w,), start_new_session=True, stdin=subprocess.DEVNULL)
+    os.close(w)
+    try:
+        ready = wait_ready(proc, r, stop)
+    finally:
+        os.close(r)
+    if ready:
+        return proc
+    if proc.poll() is None:
+        stop_collector(proc, lambda msg: None)
+    if stop.is_set():
+        return None
+    raise FstraceError("the collector did not start (exit %s); see its message above" % proc.poll())
+
+
+def serve(listen, resolve, args, progress):
+    """resolve() -> (mounts chosen, collector argv of the filters): at start, and again when a mount moved."""
     if not 0 < args.update_interval <= 3600:
         raise FstraceError("--update-interval wants seconds above 0 and at most 3600, got %s" % args.update_interval)
+    chosen, collector_argv = resolve()
     private = None
     if args.textfile:
         path = os.path.abspath(args.textfile)
@@ -164,17 +190,9 @@ def serve(listen, collector_argv, chosen, args, progress):
             server = Server(listen, path)
         except OSError as e:
             raise FstraceError("--listen %s: %s" % (args.listen, e.strerror or e))
-        r, w = os.pipe()
-        argv = collector_argv + COLLECTOR_OPTIONS + ["--exposition", path, "--exposition-interval",
-                                                     str(args.update_interval), "--ready-fd", str(w)]
-        proc = subprocess.Popen(argv, pass_fds=(w,), start_new_session=True, stdin=subprocess.DEVNULL)
-        os.close(w)
-        ready = wait_ready(proc, r, stop)
-        os.close(r)
-        if not ready:
-            if stop.is_set():
-                return 0
-            raise FstraceError("the collector did not start (exit %s); see its message above" % proc.poll())
+        proc = start_collector(collector_argv, path, args, stop)
+        if not proc:
+            return 0
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5}, daemon=True).start()
         serving = True
         host, port = server.server_address[:2]
@@ -193,12 +211,27 @@ def serve(listen, collector_argv, chosen, args, progress):
                     raise FstraceError("the collector exited (%d); see its message above" % proc.returncode)
                 ended = True  # --pid: every traced process is gone; its final counters stay served
                 progress("serve: the traced processes have exited; serving their final counters until stopped")
-            watch_mounts(chosen, state, progress)
+            if watch_mounts(chosen, state, progress) and not ended:
+                try:
+                    chosen, collector_argv = resolve()
+                except FstraceError as e:
+                    progress("serve: cannot follow it (%s); the old filters stay" % e)
+                    continue
+                # the old collector's file stays served until the new one has written its first
+                if not stop_collector(proc, progress):
+                    return 1
+                proc = start_collector(collector_argv, path, args, stop)
+                if not proc:
+                    return 0
+                state = {}
         rc = 0
     finally:
         if serving:
             server.shutdown()  # waits for serve_forever to return (it never returns if it never ran)
-        rc = stop_all(server, proc, rc, progress)
+        if server:
+            server.server_close()
+        if proc and not stop_collector(proc, progress):
+            rc = 1
         if private:
             shutil.rmtree(private, ignore_errors=True)
         for s, h in old.items():
@@ -206,10 +239,9 @@ def serve(listen, collector_argv, chosen, args, progress):
     return rc
 
 
-def stop_all(server, proc, rc, progress):
-    if server:
-        server.server_close()
-    if proc and proc.poll() is None:
+def stop_collector(proc, progress):
+    """SIGTERM (it detaches and exits 0); False if it had to be killed or failed."""
+    if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=STOP_TIMEOUT_S)
@@ -217,8 +249,8 @@ def stop_all(server, proc, rc, progress):
             proc.kill()
             proc.wait()
             progress("serve: the collector did not stop in %d s and was killed" % STOP_TIMEOUT_S)
-            return 1
-        if proc.returncode != 0:
-            progress("serve: the collector exited %d on stop" % proc.returncode)
-            return 1
-    return rc
+            return False
+    if proc.returncode != 0:
+        progress("serve: the collector exited %d" % proc.returncode)
+        return False
+    return True
