@@ -214,6 +214,12 @@ def test_serve_counts_every_read_and_prometheus_agrees(mounted_erofs):  # noqa: 
         assert value(after, "fstrace_filesystem_mounted", mount=mnt) == 1
         assert value(after, "fstrace_dropped_records_total") == 0
         assert value(after, "fstrace_unaggregated_requests_total") == 0
+        # every attached probe says how many of its events the kernel skipped; none here
+        attached = {dict(ls)["probe"] for (n, ls), v in after.items() if n == "fstrace_probe_info"
+                    and dict(ls)["tier"] != "unavailable"}
+        missed = {dict(ls)["probe"]: v for (n, ls), v in after.items() if n == "fstrace_probe_missed_runs_total"}
+        assert set(missed) == attached and "sched_switch" in attached
+        assert value(after, "fstrace_expired_in_flight_total") == 0
 
         # Prometheus: raw counter values at the end and before the workload are exact
         q = 'sum(fstrace_requests_total{kind="read",mount="%s"})' % mnt

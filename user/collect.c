@@ -1587,6 +1587,8 @@ int main(int argc, char **argv)
 		if (now - last_expire >= 1000000000ull) {
 			last_expire = now;
 			expire_stale(blk, now, &expired);
+			expose_expired_bios = expired.bios;
+			expose_expired_requests = expired.requests;
 		}
 		if (!child_done && waitpid(child, &wstatus, WNOHANG) == child) {
 			child_done = true;

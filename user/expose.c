@@ -21,6 +21,7 @@
 #include "results.h"
 
 unsigned long long expose_unaggregated_requests;
+unsigned long long expose_expired_bios, expose_expired_requests;
 
 /* one key of the per-CPU counted-requests map, summed over CPUs; non-zero when it is gone */
 int req_agg_sum(int fd, const struct fst_req_agg_key *key, struct fst_req_agg *sum)
@@ -415,11 +416,34 @@ static void drops_and_probes(struct jbuf *b, const struct expose_maps *m, const 
 	family(b, "fstrace_unaggregated_requests_total", "counter",
 	       "Requests that reached user space as records because the in-kernel aggregate was full: not counted above.");
 	jb_add(b, "fstrace_unaggregated_requests_total %llu\n", expose_unaggregated_requests);
-	family(b, "fstrace_probe_info", "gauge", "1 for every probe, with the tier it is attached at (none: unavailable).");
+	family(b, "fstrace_expired_in_flight_total", "counter",
+	       "Bios and block requests whose completion was never seen (expired after FST_STALE_NS).");
+	jb_add(b, "fstrace_expired_in_flight_total{what=\"bio\"} %llu\n", expose_expired_bios);
+	jb_add(b, "fstrace_expired_in_flight_total{what=\"request\"} %llu\n", expose_expired_requests);
+	family(b, "fstrace_probe_info", "gauge", "1 for every probe, with the tier it is attached at (or unavailable).");
 	for (int g = 0; g < ngroups; g++)
 		for (int i = 0; i < groups[g].n; i++)
 			jb_add(b, "fstrace_probe_info{probe=\"%s\",tier=\"%s\"} 1\n", groups[g].probes[i].name,
 			       tier_name(groups[g].probes[i].tier));
+	/* events the kernel did not deliver to a program (its recursion guard: the program was already running
+	 * on that CPU); an unseen context switch shows as the "missed" part of the requests */
+	family(b, "fstrace_probe_missed_runs_total", "counter",
+	       "Runs of an attached probe's programs the kernel skipped (events fstrace did not see).");
+	for (int g = 0; g < ngroups; g++)
+		for (int i = 0; i < groups[g].n; i++) {
+			const struct probe *p = &groups[g].probes[i];
+			if (p->tier == TIER_NONE || !p->prog)
+				continue;
+			unsigned long long missed = 0;
+			struct bpf_program *progs[2] = { p->prog, p->exit_prog };
+			for (int k = 0; k < 2; k++) {
+				struct bpf_prog_info info = {};
+				__u32 len = sizeof(info);
+				if (progs[k] && !bpf_obj_get_info_by_fd(bpf_program__fd(progs[k]), &info, &len))
+					missed += info.recursion_misses;
+			}
+			jb_add(b, "fstrace_probe_missed_runs_total{probe=\"%s\"} %llu\n", p->name, missed);
+		}
 }
 
 int expose_write(const char *path, const struct expose_maps *m, const struct expose_probes *groups, int ngroups,

@@ -24,6 +24,8 @@ struct expose_probes {
 
 /* request records that reached user space under --records none (req_agg was full): not in the counters */
 extern unsigned long long expose_unaggregated_requests;
+/* bios and block requests expired in flight (the collector's expire_stale) */
+extern unsigned long long expose_expired_bios, expose_expired_requests;
 
 /* Write path now; 0, or a negative errno (path is then left as it was).  sdevs: the filesystems filtered on,
  * devs: the traced block devices (kernel dev_t), whose series are written from the start, at 0. */
