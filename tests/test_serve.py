@@ -382,6 +382,27 @@ def test_a_mount_that_goes_away_and_comes_back_elsewhere(tmp_path):
             subprocess.run(["losetup", "-d", dev], check=True)
 
 
+def test_textfile_is_what_is_served(tmp_path, mounted_erofs):  # noqa: F811
+    """--textfile: the exposition lives in the user's file (node_exporter's textfile directory), the one served;
+    SIGHUP brings it back at once when it was deleted."""
+    mnt, _ = mounted_erofs
+    out = tmp_path / "fstrace.prom"
+    p, port, rest = start_serve("--mount", mnt, "--textfile", str(out), "--update-interval", "1000")
+    try:
+        assert scrape(port) == out.read_text()
+        out.unlink()
+        p.send_signal(signal.SIGHUP)
+        deadline = time.time() + 10
+        while not out.exists() and time.time() < deadline:
+            time.sleep(0.05)
+        assert scrape(port) == out.read_text()
+        assert value(parse(out.read_text()), "fstrace_filesystem_mounted", mount=mnt) == 1
+    finally:
+        log = stop(p, rest)
+    assert p.returncode == 0, log
+    assert sorted(os.listdir(tmp_path)) == ["fstrace.prom"]  # kept after stop, no temporary file
+
+
 def test_collector_alone_writes_the_textfile(tmp_path):
     """As on a box without Python (node_exporter's textfile collector): the collector's file, SIGHUP, SIGTERM."""
     out = tmp_path / "fstrace.prom"
