@@ -962,6 +962,8 @@ static int handle_record(void *ctx, void *data, size_t size)
 	if (opt.sample_hz > 0 && size >= sizeof(struct fst_req) && ((const __u32 *)data)[0] == FST_REC_REQ)
 		ustack_note_process(((const struct fst_req *)data)->tgid);
 	struct results *r = ctx;
+	if (opt.exposition)
+		expose_note_record(data, size);
 	if (!r) {	/* --exposition without -o: nothing is kept; a request here is missing from the counters */
 		if (((const __u32 *)data)[0] == FST_REC_REQ)
 			expose_unaggregated_requests++;

@@ -284,6 +284,104 @@ static void requests(struct jbuf *b, int fd, const __u32 *sdevs, int nr_sdevs)
 		jb_add(b, "fstrace_pagecache_misses_total{%s} %llu\n", lab[i], (unsigned long long)rows[i].sum.pcache_adds);
 }
 
+/*
+ * Decompressions, from their records (the fentry/kprobe tiers time them; no tracepoint can): summed here per
+ * (superblock, fs, algorithm, tier) as they arrive, so the exposition has them without keeping the records.
+ */
+#define MAX_DECOMP_KEYS 64
+
+static struct decomp_sum {
+	__u32 dev;
+	__u16 fs, alg, tier;
+	unsigned long long n, errors, ns, in_bytes, out_bytes;
+} decomp_sums[MAX_DECOMP_KEYS];
+static int nr_decomp_sums;
+static unsigned long long decomp_unsummed;
+
+void expose_note_record(const void *data, size_t size)
+{
+	const struct fst_decomp *d = data;
+	if (size < sizeof(*d) || d->rec_type != FST_REC_DECOMP)
+		return;
+	int i = 0;
+	while (i < nr_decomp_sums && !(decomp_sums[i].dev == d->dev && decomp_sums[i].fs == d->fs &&
+				       decomp_sums[i].alg == d->alg && decomp_sums[i].tier == d->tier))
+		i++;
+	if (i == MAX_DECOMP_KEYS) {
+		decomp_unsummed++;
+		return;
+	}
+	struct decomp_sum *s = &decomp_sums[i];
+	if (i == nr_decomp_sums) {
+		memset(s, 0, sizeof(*s));
+		s->dev = d->dev, s->fs = d->fs, s->alg = d->alg, s->tier = d->tier;
+		nr_decomp_sums++;
+	}
+	s->n++;
+	s->errors += d->ret < 0;
+	s->ns += d->ts_end_ns > d->ts_start_ns ? d->ts_end_ns - d->ts_start_ns : 0;
+	s->in_bytes += d->in_bytes;
+	s->out_bytes += d->out_bytes;
+}
+
+static const char *fs_type_name(unsigned v)
+{
+	switch (v) {
+#define FS_CASE(c, val, n) case val: return n;
+		FST_FILESYSTEMS(FS_CASE)
+#undef FS_CASE
+	}
+	return "unknown";
+}
+
+static const char *alg_name(unsigned v)
+{
+	switch (v) {
+#define ALG_CASE(c, val, n) case val: return n;
+		FST_ALGS(ALG_CASE)
+#undef ALG_CASE
+	}
+	return "unknown";
+}
+
+static const char *decomp_tier_name(unsigned v)
+{
+	switch (v) {
+#define TIER_CASE(c, val, n) case val: return n;
+		FST_TIERS(TIER_CASE)
+#undef TIER_CASE
+	}
+	return "unknown";
+}
+
+static void decompressions(struct jbuf *b)
+{
+	static const struct {
+		const char *name, *type, *help;
+	} fams[] = {
+		{ "fstrace_decompressions_total", "counter", "Decompressions of a compressed unit (fentry/kprobe tiers only)." },
+		{ "fstrace_decompress_errors_total", "counter", "Decompressions that returned an error." },
+		{ "fstrace_decompress_seconds_total", "counter", "Time in decompression, wherever it ran." },
+		{ "fstrace_decompress_in_bytes_total", "counter", "Compressed bytes decompressed." },
+		{ "fstrace_decompress_out_bytes_total", "counter", "Bytes decompression produced." },
+	};
+	for (unsigned f = 0; f < sizeof(fams) / sizeof(fams[0]); f++) {
+		family(b, fams[f].name, fams[f].type, fams[f].help);
+		for (int i = 0; i < nr_decomp_sums; i++) {
+			const struct decomp_sum *s = &decomp_sums[i];
+			jb_add(b, "%s{device=\"%u:%u\",fs=\"%s\",alg=\"%s\",tier=\"%s\"} ", fams[f].name, s->dev >> 20,
+			       s->dev & 0xfffff, fs_type_name(s->fs), alg_name(s->alg), decomp_tier_name(s->tier));
+			if (f == 2)
+				jb_add(b, "%.9f\n", s->ns / 1e9);
+			else
+				jb_add(b, "%llu\n", f == 0 ? s->n : f == 1 ? s->errors : f == 3 ? s->in_bytes : s->out_bytes);
+		}
+	}
+	family(b, "fstrace_decompress_unsummed_total", "counter",
+	       "Decompressions beyond the 64 (device, fs, algorithm, tier) series: not in the counters above.");
+	jb_add(b, "fstrace_decompress_unsummed_total %llu\n", decomp_unsummed);
+}
+
 static void filesystems(struct jbuf *b)
 {
 	family(b, "fstrace_filesystem_mounted", "gauge",
@@ -453,6 +551,7 @@ int expose_write(const char *path, const struct expose_maps *m, const struct exp
 	b.len = 0;
 	requests(&b, m->req_agg, sdevs, nr_sdevs);
 	filesystems(&b);
+	decompressions(&b);
 	block(&b, m, devs, nr_devs);
 	drops_and_probes(&b, m, groups, ngroups);
 	struct timespec now;

@@ -27,6 +27,9 @@ extern unsigned long long expose_unaggregated_requests;
 /* bios and block requests expired in flight (the collector's expire_stale) */
 extern unsigned long long expose_expired_bios, expose_expired_requests;
 
+/* every record the ring buffer delivers: decompressions are summed (the only figures taken from records) */
+void expose_note_record(const void *data, size_t size);
+
 /* Write path now; 0, or a negative errno (path is then left as it was).  sdevs: the filesystems filtered on,
  * devs: the traced block devices (kernel dev_t), whose series are written from the start, at 0. */
 int expose_write(const char *path, const struct expose_maps *m, const struct expose_probes *groups, int ngroups,
