@@ -610,7 +610,8 @@ struct fst_cfg {
 	__u32 wakeup_bytes;		/* wake the reader when this much is waiting in the ring buffer */
 	__u8 records_none;		/* count every request in req_agg, record none (fstrace serve) */
 	__u8 no_io_records;		/* block requests only in the histograms, sums and alignment counters */
-	__u16 pad2;
+	__u8 io_sums;			/* keep io_sums (the collector writes an exposition) */
+	__u8 pad2;
 	__u64 record_over_ns;		/* a request this slow is recorded even when it was a page-cache hit */
 	char comm[16];
 };

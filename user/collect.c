@@ -596,6 +596,7 @@ static void fill_cfg(struct fst_cfg *out)
 	c->records_all = opt.records_all;
 	c->records_none = opt.records_none;
 	c->no_io_records = opt.no_io_records;
+	c->io_sums = opt.exposition != NULL;
 	c->io_stacks_all = opt.io_stacks_all;
 	c->record_over_ns = (__u64)(opt.record_over_us * 1000.0);
 	/* a quarter of the ring buffer: the reader is woken well before a burst could fill it */
