@@ -403,6 +403,28 @@ def test_textfile_is_what_is_served(tmp_path, mounted_erofs):  # noqa: F811
     assert sorted(os.listdir(tmp_path)) == ["fstrace.prom"]  # kept after stop, no temporary file
 
 
+def test_pid_filter_serves_final_counters_once_the_processes_exit(tmp_path):
+    """--pid: the collector ends with the traced processes; serve keeps their last counters until stopped."""
+    f = tmp_path / "data"
+    f.write_bytes(b"y" * 65536)
+    reader = subprocess.Popen(["sh", "-c", "sleep 1.5; cat %s > /dev/null; sleep 0.5" % f])
+    p, port, rest = start_serve("--pid", str(reader.pid))
+    try:
+        reader.wait(timeout=30)
+        deadline = time.time() + 30
+        while "traced processes have exited" not in "".join(rest) and time.time() < deadline:
+            time.sleep(0.1)
+        assert "traced processes have exited" in "".join(rest)
+        st = os.stat(str(f)).st_dev
+        reads = parse(scrape(port))
+        assert value(reads, "fstrace_request_bytes_total", kind="read",
+                     device="%d:%d" % (os.major(st), os.minor(st))) >= 65536
+        assert p.poll() is None
+    finally:
+        log = stop(p, rest)
+    assert p.returncode == 0, log
+
+
 def test_collector_alone_writes_the_textfile(tmp_path):
     """As on a box without Python (node_exporter's textfile collector): the collector's file, SIGHUP, SIGTERM."""
     out = tmp_path / "fstrace.prom"
