@@ -532,6 +532,27 @@ struct fst_io_sum {
 	__u64 d2c_ns;
 };
 
+/*
+ * Requests per task name, for the exposition's bounded process labels (--per-comm): per (comm, superblock,
+ * kind) up to FST_COMM_AGG_MAX series; the requests of every later name go to the one key with an empty comm,
+ * sdev 0 and kind 0 (the collector creates it first), so the totals stay whole.
+ */
+#define FST_COMM_AGG_MAX 64
+
+struct fst_comm_agg_key {
+	char comm[16];
+	__u32 sdev;
+	__u16 kind;
+	__u16 pad;
+};
+
+struct fst_comm_agg {
+	__u64 count;
+	__u64 bytes;
+	__u64 wall_ns;
+	__u64 io_wait_ns;
+};
+
 /* alignment of completed block requests per device, counted in the kernel */
 struct fst_align {
 	__u64 nr;
@@ -611,7 +632,7 @@ struct fst_cfg {
 	__u8 records_none;		/* count every request in req_agg, record none (fstrace serve) */
 	__u8 no_io_records;		/* block requests only in the histograms, sums and alignment counters */
 	__u8 io_sums;			/* keep io_sums (the collector writes an exposition) */
-	__u8 pad2;
+	__u8 per_comm;			/* with records_none: also count requests per task name (comm_agg) */
 	__u64 record_over_ns;		/* a request this slow is recorded even when it was a page-cache hit */
 	char comm[16];
 };

@@ -425,6 +425,32 @@ def test_pid_filter_serves_final_counters_once_the_processes_exit(tmp_path):
     assert p.returncode == 0, log
 
 
+def test_per_comm_counts_each_task_name_exactly(mounted_erofs):  # noqa: F811
+    """--per-comm: the reads of two task names on the mount, each counted under its name."""
+    mnt, _ = mounted_erofs
+    p, port, rest = start_serve("--mount", mnt, "--per-comm")
+    target = os.path.join(mnt, "small.txt")
+    try:
+        for name, n in (("fst-reader-a", 7), ("fst-reader-b", 5)):
+            subprocess.run(["python3", "-c", "import ctypes, os, sys; ctypes.CDLL(None).prctl(15, sys.argv[1].encode(),"
+                            " 0, 0, 0); fd = os.open(sys.argv[2], os.O_RDONLY); "
+                            "[os.pread(fd, 4096, 4096 * i) for i in range(int(sys.argv[3]))]", name, target, str(n)],
+                           check=True)
+        samples = parse(fresh_scrape(port))
+        for name, n in (("fst-reader-a", 7), ("fst-reader-b", 5)):
+            assert value(samples, "fstrace_comm_requests_total", comm=name, kind="read", mount=mnt) == n
+            size = os.path.getsize(target)  # preads past its end return less, then 0
+            assert value(samples, "fstrace_comm_request_bytes_total", comm=name, kind="read", mount=mnt) == \
+                sum(max(0, min(4096, size - 4096 * i)) for i in range(n))
+        # the per-name counts add up to the filesystem's
+        assert value(samples, "fstrace_comm_requests_total", kind="read", mount=mnt) == \
+            value(samples, "fstrace_requests_total", kind="read", mount=mnt)
+        assert value(samples, "fstrace_comm_requests_total", comm="") == 0  # far from the 64 series
+    finally:
+        log = stop(p, rest)
+    assert p.returncode == 0, log
+
+
 def test_collector_alone_writes_the_textfile(tmp_path):
     """As on a box without Python (node_exporter's textfile collector): the collector's file, SIGHUP, SIGTERM."""
     out = tmp_path / "fstrace.prom"
@@ -465,6 +491,13 @@ def test_bad_serve_arguments_are_one_line(args, says):
     lines = [l for l in p.stderr.splitlines() if l.startswith("fstrace")]
     assert p.returncode != 0 and len(lines) == 1 and says in lines[0], p.stderr
     assert {d for d in os.listdir(tempfile.gettempdir()) if d.startswith("fstrace-serve-")} == before
+
+
+def test_per_comm_needs_records_none():
+    p = subprocess.run([COLLECTOR, "--exposition", "/tmp/x.prom", "--per-comm"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+    assert p.returncode == 2 and p.stderr.startswith("fstrace-collect: --per-comm needs --records none")
+    assert not os.path.exists("/tmp/x.prom")
 
 
 def test_bad_exposition_interval_is_one_line():

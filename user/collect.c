@@ -85,6 +85,7 @@ static struct {
 	double record_over_us;
 	bool records_none;
 	bool no_io_records;
+	bool per_comm;
 	const char *exposition;
 	double exposition_interval;
 	char **cmd;
@@ -217,6 +218,8 @@ static void usage(FILE *f)
 		"                          none: no request records, every request counted (for --exposition)\n"
 		"      --record-over-us US record any request this slow (default 1000)\n"
 		"      --no-io-records     no block request records: only the in-kernel histograms and counters\n"
+		"      --per-comm          with --records none: also count requests per task name (at most 64\n"
+		"                          name x filesystem x kind series; later ones together under an empty name)\n"
 		"      --exposition FILE   rewrite FILE (atomically) with the in-kernel aggregates in Prometheus\n"
 		"                          text format; SIGHUP rewrites it at once.  -o is then optional\n"
 		"      --exposition-interval SEC  how often (default 5)\n"
@@ -316,7 +319,7 @@ static void parse_args(int argc, char **argv)
 		{ "records", required_argument, 0, 'R' },  { "record-over-us", required_argument, 0, 'U' },
 		{ "io-stacks", required_argument, 0, 'I' },
 		{ "no-io-records", no_argument, 0, 'N' },  { "exposition", required_argument, 0, 'E' },
-		{ "exposition-interval", required_argument, 0, 'e' },
+		{ "exposition-interval", required_argument, 0, 'e' }, { "per-comm", no_argument, 0, 'C' },
 		{ 0 },
 	};
 	int c;
@@ -357,6 +360,7 @@ static void parse_args(int argc, char **argv)
 			opt.records_none = !strcmp(optarg, "none");
 			break;
 		case 'N': opt.no_io_records = true; break;
+		case 'C': opt.per_comm = true; break;
 		case 'E':
 			if (!*optarg)
 				die("--exposition wants a file name");
@@ -408,6 +412,8 @@ static void parse_args(int argc, char **argv)
 			die("unknown option %s (see --help)", argv[optind - 1]);
 		}
 	}
+	if (opt.per_comm && !opt.records_none)
+		die("--per-comm needs --records none (it counts every request; recorded ones have their comm)");
 	if (!opt.out && !opt.exposition)
 		die("-o FILE is required (see --help)");	/* or --exposition FILE */
 	if (optind < argc)
@@ -597,6 +603,7 @@ static void fill_cfg(struct fst_cfg *out)
 	c->records_none = opt.records_none;
 	c->no_io_records = opt.no_io_records;
 	c->io_sums = opt.exposition != NULL;
+	c->per_comm = opt.per_comm;
 	c->io_stacks_all = opt.io_stacks_all;
 	c->record_over_ns = (__u64)(opt.record_over_us * 1000.0);
 	/* a quarter of the ring buffer: the reader is woken well before a burst could fill it */
@@ -1521,8 +1528,15 @@ int main(int argc, char **argv)
 	struct expose_maps xm = {
 		.req_agg = tsk ? bpf_map__fd(tsk->maps.req_agg) : -1, .hists = bpf_map__fd(blk->maps.hists),
 		.aligns = bpf_map__fd(blk->maps.aligns), .drops = bpf_map__fd(blk->maps.drops),
-		.io_sums = bpf_map__fd(blk->maps.io_sums),
+		.io_sums = bpf_map__fd(blk->maps.io_sums), .comm_agg = tsk && opt.per_comm ? bpf_map__fd(tsk->maps.comm_agg) : -1,
 	};
+	if (xm.comm_agg >= 0) {	/* the key every name beyond the map's room is counted under (tasks.bpf.c) */
+		struct fst_comm_agg_key other = {};
+		struct fst_comm_agg *zero = calloc(libbpf_num_possible_cpus(), sizeof(*zero));
+		if (!zero || bpf_map_update_elem(xm.comm_agg, &other, zero, BPF_NOEXIST))
+			die("creating the other names' key of comm_agg: %s", strerror(errno));
+		free(zero);
+	}
 	struct expose_probes xp[N(probe_groups)];
 	for (unsigned g = 0; g < N(probe_groups); g++)
 		xp[g] = (struct expose_probes){ probe_groups[g].probes, probe_groups[g].n };

@@ -23,27 +23,33 @@
 unsigned long long expose_unaggregated_requests;
 unsigned long long expose_expired_bios, expose_expired_requests;
 
-/* one key of the per-CPU counted-requests map, summed over CPUs; non-zero when it is gone */
-int req_agg_sum(int fd, const struct fst_req_agg_key *key, struct fst_req_agg *sum)
+/* one key of a per-CPU map whose value is all __u64 counters, summed over CPUs; non-zero when it is gone */
+static int percpu_sum(int fd, const void *key, void *sum, size_t size)
 {
-	static struct fst_req_agg *per_cpu;
-	static int ncpu;
-	if (!per_cpu) {
-		ncpu = libbpf_num_possible_cpus();
-		per_cpu = calloc(ncpu, sizeof(*per_cpu));
+	static __u64 *per_cpu;	/* grown to the largest value read, kept: no allocation per scrape */
+	static size_t have;
+	int ncpu = libbpf_num_possible_cpus();
+	if (have < size) {
+		free(per_cpu);
+		per_cpu = calloc(ncpu, size);
 		if (!per_cpu)
 			abort();
+		have = size;
 	}
 	if (bpf_map_lookup_elem(fd, key, per_cpu))
 		return -errno;
-	memset(sum, 0, sizeof(*sum));
-	for (int c = 0; c < ncpu; c++) {
-		const __u64 *src = (const __u64 *)&per_cpu[c];
-		__u64 *dst = (__u64 *)sum;
-		for (size_t i = 0; i < sizeof(*sum) / sizeof(__u64); i++)
-			dst[i] += src[i];
-	}
+	__u64 *dst = sum;
+	size_t words = size / sizeof(__u64);
+	memset(sum, 0, size);
+	for (int c = 0; c < ncpu; c++)
+		for (size_t i = 0; i < words; i++)	/* the kernel rounds each CPU's value up to 8 bytes */
+			dst[i] += per_cpu[c * words + i];
 	return 0;
+}
+
+int req_agg_sum(int fd, const struct fst_req_agg_key *key, struct fst_req_agg *sum)
+{
+	return percpu_sum(fd, key, sum, sizeof(*sum));
 }
 
 __u64 sum_drops(int fd, __u32 idx)
@@ -382,6 +388,58 @@ static void decompressions(struct jbuf *b)
 	jb_add(b, "fstrace_decompress_unsummed_total %llu\n", decomp_unsummed);
 }
 
+/* --per-comm: requests per task name (the bounded process label; tasks.bpf.c comm_agg) */
+static void per_comm(struct jbuf *b, int fd)
+{
+	if (fd < 0)
+		return;
+	static struct {
+		struct fst_comm_agg_key key;
+		struct fst_comm_agg sum;
+	} rows[FST_COMM_AGG_MAX + 1];
+	int n = 0;
+	struct fst_comm_agg_key key, next;
+	void *prev = NULL;
+	while (n < FST_COMM_AGG_MAX + 1 && !bpf_map_get_next_key(fd, prev, &next)) {
+		key = next;
+		prev = &key;
+		if (percpu_sum(fd, &key, &rows[n].sum, sizeof(rows[n].sum)))
+			continue;
+		rows[n].key = key;
+		fs_label(key.sdev);
+		n++;
+	}
+	static const char *names[] = { "fstrace_comm_requests_total", "fstrace_comm_request_bytes_total",
+				       "fstrace_comm_request_seconds_total", "fstrace_comm_io_wait_seconds_total" };
+	static const char *helps[] = {
+		"Requests per task name (at most 64 name x filesystem x kind series; later ones under comm=\"\" alone).",
+		"Bytes the requests returned, per task name.", "Wall time in requests, per task name.",
+		"I/O wait in requests, per task name.",
+	};
+	for (int f = 0; f < 4; f++) {
+		family(b, names[f], "counter", helps[f]);
+		for (int i = 0; i < n; i++) {
+			char comm[17];
+			memcpy(comm, rows[i].key.comm, 16);
+			comm[16] = 0;
+			jb_add(b, "%s{comm=\"", names[f]);
+			label_value(b, comm);
+			if (comm[0]) {
+				jb_add(b, "\",kind=\"%s\",", kind_name(rows[i].key.kind));
+				fs_labels_of(b, rows[i].key.sdev);
+				jb_add(b, "} ");
+			} else {
+				jb_add(b, "\"} ");
+			}
+			const struct fst_comm_agg *s = &rows[i].sum;
+			if (f < 2)
+				jb_add(b, "%llu\n", (unsigned long long)(f == 0 ? s->count : s->bytes));
+			else
+				jb_add(b, "%.9f\n", (f == 2 ? s->wall_ns : s->io_wait_ns) / 1e9);
+		}
+	}
+}
+
 static void filesystems(struct jbuf *b)
 {
 	family(b, "fstrace_filesystem_mounted", "gauge",
@@ -550,6 +608,7 @@ int expose_write(const char *path, const struct expose_maps *m, const struct exp
 	static struct jbuf b;	/* reused: its size settles at the exposition's, so memory stays flat */
 	b.len = 0;
 	requests(&b, m->req_agg, sdevs, nr_sdevs);
+	per_comm(&b, m->comm_agg);
 	filesystems(&b);
 	decompressions(&b);
 	block(&b, m, devs, nr_devs);

@@ -15,6 +15,7 @@
 struct expose_maps {
 	int req_agg;	/* tasks.bpf.c req_agg (per CPU), -1 without request tracing (--block-only) */
 	int hists, aligns, drops, io_sums;
+	int comm_agg;	/* tasks.bpf.c comm_agg (per CPU), -1 without --per-comm */
 };
 
 struct expose_probes {

@@ -34,6 +34,9 @@ def add_arguments(p):
     p.add_argument("--textfile", metavar="FILE",
                    help="keep the exposition in FILE (e.g. node_exporter's textfile directory, *.prom) rather "
                         "than a private temporary file; it is replaced atomically")
+    p.add_argument("--per-comm", action="store_true",
+                   help="also count requests per task name: at most 64 (name, filesystem, kind) series, later ones "
+                        "together under comm=\"\" (one more map update per request)")
     p.add_argument("--update-interval", type=float, default=1.0, metavar="SEC",
                    help="how often the collector rewrites the exposition (default %(default)s)")
 
@@ -147,8 +150,8 @@ def wait_ready(proc, fd, stop):
 def start_collector(collector_argv, path, args, stop):
     """The collector, aggregate-only, rewriting path; None if told to stop while it started."""
     r, w = os.pipe()
-    argv = collector_argv + COLLECTOR_OPTIONS + ["--exposition", path, "--exposition-interval",
-                                                 str(args.update_interval), "--ready-fd", str(w)]
+    argv = collector_argv + COLLECTOR_OPTIONS + (["--per-comm"] if args.per_comm else []) + [
+        "--exposition", path, "--exposition-interval", str(args.update_interval), "--ready-fd", str(w)]
     proc = subprocess.Popen(argv, pass_fds=(w,), start_new_session=True, stdin=subprocess.DEVNULL)
     os.close(w)
     try:
