@@ -446,6 +446,17 @@ def test_per_comm_counts_each_task_name_exactly(mounted_erofs):  # noqa: F811
         assert value(samples, "fstrace_comm_requests_total", kind="read", mount=mnt) == \
             value(samples, "fstrace_requests_total", kind="read", mount=mnt)
         assert value(samples, "fstrace_comm_requests_total", comm="") == 0  # far from the 64 series
+        # 100 more names: the map fills at 64 series, every later request is counted under comm="" alone
+        subprocess.run(["python3", "-c", "import ctypes, os, sys; libc = ctypes.CDLL(None); "
+                        "fd = os.open(sys.argv[1], os.O_RDONLY)\nfor i in range(100):\n"
+                        "    libc.prctl(15, b'fst-many-%d' % i, 0, 0, 0); os.pread(fd, 100, 0)", target], check=True)
+        samples = parse(fresh_scrape(port))
+        named = [ls for (n, ls) in samples if n == "fstrace_comm_requests_total" and dict(ls)["comm"]]
+        assert len(named) == 64
+        other = value(samples, "fstrace_comm_requests_total", comm="")
+        assert other > 0
+        assert sum(samples[("fstrace_comm_requests_total", ls)] for ls in named) + other == \
+            value(samples, "fstrace_requests_total", mount=mnt)
     finally:
         log = stop(p, rest)
     assert p.returncode == 0, log
