@@ -55,6 +55,14 @@ struct {
 	__type(value, struct fst_align);
 } aligns SEC(".maps");
 
+/* exact byte and time sums per (device, op) beside the histograms (records.h struct fst_io_sum) */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 192);	/* traced_devs x 3 ops */
+	__type(key, struct fst_io_sum_key);
+	__type(value, struct fst_io_sum);
+} io_sums SEC(".maps");
+
 static __always_inline __u32 bio_dev(struct bio *bio)
 {
 	return BPF_CORE_READ(bio, bi_bdev, bd_dev);
@@ -268,7 +276,8 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 	__u32 data_len = BPF_CORE_READ(rq, __data_len);
 	struct fst_rq_start *r = bpf_map_lookup_elem(&rq_starts, &rq);
 
-	struct fst_io *rec = record_reserve(FST_REC_IO, sizeof(*rec));
+	/* serve: the histograms, sums and alignment counters below are all it exports */
+	struct fst_io *rec = cfg.no_io_records ? NULL : record_reserve(FST_REC_IO, sizeof(*rec));
 	if (rec) {
 		rec->ts_complete_ns = now;
 		rec->sector = sector;
@@ -304,10 +313,24 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 	__u32 sub = op == 0 ? 0 : (op == 1 ? 1 : 2);
 	hist_add(FST_H_IO_BYTES, dev, sub, nr_bytes);
 	count_alignment(dev, dc, sector, nr_bytes);
+	/* only for an exposition: the records have these figures, and a run should not pay for them twice */
+	struct fst_io_sum_key sk = { .dev = dev, .op = sub };
+	struct fst_io_sum *sum = cfg.io_sums ? bpf_map_lookup_elem(&io_sums, &sk) : NULL;
+	if (!sum && cfg.io_sums) {
+		struct fst_io_sum zero = {};
+		bpf_map_update_elem(&io_sums, &sk, &zero, BPF_NOEXIST);
+		sum = bpf_map_lookup_elem(&io_sums, &sk);
+	}
+	if (sum)
+		__sync_fetch_and_add(&sum->bytes, nr_bytes);
 	if (r) {
 		__u64 q = r->ts_queue ? r->ts_queue : r->ts_issue;
 		hist_add(FST_H_IO_Q2C_US, dev, sub, (now - q) / 1000);
 		hist_add(FST_H_IO_D2C_US, dev, sub, (now - r->ts_issue) / 1000);
+		if (sum) {
+			__sync_fetch_and_add(&sum->q2c_ns, now - q);
+			__sync_fetch_and_add(&sum->d2c_ns, now - r->ts_issue);
+		}
 	}
 
 	/* partial completions keep the request; the last one retires it */

@@ -512,6 +512,44 @@ struct fst_req_agg {
 	__u64 wall_ns_loglin[FST_LAT_SLOTS];
 	__u64 wall_hist[FST_HIST_SLOTS];
 	__u64 part_hist[FST_NR_PARTS][FST_HIST_SLOTS];	/* over the requests with any of that part */
+	__u64 pcache_adds;	/* folios they added to the page cache (0 unless cfg.records_none: a counted
+				 * request otherwise added none) */
+};
+
+/*
+ * Exact sums of completed block requests per (device, op), beside the log2 histograms (which keep only
+ * counts): the exposition's histogram _sum, and the mean request size per device.
+ */
+struct fst_io_sum_key {
+	__u32 dev;
+	__u32 op;	/* 0 read, 1 write, 2 other (as fst_hist_key.sub) */
+};
+
+struct fst_io_sum {
+	__u64 bytes;
+	__u64 q2c_ns;	/* over the requests whose queueing was seen (the q2c histogram's) */
+	__u64 d2c_ns;
+};
+
+/*
+ * Requests per task name, for the exposition's bounded process labels (--per-comm): per (comm, superblock,
+ * kind) up to FST_COMM_AGG_MAX series; the requests of every later name go to the one key with an empty comm,
+ * sdev 0 and kind 0 (the collector creates it first), so the totals stay whole.
+ */
+#define FST_COMM_AGG_MAX 64
+
+struct fst_comm_agg_key {
+	char comm[16];
+	__u32 sdev;
+	__u16 kind;
+	__u16 pad;
+};
+
+struct fst_comm_agg {
+	__u64 count;
+	__u64 bytes;
+	__u64 wall_ns;
+	__u64 io_wait_ns;
 };
 
 /* alignment of completed block requests per device, counted in the kernel */
@@ -590,7 +628,10 @@ struct fst_cfg {
 	__u8 records_all;		/* record every request (else page-cache hits are only counted) */
 	__u8 io_stacks_all;		/* every bio's queue stack (else at most one per FST_IO_STACK_EVERY_NS per CPU) */
 	__u32 wakeup_bytes;		/* wake the reader when this much is waiting in the ring buffer */
-	__u32 pad2;
+	__u8 records_none;		/* count every request in req_agg, record none (fstrace serve) */
+	__u8 no_io_records;		/* block requests only in the histograms, sums and alignment counters */
+	__u8 io_sums;			/* keep io_sums (the collector writes an exposition) */
+	__u8 per_comm;			/* with records_none: also count requests per task name (comm_agg) */
 	__u64 record_over_ns;		/* a request this slow is recorded even when it was a page-cache hit */
 	char comm[16];
 };

@@ -150,8 +150,41 @@ struct {
 
 static const struct fst_req_agg zero_agg;
 
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, FST_COMM_AGG_MAX + 1);	/* + the key of every other name */
+	__type(key, struct fst_comm_agg_key);
+	__type(value, struct fst_comm_agg);
+} comm_agg SEC(".maps");
+
+static const struct fst_comm_agg zero_comm_agg;
+
+/* --per-comm: the request under its task name, or under the other names' key once FST_COMM_AGG_MAX are taken */
+static __always_inline void comm_count(struct task_req *r, long ret, __u64 wall)
+{
+	struct fst_comm_agg_key k = { .sdev = r->sdev, .kind = r->kind };
+	bpf_get_current_comm(k.comm, sizeof(k.comm));
+	struct fst_comm_agg *c = bpf_map_lookup_elem(&comm_agg, &k);
+	if (!c) {
+		bpf_map_update_elem(&comm_agg, &k, &zero_comm_agg, BPF_NOEXIST);
+		c = bpf_map_lookup_elem(&comm_agg, &k);
+	}
+	if (!c) {
+		struct fst_comm_agg_key other = {};
+		c = bpf_map_lookup_elem(&comm_agg, &other);
+		if (!c)
+			return;
+	}
+	c->count++;
+	c->bytes += ret > 0 ? ret : 0;
+	c->wall_ns += wall;
+	c->io_wait_ns += r->io_wait;
+}
+
 static __always_inline bool req_is_countable(struct task_req *r, long ret, __u64 wall)
 {
+	if (cfg.records_none)	/* fstrace serve: every request is counted, none recorded */
+		return true;
 	return !cfg.records_all && ret >= 0 && !r->nr_switches && !r->nr_missed && !r->nr_ios &&
 	       !r->pcache_adds && !r->ra_windows && wall < cfg.record_over_ns;
 }
@@ -191,11 +224,24 @@ static __always_inline bool req_count(struct task_req *r, long ret, __u64 wall, 
 	a->wall_ns += wall;
 	slot_inc(a->wall_hist, log2_slot(wall / 1000), FST_HIST_SLOTS);
 	slot_inc(a->wall_ns_loglin, fst_loglin_slot(wall), FST_LAT_SLOTS);
-	/* never left the CPU: every other part is 0 (req_is_countable) */
+	/* every part from the task state: all but oncpu and tracer are 0 for a page-cache hit, and any may be
+	 * non-zero under cfg.records_none, where every request is counted */
 	agg_part(a, FST_PART_ONCPU, oncpu);
 	agg_part(a, FST_PART_TRACER, tracer);
+	agg_part(a, FST_PART_IO_WAIT, r->io_wait);
+	agg_part(a, FST_PART_WORKER, r->worker);
+	agg_part(a, FST_PART_WORKER_WAIT, r->worker_wait);
+	agg_part(a, FST_PART_LOCK, r->lock);
+	agg_part(a, FST_PART_DSLEEP, r->dsleep);
+	agg_part(a, FST_PART_SLEEP, r->sleep);
+	agg_part(a, FST_PART_RUNQ, r->runq);
+	agg_part(a, FST_PART_MISSED, r->missed);
+	a->pcache_adds += r->pcache_adds;
+	if (cfg.per_comm)
+		comm_count(r, ret, wall);
 	return true;
 }
+_Static_assert(FST_NR_PARTS == 10, "req_count adds every part from the task state: add the new one there");
 
 static __always_inline int handle_sys_exit(long ret)
 {

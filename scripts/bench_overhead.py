@@ -9,6 +9,9 @@ repetition, so drift on a shared machine hits all alike):
   fstrace-nosample  the same with --sample-hz 0 (no stacks, no sampling)
   fstrace-records-all  the default with --records all (a record for every request)
   fstrace-block     collector --block-only (block requests only)
+  fstrace-serve     the collector as `fstrace serve` starts it (user/serve.py COLLECTOR_OPTIONS: every
+                    request counted, no records of requests or block requests) writing its exposition
+                    every second
   bpftrace-hist     bpftrace one-liner: block request size histogram
   biolatency        libbpf-tools biolatency
 Then, per case, one run each of fstrace-full and bpftrace-hist with
@@ -38,6 +41,7 @@ sys.path.insert(0, ROOT)
 
 from analysis import results, summary  # noqa: E402
 from user.cli import tracing_options  # noqa: E402
+from user.serve import COLLECTOR_OPTIONS as SERVE_OPTIONS  # noqa: E402
 from user.system import Cleanup, backing_block_device, dev_numbers, drop_caches, ensure_tracefs, losetup, mount  # noqa: E402
 from workloads import catalog, dataset, images  # noqa: E402
 
@@ -48,9 +52,11 @@ FSTRACE_CONFIGS = {
     "fstrace-nosample": tracing_options(None)[2:] + ["--sample-hz", "0"],
     "fstrace-records-all": tracing_options(None)[:2] + ["--records", "all"] + tracing_options(None)[4:],
     "fstrace-block": ["--block-only"],
+    # {fst}: the run's results file, whose name the exposition takes
+    "fstrace-serve": SERVE_OPTIONS + ["--exposition", "{fst}.prom", "--exposition-interval", "1"],
 }
-CONFIGS = ["none", "fstrace-full", "fstrace-nosample", "fstrace-records-all", "fstrace-block", "bpftrace-hist",
-           "biolatency"]
+CONFIGS = ["none", "fstrace-full", "fstrace-nosample", "fstrace-records-all", "fstrace-block", "fstrace-serve",
+           "bpftrace-hist", "biolatency"]
 BPFTRACE_HIST = "tracepoint:block:block_rq_complete { @bytes = hist(args->nr_sector * 512); }"
 
 
@@ -114,7 +120,8 @@ def run_one(config, argv, cwd, devs, work):
         os.unlink(fst)
     info = {}
     if config in FSTRACE_CONFIGS:
-        cmd = [COLLECTOR, "-o", fst] + devs + FSTRACE_CONFIGS[config] + ["--"] + argv
+        options = [a.replace("{fst}", fst) for a in FSTRACE_CONFIGS[config]]
+        cmd = [COLLECTOR, "-o", fst] + devs + options + ["--"] + argv
         subprocess.run(cmd, cwd=cwd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         res = results.load(fst)
         n = sum(len(a) for a in res.records.values())

@@ -16,8 +16,10 @@ WORKLOADS="fio erofs-utils squashfs-tools btrfs-progs xfsprogs e2fsprogs util-li
 # the CLI, summaries and the HTML report
 ANALYSIS="python3 python3-numpy python3-matplotlib"
 # only the tests: pytest; QEMU, busybox, kmod and cpio for the Debian 6.1 kernel test; headless Chromium
-# and PIL to check the HTML report renders; strace to see that bad collector options load nothing
-TEST="python3-pytest qemu-system-x86 busybox-static kmod cpio chromium python3-pil strace"
+# and PIL to check the HTML report renders; strace to see that bad collector options load nothing; prometheus
+# (the server and promtool) to scrape fstrace serve and lint its exposition (where systemd runs, Debian also
+# starts its own prometheus service on :9090; the tests start theirs on 127.0.0.1 and never use that one)
+TEST="python3-pytest qemu-system-x86 busybox-static kmod cpio chromium python3-pil strace prometheus"
 
 if [ "${1:-}" = "--test" ]; then
 	set -- collector workloads analysis test

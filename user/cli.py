@@ -217,9 +217,9 @@ def cmd_run(args):
     return 0
 
 
-def cmd_attach(args):
-    """Trace a live system: no images, no workloads of ours."""
-    check_ready("fstrace attach")
+def resolve_filters(args):
+    """attach and serve: (mounts chosen by --fs/--mount, their superblock devices, block devices to trace: those
+    under the mounts and every --dev), each device as (major, minor)."""
     chosen = []
     if args.fs:
         chosen = [m for m in mounts() if m[1] == args.fs]
@@ -252,18 +252,12 @@ def cmd_attach(args):
             raise FstraceError("--pid %d: no such process" % pid)
     if args.cgroup and not os.path.isfile(os.path.join(args.cgroup, "cgroup.procs")):
         raise FstraceError("--cgroup %s: not a cgroup directory" % args.cgroup)
-    if args.duration is not None and not args.duration > 0:
-        raise FstraceError("--duration must be more than 0 seconds, got %g" % args.duration)
-    outdir = ResultsDir(args.out or default_outdir("attach", args.fs or "all"))
-    with outdir as partial:
-        summary = _attach(args, partial, chosen, sdevs, devs)
-    sys.stdout.write(render_summary(summary))
-    progress("results in %s" % outdir.outdir)
-    return 0
+    return chosen, sdevs, devs
 
 
-def _attach(args, partial, chosen, sdevs, devs):
-    argv = [COLLECTOR, "-o", os.path.join(partial, "results.fst")]
+def filter_argv(args, sdevs, devs):
+    """The collector options of attach's and serve's filters."""
+    argv = []
     for ma, mi in devs:
         is_loop = os.path.exists("/sys/dev/block/%d:%d/loop" % (ma, mi))
         argv += ["-d", "%d:%d:4096%s" % (ma, mi, ":loop" if is_loop else "")]
@@ -275,6 +269,25 @@ def _attach(args, partial, chosen, sdevs, devs):
         argv += ["--comm", args.comm]
     if args.cgroup:
         argv += ["--cgroup", args.cgroup]
+    return argv
+
+
+def cmd_attach(args):
+    """Trace a live system: no images, no workloads of ours."""
+    check_ready("fstrace attach")
+    chosen, sdevs, devs = resolve_filters(args)
+    if args.duration is not None and not args.duration > 0:
+        raise FstraceError("--duration must be more than 0 seconds, got %g" % args.duration)
+    outdir = ResultsDir(args.out or default_outdir("attach", args.fs or "all"))
+    with outdir as partial:
+        summary = _attach(args, partial, chosen, sdevs, devs)
+    sys.stdout.write(render_summary(summary))
+    progress("results in %s" % outdir.outdir)
+    return 0
+
+
+def _attach(args, partial, chosen, sdevs, devs):
+    argv = [COLLECTOR, "-o", os.path.join(partial, "results.fst")] + filter_argv(args, sdevs, devs)
     if args.duration:
         argv += ["--duration", str(args.duration)]
     if args.interval > 0:
@@ -291,6 +304,18 @@ def _attach(args, partial, chosen, sdevs, devs):
         progress("attached: %s; Ctrl-C to stop" % (", ".join(m[0] for m in chosen) or "all filesystems"))
         run_collector(argv + ["-m", mf.name], cwd="/", interrupt_ends=True)
     return write_summary(partial)
+
+
+def cmd_serve(args):
+    """Always on: the collector keeps only in-kernel aggregates; they are served as Prometheus metrics."""
+    from user import serve
+    check_ready("fstrace serve")
+    listen = serve.parse_listen(args.listen)
+
+    def resolve():
+        chosen, sdevs, devs = resolve_filters(args)
+        return chosen, [COLLECTOR] + filter_argv(args, sdevs, devs)
+    return serve.serve(listen, resolve, args, progress)
 
 
 def write_summary(resdir, wl=None, ctx=None):
@@ -595,6 +620,16 @@ def cmd_compare(args):
     return 0
 
 
+def add_filter_arguments(p):
+    """attach's and serve's filters (resolve_filters, filter_argv)."""
+    p.add_argument("--fs", help="only files on (and devices under) mounted filesystems of this type")
+    p.add_argument("--mount", action="append", help="only files on (and devices under) this mount; repeatable")
+    p.add_argument("--dev", action="append", help="also trace this block device, MAJ:MIN; repeatable")
+    p.add_argument("--pid", action="append", type=int, help="only this process and its children; repeatable")
+    p.add_argument("--comm", help="only tasks with this name")
+    p.add_argument("--cgroup", help="only tasks in this cgroup v2 directory")
+
+
 def build_parser():
     from user import bench
     from workloads import catalog, images
@@ -620,17 +655,17 @@ def build_parser():
                    help="where datasets and images are kept (default %(default)s)")
     r.set_defaults(func=cmd_run)
     a = sub.add_parser("attach", help="trace a live system until Ctrl-C or --duration")
-    a.add_argument("--fs", help="only files on (and devices under) mounted filesystems of this type")
-    a.add_argument("--mount", action="append", help="only files on (and devices under) this mount; repeatable")
-    a.add_argument("--dev", action="append", help="also trace this block device, MAJ:MIN; repeatable")
-    a.add_argument("--pid", action="append", type=int, help="only this process and its children; repeatable")
-    a.add_argument("--comm", help="only tasks with this name")
-    a.add_argument("--cgroup", help="only tasks in this cgroup v2 directory")
+    add_filter_arguments(a)
     a.add_argument("--duration", type=float, help="seconds to trace (default: until Ctrl-C)")
     a.add_argument("--interval", type=float, default=1.0, help="live view refresh, seconds (0: off)")
     a.add_argument("-o", "--out", help="results directory (default: fstrace-results/<time>-attach-<fs>)")
     add_tracing_arguments(a)
     a.set_defaults(func=cmd_attach)
+    from user import serve
+    sv = sub.add_parser("serve", help="always on: the in-kernel aggregates as Prometheus metrics on /metrics")
+    add_filter_arguments(sv)
+    serve.add_arguments(sv)
+    sv.set_defaults(func=cmd_serve)
     b = sub.add_parser("bench", help="the seed tables: fs x compressor x cluster x workload x runs, with causes")
     b.add_argument("--preset", help="a whole matrix: " + ", ".join(sorted(bench.PRESETS)))
     b.add_argument("--fs", help="comma-separated filesystems")

@@ -40,6 +40,7 @@
 #include "btrfs.skel.h"
 #include "sample.skel.h"
 #include "ustack.h"
+#include "expose.h"
 #include <linux/perf_event.h>
 #include <sys/syscall.h>
 
@@ -50,6 +51,9 @@
 static volatile sig_atomic_t stop_signal;
 
 static void on_signal(int sig) { stop_signal = sig; }
+/* --exposition: SIGHUP rewrites the file at once (a daemon's "reopen") instead of ending the trace */
+static volatile sig_atomic_t hup_signal;
+static void on_hup(int sig) { hup_signal = 1; }
 /* only here so SIGCHLD interrupts ring_buffer__poll and the exit time is taken promptly */
 static void on_child(int sig) { }
 
@@ -81,8 +85,13 @@ static struct {
 	bool records_all;
 	bool io_stacks_all;
 	double record_over_us;
+	bool records_none;
+	bool no_io_records;
+	bool per_comm;
+	const char *exposition;
+	double exposition_interval;
 	char **cmd;
-} opt = { .ready_fd = -1, .record_over_us = 1000 };
+} opt = { .ready_fd = -1, .record_over_us = 1000, .exposition_interval = 5 };
 
 #define P(nm, what, btf, raw, req) \
 	{ .name = nm, .measures = what, .progs = { [TIER_TP_BTF] = btf, [TIER_RAW_TP] = raw }, .required = req }
@@ -208,7 +217,14 @@ static void usage(FILE *f)
 		"      --records MODE      slow (default): record requests that slept, did block I/O, missed the\n"
 		"                          page cache, failed or took --record-over-us; count the rest (page-cache\n"
 		"                          hits) in the kernel.  all: one record per request\n"
+		"                          none: no request records, every request counted (for --exposition)\n"
 		"      --record-over-us US record any request this slow (default 1000)\n"
+		"      --no-io-records     no block request records: only the in-kernel histograms and counters\n"
+		"      --per-comm          with --records none: also count requests per task name (at most 64\n"
+		"                          name x filesystem x kind series; later ones together under an empty name)\n"
+		"      --exposition FILE   rewrite FILE (atomically) with the in-kernel aggregates in Prometheus\n"
+		"                          text format; SIGHUP rewrites it at once.  -o is then optional\n"
+		"      --exposition-interval SEC  how often (default 5)\n"
 		"      --io-stacks MODE    with --sample-hz: the kernel stack each bio was queued from; sampled\n"
 		"                          (default: at most one per 10 ms per CPU) or all\n"
 		"With COMMAND, it is started once tracing is attached and tracing ends when it exits.\n");
@@ -304,6 +320,8 @@ static void parse_args(int argc, char **argv)
 		{ "sdev", required_argument, 0, 's' },	   { "interval", required_argument, 0, 'i' },
 		{ "records", required_argument, 0, 'R' },  { "record-over-us", required_argument, 0, 'U' },
 		{ "io-stacks", required_argument, 0, 'I' },
+		{ "no-io-records", no_argument, 0, 'N' },  { "exposition", required_argument, 0, 'E' },
+		{ "exposition-interval", required_argument, 0, 'e' }, { "per-comm", no_argument, 0, 'C' },
 		{ 0 },
 	};
 	int c;
@@ -338,10 +356,19 @@ static void parse_args(int argc, char **argv)
 			break;
 		case 'i': opt.interval = parse_seconds("--interval", optarg); break;
 		case 'R':
-			if (strcmp(optarg, "all") && strcmp(optarg, "slow"))
-				die("--records wants all or slow, got '%s'", optarg);
+			if (strcmp(optarg, "all") && strcmp(optarg, "slow") && strcmp(optarg, "none"))
+				die("--records wants all, slow or none, got '%s'", optarg);
 			opt.records_all = !strcmp(optarg, "all");
+			opt.records_none = !strcmp(optarg, "none");
 			break;
+		case 'N': opt.no_io_records = true; break;
+		case 'C': opt.per_comm = true; break;
+		case 'E':
+			if (!*optarg)
+				die("--exposition wants a file name");
+			opt.exposition = optarg;
+			break;
+		case 'e': opt.exposition_interval = parse_seconds("--exposition-interval", optarg); break;
 		case 'I':
 			if (strcmp(optarg, "all") && strcmp(optarg, "sampled"))
 				die("--io-stacks wants all or sampled, got '%s'", optarg);
@@ -387,8 +414,10 @@ static void parse_args(int argc, char **argv)
 			die("unknown option %s (see --help)", argv[optind - 1]);
 		}
 	}
-	if (!opt.out)
-		die("-o FILE is required (see --help)");
+	if (opt.per_comm && !opt.records_none)
+		die("--per-comm needs --records none (it counts every request; recorded ones have their comm)");
+	if (!opt.out && !opt.exposition)
+		die("-o FILE is required (see --help)");	/* or --exposition FILE */
 	if (optind < argc)
 		opt.cmd = argv + optind;
 	if (!opt.cmd && !opt.nr_pids && !opt.cgroup && !opt.comm)
@@ -573,6 +602,10 @@ static void fill_cfg(struct fst_cfg *out)
 	c->filter_sdev = opt.nr_sdevs > 0;
 	c->offcpu_stacks = opt.sample_hz > 0;
 	c->records_all = opt.records_all;
+	c->records_none = opt.records_none;
+	c->no_io_records = opt.no_io_records;
+	c->io_sums = opt.exposition != NULL;
+	c->per_comm = opt.per_comm;
 	c->io_stacks_all = opt.io_stacks_all;
 	c->record_over_ns = (__u64)(opt.record_over_us * 1000.0);
 	/* a quarter of the ring buffer: the reader is woken well before a burst could fill it */
@@ -939,6 +972,13 @@ static int handle_record(void *ctx, void *data, size_t size)
 	if (opt.sample_hz > 0 && size >= sizeof(struct fst_req) && ((const __u32 *)data)[0] == FST_REC_REQ)
 		ustack_note_process(((const struct fst_req *)data)->tgid);
 	struct results *r = ctx;
+	if (opt.exposition)
+		expose_note_record(data, size);
+	if (!r) {	/* --exposition without -o: nothing is kept; a request here is missing from the counters */
+		if (((const __u32 *)data)[0] == FST_REC_REQ)
+			expose_unaggregated_requests++;
+		return 0;
+	}
 	int err = results_add(r, data, size);
 	if (opt.interval > 0)
 		live_add(data, size);
@@ -1177,29 +1217,6 @@ static char *read_file(const char *path)
 	return b.s ? b.s : strdup("{}");
 }
 
-/* one key of the per-CPU counted-requests map, summed over CPUs; non-zero when it is gone */
-static int req_agg_sum(int fd, const struct fst_req_agg_key *key, struct fst_req_agg *sum)
-{
-	static struct fst_req_agg *per_cpu;
-	static int ncpu;
-	if (!per_cpu) {
-		ncpu = libbpf_num_possible_cpus();
-		per_cpu = calloc(ncpu, sizeof(*per_cpu));
-		if (!per_cpu)
-			die("out of memory");
-	}
-	if (bpf_map_lookup_elem(fd, key, per_cpu))
-		return -errno;
-	memset(sum, 0, sizeof(*sum));
-	for (int c = 0; c < ncpu; c++) {
-		const __u64 *src = (const __u64 *)&per_cpu[c];
-		__u64 *dst = (__u64 *)sum;
-		for (size_t i = 0; i < sizeof(*sum) / sizeof(__u64); i++)
-			dst[i] += src[i];
-	}
-	return 0;
-}
-
 static void json_slots_n(struct jbuf *b, const __u64 *slots, int n)
 {
 	jb_add(b, "[");
@@ -1388,17 +1405,6 @@ static void expire_stale(struct block_bpf *blk, __u64 now, struct expired *ex)
 	}
 }
 
-static __u64 sum_drops(int fd, __u32 idx)
-{
-	int ncpu = libbpf_num_possible_cpus();
-	__u64 *vals = calloc(ncpu, sizeof(*vals)), sum = 0;
-	if (vals && !bpf_map_lookup_elem(fd, &idx, vals))
-		for (int i = 0; i < ncpu; i++)
-			sum += vals[i];
-	free(vals);
-	return sum;
-}
-
 /*
  * The BPF side wakes the reader only when a quarter of the ring buffer is waiting (common.bpf.h
  * record_submit): the reader's own timer drains the rest.  epoll reports the ring only after a wakeup, so a
@@ -1423,8 +1429,8 @@ int main(int argc, char **argv)
 		die("must run as root (loading BPF programs needs CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN)");
 	libbpf_set_print(libbpf_print);
 
-	struct results res;
-	int err = results_open(&res, opt.out);
+	struct results res = {};
+	int err = opt.out ? results_open(&res, opt.out) : 0;
 	if (err)
 		die("cannot create results next to %s: %s", opt.out, strerror(-err));
 	char *meta = opt.meta_file ? read_file(opt.meta_file) : strdup("{}");
@@ -1462,10 +1468,13 @@ int main(int argc, char **argv)
 	struct sigaction sa = { .sa_handler = on_signal };
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
+	struct sigaction sh = { .sa_handler = on_hup };
+	sigaction(SIGHUP, opt.exposition ? &sh : &sa, NULL);
 
-	int delayacct_was = opt.block_only ? delayacct_set(-1) : delayacct_ref(true);
-	delayacct_held = !opt.block_only;
+	/* task records (what delay accounting is for) are not kept without -o: an exporter leaves it as it is */
+	bool wants_delayacct = !opt.block_only && opt.out;
+	int delayacct_was = wants_delayacct ? delayacct_ref(true) : delayacct_set(-1);
+	delayacct_held = wants_delayacct;
 	atexit(delayacct_release);	/* every exit, die() included */
 	__u64 t_load0 = now_ns(CLOCK_MONOTONIC);
 	struct block_bpf *blk = NULL;
@@ -1547,7 +1556,8 @@ int main(int argc, char **argv)
 			die("tracing the command's pid %u: %s", key, strerror(errno));
 	}
 
-	struct ring_buffer *rb = ring_buffer__new(bpf_map__fd(blk->maps.events), handle_record, &res, NULL);
+	struct ring_buffer *rb = ring_buffer__new(bpf_map__fd(blk->maps.events), handle_record, opt.out ? &res : NULL,
+						  NULL);
 	if (!rb)
 		die("ring buffer: %s", strerror(errno));
 
@@ -1576,7 +1586,8 @@ int main(int argc, char **argv)
 		}
 		for (unsigned g = 0; g < N(probe_groups); g++)
 			tiers_detach(probe_groups[g].probes, probe_groups[g].n);
-		results_discard(&res);
+		if (opt.out)
+			results_discard(&res);
 		die("attach failed; nothing traced");
 	}
 	__u64 t_attached = now_ns(CLOCK_MONOTONIC);
@@ -1586,6 +1597,34 @@ int main(int argc, char **argv)
 	struct diskstat ds_start[MAX_DEVS], ds_end[MAX_DEVS];
 	for (int i = 0; i < opt.nr_devs; i++)
 		read_diskstat(&opt.devs[i], &ds_start[i]);
+
+	struct expose_maps xm = {
+		.req_agg = tsk ? bpf_map__fd(tsk->maps.req_agg) : -1, .hists = bpf_map__fd(blk->maps.hists),
+		.aligns = bpf_map__fd(blk->maps.aligns), .drops = bpf_map__fd(blk->maps.drops),
+		.io_sums = bpf_map__fd(blk->maps.io_sums), .comm_agg = tsk && opt.per_comm ? bpf_map__fd(tsk->maps.comm_agg) : -1,
+	};
+	if (xm.comm_agg >= 0) {	/* the key every name beyond the map's room is counted under (tasks.bpf.c) */
+		struct fst_comm_agg_key other = {};
+		struct fst_comm_agg *zero = calloc(libbpf_num_possible_cpus(), sizeof(*zero));
+		if (!zero || bpf_map_update_elem(xm.comm_agg, &other, zero, BPF_NOEXIST))
+			die("creating the other names' key of comm_agg: %s", strerror(errno));
+		free(zero);
+	}
+	struct expose_probes xp[N(probe_groups)];
+	for (unsigned g = 0; g < N(probe_groups); g++)
+		xp[g] = (struct expose_probes){ probe_groups[g].probes, probe_groups[g].n };
+	__u32 x_sdevs[MAX_DEVS], x_devs[MAX_DEVS];
+	for (int i = 0; i < opt.nr_sdevs; i++)
+		x_sdevs[i] = (opt.sdevs[i][0] << 20) | opt.sdevs[i][1];
+	for (int i = 0; i < opt.nr_devs; i++)
+		x_devs[i] = (opt.devs[i].major << 20) | opt.devs[i].minor;
+#define EXPOSE() expose_write(opt.exposition, &xm, xp, N(xp), x_sdevs, opt.nr_sdevs, x_devs, opt.nr_devs, \
+			      t_start_real / 1e9)
+	bool expose_failing = false;
+	/* the first exposition exists before "ready": a reader started then finds a complete one */
+	if (opt.exposition && (err = EXPOSE()))
+		die("writing --exposition %s: %s", opt.exposition, strerror(-err));
+	__u64 last_expose = t_start;
 
 	if (opt.ready_fd >= 0) {
 		if (write(opt.ready_fd, "ready\n", 6) != 6) { /* the reader went away: keep tracing */ }
@@ -1623,9 +1662,23 @@ int main(int argc, char **argv)
 				   sum_drops(bpf_map__fd(blk->maps.drops), FST_REC_IO), live_clear);
 			last_live = now;
 		}
+		if (opt.exposition && (hup_signal || now - last_expose >= (__u64)(opt.exposition_interval * 1e9))) {
+			hup_signal = 0;
+			last_expose = now;
+			err = EXPOSE();
+			/* a full disk must not end an always-on exporter: said once, and once when it recovers */
+			if (err && !expose_failing)
+				fprintf(stderr, "fstrace-collect: writing %s: %s (retrying every interval)\n",
+					opt.exposition, strerror(-err));
+			else if (!err && expose_failing)
+				fprintf(stderr, "fstrace-collect: writing %s works again\n", opt.exposition);
+			expose_failing = err != 0;
+		}
 		if (now - last_expire >= 1000000000ull) {
 			last_expire = now;
 			expire_stale(blk, now, &expired);
+			expose_expired_bios = expired.bios;
+			expose_expired_requests = expired.requests;
 		}
 		if (!child_done && waitpid(child, &wstatus, WNOHANG) == child) {
 			child_done = true;
@@ -1672,6 +1725,22 @@ int main(int argc, char **argv)
 	detach_sampling();
 	while (ring_buffer__consume(rb) > 0)
 		;
+	if (opt.exposition && (err = EXPOSE()))
+		fprintf(stderr, "fstrace-collect: writing %s: %s\n", opt.exposition, strerror(-err));
+	if (!opt.out) {	/* an exporter: its file is the exposition, already final */
+		if (delayacct_was == 0)
+			delayacct_set(0);
+		ring_buffer__free(rb);
+		if (tsk)
+			tasks_bpf__destroy(tsk);
+		sample_bpf__destroy(smp);
+		erofs_bpf__destroy(ero);
+		squashfs_bpf__destroy(sqf);
+		btrfs_bpf__destroy(btr);
+		block_bpf__destroy(blk);
+		fprintf(stderr, "fstrace-collect: detached\n");
+		return 0;
+	}
 
 	struct utsname u;
 	uname(&u);

@@ -1,0 +1,519 @@
+"""fstrace serve: the in-kernel aggregates as Prometheus metrics, checked against fio's own counts, the block
+layer's /proc/diskstats, promtool and a real Prometheus server scraping it; a daemon's bad days (garbage, slow
+and vanishing clients, 100 at once, SIGHUP, SIGTERM, an unmounted filesystem).  Every socket is on 127.0.0.1."""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from conftest import COLLECTOR, FSTRACE, bpf_objects_left, bpf_objects_of, collector_under
+from test_attach import drop_caches, mounted_erofs  # noqa: F401 (a fixture)
+
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
+LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse(text):
+    """{(name, frozenset of (label, value)): value} of an exposition."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = SAMPLE.match(line)
+        assert m, line
+        out[(m.group(1), frozenset(LABEL.findall(m.group(2) or "")))] = float(m.group(3))
+    return out
+
+
+def value(samples, name, **labels):
+    """Sum of the samples of `name` whose labels include `labels`."""
+    want = set(labels.items())
+    return sum(v for (n, ls), v in samples.items() if n == name and want <= ls)
+
+
+def start_serve(*args):
+    p = subprocess.Popen([FSTRACE, "serve", "--listen", "127.0.0.1:0", "--update-interval", "0.2"] + list(args),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seen = ""
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        line = p.stderr.readline()
+        seen += line
+        m = re.search(r"serving http://127\.0\.0\.1:(\d+)/metrics", line)
+        if m:
+            # the rest of its messages, read on so the pipe never fills
+            rest = []
+            threading.Thread(target=lambda: rest.extend(p.stderr), daemon=True).start()
+            return p, int(m.group(1)), rest
+        assert line or p.poll() is None, seen
+    raise AssertionError("serve never started:\n" + seen)
+
+
+def scrape(port, path="/metrics"):
+    with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=10) as r:
+        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        return r.read().decode()
+
+
+def fresh_scrape(port):
+    """A scrape the collector wrote after now (its interval is 0.2 s)."""
+    t = time.time()
+    while time.time() < t + 10:
+        text = scrape(port)
+        if value(parse(text), "fstrace_last_update_time_seconds") > t:
+            return text
+        time.sleep(0.05)
+    raise AssertionError("the exposition was not rewritten within 10 s")
+
+
+def stop(p, rest):
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=60)
+    time.sleep(0.1)
+    return "".join(rest)
+
+
+def rss(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return int(next(l for l in f if l.startswith("VmRSS:")).split()[1]) * 1024
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def diskstat(dev):
+    """(reads completed, bytes read) of a block device from /proc/diskstats."""
+    st = os.stat(dev).st_rdev
+    with open("/proc/diskstats") as f:
+        for line in f:
+            v = line.split()
+            if int(v[0]) == os.major(st) and int(v[1]) == os.minor(st):
+                return int(v[3]), int(v[5]) * 512
+    raise AssertionError("%s not in /proc/diskstats" % dev)
+
+
+class Prometheus:
+    """A real Prometheus server on 127.0.0.1 scraping `target` every second, with its own data directory."""
+
+    def __init__(self, target):
+        self.dir = tempfile.mkdtemp(prefix="fstrace-test-prom-")
+        cfg = os.path.join(self.dir, "prometheus.yml")
+        with open(cfg, "w") as f:
+            f.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n"
+                    "  - job_name: fstrace\n    static_configs:\n      - targets: ['127.0.0.1:%d']\n" % target)
+        self.port = free_port()
+        self.p = subprocess.Popen(["prometheus", "--config.file=" + cfg, "--storage.tsdb.path=" + self.dir + "/data",
+                                   "--web.listen-address=127.0.0.1:%d" % self.port],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                urllib.request.urlopen("http://127.0.0.1:%d/-/ready" % self.port, timeout=2).read()
+                return
+            except OSError:
+                assert self.p.poll() is None, "prometheus exited %s" % self.p.returncode
+                time.sleep(0.2)
+        raise AssertionError("prometheus never became ready")
+
+    def query(self, q, at=None):
+        """The instant query's single value (None when it has no result)."""
+        params = {"query": q}
+        if at is not None:
+            params["time"] = "%.3f" % at
+        url = "http://127.0.0.1:%d/api/v1/query?%s" % (self.port, urllib.parse.urlencode(params))
+        with urllib.request.urlopen(url, timeout=10) as r:
+            data = json.load(r)
+        assert data["status"] == "success", data
+        res = data["data"]["result"]
+        assert len(res) <= 1, res
+        return float(res[0]["value"][1]) if res else None
+
+    def wait_for(self, q, want, timeout=20):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            got = self.query(q)
+            if got == want:
+                return
+            time.sleep(0.2)
+        raise AssertionError("%s: %s, never %s" % (q, got, want))
+
+    def close(self):
+        self.p.terminate()
+        self.p.wait(timeout=30)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def test_serve_counts_every_read_and_prometheus_agrees(mounted_erofs):  # noqa: F811
+    mnt, dev = mounted_erofs
+    p, port, rest = start_serve("--mount", mnt)
+    prom = None
+    try:
+        prom = Prometheus(port)
+        prom.wait_for('up{job="fstrace"}', 1.0)
+        drop_caches()
+        before = parse(fresh_scrape(port))
+        ds0 = diskstat(dev)
+        time.sleep(1.5)  # Prometheus holds a sample of the counters as they were before the workload
+        t0 = time.time()
+        fio = subprocess.run(["fio", "--name=x", "--filename=" + os.path.join(mnt, "big.bin"), "--rw=randread",
+                              "--bs=4k", "--ioengine=psync", "--readonly", "--io_size=2m", "--output-format=json"],
+                             stdout=subprocess.PIPE, text=True, check=True)
+        job = json.loads(fio.stdout[fio.stdout.index("{"):])["jobs"][0]["read"]
+        time.sleep(0.5)  # readahead fio started has completed
+        ds1 = diskstat(dev)
+        text = fresh_scrape(port)
+        after = parse(text)
+        t1 = time.time()
+
+        # the exposition is valid by Prometheus's own linter
+        lint = subprocess.run(["promtool", "check", "metrics"], input=text, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+        assert lint.returncode == 0 and not lint.stdout.strip(), lint.stdout
+
+        # every read fio made is counted once, with the bytes it returned (fio is the only reader there)
+        sel = dict(kind="read", mount=mnt, fs="erofs")
+
+        def inc(name, **kw):
+            return value(after, name, **sel, **kw) - value(before, name, **sel, **kw)
+        assert inc("fstrace_requests_total") == job["total_ios"] == 512
+        assert inc("fstrace_request_bytes_total") == job["io_bytes"] == 2 << 20
+        assert inc("fstrace_request_duration_seconds_count") == 512
+        # the parts of each request partition its wall time, so their sums do too (printed to the ns)
+        parts = {ls for n, ls in after if n == "fstrace_request_time_seconds_total"}
+        names = {v for ls in parts for k, v in ls if k == "part"}
+        assert {"oncpu", "tracer", "io_wait", "worker", "lock", "runq", "missed"} <= names
+        assert abs(inc("fstrace_request_time_seconds_total") - inc("fstrace_request_duration_seconds_sum")) < 1e-6
+        io_wait = inc("fstrace_request_time_seconds_total", part="io_wait")
+        wall = inc("fstrace_request_duration_seconds_sum")
+        # cold reads through a loop device wait for it; fio timed each read around the syscall, so its total
+        # completion latency bounds the kernel's wall time from above
+        assert 0 < io_wait < wall <= job["clat_ns"]["mean"] * job["total_ios"] / 1e9
+        assert inc("fstrace_pagecache_misses_total") > 0
+
+        # the block layer's own counts of the loop device equal the exported ones
+        loop = "%d:%d" % (os.major(os.stat(dev).st_rdev), os.minor(os.stat(dev).st_rdev))
+        blk = lambda s, n: value(s, n, device=loop, op="read")  # noqa: E731
+        assert blk(after, "fstrace_block_requests_total") - blk(before, "fstrace_block_requests_total") == \
+            ds1[0] - ds0[0] > 0
+        assert blk(after, "fstrace_block_request_bytes_sum") - blk(before, "fstrace_block_request_bytes_sum") == \
+            ds1[1] - ds0[1]
+        assert value(after, "fstrace_probe_info", probe="sys_exit") == 1
+        assert value(after, "fstrace_filesystem_mounted", mount=mnt) == 1
+        assert value(after, "fstrace_dropped_records_total") == 0
+        assert value(after, "fstrace_unaggregated_requests_total") == 0
+        # every attached probe says how many of its events the kernel skipped; none here
+        attached = {dict(ls)["probe"] for (n, ls), v in after.items() if n == "fstrace_probe_info"
+                    and dict(ls)["tier"] != "unavailable"}
+        missed = {dict(ls)["probe"]: v for (n, ls), v in after.items() if n == "fstrace_probe_missed_runs_total"}
+        assert set(missed) == attached and "sched_switch" in attached
+        assert value(after, "fstrace_expired_in_flight_total") == 0
+
+        # Prometheus: raw counter values at the end and before the workload are exact
+        q = 'sum(fstrace_requests_total{kind="read",mount="%s"})' % mnt
+        prom.wait_for(q, value(after, "fstrace_requests_total", **sel))
+        assert prom.query(q) - prom.query(q, at=t0) == 512
+        # increase() extrapolates the samples inside the window to its edges: the counter is flat at both
+        # edges, so the estimate is the true increase times window / (span of the samples), and with 1 s
+        # scrapes the span falls short of the window by at most about 2.2 s (1.1 scrape intervals each side)
+        w = int(time.time() - t0) + 3
+        est = prom.query('sum(increase(fstrace_requests_total{kind="read",mount="%s"}[%ds]))' % (mnt, w))
+        assert 512 <= est <= 512 * w / (w - 2.2) + 1e-6, est
+        # p99 from the log2 buckets: Prometheus interpolates inside the bucket holding the true p99, so it is
+        # within a factor 2 of it; fio's p99 is the same reads timed from user space, a little longer
+        p99 = prom.query('histogram_quantile(0.99, sum by (le) (increase(fstrace_request_duration_seconds_bucket'
+                         '{kind="read",mount="%s"}[%ds])))' % (mnt, w))
+        fio_p99 = job["clat_ns"]["percentile"]["99.000000"] / 1e9
+        assert fio_p99 / 2.2 <= p99 <= fio_p99 * 2, (p99, fio_p99)
+        # the I/O-wait rate, integrated over the window, is the I/O wait counted (same extrapolation bound)
+        rate = prom.query('sum(rate(fstrace_request_time_seconds_total{part="io_wait",kind="read",mount="%s"}[%ds]))'
+                          % (mnt, w))
+        assert io_wait * 0.999 <= rate * w <= io_wait * w / (w - 2.2) * 1.001, (rate * w, io_wait)
+        # README's queries: in a ratio of two rates over the same samples the extrapolation cancels, so the
+        # I/O-wait share and the mean block request size are those of the raw counters
+        share = prom.query('sum by (mount) (rate(fstrace_request_time_seconds_total{kind="read",part="io_wait",'
+                           'mount="%s"}[%ds])) / sum by (mount) (rate(fstrace_request_duration_seconds_sum{kind="read",'
+                           'mount="%s"}[%ds]))' % (mnt, w, mnt, w))
+        assert abs(share - io_wait / wall) < 1e-6, (share, io_wait / wall)
+        mean = prom.query('sum by (device) (rate(fstrace_block_request_bytes_sum{device="%s"}[%ds])) / sum by (device) '
+                          '(rate(fstrace_block_request_bytes_count{device="%s"}[%ds]))' % (loop, w, loop, w))
+        assert abs(mean - (ds1[1] - ds0[1]) / (ds1[0] - ds0[0])) < 1e-6 * mean, mean
+        assert t1 - t0 < w
+    finally:
+        if prom:
+            prom.close()
+        log = stop(p, rest)
+    assert p.returncode == 0, log
+
+
+def test_serve_survives_bad_clients_and_stops_clean(mounted_erofs):  # noqa: F811
+    mnt, _ = mounted_erofs
+    p, port, rest = start_serve("--mount", mnt)
+    collector = collector_under(p.pid, timeout=10)
+    objs = bpf_objects_of(collector)
+    assert any(kind == "link" for kind, _ in objs), objs
+    private = [a for a in open("/proc/%d/cmdline" % collector).read().split("\0") if a.endswith("metrics.prom")]
+    try:
+        # garbage request line, a path that is not served, HTTP/0.9 nonsense
+        for junk in (b"\x00\xff garbage\r\n\r\n", b"GET /other HTTP/1.0\r\n\r\n", b"BREW /metrics HTCPCP/1.0\r\n\r\n"):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                s.sendall(junk)
+                s.recv(4096)
+        with pytest.raises(urllib.error.HTTPError) as e:
+            scrape(port, "/")
+        assert e.value.code == 404
+        # a slow client holding half a request does not block a scraper
+        slow = socket.create_connection(("127.0.0.1", port), timeout=10)
+        slow.sendall(b"GET /metr")
+        assert "fstrace_requests_total" in scrape(port)
+        # a client that resets the connection mid-response
+        for _ in range(5):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            s.recv(100)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            s.close()
+        # 100 scrapers at once: every one gets the whole exposition
+        results = []
+
+        def one():
+            try:
+                results.append(parse(scrape(port)).get(("fstrace_start_time_seconds", frozenset())))
+            except Exception as e:  # noqa: BLE001 (reported below)
+                results.append(e)
+        threads = [threading.Thread(target=one) for _ in range(100)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert len(results) == 100 and all(isinstance(r, float) for r in results), results
+        slow.close()
+        # memory stays flat: a few hundred more scrapes grow neither process
+        rss0 = rss(p.pid), rss(collector)
+        for _ in range(300):
+            scrape(port)
+        rss1 = rss(p.pid), rss(collector)
+        assert rss1[0] - rss0[0] < 1 << 20 and rss1[1] - rss0[1] < 256 << 10, (rss0, rss1)
+        # SIGHUP: the exposition is rewritten at once and serving goes on
+        p.send_signal(signal.SIGHUP)
+        assert "fstrace_requests_total" in fresh_scrape(port)
+        assert p.poll() is None
+    finally:
+        log = stop(p, rest)
+    assert p.returncode == 0, log
+    assert bpf_objects_left(objs) == set()
+    assert private and not os.path.exists(os.path.dirname(private[0]))
+
+
+def test_a_mount_that_goes_away_and_comes_back_elsewhere(tmp_path):
+    """Unmounted: reported, its counters stay, serving goes on.  Mounted again there from another loop device:
+    serve follows it (filters resolved again) and counts its reads under the new device."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "f").write_bytes(b"x" * 8192)
+    img, mnt = str(tmp_path / "img.erofs"), str(tmp_path / "mnt")
+    os.mkdir(mnt)
+    subprocess.run(["mkfs.erofs", img, str(src)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    loops, mounted = [], False
+
+    def mount():
+        loops.append(subprocess.run(["losetup", "-f", "--show", "-r", img], check=True, stdout=subprocess.PIPE,
+                                    text=True).stdout.strip())
+        subprocess.run(["mount", "-t", "erofs", "-o", "ro", loops[-1], mnt], check=True)
+        rdev = os.stat(loops[-1]).st_rdev
+        return "%d:%d" % (os.major(rdev), os.minor(rdev))
+
+    def read_file():
+        drop_caches()
+        with open(os.path.join(mnt, "f"), "rb") as f:
+            assert len(f.read()) == 8192
+    try:
+        first = mount()
+        mounted = True
+        p, port, rest = start_serve("--mount", mnt)
+        try:
+            read_file()
+            reads = value(parse(fresh_scrape(port)), "fstrace_requests_total", kind="read", mount=mnt)
+            assert reads >= 1
+            subprocess.run(["umount", mnt], check=True)
+            mounted = False
+            time.sleep(2.5)  # serve looks at the mounts every second
+            after = parse(fresh_scrape(port))
+            assert value(after, "fstrace_filesystem_mounted", mount=mnt) == 0
+            assert value(after, "fstrace_requests_total", kind="read", mount=mnt) == reads  # counters stay
+            assert p.poll() is None and "%s is no longer mounted" % mnt in "".join(rest)
+
+            second = mount()
+            mounted = True
+            assert second != first
+            deadline = time.time() + 60
+            while "following it" not in "".join(rest) and time.time() < deadline:
+                time.sleep(0.1)
+            time.sleep(1)
+            samples = parse(fresh_scrape(port))
+            while value(samples, "fstrace_filesystem_mounted", mount=mnt, device=second) != 1 and \
+                    time.time() < deadline:
+                samples = parse(fresh_scrape(port))
+            read_file()
+            samples = parse(fresh_scrape(port))
+            assert value(samples, "fstrace_requests_total", kind="read", mount=mnt, device=second) >= 1
+            assert value(samples, "fstrace_filesystem_mounted", mount=mnt, device=second) == 1
+        finally:
+            log = stop(p, rest)
+        assert p.returncode == 0, log
+        assert "mounted again from another device (%s): following it" % second in log, log
+    finally:
+        if mounted:
+            subprocess.run(["umount", mnt], check=True)
+        for dev in loops:
+            subprocess.run(["losetup", "-d", dev], check=True)
+
+
+def test_textfile_is_what_is_served(tmp_path, mounted_erofs):  # noqa: F811
+    """--textfile: the exposition lives in the user's file (node_exporter's textfile directory), the one served;
+    SIGHUP brings it back at once when it was deleted."""
+    mnt, _ = mounted_erofs
+    out = tmp_path / "fstrace.prom"
+    p, port, rest = start_serve("--mount", mnt, "--textfile", str(out), "--update-interval", "1000")
+    try:
+        assert scrape(port) == out.read_text()
+        out.unlink()
+        p.send_signal(signal.SIGHUP)
+        deadline = time.time() + 10
+        while not out.exists() and time.time() < deadline:
+            time.sleep(0.05)
+        assert scrape(port) == out.read_text()
+        assert value(parse(out.read_text()), "fstrace_filesystem_mounted", mount=mnt) == 1
+    finally:
+        log = stop(p, rest)
+    assert p.returncode == 0, log
+    assert sorted(os.listdir(tmp_path)) == ["fstrace.prom"]  # kept after stop, no temporary file
+
+
+def test_pid_filter_serves_final_counters_once_the_processes_exit(tmp_path):
+    """--pid: the collector ends with the traced processes; serve keeps their last counters until stopped."""
+    f = tmp_path / "data"
+    f.write_bytes(b"y" * 65536)
+    reader = subprocess.Popen(["sh", "-c", "sleep 1.5; cat %s > /dev/null; sleep 0.5" % f])
+    p, port, rest = start_serve("--pid", str(reader.pid))
+    try:
+        reader.wait(timeout=30)
+        deadline = time.time() + 30
+        while "traced processes have exited" not in "".join(rest) and time.time() < deadline:
+            time.sleep(0.1)
+        assert "traced processes have exited" in "".join(rest)
+        st = os.stat(str(f)).st_dev
+        reads = parse(scrape(port))
+        assert value(reads, "fstrace_request_bytes_total", kind="read",
+                     device="%d:%d" % (os.major(st), os.minor(st))) >= 65536
+        assert p.poll() is None
+    finally:
+        log = stop(p, rest)
+    assert p.returncode == 0, log
+
+
+def test_per_comm_counts_each_task_name_exactly(mounted_erofs):  # noqa: F811
+    """--per-comm: the reads of two task names on the mount, each counted under its name."""
+    mnt, _ = mounted_erofs
+    p, port, rest = start_serve("--mount", mnt, "--per-comm")
+    target = os.path.join(mnt, "small.txt")
+    try:
+        for name, n in (("fst-reader-a", 7), ("fst-reader-b", 5)):
+            subprocess.run(["python3", "-c", "import ctypes, os, sys; ctypes.CDLL(None).prctl(15, sys.argv[1].encode(),"
+                            " 0, 0, 0); fd = os.open(sys.argv[2], os.O_RDONLY); "
+                            "[os.pread(fd, 4096, 4096 * i) for i in range(int(sys.argv[3]))]", name, target, str(n)],
+                           check=True)
+        samples = parse(fresh_scrape(port))
+        for name, n in (("fst-reader-a", 7), ("fst-reader-b", 5)):
+            assert value(samples, "fstrace_comm_requests_total", comm=name, kind="read", mount=mnt) == n
+            size = os.path.getsize(target)  # preads past its end return less, then 0
+            assert value(samples, "fstrace_comm_request_bytes_total", comm=name, kind="read", mount=mnt) == \
+                sum(max(0, min(4096, size - 4096 * i)) for i in range(n))
+        # the per-name counts add up to the filesystem's
+        assert value(samples, "fstrace_comm_requests_total", kind="read", mount=mnt) == \
+            value(samples, "fstrace_requests_total", kind="read", mount=mnt)
+        assert value(samples, "fstrace_comm_requests_total", comm="") == 0  # far from the 64 series
+        # 100 more names: the map fills at 64 series, every later request is counted under comm="" alone
+        subprocess.run(["python3", "-c", "import ctypes, os, sys; libc = ctypes.CDLL(None); "
+                        "fd = os.open(sys.argv[1], os.O_RDONLY)\nfor i in range(100):\n"
+                        "    libc.prctl(15, b'fst-many-%d' % i, 0, 0, 0); os.pread(fd, 100, 0)", target], check=True)
+        samples = parse(fresh_scrape(port))
+        named = [ls for (n, ls) in samples if n == "fstrace_comm_requests_total" and dict(ls)["comm"]]
+        assert len(named) == 64
+        other = value(samples, "fstrace_comm_requests_total", comm="")
+        assert other > 0
+        assert sum(samples[("fstrace_comm_requests_total", ls)] for ls in named) + other == \
+            value(samples, "fstrace_requests_total", mount=mnt)
+    finally:
+        log = stop(p, rest)
+    assert p.returncode == 0, log
+
+
+def test_collector_alone_writes_the_textfile(tmp_path):
+    """As on a box without Python (node_exporter's textfile collector): the collector's file, SIGHUP, SIGTERM."""
+    out = tmp_path / "fstrace.prom"
+    p = subprocess.Popen([COLLECTOR, "--records", "none", "--no-io-records", "--sample-hz", "0", "--exposition",
+                          str(out), "--exposition-interval", "1000", "--comm", "fstrace-nobody"],
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while not out.exists() and time.time() < deadline:
+            time.sleep(0.05)
+        first = value(parse(out.read_text()), "fstrace_last_update_time_seconds")
+        p.send_signal(signal.SIGHUP)  # long before the next interval: rewritten because of the signal
+        deadline = time.time() + 10
+        while value(parse(out.read_text()), "fstrace_last_update_time_seconds") == first and time.time() < deadline:
+            time.sleep(0.05)
+        assert value(parse(out.read_text()), "fstrace_last_update_time_seconds") > first
+        assert p.poll() is None
+    finally:
+        p.send_signal(signal.SIGTERM)
+        err = p.communicate(timeout=60)[1]
+    assert p.returncode == 0, err
+    assert subprocess.run(["promtool", "check", "metrics"], input=out.read_text(), text=True).returncode == 0
+    assert sorted(os.listdir(tmp_path)) == ["fstrace.prom"]  # no temporary file left
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--listen", "127.0.0.1"], "--listen wants ADDR:PORT"),
+    (["--listen", "127.0.0.1:99999"], "--listen wants ADDR:PORT"),
+    (["--listen", "192.0.2.1:9464"], "--listen 192.0.2.1:9464:"),  # not an address of this machine
+    (["--update-interval", "0"], "--update-interval wants seconds above 0"),
+    (["--textfile", "/nonexistent/dir/x.prom"], "--textfile /nonexistent/dir/x.prom: no such directory"),
+    (["--mount", "/nonexistent/mount"], "--mount /nonexistent/mount: no such path"),
+])
+def test_bad_serve_arguments_are_one_line(args, says):
+    before = {d for d in os.listdir(tempfile.gettempdir()) if d.startswith("fstrace-serve-")}
+    p = subprocess.run([FSTRACE, "serve"] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=120)
+    lines = [l for l in p.stderr.splitlines() if l.startswith("fstrace")]
+    assert p.returncode != 0 and len(lines) == 1 and says in lines[0], p.stderr
+    assert {d for d in os.listdir(tempfile.gettempdir()) if d.startswith("fstrace-serve-")} == before
+
+
+def test_per_comm_needs_records_none():
+    p = subprocess.run([COLLECTOR, "--exposition", "/tmp/x.prom", "--per-comm"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+    assert p.returncode == 2 and p.stderr.startswith("fstrace-collect: --per-comm needs --records none")
+    assert not os.path.exists("/tmp/x.prom")
+
+
+def test_bad_exposition_interval_is_one_line():
+    p = subprocess.run([COLLECTOR, "--exposition", "/tmp/x.prom", "--exposition-interval", "0"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.returncode == 2
+    assert p.stderr.strip() == "fstrace-collect: --exposition-interval wants a number of seconds above 0 " \
+                               "(at most 1e+08), got '0'"

@@ -1,0 +1,651 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Prometheus text exposition of the in-kernel aggregates (expose.h).  Model: Cloudflare's ebpf_exporter --
+ * log2 histograms stay in BPF maps and are converted when read, so nothing per request crosses to user space.
+ *
+ * Cardinality: request series are per (kind, filesystem) -- at most req_agg's 64 keys -- times the attribution
+ * parts for the time counters; block series per (traced device, op) -- at most 16 devices x 3 ops; one info
+ * series per probe.  Histograms have FST_HIST_SLOTS buckets each.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include "expose.h"
+#include "results.h"
+
+unsigned long long expose_unaggregated_requests;
+unsigned long long expose_expired_bios, expose_expired_requests;
+
+/* one key of a per-CPU map whose value is all __u64 counters, summed over CPUs; non-zero when it is gone */
+static int percpu_sum(int fd, const void *key, void *sum, size_t size)
+{
+	static __u64 *per_cpu;	/* grown to the largest value read, kept: no allocation per scrape */
+	static size_t have;
+	int ncpu = libbpf_num_possible_cpus();
+	if (have < size) {
+		free(per_cpu);
+		per_cpu = calloc(ncpu, size);
+		if (!per_cpu)
+			abort();
+		have = size;
+	}
+	if (bpf_map_lookup_elem(fd, key, per_cpu))
+		return -errno;
+	__u64 *dst = sum;
+	size_t words = size / sizeof(__u64);
+	memset(sum, 0, size);
+	for (int c = 0; c < ncpu; c++)
+		for (size_t i = 0; i < words; i++)	/* the kernel rounds each CPU's value up to 8 bytes */
+			dst[i] += per_cpu[c * words + i];
+	return 0;
+}
+
+int req_agg_sum(int fd, const struct fst_req_agg_key *key, struct fst_req_agg *sum)
+{
+	return percpu_sum(fd, key, sum, sizeof(*sum));
+}
+
+__u64 sum_drops(int fd, __u32 idx)
+{
+	int ncpu = libbpf_num_possible_cpus();
+	__u64 *vals = calloc(ncpu, sizeof(*vals)), sum = 0;
+	if (vals && !bpf_map_lookup_elem(fd, &idx, vals))
+		for (int i = 0; i < ncpu; i++)
+			sum += vals[i];
+	free(vals);
+	return sum;
+}
+
+/*
+ * Filesystem and mount point of a superblock device, from /proc/self/mountinfo.  The first seen stay its
+ * labels for the collector's life, so a filesystem that is unmounted keeps its series (with mounted 0)
+ * instead of turning into a new one.
+ */
+#define MAX_FS_LABELS 64
+
+static struct fs_label {
+	__u32 kdev;
+	bool known, mounted;
+	char fs[32];
+	char mount[256];
+} fs_labels[MAX_FS_LABELS];
+static int nr_fs_labels;
+
+static struct fs_label *fs_label(__u32 kdev)
+{
+	for (int i = 0; i < nr_fs_labels; i++)
+		if (fs_labels[i].kdev == kdev)
+			return &fs_labels[i];
+	if (nr_fs_labels == MAX_FS_LABELS)
+		return NULL;
+	struct fs_label *l = &fs_labels[nr_fs_labels++];
+	memset(l, 0, sizeof(*l));
+	l->kdev = kdev;
+	return l;
+}
+
+/* mountinfo writes space, tab, newline and backslash in paths as \ooo */
+static void unescape_octal(char *s)
+{
+	char *d = s;
+	while (*s) {
+		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' && s[2] <= '7' && s[3] >= '0' &&
+		    s[3] <= '7') {
+			*d++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
+			s += 4;
+		} else {
+			*d++ = *s++;
+		}
+	}
+	*d = 0;
+}
+
+static void refresh_fs_labels(void)
+{
+	for (int i = 0; i < nr_fs_labels; i++)
+		fs_labels[i].mounted = false;
+	FILE *f = fopen("/proc/self/mountinfo", "r");
+	if (!f)
+		return;
+	char line[4096], mnt[1024], fstype[64];
+	unsigned major, minor;
+	while (fgets(line, sizeof(line), f)) {
+		char *dash = strstr(line, " - ");
+		if (!dash || sscanf(line, "%*u %*u %u:%u %*s %1023s", &major, &minor, mnt) != 3 ||
+		    sscanf(dash + 3, "%63s", fstype) != 1)
+			continue;
+		__u32 kdev = (major << 20) | minor;
+		for (int i = 0; i < nr_fs_labels; i++) {
+			struct fs_label *l = &fs_labels[i];
+			if (l->kdev != kdev)
+				continue;
+			l->mounted = true;
+			if (!l->known) {
+				unescape_octal(mnt);
+				snprintf(l->fs, sizeof(l->fs), "%.31s", fstype);
+				snprintf(l->mount, sizeof(l->mount), "%.255s", mnt);
+				l->known = true;
+			}
+		}
+	}
+	fclose(f);
+}
+
+/* a label value: backslash, double quote and newline escaped (exposition format) */
+static void label_value(struct jbuf *b, const char *s)
+{
+	for (; *s; s++) {
+		if (*s == '\\' || *s == '"')
+			jb_add(b, "\\%c", *s);
+		else if (*s == '\n')
+			jb_add(b, "\\n");
+		else
+			jb_add(b, "%c", *s);
+	}
+}
+
+static void fs_labels_of(struct jbuf *b, __u32 kdev)
+{
+	struct fs_label *l = fs_label(kdev);
+	jb_add(b, "device=\"%u:%u\",fs=\"", kdev >> 20, kdev & 0xfffff);
+	label_value(b, l && l->known ? l->fs : "");
+	jb_add(b, "\",mount=\"");
+	label_value(b, l && l->known ? l->mount : "");
+	jb_add(b, "\"");
+}
+
+static void family(struct jbuf *b, const char *name, const char *type, const char *help)
+{
+	jb_add(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static const char *op_name(__u32 sub)
+{
+	return sub == 0 ? "read" : sub == 1 ? "write" : "other";
+}
+
+/* names in records.h, by value */
+static const char *kind_name(unsigned kind)
+{
+	switch (kind) {
+#define KIND_CASE(c, v, n) case v: return n;
+		FST_REQ_KINDS(KIND_CASE)
+#undef KIND_CASE
+	}
+	return "unknown";
+}
+
+/*
+ * A log2 histogram (bpf common.bpf.h log2_slot: slot i holds values in [2^i, 2^(i+1)), slot 0 also 0 and 1,
+ * the last slot everything above) as cumulative buckets.  Integer values (bytes) are at most 2^(i+1) - 1 in
+ * slot i; times were truncated to microseconds, so a time in slot i is below 2^(i+1) us.
+ */
+static void histogram(struct jbuf *b, const char *name, const char *labels, const __u64 *slots, double sum,
+		      bool integer_bytes)
+{
+	unsigned long long cum = 0;
+	for (int i = 0; i < FST_HIST_SLOTS - 1; i++) {
+		cum += slots[i];
+		double le = integer_bytes ? (double)((1ull << (i + 1)) - 1) : (double)(1ull << (i + 1)) * 1e-6;
+		jb_add(b, "%s_bucket{%s,le=\"%.9g\"} %llu\n", name, labels, le, cum);
+	}
+	cum += slots[FST_HIST_SLOTS - 1];
+	jb_add(b, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, labels, cum);
+	jb_add(b, "%s_sum{%s} %.9f\n", name, labels, sum);
+	jb_add(b, "%s_count{%s} %llu\n", name, labels, cum);
+}
+
+#define MAX_AGG_KEYS 64
+
+struct agg_row {
+	struct fst_req_agg_key key;
+	struct fst_req_agg sum;
+};
+
+static const char *part_names[FST_NR_PARTS] = {
+#define PART_NAME(c, v, field) [v] = #field,
+	FST_PARTS(PART_NAME)
+#undef PART_NAME
+};
+
+/* row i of rows[0..n) for key, appended (zero) when absent and there is room; NULL otherwise */
+static struct agg_row *agg_row(struct agg_row *rows, int *n, __u32 sdev, __u16 kind)
+{
+	for (int i = 0; i < *n; i++)
+		if (rows[i].key.sdev == sdev && rows[i].key.kind == kind)
+			return &rows[i];
+	if (*n == MAX_AGG_KEYS)
+		return NULL;
+	memset(&rows[*n], 0, sizeof(rows[*n]));
+	rows[*n].key.sdev = sdev;
+	rows[*n].key.kind = kind;
+	return &rows[(*n)++];
+}
+
+static void requests(struct jbuf *b, int fd, const __u32 *sdevs, int nr_sdevs)
+{
+	static struct agg_row rows[MAX_AGG_KEYS];
+	int n = 0;
+	struct fst_req_agg_key key, next;
+	void *prev = NULL;
+	while (fd >= 0 && n < MAX_AGG_KEYS && !bpf_map_get_next_key(fd, prev, &next)) {
+		key = next;
+		prev = &key;
+		if (!req_agg_sum(fd, &key, &rows[n].sum)) {
+			rows[n].key = key;
+			fs_label(key.sdev);
+			n++;
+		}
+	}
+	/*
+	 * Every (kind, filtered filesystem) is there from the first exposition on, at 0: Prometheus's increase()
+	 * cannot count what a series held when it first appeared, so a series born at the first read would lose it.
+	 */
+	for (int i = 0; fd >= 0 && i < nr_sdevs; i++) {
+		fs_label(sdevs[i]);
+#define KIND_ROW(c, v, nm) agg_row(rows, &n, sdevs[i], v);
+		FST_REQ_KINDS(KIND_ROW)
+#undef KIND_ROW
+	}
+	refresh_fs_labels();
+	struct jbuf l = {};
+	static char lab[MAX_AGG_KEYS][1024];	/* a mount label is at most 255 bytes, 510 escaped */
+	for (int i = 0; i < n; i++) {
+		l.len = 0;
+		jb_add(&l, "kind=\"%s\",", kind_name(rows[i].key.kind));
+		fs_labels_of(&l, rows[i].key.sdev);
+		snprintf(lab[i], sizeof(lab[i]), "%s", l.s);
+	}
+	free(l.s);
+
+	family(b, "fstrace_requests_total", "counter", "Requests (syscalls) of traced tasks on files of the filesystem.");
+	for (int i = 0; i < n; i++)
+		jb_add(b, "fstrace_requests_total{%s} %llu\n", lab[i], (unsigned long long)rows[i].sum.count);
+	family(b, "fstrace_request_bytes_total", "counter", "Bytes the requests returned (sum of positive return values).");
+	for (int i = 0; i < n; i++)
+		jb_add(b, "fstrace_request_bytes_total{%s} %llu\n", lab[i], (unsigned long long)rows[i].sum.bytes);
+	family(b, "fstrace_request_duration_seconds", "histogram", "Wall time of each request, syscall entry to exit.");
+	for (int i = 0; i < n; i++)
+		histogram(b, "fstrace_request_duration_seconds", lab[i], rows[i].sum.wall_hist,
+			  rows[i].sum.wall_ns / 1e9, false);
+	family(b, "fstrace_request_time_seconds_total", "counter",
+	       "Time in requests by attribution part; the parts of a request add up to its wall time.");
+	for (int i = 0; i < n; i++)
+		for (int p = 0; p < FST_NR_PARTS; p++) {
+			/* record field names end in _ns: the part is the name without it */
+			int len = (int)strlen(part_names[p]) - 3;
+			jb_add(b, "fstrace_request_time_seconds_total{%s,part=\"%.*s\"} %.9f\n", lab[i], len,
+			       part_names[p], rows[i].sum.part_ns[p] / 1e9);
+		}
+	family(b, "fstrace_pagecache_misses_total", "counter",
+	       "Folios the requests added to the page cache (their page-cache misses, readahead included).");
+	for (int i = 0; i < n; i++)
+		jb_add(b, "fstrace_pagecache_misses_total{%s} %llu\n", lab[i], (unsigned long long)rows[i].sum.pcache_adds);
+}
+
+/*
+ * Decompressions, from their records (the fentry/kprobe tiers time them; no tracepoint can): summed here per
+ * (superblock, fs, algorithm, tier) as they arrive, so the exposition has them without keeping the records.
+ */
+#define MAX_DECOMP_KEYS 64
+
+static struct decomp_sum {
+	__u32 dev;
+	__u16 fs, alg, tier;
+	unsigned long long n, errors, ns, in_bytes, out_bytes;
+} decomp_sums[MAX_DECOMP_KEYS];
+static int nr_decomp_sums;
+static unsigned long long decomp_unsummed;
+
+void expose_note_record(const void *data, size_t size)
+{
+	const struct fst_decomp *d = data;
+	if (size < sizeof(*d) || d->rec_type != FST_REC_DECOMP)
+		return;
+	int i = 0;
+	while (i < nr_decomp_sums && !(decomp_sums[i].dev == d->dev && decomp_sums[i].fs == d->fs &&
+				       decomp_sums[i].alg == d->alg && decomp_sums[i].tier == d->tier))
+		i++;
+	if (i == MAX_DECOMP_KEYS) {
+		decomp_unsummed++;
+		return;
+	}
+	struct decomp_sum *s = &decomp_sums[i];
+	if (i == nr_decomp_sums) {
+		memset(s, 0, sizeof(*s));
+		s->dev = d->dev, s->fs = d->fs, s->alg = d->alg, s->tier = d->tier;
+		nr_decomp_sums++;
+	}
+	s->n++;
+	s->errors += d->ret < 0;
+	s->ns += d->ts_end_ns > d->ts_start_ns ? d->ts_end_ns - d->ts_start_ns : 0;
+	s->in_bytes += d->in_bytes;
+	s->out_bytes += d->out_bytes;
+}
+
+static const char *fs_type_name(unsigned v)
+{
+	switch (v) {
+#define FS_CASE(c, val, n) case val: return n;
+		FST_FILESYSTEMS(FS_CASE)
+#undef FS_CASE
+	}
+	return "unknown";
+}
+
+static const char *alg_name(unsigned v)
+{
+	switch (v) {
+#define ALG_CASE(c, val, n) case val: return n;
+		FST_ALGS(ALG_CASE)
+#undef ALG_CASE
+	}
+	return "unknown";
+}
+
+static const char *decomp_tier_name(unsigned v)
+{
+	switch (v) {
+#define TIER_CASE(c, val, n) case val: return n;
+		FST_TIERS(TIER_CASE)
+#undef TIER_CASE
+	}
+	return "unknown";
+}
+
+static void decompressions(struct jbuf *b)
+{
+	static const struct {
+		const char *name, *type, *help;
+	} fams[] = {
+		{ "fstrace_decompressions_total", "counter", "Decompressions of a compressed unit (fentry/kprobe tiers only)." },
+		{ "fstrace_decompress_errors_total", "counter", "Decompressions that returned an error." },
+		{ "fstrace_decompress_seconds_total", "counter", "Time in decompression, wherever it ran." },
+		{ "fstrace_decompress_in_bytes_total", "counter", "Compressed bytes decompressed." },
+		{ "fstrace_decompress_out_bytes_total", "counter", "Bytes decompression produced." },
+	};
+	for (unsigned f = 0; f < sizeof(fams) / sizeof(fams[0]); f++) {
+		family(b, fams[f].name, fams[f].type, fams[f].help);
+		for (int i = 0; i < nr_decomp_sums; i++) {
+			const struct decomp_sum *s = &decomp_sums[i];
+			jb_add(b, "%s{device=\"%u:%u\",fs=\"%s\",alg=\"%s\",tier=\"%s\"} ", fams[f].name, s->dev >> 20,
+			       s->dev & 0xfffff, fs_type_name(s->fs), alg_name(s->alg), decomp_tier_name(s->tier));
+			if (f == 2)
+				jb_add(b, "%.9f\n", s->ns / 1e9);
+			else
+				jb_add(b, "%llu\n", f == 0 ? s->n : f == 1 ? s->errors : f == 3 ? s->in_bytes : s->out_bytes);
+		}
+	}
+	family(b, "fstrace_decompress_unsummed_total", "counter",
+	       "Decompressions beyond the 64 (device, fs, algorithm, tier) series: not in the counters above.");
+	jb_add(b, "fstrace_decompress_unsummed_total %llu\n", decomp_unsummed);
+}
+
+/* --per-comm: requests per task name (the bounded process label; tasks.bpf.c comm_agg) */
+static void per_comm(struct jbuf *b, int fd)
+{
+	if (fd < 0)
+		return;
+	static struct {
+		struct fst_comm_agg_key key;
+		struct fst_comm_agg sum;
+	} rows[FST_COMM_AGG_MAX + 1];
+	int n = 0;
+	struct fst_comm_agg_key key, next;
+	void *prev = NULL;
+	while (n < FST_COMM_AGG_MAX + 1 && !bpf_map_get_next_key(fd, prev, &next)) {
+		key = next;
+		prev = &key;
+		if (percpu_sum(fd, &key, &rows[n].sum, sizeof(rows[n].sum)))
+			continue;
+		rows[n].key = key;
+		fs_label(key.sdev);
+		n++;
+	}
+	static const char *names[] = { "fstrace_comm_requests_total", "fstrace_comm_request_bytes_total",
+				       "fstrace_comm_request_seconds_total", "fstrace_comm_io_wait_seconds_total" };
+	static const char *helps[] = {
+		"Requests per task name (at most 64 name x filesystem x kind series; later ones under comm=\"\" alone).",
+		"Bytes the requests returned, per task name.", "Wall time in requests, per task name.",
+		"I/O wait in requests, per task name.",
+	};
+	for (int f = 0; f < 4; f++) {
+		family(b, names[f], "counter", helps[f]);
+		for (int i = 0; i < n; i++) {
+			char comm[17];
+			memcpy(comm, rows[i].key.comm, 16);
+			comm[16] = 0;
+			jb_add(b, "%s{comm=\"", names[f]);
+			label_value(b, comm);
+			if (comm[0]) {
+				jb_add(b, "\",kind=\"%s\",", kind_name(rows[i].key.kind));
+				fs_labels_of(b, rows[i].key.sdev);
+				jb_add(b, "} ");
+			} else {
+				jb_add(b, "\"} ");
+			}
+			const struct fst_comm_agg *s = &rows[i].sum;
+			if (f < 2)
+				jb_add(b, "%llu\n", (unsigned long long)(f == 0 ? s->count : s->bytes));
+			else
+				jb_add(b, "%.9f\n", (f == 2 ? s->wall_ns : s->io_wait_ns) / 1e9);
+		}
+	}
+}
+
+static void filesystems(struct jbuf *b)
+{
+	family(b, "fstrace_filesystem_mounted", "gauge",
+	       "1 while the traced filesystem is mounted, 0 once it is gone (its counters stay).");
+	for (int i = 0; i < nr_fs_labels; i++) {
+		jb_add(b, "fstrace_filesystem_mounted{");
+		fs_labels_of(b, fs_labels[i].kdev);
+		jb_add(b, "} %d\n", fs_labels[i].mounted);
+	}
+}
+
+#define MAX_HIST_KEYS 1024
+
+struct hist_row {
+	struct fst_hist_key key;
+	struct fst_hist h;
+};
+
+static void block(struct jbuf *b, const struct expose_maps *m, const __u32 *devs, int nr_devs)
+{
+	static struct hist_row rows[MAX_HIST_KEYS];
+	int n = 0;
+	struct fst_hist_key key, next;
+	void *prev = NULL;
+	while (n < MAX_HIST_KEYS && !bpf_map_get_next_key(m->hists, prev, &next)) {
+		key = next;
+		prev = &key;
+		if (key.metric != FST_H_IO_BYTES && key.metric != FST_H_IO_Q2C_US && key.metric != FST_H_IO_D2C_US)
+			continue;
+		if (!bpf_map_lookup_elem(m->hists, &key, &rows[n].h)) {
+			rows[n].key = key;
+			n++;
+		}
+	}
+	/* every traced device's read series exist from the start, at 0 (see requests()) */
+	static const __u32 io_metrics[] = { FST_H_IO_BYTES, FST_H_IO_Q2C_US, FST_H_IO_D2C_US };
+	for (int d = 0; d < nr_devs; d++)
+		for (unsigned k = 0; k < sizeof(io_metrics) / sizeof(io_metrics[0]); k++) {
+			int i = 0;
+			while (i < n && !(rows[i].key.metric == io_metrics[k] && rows[i].key.dev == devs[d] &&
+					  rows[i].key.sub == 0))
+				i++;
+			if (i == n && n < MAX_HIST_KEYS) {
+				memset(&rows[n], 0, sizeof(rows[n]));
+				rows[n].key = (struct fst_hist_key){ .metric = io_metrics[k], .dev = devs[d], .sub = 0 };
+				n++;
+			}
+		}
+	static const struct {
+		__u32 metric;
+		const char *name, *help;
+	} fams[] = {
+		{ FST_H_IO_BYTES, "fstrace_block_request_bytes", "Size of each completed block request." },
+		{ FST_H_IO_Q2C_US, "fstrace_block_request_q2c_seconds",
+		  "Block request time from its first bio queued to completion (queue and device)." },
+		{ FST_H_IO_D2C_US, "fstrace_block_request_d2c_seconds",
+		  "Block request time from issue to the driver to completion (device)." },
+	};
+	family(b, "fstrace_block_requests_total", "counter", "Completed block requests on the traced devices.");
+	for (int i = 0; i < n; i++) {
+		if (rows[i].key.metric != FST_H_IO_BYTES)
+			continue;
+		unsigned long long c = 0;
+		for (int s = 0; s < FST_HIST_SLOTS; s++)
+			c += rows[i].h.slots[s];
+		jb_add(b, "fstrace_block_requests_total{device=\"%u:%u\",op=\"%s\"} %llu\n", rows[i].key.dev >> 20,
+		       rows[i].key.dev & 0xfffff, op_name(rows[i].key.sub), c);
+	}
+	for (unsigned f = 0; f < sizeof(fams) / sizeof(fams[0]); f++) {
+		family(b, fams[f].name, "histogram", fams[f].help);
+		for (int i = 0; i < n; i++) {
+			if (rows[i].key.metric != fams[f].metric)
+				continue;
+			struct fst_io_sum_key sk = { .dev = rows[i].key.dev, .op = rows[i].key.sub };
+			struct fst_io_sum s = {};
+			bpf_map_lookup_elem(m->io_sums, &sk, &s);
+			double sum = fams[f].metric == FST_H_IO_BYTES ? (double)s.bytes :
+				     fams[f].metric == FST_H_IO_Q2C_US ? s.q2c_ns / 1e9 : s.d2c_ns / 1e9;
+			char lab[64];
+			snprintf(lab, sizeof(lab), "device=\"%u:%u\",op=\"%s\"", rows[i].key.dev >> 20,
+				 rows[i].key.dev & 0xfffff, op_name(rows[i].key.sub));
+			histogram(b, fams[f].name, lab, rows[i].h.slots, sum, fams[f].metric == FST_H_IO_BYTES);
+		}
+	}
+
+	__u32 dkey, dnext;
+	struct fst_align a;
+	struct jbuf al = {}, au = {}, ac = {};
+	void *dprev = NULL;
+	while (!bpf_map_get_next_key(m->aligns, dprev, &dnext)) {
+		dkey = dnext;
+		dprev = &dkey;
+		if (bpf_map_lookup_elem(m->aligns, &dkey, &a))
+			continue;
+		unsigned ma = dkey >> 20, mi = dkey & 0xfffff;
+		jb_add(&al, "fstrace_block_aligned_4k_total{device=\"%u:%u\",edge=\"start\"} %llu\n", ma, mi,
+		       (unsigned long long)a.start_4k);
+		jb_add(&al, "fstrace_block_aligned_4k_total{device=\"%u:%u\",edge=\"end\"} %llu\n", ma, mi,
+		       (unsigned long long)a.end_4k);
+		jb_add(&au, "fstrace_block_aligned_unit_total{device=\"%u:%u\",edge=\"start\"} %llu\n", ma, mi,
+		       (unsigned long long)a.start_unit);
+		jb_add(&au, "fstrace_block_aligned_unit_total{device=\"%u:%u\",edge=\"end\"} %llu\n", ma, mi,
+		       (unsigned long long)a.end_unit);
+		jb_add(&ac, "fstrace_block_unit_crossing_total{device=\"%u:%u\"} %llu\n", ma, mi,
+		       (unsigned long long)a.cross_unit);
+	}
+	family(b, "fstrace_block_aligned_4k_total", "counter",
+	       "Completed block requests whose start (or end) offset is a multiple of 4 KiB.");
+	jb_add(b, "%s", al.s ? al.s : "");
+	family(b, "fstrace_block_aligned_unit_total", "counter",
+	       "Completed block requests whose start (or end) is a multiple of the device's unit (--dev MAJ:MIN:UNIT).");
+	jb_add(b, "%s", au.s ? au.s : "");
+	family(b, "fstrace_block_unit_crossing_total", "counter",
+	       "Completed block requests spanning a unit boundary they do not start on.");
+	jb_add(b, "%s", ac.s ? ac.s : "");
+	free(al.s);
+	free(au.s);
+	free(ac.s);
+}
+
+static void drops_and_probes(struct jbuf *b, const struct expose_maps *m, const struct expose_probes *groups,
+			     int ngroups)
+{
+	family(b, "fstrace_dropped_records_total", "counter",
+	       "Records the kernel could not queue (ring buffer full), by record type.");
+#define DROP_LINE(c, v, n) \
+	jb_add(b, "fstrace_dropped_records_total{type=\"%s\"} %llu\n", n, (unsigned long long)sum_drops(m->drops, c));
+	FST_REC_TYPES(DROP_LINE)
+#undef DROP_LINE
+	family(b, "fstrace_unaggregated_requests_total", "counter",
+	       "Requests that reached user space as records because the in-kernel aggregate was full: not counted above.");
+	jb_add(b, "fstrace_unaggregated_requests_total %llu\n", expose_unaggregated_requests);
+	family(b, "fstrace_expired_in_flight_total", "counter",
+	       "Bios and block requests whose completion was never seen (expired after FST_STALE_NS).");
+	jb_add(b, "fstrace_expired_in_flight_total{what=\"bio\"} %llu\n", expose_expired_bios);
+	jb_add(b, "fstrace_expired_in_flight_total{what=\"request\"} %llu\n", expose_expired_requests);
+	family(b, "fstrace_probe_info", "gauge", "1 for every probe, with the tier it is attached at (or unavailable).");
+	for (int g = 0; g < ngroups; g++)
+		for (int i = 0; i < groups[g].n; i++)
+			jb_add(b, "fstrace_probe_info{probe=\"%s\",tier=\"%s\"} 1\n", groups[g].probes[i].name,
+			       tier_name(groups[g].probes[i].tier));
+	/* events the kernel did not deliver to a program (its recursion guard: the program was already running
+	 * on that CPU); an unseen context switch shows as the "missed" part of the requests */
+	family(b, "fstrace_probe_missed_runs_total", "counter",
+	       "Runs of an attached probe's programs the kernel skipped (events fstrace did not see).");
+	for (int g = 0; g < ngroups; g++)
+		for (int i = 0; i < groups[g].n; i++) {
+			const struct probe *p = &groups[g].probes[i];
+			if (p->tier == TIER_NONE || !p->prog)
+				continue;
+			unsigned long long missed = 0;
+			struct bpf_program *progs[2] = { p->prog, p->exit_prog };
+			for (int k = 0; k < 2; k++) {
+				struct bpf_prog_info info = {};
+				__u32 len = sizeof(info);
+				if (progs[k] && !bpf_obj_get_info_by_fd(bpf_program__fd(progs[k]), &info, &len))
+					missed += info.recursion_misses;
+			}
+			jb_add(b, "fstrace_probe_missed_runs_total{probe=\"%s\"} %llu\n", p->name, missed);
+		}
+}
+
+int expose_write(const char *path, const struct expose_maps *m, const struct expose_probes *groups, int ngroups,
+		 const __u32 *sdevs, int nr_sdevs, const __u32 *devs, int nr_devs, double start_time_s)
+{
+	static struct jbuf b;	/* reused: its size settles at the exposition's, so memory stays flat */
+	b.len = 0;
+	requests(&b, m->req_agg, sdevs, nr_sdevs);
+	per_comm(&b, m->comm_agg);
+	filesystems(&b);
+	decompressions(&b);
+	block(&b, m, devs, nr_devs);
+	drops_and_probes(&b, m, groups, ngroups);
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	family(&b, "fstrace_start_time_seconds", "gauge", "When the collector started (its counters start at 0 then).");
+	jb_add(&b, "fstrace_start_time_seconds %.3f\n", start_time_s);
+	family(&b, "fstrace_last_update_time_seconds", "gauge", "When this exposition was written.");
+	jb_add(&b, "fstrace_last_update_time_seconds %.3f\n", now.tv_sec + now.tv_nsec / 1e9);
+
+	char *tmp;
+	if (asprintf(&tmp, "%s.tmp", path) < 0)
+		return -ENOMEM;
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	int err = 0;
+	if (fd < 0) {
+		err = -errno;
+	} else {
+		size_t off = 0;
+		while (off < b.len) {
+			ssize_t w = write(fd, b.s + off, b.len - off);
+			if (w < 0) {
+				if (errno == EINTR)
+					continue;
+				err = -errno;
+				break;
+			}
+			off += w;
+		}
+		if (close(fd) && !err)
+			err = -errno;
+		if (!err && rename(tmp, path))
+			err = -errno;
+		if (err)
+			unlink(tmp);
+	}
+	free(tmp);
+	return err;
+}

@@ -1,0 +1,43 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+#ifndef FSTRACE_EXPOSE_H
+#define FSTRACE_EXPOSE_H
+
+/*
+ * The in-kernel aggregates as a Prometheus text exposition (format 0.0.4), rewritten atomically (a temporary
+ * file in the same directory, then rename) so a reader -- fstrace serve, node_exporter's textfile collector,
+ * a shell on a box without Python -- only ever sees a complete one.  Counters are cumulative from the
+ * collector's start and never reset; times in seconds, sizes in bytes.
+ */
+#include <linux/types.h>
+#include "records.h"
+#include "tiers.h"
+
+struct expose_maps {
+	int req_agg;	/* tasks.bpf.c req_agg (per CPU), -1 without request tracing (--block-only) */
+	int hists, aligns, drops, io_sums;
+	int comm_agg;	/* tasks.bpf.c comm_agg (per CPU), -1 without --per-comm */
+};
+
+struct expose_probes {
+	const struct probe *probes;
+	int n;
+};
+
+/* request records that reached user space under --records none (req_agg was full): not in the counters */
+extern unsigned long long expose_unaggregated_requests;
+/* bios and block requests expired in flight (the collector's expire_stale) */
+extern unsigned long long expose_expired_bios, expose_expired_requests;
+
+/* every record the ring buffer delivers: decompressions are summed (the only figures taken from records) */
+void expose_note_record(const void *data, size_t size);
+
+/* Write path now; 0, or a negative errno (path is then left as it was).  sdevs: the filesystems filtered on,
+ * devs: the traced block devices (kernel dev_t), whose series are written from the start, at 0. */
+int expose_write(const char *path, const struct expose_maps *m, const struct expose_probes *groups, int ngroups,
+		 const __u32 *sdevs, int nr_sdevs, const __u32 *devs, int nr_devs, double start_time_s);
+
+/* helpers the collector shares with its results header */
+int req_agg_sum(int fd, const struct fst_req_agg_key *key, struct fst_req_agg *sum);
+__u64 sum_drops(int fd, __u32 idx);
+
+#endif

@@ -1,0 +1,259 @@
+"""fstrace serve: the collector keeps only in-kernel aggregates (no record stream) and rewrites a Prometheus text
+exposition of them every interval (user/expose.c); this serves that file's last complete version on /metrics.
+
+The collector runs in its own session, so a terminal's Ctrl-C or hangup reaches only this process, which then
+stops it in order (SIGTERM: it detaches its programs and exits 0) or asks it to rewrite its file (SIGHUP).
+"""
+import http.server
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+
+from user.system import FstraceError, mounts
+
+# what serve runs the collector with beyond the filters (scripts/bench_overhead.py measures exactly these)
+COLLECTOR_OPTIONS = ["--records", "none", "--no-io-records", "--sample-hz", "0"]
+DEFAULT_LISTEN = "127.0.0.1:9464"
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# a scraper holds a thread while it is connected: bounded in number and in time, so slow or stuck clients can
+# neither exhaust the process nor keep one forever; over the bound a connection is closed at once
+MAX_CONNECTIONS = 256
+CLIENT_TIMEOUT_S = 10
+READY_TIMEOUT_S = 120
+STOP_TIMEOUT_S = 30
+
+
+def add_arguments(p):
+    p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="ADDR:PORT",
+                   help="where to serve /metrics (default %(default)s; port 0: any free port, printed)")
+    p.add_argument("--textfile", metavar="FILE",
+                   help="keep the exposition in FILE (e.g. node_exporter's textfile directory, *.prom) rather "
+                        "than a private temporary file; it is replaced atomically")
+    p.add_argument("--per-comm", action="store_true",
+                   help="also count requests per task name: at most 64 (name, filesystem, kind) series, later ones "
+                        "together under comm=\"\" (one more map update per request)")
+    p.add_argument("--update-interval", type=float, default=1.0, metavar="SEC",
+                   help="how often the collector rewrites the exposition (default %(default)s)")
+
+
+def parse_listen(s):
+    """ADDR:PORT (an IPv6 address in brackets) -> (addr, port)."""
+    host, sep, port = (s or "").rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise FstraceError("--listen wants ADDR:PORT (e.g. %s), got %r" % (DEFAULT_LISTEN, s))
+    return host, int(port)
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    timeout = CLIENT_TIMEOUT_S  # a client that sends half a request is dropped after this
+    protocol_version = "HTTP/1.0"  # one request per connection: an idle keep-alive cannot pin a thread
+    server_version = "fstrace-serve"
+
+    def do_GET(self):
+        self.reply(body=True)
+
+    def do_HEAD(self):
+        self.reply(body=False)
+
+    def reply(self, body):
+        if self.path.split("?", 1)[0] != "/metrics":
+            self.send_error(404, "only /metrics is served")
+            return
+        try:
+            with open(self.server.exposition, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            self.send_error(503, "exposition not readable: %s" % e.strerror)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", CONTENT_TYPE)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if body:
+            self.wfile.write(data)
+
+    def log_message(self, fmt, *args):
+        pass  # one line per scrape would fill a journal over weeks
+
+
+class Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128
+
+    def __init__(self, addr, exposition):
+        self.exposition = exposition
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        if ":" in addr[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(addr, Handler)
+
+    def process_request(self, request, client_address):
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except Exception:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+    def handle_error(self, request, client_address):
+        pass  # a client gone mid-response (broken pipe, reset): nothing to do, the next scrape is unaffected
+
+
+def watch_mounts(chosen, state, progress):
+    """Say when a traced mount goes away or comes back (the collector's fstrace_filesystem_mounted says it too);
+    True when one is back from another device, which the filters must be resolved again to follow."""
+    now = mounts()
+    moved = False
+    for m in chosen:
+        here = [x for x in now if x[0] == m[0]]
+        st = "mounted" if any(x[3] == m[3] for x in here) else ("other" if here else "gone")
+        if state.get(m[0], "mounted") != st:
+            if st == "gone":
+                progress("serve: %s is no longer mounted; its counters stay, fstrace_filesystem_mounted is 0"
+                         % m[0])
+            elif st == "other":
+                progress("serve: %s is mounted again from another device (%d:%d): following it, counters restart"
+                         % ((m[0],) + next(x[3] for x in here)))
+                moved = True
+            else:
+                progress("serve: %s is mounted again from the same device; counting on" % m[0])
+        state[m[0]] = st
+    return moved
+
+
+def wait_ready(proc, fd, stop):
+    """Until the collector writes "ready" on fd; False if it exited or we were told to stop first."""
+    left = READY_TIMEOUT_S
+    while left > 0 and not stop.is_set():
+        if select.select([fd], [], [], 0.5)[0]:
+            return os.read(fd, 16) == b"ready\n"
+        if proc.poll() is not None:
+            return False
+        left -= 0.5
+    return False
+
+
+def start_collector(collector_argv, path, args, stop):
+    """The collector, aggregate-only, rewriting path; None if told to stop while it started."""
+    r, w = os.pipe()
+    argv = collector_argv + COLLECTOR_OPTIONS + (["--per-comm"] if args.per_comm else []) + [
+        "--exposition", path, "--exposition-interval", str(args.update_interval), "--ready-fd", str(w)]
+    proc = subprocess.Popen(argv, pass_fds=(w,), start_new_session=True, stdin=subprocess.DEVNULL)
+    os.close(w)
+    try:
+        ready = wait_ready(proc, r, stop)
+    finally:
+        os.close(r)
+    if ready:
+        return proc
+    if proc.poll() is None:
+        stop_collector(proc, lambda msg: None)
+    if stop.is_set():
+        return None
+    raise FstraceError("the collector did not start (exit %s); see its message above" % proc.poll())
+
+
+def serve(listen, resolve, args, progress):
+    """resolve() -> (mounts chosen, collector argv of the filters): at start, and again when a mount moved."""
+    if not 0 < args.update_interval <= 3600:
+        raise FstraceError("--update-interval wants seconds above 0 and at most 3600, got %s" % args.update_interval)
+    chosen, collector_argv = resolve()
+    private = None
+    if args.textfile:
+        path = os.path.abspath(args.textfile)
+        if not os.path.isdir(os.path.dirname(path)):
+            raise FstraceError("--textfile %s: no such directory %s" % (args.textfile, os.path.dirname(path)))
+    else:
+        private = tempfile.mkdtemp(prefix="fstrace-serve-")
+        path = os.path.join(private, "metrics.prom")
+    stop, hup = threading.Event(), threading.Event()
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    signal.signal(signal.SIGINT, lambda *a: stop.set())
+    signal.signal(signal.SIGTERM, lambda *a: stop.set())
+    signal.signal(signal.SIGHUP, lambda *a: hup.set())
+    server = proc = None
+    serving = False
+    rc = 1
+    try:
+        try:  # bound before anything is loaded: a port in use is one line and no BPF
+            server = Server(listen, path)
+        except OSError as e:
+            raise FstraceError("--listen %s: %s" % (args.listen, e.strerror or e))
+        proc = start_collector(collector_argv, path, args, stop)
+        if not proc:
+            return 0
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5}, daemon=True).start()
+        serving = True
+        host, port = server.server_address[:2]
+        progress("serving http://%s:%d/metrics for %s; SIGTERM or Ctrl-C stops, SIGHUP rewrites %s"
+                 % ("[%s]" % host if ":" in host else host, port,
+                    ", ".join(m[0] for m in chosen) or "all filesystems", path))
+        state = {}
+        ended = False
+        while not stop.wait(1.0):
+            if hup.is_set():
+                hup.clear()
+                if not ended:
+                    proc.send_signal(signal.SIGHUP)
+            if not ended and proc.poll() is not None:
+                if proc.returncode != 0 or not args.pid:
+                    raise FstraceError("the collector exited (%d); see its message above" % proc.returncode)
+                ended = True  # --pid: every traced process is gone; its final counters stay served
+                progress("serve: the traced processes have exited; serving their final counters until stopped")
+            if watch_mounts(chosen, state, progress) and not ended:
+                try:
+                    chosen, collector_argv = resolve()
+                except FstraceError as e:
+                    progress("serve: cannot follow it (%s); the old filters stay" % e)
+                    continue
+                # the old collector's file stays served until the new one has written its first
+                if not stop_collector(proc, progress):
+                    return 1
+                proc = start_collector(collector_argv, path, args, stop)
+                if not proc:
+                    return 0
+                state = {}
+        rc = 0
+    finally:
+        if serving:
+            server.shutdown()  # waits for serve_forever to return (it never returns if it never ran)
+        if server:
+            server.server_close()
+        if proc and not stop_collector(proc, progress):
+            rc = 1
+        if private:
+            shutil.rmtree(private, ignore_errors=True)
+        for s, h in old.items():
+            signal.signal(s, h)
+    return rc
+
+
+def stop_collector(proc, progress):
+    """SIGTERM (it detaches and exits 0); False if it had to be killed or failed."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            progress("serve: the collector did not stop in %d s and was killed" % STOP_TIMEOUT_S)
+            return False
+    if proc.returncode != 0:
+        progress("serve: the collector exited %d" % proc.returncode)
+        return False
+    return True
