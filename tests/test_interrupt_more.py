@@ -5,6 +5,7 @@ import glob
 import os
 import signal
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -93,9 +94,20 @@ def machine_state(fstrace_pid):
 
 
 def start_run(out, *extra, scale="0.25", workload="tar-data"):
-    return subprocess.Popen([FSTRACE, "run", "--fs", "erofs", "--workload", workload, "--scale", scale,
-                             "--cache", CACHE, "-o", str(out)] + list(extra),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # output to files, not pipes: a workload left behind (the failure looked for) would hold pipes open
+    err = tempfile.TemporaryFile("w+")
+    p = subprocess.Popen([FSTRACE, "run", "--fs", "erofs", "--workload", workload, "--scale", scale,
+                          "--cache", CACHE, "-o", str(out)] + list(extra),
+                         stdout=subprocess.DEVNULL, stderr=err, text=True)
+    p.errfile = err
+    return p
+
+
+def finish(p, timeout=120):
+    """Wait for p; its stderr."""
+    p.wait(timeout=timeout)
+    p.errfile.seek(0)
+    return p.errfile.read()
 
 
 def wait_tracing(p, want=("tar",)):
@@ -103,7 +115,7 @@ def wait_tracing(p, want=("tar",)):
     the workload's processes (by comm) that are then alive."""
     deadline = time.time() + 600
     while time.time() < deadline:
-        assert p.poll() is None, "run ended before it could be signalled:\n" + p.stderr.read()
+        assert p.poll() is None, "run ended before it could be signalled:\n" + finish(p)
         kids = children(p.pid)
         coll = [k for k in kids if comm(k) == "fstrace-collect"]
         work = [k for k in kids if comm(k) in want]
@@ -149,31 +161,48 @@ def test_signal_to_fstrace_alone_ends_the_whole_workload(tmp_path, sig, delayacc
     """kill PID (systemd, CI runners): only fstrace gets it, not its process group."""
     out = tmp_path / "out"
     p = start_run(out)
-    coll, work = wait_tracing(p)
+    coll, tar = wait_tracing(p)
     progs = prog_ids_of(coll)
-    work = [k for k in children(coll)]  # the workload tree: sh, tar, cat
+    work = children(coll)  # the workload tree: sh, tar, cat
     assert delayacct() == 1
-    os.kill(p.pid, sig)
-    err = p.communicate(timeout=120)[1]
-    assert p.returncode == 130, err
-    assert "Traceback" not in err and "cleanup incomplete" not in err, err
-    assert "interrupted; cleaned up, no results written" in err
-    assert_clean(p.pid, coll, progs, work, out, 0)
+    # tar stopped: it would never finish by itself, and holds the mount busy until it is killed (a workload
+    # that ignores or is slow to act on signals)
+    os.kill(tar[0], signal.SIGSTOP)
+    try:
+        os.kill(p.pid, sig)
+        err = finish(p)
+        assert p.returncode == 130, err
+        assert "Traceback" not in err and "cleanup incomplete" not in err, err
+        assert "interrupted; cleaned up, no results written" in err
+        assert_clean(p.pid, coll, progs, work, out, 0)
+    finally:
+        kill_all(work)
+
+
+def kill_all(pids):
+    """After a failure: leave no stopped workload holding a mount on the shared machine."""
+    for w in pids:
+        if alive(w):
+            os.kill(w, signal.SIGKILL)
 
 
 def test_collector_killed_ends_workload_and_says_so(tmp_path, delayacct_off):
     out = tmp_path / "out"
     p = start_run(out)
-    coll, _ = wait_tracing(p)
+    coll, tar = wait_tracing(p)
     progs = prog_ids_of(coll)
     work = children(coll)
-    os.kill(coll, signal.SIGKILL)
-    err = p.communicate(timeout=120)[1]
-    assert p.returncode == 1, err
-    lines = [l for l in err.splitlines() if "error" in l]
-    assert lines == ["fstrace: error: collector killed by SIGKILL; no results"], err
-    assert "see its message above" not in err
-    assert_clean(p.pid, coll, progs, work, out, 0)
+    os.kill(tar[0], signal.SIGSTOP)  # still busy on the mount when the collector dies
+    try:
+        os.kill(coll, signal.SIGKILL)
+        err = finish(p)
+        assert p.returncode == 1, err
+        lines = [l for l in err.splitlines() if "error" in l]
+        assert lines == ["fstrace: error: collector killed by SIGKILL; no results"], err
+        assert "see its message above" not in err
+        assert_clean(p.pid, coll, progs, work, out, 0)
+    finally:
+        kill_all(work)
 
 
 def test_sigkill_of_fstrace_leftovers_removed_by_next_start(tmp_path, delayacct_off):
@@ -189,7 +218,7 @@ def test_sigkill_of_fstrace_leftovers_removed_by_next_start(tmp_path, delayacct_
     assert os.path.exists(state)
     os.kill(coll, signal.SIGSTOP)
     os.kill(p.pid, signal.SIGKILL)
-    p.wait(timeout=60)  # not communicate(): the stopped collector holds the pipes open
+    p.wait(timeout=60)
     before = machine_state(p.pid)
     assert before["mounts"] and before["loops"] and before["cgroups"] and before["state"], before
     assert alive(coll) and os.path.isdir(str(out) + ".partial")
@@ -216,7 +245,7 @@ def test_live_run_is_never_swept(tmp_path):
     assert "leftover" not in q.stderr, q.stderr
     assert alive(coll) and machine_state(p.pid)["mounts"]
     p.send_signal(signal.SIGINT)
-    p.communicate(timeout=120)
+    finish(p)
 
 
 def test_delayacct_shared_by_overlapping_collectors(tmp_path, delayacct_off):
@@ -248,8 +277,8 @@ def test_same_output_twice_second_fails_first_untouched(tmp_path):
         "fstrace: error: output directory %s is being written by another fstrace run" % out), q.stderr
     assert "running" not in q.stderr  # refused before any work
     assert os.path.isdir(str(out) + ".partial")
-    p.communicate(timeout=600)
-    assert p.returncode == 0
+    err = finish(p, timeout=600)
+    assert p.returncode == 0, err
     assert (out / "summary.json").exists()
 
 

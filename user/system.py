@@ -153,6 +153,8 @@ class RunState:
         self._write()
 
     def close(self):
+        if self.doc["items"]:  # cleanup incomplete (target busy...): the next start retries, once we are gone
+            return
         with contextlib.suppress(OSError):
             os.unlink(self.path)
 
