@@ -1422,6 +1422,20 @@ static int drain_ring(struct ring_buffer *rb, int timeout_ms)
 	return m < 0 ? m : n + m;
 }
 
+/* the end of tracing: every BPF object destroyed (programs, links, maps), the ring buffer freed */
+static void detach_all(struct ring_buffer *rb, struct block_bpf *blk, struct tasks_bpf *tsk, struct erofs_bpf *ero,
+		       struct squashfs_bpf *sqf, struct btrfs_bpf *btr, struct sample_bpf *smp)
+{
+	ring_buffer__free(rb);
+	if (tsk)
+		tasks_bpf__destroy(tsk);
+	sample_bpf__destroy(smp);
+	erofs_bpf__destroy(ero);
+	squashfs_bpf__destroy(sqf);
+	btrfs_bpf__destroy(btr);
+	block_bpf__destroy(blk);
+}
+
 int main(int argc, char **argv)
 {
 	parse_args(argc, argv);
@@ -1728,16 +1742,7 @@ int main(int argc, char **argv)
 	if (opt.exposition && (err = EXPOSE()))
 		fprintf(stderr, "fstrace-collect: writing %s: %s\n", opt.exposition, strerror(-err));
 	if (!opt.out) {	/* an exporter: its file is the exposition, already final */
-		if (delayacct_was == 0)
-			delayacct_set(0);
-		ring_buffer__free(rb);
-		if (tsk)
-			tasks_bpf__destroy(tsk);
-		sample_bpf__destroy(smp);
-		erofs_bpf__destroy(ero);
-		squashfs_bpf__destroy(sqf);
-		btrfs_bpf__destroy(btr);
-		block_bpf__destroy(blk);
+		detach_all(rb, blk, tsk, ero, sqf, btr, smp);
 		fprintf(stderr, "fstrace-collect: detached\n");
 		return 0;
 	}
@@ -1814,7 +1819,7 @@ int main(int argc, char **argv)
 	FST_REC_TYPES(DROPS_JSON)
 	jb_add(&h, "},");
 	jb_add(&h, "\"delayacct\":{\"was\":%d,\"enabled_for_tracing\":%s},", delayacct_was,
-	       delayacct_was == 0 ? "true" : "false");
+	       delayacct_held && delayacct_was == 0 ? "true" : "false");
 	jb_add(&h, "\"task_state\":{\"store\":\"%s\",\"why\":", opt.block_only ? "none" :
 	       task_storage_on ? "task_storage" : "pid_hash");
 	jb_str(&h, opt.block_only ? "--block-only: no requests" : task_state_why);
@@ -1847,14 +1852,7 @@ int main(int argc, char **argv)
 	json_requests_counted(&h, tsk);
 	jb_add(&h, "},\"config\":%s}", meta);
 
-	ring_buffer__free(rb);
-	if (tsk)
-		tasks_bpf__destroy(tsk);
-	sample_bpf__destroy(smp);
-	erofs_bpf__destroy(ero);
-	squashfs_bpf__destroy(sqf);
-	btrfs_bpf__destroy(btr);
-	block_bpf__destroy(blk);
+	detach_all(rb, blk, tsk, ero, sqf, btr, smp);
 
 	err = results_finish(&res, h.s);
 	free(h.s);
