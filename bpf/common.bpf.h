@@ -110,6 +110,33 @@ static __always_inline void offcpu_add(__s32 stack_id, __u32 reason, __u64 ns)
 		bpf_map_update_elem(&offcpu, &k, &ns, BPF_NOEXIST);
 }
 
+/*
+ * Off-CPU stacks taken at the switch back in (cfg.offcpu_at_switch_in: storage mode, where sched_switch is
+ * tp_btf and hands over the task about to run).  Its saved kernel stack is where it slept, and walking it
+ * then, once the interval's length is known, lets the walk be skipped for most short intervals (threshold
+ * sampling, see offcpu_credit in tasks.bpf.c): the walk was 1.7-2.3 us of every switch out of a request.
+ * bpf_get_task_stack gives frames, not a stack id, so the frames are kept here under a 31-bit hash of them;
+ * a different stack under the same hash is not merged but counted as lost, as the stack-trace map does.
+ * The value layout is the stack-trace map's (frames, zero-filled), so the collector folds either alike.
+ */
+struct fst_kstack {
+	__u64 ips[MAX_STACK_DEPTH];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct fst_kstack);
+} kstack_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, struct fst_kstack);
+} offcpu_kstacks SEC(".maps");
+
 /* include/trace/events/lock.h: contention_begin flags */
 #ifndef LCB_F_SPIN
 #define LCB_F_SPIN (1U << 0)
