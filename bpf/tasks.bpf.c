@@ -401,11 +401,11 @@ static __always_inline void offcpu_credit(struct task_req *r, struct task_struct
 }
 
 static __always_inline int handle_switch(void *ctx, bool preempt, struct task_struct *prev,
-					 struct task_struct *next, unsigned int prev_state)
+					 struct task_struct *next, unsigned int prev_state, bool btf)
 {
 	__u64 now = bpf_ktime_get_ns();
-	__u32 prev_pid = BPF_CORE_READ(prev, pid);
-	__u32 next_pid = BPF_CORE_READ(next, pid);
+	__u32 prev_pid = FST_FIELD(btf, prev, pid);
+	__u32 next_pid = FST_FIELD(btf, next, pid);
 
 	struct task_req *r = req_of(prev, prev_pid);
 	if (r) {
@@ -424,7 +424,8 @@ static __always_inline int handle_switch(void *ctx, bool preempt, struct task_st
 		r->off_preempted = preempt || prev_state == 0;
 		/* waiting for I/O: in io_schedule() (the kernel's own iowait, as delay accounting counts it,
 		 * which also covers bios held back by block throttling), or its own block I/O is in flight */
-		r->off_io = BPF_CORE_READ_BITFIELD_PROBED(prev, in_iowait) || inflight_get(prev_pid) > 0;
+		r->off_io = (btf ? BPF_CORE_READ_BITFIELD(prev, in_iowait) : BPF_CORE_READ_BITFIELD_PROBED(prev, in_iowait)) ||
+			    inflight_get(prev_pid) > 0;
 		r->off_lock = r->lock_addr != 0;
 		r->nr_switches++;
 	}
@@ -484,9 +485,9 @@ static __always_inline int handle_switch(void *ctx, bool preempt, struct task_st
 	return 0;
 }
 
-static __always_inline int handle_wakeup(struct task_struct *p)
+static __always_inline int handle_wakeup(struct task_struct *p, bool btf)
 {
-	__u32 pid = BPF_CORE_READ(p, pid);
+	__u32 pid = FST_FIELD(btf, p, pid);
 	struct task_req *r = req_of(p, pid);
 	if (!r || !r->off_ts || r->wake_ts)
 		return 0;
@@ -633,16 +634,16 @@ int BPF_PROG(sys_exit_raw, struct pt_regs *regs, long ret) { return handle_sys_e
 SEC("tp_btf/sched_switch")
 int BPF_PROG(sched_switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
-{ return handle_switch(ctx, preempt, prev, next, prev_state); }
+{ return handle_switch(ctx, preempt, prev, next, prev_state, true); }
 SEC("raw_tp/sched_switch")
 int BPF_PROG(sched_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
-{ return handle_switch(ctx, preempt, prev, next, prev_state); }
+{ return handle_switch(ctx, preempt, prev, next, prev_state, false); }
 
 SEC("tp_btf/sched_wakeup")
-int BPF_PROG(sched_wakeup_btf, struct task_struct *p) { return handle_wakeup(p); }
+int BPF_PROG(sched_wakeup_btf, struct task_struct *p) { return handle_wakeup(p, true); }
 SEC("raw_tp/sched_wakeup")
-int BPF_PROG(sched_wakeup_raw, struct task_struct *p) { return handle_wakeup(p); }
+int BPF_PROG(sched_wakeup_raw, struct task_struct *p) { return handle_wakeup(p, false); }
 
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(sched_process_fork_btf, struct task_struct *parent, struct task_struct *child)
