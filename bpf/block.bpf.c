@@ -421,7 +421,8 @@ static __always_inline int handle_work_end(void)
 	__u32 pid = (__u32)bpf_get_current_pid_tgid();
 	struct work_start *ws = bpf_map_lookup_elem(&work_running, &pid);
 	if (ws) {
-		struct fst_work *rec = record_reserve(FST_REC_WORK, sizeof(*rec));
+		/* --records none (fstrace serve): the worker parts are in the counted requests; no record is read */
+		struct fst_work *rec = cfg.records_none ? NULL : record_reserve(FST_REC_WORK, sizeof(*rec));
 		if (rec) {
 			rec->ts_queue_ns = ws->ts_queue;
 			rec->ts_start_ns = ws->ts_start;

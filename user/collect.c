@@ -1850,7 +1850,8 @@ int main(int argc, char **argv)
 	       task_storage_on ? "task_storage" : "pid_hash");
 	jb_str(&h, opt.block_only ? "--block-only: no requests" : task_state_why);
 	jb_add(&h, "},\"request_records\":{\"mode\":\"%s\",\"record_over_ns\":%llu},",
-	       opt.records_all ? "all" : "slow", (unsigned long long)(opt.record_over_us * 1000.0));
+	       opt.records_all ? "all" : opt.records_none ? "none" : "slow",
+	       (unsigned long long)(opt.record_over_us * 1000.0));
 	jb_add(&h, "\"io_stack_sampling\":{\"mode\":\"%s\",\"every_ns\":%llu,\"unsampled_id\":%d},",
 	       !opt.sample_hz ? "off" : opt.io_stacks_all ? "all" : "sampled", FST_IO_STACK_EVERY_NS,
 	       FST_STACK_UNSAMPLED);
