@@ -102,7 +102,8 @@ HEADER_SCHEMA = {
     "task_state": Opt({"store": str, "why": str}),
     "request_records": Opt({"mode": str, "record_over_ns": COUNT}),
     "io_stack_sampling": Opt({"mode": str, "every_ns": COUNT, "unsampled_id": INT}),
-    "offcpu": Opt(Null({"folded": Opt(ListOf(Tuple(str, INT, INT))), "stack_lost_ns": Opt(INT),
+    "offcpu": Opt(Null({"walked_at": Opt(str), "sampling": Opt(str), "threshold_ns": Opt(COUNT),
+                        "folded": Opt(ListOf(Tuple(str, INT, INT))), "stack_lost_ns": Opt(INT),
                         "stack_lost_ns_by_reason": Opt(MapOf(INT))})),
     "kernel_aggregates": Opt({"histograms": Opt(ListOf({"metric": INT, "dev": INT, "slots": ListOf(INT)})),
                               # records.h fst_req_agg: the requests counted instead of recorded

@@ -192,8 +192,28 @@ def offcpu_summary(header, top=3):
     return {"by_reason": by_reason,
             "stack_lost_ns": header["offcpu"].get("stack_lost_ns", 0),
             "stack_lost_ns_by_reason": stack_lost_by_reason(header),
-            "method": "kernel stack at every switch-out of a traced thread inside a request, weighted by the "
-                      "time until it ran again; lock_wait = switched out inside a lock's contention_begin/end"}
+            "threshold_ns": offcpu_threshold_ns(header),
+            "method": offcpu_method(header)}
+
+
+def offcpu_threshold_ns(header):
+    """The off-CPU stacks' sampling threshold T (0: every interval's stack, exact)."""
+    off = header.get("offcpu") or {}
+    return off.get("threshold_ns", 0) if off.get("sampling") == "threshold" else 0
+
+
+def offcpu_method(header):
+    t = offcpu_threshold_ns(header)
+    where = "switch back in" if (header.get("offcpu") or {}).get("walked_at") == "switch_in" else "switch-out"
+    how = ("kernel stack where a traced thread slept inside a request, walked at its %s, weighted by the time "
+           "until it ran again; lock_wait = switched out inside a lock's contention_begin/end" % where)
+    if not t:
+        return how + "; every interval (exact)"
+    how += ("; the kernel's walk of a sleeping task leaves out scheduler functions (io_schedule, the mutex and "
+            "rwsem slow paths, wait_for_completion), so a stack ends at the function that blocked")
+    return how + ("; threshold-sampled: intervals of %d us or more always, shorter ones with probability "
+                  "length/%d us and weighted %d us, so a stack's time is unbiased with standard error at most "
+                  "sqrt(%d us x its time); each reason's total is exact in the attribution" % ((t // 1000,) * 4))
 
 
 # which filesystem path queued a block request, from the kernel stack it was queued from (first match wins;

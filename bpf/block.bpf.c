@@ -63,17 +63,18 @@ struct {
 	__type(value, struct fst_io_sum);
 } io_sums SEC(".maps");
 
-static __always_inline __u32 bio_dev(struct bio *bio)
+static __always_inline __u32 bio_dev(struct bio *bio, bool btf)
 {
-	return BPF_CORE_READ(bio, bi_bdev, bd_dev);
+	struct block_device *bdev = FST_FIELD(btf, bio, bi_bdev);	/* FST_FIELD does not nest */
+	return FST_FIELD(btf, bdev, bd_dev);
 }
 
-static __always_inline __u32 rq_dev(struct request *rq)
+static __always_inline __u32 rq_dev(struct request *rq, bool btf)
 {
 	if (bpf_core_field_exists(rq->part)) {
-		struct block_device *part = BPF_CORE_READ(rq, part);
+		struct block_device *part = FST_FIELD(btf, rq, part);
 		if (part)
-			return BPF_CORE_READ(part, bd_dev);
+			return FST_FIELD(btf, part, bd_dev);
 	}
 	struct gendisk *disk = BPF_CORE_READ(rq, q, disk);
 	return KDEV(BPF_CORE_READ(disk, major), BPF_CORE_READ(disk, first_minor));
@@ -129,9 +130,9 @@ static __always_inline __s32 io_stack(void *ctx, __u64 now)
 	return bpf_get_stackid(ctx, &stacks, 0);
 }
 
-static __always_inline int handle_bio_queue(void *ctx, struct bio *bio)
+static __always_inline int handle_bio_queue(void *ctx, struct bio *bio, bool btf)
 {
-	__u32 dev = bio_dev(bio);
+	__u32 dev = bio_dev(bio, btf);
 	if (!dev_cfg(dev))
 		return 0;
 	/* a split remainder is queued again: keep the time it was first queued */
@@ -147,9 +148,9 @@ static __always_inline int handle_bio_queue(void *ctx, struct bio *bio)
 }
 
 /* the front part split off a bio inherits the queue time and owner of its parent (bio_chain: bi_private) */
-static __always_inline int handle_bio_split(struct bio *split)
+static __always_inline int handle_bio_split(struct bio *split, bool btf)
 {
-	__u32 dev = bio_dev(split);
+	__u32 dev = bio_dev(split, btf);
 	if (!dev_cfg(dev))
 		return 0;
 	void *parent = BPF_CORE_READ(split, bi_private);
@@ -208,9 +209,9 @@ static int walk_bio(__u32 i, struct rq_walk *w)
 	return 0;
 }
 
-static __always_inline int handle_rq_issue(struct request *rq)
+static __always_inline int handle_rq_issue(struct request *rq, bool btf)
 {
-	__u32 dev = rq_dev(rq);
+	__u32 dev = rq_dev(rq, btf);
 	struct fst_dev_cfg *dc = dev_cfg(dev);
 	if (!dc)
 		return 0;
@@ -224,7 +225,7 @@ static __always_inline int handle_rq_issue(struct request *rq)
 
 	struct fst_rq_start r = { .ts_issue = now, .stack = -1 };
 	/* bpf_loop, not a C loop: the 6.1 verifier rejects loops that close on a fall-through edge */
-	struct rq_walk w = { .bio = BPF_CORE_READ(rq, bio), .r = &r };
+	struct rq_walk w = { .bio = FST_FIELD(btf, rq, bio), .r = &r };
 	bpf_loop(MAX_RQ_BIOS, walk_bio, &w, 0);
 	bpf_map_update_elem(&rq_starts, &rq, &r, BPF_ANY);
 
@@ -232,7 +233,7 @@ static __always_inline int handle_rq_issue(struct request *rq)
 		bpf_map_update_elem(&loop_owner, &dev, &r.pid, BPF_ANY);
 	/* backing-device requests done for a loop request are the same I/O one level down: count it once */
 	if (r.charge == FST_CHARGE_DIRECT)
-		req_note_io(r.pid, BPF_CORE_READ(rq, __data_len));
+		req_note_io(r.pid, FST_FIELD(btf, rq, __data_len));
 	tracer_charge(current_req(), now);
 	return 0;
 }
@@ -264,16 +265,16 @@ static __always_inline void count_alignment(__u32 dev, struct fst_dev_cfg *dc, _
 		__sync_fetch_and_add(&a->cross_unit, 1);
 }
 
-static __always_inline int handle_rq_complete(struct request *rq, int error, unsigned int nr_bytes)
+static __always_inline int handle_rq_complete(struct request *rq, int error, unsigned int nr_bytes, bool btf)
 {
-	__u32 dev = rq_dev(rq);
+	__u32 dev = rq_dev(rq, btf);
 	struct fst_dev_cfg *dc = dev_cfg(dev);
 	if (!dc)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
-	__u32 cmd_flags = BPF_CORE_READ(rq, cmd_flags);
-	__u64 sector = BPF_CORE_READ(rq, __sector);
-	__u32 data_len = BPF_CORE_READ(rq, __data_len);
+	__u32 cmd_flags = FST_FIELD(btf, rq, cmd_flags);
+	__u64 sector = FST_FIELD(btf, rq, __sector);
+	__u32 data_len = FST_FIELD(btf, rq, __data_len);
 	struct fst_rq_start *r = bpf_map_lookup_elem(&rq_starts, &rq);
 
 	/* serve: the histograms, sums and alignment counters below are all it exports */
@@ -420,7 +421,8 @@ static __always_inline int handle_work_end(void)
 	__u32 pid = (__u32)bpf_get_current_pid_tgid();
 	struct work_start *ws = bpf_map_lookup_elem(&work_running, &pid);
 	if (ws) {
-		struct fst_work *rec = record_reserve(FST_REC_WORK, sizeof(*rec));
+		/* --records none (fstrace serve): the worker parts are in the counted requests; no record is read */
+		struct fst_work *rec = cfg.records_none ? NULL : record_reserve(FST_REC_WORK, sizeof(*rec));
 		if (rec) {
 			rec->ts_queue_ns = ws->ts_queue;
 			rec->ts_start_ns = ws->ts_start;
@@ -439,26 +441,26 @@ static __always_inline int handle_work_end(void)
 }
 
 SEC("tp_btf/block_bio_queue")
-int BPF_PROG(block_bio_queue_btf, struct bio *bio) { return handle_bio_queue(ctx, bio); }
+int BPF_PROG(block_bio_queue_btf, struct bio *bio) { return handle_bio_queue(ctx, bio, true); }
 SEC("raw_tp/block_bio_queue")
-int BPF_PROG(block_bio_queue_raw, struct bio *bio) { return handle_bio_queue(ctx, bio); }
+int BPF_PROG(block_bio_queue_raw, struct bio *bio) { return handle_bio_queue(ctx, bio, false); }
 
 SEC("tp_btf/block_split")
-int BPF_PROG(block_split_btf, struct bio *bio, unsigned int new_sector) { return handle_bio_split(bio); }
+int BPF_PROG(block_split_btf, struct bio *bio, unsigned int new_sector) { return handle_bio_split(bio, true); }
 SEC("raw_tp/block_split")
-int BPF_PROG(block_split_raw, struct bio *bio, unsigned int new_sector) { return handle_bio_split(bio); }
+int BPF_PROG(block_split_raw, struct bio *bio, unsigned int new_sector) { return handle_bio_split(bio, false); }
 
 SEC("tp_btf/block_rq_issue")
-int BPF_PROG(block_rq_issue_btf, struct request *rq) { return handle_rq_issue(rq); }
+int BPF_PROG(block_rq_issue_btf, struct request *rq) { return handle_rq_issue(rq, true); }
 SEC("raw_tp/block_rq_issue")
-int BPF_PROG(block_rq_issue_raw, struct request *rq) { return handle_rq_issue(rq); }
+int BPF_PROG(block_rq_issue_raw, struct request *rq) { return handle_rq_issue(rq, false); }
 
 SEC("tp_btf/block_rq_complete")
 int BPF_PROG(block_rq_complete_btf, struct request *rq, int error, unsigned int nr_bytes)
-{ return handle_rq_complete(rq, error, nr_bytes); }
+{ return handle_rq_complete(rq, error, nr_bytes, true); }
 SEC("raw_tp/block_rq_complete")
 int BPF_PROG(block_rq_complete_raw, struct request *rq, int error, unsigned int nr_bytes)
-{ return handle_rq_complete(rq, error, nr_bytes); }
+{ return handle_rq_complete(rq, error, nr_bytes, false); }
 
 SEC("tp_btf/workqueue_execute_start")
 int BPF_PROG(workqueue_execute_start_btf, struct work_struct *work) { return handle_work_start(work); }

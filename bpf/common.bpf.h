@@ -21,6 +21,14 @@
 
 const volatile struct fst_cfg cfg = {};
 
+/*
+ * A field of a kernel object the hook handed over.  A tp_btf (or fentry) argument is a BTF pointer: the field
+ * is a plain load (btf true); a raw_tp or kprobe argument is only a number: a probe read (a helper call, about
+ * 30-50 ns each on the hot handlers).  btf is a constant of each program's inlined handler, so clang drops the
+ * other branch and a raw_tp program never holds a load the verifier would refuse.
+ */
+#define FST_FIELD(btf, ptr, field) ((btf) ? (ptr)->field : BPF_CORE_READ(ptr, field))
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, FST_RINGBUF_BYTES);
@@ -109,6 +117,33 @@ static __always_inline void offcpu_add(__s32 stack_id, __u32 reason, __u64 ns)
 	else
 		bpf_map_update_elem(&offcpu, &k, &ns, BPF_NOEXIST);
 }
+
+/*
+ * Off-CPU stacks taken at the switch back in (cfg.offcpu_at_switch_in: storage mode, where sched_switch is
+ * tp_btf and hands over the task about to run).  Its saved kernel stack is where it slept, and walking it
+ * then, once the interval's length is known, lets the walk be skipped for most short intervals (threshold
+ * sampling, see offcpu_credit in tasks.bpf.c): the walk was 1.7-2.3 us of every switch out of a request.
+ * bpf_get_task_stack gives frames, not a stack id, so the frames are kept here under a 31-bit hash of them;
+ * a different stack under the same hash is not merged but counted as lost, as the stack-trace map does.
+ * The value layout is the stack-trace map's (frames, zero-filled), so the collector folds either alike.
+ */
+struct fst_kstack {
+	__u64 ips[MAX_STACK_DEPTH];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct fst_kstack);
+} kstack_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, struct fst_kstack);
+} offcpu_kstacks SEC(".maps");
 
 /* include/trace/events/lock.h: contention_begin flags */
 #ifndef LCB_F_SPIN

@@ -29,18 +29,20 @@ EROFS_PROBES(z_erofs_deflate_decompress, FST_ALG_DEFLATE)
 EROFS_PROBES(z_erofs_zstd_decompress, FST_ALG_ZSTD)
 EROFS_PROBES(z_erofs_transform_plain, FST_ALG_PLAIN)
 
-static __always_inline struct fst_erofs *erofs_record(struct inode *inode, __u16 event)
+static __always_inline struct fst_erofs *erofs_record(struct inode *inode, __u16 event, bool btf)
 {
-	if (!current_is_traced())
+	/* --records none (fstrace serve): per-request detail nothing reads; it was 11-36 k records/s */
+	if (cfg.records_none || !current_is_traced())
 		return NULL;
-	__u32 sdev = BPF_CORE_READ(inode, i_sb, s_dev);
+	struct super_block *sb = FST_FIELD(btf, inode, i_sb);
+	__u32 sdev = FST_FIELD(btf, sb, s_dev);
 	if (!sdev_is_traced(sdev))
 		return NULL;
 	struct fst_erofs *rec = record_reserve(FST_REC_EROFS, sizeof(*rec));
 	if (!rec)
 		return NULL;
 	rec->ts_ns = bpf_ktime_get_ns();
-	rec->ino = BPF_CORE_READ(inode, i_ino);
+	rec->ino = FST_FIELD(btf, inode, i_ino);
 	rec->pid = (__u32)bpf_get_current_pid_tgid();
 	rec->dev = sdev;
 	rec->event = event;
@@ -78,26 +80,26 @@ static __always_inline __u32 erofs_map_flags(__u32 f)
 }
 
 static __always_inline int handle_map_exit(struct inode *inode, struct erofs_map_blocks *map, unsigned int flags,
-					   int ret)
+					   int ret, bool btf)
 {
 	if (ret)
 		return 0;
-	struct fst_erofs *rec = erofs_record(inode, FST_EROFS_MAP);
+	struct fst_erofs *rec = erofs_record(inode, FST_EROFS_MAP, btf);
 	if (!rec)
 		return 0;
-	rec->la = BPF_CORE_READ(map, m_la);
-	rec->llen = BPF_CORE_READ(map, m_llen);
-	rec->pa = BPF_CORE_READ(map, m_pa);
-	rec->plen = BPF_CORE_READ(map, m_plen);
-	rec->map_flags = erofs_map_flags(BPF_CORE_READ(map, m_flags));
+	rec->la = FST_FIELD(btf, map, m_la);
+	rec->llen = FST_FIELD(btf, map, m_llen);
+	rec->pa = FST_FIELD(btf, map, m_pa);
+	rec->plen = FST_FIELD(btf, map, m_plen);
+	rec->map_flags = erofs_map_flags(FST_FIELD(btf, map, m_flags));
 	rec->lookup_flags = flags;
 	erofs_submit(rec);
 	return 0;
 }
 
-static __always_inline int handle_readahead(struct inode *inode, unsigned long start, unsigned int nrpage)
+static __always_inline int handle_readahead(struct inode *inode, unsigned long start, unsigned int nrpage, bool btf)
 {
-	struct fst_erofs *rec = erofs_record(inode, FST_EROFS_READAHEAD);
+	struct fst_erofs *rec = erofs_record(inode, FST_EROFS_READAHEAD, btf);
 	if (!rec)
 		return 0;
 	rec->la = start;
@@ -106,9 +108,9 @@ static __always_inline int handle_readahead(struct inode *inode, unsigned long s
 	return 0;
 }
 
-static __always_inline int handle_read_folio(struct inode *inode, unsigned long index)
+static __always_inline int handle_read_folio(struct inode *inode, unsigned long index, bool btf)
 {
-	struct fst_erofs *rec = erofs_record(inode, FST_EROFS_READ_FOLIO);
+	struct fst_erofs *rec = erofs_record(inode, FST_EROFS_READ_FOLIO, btf);
 	if (!rec)
 		return 0;
 	rec->la = index;
@@ -119,34 +121,34 @@ static __always_inline int handle_read_folio(struct inode *inode, unsigned long 
 SEC("tp_btf/erofs_map_blocks_exit")
 int BPF_PROG(erofs_map_blocks_exit_btf, struct inode *inode, struct erofs_map_blocks *map, unsigned int flags,
 	     int ret)
-{ return handle_map_exit(inode, map, flags, ret); }
+{ return handle_map_exit(inode, map, flags, ret, true); }
 SEC("raw_tp/erofs_map_blocks_exit")
 int BPF_PROG(erofs_map_blocks_exit_raw, struct inode *inode, struct erofs_map_blocks *map, unsigned int flags,
 	     int ret)
-{ return handle_map_exit(inode, map, flags, ret); }
+{ return handle_map_exit(inode, map, flags, ret, false); }
 /* 6.1: compressed files have their own map tracepoint (6.18 folded it into erofs_map_blocks_exit) */
 SEC("raw_tp/z_erofs_map_blocks_iter_exit")
 int BPF_PROG(z_erofs_map_blocks_iter_exit_raw, struct inode *inode, struct erofs_map_blocks *map,
 	     unsigned int flags, int ret)
-{ return handle_map_exit(inode, map, flags, ret); }
+{ return handle_map_exit(inode, map, flags, ret, false); }
 
 SEC("tp_btf/erofs_readahead")
 int BPF_PROG(erofs_readahead_btf, struct inode *inode, unsigned long start, unsigned int nrpage, bool raw)
-{ return handle_readahead(inode, start, nrpage); }
+{ return handle_readahead(inode, start, nrpage, true); }
 SEC("raw_tp/erofs_readahead")
 int BPF_PROG(erofs_readahead_raw, struct inode *inode, unsigned long start, unsigned int nrpage, bool raw)
-{ return handle_readahead(inode, start, nrpage); }
+{ return handle_readahead(inode, start, nrpage, false); }
 /* 6.1's name for the same event */
 SEC("raw_tp/erofs_readpages")
 int BPF_PROG(erofs_readpages_raw, struct inode *inode, unsigned long start, unsigned int nrpage, bool raw)
-{ return handle_readahead(inode, start, nrpage); }
+{ return handle_readahead(inode, start, nrpage, false); }
 
 SEC("tp_btf/erofs_read_folio")
 int BPF_PROG(erofs_read_folio_btf, struct folio *folio, bool raw)
-{ return handle_read_folio(BPF_CORE_READ(folio, mapping, host), BPF_CORE_READ(folio, index)); }
+{ return handle_read_folio(folio->mapping->host, folio->index, true); }
 SEC("raw_tp/erofs_read_folio")
 int BPF_PROG(erofs_read_folio_raw, struct folio *folio, bool raw)
-{ return handle_read_folio(BPF_CORE_READ(folio, mapping, host), BPF_CORE_READ(folio, index)); }
+{ return handle_read_folio(BPF_CORE_READ(folio, mapping, host), BPF_CORE_READ(folio, index), false); }
 /* 6.1: erofs_readpage(struct page *page, bool raw); struct page lost .index later (CO-RE flavour) */
 struct page___v61 {
 	struct address_space *mapping;
@@ -157,5 +159,5 @@ SEC("raw_tp/erofs_readpage")
 int BPF_PROG(erofs_readpage_raw, struct page___v61 *page, bool raw)
 {
 	unsigned long index = bpf_core_field_exists(page->index) ? BPF_CORE_READ(page, index) : 0;
-	return handle_read_folio(BPF_CORE_READ(page, mapping, host), index);
+	return handle_read_folio(BPF_CORE_READ(page, mapping, host), index, false);
 }

@@ -313,12 +313,99 @@ static __always_inline int handle_sys_exit(long ret)
 	return 0;
 }
 
+struct kstack_walk {
+	struct fst_kstack *st;		/* the frames just taken */
+	struct fst_kstack *kept;	/* for a compare: the frames kept under the same hash */
+	__u32 h;
+	__u32 differs;
+};
+
+/* the frame index as a 64-bit register: a __u32 is checked on its zero-extended copy and indexed with the
+ * original, which the verifier rejects as unbounded (and the asm keeps clang from doing that anyway) */
+static int kstack_hash_frame(__u32 i, struct kstack_walk *w)
+{
+	__u64 j = i;
+	asm volatile("" : "+r"(j));
+	if (j >= MAX_STACK_DEPTH)
+		return 1;
+	__u64 ip = w->st->ips[j];
+	w->h = (w->h ^ (__u32)ip ^ (__u32)(ip >> 32)) * 16777619;	/* FNV-1a over the frames' halves */
+	return 0;
+}
+
+static int kstack_cmp_frame(__u32 i, struct kstack_walk *w)
+{
+	__u64 j = i;
+	asm volatile("" : "+r"(j));
+	if (j >= MAX_STACK_DEPTH)
+		return 1;
+	if (w->st->ips[j] != w->kept->ips[j]) {
+		w->differs = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/* next's saved kernel stack (where it slept) as an offcpu_kstacks id; -1 when not kept (map full, a
+ * different stack holds its hash, or no stack) */
+static __always_inline __s32 offcpu_kstack_of(struct task_struct *next)
+{
+	__u32 zero = 0;
+	struct fst_kstack *st = bpf_map_lookup_elem(&kstack_scratch, &zero);
+	if (!st)
+		return -1;
+	long bytes = bpf_get_task_stack(next, st->ips, sizeof(st->ips), 0);	/* zero-fills the rest */
+	if (bytes <= 0)
+		return -1;
+	__u32 nr = bytes / sizeof(__u64);
+	struct kstack_walk w = { .st = st, .h = 2166136261u };
+	bpf_loop(nr, kstack_hash_frame, &w, 0);
+	__u32 id = w.h & 0x7fffffff;	/* stack ids are >= 0: the negative ones mean "not taken" */
+	w.kept = bpf_map_lookup_elem(&offcpu_kstacks, &id);
+	if (!w.kept) {
+		if (bpf_map_update_elem(&offcpu_kstacks, &id, st, BPF_NOEXIST))
+			return -1;
+		return id;
+	}
+	bpf_loop(MAX_STACK_DEPTH, kstack_cmp_frame, &w, 0);	/* the zero-filled tails compare too */
+	return w.differs ? -1 : (__s32)id;
+}
+
+/*
+ * An off-CPU interval's time by reason, onto its stack.  With cfg.offcpu_at_switch_in the stack is walked
+ * now, at the switch in, and only when the interval is at least cfg.offcpu_sample_ns long, or else with
+ * probability length / offcpu_sample_ns, its parts then credited as if offcpu_sample_ns long (threshold
+ * sampling: every stack's expected total is its exact total, the variance at most offcpu_sample_ns times it).
+ * The parts of the request (io_wait, lock, ...) are exact either way; only their split by stack is sampled.
+ */
+static __always_inline void offcpu_credit(struct task_req *r, struct task_struct *next, __u64 worker_ns,
+					  __u32 reason, __u64 reason_ns)
+{
+	if (!cfg.offcpu_stacks)
+		return;
+	__s32 stack = r->off_stack;
+	if (cfg.offcpu_at_switch_in) {
+		__u64 len = worker_ns + reason_ns, t = cfg.offcpu_sample_ns;
+		if (!len)
+			return;
+		if (len < t) {
+			if (bpf_get_prandom_u32() % t >= len)
+				return;
+			worker_ns = worker_ns * t / len;
+			reason_ns = t - worker_ns;
+		}
+		stack = offcpu_kstack_of(next);
+	}
+	offcpu_add(stack, FST_OFF_WORKER, worker_ns);
+	offcpu_add(stack, reason, reason_ns);
+}
+
 static __always_inline int handle_switch(void *ctx, bool preempt, struct task_struct *prev,
-					 struct task_struct *next, unsigned int prev_state)
+					 struct task_struct *next, unsigned int prev_state, bool btf)
 {
 	__u64 now = bpf_ktime_get_ns();
-	__u32 prev_pid = BPF_CORE_READ(prev, pid);
-	__u32 next_pid = BPF_CORE_READ(next, pid);
+	__u32 prev_pid = FST_FIELD(btf, prev, pid);
+	__u32 next_pid = FST_FIELD(btf, next, pid);
 
 	struct task_req *r = req_of(prev, prev_pid);
 	if (r) {
@@ -331,12 +418,14 @@ static __always_inline int handle_switch(void *ctx, bool preempt, struct task_st
 		r->off_ts = now;
 		r->wake_ts = 0;
 		r->off_state = prev_state;
-		r->off_stack = cfg.offcpu_stacks ? bpf_get_stackid(ctx, &stacks, 0) : -1;
+		/* the walk is deferred to the switch in where it can be: see offcpu_credit */
+		r->off_stack = cfg.offcpu_stacks && !cfg.offcpu_at_switch_in ? bpf_get_stackid(ctx, &stacks, 0) : -1;
 		/* preempted, or yielded while still runnable: waiting for a CPU, not sleeping */
 		r->off_preempted = preempt || prev_state == 0;
 		/* waiting for I/O: in io_schedule() (the kernel's own iowait, as delay accounting counts it,
 		 * which also covers bios held back by block throttling), or its own block I/O is in flight */
-		r->off_io = BPF_CORE_READ_BITFIELD_PROBED(prev, in_iowait) || inflight_get(prev_pid) > 0;
+		r->off_io = (btf ? BPF_CORE_READ_BITFIELD(prev, in_iowait) : BPF_CORE_READ_BITFIELD_PROBED(prev, in_iowait)) ||
+			    inflight_get(prev_pid) > 0;
 		r->off_lock = r->lock_addr != 0;
 		r->nr_switches++;
 	}
@@ -352,7 +441,8 @@ static __always_inline int handle_switch(void *ctx, bool preempt, struct task_st
 			r->runq += now - r->off_ts;
 		} else {
 			__u64 woke = r->wake_ts && r->wake_ts <= now ? r->wake_ts : now;
-			__u64 slept = woke - r->off_ts;
+			__u64 slept = woke - r->off_ts, worker_ns = 0;
+			__u32 reason;
 			if (r->waker_start) {
 				/* woken by a kworker's filesystem work: the work's run, its wait for the worker,
 				 * and only the time before it was queued as ordinary sleep */
@@ -361,7 +451,7 @@ static __always_inline int handle_switch(void *ctx, bool preempt, struct task_st
 				queued = queued < r->off_ts ? r->off_ts : (queued > start ? start : queued);
 				r->worker += woke - start;
 				r->worker_wait += start - queued;
-				offcpu_add(r->off_stack, FST_OFF_WORKER, woke - queued);
+				worker_ns = woke - queued;
 				slept = queued - r->off_ts;
 				r->waker_start = r->waker_queue = 0;
 			}
@@ -370,19 +460,20 @@ static __always_inline int handle_switch(void *ctx, bool preempt, struct task_st
 				 * a wait whose sleep the waking kworker's work took whole is not a lock wait */
 				r->lock += slept;
 				r->nr_lock_waits += slept > 0;
-				offcpu_add(r->off_stack, FST_OFF_LOCK, slept);
+				reason = FST_OFF_LOCK;
 			} else if (r->off_state & TASK_UNINTERRUPTIBLE_BIT) {
 				if (r->off_io) {
 					r->io_wait += slept;
-					offcpu_add(r->off_stack, FST_OFF_IO, slept);
+					reason = FST_OFF_IO;
 				} else {
 					r->dsleep += slept;
-					offcpu_add(r->off_stack, FST_OFF_DSLEEP, slept);
+					reason = FST_OFF_DSLEEP;
 				}
 			} else {
 				r->sleep += slept;
-				offcpu_add(r->off_stack, FST_OFF_SLEEP, slept);
+				reason = FST_OFF_SLEEP;
 			}
+			offcpu_credit(r, next, worker_ns, reason, slept);
 			r->runq += now - woke;
 			req_fold_pending_ios(r, next_pid);
 		}
@@ -394,9 +485,9 @@ static __always_inline int handle_switch(void *ctx, bool preempt, struct task_st
 	return 0;
 }
 
-static __always_inline int handle_wakeup(struct task_struct *p)
+static __always_inline int handle_wakeup(struct task_struct *p, bool btf)
 {
-	__u32 pid = BPF_CORE_READ(p, pid);
+	__u32 pid = FST_FIELD(btf, p, pid);
 	struct task_req *r = req_of(p, pid);
 	if (!r || !r->off_ts || r->wake_ts)
 		return 0;
@@ -543,16 +634,16 @@ int BPF_PROG(sys_exit_raw, struct pt_regs *regs, long ret) { return handle_sys_e
 SEC("tp_btf/sched_switch")
 int BPF_PROG(sched_switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
-{ return handle_switch(ctx, preempt, prev, next, prev_state); }
+{ return handle_switch(ctx, preempt, prev, next, prev_state, true); }
 SEC("raw_tp/sched_switch")
 int BPF_PROG(sched_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
-{ return handle_switch(ctx, preempt, prev, next, prev_state); }
+{ return handle_switch(ctx, preempt, prev, next, prev_state, false); }
 
 SEC("tp_btf/sched_wakeup")
-int BPF_PROG(sched_wakeup_btf, struct task_struct *p) { return handle_wakeup(p); }
+int BPF_PROG(sched_wakeup_btf, struct task_struct *p) { return handle_wakeup(p, true); }
 SEC("raw_tp/sched_wakeup")
-int BPF_PROG(sched_wakeup_raw, struct task_struct *p) { return handle_wakeup(p); }
+int BPF_PROG(sched_wakeup_raw, struct task_struct *p) { return handle_wakeup(p, false); }
 
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(sched_process_fork_btf, struct task_struct *parent, struct task_struct *child)

@@ -160,3 +160,16 @@ def bpf_objects_left(objs, timeout=5.0):
         time.sleep(0.05)
         left = objs & live_bpf_objects()
     return left
+
+
+def offcpu_by_reason(res):
+    """({reason: ns} of the off-CPU stacks, {reason: ns} of the same parts in the request records)."""
+    names = res.header["enums"]["offcpu_reason"]
+    total = {}
+    for _, reason, ns in res.header["offcpu"]["folded"]:
+        total[names[str(reason)]] = total.get(names[str(reason)], 0) + ns
+    req = res["req"]
+    parts = {"io_wait": int(req["io_wait_ns"].sum()), "dsleep": int(req["dsleep_ns"].sum()),
+             "sleep": int(req["sleep_ns"].sum()), "lock_wait": int(req["lock_ns"].sum()),
+             "worker": int(req["worker_ns"].sum() + req["worker_wait_ns"].sum())}
+    return total, parts

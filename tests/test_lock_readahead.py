@@ -5,7 +5,7 @@ import re
 import pytest
 
 from analysis import results, sampling
-from conftest import run_summary
+from conftest import offcpu_by_reason, run_summary
 
 # the slow paths of the sleeping locks: where a thread waiting for one goes off-CPU
 SLEEPING_LOCK = re.compile(r"^(__mutex_lock\S*|mutex_lock\S*|rwsem_down_\S+|__down\S*|rt_mutex\S*|percpu_down\S*|"
@@ -26,8 +26,10 @@ def folded(out):
 
 def test_parallel_squashfs_readers_wait_for_the_decompressor_lock(tmp_path):
     """Four cold readers of an xz squashfs: lock wait is measured, and only where the kernel stack is in a lock."""
+    # every off-CPU interval's stack at its switch out (exact, scheduler frames kept): the stacks' lock time
+    # must equal the part's, and each lock wait's stack must show the lock's slow path
     s = run_summary(tmp_path / "p4", "--fs", "squashfs", "--compress", "xz", "--cluster", "131072",
-                    "--workload", "cat-all-p4")
+                    "--workload", "cat-all-p4", "--offcpu-sample-us", "0")
     lk = s["lock_wait"]
     assert lk["available"] and lk["tier"] in ("tp_btf", "raw_tp")
     assert lk["ns"] > 0 and lk["waits"] > 0
@@ -47,6 +49,13 @@ def test_parallel_squashfs_readers_wait_for_the_decompressor_lock(tmp_path):
     # a stack the kernel could not store is counted by reason, not dropped
     lost = sampling.stack_lost_by_reason(results.load(str(tmp_path / "p4" / "out" / "results.fst")).header)
     assert lock_ns + lost.get("lock_wait", 0) == lk["ns"]
+    # and every other reason's too: the stacks and the attribution are one measurement
+    res = results.load(str(tmp_path / "p4" / "out" / "results.fst"))
+    assert res.header["offcpu"]["sampling"] == "every_interval" and res.header["offcpu"]["walked_at"] == "switch_out"
+    total, parts = offcpu_by_reason(res)
+    assert sum(total.values()) + res.header["offcpu"]["stack_lost_ns"] == sum(parts.values())
+    for reason in parts:
+        assert total.get(reason, 0) + lost.get(reason, 0) == parts[reason], reason
     # a counted lock wait is one the request slept in, and every lock sleep is counted
     req = results.load(str(tmp_path / "p4" / "out" / "results.fst"))["req"]
     assert ((req["nr_lock_waits"] > 0) == (req["lock_ns"] > 0)).all()

@@ -10,7 +10,7 @@ import pytest
 
 from analysis import hist, sampling, schema
 from analysis import summary as S
-from conftest import COLLECTOR, run_workload
+from conftest import COLLECTOR, offcpu_by_reason, run_workload
 
 
 @pytest.fixture(scope="module")
@@ -185,3 +185,36 @@ def test_file_identity_is_right_when_struct_files_are_reused(tmp_path):
     assert len(reads) == 20 * len(paths)
     for ino, sdev in zip(reads["ino"].tolist(), reads["sdev"].tolist()):
         assert expected[ino] == sdev, (ino, sdev)
+
+
+def test_offcpu_stacks_as_shipped_are_walked_at_the_switch_in(erofs_randread):
+    """What run ships: off-CPU stacks threshold-sampled at 1 ms, said so in the header and the summary."""
+    _, res, summary = erofs_randread
+    if res.header["task_state"]["store"] != "task_storage":
+        pytest.skip("off-CPU stacks are walked at the switch in only with tp_btf task storage: "
+                    + res.header["task_state"]["why"])
+    off = res.header["offcpu"]
+    assert off["walked_at"] == "switch_in" and off["sampling"] == "threshold"
+    assert sampling.offcpu_threshold_ns(res.header) == 1000 * 1000  # the CLI's default
+    assert summary["offcpu"]["threshold_ns"] == 1000 * 1000
+    assert "threshold-sampled" in summary["offcpu"]["method"]
+
+
+def test_offcpu_stacks_estimate_every_offcpu_nanosecond(tmp_path_factory):
+    """Threshold-sampled off-CPU stacks estimate the measured off-CPU parts without bias: each reason's stack
+    total lies within 6 standard errors (at most sqrt(T x its time)) plus one threshold of the attribution's
+    exact figure.  T is 200 us here so that a short test run's error bound is tight enough to mean something."""
+    t = 200 * 1000
+    _, res, _ = run_workload(tmp_path_factory, "erofs", "randread", "--offcpu-sample-us", str(t // 1000))
+    if res.header["task_state"]["store"] != "task_storage":
+        pytest.skip("off-CPU stacks are walked at the switch in only with tp_btf task storage: "
+                    + res.header["task_state"]["why"])
+    assert res.header["offcpu"]["sampling"] == "threshold" and sampling.offcpu_threshold_ns(res.header) == t
+    total, parts = offcpu_by_reason(res)
+    lost = sampling.stack_lost_by_reason(res.header)
+    assert parts["io_wait"] > 200 * t  # the bound is then under 45 % of it
+    for reason, exact in parts.items():
+        est = total.get(reason, 0) + lost.get(reason, 0)
+        assert abs(est - exact) <= 6 * (t * exact) ** 0.5 + t, (reason, est, exact)
+        assert exact > 0 or est == 0, reason  # no time invented for a reason never seen
+        assert exact < 20 * t or est > 0, reason  # missed whole only with probability about exp(-exact/t)

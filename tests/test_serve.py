@@ -517,3 +517,28 @@ def test_bad_exposition_interval_is_one_line():
     assert p.returncode == 2
     assert p.stderr.strip() == "fstrace-collect: --exposition-interval wants a number of seconds above 0 " \
                                "(at most 1e+08), got '0'"
+
+
+def test_serve_streams_no_per_request_records(tmp_path, mounted_erofs):  # noqa: F811
+    """serve's collector counts every request in the kernel and streams none of the per-request records
+    (requests, block requests, erofs events, work items), which the exporter never reads; the counted bytes
+    are the bytes the reader got."""
+    from analysis import results
+    from user.serve import COLLECTOR_OPTIONS
+    from user.system import kdev
+    mnt, _ = mounted_erofs
+    drop_caches()  # cold: erofs maps extents and its decompression work runs, so there is something to stream
+    fst = str(tmp_path / "r.fst")
+    files = [os.path.join(mnt, "big.bin"), os.path.join(mnt, "small.txt")]
+    subprocess.run([COLLECTOR, "-o", fst] + COLLECTOR_OPTIONS + ["--exposition", str(tmp_path / "x.prom"),
+                    "--", "cat"] + files, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    res = results.load(fst)
+    assert res.header["request_records"]["mode"] == "none"
+    for kind in ("req", "io", "erofs", "work"):
+        assert len(res[kind]) == 0, kind
+    assert sum(res.header["drops"].values()) == 0
+    st = os.stat(mnt)
+    read = int(next(k for k, v in res.header["enums"]["req_kind"].items() if v == "read"))
+    rows = [r for r in res.header["kernel_aggregates"]["requests_counted"]
+            if r["kind"] == read and r["sdev"] == kdev(os.major(st.st_dev), os.minor(st.st_dev))]
+    assert sum(r["bytes"] for r in rows) == sum(os.path.getsize(f) for f in files)

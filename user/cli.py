@@ -27,6 +27,10 @@ DEFAULT_CACHE = "/var/cache/fstrace"
 # configuration lost a fifth of cold tar throughput here (make bench-overhead), so 997 (prime: it does not run
 # in step with HZ timers); --sample-hz raises it where a short run needs more samples.
 SAMPLE_HZ = 997
+# off-CPU stacks (collector --offcpu-sample-us): walking a stack at every switch out of a request was the
+# costliest thing the tracer did (1.7-2.3 us, make bench-overhead); intervals of 1 ms and more are always
+# walked (lock waits that matter are exact), shorter ones are threshold-sampled, each stack's time unbiased
+OFFCPU_SAMPLE_US = 1000
 
 
 def progress(msg):
@@ -114,7 +118,9 @@ def tracing_options(args):
     """Collector options that change what is recorded and what it costs (run, attach, bench alike)."""
     return ["--sample-hz", str(SAMPLE_HZ if getattr(args, "sample_hz", None) is None else args.sample_hz),
             "--records", getattr(args, "records", None) or "slow",
-            "--io-stacks", getattr(args, "io_stacks", None) or "sampled"]
+            "--io-stacks", getattr(args, "io_stacks", None) or "sampled",
+            "--offcpu-sample-us", str(OFFCPU_SAMPLE_US if getattr(args, "offcpu_sample_us", None) is None
+                                      else args.offcpu_sample_us)]
 
 
 def add_tracing_arguments(p):
@@ -124,6 +130,10 @@ def add_tracing_arguments(p):
     p.add_argument("--io-stacks", choices=("sampled", "all"), default="sampled",
                    help="kernel stacks bios were queued from: at most one per 10 ms per CPU (default) or every bio's")
     p.add_argument("--sample-hz", type=int, help="on-CPU stack sampling rate (default %d; 0: off)" % SAMPLE_HZ)
+    p.add_argument("--offcpu-sample-us", type=int,
+                   help="off-CPU stacks: intervals this long are always walked, shorter ones with probability "
+                        "length/US and weighted US (default %d; 0: every interval's stack at its switch out, "
+                        "exact, with the scheduler's frames)" % OFFCPU_SAMPLE_US)
 
 
 def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io=True, tools=None, iops=None,

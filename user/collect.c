@@ -85,13 +85,14 @@ static struct {
 	bool records_all;
 	bool io_stacks_all;
 	double record_over_us;
+	long offcpu_sample_us;
 	bool records_none;
 	bool no_io_records;
 	bool per_comm;
 	const char *exposition;
 	double exposition_interval;
 	char **cmd;
-} opt = { .ready_fd = -1, .record_over_us = 1000, .exposition_interval = 5 };
+} opt = { .ready_fd = -1, .record_over_us = 1000, .offcpu_sample_us = 1000, .exposition_interval = 5 };
 
 #define P(nm, what, btf, raw, req) \
 	{ .name = nm, .measures = what, .progs = { [TIER_TP_BTF] = btf, [TIER_RAW_TP] = raw }, .required = req }
@@ -227,6 +228,10 @@ static void usage(FILE *f)
 		"      --exposition-interval SEC  how often (default 5)\n"
 		"      --io-stacks MODE    with --sample-hz: the kernel stack each bio was queued from; sampled\n"
 		"                          (default: at most one per 10 ms per CPU) or all\n"
+		"      --offcpu-sample-us US  with --sample-hz, where sched_switch is tp_btf: off-CPU intervals this\n"
+		"                          long have their stack walked at the switch in; shorter ones with\n"
+		"                          probability length/US, weighted US (default 1000; 0: every interval's\n"
+		"                          stack at its switch out, exact)\n"
 		"With COMMAND, it is started once tracing is attached and tracing ends when it exits.\n");
 }
 
@@ -319,7 +324,7 @@ static void parse_args(int argc, char **argv)
 		{ "no-fentry", no_argument, 0, 'F' },	   { "sample-hz", required_argument, 0, 'S' },
 		{ "sdev", required_argument, 0, 's' },	   { "interval", required_argument, 0, 'i' },
 		{ "records", required_argument, 0, 'R' },  { "record-over-us", required_argument, 0, 'U' },
-		{ "io-stacks", required_argument, 0, 'I' },
+		{ "io-stacks", required_argument, 0, 'I' },  { "offcpu-sample-us", required_argument, 0, 'O' },
 		{ "no-io-records", no_argument, 0, 'N' },  { "exposition", required_argument, 0, 'E' },
 		{ "exposition-interval", required_argument, 0, 'e' }, { "per-comm", no_argument, 0, 'C' },
 		{ 0 },
@@ -368,6 +373,7 @@ static void parse_args(int argc, char **argv)
 				die("--exposition wants a file name");
 			opt.exposition = optarg;
 			break;
+		case 'O': opt.offcpu_sample_us = parse_long("--offcpu-sample-us", optarg, 0, 4000000); break;
 		case 'e': opt.exposition_interval = parse_seconds("--exposition-interval", optarg); break;
 		case 'I':
 			if (strcmp(optarg, "all") && strcmp(optarg, "sampled"))
@@ -566,6 +572,14 @@ static __u64 cgroup_id(const char *path)
 static bool task_storage_on;
 static char task_state_why[160];
 
+/* off-CPU stacks walked at the switch in, threshold-sampled (bpf_get_task_stack takes sched_switch's next only
+ * as a tp_btf argument: storage mode's tier), else at every switch out (--offcpu-sample-us 0: exact, and with
+ * the scheduler's own frames, which a blocked task's stack walk leaves out) */
+static bool offcpu_at_switch_in(void)
+{
+	return task_storage_on && opt.sample_hz > 0 && opt.offcpu_sample_us > 0;
+}
+
 /* the same frozen configuration for every object; computed once (kallsyms is long) */
 static void fill_cfg(struct fst_cfg *out)
 {
@@ -574,6 +588,7 @@ static void fill_cfg(struct fst_cfg *out)
 	if (done) {
 		*out = cached;
 		out->task_storage = task_storage_on;
+		out->offcpu_at_switch_in = offcpu_at_switch_in();
 		return;
 	}
 	struct fst_cfg *c = &cached;
@@ -608,11 +623,13 @@ static void fill_cfg(struct fst_cfg *out)
 	c->per_comm = opt.per_comm;
 	c->io_stacks_all = opt.io_stacks_all;
 	c->record_over_ns = (__u64)(opt.record_over_us * 1000.0);
+	c->offcpu_sample_ns = (__u32)(opt.offcpu_sample_us * 1000);
 	/* a quarter of the ring buffer: the reader is woken well before a burst could fill it */
 	c->wakeup_bytes = FST_RINGBUF_BYTES / 4;
 	done = true;
 	*out = cached;
 	out->task_storage = task_storage_on;	/* decided per load attempt, after the cache was filled */
+	out->offcpu_at_switch_in = offcpu_at_switch_in();
 }
 
 /* every later object shares the first object's maps of the same name */
@@ -659,6 +676,9 @@ static bool task_storage_usable(void)
 /* the object that owns the shared maps: the per-task state map becomes a pid hash when storage is off */
 static void setup_task_state_map(struct bpf_object *obj)
 {
+	struct bpf_map *k = bpf_object__find_map_by_name(obj, "offcpu_kstacks");
+	if (k && !offcpu_at_switch_in() && bpf_map__set_max_entries(k, 1))
+		die("sizing offcpu_kstacks: %s", strerror(errno));	/* 8 MiB preallocated, unused without storage */
 	struct bpf_map *m = bpf_object__find_map_by_name(obj, "task_reqs");
 	if (!m || task_storage_on)
 		return;
@@ -856,8 +876,14 @@ static void json_stack_rows(struct jbuf *b, int map_fd, size_t key_size, int sta
 static void json_offcpu(struct jbuf *b, struct block_bpf *blk)
 {
 	unsigned long long total = 0, lost_ns = 0, lost[FST_MAX_OFFCPU_REASONS] = {};
-	jb_add(b, "\"offcpu\":{\"folded\":[");
-	json_stack_rows(b, bpf_map__fd(blk->maps.offcpu), sizeof(struct fst_offcpu_key), bpf_map__fd(blk->maps.stacks),
+	const struct fst_cfg *c = &blk->rodata->cfg;
+	bool sampled = c->offcpu_at_switch_in && c->offcpu_sample_ns;
+	/* method and threshold first: the analysis says what the stacks' split of the off-CPU time is */
+	jb_add(b, "\"offcpu\":{\"walked_at\":\"%s\",\"sampling\":\"%s\",\"threshold_ns\":%u,\"folded\":[",
+	       c->offcpu_at_switch_in ? "switch_in" : "switch_out", sampled ? "threshold" : "every_interval",
+	       sampled ? c->offcpu_sample_ns : 0);
+	json_stack_rows(b, bpf_map__fd(blk->maps.offcpu), sizeof(struct fst_offcpu_key),
+			bpf_map__fd(c->offcpu_at_switch_in ? blk->maps.offcpu_kstacks : blk->maps.stacks),
 			offsetof(struct fst_offcpu_key, stack_id), offsetof(struct fst_offcpu_key, reason), NULL, NULL,
 			&total, lost);
 	/* a stack the kernel could not store (its bucket held another stack): time known, stack not */
@@ -1824,7 +1850,8 @@ int main(int argc, char **argv)
 	       task_storage_on ? "task_storage" : "pid_hash");
 	jb_str(&h, opt.block_only ? "--block-only: no requests" : task_state_why);
 	jb_add(&h, "},\"request_records\":{\"mode\":\"%s\",\"record_over_ns\":%llu},",
-	       opt.records_all ? "all" : "slow", (unsigned long long)(opt.record_over_us * 1000.0));
+	       opt.records_all ? "all" : opt.records_none ? "none" : "slow",
+	       (unsigned long long)(opt.record_over_us * 1000.0));
 	jb_add(&h, "\"io_stack_sampling\":{\"mode\":\"%s\",\"every_ns\":%llu,\"unsampled_id\":%d},",
 	       !opt.sample_hz ? "off" : opt.io_stacks_all ? "all" : "sampled", FST_IO_STACK_EVERY_NS,
 	       FST_STACK_UNSAMPLED);
