@@ -258,6 +258,15 @@ def dtype_for(layout):
                      "itemsize": layout["size"]})
 
 
+def select(records, mask):
+    """records[mask] for a structured record array, copied as rows of bytes: numpy copies a structured
+    selection field by field, about ten times slower (2.3 s against 0.2 s for 2.9 M 216-byte records)."""
+    if not len(records):
+        return records[mask]
+    rows = np.ascontiguousarray(records).view(np.uint8).reshape(len(records), records.dtype.itemsize)
+    return rows[mask].view(records.dtype).reshape(-1)
+
+
 class Results:
     """A loaded results file: .header (dict) and .records[name] (numpy structured arrays).
 

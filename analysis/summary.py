@@ -6,7 +6,7 @@ kept here.
 """
 import numpy as np
 
-from analysis import sampling, schema
+from analysis import results, sampling, schema
 from analysis.hist import linear_slots, loglin_bounds, log2_slots, merged_percentiles, percentiles
 
 SCHEMA_VERSION = 1
@@ -55,7 +55,7 @@ def fs_records(res, name):
     if r is None:
         return np.zeros(0)
     fs_devs = fs_devices(res)
-    return r[np.isin(r["dev"], fs_devs)] if fs_devs else r
+    return results.select(r, np.isin(r["dev"], fs_devs)) if fs_devs else r
 
 
 def by_context(header, records, ns, count_key):
@@ -72,13 +72,23 @@ def _kind_values(res, kinds):
 
 
 def fs_requests(res, kinds=("read", "getdents", "open")):
-    """Recorded requests of the traced workload on the traced filesystem (file known: sdev matches)."""
+    """Recorded requests of the traced workload on the traced filesystem (file known: sdev matches).
+
+    Read-only, and kept per kinds on res: a selection copies every chosen record (about 200 bytes each), and
+    the summary and report ask for the same ones more than once."""
+    memo = res.__dict__.setdefault("_fs_requests", {})
+    key = tuple(kinds)
+    if key in memo:
+        return memo[key]
     req = res["req"]
     fs_devs = fs_devices(res)
     mask = np.isin(req["kind"], _kind_values(res, kinds))
     if fs_devs:
         mask &= np.isin(req["sdev"], fs_devs)
-    return req[mask]
+    sel = req if mask.all() else results.select(req, mask)  # every record chosen: no copy
+    sel.flags.writeable = False  # shared by every caller that asks for these kinds
+    memo[key] = sel
+    return sel
 
 
 def counted_requests(res, kinds=("read", "getdents", "open"), any_fs=False):
