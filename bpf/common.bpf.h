@@ -247,9 +247,12 @@ static __always_inline struct task_req *current_state(void)
 	return bpf_map_lookup_elem(&task_reqs, &pid);
 }
 
-/* the request the current thread is in, NULL outside one */
+/* the request the current thread is in, NULL outside one (and always with --block-only: no state exists,
+ * and the block handlers' lookups of it were a hash lookup each for nothing) */
 static __always_inline struct task_req *current_req(void)
 {
+	if (!cfg.requests)
+		return NULL;
 	struct task_req *r = current_state();
 	return r && r->in_req ? r : NULL;
 }
@@ -363,7 +366,7 @@ static __always_inline void hist_add(__u32 metric, __u32 dev, __u32 sub, __u64 v
 
 static __always_inline void inflight_add(__u32 pid, __s64 delta)
 {
-	if (!pid)
+	if (!pid || !cfg.requests)	/* read only by sched_switch's I/O-wait test */
 		return;
 	__s64 *n = bpf_map_lookup_elem(&task_inflight, &pid);
 	if (n) {
@@ -397,6 +400,8 @@ struct {
 static __always_inline void req_note_io(__u32 pid, __u32 bytes)
 {
 	struct task_req *r;
+	if (!cfg.requests)
+		return;
 	if (!cfg.task_storage) {
 		r = bpf_map_lookup_elem(&task_reqs, &pid);
 	} else if (pid == (__u32)bpf_get_current_pid_tgid()) {

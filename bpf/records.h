@@ -635,7 +635,8 @@ struct fst_cfg {
 	__u64 record_over_ns;		/* a request this slow is recorded even when it was a page-cache hit */
 	char comm[16];
 	__u8 offcpu_at_switch_in;	/* off-CPU stacks walked at the switch back in (tp_btf), threshold-sampled */
-	__u8 pad_cfg[3];
+	__u8 requests;			/* tasks.bpf.c is loaded: requests are traced (not --block-only) */
+	__u8 pad_cfg[2];
 	__u32 offcpu_sample_ns;		/* with it: intervals this long always walked; shorter ones with probability
 					 * length / offcpu_sample_ns, credited offcpu_sample_ns (0: every interval) */
 };

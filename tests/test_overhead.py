@@ -10,7 +10,9 @@ import pytest
 
 from analysis import hist, sampling, schema
 from analysis import summary as S
+from analysis.summary import enum_value
 from conftest import COLLECTOR, offcpu_by_reason, run_workload
+from test_attach import drop_caches, mounted_erofs  # noqa: F401 (a fixture)
 
 
 @pytest.fixture(scope="module")
@@ -218,3 +220,28 @@ def test_offcpu_stacks_estimate_every_offcpu_nanosecond(tmp_path_factory):
         assert abs(est - exact) <= 6 * (t * exact) ** 0.5 + t, (reason, est, exact)
         assert exact > 0 or est == 0, reason  # no time invented for a reason never seen
         assert exact < 20 * t or est > 0, reason  # missed whole only with probability about exp(-exact/t)
+
+
+def test_block_only_charges_every_block_request_to_its_reader(tmp_path, mounted_erofs):  # noqa: F811
+    """--block-only (fstrace-block in the bench) loads no request tracing, and its block handlers skip the
+    per-task state: every block request is still recorded, charged to the thread that queued it, and the
+    loop device's count is /proc/diskstats' (or the shortfall is reported as unseen)."""
+    from analysis import results
+    mnt, dev = mounted_erofs
+    drop_caches()
+    st = os.stat(dev)
+    fst = str(tmp_path / "r.fst")
+    subprocess.run([COLLECTOR, "-o", fst, "-d", "%d:%d:4096:loop" % (os.major(st.st_rdev), os.minor(st.st_rdev)),
+                    "--block-only", "--", "cat", os.path.join(mnt, "big.bin")],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    res = results.load(fst)
+    assert res.header["task_state"]["store"] == "none" and len(res["req"]) == 0
+    s = S.summarize(res)
+    (d,) = [d for d in s["devices"].values() if d["level"] == "loop"]
+    delta = d["diskstats_delta"]
+    assert delta["reads"] > 0
+    assert d["unseen_requests"] == delta["reads"] - d["requests_in_window"]
+    io = res["io"]
+    direct = enum_value(res.header, "charge", "direct")
+    assert len(io) > 0 and (io["charge"] == direct).all() and len(np.unique(io["pid"])) == 1 and io["pid"][0] > 0
+    assert sum(res.header["drops"].values()) == 0

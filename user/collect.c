@@ -616,6 +616,7 @@ static void fill_cfg(struct fst_cfg *out)
 		strncpy(c->comm, opt.comm, sizeof(c->comm) - 1);
 	c->filter_sdev = opt.nr_sdevs > 0;
 	c->offcpu_stacks = opt.sample_hz > 0;
+	c->requests = !opt.block_only;
 	c->records_all = opt.records_all;
 	c->records_none = opt.records_none;
 	c->no_io_records = opt.no_io_records;
