@@ -170,7 +170,7 @@ struct task_keep {
 	__u32 sdev;
 	__u16 ftype;
 	__u8 verdict;		/* FST_VERDICT_*: the task filters' answer, when it can be cached */
-	__u8 pad;
+	__u8 sdev_traced;	/* sdev passes the filesystem filter (sdev_is_traced) */
 	__u64 user_ip, user_sp;	/* user registers when user_stack was taken (sample.bpf.c); 0: none yet */
 	__s32 user_stack;
 	__u32 pad2;
@@ -207,7 +207,8 @@ struct task_req {
 	__u8 off_lock;		/* switched out while waiting for a sleeping lock */
 	__u8 in_req;		/* the fields above describe a request in progress */
 	__u8 user_stack_taken;
-	__u8 pad[3];
+	__u8 sdev_traced;	/* sdev passes the filesystem filter: looked up once per request (or kept) */
+	__u8 pad[2];
 	struct task_keep keep;	/* not reset at a request's start */
 };
 

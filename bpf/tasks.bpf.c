@@ -55,14 +55,17 @@ static __always_inline void note_file(struct task_req *r, struct task_keep *keep
 	if (keep && keep->file == (__u64)inode && keep->ino == r->ino) {
 		r->sdev = keep->sdev;
 		r->ftype = keep->ftype;
+		r->sdev_traced = keep->sdev_traced;
 	} else {
 		r->sdev = BPF_CORE_READ(inode, i_sb, s_dev);
 		r->ftype = (BPF_CORE_READ(inode, i_mode) >> 12) & 0xf;
+		r->sdev_traced = sdev_is_traced(r->sdev);
 		if (keep) {
 			keep->file = (__u64)inode;
 			keep->ino = r->ino;
 			keep->sdev = r->sdev;
 			keep->ftype = r->ftype;
+			keep->sdev_traced = r->sdev_traced;
 		}
 	}
 	if (r->pos < 0 && (r->kind == FST_REQ_READ || r->kind == FST_REQ_WRITE))
@@ -116,6 +119,8 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
 	r->nr = id;
 	r->kind = kind;
 	r->pos = -1;
+	/* until a file places it: a path-based request (stat) has no sdev, kept only without a filesystem filter */
+	r->sdev_traced = !cfg.filter_sdev;
 
 	long fd = fst_syscall_fd_arg(id) == 2 ? SYSCALL_ARG(regs, 2) : SYSCALL_ARG(regs, 1);
 	int count_arg = fst_syscall_count_arg(id);
@@ -127,7 +132,7 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
 		r->pos = SYSCALL_ARG(regs, 4);
 	if (fst_syscall_has_fd(id, kind)) {
 		note_file(r, &r->keep, fd_file(fd));
-		if (!sdev_is_traced(r->sdev))
+		if (!r->sdev_traced)
 			return 0;
 	}
 	r->in_req = 1;
@@ -262,7 +267,7 @@ static __always_inline int handle_sys_exit(long ret)
 	if (r->kind == FST_REQ_OPEN && ret >= 0)
 		note_file(r, NULL, fd_file(ret));
 	/* path-based requests (stat) cannot be placed on a filesystem here: kept only without an fs filter */
-	if (!sdev_is_traced(r->sdev))
+	if (!r->sdev_traced)
 		return 0;
 
 	/* the handlers' time is in the on-CPU intervals; never more than them (the clamp is what keeps the
