@@ -25,7 +25,8 @@ def real_results(d):
     os.sync()
     st = os.stat(d)
     dev = "%d:%d" % (os.major(st.st_dev), os.minor(st.st_dev))
-    argv = [COLLECTOR, "-o", os.path.join(d, "real.fst"), "--sample-hz", "4999"]
+    # every off-CPU interval's stack (not threshold-sampled): 32 reads of ~0.1 ms each would often have none
+    argv = [COLLECTOR, "-o", os.path.join(d, "real.fst"), "--sample-hz", "4999", "--offcpu-sample-us", "0"]
     if os.path.exists("/sys/dev/block/" + dev):
         argv += ["-d", dev]
     reader = ["dd", "if=" + data, "of=/dev/null", "bs=16k", "iflag=direct"]
