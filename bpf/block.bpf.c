@@ -48,12 +48,13 @@ struct {
 	__type(value, __u32);
 } loop_owner SEC(".maps");
 
+/* each traced device's histograms and alignment counters (records.h struct fst_dev_io), by its io_slot */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 64);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FST_MAX_TRACED_DEVS);
 	__type(key, __u32);
-	__type(value, struct fst_align);
-} aligns SEC(".maps");
+	__type(value, struct fst_dev_io);
+} dev_io SEC(".maps");
 
 /* exact byte and time sums per (device, op) beside the histograms (records.h struct fst_io_sum) */
 struct {
@@ -238,16 +239,8 @@ static __always_inline int handle_rq_issue(struct request *rq, bool btf)
 	return 0;
 }
 
-static __always_inline void count_alignment(__u32 dev, struct fst_dev_cfg *dc, __u64 sector, __u32 bytes)
+static __always_inline void count_alignment(struct fst_align *a, struct fst_dev_cfg *dc, __u64 sector, __u32 bytes)
 {
-	struct fst_align *a = bpf_map_lookup_elem(&aligns, &dev);
-	if (!a) {
-		struct fst_align zero = {};
-		bpf_map_update_elem(&aligns, &dev, &zero, BPF_NOEXIST);
-		a = bpf_map_lookup_elem(&aligns, &dev);
-		if (!a)
-			return;
-	}
 	__u64 start = sector << 9;
 	__u64 end = start + bytes;
 	__u64 unit = dc->unit_bytes ? dc->unit_bytes : 4096;
@@ -312,8 +305,12 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 
 	__u32 op = cmd_flags & 0xff;	/* REQ_OP_MASK */
 	__u32 sub = op == 0 ? 0 : (op == 1 ? 1 : 2);
-	hist_add(FST_H_IO_BYTES, dev, sub, nr_bytes);
-	count_alignment(dev, dc, sector, nr_bytes);
+	__u32 io_slot = dc->io_slot;
+	struct fst_dev_io *io = bpf_map_lookup_elem(&dev_io, &io_slot);	/* an array: no hashing */
+	if (io) {
+		slot_count(io->bytes[sub], log2_slot(nr_bytes));
+		count_alignment(&io->align, dc, sector, nr_bytes);
+	}
 	/* only for an exposition: the records have these figures, and a run should not pay for them twice */
 	struct fst_io_sum_key sk = { .dev = dev, .op = sub };
 	struct fst_io_sum *sum = cfg.io_sums ? bpf_map_lookup_elem(&io_sums, &sk) : NULL;
@@ -326,8 +323,10 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 		__sync_fetch_and_add(&sum->bytes, nr_bytes);
 	if (r) {
 		__u64 q = r->ts_queue ? r->ts_queue : r->ts_issue;
-		hist_add(FST_H_IO_Q2C_US, dev, sub, (now - q) / 1000);
-		hist_add(FST_H_IO_D2C_US, dev, sub, (now - r->ts_issue) / 1000);
+		if (io) {
+			slot_count(io->q2c_us[sub], log2_slot((now - q) / 1000));
+			slot_count(io->d2c_us[sub], log2_slot((now - r->ts_issue) / 1000));
+		}
 		if (sum) {
 			__sync_fetch_and_add(&sum->q2c_ns, now - q);
 			__sync_fetch_and_add(&sum->d2c_ns, now - r->ts_issue);

@@ -53,7 +53,7 @@ struct {
 /* kernel dev_t of each traced block device */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 64);
+	__uint(max_entries, FST_MAX_TRACED_DEVS);
 	__type(key, __u32);
 	__type(value, struct fst_dev_cfg);
 } traced_devs SEC(".maps");
@@ -349,6 +349,14 @@ static __always_inline __u32 log2_slot(__u64 v)
 	return r < FST_HIST_SLOTS ? r : FST_HIST_SLOTS - 1;
 }
 
+/* one more in slots[slot] of a histogram other CPUs add to as well */
+static __always_inline void slot_count(__u64 *slots, __u32 slot)
+{
+	asm volatile("" : "+r"(slot));	/* bound checked on the register that indexes (see tasks.bpf.c slot_inc) */
+	if (slot < FST_HIST_SLOTS)
+		__sync_fetch_and_add(&slots[slot], 1);
+}
+
 static __always_inline void hist_add(__u32 metric, __u32 dev, __u32 sub, __u64 value)
 {
 	struct fst_hist_key key = { .metric = metric, .dev = dev, .sub = sub };
@@ -360,9 +368,7 @@ static __always_inline void hist_add(__u32 metric, __u32 dev, __u32 sub, __u64 v
 		if (!h)
 			return;
 	}
-	__u32 slot = log2_slot(value);
-	if (slot < FST_HIST_SLOTS)
-		__sync_fetch_and_add(&h->slots[slot], 1);
+	slot_count(h->slots, log2_slot(value));
 }
 
 static __always_inline void inflight_add(__u32 pid, __s64 delta)

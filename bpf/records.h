@@ -566,6 +566,24 @@ struct fst_align {
 struct fst_dev_cfg {
 	__u32 unit_bytes;	/* fs block/cluster size for alignment (0 = 4096) */
 	__u32 is_loop;
+	__u32 io_slot;		/* its entry in dev_io (< FST_MAX_TRACED_DEVS) */
+	__u32 pad0;
+};
+
+/*
+ * What a traced device's completed block requests add up to, in the dev_io array entry its fst_dev_cfg
+ * names: the completion handler reaches it with no hash lookup (four hash lookups there cost about 0.5 us a
+ * completion).  Log2 histograms per op (FST_IO_SUBS: read, write, other) of size, queue-to-complete and
+ * issue-to-complete, and the alignment counters.  The results header carries them as the "histograms" rows
+ * of metrics FST_H_IO_BYTES / FST_H_IO_Q2C_US / FST_H_IO_D2C_US and the "alignment" rows.
+ */
+#define FST_MAX_TRACED_DEVS 64
+#define FST_IO_SUBS 3
+struct fst_dev_io {
+	struct fst_align align;
+	__u64 bytes[FST_IO_SUBS][FST_HIST_SLOTS];
+	__u64 q2c_us[FST_IO_SUBS][FST_HIST_SLOTS];
+	__u64 d2c_us[FST_IO_SUBS][FST_HIST_SLOTS];
 };
 
 /* off-CPU time per (kernel stack, reason), accumulated in the kernel */

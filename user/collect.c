@@ -1341,6 +1341,15 @@ static void live_counted(struct tasks_bpf *tsk)
 	}
 }
 
+static void json_hist_row(struct jbuf *b, bool *first, __u32 metric, __u32 dev, __u32 sub, const __u64 *slots)
+{
+	jb_add(b, "%s{\"metric\":%u,\"dev\":%u,\"sub\":%u,\"slots\":[", *first ? "" : ",", metric, dev, sub);
+	*first = false;
+	for (int i = 0; i < FST_HIST_SLOTS; i++)
+		jb_add(b, "%s%llu", i ? "," : "", (unsigned long long)slots[i]);
+	jb_add(b, "]}");
+}
+
 static void json_aggregates(struct jbuf *b, struct block_bpf *blk)
 {
 	int hfd = bpf_map__fd(blk->maps.hists);
@@ -1352,31 +1361,38 @@ static void json_aggregates(struct jbuf *b, struct block_bpf *blk)
 	while (!bpf_map_get_next_key(hfd, prev, &next)) {
 		key = next;
 		prev = &key;
-		if (bpf_map_lookup_elem(hfd, &key, &h))
-			continue;
-		jb_add(b, "%s{\"metric\":%u,\"dev\":%u,\"sub\":%u,\"slots\":[", first ? "" : ",", key.metric,
-		       key.dev, key.sub);
-		first = false;
-		for (int i = 0; i < FST_HIST_SLOTS; i++)
-			jb_add(b, "%s%llu", i ? "," : "", (unsigned long long)h.slots[i]);
-		jb_add(b, "]}");
+		if (!bpf_map_lookup_elem(hfd, &key, &h))
+			json_hist_row(b, &first, key.metric, key.dev, key.sub, h.slots);
+	}
+	/* the block request histograms: device i's are in dev_io entry i, a row for each (metric, op) seen */
+	static struct fst_dev_io io[MAX_DEVS];
+	__u32 kdevs[MAX_DEVS];
+	for (int i = 0; i < opt.nr_devs; i++) {
+		__u32 slot = i;
+		kdevs[i] = (opt.devs[i].major << 20) | opt.devs[i].minor;
+		if (bpf_map_lookup_elem(bpf_map__fd(blk->maps.dev_io), &slot, &io[i]))
+			memset(&io[i], 0, sizeof(io[i]));
+		for (int k = 0; k < DEV_IO_METRICS; k++)
+			for (__u32 sub = 0; sub < FST_IO_SUBS; sub++) {
+				const __u64 *slots = dev_io_hist(&io[i], dev_io_metrics[k], sub);
+				bool any = false;
+				for (int s = 0; s < FST_HIST_SLOTS; s++)
+					any |= slots[s] != 0;
+				if (any)
+					json_hist_row(b, &first, dev_io_metrics[k], kdevs[i], sub, slots);
+			}
 	}
 	jb_add(b, "],\"alignment\":[");
-	int afd = bpf_map__fd(blk->maps.aligns);
-	__u32 dkey, dnext;
-	struct fst_align a;
 	first = true;
-	void *dprev = NULL;
-	while (!bpf_map_get_next_key(afd, dprev, &dnext)) {
-		dkey = dnext;
-		dprev = &dkey;
-		if (bpf_map_lookup_elem(afd, &dkey, &a))
+	for (int i = 0; i < opt.nr_devs; i++) {
+		const struct fst_align *a = &io[i].align;
+		if (!a->nr)
 			continue;
 		jb_add(b, "%s{\"dev\":%u,\"nr\":%llu,\"start_4k\":%llu,\"end_4k\":%llu,\"start_unit\":%llu,"
 			  "\"end_unit\":%llu,\"cross_unit\":%llu}",
-		       first ? "" : ",", dkey, (unsigned long long)a.nr, (unsigned long long)a.start_4k,
-		       (unsigned long long)a.end_4k, (unsigned long long)a.start_unit,
-		       (unsigned long long)a.end_unit, (unsigned long long)a.cross_unit);
+		       first ? "" : ",", kdevs[i], (unsigned long long)a->nr, (unsigned long long)a->start_4k,
+		       (unsigned long long)a->end_4k, (unsigned long long)a->start_unit,
+		       (unsigned long long)a->end_unit, (unsigned long long)a->cross_unit);
 		first = false;
 	}
 	jb_add(b, "]");
@@ -1576,7 +1592,8 @@ int main(int argc, char **argv)
 	for (int i = 0; i < opt.nr_devs; i++) {
 		struct dev_arg *d = &opt.devs[i];
 		__u32 kdev = (d->major << 20) | d->minor;
-		struct fst_dev_cfg dc = { .unit_bytes = d->unit, .is_loop = d->is_loop };
+		/* dev_io entry i: the exposition and the header find device i's figures there */
+		struct fst_dev_cfg dc = { .unit_bytes = d->unit, .is_loop = d->is_loop, .io_slot = i };
 		if (bpf_map_update_elem(bpf_map__fd(blk->maps.traced_devs), &kdev, &dc, BPF_ANY))
 			die("--dev %u:%u: adding it to the traced devices: %s", d->major, d->minor, strerror(errno));
 	}
@@ -1640,8 +1657,8 @@ int main(int argc, char **argv)
 		read_diskstat(&opt.devs[i], &ds_start[i]);
 
 	struct expose_maps xm = {
-		.req_agg = tsk ? bpf_map__fd(tsk->maps.req_agg) : -1, .hists = bpf_map__fd(blk->maps.hists),
-		.aligns = bpf_map__fd(blk->maps.aligns), .drops = bpf_map__fd(blk->maps.drops),
+		.req_agg = tsk ? bpf_map__fd(tsk->maps.req_agg) : -1, .dev_io = bpf_map__fd(blk->maps.dev_io),
+		.drops = bpf_map__fd(blk->maps.drops),
 		.io_sums = bpf_map__fd(blk->maps.io_sums), .comm_agg = tsk && opt.per_comm ? bpf_map__fd(tsk->maps.comm_agg) : -1,
 	};
 	if (xm.comm_agg >= 0) {	/* the key every name beyond the map's room is counted under (tasks.bpf.c) */

@@ -451,43 +451,49 @@ static void filesystems(struct jbuf *b)
 	}
 }
 
-#define MAX_HIST_KEYS 1024
+const __u32 dev_io_metrics[DEV_IO_METRICS] = { FST_H_IO_BYTES, FST_H_IO_Q2C_US, FST_H_IO_D2C_US };
+
+const __u64 *dev_io_hist(const struct fst_dev_io *io, __u32 metric, __u32 sub)
+{
+	if (sub >= FST_IO_SUBS)
+		return NULL;
+	return metric == FST_H_IO_BYTES ? io->bytes[sub] : metric == FST_H_IO_Q2C_US ? io->q2c_us[sub] :
+	       metric == FST_H_IO_D2C_US ? io->d2c_us[sub] : NULL;
+}
 
 struct hist_row {
 	struct fst_hist_key key;
 	struct fst_hist h;
 };
 
+#define MAX_HIST_KEYS (MAX_EXPOSED_DEVS * DEV_IO_METRICS * FST_IO_SUBS)
+#define MAX_EXPOSED_DEVS FST_MAX_TRACED_DEVS
+
 static void block(struct jbuf *b, const struct expose_maps *m, const __u32 *devs, int nr_devs)
 {
 	static struct hist_row rows[MAX_HIST_KEYS];
+	static struct fst_dev_io io[MAX_EXPOSED_DEVS];
 	int n = 0;
-	struct fst_hist_key key, next;
-	void *prev = NULL;
-	while (n < MAX_HIST_KEYS && !bpf_map_get_next_key(m->hists, prev, &next)) {
-		key = next;
-		prev = &key;
-		if (key.metric != FST_H_IO_BYTES && key.metric != FST_H_IO_Q2C_US && key.metric != FST_H_IO_D2C_US)
-			continue;
-		if (!bpf_map_lookup_elem(m->hists, &key, &rows[n].h)) {
-			rows[n].key = key;
-			n++;
-		}
-	}
-	/* every traced device's read series exist from the start, at 0 (see requests()) */
-	static const __u32 io_metrics[] = { FST_H_IO_BYTES, FST_H_IO_Q2C_US, FST_H_IO_D2C_US };
-	for (int d = 0; d < nr_devs; d++)
-		for (unsigned k = 0; k < sizeof(io_metrics) / sizeof(io_metrics[0]); k++) {
-			int i = 0;
-			while (i < n && !(rows[i].key.metric == io_metrics[k] && rows[i].key.dev == devs[d] &&
-					  rows[i].key.sub == 0))
-				i++;
-			if (i == n && n < MAX_HIST_KEYS) {
-				memset(&rows[n], 0, sizeof(rows[n]));
-				rows[n].key = (struct fst_hist_key){ .metric = io_metrics[k], .dev = devs[d], .sub = 0 };
+	if (nr_devs > MAX_EXPOSED_DEVS)
+		nr_devs = MAX_EXPOSED_DEVS;
+	/* device d's figures are in dev_io entry d; its read series exist from the start, at 0 (see requests()) */
+	for (int d = 0; d < nr_devs; d++) {
+		__u32 slot = d;
+		if (bpf_map_lookup_elem(m->dev_io, &slot, &io[d]))
+			memset(&io[d], 0, sizeof(io[d]));
+		for (int k = 0; k < DEV_IO_METRICS; k++)
+			for (__u32 sub = 0; sub < FST_IO_SUBS; sub++) {
+				const __u64 *slots = dev_io_hist(&io[d], dev_io_metrics[k], sub);
+				bool any = false;
+				for (int s = 0; s < FST_HIST_SLOTS; s++)
+					any |= slots[s] != 0;
+				if (!any && sub != 0)
+					continue;
+				rows[n].key = (struct fst_hist_key){ .metric = dev_io_metrics[k], .dev = devs[d], .sub = sub };
+				memcpy(rows[n].h.slots, slots, sizeof(rows[n].h.slots));
 				n++;
 			}
-		}
+	}
 	static const struct {
 		__u32 metric;
 		const char *name, *help;
@@ -525,16 +531,12 @@ static void block(struct jbuf *b, const struct expose_maps *m, const __u32 *devs
 		}
 	}
 
-	__u32 dkey, dnext;
-	struct fst_align a;
 	struct jbuf al = {}, au = {}, ac = {};
-	void *dprev = NULL;
-	while (!bpf_map_get_next_key(m->aligns, dprev, &dnext)) {
-		dkey = dnext;
-		dprev = &dkey;
-		if (bpf_map_lookup_elem(m->aligns, &dkey, &a))
+	for (int d = 0; d < nr_devs; d++) {
+		const struct fst_align a = io[d].align;
+		if (!a.nr)	/* as the counters come: a device's once it completed a request */
 			continue;
-		unsigned ma = dkey >> 20, mi = dkey & 0xfffff;
+		unsigned ma = devs[d] >> 20, mi = devs[d] & 0xfffff;
 		jb_add(&al, "fstrace_block_aligned_4k_total{device=\"%u:%u\",edge=\"start\"} %llu\n", ma, mi,
 		       (unsigned long long)a.start_4k);
 		jb_add(&al, "fstrace_block_aligned_4k_total{device=\"%u:%u\",edge=\"end\"} %llu\n", ma, mi,

@@ -14,7 +14,7 @@
 
 struct expose_maps {
 	int req_agg;	/* tasks.bpf.c req_agg (per CPU), -1 without request tracing (--block-only) */
-	int hists, aligns, drops, io_sums;
+	int dev_io, drops, io_sums;	/* dev_io: block.bpf.c, indexed by the devices' order in devs */
 	int comm_agg;	/* tasks.bpf.c comm_agg (per CPU), -1 without --per-comm */
 };
 
@@ -37,6 +37,9 @@ int expose_write(const char *path, const struct expose_maps *m, const struct exp
 		 const __u32 *sdevs, int nr_sdevs, const __u32 *devs, int nr_devs, double start_time_s);
 
 /* helpers the collector shares with its results header */
+#define DEV_IO_METRICS 3
+extern const __u32 dev_io_metrics[DEV_IO_METRICS];	/* FST_H_IO_*: the histograms of struct fst_dev_io */
+const __u64 *dev_io_hist(const struct fst_dev_io *io, __u32 metric, __u32 sub);
 int req_agg_sum(int fd, const struct fst_req_agg_key *key, struct fst_req_agg *sum);
 __u64 sum_drops(int fd, __u32 idx);
 
