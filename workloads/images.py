@@ -1,7 +1,8 @@
 """Filesystem images built from a dataset directory, cached by (dataset id, fs, options, tool version).
 
 erofs and squashfs are built by their mkfs tools (erofs by erofs-utils 1.8.6, built from Debian trixie's
-source into build/erofs-utils/ by scripts/build-erofs-utils.sh: bookworm's 1.5 has only lz4/lz4hc); btrfs, ext4 and xfs are made
+source into build/erofs-utils/ by scripts/build-erofs-utils.sh: bookworm's 1.5 has only lz4/lz4hc);
+btrfs, ext4 and xfs are made
 in a sparse file, mounted (btrfs with compress=), filled with cp -a and
 unmounted.  Every option is checked against what the installed tool supports,
 and the tool version goes into the image record.
@@ -107,8 +108,8 @@ def erofs_feature_support(mkfs, feature):
     """Whether this mkfs.erofs writes -E<feature>, read from the layout of a small image it builds.
 
     Asking the tool is the only reliable test: 1.5 accepts -Efragments and -Ededupe without a word and
-    writes neither.  Two identical compressible files and a small one: fragments, all-fragments and ztailpacking must show
-    their superblock flag; dedupe has no flag, so the second file's extents must be the first file's."""
+    writes neither.  Two identical compressible files and a small one: fragments, all-fragments and
+    ztailpacking must show their superblock flag; dedupe has no flag, so the second file's extents must be the first file's."""
     d = tempfile.mkdtemp(prefix="fstrace-erofs-probe-")
     try:
         src = os.path.join(d, "src")
@@ -179,7 +180,8 @@ def normalize(fs, opts):
             if o["compress"] != "lz4hc" and opts.get("level") is None:
                 o.pop("level", None)  # the default level 12 is lz4hc's; the others keep their tool's default
             ranges = erofs_level_ranges(o["compress"])
-            if o.get("level") is not None and ranges is not None and not any(lo <= o["level"] <= hi for lo, hi in ranges):
+            level = o.get("level")
+            if level is not None and ranges is not None and not any(lo <= level <= hi for lo, hi in ranges):
                 raise FstraceError("erofs %s level must be in %s, got %d" % (
                     o["compress"], ", ".join("%d..%d" % r for r in ranges) or "(no levels)", o["level"]))
         else:
