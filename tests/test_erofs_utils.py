@@ -46,6 +46,7 @@ def test_build_is_cached_and_is_1_8_6():
     ({"compress": "lz4hc", "level": 9}, "lz4"),
     ({"compress": "lzma", "level": 6}, "lzma"),
     ({"compress": "deflate", "level": 9}, "deflate"),
+    ({"compress": "libdeflate", "level": 12}, "deflate"),  # libdeflate writes the same deflate streams
     ({"compress": "zstd", "level": 15, "cluster": 16384}, "zstd"),
     ({"compress": "none"}, None),
     ({"compress": "lz4hc", "features": "fragments", "cluster": 16384}, "lz4"),
