@@ -40,7 +40,7 @@ def plan_configs(args):
         comps = _split(args.compress) or [None]
         clusters = [int(c) for c in _split(args.cluster)] or [None]
         variants = [(c, k) for c in comps for k in clusters]
-        erofs_features = None
+        erofs_features = _split(getattr(args, "features", None)) or None
     if not fss:
         raise FstraceError("bench needs --preset or --fs")
     out = []

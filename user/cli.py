@@ -678,6 +678,7 @@ def build_parser():
     b.add_argument("--fs", help="comma-separated filesystems")
     b.add_argument("--compress", help="comma-separated compressors (see run --compress)")
     b.add_argument("--cluster", help="comma-separated cluster/block sizes, bytes")
+    b.add_argument("--features", help="erofs -E features for its compressed images (see run --features)")
     b.add_argument("--workload", help="comma-separated workloads (default with --preset: the preset's)")
     b.add_argument("--runs", type=int, default=3, help="runs of each (default %(default)s)")
     b.add_argument("--warm", action="store_true", help="warm-cache runs")
