@@ -57,6 +57,7 @@ def test_each_algorithm_and_feature_is_in_the_image(tree, opts, alg):
     src, manifest = tree
     rec = images.ensure_image("erofs", opts, src, manifest["id"] + "/tree", CACHE)
     assert rec["tool"] == "mkfs.erofs 1.8.6" and rec["mkfs_argv"][0] == images.erofs_tool("mkfs.erofs")
+    assert images.verify("erofs", rec["options"], rec["path"])["checked"] is True  # also on a cached image
     algs, feats = superblock(rec["path"])
     if alg is None:
         assert "0padding" not in feats and not algs
@@ -171,3 +172,13 @@ def test_bench_plans_the_seeds_erofs_images_with_fragments():
                                               features="dedupe,fragments"))
     assert [images.mkfs_argv("erofs", o, "i", "s")[3:6] for _, o in plan] == [
         ["-zzstd", "-C16384", "-Ededupe,fragments"], ["-zlzma", "-C16384", "-Ededupe,fragments"]]
+
+
+def test_verify_refuses_an_image_of_another_algorithm(tree):
+    src, manifest = tree
+    rec = images.ensure_image("erofs", {"compress": "zstd"}, src, manifest["id"] + "/tree", CACHE)
+    for other in ({"compress": "lzma", "cluster": 4096}, {"compress": "lz4hc", "level": 12, "cluster": 4096}):
+        with pytest.raises(images.FstraceError, match="compressed with zstd, asked for " + other["compress"]):
+            images.verify("erofs", other, rec["path"])
+    with pytest.raises(images.FstraceError, match="feature fragments was not applied"):
+        images.verify("erofs", dict(rec["options"], features=["fragments"]), rec["path"])

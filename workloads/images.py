@@ -87,7 +87,8 @@ def erofs_compressors():
     # 1.5: "Available compressors are: lz4, lz4hc"; 1.8: "available compressors: lz4, lz4hc, lzma, ..."
     # (1.8 prints the list for --version, 1.5 for --help)
     mkfs = erofs_tool("mkfs.erofs")
-    m = re.search(r"available compressors(?: are)?: (.*)", _erofs_help(mkfs, "--version") + _erofs_help(mkfs), re.I)
+    text = _erofs_help(mkfs, "--version") + _erofs_help(mkfs)
+    m = re.search(r"available compressors(?: are)?: (.*)", text, re.I)
     return [c.strip() for c in m.group(1).split(",")] if m else []
 
 
@@ -109,7 +110,8 @@ def erofs_feature_support(mkfs, feature):
 
     Asking the tool is the only reliable test: 1.5 accepts -Efragments and -Ededupe without a word and
     writes neither.  Two identical compressible files and a small one: fragments, all-fragments and
-    ztailpacking must show their superblock flag; dedupe has no flag, so the second file's extents must be the first file's."""
+    ztailpacking must show their superblock flag; dedupe has no flag, so the second file's extents must be
+    the first file's."""
     d = tempfile.mkdtemp(prefix="fstrace-erofs-probe-")
     try:
         src = os.path.join(d, "src")
@@ -323,17 +325,18 @@ def verify(fs, o, image):
         if ("0padding" in feats) != compressed:
             raise FstraceError("erofs image %s: compression %s was not applied (features: %s)"
                                % (image, o["compress"], " ".join(sorted(feats))))
+        # an image that names no algorithm (no compr_cfgs, and all of 1.5's) is lz4 by the format;
+        # lz4hc is lz4 on disk, libdeflate deflate
+        alg = {"lz4hc": "lz4", "libdeflate": "deflate"}.get(o["compress"], o["compress"])
+        if compressed and (sb["compr_algs"] or {"lz4"}) != {alg}:
+            raise FstraceError("erofs image %s: compressed with %s, asked for %s"
+                               % (image, " ".join(sorted(sb["compr_algs"] or {"lz4"})), o["compress"]))
         # 1.8 sets big_pcluster for lzma, deflate and zstd at any cluster size: only lz4 says 4 KiB by its absence
         big = "big_pcluster" in feats
         if compressed and (big != (o["cluster"] > 4096) if o["compress"] in ("lz4", "lz4hc")
                            else o["cluster"] > 4096 and not big):
             raise FstraceError("erofs image %s: cluster size %d was not applied (features: %s)"
                                % (image, o["cluster"], " ".join(sorted(feats))))
-        # 1.5 writes no compr_algs line (lz4 only); lz4hc is lz4 on disk, libdeflate deflate
-        alg = {"lz4hc": "lz4", "libdeflate": "deflate"}.get(o["compress"], o["compress"])
-        if compressed and sb["compr_algs"] and sb["compr_algs"] != {alg}:
-            raise FstraceError("erofs image %s: compressed with %s, asked for %s"
-                               % (image, " ".join(sorted(sb["compr_algs"])), o["compress"]))
         # fragments has its flag in every image with a regular file; dedupe leaves none and ztailpacking
         # only when a tail was small enough to inline: those two were proven on the tool's probe image
         got["features_probed"] = [f for f in o.get("features", []) if f in ("dedupe", "ztailpacking")]
