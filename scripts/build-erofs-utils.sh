@@ -24,6 +24,11 @@ if [ "$(id -u)" -ne 0 ]; then
 	echo "fstrace: erofs-utils $VERSION is not built in $prefix (run scripts/setup.sh as root)" >&2
 	exit 1
 fi
+# two setups at once (a run and the tests): one builds, the other waits and then finds it built
+if [ -z "${FSTRACE_EROFS_BUILD_LOCKED:-}" ]; then
+	mkdir -p "$here/build"
+	FSTRACE_EROFS_BUILD_LOCKED=1 exec flock "$here/build/erofs-utils.lock" "$0" "$@"
+fi
 echo "fstrace: building erofs-utils $VERSION from Debian trixie's source package (once; about a minute)" >&2
 t0=$(date +%s)
 rm -rf "$work" "$prefix"
