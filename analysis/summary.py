@@ -654,6 +654,7 @@ def summarize(res, ground_truth=None):
             "fs": cfg.get("fs"), "label": cfg.get("label"), "workload": cfg.get("workload"),
             "dataset_id": cfg.get("dataset_id"), "cache": cfg.get("cache"), "loop_direct_io": cfg.get("loop_direct_io"),
             "image_bytes": cfg.get("image", {}).get("bytes"), "kernel": h["kernel"]["release"],
+            "mkfs_argv": cfg.get("image", {}).get("mkfs_argv"),  # the exact command that built the image
             "iops_cap": cfg.get("iops_cap"),
             "collector": h["collector"], "tools": cfg.get("tools"), "workload_exit_status": wl.get("exit_status"),
         },

@@ -19,6 +19,8 @@ ANALYSIS="python3 python3-numpy python3-matplotlib"
 # and PIL to check the HTML report renders; strace to see that bad collector options load nothing; prometheus
 # (the server and promtool) to scrape fstrace serve and lint its exposition (where systemd runs, Debian also
 # starts its own prometheus service on :9090; the tests start theirs on 127.0.0.1 and never use that one)
+# building erofs-utils 1.8.6 from Debian trixie's source (scripts/build-erofs-utils.sh, part of workloads)
+EROFS_BUILD="dpkg-dev autoconf automake libtool pkg-config make gcc liblz4-dev liblzma-dev libzstd-dev libdeflate-dev zlib1g-dev uuid-dev libxxhash-dev"
 TEST="python3-pytest qemu-system-x86 busybox-static kmod cpio chromium python3-pil strace prometheus"
 
 if [ "${1:-}" = "--test" ]; then
@@ -26,11 +28,11 @@ if [ "${1:-}" = "--test" ]; then
 elif [ $# -eq 0 ]; then
 	set -- collector workloads analysis
 fi
-PKGS="" build=""
+PKGS="" build="" erofs=""
 for part in "$@"; do
 	case "$part" in
 	collector) PKGS="$PKGS $COLLECTOR" build=1 ;;
-	workloads) PKGS="$PKGS $WORKLOADS" ;;
+	workloads) PKGS="$PKGS $WORKLOADS $EROFS_BUILD" erofs=1 ;;
 	analysis) PKGS="$PKGS $ANALYSIS" ;;
 	test) PKGS="$PKGS $TEST" ;;
 	*) echo "setup.sh: unknown part '$part' (collector, workloads, analysis, test or --test)" >&2; exit 2 ;;
@@ -55,4 +57,7 @@ fi
 
 if [ -n "$build" ]; then
 	make -s -C "$here" >&2
+fi
+if [ -n "$erofs" ]; then
+	"$here/scripts/build-erofs-utils.sh"
 fi

@@ -34,7 +34,8 @@ def test_image_options_are_applied(tree, fs, opts):
         else:
             assert "Data is uncompressed" in out
     else:
-        out = subprocess.run(["dump.erofs", "-s", rec["path"]], stdout=subprocess.PIPE, text=True).stdout
+        out = subprocess.run([images.erofs_tool("dump.erofs"), "-s", rec["path"]], stdout=subprocess.PIPE,
+                             text=True).stdout
         feats = out.split("Filesystem features:")[1].splitlines()[0].split()
         assert ("0padding" in feats) == (opts["compress"] != "none")
         assert ("big_pcluster" in feats) == (opts.get("cluster", 4096) > 4096)

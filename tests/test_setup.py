@@ -8,7 +8,9 @@ import pytest
 from conftest import FSTRACE, ROOT
 
 COLLECTOR_PKGS = {"clang", "libbpf-dev", "bpftool"}
-WORKLOAD_PKGS = {"fio", "erofs-utils", "squashfs-tools", "btrfs-progs", "xfsprogs"}
+# libdeflate-dev, liblz4-dev, autoconf: building erofs-utils 1.8.6 (scripts/build-erofs-utils.sh), not on attach boxes
+WORKLOAD_PKGS = {"fio", "erofs-utils", "squashfs-tools", "btrfs-progs", "xfsprogs",
+                 "libdeflate-dev", "liblz4-dev", "autoconf"}
 ANALYSIS_PKGS = {"python3-numpy", "python3-matplotlib"}
 TEST_PKGS = {"python3-pytest", "qemu-system-x86", "chromium"}
 

@@ -15,6 +15,8 @@ PRESETS = {
     "seed000": {
         "fs": ["erofs", "squashfs"],
         "variants": [("none", None), ("lz4hc", 4096), ("lz4hc", 16384), ("lz4hc", 65536), ("lz4hc", 131072)],
+        # the seed builds its compressed erofs images with -Efragments (its tree table; its silesia table omits it)
+        "erofs_features": ["fragments"],
         "workloads": ["tar-data", "tar-meta", "cat-500", "stat-500", "cat-all", "stat-all", "seqread", "randread",
                       "randread-10m"],
     },
@@ -32,12 +34,13 @@ def plan_configs(args):
         if args.preset not in PRESETS:
             raise FstraceError("unknown preset %r (choose from %s)" % (args.preset, ", ".join(PRESETS)))
         p = PRESETS[args.preset]
-        fss, variants = p["fs"], p["variants"]
+        fss, variants, erofs_features = p["fs"], p["variants"], p.get("erofs_features")
     else:
         fss = _split(args.fs)
         comps = _split(args.compress) or [None]
         clusters = [int(c) for c in _split(args.cluster)] or [None]
         variants = [(c, k) for c in comps for k in clusters]
+        erofs_features = _split(getattr(args, "features", None)) or None
     if not fss:
         raise FstraceError("bench needs --preset or --fs")
     out = []
@@ -48,6 +51,8 @@ def plan_configs(args):
             opts = {"compress": comp}
             if cluster is not None and fs in ("erofs", "squashfs"):
                 opts["cluster" if fs == "erofs" else "block"] = cluster
+            if fs == "erofs" and comp != "none" and erofs_features:
+                opts["features"] = erofs_features
             o = images.normalize(fs, opts)
             if (fs, o) not in out:  # uncompressed images ignore the cluster size: one each
                 out.append((fs, o))

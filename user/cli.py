@@ -59,6 +59,10 @@ def default_outdir(label, workload):
 
 def parse_image_opts(args):
     opts = {"compress": args.compress, "level": args.level}
+    if getattr(args, "features", None):
+        if args.fs != "erofs":
+            raise FstraceError("--features is for --fs erofs (its mkfs.erofs -E features), not %s" % args.fs)
+        opts["features"] = args.features
     if args.cluster is not None:
         opts["cluster" if args.fs == "erofs" else "block"] = args.cluster
     return opts
@@ -649,9 +653,12 @@ def build_parser():
     r = sub.add_parser("run", help="build an image, run a standard workload on it under tracing, report")
     r.add_argument("--fs", required=True, help="one of: " + ", ".join(images.FILESYSTEMS))
     r.add_argument("--workload", required=True, help="one of: " + ", ".join(sorted(catalog.WORKLOADS)))
-    r.add_argument("--compress", help="compressor (erofs: lz4, lz4hc, none; squashfs: gzip, lzo, lz4, lz4hc, "
-                   "xz, zstd, none; btrfs: none, lzo, zlib[:N], zstd[:N])")
-    r.add_argument("--level", type=int, help="compression level (erofs lz4hc)")
+    r.add_argument("--compress", help="compressor (erofs: lz4, lz4hc, lzma, deflate, libdeflate, zstd, none; "
+                   "squashfs: gzip, lzo, lz4, lz4hc, xz, zstd, none; btrfs: none, lzo, zlib[:N], zstd[:N])")
+    r.add_argument("--level", type=int, help="compression level (erofs lz4hc 0-12, default 12; lzma 0-9 or 100-109; "
+                   "deflate 0-9; zstd 0-22; others: the tool's default)")
+    r.add_argument("--features", help="erofs only, comma-separated mkfs.erofs -E features: "
+                   + ", ".join(images.EROFS_FEATURES))
     r.add_argument("--cluster", type=int, help="erofs pcluster size / squashfs block size, bytes")
     r.add_argument("--dataset", help="directory or tarball to use instead of the built-in dataset")
     r.add_argument("--scale", type=float, default=1.0, help=argparse.SUPPRESS)  # small datasets for tests
@@ -681,6 +688,7 @@ def build_parser():
     b.add_argument("--fs", help="comma-separated filesystems")
     b.add_argument("--compress", help="comma-separated compressors (see run --compress)")
     b.add_argument("--cluster", help="comma-separated cluster/block sizes, bytes")
+    b.add_argument("--features", help="erofs -E features for its compressed images (see run --features)")
     b.add_argument("--workload", help="comma-separated workloads (default with --preset: the preset's)")
     b.add_argument("--runs", type=int, default=3, help="runs of each (default %(default)s)")
     b.add_argument("--warm", action="store_true", help="warm-cache runs")

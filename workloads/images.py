@@ -1,10 +1,13 @@
 """Filesystem images built from a dataset directory, cached by (dataset id, fs, options, tool version).
 
-erofs and squashfs are built by their mkfs tools; btrfs, ext4 and xfs are made
+erofs and squashfs are built by their mkfs tools (erofs by erofs-utils 1.8.6, built from Debian trixie's
+source into build/erofs-utils/ by scripts/build-erofs-utils.sh: bookworm's 1.5 has only lz4/lz4hc);
+btrfs, ext4 and xfs are made
 in a sparse file, mounted (btrfs with compress=), filled with cp -a and
 unmounted.  Every option is checked against what the installed tool supports,
 and the tool version goes into the image record.
 """
+import functools
 import hashlib
 import json
 import os
@@ -30,9 +33,30 @@ DEFAULTS = {
 _MKFS = {"erofs": "mkfs.erofs", "squashfs": "mksquashfs", "btrfs": "mkfs.btrfs", "ext4": "mkfs.ext4",
          "xfs": "mkfs.xfs"}
 
+# fstrace's own erofs-utils (scripts/build-erofs-utils.sh); FSTRACE_EROFS_UTILS names another prefix (the
+# tests point it at bookworm's /usr to see features refused by a tool that lacks them)
+EROFS_PREFIX = os.environ.get("FSTRACE_EROFS_UTILS") or os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build", "erofs-utils")
+
+# mkfs.erofs -E features fstrace offers -> the superblock feature flag dump.erofs shows for each, None: no flag
+# (all-fragments puts every file's data into the packed inode: the superblock knows it only as fragments;
+# the superblock's "dedupe" flag comes with fragments, not with -Ededupe, which shares pclusters between files)
+EROFS_FEATURES = {"fragments": "fragments", "dedupe": None, "ztailpacking": "ztailpacking",
+                  "all-fragments": "fragments"}
+
+
+def erofs_tool(name):
+    """Absolute path of fstrace's mkfs.erofs / dump.erofs; raises if it was not built."""
+    path = os.path.join(EROFS_PREFIX, "bin", name)
+    if not os.access(path, os.X_OK):
+        raise FstraceError("%s is not built in %s (run scripts/setup.sh)" % (name, EROFS_PREFIX))
+    return path
+
 
 def tool_version(fs):
     tool = _MKFS[fs]
+    if fs == "erofs":
+        return _erofs_version(erofs_tool("mkfs.erofs"))
     if not shutil.which(tool):
         raise FstraceError("%s is not installed (needed for --fs %s); run scripts/setup.sh" % (tool, fs))
     for args in (["-V"], ["-version"], ["--version"]):
@@ -43,10 +67,97 @@ def tool_version(fs):
     return tool
 
 
+@functools.lru_cache(maxsize=None)
+def _erofs_version(mkfs):
+    # 1.8 prints "mkfs.erofs (erofs-utils) 1.8.6" for --version; 1.5 has no --version and names itself in -V's usage
+    for args in (["--version"], ["-V"]):
+        p = subprocess.run([mkfs] + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        m = re.search(r"^mkfs\.erofs (?:\(erofs-utils\) )?(\d+\.\d+(?:\.\d+)*)", p.stdout, re.M)
+        if m:
+            return "mkfs.erofs %s" % m.group(1)
+    return "mkfs.erofs (version unknown)"
+
+
+@functools.lru_cache(maxsize=None)
+def _erofs_help(mkfs, arg="--help"):
+    return subprocess.run([mkfs, arg], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
+
+
 def erofs_compressors():
-    p = subprocess.run(["mkfs.erofs", "--help"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    m = re.search(r"Available compressors are: (.*)", p.stdout)
+    # 1.5: "Available compressors are: lz4, lz4hc"; 1.8: "available compressors: lz4, lz4hc, lzma, ..."
+    # (1.8 prints the list for --version, 1.5 for --help)
+    mkfs = erofs_tool("mkfs.erofs")
+    text = _erofs_help(mkfs, "--version") + _erofs_help(mkfs)
+    m = re.search(r"available compressors(?: are)?: (.*)", text, re.I)
     return [c.strip() for c in m.group(1).split(",")] if m else []
+
+
+def erofs_level_ranges(comp):
+    """[(lo, hi)] of the levels mkfs.erofs --help lists for comp ([] when it lists none: no levels); None when
+    the tool lists no ranges at all (1.5: its own error message is the check)."""
+    text = _erofs_help(erofs_tool("mkfs.erofs"))
+    if "option ranges" not in text:
+        return None
+    m = re.search(r"^\s+%s\n\s+\[,level=<([\d,-]+)>\]" % re.escape(comp), text, re.M)
+    if not m:
+        return []
+    return [tuple(int(x) for x in r.split("-")) for r in m.group(1).split(",")]
+
+
+@functools.lru_cache(maxsize=None)
+def erofs_feature_support(mkfs, feature):
+    """Whether this mkfs.erofs writes -E<feature>, read from the layout of a small image it builds.
+
+    Asking the tool is the only reliable test: 1.5 accepts -Efragments and -Ededupe without a word and
+    writes neither.  Two identical compressible files and a small one: fragments, all-fragments and
+    ztailpacking must show their superblock flag; dedupe has no flag, so the second file's extents must be
+    the first file's."""
+    d = tempfile.mkdtemp(prefix="fstrace-erofs-probe-")
+    try:
+        src = os.path.join(d, "src")
+        os.mkdir(src)
+        text = "".join("fstrace line %d\n" % i for i in range(20000)).encode()
+        # a and b: identical, several pclusters each; c: one small tail for ztailpacking to inline
+        for name, data in (("a", text), ("b", text), ("c", text[:3000])):
+            with open(os.path.join(src, name), "wb") as f:
+                f.write(data)
+        img = os.path.join(d, "probe.img")
+        p = subprocess.run([mkfs, "-zlz4hc", "-C16384", "-E" + feature, img, src], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+        if p.returncode != 0 or not os.path.exists(img):
+            return False
+        if feature == "dedupe":
+            a, b = (erofs_extents(img, "/" + n) for n in ("a", "b"))
+            return bool(a) and [e[2] for e in a] == [e[2] for e in b]
+        return EROFS_FEATURES[feature] in erofs_superblock(img)["features"]
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def erofs_extents(image, path):
+    """[(logical start, logical length, physical start, physical length)] of a file (dump.erofs -e)."""
+    out = run([erofs_tool("dump.erofs"), "-e", "--path=" + path, image]).stdout
+    return [tuple(int(x) for x in m.groups()) for m in
+            re.finditer(r"^\s*\d+:\s*(\d+)\.\.\s*\d+ \|\s*(\d+) :\s*(\d+)\.\.\s*\d+ \|\s*(\d+)", out, re.M)]
+
+
+def erofs_superblock(image):
+    """The compression algorithms and feature flags in an erofs image's superblock (dump.erofs -s)."""
+    out = run([erofs_tool("dump.erofs"), "-s", image]).stdout
+    m = re.search(r"Filesystem features:\s*(.*)", out)
+    a = re.search(r"Filesystem compr_algs:\s*(.*)", out)
+    return {"features": set(m.group(1).split()) if m else set(),
+            "compr_algs": set(a.group(1).replace(",", " ").split()) if a else set()}
+
+
+def _erofs_features(value):
+    """--features text or list -> sorted list of known feature names; raises naming an unknown one."""
+    feats = value.split(",") if isinstance(value, str) else list(value or [])
+    feats = sorted({f.strip() for f in feats if f.strip()})
+    for f in feats:
+        if f not in EROFS_FEATURES:
+            raise FstraceError("unknown erofs feature %r (choose from %s)" % (f, ", ".join(EROFS_FEATURES)))
+    return feats
 
 
 def squashfs_compressors():
@@ -62,14 +173,33 @@ def normalize(fs, opts):
     o = dict(DEFAULTS[fs])
     o.update({k: v for k, v in opts.items() if v is not None})
     if fs == "erofs":
+        o["features"] = _erofs_features(o.get("features"))
         if o["compress"] != "none":
             have = erofs_compressors()
             if o["compress"] not in have:
-                raise FstraceError("installed mkfs.erofs cannot compress with %s (it offers: %s)"
-                                   % (o["compress"], ", ".join(have) or "nothing"))
+                raise FstraceError("%s cannot compress with %s (it offers: %s)"
+                                   % (tool_version("erofs"), o["compress"], ", ".join(have) or "nothing"))
+            if o["compress"] != "lz4hc" and opts.get("level") is None:
+                o.pop("level", None)  # the default level 12 is lz4hc's; the others keep their tool's default
+            ranges = erofs_level_ranges(o["compress"])
+            level = o.get("level")
+            if level is not None and ranges is not None and not any(lo <= level <= hi for lo, hi in ranges):
+                raise FstraceError("erofs %s level must be in %s, got %d" % (
+                    o["compress"], ", ".join("%d..%d" % r for r in ranges) or "(no levels)", o["level"]))
         else:
             o.pop("level", None)
             o["cluster"] = 4096
+            if o["features"]:
+                raise FstraceError("erofs features %s work on compressed data: use them with --compress"
+                                   % ",".join(o["features"]))
+        mkfs = erofs_tool("mkfs.erofs")
+        for f in o["features"]:
+            if not erofs_feature_support(mkfs, f):
+                raise FstraceError("%s cannot write erofs feature %s (-E%s: %s)" % (
+                    tool_version("erofs"), f, f, "identical files got separate extents" if f == "dedupe"
+                    else "no %s flag in the superblock" % EROFS_FEATURES[f]))
+        if not o["features"]:
+            del o["features"]  # images built before features existed keep their cache key
         if o.get("cluster") and (o["cluster"] < 4096 or o["cluster"] & (o["cluster"] - 1)):
             raise FstraceError("erofs cluster size must be a power of two >= 4096, got %d" % o["cluster"])
         if o["compress"] == "lz4":
@@ -92,10 +222,13 @@ def normalize(fs, opts):
 
 def mkfs_argv(fs, o, image, src):
     if fs == "erofs":
-        argv = ["mkfs.erofs", "-T0", "--all-root"]
+        argv = [erofs_tool("mkfs.erofs"), "-T0", "--all-root"]
         if o["compress"] != "none":
-            z = o["compress"] + (",%d" % o["level"] if o.get("level") else "")
+            # "-zX,N": the seed's own spelling (1.8 also reads it as level=N)
+            z = o["compress"] + (",%d" % o["level"] if o.get("level") is not None else "")
             argv += ["-z" + z, "-C%d" % o["cluster"]]
+        if o.get("features"):
+            argv.append("-E" + ",".join(o["features"]))
         return argv + [image, src]
     if fs == "squashfs":
         argv = ["mksquashfs", src, image, "-b", str(o["block"]), "-no-xattrs", "-all-time", "0", "-mkfs-time", "0",
@@ -115,7 +248,8 @@ def label(fs, o):
     if fs == "erofs":
         if o["compress"] == "none":
             return "erofs-none"
-        return "erofs-%s%s-C%d" % (o["compress"], o.get("level", ""), o["cluster"])
+        return "erofs-%s%s-C%d%s" % (o["compress"], o.get("level", ""), o["cluster"],
+                                     "".join("-" + f for f in o.get("features", [])))
     if fs == "squashfs":
         return "squashfs-%s-b%d" % (o["compress"], o["block"])
     if fs == "btrfs":
@@ -180,10 +314,10 @@ def verify(fs, o, image):
             if o["compress"] == "lz4hc" and not got["high_compression"]:
                 raise FstraceError("squashfs image %s: -Xhc was not applied" % image)
     elif fs == "erofs":
-        out = run(["dump.erofs", "-s", image]).stdout
-        m = re.search(r"Filesystem features:\s*(.*)", out)
-        feats = set(m.group(1).split()) if m else set()
+        sb = erofs_superblock(image)
+        feats = sb["features"]
         got["features"] = sorted(feats)
+        got["compr_algs"] = sorted(sb["compr_algs"])
         # lz4 and lz4hc write the same format: the superblock shows compression (0padding) and
         # physical clusters above one block (big_pcluster), not the compressor's level
         want = {}
@@ -191,9 +325,25 @@ def verify(fs, o, image):
         if ("0padding" in feats) != compressed:
             raise FstraceError("erofs image %s: compression %s was not applied (features: %s)"
                                % (image, o["compress"], " ".join(sorted(feats))))
-        if compressed and ("big_pcluster" in feats) != (o["cluster"] > 4096):
+        # an image that names no algorithm (no compr_cfgs, and all of 1.5's) is lz4 by the format;
+        # lz4hc is lz4 on disk, libdeflate deflate
+        alg = {"lz4hc": "lz4", "libdeflate": "deflate"}.get(o["compress"], o["compress"])
+        if compressed and (sb["compr_algs"] or {"lz4"}) != {alg}:
+            raise FstraceError("erofs image %s: compressed with %s, asked for %s"
+                               % (image, " ".join(sorted(sb["compr_algs"] or {"lz4"})), o["compress"]))
+        # 1.8 sets big_pcluster for lzma, deflate and zstd at any cluster size: only lz4 says 4 KiB by its absence
+        big = "big_pcluster" in feats
+        if compressed and (big != (o["cluster"] > 4096) if o["compress"] in ("lz4", "lz4hc")
+                           else o["cluster"] > 4096 and not big):
             raise FstraceError("erofs image %s: cluster size %d was not applied (features: %s)"
                                % (image, o["cluster"], " ".join(sorted(feats))))
+        # fragments has its flag in every image with a regular file; dedupe leaves none and ztailpacking
+        # only when a tail was small enough to inline: those two were proven on the tool's probe image
+        got["features_probed"] = [f for f in o.get("features", []) if f in ("dedupe", "ztailpacking")]
+        for f in o.get("features", []):
+            if f in ("fragments", "all-fragments") and EROFS_FEATURES[f] not in feats:
+                raise FstraceError("erofs image %s: feature %s was not applied (features: %s)"
+                                   % (image, f, " ".join(sorted(feats))))
     else:
         return {"checked": False, "why": "options of %s are mount options, checked at mount" % fs}
     for k, v in want.items():
