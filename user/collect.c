@@ -1740,6 +1740,17 @@ int main(int argc, char **argv)
 	for (int i = 0; i < opt.nr_devs; i++)
 		read_diskstat(&opt.devs[i], &ds_end[i]);
 	__u64 t_end = now_ns(CLOCK_MONOTONIC);
+	/*
+	 * The stacks' BPF symbols are read while still attached: a detached fentry's trampoline leaves kallsyms
+	 * after an RCU-tasks grace period, so read after detaching it was sometimes gone (seen on 6.12) and its
+	 * frames took the name of the program before it.
+	 */
+	if (opt.sample_hz > 0) {
+		load_ksyms();
+		struct bpf_object *objs[] = { blk->obj, tsk ? tsk->obj : NULL, ero ? ero->obj : NULL,
+					      sqf ? sqf->obj : NULL, btr ? btr->obj : NULL, smp ? smp->obj : NULL };
+		add_bpf_ksyms(objs, N(objs));
+	}
 	for (unsigned g = 0; g < N(probe_groups); g++) {
 		for (int i = 0; i < probe_groups[g].n; i++)
 			prog_stats(&probe_groups[g].probes[i]);
@@ -1841,12 +1852,6 @@ int main(int argc, char **argv)
 	       FST_RINGBUF_BYTES / 4, FST_RINGBUF_BYTES, RB_POLL_MS);
 	jb_add(&h, "\"expired_in_flight\":{\"bios\":%llu,\"requests\":%llu,\"after_ns\":%llu},",
 	       expired.bios, expired.requests, FST_STALE_NS);
-	if (opt.sample_hz > 0) {
-		load_ksyms();
-		struct bpf_object *objs[] = { blk->obj, tsk ? tsk->obj : NULL, ero ? ero->obj : NULL,
-					      sqf ? sqf->obj : NULL, btr ? btr->obj : NULL, smp ? smp->obj : NULL };
-		add_bpf_ksyms(objs, N(objs));
-	}
 	json_sampling(&h, smp, opt.sample_hz, sample_why);
 	jb_add(&h, ",");
 	if (blk->rodata->cfg.offcpu_stacks) {
