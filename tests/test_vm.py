@@ -45,8 +45,8 @@ def guest(vm_host, request):
         images_run, why = vmtest.images_for(vmlinuz, vm_host["paths"], vm_host["skipped"])
         work = os.path.join(vm_host["work"], kname)
         os.makedirs(work)
-        run = vmtest.run_guest(kname, vmlinuz, moddir, images_run, vm_host["paths"], vm_host["src"], work, SMP,
-                               vmtest.choose_accel("auto", vmlinuz), 1200)
+        run = vmtest.run_guest_retrying(kname, vmlinuz, moddir, images_run, vm_host["paths"], vm_host["src"], work, SMP,
+                                        vmtest.choose_accel("auto", vmlinuz), 1200)
         run["skipped"] = why
         runs[kname] = run
     run = runs[kname]
