@@ -116,6 +116,8 @@ STALL = """[   55.95] NMI backtrace for cpu 1
     (STALL, "kvm", False),  # not the emulator's: fails at once
     (STALL.replace("asm_exc_int3+0x35/0x40", "bpf_prog_0123456789abcdef_x+0x10"), "tcg", False),  # other vCPU in BPF
     (STALL.replace("text_poke_bp", "mutex_lock"), "tcg", False),
+    ("[ 2.95] Oops: int3: 0000 [#1] PREEMPT SMP NOPTI\n[ 2.96] RIP: 0010:sched_clock_cpu+0x9/0x190\n", "tcg", True),
+    ("vmguest: 6.58 s: reading erofs (fentry)\n[ 9.1] Oops: int3: 0000 [#1]\n", "tcg", False),  # while tracing
 ])
 def test_only_the_tcg_text_poke_stall_is_retried(tmp_path, text, accel, retried):
     """The one stall vmtest boots again for is the TCG picture the stacks showed (the collector's CPU waiting in
