@@ -90,7 +90,8 @@ class Sentence:
         return "".join(t.format(*[self.facts[i]["text"] for i in idx]) for t, idx in self.parts)
 
     def as_dict(self):
-        return {"text": self.render(), "facts": self.facts}
+        """order: the facts as the text states them (every fact is stated once)."""
+        return {"text": self.render(), "facts": self.facts, "order": [i for _, idx in self.parts for i in idx]}
 
 
 def _share_fact(s, row, field, label, wl):
