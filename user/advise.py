@@ -5,13 +5,12 @@ a ranking by the mix's weighted time, the Pareto front of image size vs time, an
 measured figures (analysis/advice.py).  With --iops-cap the grid is run a second time on the capped device.
 """
 import argparse
-import datetime
 import json
 import os
 import sys
 
 from user import bench
-from user.system import FstraceError, ResultsDir
+from user.system import FstraceError
 
 # The named mixes: how a root filesystem is read, as seed workloads (workloads/catalog.py) and weights.
 MIXES = {
@@ -108,11 +107,7 @@ def cmd_advise(args, run_once, resolve_dataset, check_ready, progress, tool_vers
         raise FstraceError("--runs must be at least 1, got %d" % args.runs)
     if args.iops_cap is not None and args.iops_cap <= 0:
         raise FstraceError("--iops-cap must be positive, got %d" % args.iops_cap)
-    check_ready("fstrace advise")
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    results = ResultsDir(args.out or os.path.join("fstrace-results", "%s-advise" % stamp))  # before any work
-    droot, manifest = resolve_dataset(args)
-    cache = os.path.abspath(args.cache)
+    results, droot, manifest, cache = bench.prepare("advise", args, check_ready, resolve_dataset)
     with results as outdir:
         text = _advise(args, mix, workloads, configs, droot, manifest, cache, outdir, run_once, progress,
                        tool_versions, write_html, load_results)

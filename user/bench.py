@@ -90,14 +90,20 @@ def image_table(configs, parts, droot, manifest, cache, progress):
     return rows
 
 
+def prepare(command, args, check_ready, resolve_dataset):
+    """Root and collector checked, the results directory claimed (before any work), the dataset resolved:
+    (ResultsDir, dataset root, manifest, absolute cache path)."""
+    check_ready("fstrace " + command)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    results = ResultsDir(args.out or os.path.join("fstrace-results", "%s-%s" % (stamp, command)))
+    droot, manifest = resolve_dataset(args)
+    return results, droot, manifest, os.path.abspath(args.cache)
+
+
 def cmd_bench(args, run_once, resolve_dataset, check_ready, progress, tool_versions, write_html, sets_html):
     configs = plan_configs(args)
     workloads = plan_workloads(args)
-    check_ready("fstrace bench")
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    results = ResultsDir(args.out or os.path.join("fstrace-results", "%s-bench" % stamp))  # before any work
-    droot, manifest = resolve_dataset(args)
-    cache = os.path.abspath(args.cache)
+    results, droot, manifest, cache = prepare("bench", args, check_ready, resolve_dataset)
     with results as outdir:
         _bench(args, configs, workloads, droot, manifest, cache, outdir, run_once, progress, tool_versions,
                write_html, sets_html)
