@@ -10,9 +10,7 @@ SCHEMA_VERSION = 1
 
 def row_from_summary(s):
     """The figures one run contributes to a bench table."""
-    a = s["attribution"]
-    if not a["wall_ns"] and s["metadata"]["stat"].get("attribution", {}).get("wall_ns"):
-        a = s["metadata"]["stat"]["attribution"]  # stat workloads: their stat calls (all paths)
+    a = attribution_of(s)
     shares = a["shares"]
     loop = [d for d in s["devices"].values() if d.get("level") == "loop"]
     loop = loop[0] if loop else {}
@@ -41,6 +39,15 @@ def row_from_summary(s):
         "pagecache_misses": s["reads"].get("pagecache_misses", 0) + s["metadata"]["open_getdents"].get(
             "pagecache_misses", 0),
     }
+
+
+def attribution_of(s):
+    """The attribution a run's table row shows: its requests on the image, or for stat workloads (no such
+    requests) their stat calls, all paths."""
+    a = s["attribution"]
+    if not a["wall_ns"] and s["metadata"]["stat"].get("attribution", {}).get("wall_ns"):
+        return s["metadata"]["stat"]["attribution"]
+    return a
 
 
 def _decompression_share(dec, wall_ns):

@@ -7,6 +7,7 @@ import datetime
 import json
 import os
 import sys
+import time
 
 from user.system import FstraceError, ResultsDir
 
@@ -38,7 +39,10 @@ def plan_configs(args):
     else:
         fss = _split(args.fs)
         comps = _split(args.compress) or [None]
-        clusters = [int(c) for c in _split(args.cluster)] or [None]
+        try:
+            clusters = [int(c) for c in _split(args.cluster)] or [None]
+        except ValueError:
+            raise FstraceError("--cluster takes sizes in bytes, comma-separated, got %r" % args.cluster)
         variants = [(c, k) for c in comps for k in clusters]
         erofs_features = _split(getattr(args, "features", None)) or None
     if not fss:
@@ -91,14 +95,20 @@ def image_table(configs, parts, droot, manifest, cache, progress):
     return rows
 
 
+def prepare(command, args, check_ready, resolve_dataset):
+    """Root and collector checked, the results directory claimed (before any work), the dataset resolved:
+    (ResultsDir, dataset root, manifest, absolute cache path)."""
+    check_ready("fstrace " + command)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    results = ResultsDir(args.out or os.path.join("fstrace-results", "%s-%s" % (stamp, command)))
+    droot, manifest = resolve_dataset(args)
+    return results, droot, manifest, os.path.abspath(args.cache)
+
+
 def cmd_bench(args, run_once, resolve_dataset, check_ready, progress, tool_versions, write_html, sets_html):
     configs = plan_configs(args)
     workloads = plan_workloads(args)
-    check_ready("fstrace bench")
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    results = ResultsDir(args.out or os.path.join("fstrace-results", "%s-bench" % stamp))  # before any work
-    droot, manifest = resolve_dataset(args)
-    cache = os.path.abspath(args.cache)
+    results, droot, manifest, cache = prepare("bench", args, check_ready, resolve_dataset)
     with results as outdir:
         _bench(args, configs, workloads, droot, manifest, cache, outdir, run_once, progress, tool_versions,
                write_html, sets_html)
@@ -106,25 +116,47 @@ def cmd_bench(args, run_once, resolve_dataset, check_ready, progress, tool_versi
     return 0
 
 
-def _bench(args, configs, workloads, droot, manifest, cache, outdir, run_once, progress, tool_versions,
-           write_html, sets_html):
-    """The bench into outdir (the bench directory's .partial: it is complete only once renamed)."""
+class RunClock:
+    """Progress of a plan of runs: "[i/n]" and the time left, from the mean time of the runs done so far."""
+
+    def __init__(self, total):
+        self.total, self.done, self.t0 = total, 0, time.monotonic()
+
+    def next(self):
+        self.done += 1
+        if self.done == 1:
+            return "[1/%d]" % self.total
+        left = (time.monotonic() - self.t0) / (self.done - 1) * (self.total - self.done + 1)
+        return "[%d/%d, ~%s left]" % (self.done, self.total, _duration(left))
+
+
+def _duration(s):
+    return "%d s" % s if s < 120 else "%d min" % round(s / 60)
+
+
+def measure(configs, workloads, droot, manifest, cache, outdir, run_once, progress, tool_versions, runs,
+            warm=False, iops_cap=None, imgs=None, clock=None):
+    """Every workload on every configuration, runs times, into the bench directory outdir (bench.json, bench.csv,
+    tables.txt and one results directory per run); returns the bench document.  imgs: the image table, if the
+    caller has built it already; clock: a RunClock shared by several matrices (advise's uncapped and capped)."""
     from analysis import tables
-    parts = sorted({w.part for w in workloads if not w.writes})
-    progress("bench: %d configurations x %d workloads x %d runs" % (len(configs), len(workloads), args.runs))
-    imgs = image_table(configs, parts, droot, manifest, cache, progress)
-    plan = [(wl, run, fs, opts) for wl in workloads for run in range(1, args.runs + 1) for fs, opts in configs]
-    rows = []
     from workloads import images
-    for i, (wl, run, fs, opts) in enumerate(plan, 1):
+    if imgs is None:
+        imgs = image_table(configs, sorted({w.part for w in workloads if not w.writes}), droot, manifest, cache,
+                           progress)
+    plan = [(wl, run, fs, opts) for wl in workloads for run in range(1, runs + 1) for fs, opts in configs]
+    clock = clock or RunClock(len(plan))
+    rows = []
+    for wl, run, fs, opts in plan:
         label = images.label(fs, opts)
-        progress("bench [%d/%d] %s on %s, run %d/%d" % (i, len(plan), wl.name, label, run, args.runs))
+        progress("bench %s %s on %s, run %d/%d%s" % (clock.next(), wl.name, label, run, runs,
+                                                     ", IOPS cap %d" % iops_cap if iops_cap else ""))
         rundir = os.path.join(outdir, label, wl.name, "run-%d" % run)
-        s = run_once(fs, opts, wl, droot, manifest, cache, ResultsDir(rundir), warm=args.warm,
-                     tools=tool_versions(fs, wl), iops=args.iops_cap)
+        s = run_once(fs, opts, wl, droot, manifest, cache, ResultsDir(rundir), warm=warm,
+                     tools=tool_versions(fs, wl), iops=iops_cap)
         rows.append(dict(tables.row_from_summary(s), run=run, dir=os.path.relpath(rundir, outdir)))
     doc = {"schema_version": tables.SCHEMA_VERSION, "kind": "fstrace-bench", "dataset_id": manifest["id"],
-           "runs": args.runs, "cache": "warm" if args.warm else "cold", "iops_cap": args.iops_cap,
+           "runs": runs, "cache": "warm" if warm else "cold", "iops_cap": iops_cap,
            "images": imgs, "rows": rows,
            "kernel": os.uname().release}
     tmp = os.path.join(outdir, "bench.json.tmp")
@@ -133,9 +165,18 @@ def _bench(args, configs, workloads, droot, manifest, cache, outdir, run_once, p
     os.rename(tmp, os.path.join(outdir, "bench.json"))
     with open(os.path.join(outdir, "bench.csv"), "w") as f:
         f.write(tables.render_csv(doc))
-    text = tables.render_bench(doc)
     with open(os.path.join(outdir, "tables.txt"), "w") as f:
-        f.write(text)
-    sys.stdout.write(text)
+        f.write(tables.render_bench(doc))
+    return doc
+
+
+def _bench(args, configs, workloads, droot, manifest, cache, outdir, run_once, progress, tool_versions,
+           write_html, sets_html):
+    """The bench into outdir (the bench directory's .partial: it is complete only once renamed)."""
+    progress("bench: %d configurations x %d workloads x %d runs" % (len(configs), len(workloads), args.runs))
+    measure(configs, workloads, droot, manifest, cache, outdir, run_once, progress, tool_versions, args.runs,
+            warm=args.warm, iops_cap=args.iops_cap)
+    with open(os.path.join(outdir, "tables.txt")) as f:
+        sys.stdout.write(f.read())
     write_html(os.path.join(outdir, "report.html"), sets_html("fstrace bench: dataset %s" % manifest["id"],
                                                               [("", outdir)], None))

@@ -699,6 +699,12 @@ def build_parser():
     b.add_argument("--cache", default=os.environ.get("FSTRACE_CACHE", DEFAULT_CACHE))
     b.set_defaults(func=lambda a: bench.cmd_bench(a, run_once, resolve_dataset, check_ready, progress,
                                                   tool_versions, write_html, sets_html))
+    from user import advise
+    ad = sub.add_parser("advise", help="which fs, compressor and cluster size for a tree and a read mix: "
+                        "ranking, Pareto front, causes")
+    advise.add_arguments(ad, os.environ.get("FSTRACE_CACHE", DEFAULT_CACHE))
+    ad.set_defaults(func=lambda a: advise.cmd_advise(a, run_once, resolve_dataset, check_ready, progress,
+                                                     tool_versions, write_html, load_results))
     c = sub.add_parser("compare", help="what changed between two result sets (bench or run directories)")
     c.add_argument("a")
     c.add_argument("b")
@@ -716,7 +722,7 @@ def main(argv=None):
     install_signal_handlers()
     try:
         args = build_parser().parse_args(argv)
-        if args.command in ("run", "attach", "bench") and os.geteuid() == 0:
+        if args.command in ("run", "attach", "bench", "advise") and os.geteuid() == 0:
             with recorded_run():
                 return args.func(args)
         return args.func(args)

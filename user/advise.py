@@ -1,0 +1,217 @@
+"""fstrace advise: which filesystem, compressor and cluster size for this tree and this way of reading it.
+
+It is fstrace bench (user/bench.py: the same images, cache, runs and bench directories) over a candidate grid, then
+a ranking by the mix's weighted time, the Pareto front of image size vs time, and cause sentences built from the
+measured figures (analysis/advice.py).  With --iops-cap the grid is run a second time on the capped device.
+"""
+import argparse
+import json
+import os
+import sys
+
+from user import bench
+from user.system import FstraceError
+
+# The named mixes: how a root filesystem is read, as seed workloads (workloads/catalog.py) and weights.
+MIXES = {
+    "boot": [("tar-data", 1)],   # boot reads (nearly) everything once, in a fixed order
+    "app": [("cat-500", 1)],     # an application start reads a few files, scattered over the tree
+    "update": [("stat-all", 1)],  # a package update stats every file
+}
+DEFAULT_MIX = "boot"
+
+# Default grid: the seed 000 sizes (4 KiB, where request counts decide; 16 KiB; 128 KiB, where ratio and large
+# reads do) for every compressor the installed mkfs.erofs offers, squashfs LZ4HC (the seed's) and zstd at its
+# usual 128 KiB, each filesystem uncompressed, and btrfs's own compressors.  lz4 is left out when lz4hc is there:
+# the same format and decompressor, only a larger image.
+CLUSTERS = (4096, 16384, 131072)
+SQUASHFS = [("lz4hc", c) for c in CLUSTERS] + [("zstd", 131072)]
+BTRFS = ("none", "zstd:1", "lzo")
+
+
+def default_grid():
+    from workloads import images
+    comps = images.erofs_compressors()
+    if "lz4hc" in comps and "lz4" in comps:
+        comps.remove("lz4")
+    grid = [("erofs", {"compress": "none"})] + [("erofs", {"compress": c, "cluster": k}) for c in comps
+                                                 for k in CLUSTERS]
+    grid += [("squashfs", {"compress": "none", "block": 4096})]
+    grid += [("squashfs", {"compress": c, "block": k}) for c, k in SQUASHFS]
+    grid += [("btrfs", {"compress": c}) for c in BTRFS]
+    return grid
+
+
+def parse_mix(text):
+    """--mix boot|app|update or name=weight,...: [(workload, weight)]."""
+    from workloads import catalog
+    text = text or DEFAULT_MIX
+    if text in MIXES:
+        return list(MIXES[text])
+    out = []
+    for entry in text.split(","):
+        name, eq, weight = entry.partition("=")
+        try:
+            wl = catalog.get(name.strip())
+        except KeyError as e:
+            raise FstraceError("--mix: %s; or a named mix: %s" % (e.args[0], ", ".join(MIXES)))
+        try:
+            w = float(weight) if eq else 1.0
+        except ValueError:
+            w = -1
+        if not w > 0:
+            raise FstraceError("--mix: weight of %s must be a positive number, got %r" % (wl.name, weight))
+        if wl.writes:
+            raise FstraceError("--mix: %s writes into an empty image; advise compares read-only images of the "
+                               "dataset" % wl.name)
+        if any(n == wl.name for n, _ in out):
+            raise FstraceError("--mix: %s given twice" % wl.name)
+        out.append((wl.name, w))
+    return out
+
+
+def plan_configs(args):
+    """The candidates: bench's --fs/--compress/--cluster grid if --fs is given; else the default grid, narrowed
+    to the --compress and --cluster values given."""
+    from workloads import images
+    if args.fs:
+        return bench.plan_configs(argparse.Namespace(preset=None, fs=args.fs, compress=args.compress,
+                                                     cluster=args.cluster))
+    comps = bench._split(args.compress)
+    try:
+        clusters = [int(c) for c in bench._split(args.cluster)]
+    except ValueError:
+        raise FstraceError("--cluster takes sizes in bytes, comma-separated, got %r" % args.cluster)
+    out = []
+    for fs, opts in default_grid():
+        size = opts.get("cluster", opts.get("block"))
+        if comps and opts["compress"] not in comps or clusters and size not in clusters:
+            continue
+        o = images.normalize(fs, opts)
+        if (fs, o) not in out:
+            out.append((fs, o))
+    if not out:
+        raise FstraceError("no candidate of the default grid has --compress %s --cluster %s (give --fs to choose "
+                           "the grid as for bench)" % (args.compress or "any", args.cluster or "any"))
+    return out
+
+
+def cmd_advise(args, run_once, resolve_dataset, check_ready, progress, tool_versions, write_html, load_results):
+    from workloads import catalog
+    mix = parse_mix(args.mix)
+    workloads = [catalog.get(n) for n, _ in mix]
+    configs = plan_configs(args)
+    if args.budget_bytes is not None and args.budget_bytes <= 0:
+        raise FstraceError("--budget-bytes must be positive, got %d" % args.budget_bytes)
+    if args.runs < 1:
+        raise FstraceError("--runs must be at least 1, got %d" % args.runs)
+    if args.iops_cap is not None and args.iops_cap <= 0:
+        raise FstraceError("--iops-cap must be positive, got %d" % args.iops_cap)
+    results, droot, manifest, cache = bench.prepare("advise", args, check_ready, resolve_dataset)
+    with results as outdir:
+        text = _advise(args, mix, workloads, configs, droot, manifest, cache, outdir, run_once, progress,
+                       tool_versions, write_html, load_results)
+    sys.stdout.write(text)
+    progress("advice in %s" % results.outdir)
+    return 0
+
+
+def _advise(args, mix, workloads, configs, droot, manifest, cache, outdir, run_once, progress, tool_versions,
+            write_html, load_results):
+    from analysis import advice
+    from workloads import images
+    parts = sorted({w.part for w in workloads})
+    progress("advise: mix %s; building %d candidate images" % (
+        ", ".join("%s x%g" % m for m in mix), len(configs) * len(parts)))
+    imgs = bench.image_table(configs, parts, droot, manifest, cache, progress)
+    sizes = {}
+    for i in imgs:
+        sizes[i["label"]] = sizes.get(i["label"], 0) + i["bytes"]
+    over = []
+    if args.budget_bytes is not None:
+        over = sorted((s, label) for label, s in sizes.items() if s > args.budget_bytes)
+        if len(over) == len(sizes):
+            raise FstraceError("no candidate fits in --budget-bytes %d: the smallest, %s, is %d bytes"
+                               % (args.budget_bytes, over[0][1], over[0][0]))
+        configs = [(fs, o) for fs, o in configs if sizes[images.label(fs, o)] <= args.budget_bytes]
+        imgs = [i for i in imgs if i["label"] in {images.label(fs, o) for fs, o in configs}]
+        progress("advise: %d candidate(s) over the budget left out: %s"
+                 % (len(over), ", ".join(label for _, label in over) or "none"))
+    progress("advise: %d images ready; %d candidates x %d workloads x %d runs%s" % (
+        len(imgs), len(configs), len(workloads), args.runs, " x 2 (uncapped, capped)" if args.iops_cap else ""))
+    caps = [None] + ([args.iops_cap] if args.iops_cap else [])
+    clock = bench.RunClock(len(configs) * len(workloads) * args.runs * len(caps))
+    docs = {}
+    for cap in caps:
+        sub = "uncapped" if cap is None else "iops-%d" % cap
+        os.makedirs(os.path.join(outdir, sub))
+        docs[sub] = bench.measure(configs, workloads, droot, manifest, cache, os.path.join(outdir, sub), run_once,
+                                  progress, tool_versions, args.runs, iops_cap=cap, imgs=imgs, clock=clock)
+    adv = advice.advise(docs["uncapped"], mix, parts)
+    capped = advice.advise(docs["iops-%d" % args.iops_cap], mix, parts) if args.iops_cap else None
+    text = advice.render(adv, mix, capped, args.iops_cap)
+    doc = {"kind": "fstrace-advice", "dataset_id": manifest["id"], "mix": [list(m) for m in mix], "parts": parts,
+           "runs": args.runs, "budget_bytes": args.budget_bytes,
+           "over_budget": [{"label": label, "bytes": s} for s, label in over],
+           "uncapped": dict(adv, bench="uncapped"),
+           "capped": dict(capped, bench="iops-%d" % args.iops_cap, iops_cap=args.iops_cap) if capped else None,
+           "flips": [list(f) for f in advice.flips(adv["ranking"], capped["ranking"])] if capped else None,
+           "kernel": os.uname().release}
+    with open(os.path.join(outdir, "advice.json.tmp"), "w") as f:
+        json.dump(doc, f, indent=1)
+    os.rename(os.path.join(outdir, "advice.json.tmp"), os.path.join(outdir, "advice.json"))
+    with open(os.path.join(outdir, "advice.txt"), "w") as f:
+        f.write(text)
+    write_html(os.path.join(outdir, "advice.html"), page(doc, docs, text, outdir, load_results))
+    return text
+
+
+def page(doc, docs, text, outdir, load_results):
+    """advice.html: the ranking and advice, the size/time scatter per device model (Pareto front highlighted),
+    and for the two fastest candidates the differential flamegraph and attribution bars on the workload that
+    separates them most."""
+    from analysis import advice, flamegraph, html, plots, sampling, summary, tables
+    sets = [("uncapped", doc["uncapped"])] + ([("IOPS cap %d" % doc["capped"]["iops_cap"], doc["capped"])]
+                                              if doc["capped"] else [])
+    sections = [("Ranking and advice", html.pre(text)),
+                ("Image size vs weighted time", html.inline_svg(advice.scatter(sets)))]
+    adv = doc["uncapped"]
+    if adv["causes"]:
+        first = adv["causes"][0]
+        wl, labels = first["workload"], [first["better"], first["worse"]]
+        med = advice.medians(docs["uncapped"])
+        folded, bars = [], []
+        for label in labels:
+            rundir = os.path.join(outdir, "uncapped", med[(wl, label)]["dir"])
+            res = load_results(os.path.join(rundir, "results.fst"))
+            folded.append(sampling.folded(res.header, kworkers=True))
+            with open(os.path.join(rundir, "summary.json")) as f:
+                bars.append((label, tables.attribution_of(json.load(f))["parts_ns"]))
+        sections.append(("Attribution on %s: %s vs %s" % (wl, labels[0], labels[1]), html.inline_svg(
+            plots.attribution_bars(bars, summary.ATTRIBUTION_PARTS, "where request time went (median runs)"))))
+        if folded[0] or folded[1]:
+            svg = flamegraph.render(folded[1], "differential on-CPU flamegraph on %s: %s vs %s" % (wl, labels[1],
+                                                                                                   labels[0]),
+                                    "widths: %s's samples; red: more than in %s (share), blue: less"
+                                    % (labels[1], labels[0]), base=folded[0])
+            sections.append(("Differential flamegraph", html.inline_svg(svg)))
+        else:
+            sections.append(("Differential flamegraph", html.pre("no on-CPU samples in either run (runs too short "
+                                                                 "for the sampling rate)")))
+    return html.page("fstrace advise: dataset %s" % doc["dataset_id"], sections)
+
+
+def add_arguments(p, default_cache):
+    p.add_argument("--dataset", help="directory or tarball to advise on (default: the built-in dataset)")
+    p.add_argument("--scale", type=float, default=1.0, help=argparse.SUPPRESS)
+    p.add_argument("--mix", help="named mix (%s; default %s) or workload=weight,... e.g. tar-data=1,cat-500=5"
+                   % (", ".join("%s: %s" % (k, "+".join(n for n, _ in v)) for k, v in MIXES.items()), DEFAULT_MIX))
+    p.add_argument("--budget-bytes", type=int, help="leave out candidates whose image is larger")
+    p.add_argument("--iops-cap", type=int, help="also run capped at this many IOPS (3000: seed 000's cloud disk) "
+                   "and say where the ranking changes")
+    p.add_argument("--runs", type=int, default=3, help="runs of each (default %(default)s)")
+    p.add_argument("--fs", help="comma-separated filesystems (the grid as for bench)")
+    p.add_argument("--compress", help="comma-separated compressors (narrow the grid)")
+    p.add_argument("--cluster", help="comma-separated cluster/block sizes, bytes (narrow the grid)")
+    p.add_argument("-o", "--out", help="advice directory (default: fstrace-results/<time>-advise)")
+    p.add_argument("--cache", default=default_cache)
