@@ -56,7 +56,10 @@ def test_build_is_cached_and_is_1_8_6():
 def test_each_algorithm_and_feature_is_in_the_image(tree, opts, alg):
     src, manifest = tree
     rec = images.ensure_image("erofs", opts, src, manifest["id"] + "/tree", CACHE)
-    assert rec["tool"] == "mkfs.erofs 1.8.6" and rec["mkfs_argv"][0] == images.erofs_tool("mkfs.erofs")
+    # the version says it is fstrace's build, not the system's 1.5; the path is the checkout's that built the
+    # cached image, which may be another checkout of fstrace sharing the cache
+    assert rec["tool"] == "mkfs.erofs 1.8.6" and os.path.basename(rec["mkfs_argv"][0]) == "mkfs.erofs"
+    assert not rec["mkfs_argv"][0].startswith("/usr/")
     assert images.verify("erofs", rec["options"], rec["path"])["checked"] is True  # also on a cached image
     algs, feats = superblock(rec["path"])
     if alg is None:
@@ -148,7 +151,8 @@ def test_zstd_randread_reads_what_fio_says(tmp_path_factory):
     assert len(np.unique(reads["ino"])) == 1
     run = summary["run"]
     assert run["label"] == "erofs-zstd-C4096" and run["tools"]["mkfs"] == "mkfs.erofs 1.8.6"
-    assert run["mkfs_argv"][0] == images.erofs_tool("mkfs.erofs") and "-zzstd" in run["mkfs_argv"]
+    assert os.path.basename(run["mkfs_argv"][0]) == "mkfs.erofs" and not run["mkfs_argv"][0].startswith("/usr/")
+    assert "-zzstd" in run["mkfs_argv"]
     algs, _ = superblock(glob.glob(os.path.join(CACHE, "images", "erofs-zstd-C4096-*.img"))[0])
     assert algs == {"zstd"}
     # decompression: measured where fentry/kprobes load, otherwise unavailable with the reason
