@@ -514,17 +514,8 @@ static void add_bpf_ksyms(struct bpf_object **objs, int nobjs)
 	char line[512], name[256], type;
 	unsigned long long addr;
 	while (fgets(line, sizeof(line), f)) {
-		if (!strstr(line, "[bpf]") || sscanf(line, "%llx %c %255s", &addr, &type, name) != 3 || !addr)
-			continue;
-		/*
-		 * An fentry/fexit trampoline sits in the stack between the traced function and its body; without
-		 * its own symbol its address took the name of whatever preceded it (a module function on 6.1, one
-		 * of our programs on 6.12, which hid every sampled decompression under a traced function as tracer
-		 * time). It is the kernel's, not a program of ours, and one name keeps the flamegraphs' stacks merged.
-		 */
-		if (!strncmp(name, "bpf_trampoline_", 15))
-			strcpy(name, "[bpf trampoline]");
-		else if (strncmp(name, "bpf_prog_", 9) || strlen(name) < 9 + 16 + 1)
+		if (!strstr(line, "[bpf]") || sscanf(line, "%llx %c %255s", &addr, &type, name) != 3 || !addr ||
+		    strncmp(name, "bpf_prog_", 9) || strlen(name) < 9 + 16 + 1)
 			continue;
 		char *sym = strdup(name);
 		for (int t = 0; t < ntags; t++) {
@@ -1784,17 +1775,6 @@ int main(int argc, char **argv)
 	for (int i = 0; i < opt.nr_devs; i++)
 		read_diskstat(&opt.devs[i], &ds_end[i]);
 	__u64 t_end = now_ns(CLOCK_MONOTONIC);
-	/*
-	 * The stacks' BPF symbols are read while still attached: a detached fentry's trampoline leaves kallsyms
-	 * after an RCU-tasks grace period, so read after detaching it was sometimes gone (seen on 6.12) and its
-	 * frames took the name of the program before it.
-	 */
-	if (opt.sample_hz > 0) {
-		load_ksyms();
-		struct bpf_object *objs[] = { blk->obj, tsk ? tsk->obj : NULL, ero ? ero->obj : NULL,
-					      sqf ? sqf->obj : NULL, btr ? btr->obj : NULL, smp ? smp->obj : NULL };
-		add_bpf_ksyms(objs, N(objs));
-	}
 	for (unsigned g = 0; g < N(probe_groups); g++) {
 		for (int i = 0; i < probe_groups[g].n; i++)
 			prog_stats(&probe_groups[g].probes[i]);
@@ -1897,6 +1877,12 @@ int main(int argc, char **argv)
 	       FST_RINGBUF_BYTES / 4, FST_RINGBUF_BYTES, RB_POLL_MS);
 	jb_add(&h, "\"expired_in_flight\":{\"bios\":%llu,\"requests\":%llu,\"after_ns\":%llu},",
 	       expired.bios, expired.requests, FST_STALE_NS);
+	if (opt.sample_hz > 0) {
+		load_ksyms();
+		struct bpf_object *objs[] = { blk->obj, tsk ? tsk->obj : NULL, ero ? ero->obj : NULL,
+					      sqf ? sqf->obj : NULL, btr ? btr->obj : NULL, smp ? smp->obj : NULL };
+		add_bpf_ksyms(objs, N(objs));
+	}
 	json_sampling(&h, smp, opt.sample_hz, sample_why);
 	jb_add(&h, ",");
 	if (blk->rodata->cfg.offcpu_stacks) {
