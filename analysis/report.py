@@ -263,6 +263,9 @@ def render(s):
         w("  unavailable: %s (%s)" % (u["figure"], u["why"]))
     d = s["drops"] or {}
     w("  dropped records (ring buffer full): %s" % (", ".join("%s %d" % kv for kv in sorted(d.items())) or "none"))
+    lost = {k: v for k, v in (s.get("losses") or {}).items() if v}
+    if lost:  # a full in-kernel table: that work went untraced
+        w("  LOST in the kernel (a table was full): %s" % ", ".join("%s %d" % kv for kv in sorted(lost.items())))
     ex = s.get("expired_in_flight") or {}
     if ex.get("bios") or ex.get("requests"):
         w("  in-flight block state expired (completion never delivered): %d bios, %d requests"

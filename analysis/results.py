@@ -95,6 +95,7 @@ HEADER_SCHEMA = {
                            "diskstats_start": Opt(Null(DISKSTATS)), "diskstats_end": Opt(Null(DISKSTATS))})),
     "io_stacks": Opt(Null(MapOf(str))),
     "drops": Opt(Null(MapOf(INT))),
+    "losses": Opt(Null(MapOf(INT))),
     "expired_in_flight": Opt(Null({"bios": Opt(INT), "requests": Opt(INT)})),
     "sampling": Opt({"hz": Opt(Null(Int(0, 1 << 31))), "folded": Opt(ListOf(Tuple(str, INT))),
                      "stacks_lost": Opt(INT), "runs": Opt(COUNT), "run_ns": Opt(COUNT)}),

@@ -689,6 +689,7 @@ def summarize(res, ground_truth=None):
         "tiers": tiers(res),
         "unavailable": unavailable(res),
         "drops": h.get("drops"),
+        "losses": h.get("losses"),  # kernel-side tables that were full (records.h FST_LOSSES); older files: None
         "expired_in_flight": h.get("expired_in_flight"),
         "unseen_block_requests": {name: d["unseen_requests"] for name, d in devices.items()
                                   if d.get("unseen_requests")},

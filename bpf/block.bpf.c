@@ -13,27 +13,14 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, void *);
-	__type(value, struct fst_bio_start);
-} bio_starts SEC(".maps");
+/* bios queued on a traced device and not yet in an issued request, by struct bio address */
+FST_FLIGHT_TABLE(bio_starts, struct fst_bio_start, FST_BIO_BUCKETS, FST_LOSS_BIO_TABLE)
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, void *);
-	__type(value, struct fst_rq_start);
-} rq_starts SEC(".maps");
+/* issued block requests on a traced device, by struct request address */
+FST_FLIGHT_TABLE(rq_starts, struct fst_rq_start, FST_RQ_BUCKETS, FST_LOSS_RQ_TABLE)
 
 /* worker thread -> loop device (kernel dev_t) it is serving right now */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
-	__type(key, __u32);
-	__type(value, __u32);
-} loop_ctx SEC(".maps");
+FST_FLIGHT_TABLE(loop_ctx, __u32, FST_WORKER_BUCKETS, FST_LOSS_WORK_TABLE)
 
 /*
  * loop device -> traced thread whose request it issued last.  A loop worker
@@ -97,9 +84,9 @@ static __always_inline void charge_current(struct fst_bio_start *s)
 		s->charge = FST_CHARGE_DIRECT;
 		return;
 	}
-	__u32 *loopdev = bpf_map_lookup_elem(&loop_ctx, &pid);
-	if (loopdev) {
-		__u32 *owner = bpf_map_lookup_elem(&loop_owner, loopdev);
+	struct loop_ctx_slot *lc = loop_ctx_find(pid);
+	if (lc) {
+		__u32 *owner = bpf_map_lookup_elem(&loop_owner, &lc->v);
 		if (owner && *owner) {
 			s->pid = *owner;
 			s->charge = FST_CHARGE_LOOP;
@@ -137,12 +124,15 @@ static __always_inline int handle_bio_queue(void *ctx, struct bio *bio, bool btf
 	if (!dev_cfg(dev))
 		return 0;
 	/* a split remainder is queued again: keep the time it was first queued */
-	if (bpf_map_lookup_elem(&bio_starts, &bio))
+	if (bio_starts_find((__u64)bio))
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	struct fst_bio_start s = { .ts_queue = now, .stack = io_stack(ctx, now) };
 	charge_current(&s);
-	bpf_map_update_elem(&bio_starts, &bio, &s, BPF_ANY);
+	struct bio_starts_slot *slot = bio_starts_claim((__u64)bio);
+	if (!slot)
+		return 0;	/* counted: its request will not be charged */
+	slot->v = s;
 	inflight_add(s.pid, 1);
 	tracer_charge(current_req(), s.ts_queue);
 	return 0;
@@ -155,15 +145,18 @@ static __always_inline int handle_bio_split(struct bio *split, bool btf)
 	if (!dev_cfg(dev))
 		return 0;
 	void *parent = BPF_CORE_READ(split, bi_private);
-	struct fst_bio_start *ps = bpf_map_lookup_elem(&bio_starts, &parent);
+	struct bio_starts_slot *ps = bio_starts_find((__u64)parent);
 	struct fst_bio_start s = { .stack = -1 };
 	if (ps) {
-		s = *ps;
+		s = ps->v;
 	} else {
 		s.ts_queue = bpf_ktime_get_ns();
 		charge_current(&s);
 	}
-	bpf_map_update_elem(&bio_starts, &split, &s, BPF_ANY);
+	struct bio_starts_slot *slot = bio_starts_claim((__u64)split);
+	if (!slot)
+		return 0;
+	slot->v = s;
 	inflight_add(s.pid, 1);
 	return 0;
 }
@@ -183,10 +176,11 @@ static int walk_bio(__u32 i, struct rq_walk *w)
 	if (!bio)
 		return 1;
 	w->bio = BPF_CORE_READ(bio, bi_next);
-	struct fst_bio_start *s = bpf_map_lookup_elem(&bio_starts, &bio);
+	struct bio_starts_slot *slot = bio_starts_find((__u64)bio);
 	r->nr_bios++;
-	if (!s)
+	if (!slot)
 		return 0;
+	struct fst_bio_start *s = &slot->v;
 	if (!r->ts_queue || s->ts_queue < r->ts_queue)
 		r->ts_queue = s->ts_queue;
 	if (!r->queue_pid) {
@@ -206,7 +200,7 @@ static int walk_bio(__u32 i, struct rq_walk *w)
 		}
 		r->charged_bios++;
 	}
-	bpf_map_delete_elem(&bio_starts, &bio);
+	bio_starts_release(slot);
 	return 0;
 }
 
@@ -218,9 +212,9 @@ static __always_inline int handle_rq_issue(struct request *rq, bool btf)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
 
-	struct fst_rq_start *old = bpf_map_lookup_elem(&rq_starts, &rq);
+	struct rq_starts_slot *old = rq_starts_find((__u64)rq);
 	if (old) {	/* requeued: keep its bios' accounting, take the new issue time */
-		old->ts_issue = now;
+		old->v.ts_issue = now;
 		return 0;
 	}
 
@@ -228,10 +222,20 @@ static __always_inline int handle_rq_issue(struct request *rq, bool btf)
 	/* bpf_loop, not a C loop: the 6.1 verifier rejects loops that close on a fall-through edge */
 	struct rq_walk w = { .bio = FST_FIELD(btf, rq, bio), .r = &r };
 	bpf_loop(MAX_RQ_BIOS, walk_bio, &w, 0);
-	bpf_map_update_elem(&rq_starts, &rq, &r, BPF_ANY);
+	struct rq_starts_slot *slot = rq_starts_claim((__u64)rq);
+	if (slot)
+		slot->v = r;
+	else	/* counted; its bios' in-flight counts would never be taken back */
+		inflight_add(r.pid, -(__s64)r.charged_bios);
 
-	if (dc->is_loop && r.pid)
-		bpf_map_update_elem(&loop_owner, &dev, &r.pid, BPF_ANY);
+	if (dc->is_loop && r.pid) {
+		/* an update of an existing key takes the bucket lock: a store does not */
+		__u32 *owner = bpf_map_lookup_elem(&loop_owner, &dev);
+		if (owner)
+			*owner = r.pid;
+		else
+			bpf_map_update_elem(&loop_owner, &dev, &r.pid, BPF_ANY);
+	}
 	/* backing-device requests done for a loop request are the same I/O one level down: count it once */
 	if (r.charge == FST_CHARGE_DIRECT)
 		req_note_io(r.pid, FST_FIELD(btf, rq, __data_len));
@@ -268,7 +272,8 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 	__u32 cmd_flags = FST_FIELD(btf, rq, cmd_flags);
 	__u64 sector = FST_FIELD(btf, rq, __sector);
 	__u32 data_len = FST_FIELD(btf, rq, __data_len);
-	struct fst_rq_start *r = bpf_map_lookup_elem(&rq_starts, &rq);
+	struct rq_starts_slot *slot = rq_starts_find((__u64)rq);
+	struct fst_rq_start *r = slot ? &slot->v : NULL;
 
 	/* serve: the histograms, sums and alignment counters below are all it exports */
 	struct fst_io *rec = cfg.no_io_records ? NULL : record_reserve(FST_REC_IO, sizeof(*rec));
@@ -336,7 +341,7 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 	/* partial completions keep the request; the last one retires it */
 	if (r && nr_bytes >= data_len) {
 		inflight_add(r->pid, -(__s64)r->charged_bios);
-		bpf_map_delete_elem(&rq_starts, &rq);
+		rq_starts_release(slot);
 	}
 	/* mostly in an interrupt: charged to the request it interrupted, whose on-CPU time it took */
 	tracer_charge(current_req(), now);
@@ -344,12 +349,7 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 }
 
 /* known filesystem work items: queued -> queue time by work pointer (running ones: common.bpf.h) */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u64);
-	__type(value, __u64);
-} work_queued SEC(".maps");
+FST_FLIGHT_TABLE(work_queued, __u64, FST_WORKER_BUCKETS, FST_LOSS_WORK_TABLE)
 
 static __always_inline __u16 fs_work_kind(struct work_struct *work, __u64 fn)
 {
@@ -372,8 +372,9 @@ static __always_inline int handle_work_queue(struct work_struct *work)
 {
 	if (!fs_work_kind(work, (__u64)BPF_CORE_READ(work, func)))
 		return 0;
-	__u64 key = (__u64)work, now = bpf_ktime_get_ns();
-	bpf_map_update_elem(&work_queued, &key, &now, BPF_ANY);
+	struct work_queued_slot *slot = work_queued_claim((__u64)work);
+	if (slot)
+		slot->v = bpf_ktime_get_ns();
 	return 0;
 }
 
@@ -387,15 +388,15 @@ static __always_inline int handle_work_start(struct work_struct *work)
 		return 0;
 	__u16 kind = fs_work_kind(work, fn);
 	if (kind) {
-		__u64 key = (__u64)work;
-		__u64 *q = bpf_map_lookup_elem(&work_queued, &key);
-		struct work_start ws = { .ts_start = bpf_ktime_get_ns(), .work = key, .kind = kind };
+		struct work_queued_slot *q = work_queued_find((__u64)work);
+		struct work_start ws = { .ts_start = bpf_ktime_get_ns(), .work = (__u64)work, .kind = kind };
 		if (q) {
-			ws.ts_queue = *q;
-			bpf_map_delete_elem(&work_queued, &key);
+			ws.ts_queue = q->v;
+			work_queued_release(q);
 		}
-		__u32 pid = (__u32)bpf_get_current_pid_tgid();
-		bpf_map_update_elem(&work_running, &pid, &ws, BPF_ANY);
+		struct work_running_slot *slot = work_running_claim((__u32)bpf_get_current_pid_tgid());
+		if (slot)
+			slot->v = ws;
 		return 0;
 	}
 	if (fn == cfg.loop_rootcg_workfn) {
@@ -410,16 +411,18 @@ static __always_inline int handle_work_start(struct work_struct *work)
 	__u32 dev = KDEV(BPF_CORE_READ(disk, major), BPF_CORE_READ(disk, first_minor));
 	if (!dev_cfg(dev))
 		return 0;
-	__u32 pid = (__u32)bpf_get_current_pid_tgid();
-	bpf_map_update_elem(&loop_ctx, &pid, &dev, BPF_ANY);
+	struct loop_ctx_slot *slot = loop_ctx_claim((__u32)bpf_get_current_pid_tgid());
+	if (slot)
+		slot->v = dev;
 	return 0;
 }
 
 static __always_inline int handle_work_end(void)
 {
 	__u32 pid = (__u32)bpf_get_current_pid_tgid();
-	struct work_start *ws = bpf_map_lookup_elem(&work_running, &pid);
-	if (ws) {
+	struct work_running_slot *slot = work_running_find(pid);
+	if (slot) {
+		struct work_start *ws = &slot->v;
 		/* --records none (fstrace serve): the worker parts are in the counted requests; no record is read */
 		struct fst_work *rec = cfg.records_none ? NULL : record_reserve(FST_REC_WORK, sizeof(*rec));
 		if (rec) {
@@ -433,9 +436,11 @@ static __always_inline int handle_work_end(void)
 			bpf_get_current_comm(rec->comm, sizeof(rec->comm));
 			record_submit(rec);
 		}
-		bpf_map_delete_elem(&work_running, &pid);
+		work_running_release(slot);
 	}
-	bpf_map_delete_elem(&loop_ctx, &pid);
+	struct loop_ctx_slot *lc = loop_ctx_find(pid);
+	if (lc)
+		loop_ctx_release(lc);
 	return 0;
 }
 
@@ -477,3 +482,83 @@ SEC("tp_btf/workqueue_execute_end")
 int BPF_PROG(workqueue_execute_end_btf, struct work_struct *work) { return handle_work_end(); }
 SEC("raw_tp/workqueue_execute_end")
 int BPF_PROG(workqueue_execute_end_raw, struct work_struct *work) { return handle_work_end(); }
+
+/*
+ * Expiry of in-flight entries older than FST_STALE_NS: their end event never came (a bio that ended before it
+ * reached a request, a completion the kernel did not deliver to BPF), and left in place they would keep a
+ * task "waiting for its own I/O" and hold a slot.  Run by the collector every second (BPF_PROG_TEST_RUN): the
+ * slots are taken back with the same compare-and-swap the handlers use, so a slot claimed meanwhile is left.
+ */
+__u64 expired_bios, expired_requests, expired_work;
+
+struct expire_walk {
+	__u64 now;
+};
+
+static int expire_bio_bucket(__u32 i, struct expire_walk *w)
+{
+	struct bio_starts_bucket *bk = bpf_map_lookup_elem(&bio_starts, &i);
+	if (!bk)
+		return 1;
+#pragma unroll
+	for (int j = 0; j < FST_FLIGHT_WAYS; j++) {
+		struct bio_starts_slot *slot = &bk->s[j];
+		__u64 key = slot->key, ts = slot->v.ts_queue;
+		__u32 pid = slot->v.pid;
+		if (!key || !ts || w->now < ts + FST_STALE_NS)
+			continue;
+		if (__sync_val_compare_and_swap(&slot->key, key, 0) != key)
+			continue;
+		inflight_add(pid, -1);
+		__sync_fetch_and_add(&expired_bios, 1);
+	}
+	return 0;
+}
+
+static int expire_rq_bucket(__u32 i, struct expire_walk *w)
+{
+	struct rq_starts_bucket *bk = bpf_map_lookup_elem(&rq_starts, &i);
+	if (!bk)
+		return 1;
+#pragma unroll
+	for (int j = 0; j < FST_FLIGHT_WAYS; j++) {
+		struct rq_starts_slot *slot = &bk->s[j];
+		__u64 key = slot->key, ts = slot->v.ts_issue;
+		__u32 pid = slot->v.pid, charged = slot->v.charged_bios;
+		if (!key || !ts || w->now < ts + FST_STALE_NS)
+			continue;
+		if (__sync_val_compare_and_swap(&slot->key, key, 0) != key)
+			continue;
+		inflight_add(pid, -(__s64)charged);
+		__sync_fetch_and_add(&expired_requests, 1);
+	}
+	return 0;
+}
+
+/* work items queued and never run (cancelled): nothing else would free their slots */
+static int expire_work_bucket(__u32 i, struct expire_walk *w)
+{
+	struct work_queued_bucket *bk = bpf_map_lookup_elem(&work_queued, &i);
+	if (!bk)
+		return 1;
+#pragma unroll
+	for (int j = 0; j < FST_FLIGHT_WAYS; j++) {
+		struct work_queued_slot *slot = &bk->s[j];
+		__u64 key = slot->key, ts = slot->v;
+		if (!key || !ts || w->now < ts + FST_STALE_NS)
+			continue;
+		if (__sync_val_compare_and_swap(&slot->key, key, 0) == key)
+			__sync_fetch_and_add(&expired_work, 1);
+	}
+	return 0;
+}
+
+SEC("syscall")
+int expire_stale(void *ctx)
+{
+	struct expire_walk w = { .now = bpf_ktime_get_ns() };
+	bpf_loop(FST_BIO_BUCKETS, expire_bio_bucket, &w, 0);
+	bpf_loop(FST_RQ_BUCKETS, expire_rq_bucket, &w, 0);
+	bpf_loop(FST_WORKER_BUCKETS, expire_work_bucket, &w, 0);
+	return 0;
+}

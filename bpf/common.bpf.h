@@ -42,6 +42,92 @@ struct {
 	__type(value, __u64);
 } drops SEC(".maps");
 
+/* entries that could not be kept, by records.h FST_LOSSES */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FST_NR_LOSSES);
+	__type(key, __u32);
+	__type(value, __u64);
+} losses SEC(".maps");
+
+static __always_inline void loss_count(__u32 what)
+{
+	__u64 *n = bpf_map_lookup_elem(&losses, &what);
+	if (n)
+		(*n)++;
+}
+
+/*
+ * In-flight tables: what the block layer and the kworkers hold from one event to the next (a bio from its
+ * queueing to its request's issue, a request until it completes, the loop device a kworker is serving).
+ * A BPF hash map insert and its delete cost about 330 ns together on the development machine (bucket lock
+ * and element free list, preallocated, not preallocated and LRU alike; a lookup costs about 30 ns), and
+ * there were three such pairs per block request per level: the largest part of a cold read's block-layer
+ * cost.  A flight table is an array of buckets of FST_FLIGHT_WAYS slots: a slot is claimed with a
+ * compare-and-swap of its key from 0, found by comparing the bucket's keys and freed by storing 0 (all
+ * three about 6 ns).  Keys are never 0 (kernel pointers, thread ids).  A full bucket loses the entry,
+ * counted in `losses`.  Stale entries (their end event never came) are removed by block.bpf.c's
+ * expire_stale, which the collector runs.
+ */
+static __always_inline __u32 flight_bucket_index(__u64 key, __u32 nbuckets)
+{
+	/* Fibonacci hashing: pointers share their low and high bits, the product's middle bits do not */
+	return (__u32)((key * 0x9E3779B97F4A7C15ull) >> 32) & (nbuckets - 1);
+}
+
+#define FST_FLIGHT_TABLE(name, value_t, nbuckets, loss)                                  \
+	struct name##_slot {                                                              \
+		__u64 key;                                                                \
+		value_t v;                                                                \
+	};                                                                                \
+	struct name##_bucket {                                                            \
+		struct name##_slot s[FST_FLIGHT_WAYS];                                    \
+	};                                                                                \
+	struct {                                                                          \
+		__uint(type, BPF_MAP_TYPE_ARRAY);                                         \
+		__uint(max_entries, nbuckets);                                            \
+		__type(key, __u32);                                                       \
+		__type(value, struct name##_bucket);                                      \
+	} name SEC(".maps");                                                              \
+	static __always_inline struct name##_bucket *name##_bucket_of(__u64 key)          \
+	{                                                                                 \
+		__u32 b = flight_bucket_index(key, nbuckets);                             \
+		return bpf_map_lookup_elem(&name, &b);                                    \
+	}                                                                                 \
+	/* the slot holding key, NULL if none */                                          \
+	static __always_inline struct name##_slot *name##_find(__u64 key)                 \
+	{                                                                                 \
+		struct name##_bucket *bk = name##_bucket_of(key);                         \
+		if (!bk)                                                                  \
+			return NULL;                                                      \
+		_Pragma("unroll") for (int i = 0; i < FST_FLIGHT_WAYS; i++)               \
+			if (bk->s[i].key == key)                                          \
+				return &bk->s[i];                                         \
+		return NULL;                                                              \
+	}                                                                                 \
+	/* the slot of key, claimed if it has none; NULL (and a loss counted) when its bucket is full */ \
+	static __always_inline struct name##_slot *name##_claim(__u64 key)                \
+	{                                                                                 \
+		struct name##_bucket *bk = name##_bucket_of(key);                         \
+		if (!bk)                                                                  \
+			return NULL;                                                      \
+		_Pragma("unroll") for (int i = 0; i < FST_FLIGHT_WAYS; i++)               \
+			if (bk->s[i].key == key)                                          \
+				return &bk->s[i];                                         \
+		_Pragma("unroll") for (int i = 0; i < FST_FLIGHT_WAYS; i++)               \
+			if (!bk->s[i].key && __sync_val_compare_and_swap(&bk->s[i].key, 0, key) == 0) \
+				return &bk->s[i];                                         \
+		loss_count(loss);                                                         \
+		return NULL;                                                              \
+	}                                                                                 \
+	/* free a slot found or claimed above: its value is zeroed first, so a slot just claimed again never \
+	 * shows expire_stale its previous holder's times */                              \
+	static __always_inline void name##_release(struct name##_slot *slot)              \
+	{                                                                                 \
+		__builtin_memset(&slot->v, 0, sizeof(slot->v));                           \
+		__atomic_exchange_n(&slot->key, 0, __ATOMIC_SEQ_CST);                    \
+	}
+
 /* thread ids of the traced process tree (value unused) */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -82,12 +168,7 @@ struct work_start {
 	__u16 kind;
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
-	__type(key, __u32);
-	__type(value, struct work_start);
-} work_running SEC(".maps");
+FST_FLIGHT_TABLE(work_running, struct work_start, FST_WORKER_BUCKETS, FST_LOSS_WORK_TABLE)
 
 /* kernel stacks: sampled on-CPU (sample.bpf.c) and at every off-CPU switch in a request (tasks.bpf.c) */
 #define MAX_STACK_DEPTH 127

@@ -445,6 +445,27 @@ struct fst_rq_start {
 /* in-flight entries older than this never saw their completion event: the collector expires them */
 #define FST_STALE_NS (10ull * 1000000000ull)
 
+/*
+ * Entries the kernel side could not keep, by what was full (the per-CPU map `losses`, summed into the header's
+ * "losses"): each is work that went untraced, counted instead of silent.
+ */
+#define FST_LOSSES(E)                                                          \
+	E(FST_LOSS_BIO_TABLE, 0, "bio_table_full")	/* bios in flight: their block request is not charged */ \
+	E(FST_LOSS_RQ_TABLE, 1, "request_table_full")	/* block requests in flight: no queue/issue times */ \
+	E(FST_LOSS_WORK_TABLE, 2, "work_table_full")	/* kworker context (loop device served, fs work item) */ \
+	E(FST_LOSS_TASK_STATE, 3, "task_state_full")	/* a thread's request state: its requests are not traced */
+#define FST_NR_LOSSES 4
+enum fst_loss { FST_LOSSES(FST_ENUM_MEMBER) };
+
+/*
+ * In-flight tables (common.bpf.h FST_FLIGHT_TABLE): an array of buckets of FST_FLIGHT_WAYS slots each.  The
+ * bucket counts are powers of two.
+ */
+#define FST_FLIGHT_WAYS 8
+#define FST_BIO_BUCKETS 8192		/* 65536 bios */
+#define FST_RQ_BUCKETS 2048		/* 16384 block requests */
+#define FST_WORKER_BUCKETS 256		/* 2048 kworkers or work items */
+
 /* ---- in-kernel aggregates, read by the collector at the end ---- */
 
 #define FST_HIST_SLOTS 40

@@ -85,10 +85,10 @@ int sample_request_stack(struct bpf_perf_event_data *ctx)
 		}
 		key.user_stack_id = r->user_stack;
 	} else {
-		struct work_start *ws = bpf_map_lookup_elem(&work_running, &pid);
+		struct work_running_slot *ws = work_running_find(pid);
 		if (!ws)
 			return 0;
-		key.work_kind = ws->kind;
+		key.work_kind = ws->v.kind;
 	}
 	key.stack_id = bpf_get_stackid(ctx, &sample_stacks, 0);
 	__u64 one = 1, *n = bpf_map_lookup_elem(&samples, &key);

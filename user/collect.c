@@ -1399,53 +1399,22 @@ static void json_aggregates(struct jbuf *b, struct block_bpf *blk)
 }
 
 /*
- * Expire in-flight bios and requests older than FST_STALE_NS: their completion
- * event was never delivered to us, and left in place they would keep a task
- * "waiting for its own I/O" for the rest of the run.
+ * Expire in-flight bios and requests older than FST_STALE_NS: their completion event was never delivered to
+ * us, and left in place they would keep a task "waiting for its own I/O" for the rest of the run.  The BPF
+ * side does it (block.bpf.c expire_stale): its in-flight tables are freed with a compare-and-swap, which only
+ * a BPF program can do.
  */
 struct expired {
 	unsigned long long bios, requests;
 };
 
-static void inflight_release(int fd, __u32 pid, __s64 n)
+static void expire_stale(struct block_bpf *blk, struct expired *ex)
 {
-	__s64 v;
-	if (!pid || !n || bpf_map_lookup_elem(fd, &pid, &v))
-		return;
-	v = v > n ? v - n : 0;
-	bpf_map_update_elem(fd, &pid, &v, BPF_EXIST);
-}
-
-static void expire_stale(struct block_bpf *blk, __u64 now, struct expired *ex)
-{
-	int infl = bpf_map__fd(blk->maps.task_inflight);
-	int bfd = bpf_map__fd(blk->maps.bio_starts), rfd = bpf_map__fd(blk->maps.rq_starts);
-	__u64 key, next;
-	void *prev = NULL;
-	struct fst_bio_start b;
-	struct fst_rq_start r;
-
-	while (!bpf_map_get_next_key(bfd, prev, &next)) {
-		key = next;
-		if (!bpf_map_lookup_elem(bfd, &key, &b) && now > b.ts_queue + FST_STALE_NS &&
-		    !bpf_map_delete_elem(bfd, &key)) {
-			inflight_release(infl, b.pid, 1);
-			ex->bios++;
-			continue;	/* key is gone: continue from the same previous key */
-		}
-		prev = &key;
-	}
-	prev = NULL;
-	while (!bpf_map_get_next_key(rfd, prev, &next)) {
-		key = next;
-		if (!bpf_map_lookup_elem(rfd, &key, &r) && now > r.ts_issue + FST_STALE_NS &&
-		    !bpf_map_delete_elem(rfd, &key)) {
-			inflight_release(infl, r.pid, r.charged_bios);
-			ex->requests++;
-			continue;
-		}
-		prev = &key;
-	}
+	LIBBPF_OPTS(bpf_test_run_opts, run);
+	if (bpf_prog_test_run_opts(bpf_program__fd(blk->progs.expire_stale), &run))
+		fprintf(stderr, "fstrace-collect: expiring stale in-flight I/O: %s\n", strerror(errno));
+	ex->bios = blk->bss->expired_bios;
+	ex->requests = blk->bss->expired_requests;
 }
 
 /*
@@ -1734,7 +1703,7 @@ int main(int argc, char **argv)
 		}
 		if (now - last_expire >= 1000000000ull) {
 			last_expire = now;
-			expire_stale(blk, now, &expired);
+			expire_stale(blk, &expired);
 			expose_expired_bios = expired.bios;
 			expose_expired_requests = expired.requests;
 		}
@@ -1861,6 +1830,11 @@ int main(int argc, char **argv)
 #define DROPS_JSON(c, v, n) \
 	jb_add(&h, "%s\"%s\":%llu", c == FST_REC_REQ ? "" : ",", n, (unsigned long long)sum_drops(drops_fd, c));
 	FST_REC_TYPES(DROPS_JSON)
+	jb_add(&h, "},\"losses\":{");
+	int losses_fd = bpf_map__fd(blk->maps.losses);
+#define LOSSES_JSON(c, v, n) \
+	jb_add(&h, "%s\"%s\":%llu", v ? "," : "", n, (unsigned long long)sum_drops(losses_fd, c));
+	FST_LOSSES(LOSSES_JSON)
 	jb_add(&h, "},");
 	jb_add(&h, "\"delayacct\":{\"was\":%d,\"enabled_for_tracing\":%s},", delayacct_was,
 	       delayacct_held && delayacct_was == 0 ? "true" : "false");
