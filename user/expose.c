@@ -52,6 +52,18 @@ int req_agg_sum(int fd, const struct fst_req_agg_key *key, struct fst_req_agg *s
 	return percpu_sum(fd, key, sum, sizeof(*sum));
 }
 
+bool req_agg_next(int fd, struct fst_req_agg_key *key, bool *started, struct fst_req_agg *sum)
+{
+	struct fst_req_agg_key next;
+	while (!bpf_map_get_next_key(fd, *started ? key : NULL, &next)) {
+		*key = next;
+		*started = true;
+		if (!req_agg_sum(fd, key, sum))
+			return true;
+	}
+	return false;
+}
+
 __u64 sum_drops(int fd, __u32 idx)
 {
 	int ncpu = libbpf_num_possible_cpus();

@@ -90,13 +90,9 @@ static json *json_requests_counted(struct tasks_bpf *tsk)
 	};
 	int fd = bpf_map__fd(tsk->maps.req_agg);
 	struct fst_req_agg sum;
-	struct fst_req_agg_key key, next;
-	void *prev = NULL;
-	while (!bpf_map_get_next_key(fd, prev, &next)) {
-		key = next;
-		prev = &key;
-		if (req_agg_sum(fd, &key, &sum))
-			continue;
+	struct fst_req_agg_key key;
+	bool started = false;
+	while (req_agg_next(fd, &key, &started, &sum)) {
 		json *o = jpush(a, jobj());
 		jset(o, "kind", ju64(key.kind));
 		jset(o, "sdev", ju64(key.sdev));

@@ -186,14 +186,10 @@ void live_counted(int fd)
 	static int nlast;
 	if (fd < 0)
 		return;
-	struct fst_req_agg_key key, next;
+	struct fst_req_agg_key key;
 	struct fst_req_agg sum;
-	void *prev = NULL;
-	while (!bpf_map_get_next_key(fd, prev, &next)) {
-		key = next;
-		prev = &key;
-		if (req_agg_sum(fd, &key, &sum))
-			continue;
+	bool started = false;
+	while (req_agg_next(fd, &key, &started, &sum)) {
 		int i = 0;
 		while (i < nlast && memcmp(&last[i].key, &key, sizeof(key)))
 			i++;
