@@ -22,10 +22,10 @@ USER_CFLAGS := -g -O2 -Wall -Wextra -Wno-unused-parameter -I$(OUT) -Ibpf
 # collector: `make STATIC=0` asks for a dynamic one explicitly.
 STATIC ?= 1
 ifeq ($(STATIC),0)
-LINK_LIBS := -lbpf -lelf -lz
+LINK_LIBS := -ljson-c -lbpf -lelf -lz
 STATIC_FLAG := 0
 else
-LINK_LIBS := -static -lbpf -lelf -lz -lzstd
+LINK_LIBS := -static -ljson-c -lbpf -lelf -lz -lzstd
 STATIC_FLAG := 1
 endif
 
@@ -45,8 +45,8 @@ $(OUT)/%.skel.h: $(OUT)/%.bpf.o
 $(OUT)/fstrace-collect: $(USER_SRCS) $(USER_HDRS) $(SKELS) bpf/records.h $(OUT)/link-mode | $(OUT)
 	$(CC) $(USER_CFLAGS) -DFSTRACE_STATIC=$(STATIC_FLAG) $(USER_SRCS) -o $@.tmp $(LINK_LIBS) || { \
 		rm -f $@.tmp; \
-		if [ $(STATIC_FLAG) = 1 ]; then echo "make: linking the static collector failed (static libbpf, libelf," \
-			"zlib, zstd and libc are in libbpf-dev libelf-dev zlib1g-dev libzstd-dev libc6-dev);" \
+		if [ $(STATIC_FLAG) = 1 ]; then echo "make: linking the static collector failed (static json-c, libbpf, libelf," \
+			"zlib, zstd and libc are in libjson-c-dev libbpf-dev libelf-dev zlib1g-dev libzstd-dev libc6-dev);" \
 			"make STATIC=0 builds a dynamic one that cannot be copied to a box without libbpf" >&2; fi; \
 		exit 1; }
 	mv $@.tmp $@

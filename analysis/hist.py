@@ -6,8 +6,10 @@ kernel-side and record-side histograms can be compared slot by slot.
 """
 import numpy as np
 
+from analysis import schema
 
-def log2_slots(values, nslots=40):
+
+def log2_slots(values, nslots=schema.HIST_SLOTS):
     """Counts per log2 slot of non-negative integer values."""
     v = np.asarray(values, dtype=np.uint64)
     if v.size == 0:

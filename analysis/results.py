@@ -23,6 +23,8 @@ import zlib
 
 import numpy as np
 
+from analysis import schema
+
 MAGIC = b"FSTRACE\0"
 FORMAT = 2           # what the collector writes (user/results.h): checksummed header and sections
 OLDEST_FORMAT = 1    # still read, as unverified: no checksums
@@ -68,6 +70,12 @@ class Tuple:
         self.specs = specs
 
 
+class Either:
+    """One of several specs (a field whose form changed between collector versions)."""
+    def __init__(self, *specs):
+        self.specs = specs
+
+
 class MapOf:
     """A JSON object with any keys; int_keys: every key is a decimal integer (enums)."""
     def __init__(self, spec, int_keys=False):
@@ -88,8 +96,12 @@ HEADER_SCHEMA = {
     "collector": ANY,
     "time": {"start_ns": INT, "end_ns": INT},
     "workload": Opt({"start_ns": INT_OPT, "end_ns": INT_OPT, "exit_status": INT_OPT}),
-    "probes": Opt(ListOf({"probe": str, "tier": str, "measures": str, "why": str, "runs": Opt(COUNT),
-                          "run_ns": Opt(COUNT)})),
+    # "figure": the records.h FST_FIGURES id the analysis finds probes by (LEGACY_FIGURES before it existed)
+    "probes": Opt(ListOf({"probe": str, "tier": str, "figure": Opt(str), "measures": str, "why": str,
+                          "runs": Opt(COUNT), "run_ns": Opt(COUNT)})),
+    # records.h encodings; older headers described the dev_t in words (it was the same)
+    "dev_encoding": Opt(Either(str, {"minor_bits": Int(1, 31)})),
+    "io_op": Opt({"cmd_flags_mask": Int(1, 0xFFFFFFFF)}),
     "loop_charging": Opt(Null(bool)),
     "devices": Opt(ListOf({"dev": COUNT, "unit_bytes": Int(1), "is_loop": bool,
                            "diskstats_start": Opt(Null(DISKSTATS)), "diskstats_end": Opt(Null(DISKSTATS))})),
@@ -119,7 +131,8 @@ HEADER_SCHEMA = {
     "records": MapOf(LAYOUT),
     "enums": dict({"req_kind": ENUM, "charge": ENUM},
                   **{e: Opt(ENUM) for e in ("hist_metric", "context", "tier", "work_kind", "offcpu_reason",
-                                            "erofs_event", "erofs_map_flag", "alg", "fs", "fs_cache")}),
+                                            "erofs_event", "erofs_map_flag", "alg", "fs", "fs_cache", "io_op",
+                                            "figure")}),
     "sections": ListOf(SECTION),
     "bad_records": Opt(COUNT),
 }
@@ -136,6 +149,35 @@ REQUIRED_FIELDS = {
 # enumeration values the analysis looks up by name in every file
 REQUIRED_ENUM_NAMES = {"req_kind": ("read", "stat", "open", "getdents", "write", "sync"), "charge": ("none",)}
 
+# The figure of each probe of collectors from before probes carried one (results format 1 and early format 2):
+# their probe names, which name the kernel's functions and tracepoints.  Frozen: every newer collector writes
+# "figure" itself (records.h FST_FIGURES), so a probe added later never needs a line here.
+LEGACY_FIGURES = {
+    "block_bio_queue": "bio_queue", "block_split": "bio_split", "block_rq_issue": "rq_issue",
+    "block_rq_complete": "rq_complete", "workqueue_execute_start": "work_exec", "workqueue_execute_end": "work_exec",
+    "workqueue_queue_work": "work_queue", "sys_enter": "req_start", "sys_exit": "req_end",
+    "sched_switch": "cpu_split", "sched_wakeup": "wakeup", "sched_process_fork": "process_tree",
+    "sched_process_exit": "process_tree", "mm_filemap_add_to_page_cache": "pcache_misses",
+    "contention_begin": "lock_wait", "contention_end": "lock_wait", "page_cache_ra_order": "readahead_windows",
+    "z_erofs_lz4_decompress": "erofs_lz4_decompress", "z_erofs_lzma_decompress": "erofs_lzma_decompress",
+    "z_erofs_deflate_decompress": "erofs_deflate_decompress", "z_erofs_zstd_decompress": "erofs_zstd_decompress",
+    "z_erofs_transform_plain": "erofs_plain_copy", "erofs_map_blocks_exit": "erofs_extents",
+    "z_erofs_map_blocks_iter_exit": "erofs_extents", "erofs_readahead": "erofs_readahead",
+    "erofs_readpages": "erofs_readahead", "erofs_read_folio": "erofs_read_folio", "erofs_readpage": "erofs_read_folio",
+    "squashfs_decompress": "squashfs_decompress", "squashfs_cache_get": "squashfs_cache_lookups",
+    "squashfs_read_data": "squashfs_cache_misses", "zstd_decompress_bio": "btrfs_zstd_decompress",
+    "lzo_decompress_bio": "btrfs_lzo_decompress", "zlib_decompress_bio": "btrfs_zlib_decompress",
+    "btrfs_compress_folios": "btrfs_compress_write", "btrfs_compress_pages": "btrfs_compress_write",
+}
+
+
+def _fill_figures(header):
+    """Every probe of an older header gets its figure (LEGACY_FIGURES; a probe unknown there is a figure of its
+    own), so the analysis finds probes by figure in every file."""
+    for p in header.get("probes") or ():
+        if "figure" not in p:
+            p["figure"] = LEGACY_FIGURES.get(p["probe"], "probe:" + p["probe"])
+
 _KIND = {str: "a string", bool: "true or false", float: "a number"}
 
 
@@ -149,6 +191,14 @@ def _check(v, spec, where):
         raise ResultsError("header field %s: expected %s, found %s" % (where or "(top)", expected, _short(v)))
     if spec is ANY:
         return
+    if isinstance(spec, Either):
+        errors = []
+        for sub in spec.specs:
+            try:
+                return _check(v, sub, where)
+            except ResultsError as e:
+                errors.append(str(e))
+        raise ResultsError(errors[-1])
     if isinstance(spec, Null):
         if v is not None:
             _check(v, spec.spec, where)
@@ -211,7 +261,6 @@ def validate_header(header, fmt=FORMAT):
     if "req" not in names:
         raise ResultsError("header: no section of requests (req)")
     # the counted requests' histograms are added slot by slot: every row's must have the kernel's slot counts
-    from analysis import schema
     counted = (header.get("kernel_aggregates") or {}).get("requests_counted") or []
     for i, row in enumerate(counted):
         where = "header field kernel_aggregates.requests_counted[%d]" % i
@@ -288,6 +337,27 @@ class Results:
     def config(self):
         return self.header.get("config", {})
 
+    @property
+    def minor_bits(self):
+        """dev_t encoding of every dev field: major << minor_bits | minor (records.h FST_MINORBITS)."""
+        enc = self.header.get("dev_encoding")
+        return enc["minor_bits"] if isinstance(enc, dict) else schema.MINORBITS
+
+    def io_ops(self, io):
+        """The op of each block request: its cmd_flags masked as the header says; compare with io_op(name)."""
+        mask = (self.header.get("io_op") or {}).get("cmd_flags_mask", schema.OP_MASK)
+        return io["cmd_flags"] & mask
+
+    def io_op(self, name):
+        """The value of block op name (read, write) in io_ops()."""
+        ops = self.header["enums"].get("io_op")
+        if ops is None:  # before headers carried them: records.h's, which they were written with
+            return schema.IO_OPS[name]
+        for k, v in ops.items():
+            if v == name:
+                return int(k)
+        raise KeyError("io_op has no %s in this results file" % name)
+
 
 def _parse_header(raw):
     try:
@@ -327,6 +397,7 @@ def read_header(fp, size=None):
                                % (stored, crc))
     header = _parse_header(raw)
     validate_header(header, fmt)
+    _fill_figures(header)
     data_start = PREAMBLE + crc_len + hlen
     data_start += (-data_start) % 8
     return header, data_start, fmt

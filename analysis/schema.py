@@ -1,7 +1,8 @@
 """Names the kernel side and the analysis share, read from bpf/records.h, where each is defined once.
 
-Only what a results header does not carry is read here (the order and names of the attribution parts, the
-log-linear latency slot layout); everything a header carries is read from the header.
+What a results header carries is read from the header; read here is what it does not carry (the order and
+names of the attribution parts, the log-linear latency slot layout, the figure ids the analysis looks probes
+up by) and the encodings older results files were written with before their header carried them.
 """
 import os
 import re
@@ -20,17 +21,32 @@ def xmacro(name):
         raise KeyError("bpf/records.h has no X-macro %s" % name)
     body = re.sub(r"/\*.*?\*/", "", m.group(1), flags=re.S)
     rows = [(c, int(v, 0), n) for c, v, n in re.findall(r'E\((\w+),\s*([0-9a-fA-Fx]+),\s*"?(\w[^",)]*)"?\)', body)]
+    for nested in re.findall(r"\b(FST_\w+)\(E\)", body):  # an X-macro that includes another
+        rows += xmacro(nested)
     return sorted(rows, key=lambda r: r[1])
 
 
 def constant(name):
-    m = re.search(r"#define %s \(?(\d+)u?\)?\s" % re.escape(name), _TEXT)
+    m = re.search(r"#define %s \(?(0x[0-9a-fA-F]+|\d+)u?\)?\s" % re.escape(name), _TEXT)
     if not m:
         raise KeyError("bpf/records.h has no constant %s" % name)
-    return int(m.group(1))
+    return int(m.group(1), 0)
+
+
+def figure(name):
+    """A figure id (records.h FST_FIGURES) by its name, checked: a typo is an error, not a figure never found."""
+    if name not in FIGURES:
+        raise KeyError("bpf/records.h FST_FIGURES has no figure %s" % name)
+    return name
 
 
 PARTS = tuple(n for _, _, n in xmacro("FST_PARTS"))
 LAT_SUB_BITS = constant("FST_LAT_SUB_BITS")
 LAT_SLOTS = constant("FST_LAT_SLOTS")
 HIST_SLOTS = constant("FST_HIST_SLOTS")
+FIGURES = frozenset(n for _, _, n in xmacro("FST_FIGURES"))
+DECOMP_FIGURES = frozenset(n for _, _, n in xmacro("FST_DECOMP_FIGURES"))  # per-unit decompression (copy) times
+# encodings of the records' fields; a header carries them (dev_encoding, io_op), older headers did not
+MINORBITS = constant("FST_MINORBITS")
+OP_MASK = constant("FST_OP_MASK")
+IO_OPS = {n: v for _, v, n in xmacro("FST_IO_OPS")}

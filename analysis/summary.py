@@ -38,8 +38,9 @@ def enum_name(header, enum, value):
     return header["enums"][enum].get(str(int(value)), str(int(value)))
 
 
-def dev_name(kdev):
-    return "%d:%d" % (kdev >> 20, kdev & 0xFFFFF)
+def dev_name(kdev, minor_bits=schema.MINORBITS):
+    """MAJ:MIN of a kernel dev_t (minor_bits: the results header's, Results.minor_bits)."""
+    return "%d:%d" % (kdev >> minor_bits, kdev & ((1 << minor_bits) - 1))
 
 
 def fs_devices(res):
@@ -229,7 +230,7 @@ def readahead(res, reqs):
                 "why": (p or {}).get("why") or "this collector has no readahead probe"}
     fs_devs = fs_devices(res)
     metric = enum_value(res.header, "hist_metric", "ra_window_pages")
-    slots = [0] * 40
+    slots = [0] * schema.HIST_SLOTS
     for h in res.header.get("kernel_aggregates", {}).get("histograms", []):
         if h["metric"] == metric and (fs_devs is None or h["dev"] in fs_devs):
             slots = [a + b for a, b in zip(slots, h["slots"])]
@@ -296,16 +297,16 @@ def device_stats(res):
     """Per traced device: records vs the kernel's own /proc/diskstats delta over the run."""
     io = res.records.get("io")
     out = {}
-    read_op = 0
+    read_op, write_op = res.io_op("read"), res.io_op("write")
     for d in res.header.get("devices", []):
         rows = io[io["dev"] == d["dev"]] if io is not None else io
-        reads = rows[(rows["cmd_flags"] & 0xFF) == read_op]
+        reads = rows[res.io_ops(rows) == read_op]
         st = io_stats(reads, d["unit_bytes"])
         st["level"] = "loop" if d["is_loop"] else "backing"
         st["all_ops_requests"] = int(len(rows))
         charge_none = enum_value(res.header, "charge", "none")
         st["charged_to_workload"] = int((reads["charge"] != charge_none).sum())
-        writes = rows[(rows["cmd_flags"] & 0xFF) == 1]  # REQ_OP_WRITE
+        writes = rows[res.io_ops(rows) == write_op]
         st["write_requests"] = int(len(writes))
         st["write_bytes"] = int(writes["bytes"].astype(np.uint64).sum())
         stacks = res.header.get("io_stacks")
@@ -345,7 +346,7 @@ def device_stats(res):
             st["unseen_requests"] = max(0, delta["reads"] - len(inside))
             st["unseen_sectors"] = max(0, delta["sectors_read"] - int(inside["bytes"].astype(np.uint64).sum() // 512))
             st["traced_beyond_diskstats"] = max(0, len(inside) - delta["reads"])
-        out[dev_name(d["dev"])] = st
+        out[dev_name(d["dev"], res.minor_bits)] = st
     return out
 
 
@@ -355,8 +356,8 @@ def tiers(res):
 
 
 def decompression_probes(res):
-    return [p for p in res.header.get("probes", []) if "decompression" in p["measures"] or
-            "copy time" in p["measures"]]
+    """The probes that time decompression (or the copy of uncompressed units) per unit, by figure id."""
+    return [p for p in res.header.get("probes", []) if p["figure"] in schema.DECOMP_FIGURES]
 
 
 def decompression_in_requests(reqs, d):
@@ -476,7 +477,7 @@ def erofs_events(res, reqs):
         io = res.records.get("io")
         reads = np.zeros(len(pa), dtype=np.int64)
         if io is not None and len(io):
-            rd = io[(io["cmd_flags"] & 0xFF) == 0]
+            rd = io[res.io_ops(io) == res.io_op("read")]
             for d in np.unique(dev):
                 rows = rd[rd["dev"] == d]
                 m = dev == d
@@ -525,7 +526,7 @@ def fs_caches(res, reqs):
             miss = g["missed"] != 0
             blocks, times = np.unique(g["block"][miss], return_counts=True)
             groups.append({
-                "dev": dev_name(dev), "cache": enum_name(h, "fs_cache", kind), "lookups": int(len(g)),
+                "dev": dev_name(dev, res.minor_bits), "cache": enum_name(h, "fs_cache", kind), "lookups": int(len(g)),
                 "hits": int((~miss).sum()), "misses": int(miss.sum()),
                 "hit_ratio": float((~miss).mean()),
                 "blocks_missed": int(len(blocks)), "blocks_missed_again": int((times > 1).sum()),
@@ -554,7 +555,7 @@ def fs_caches(res, reqs):
 def write_compression(res):
     """Compression on write (btrfs): chunks, sizes, ratio, time, and the threads that ran it; or why it could
     not be measured.  None when the collector has no such probe."""
-    probes = [p for p in res.header.get("probes", []) if p["measures"].startswith("btrfs compression on write")]
+    probes = [p for p in res.header.get("probes", []) if p["figure"] == schema.figure("btrfs_compress_write")]
     if not probes:
         return None
     attached = [p for p in probes if p["tier"] != "unavailable"]
@@ -610,17 +611,17 @@ def unavailable(res):
     """Figures this run could not measure, with the reason; printed instead of zeros."""
     out = []
     dec = decompression_probes(res)
-    # a figure some probe measured is available, even if its other-kernel twin (same "measures") is not
-    measured = {p["measures"] for p in res.header.get("probes", []) if p["tier"] != "unavailable"}
+    # a figure some probe measured is available, even if its other-kernel twin (same figure id) is not
+    measured = {p["figure"] for p in res.header.get("probes", []) if p["tier"] != "unavailable"}
     seen = {}
     for p in res.header.get("probes", []):
-        if p["tier"] == "unavailable" and p not in dec and p["measures"] not in measured:
+        if p["tier"] == "unavailable" and p not in dec and p["figure"] not in measured:
             why = p["why"] or "probe could not attach"
-            if p["measures"] in seen:  # twins for other kernels: one line, each twin's reason
-                seen[p["measures"]]["why"] += "; %s: %s" % (p["probe"], why)
+            if p["figure"] in seen:  # twins for other kernels: one line, each twin's reason
+                seen[p["figure"]]["why"] += "; %s: %s" % (p["probe"], why)
                 continue
-            seen[p["measures"]] = {"figure": p["measures"], "why": why}
-            out.append(seen[p["measures"]])
+            seen[p["figure"]] = {"figure": p["measures"], "why": why}  # the figure in words, for the report
+            out.append(seen[p["figure"]])
     if dec and all(p["tier"] == "unavailable" for p in dec):
         out.append({"figure": "decompression time (erofs, squashfs, btrfs)",
                     "why": sorted({p["why"] for p in dec})[0]})

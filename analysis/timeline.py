@@ -42,12 +42,12 @@ def build(res):
                 mine = req[req["pid"] == pid]
                 mine = mine[np.argsort(mine["ts_start_ns"])]
                 by_pid[int(pid)] = (mine["ts_start_ns"], mine["ts_end_ns"])
-        for b in io:
+        read_op = res.io_op("read")
+        for b, op in zip(io, res.io_ops(io)):
             start = int(b["ts_queue_ns"]) or int(b["ts_complete_ns"])
             ev.append({"ph": "X", "pid": 2, "tid": int(b["dev"]), "ts": _us(start, t0),
                        "dur": max((int(b["ts_complete_ns"]) - start) / 1000.0, 0.001),
-                       "name": "%s %d KiB" % ("R" if (int(b["cmd_flags"]) & 0xFF) == 0 else "W",
-                                              int(b["bytes"]) // 1024),
+                       "name": "%s %d KiB" % ("R" if op == read_op else "W", int(b["bytes"]) // 1024),
                        "cat": "block", "args": {"sector": int(b["sector"]), "bytes": int(b["bytes"]),
                                                 "charged_pid": int(b["pid"]), "bios": int(b["nr_bios"])}})
             spans = by_pid.get(int(b["pid"]))
@@ -60,7 +60,7 @@ def build(res):
                     ev.append({"ph": "f", "bp": "e", "id": flow, "pid": 2, "tid": int(b["dev"]),
                                "ts": _us(start, t0), "name": "issued", "cat": "flow"})
         for d in np.unique(io["dev"]):
-            ev.append({"ph": "M", "name": "thread_name", "pid": 2, "tid": int(d), "args": {"name": dev_name(d)}})
+            ev.append({"ph": "M", "name": "thread_name", "pid": 2, "tid": int(d), "args": {"name": dev_name(d, res.minor_bits)}})
     if work is not None and len(work):
         for w in work:
             ev.append({"ph": "X", "pid": 3, "tid": int(w["pid"]), "ts": _us(w["ts_start_ns"], t0),

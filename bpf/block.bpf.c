@@ -46,7 +46,7 @@ struct {
 /* exact byte and time sums per (device, op) beside the histograms (records.h struct fst_io_sum) */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 192);	/* traced_devs x 3 ops */
+	__uint(max_entries, FST_MAX_TRACED_DEVS * FST_IO_SUBS);
 	__type(key, struct fst_io_sum_key);
 	__type(value, struct fst_io_sum);
 } io_sums SEC(".maps");
@@ -65,7 +65,7 @@ static __always_inline __u32 rq_dev(struct request *rq, bool btf)
 			return FST_FIELD(btf, part, bd_dev);
 	}
 	struct gendisk *disk = BPF_CORE_READ(rq, q, disk);
-	return KDEV(BPF_CORE_READ(disk, major), BPF_CORE_READ(disk, first_minor));
+	return FST_KDEV(BPF_CORE_READ(disk, major), BPF_CORE_READ(disk, first_minor));
 }
 
 static __always_inline struct fst_dev_cfg *dev_cfg(__u32 dev)
@@ -308,8 +308,8 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 		record_submit(rec);
 	}
 
-	__u32 op = cmd_flags & 0xff;	/* REQ_OP_MASK */
-	__u32 sub = op == 0 ? 0 : (op == 1 ? 1 : 2);
+	__u32 op = cmd_flags & FST_OP_MASK;
+	__u32 sub = FST_IO_SUB(op);
 	__u32 io_slot = dc->io_slot;
 	struct fst_dev_io *io = bpf_map_lookup_elem(&dev_io, &io_slot);	/* an array: no hashing */
 	if (io) {
@@ -408,7 +408,7 @@ static __always_inline int handle_work_start(struct work_struct *work)
 		return 0;
 	}
 	struct gendisk *disk = BPF_CORE_READ(lo, lo_disk);
-	__u32 dev = KDEV(BPF_CORE_READ(disk, major), BPF_CORE_READ(disk, first_minor));
+	__u32 dev = FST_KDEV(BPF_CORE_READ(disk, major), BPF_CORE_READ(disk, first_minor));
 	if (!dev_cfg(dev))
 		return 0;
 	struct loop_ctx_slot *slot = loop_ctx_claim((__u32)bpf_get_current_pid_tgid());

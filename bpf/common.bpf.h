@@ -14,9 +14,6 @@
 #include <bpf/bpf_tracing.h>
 #include "records.h"
 
-#define MINORBITS 20
-#define KDEV(major, minor) (((__u32)(major) << MINORBITS) | (__u32)(minor))
-#define LOOP_MAJOR 7
 #define TASK_UNINTERRUPTIBLE_BIT 0x2
 
 const volatile struct fst_cfg cfg = {};
@@ -171,11 +168,11 @@ struct work_start {
 FST_FLIGHT_TABLE(work_running, struct work_start, FST_WORKER_BUCKETS, FST_LOSS_WORK_TABLE)
 
 /* kernel stacks: sampled on-CPU (sample.bpf.c) and at every off-CPU switch in a request (tasks.bpf.c) */
-#define MAX_STACK_DEPTH 127
+#define MAX_STACK_DEPTH FST_MAX_STACK_DEPTH
 
 struct {
 	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
-	__uint(max_entries, 16384);
+	__uint(max_entries, FST_MAX_STACKS);
 	__uint(key_size, sizeof(__u32));
 	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
 } stacks SEC(".maps");

@@ -135,6 +135,73 @@
 	E(FST_PART_MISSED, 9, missed_ns)
 #define FST_NR_PARTS 10
 
+/*
+ * Block operations as the analysis and the histograms split them: a request's op is cmd_flags & FST_OP_MASK
+ * (the kernel's REQ_OP_MASK; REQ_OP_READ 0, REQ_OP_WRITE 1), and every other op counts as "other".  The value
+ * is both the op and the index (sub) of its histograms and sums (fst_hist_key.sub, fst_io_sum_key.op).
+ * The results header carries the mask ("io_op": {"cmd_flags_mask"}) and the names (enums "io_op").
+ */
+#define FST_OP_MASK 0xff
+#define FST_IO_OPS(E)                                   \
+	E(FST_IO_READ, 0, "read")	/* REQ_OP_READ */  \
+	E(FST_IO_WRITE, 1, "write")	/* REQ_OP_WRITE */ \
+	E(FST_IO_OTHER, 2, "other")	/* any other op (flush, discard, ...) */
+#define FST_IO_SUBS 3
+/* the histogram index of an op (cmd_flags & FST_OP_MASK) */
+#define FST_IO_SUB(op) ((op) == FST_IO_READ ? FST_IO_READ : (op) == FST_IO_WRITE ? FST_IO_WRITE : FST_IO_OTHER)
+
+/*
+ * Device numbers: the kernel's internal dev_t (major << FST_MINORBITS | minor), in every record's dev/sdev
+ * field and in the results header ("dev_encoding": {"minor_bits"}).  Majors have 12 bits.
+ */
+#define FST_MINORBITS 20
+#define FST_MAJORBITS 12
+#define FST_MINORMASK ((1u << FST_MINORBITS) - 1)
+#define FST_KDEV(major, minor) (((__u32)(major) << FST_MINORBITS) | (__u32)(minor))
+#define FST_KDEV_MAJOR(kdev) ((__u32)(kdev) >> FST_MINORBITS)
+#define FST_KDEV_MINOR(kdev) ((__u32)(kdev) & FST_MINORMASK)
+/* loop devices' major (include/uapi/linux/major.h LOOP_MAJOR) */
+#define FST_LOOP_MAJOR 7
+
+/*
+ * What each probe measures, one id per figure (the results header's "figure" of every probe): the analysis
+ * and the tests find a figure's probes by this id, never by their "measures" text, which is for people.
+ * Probes that are one figure's twins (another kernel's name for the same function or tracepoint) share it.
+ * FST_DECOMP_FIGURES are the per-unit decompression (or copy) times.
+ */
+#define FST_DECOMP_FIGURES(E)                                                          \
+	E(FST_FIG_EROFS_LZ4, 32, "erofs_lz4_decompress")                                \
+	E(FST_FIG_EROFS_LZMA, 33, "erofs_lzma_decompress")                              \
+	E(FST_FIG_EROFS_DEFLATE, 34, "erofs_deflate_decompress")                        \
+	E(FST_FIG_EROFS_ZSTD, 35, "erofs_zstd_decompress")                              \
+	E(FST_FIG_EROFS_PLAIN, 36, "erofs_plain_copy")	/* uncompressed pclusters: a copy */ \
+	E(FST_FIG_SQUASHFS_DECOMPRESS, 37, "squashfs_decompress")                       \
+	E(FST_FIG_BTRFS_ZSTD, 38, "btrfs_zstd_decompress")                              \
+	E(FST_FIG_BTRFS_LZO, 39, "btrfs_lzo_decompress")                                \
+	E(FST_FIG_BTRFS_ZLIB, 40, "btrfs_zlib_decompress")
+#define FST_FIGURES(E)                                                                  \
+	E(FST_FIG_BIO_QUEUE, 1, "bio_queue")		/* bio queue time, owner */       \
+	E(FST_FIG_BIO_SPLIT, 2, "bio_split")		/* owner of split bios */         \
+	E(FST_FIG_RQ_ISSUE, 3, "rq_issue")		/* issue time, merges */          \
+	E(FST_FIG_RQ_COMPLETE, 4, "rq_complete")	/* completion, size, alignment */ \
+	E(FST_FIG_WORK_EXEC, 5, "work_exec")		/* loop charging, fs work items */ \
+	E(FST_FIG_WORK_QUEUE, 6, "work_queue")		/* queueing delay of fs work items */ \
+	E(FST_FIG_REQ_START, 7, "req_start")                                            \
+	E(FST_FIG_REQ_END, 8, "req_end")                                                \
+	E(FST_FIG_CPU_SPLIT, 9, "cpu_split")		/* on-CPU / off-CPU */            \
+	E(FST_FIG_WAKEUP, 10, "wakeup")			/* sleep vs runqueue */           \
+	E(FST_FIG_PROCESS_TREE, 11, "process_tree")                                     \
+	E(FST_FIG_PCACHE_MISSES, 12, "pcache_misses")                                   \
+	E(FST_FIG_LOCK_WAIT, 13, "lock_wait")                                           \
+	E(FST_FIG_READAHEAD, 14, "readahead_windows")                                   \
+	E(FST_FIG_EROFS_EXTENTS, 15, "erofs_extents")                                   \
+	E(FST_FIG_EROFS_READAHEAD, 16, "erofs_readahead")                               \
+	E(FST_FIG_EROFS_READ_FOLIO, 17, "erofs_read_folio")                             \
+	E(FST_FIG_SQUASHFS_CACHE, 18, "squashfs_cache_lookups")                         \
+	E(FST_FIG_SQUASHFS_CACHE_MISS, 19, "squashfs_cache_misses")                     \
+	E(FST_FIG_BTRFS_COMPRESS, 20, "btrfs_compress_write")	/* compression on write, per chunk */ \
+	FST_DECOMP_FIGURES(E)
+
 #define FST_ENUM_MEMBER(c, v, n) c = v,
 enum fst_rec_type { FST_REC_TYPES(FST_ENUM_MEMBER) };
 enum fst_req_kind { FST_REQ_KINDS(FST_ENUM_MEMBER) };
@@ -148,6 +215,8 @@ enum fst_work_kind { FST_WORK_KINDS(FST_ENUM_MEMBER) };
 enum fst_erofs_event { FST_EROFS_EVENTS(FST_ENUM_MEMBER) };
 enum fst_erofs_map_flag { FST_EROFS_MAP_FLAGS(FST_ENUM_MEMBER) };
 enum fst_fs_cache_kind { FST_FS_CACHES(FST_ENUM_MEMBER) };
+enum fst_io_op { FST_IO_OPS(FST_ENUM_MEMBER) };
+enum fst_figure { FST_FIGURES(FST_ENUM_MEMBER) };
 #define FST_PART_ENUM_MEMBER(c, v, field) c = v,
 enum fst_part { FST_PARTS(FST_PART_ENUM_MEMBER) };
 
@@ -176,7 +245,7 @@ enum fst_part { FST_PARTS(FST_PART_ENUM_MEMBER) };
  * ra_pages count the readahead windows the kernel decided for it and their
  * pages (page_cache_ra_order; the kernel's readahead sizing, not what was
  * already cached), ra_max_pages the largest window.
- * sdev is the kernel dev_t (major << 20 | minor) of the file's superblock.
+ * sdev is the kernel dev_t (FST_KDEV: major << FST_MINORBITS | minor) of the file's superblock.
  */
 #define FST_REQ_FIELDS(F, S)   \
 	F(__u64, ts_start_ns)  \
@@ -470,11 +539,18 @@ enum fst_loss { FST_LOSSES(FST_ENUM_MEMBER) };
 
 #define FST_HIST_SLOTS 40
 
+/* frames of a kernel stack (BPF_MAP_TYPE_STACK_TRACE values) and stack ids one stack map holds */
+#define FST_MAX_STACK_DEPTH 127
+#define FST_MAX_STACKS 16384
+
+/* (kind, superblock) keys of the counted requests' aggregate (tasks.bpf.c req_agg, preallocated per CPU) */
+#define FST_REQ_AGG_MAX 64
+
 
 struct fst_hist_key {
 	__u32 metric;
 	__u32 dev;	/* device for IO metrics, 0 otherwise */
-	__u32 sub;	/* IO metrics: op (0 read, 1 write, 2 other); requests: kind */
+	__u32 sub;	/* IO metrics: op (FST_IO_OPS: 0 read, 1 write, 2 other); requests: kind */
 };
 
 struct fst_hist {
@@ -543,7 +619,7 @@ struct fst_req_agg {
  */
 struct fst_io_sum_key {
 	__u32 dev;
-	__u32 op;	/* 0 read, 1 write, 2 other (as fst_hist_key.sub) */
+	__u32 op;	/* FST_IO_OPS (as fst_hist_key.sub) */
 };
 
 struct fst_io_sum {
@@ -599,7 +675,6 @@ struct fst_dev_cfg {
  * of metrics FST_H_IO_BYTES / FST_H_IO_Q2C_US / FST_H_IO_D2C_US and the "alignment" rows.
  */
 #define FST_MAX_TRACED_DEVS 64
-#define FST_IO_SUBS 3
 struct fst_dev_io {
 	struct fst_align align;
 	__u64 bytes[FST_IO_SUBS][FST_HIST_SLOTS];

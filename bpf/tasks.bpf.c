@@ -150,7 +150,7 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, 64);	/* preallocated per CPU (3.6 KiB each): kinds x traced filesystems */
+	__uint(max_entries, FST_REQ_AGG_MAX);	/* preallocated per CPU (3.6 KiB each): kinds x traced filesystems */
 	__type(key, struct fst_req_agg_key);
 	__type(value, struct fst_req_agg);
 } req_agg SEC(".maps");

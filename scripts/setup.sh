@@ -10,7 +10,7 @@ set -eu
 here=$(CDPATH= cd -- "$(dirname -- "$0")/.." && pwd)
 
 # building and running the collector (libc6-dev comes with gcc: its libc.a is part of the static link)
-COLLECTOR="make gcc clang llvm libbpf-dev libelf-dev zlib1g-dev libzstd-dev bpftool"
+COLLECTOR="make gcc clang llvm libbpf-dev libelf-dev zlib1g-dev libzstd-dev libjson-c-dev bpftool"
 # building images and running the standard workloads on them
 WORKLOADS="fio erofs-utils squashfs-tools btrfs-progs xfsprogs e2fsprogs util-linux tar lz4"
 # the CLI, summaries and the HTML report

@@ -22,7 +22,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from analysis import results, sampling, summary, timeline  # noqa: E402
+from analysis import results, sampling, schema, summary, timeline  # noqa: E402
 from workloads import dataset, images  # noqa: E402
 
 COLLECTOR = os.path.join(ROOT, "build", "fstrace-collect")
@@ -198,10 +198,10 @@ def squashfs_layout(path):
             "mount_blocks": set(walked[i:i + 2])}
 
 
-def probe_states(header, measures):
-    """Tier and reason of the probes whose figure mentions measures, for a failure message."""
+def probe_states(header, figures):
+    """Tier and reason of the probes of these figures (records.h FST_FIGURES ids), for a failure message."""
     return "; ".join("%s=%s %s" % (p["probe"], p["tier"], p["why"][:80]) for p in header["probes"]
-                     if measures in p["measures"])
+                     if p["figure"] in figures)
 
 
 def check_squashfs_caches(name, mode, res, layout, fail, lines):
@@ -211,7 +211,8 @@ def check_squashfs_caches(name, mode, res, layout, fail, lines):
     h = res.header
     c = res.records.get("fs_cache")
     if c is None or not len(c):
-        fail("%s %s: no squashfs cache lookups (probes: %s)" % (name, mode, probe_states(h, "cache")))
+        figures = {schema.figure("squashfs_cache_lookups"), schema.figure("squashfs_cache_misses")}
+        fail("%s %s: no squashfs cache lookups (probes: %s)" % (name, mode, probe_states(h, figures)))
         return
     meta = c[c["cache"] == summary.enum_value(h, "fs_cache", "squashfs metadata")]
     frag = c[c["cache"] == summary.enum_value(h, "fs_cache", "squashfs fragment")]
@@ -249,11 +250,12 @@ def check_write_compression(name, mode, res, src, fail, lines):
     h = res.header
     c = res.records.get("compress")
     if c is None or not len(c):
-        fail("%s %s: no compression records (probes: %s)" % (name, mode, probe_states(h, "on write")))
+        fail("%s %s: no compression records (probes: %s)" % (name, mode, probe_states(h, {schema.figure("btrfs_compress_write")})))
         return
     # the tier must be the one asked for, unless the probe says why the better one could not be used (6.1's
     # trampolines take at most 6 arguments: btrfs_compress_pages has 7 and goes to its kprobe twin)
-    probe = [p for p in h["probes"] if "on write" in p["measures"] and p["tier"] != "unavailable"]
+    probe = [p for p in h["probes"] if p["figure"] == schema.figure("btrfs_compress_write") and
+             p["tier"] != "unavailable"]
     tier = probe[0]["tier"] if probe else "unavailable"
     if tier != mode and not (mode == "fentry" and tier == "kprobe" and probe[0]["why"].startswith("fentry:")):
         fail("%s %s: compression probe on tier %s (%s)" % (name, mode, tier, probe[0]["why"] if probe else ""))
@@ -340,7 +342,7 @@ def check(outdir, paths, src):
             mine = d[(d["fs"] == fs_id)] if d is not None else []
             used = {p["probe"]: p["tier"] for p in h["probes"] if p["tier"] == tier}
             if not len(mine):
-                fail("%s %s: no decompression records (probes: %s)" % (name, mode, probe_states(h, "decompression")))
+                fail("%s %s: no decompression records (probes: %s)" % (name, mode, probe_states(h, schema.DECOMP_FIGURES)))
                 continue
             if set(mine["tier"].tolist()) != {tier_id}:
                 fail("%s %s: records from tiers %s" % (name, mode, sorted(set(mine["tier"].tolist()))))

@@ -53,8 +53,9 @@ def test_kernel_size_histogram_agrees_with_records(erofs_tar_16k):
     _, res, _ = erofs_tar_16k
     io = res["io"]
     metric = S.enum_value(res.header, "hist_metric", "io_bytes")
-    hists = [h for h in res.header["kernel_aggregates"]["histograms"] if h["metric"] == metric and h["sub"] == 0]
+    hists = [h for h in res.header["kernel_aggregates"]["histograms"] if h["metric"] == metric and
+             h["sub"] == res.io_op("read")]
     assert hists
     for h in hists:
-        rows = io[(io["dev"] == h["dev"]) & ((io["cmd_flags"] & 0xFF) == 0)]
+        rows = io[(io["dev"] == h["dev"]) & (res.io_ops(io) == res.io_op("read"))]
         assert h["slots"] == log2_slots(rows["bytes"], len(h["slots"]))

@@ -60,11 +60,11 @@ def test_raw_tp_tier_gives_the_same_answer(tmp_path, payload):
     # btrfs's compressor) have no tracepoint tier
     probes = [p for p in res.header["probes"] if p["tier"] not in ("fentry", "kprobe") and
               not p["why"].startswith("fentry:")]
-    attached = {p["measures"] for p in probes if p["tier"] == "raw_tp"}
+    attached = {p["figure"] for p in probes if p["tier"] == "raw_tp"}
     for p in probes:
         if p["tier"] != "raw_tp":
             # only another kernel's name for a tracepoint whose twin here is attached (erofs_readpages on 6.18)
-            assert p["tier"] == "unavailable" and "no tracepoint" in p["why"] and p["measures"] in attached, p
+            assert p["tier"] == "unavailable" and "no tracepoint" in p["why"] and p["figure"] in attached, p
     reads = read_requests_of(res, path)
     assert int(reads["ret"].sum()) == size
     assert len(reads) == (size + 4095) // 4096 + 1

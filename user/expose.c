@@ -52,6 +52,18 @@ int req_agg_sum(int fd, const struct fst_req_agg_key *key, struct fst_req_agg *s
 	return percpu_sum(fd, key, sum, sizeof(*sum));
 }
 
+bool req_agg_next(int fd, struct fst_req_agg_key *key, bool *started, struct fst_req_agg *sum)
+{
+	struct fst_req_agg_key next;
+	while (!bpf_map_get_next_key(fd, *started ? key : NULL, &next)) {
+		*key = next;
+		*started = true;
+		if (!req_agg_sum(fd, key, sum))
+			return true;
+	}
+	return false;
+}
+
 __u64 sum_drops(int fd, __u32 idx)
 {
 	int ncpu = libbpf_num_possible_cpus();
@@ -121,7 +133,7 @@ static void refresh_fs_labels(void)
 		if (!dash || sscanf(line, "%*u %*u %u:%u %*s %1023s", &major, &minor, mnt) != 3 ||
 		    sscanf(dash + 3, "%63s", fstype) != 1)
 			continue;
-		__u32 kdev = (major << 20) | minor;
+		__u32 kdev = FST_KDEV(major, minor);
 		for (int i = 0; i < nr_fs_labels; i++) {
 			struct fs_label *l = &fs_labels[i];
 			if (l->kdev != kdev)
@@ -154,7 +166,7 @@ static void label_value(struct jbuf *b, const char *s)
 static void fs_labels_of(struct jbuf *b, __u32 kdev)
 {
 	struct fs_label *l = fs_label(kdev);
-	jb_add(b, "device=\"%u:%u\",fs=\"", kdev >> 20, kdev & 0xfffff);
+	jb_add(b, "device=\"%u:%u\",fs=\"", FST_KDEV_MAJOR(kdev), FST_KDEV_MINOR(kdev));
 	label_value(b, l && l->known ? l->fs : "");
 	jb_add(b, "\",mount=\"");
 	label_value(b, l && l->known ? l->mount : "");
@@ -166,9 +178,15 @@ static void family(struct jbuf *b, const char *name, const char *type, const cha
 	jb_add(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* a histogram's op (records.h FST_IO_OPS) */
 static const char *op_name(__u32 sub)
 {
-	return sub == 0 ? "read" : sub == 1 ? "write" : "other";
+	switch (sub) {
+#define OP_CASE(c, v, n) case v: return n;
+		FST_IO_OPS(OP_CASE)
+#undef OP_CASE
+	}
+	return "other";
 }
 
 /* names in records.h, by value */
@@ -202,7 +220,7 @@ static void histogram(struct jbuf *b, const char *name, const char *labels, cons
 	jb_add(b, "%s_count{%s} %llu\n", name, labels, cum);
 }
 
-#define MAX_AGG_KEYS 64
+#define MAX_AGG_KEYS FST_REQ_AGG_MAX
 
 struct agg_row {
 	struct fst_req_agg_key key;
@@ -375,8 +393,8 @@ static void decompressions(struct jbuf *b)
 		family(b, fams[f].name, fams[f].type, fams[f].help);
 		for (int i = 0; i < nr_decomp_sums; i++) {
 			const struct decomp_sum *s = &decomp_sums[i];
-			jb_add(b, "%s{device=\"%u:%u\",fs=\"%s\",alg=\"%s\",tier=\"%s\"} ", fams[f].name, s->dev >> 20,
-			       s->dev & 0xfffff, fs_type_name(s->fs), alg_name(s->alg), decomp_tier_name(s->tier));
+			jb_add(b, "%s{device=\"%u:%u\",fs=\"%s\",alg=\"%s\",tier=\"%s\"} ", fams[f].name, FST_KDEV_MAJOR(s->dev),
+			       FST_KDEV_MINOR(s->dev), fs_type_name(s->fs), alg_name(s->alg), decomp_tier_name(s->tier));
 			if (f == 2)
 				jb_add(b, "%.9f\n", s->ns / 1e9);
 			else
@@ -511,8 +529,8 @@ static void block(struct jbuf *b, const struct expose_maps *m, const __u32 *devs
 		unsigned long long c = 0;
 		for (int s = 0; s < FST_HIST_SLOTS; s++)
 			c += rows[i].h.slots[s];
-		jb_add(b, "fstrace_block_requests_total{device=\"%u:%u\",op=\"%s\"} %llu\n", rows[i].key.dev >> 20,
-		       rows[i].key.dev & 0xfffff, op_name(rows[i].key.sub), c);
+		jb_add(b, "fstrace_block_requests_total{device=\"%u:%u\",op=\"%s\"} %llu\n", FST_KDEV_MAJOR(rows[i].key.dev),
+		       FST_KDEV_MINOR(rows[i].key.dev), op_name(rows[i].key.sub), c);
 	}
 	for (unsigned f = 0; f < sizeof(fams) / sizeof(fams[0]); f++) {
 		family(b, fams[f].name, "histogram", fams[f].help);
@@ -525,8 +543,8 @@ static void block(struct jbuf *b, const struct expose_maps *m, const __u32 *devs
 			double sum = fams[f].metric == FST_H_IO_BYTES ? (double)s.bytes :
 				     fams[f].metric == FST_H_IO_Q2C_US ? s.q2c_ns / 1e9 : s.d2c_ns / 1e9;
 			char lab[64];
-			snprintf(lab, sizeof(lab), "device=\"%u:%u\",op=\"%s\"", rows[i].key.dev >> 20,
-				 rows[i].key.dev & 0xfffff, op_name(rows[i].key.sub));
+			snprintf(lab, sizeof(lab), "device=\"%u:%u\",op=\"%s\"", FST_KDEV_MAJOR(rows[i].key.dev),
+				 FST_KDEV_MINOR(rows[i].key.dev), op_name(rows[i].key.sub));
 			histogram(b, fams[f].name, lab, rows[i].h.slots, sum, fams[f].metric == FST_H_IO_BYTES);
 		}
 	}
@@ -536,7 +554,7 @@ static void block(struct jbuf *b, const struct expose_maps *m, const __u32 *devs
 		const struct fst_align a = io[d].align;
 		if (!a.nr)	/* as the counters come: a device's once it completed a request */
 			continue;
-		unsigned ma = devs[d] >> 20, mi = devs[d] & 0xfffff;
+		unsigned ma = FST_KDEV_MAJOR(devs[d]), mi = FST_KDEV_MINOR(devs[d]);
 		jb_add(&al, "fstrace_block_aligned_4k_total{device=\"%u:%u\",edge=\"start\"} %llu\n", ma, mi,
 		       (unsigned long long)a.start_4k);
 		jb_add(&al, "fstrace_block_aligned_4k_total{device=\"%u:%u\",edge=\"end\"} %llu\n", ma, mi,

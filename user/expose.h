@@ -8,6 +8,7 @@
  * a shell on a box without Python -- only ever sees a complete one.  Counters are cumulative from the
  * collector's start and never reset; times in seconds, sizes in bytes.
  */
+#include <stdbool.h>
 #include <linux/types.h>
 #include "records.h"
 #include "tiers.h"
@@ -41,6 +42,8 @@ int expose_write(const char *path, const struct expose_maps *m, const struct exp
 extern const __u32 dev_io_metrics[DEV_IO_METRICS];	/* FST_H_IO_*: the histograms of struct fst_dev_io */
 const __u64 *dev_io_hist(const struct fst_dev_io *io, __u32 metric, __u32 sub);
 int req_agg_sum(int fd, const struct fst_req_agg_key *key, struct fst_req_agg *sum);
+/* the key of req_agg after *key (the first when !*started) and its sum over CPUs; false after the last */
+bool req_agg_next(int fd, struct fst_req_agg_key *key, bool *started, struct fst_req_agg *sum);
 __u64 sum_drops(int fd, __u32 idx);
 
 #endif

@@ -4,7 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <bpf/bpf.h>
 #include "records.h"
+#include "expose.h"
 #include "live.h"
 
 #define TOP_SLOTS 512
@@ -83,7 +85,8 @@ void live_add(const void *data, size_t size)
 	}
 }
 
-void live_add_counted(const struct fst_req_agg *delta, bool read)
+/* requests the kernel counted instead of recording, since the last call (read: they were reads) */
+static void live_add_counted(const struct fst_req_agg *delta, bool read)
 {
 	L.reqs += delta->count;
 	if (read)
@@ -163,7 +166,7 @@ void live_print(FILE *out, double interval_s, unsigned long long drops, int clea
 			fprintf(out, "  %-8s %-16s %12s %9s", "", "", "", "");
 		if (f->used) {
 			char dev[16];
-			snprintf(dev, sizeof(dev), "%u:%u", f->sdev >> 20, f->sdev & 0xfffff);
+			snprintf(dev, sizeof(dev), "%u:%u", FST_KDEV_MAJOR(f->sdev), FST_KDEV_MINOR(f->sdev));
 			fprintf(out, "      %-9s %-12llu %12.1f %9llu", dev, (unsigned long long)f->ino,
 				f->io_wait_ns / 1e6, (unsigned long long)f->requests);
 		}
@@ -171,4 +174,37 @@ void live_print(FILE *out, double interval_s, unsigned long long drops, int clea
 	}
 	fflush(out);
 	memset(&L, 0, sizeof(L));
+}
+
+/* the live view's share of the counted requests: what each (kind, dev) count grew by since the last view */
+void live_counted(int fd)
+{
+	static struct {
+		struct fst_req_agg_key key;
+		struct fst_req_agg seen;
+	} last[FST_REQ_AGG_MAX];
+	static int nlast;
+	if (fd < 0)
+		return;
+	struct fst_req_agg_key key;
+	struct fst_req_agg sum;
+	bool started = false;
+	while (req_agg_next(fd, &key, &started, &sum)) {
+		int i = 0;
+		while (i < nlast && memcmp(&last[i].key, &key, sizeof(key)))
+			i++;
+		if (i == FST_REQ_AGG_MAX)
+			continue;	/* more keys than the map holds: cannot happen */
+		if (i == nlast) {
+			memset(&last[nlast], 0, sizeof(last[0]));
+			last[nlast++].key = key;
+		}
+		__u64 *d = (__u64 *)&sum, *l = (__u64 *)&last[i].seen;
+		for (size_t w = 0; w < sizeof(sum) / sizeof(__u64); w++) {
+			__u64 now = d[w];
+			d[w] -= l[w];
+			l[w] = now;
+		}
+		live_add_counted(&sum, key.kind == FST_REQ_READ);
+	}
 }

@@ -13,8 +13,8 @@
 #include "records.h"
 
 void live_add(const void *rec, size_t size);
-/* requests the kernel counted instead of recording, since the last call (read: they were reads) */
-void live_add_counted(const struct fst_req_agg *delta, bool read);
+/* the counted requests (tasks.bpf.c req_agg, fd < 0: none) since the last call join the view's interval */
+void live_counted(int req_agg_fd);
 void live_print(FILE *out, double interval_s, unsigned long long drops, int clear);
 
 #endif

@@ -35,45 +35,25 @@ void jb_add(struct jbuf *b, const char *fmt, ...)
 	}
 }
 
-void jb_str_or_null(struct jbuf *b, const char *s)
-{
-	if (s)
-		jb_str(b, s);
-	else
-		jb_add(b, "null");
-}
-
-void jb_str(struct jbuf *b, const char *s)
-{
-	jb_add(b, "\"");
-	for (; *s; s++) {
-		unsigned char c = *s;
-		if (c == '"' || c == '\\')
-			jb_add(b, "\\%c", c);
-		else if (c < 0x20)
-			jb_add(b, "\\u%04x", c);
-		else
-			jb_add(b, "%c", c);
-	}
-	jb_add(b, "\"");
-}
-
 /* Field tables generated from the X-macros in records.h: the one definition of each layout. */
-#define FIELD_JSON(t, n) \
-	jb_add(b, "%s{\"name\":\"%s\",\"type\":\"%s\",\"offset\":%zu,\"size\":%zu}", \
-	       first ? "" : ",", #n, #t, offsetof(rec_t, n), sizeof(((rec_t *)0)->n)); first = 0;
-#define STRING_JSON(n, len) \
-	jb_add(b, "%s{\"name\":\"%s\",\"type\":\"char\",\"offset\":%zu,\"size\":%d}", \
-	       first ? "" : ",", #n, offsetof(rec_t, n), len); first = 0;
+static void field(json *a, const char *name, const char *type, size_t offset, size_t size)
+{
+	json *f = jpush(a, jobj());
+	jset(f, "name", jstr(name));
+	jset(f, "type", jstr(type));
+	jset(f, "offset", ju64(offset));
+	jset(f, "size", ju64(size));
+}
+#define FIELD_JSON(t, n) field(a, #n, #t, offsetof(rec_t, n), sizeof(((rec_t *)0)->n));
+#define STRING_JSON(n, len) field(a, #n, "char", offsetof(rec_t, n), len);
 #define DEFINE_LAYOUT(lname, rstruct, FIELDS)                                 \
-	static void layout_##lname(struct jbuf *b)                              \
+	static json *layout_##lname(void)                                       \
 	{                                                                       \
 		typedef rstruct rec_t;                                          \
-		int first = 1;                                                  \
-		jb_add(b, "[");                                                 \
+		json *a = jarr();                                               \
 		FST_REC_HEADER(FIELD_JSON, STRING_JSON)                         \
 		FIELDS(FIELD_JSON, STRING_JSON)                                 \
-		jb_add(b, "]");                                                 \
+		return a;                                                       \
 	}
 
 DEFINE_LAYOUT(req, struct fst_req, FST_REQ_FIELDS)
@@ -89,7 +69,7 @@ DEFINE_LAYOUT(compress, struct fst_compress, FST_COMPRESS_FIELDS)
 static const struct rec_type {
 	int type;
 	size_t size;
-	void (*layout)(struct jbuf *b);
+	json *(*layout)(void);
 } rec_types[] = {
 	{ FST_REC_REQ, sizeof(struct fst_req), layout_req },
 	{ FST_REC_IO, sizeof(struct fst_io), layout_io },
@@ -102,45 +82,36 @@ static const struct rec_type {
 };
 #define NR_REC_TYPES (int)(sizeof(rec_types) / sizeof(rec_types[0]))
 
-#define ENUM_JSON(c, v, n) jb_add(b, "%s\"%d\":\"%s\"", first ? "" : ",", v, n); first = 0;
+static void enum_value(json *e, int v, const char *name)
+{
+	char k[16];
+	snprintf(k, sizeof(k), "%d", v);
+	jset(e, k, jstr(name));
+}
+#define ENUM_JSON(c, v, n) enum_value(e, v, n);
 #define ENUM_OBJ(name, X)                         \
 	do {                                      \
-		int first = 1;                    \
-		jb_add(b, "\"%s\":{", name);      \
+		json *e = jset(o, name, jobj());  \
 		X(ENUM_JSON)                      \
-		jb_add(b, "}");                   \
 	} while (0)
 
-char *enums_json(void)
+/* the enumerations in records.h: {"req_kind": {"1": "read", ...}, ...} */
+static json *enums_json(void)
 {
-	struct jbuf jb = {}, *b = &jb;
-	jb_add(b, "{");
+	json *o = jobj();
 	ENUM_OBJ("rec_type", FST_REC_TYPES);
-	jb_add(b, ",");
 	ENUM_OBJ("req_kind", FST_REQ_KINDS);
-	jb_add(b, ",");
 	ENUM_OBJ("charge", FST_CHARGES);
-	jb_add(b, ",");
 	ENUM_OBJ("hist_metric", FST_HIST_METRICS);
-	jb_add(b, ",");
 	ENUM_OBJ("fs", FST_FILESYSTEMS);
-	jb_add(b, ",");
 	ENUM_OBJ("alg", FST_ALGS);
-	jb_add(b, ",");
 	ENUM_OBJ("context", FST_CONTEXTS);
-	jb_add(b, ",");
 	ENUM_OBJ("tier", FST_TIERS);
-	jb_add(b, ",");
 	ENUM_OBJ("work_kind", FST_WORK_KINDS);
-	jb_add(b, ",");
 	ENUM_OBJ("offcpu_reason", FST_OFFCPU_REASONS);
-	jb_add(b, ",");
 	ENUM_OBJ("erofs_event", FST_EROFS_EVENTS);
-	jb_add(b, ",");
 	ENUM_OBJ("erofs_map_flag", FST_EROFS_MAP_FLAGS);
-	jb_add(b, ",");
 	ENUM_OBJ("fs_cache", FST_FS_CACHES);
-	jb_add(b, ",");
 	{
 #define PART_JSON(c, v, field) ENUM_JSON(c, v, #field)
 #define FST_PARTS_JSON(E) FST_PARTS(PART_JSON)
@@ -148,8 +119,9 @@ char *enums_json(void)
 #undef FST_PARTS_JSON
 #undef PART_JSON
 	}
-	jb_add(b, "}");
-	return jb.s;
+	ENUM_OBJ("io_op", FST_IO_OPS);
+	ENUM_OBJ("figure", FST_FIGURES);
+	return o;
 }
 
 #define REC_NAME_CASE(c, v, n) case c: return n;
@@ -169,18 +141,17 @@ static uint32_t rec_size(int type)
 	return 0;
 }
 
-char *records_layout_json(void)
+/* the record layouts: {"req": {"type": 1, "size": ..., "fields": [...]}, "io": {...}} */
+static json *records_layout_json(void)
 {
-	struct jbuf b = {};
-	jb_add(&b, "{");
+	json *o = jobj();
 	for (int i = 0; i < NR_REC_TYPES; i++) {
-		jb_add(&b, "%s\"%s\":{\"type\":%d,\"size\":%zu,\"fields\":", i ? "," : "",
-		       rec_name(rec_types[i].type), rec_types[i].type, rec_types[i].size);
-		rec_types[i].layout(&b);
-		jb_add(&b, "}");
+		json *r = jset(o, rec_name(rec_types[i].type), jobj());
+		jset(r, "type", ji64(rec_types[i].type));
+		jset(r, "size", ju64(rec_types[i].size));
+		jset(r, "fields", rec_types[i].layout());
 	}
-	jb_add(&b, "}");
-	return b.s;
+	return o;
 }
 
 /* an unlinked file in dir: nothing is left behind if we die */
@@ -262,7 +233,7 @@ static int copy_spool(FILE *from, FILE *to, uint32_t *crc)
 	return ferror(from) ? -EIO : 0;
 }
 
-int results_finish(struct results *r, const char *header_json)
+int results_finish(struct results *r, json *header)
 {
 	char *dir = dir_of(r->path);
 	FILE *out = unlinked_file(dir);
@@ -271,31 +242,33 @@ int results_finish(struct results *r, const char *header_json)
 		return -errno;
 
 	/* sections: offsets are relative to the start of the data area */
-	struct jbuf h = {};
-	size_t hl = strlen(header_json);
-	while (hl && header_json[hl - 1] != '}')
-		hl--;
-	jb_add(&h, "%.*s", (int)(hl ? hl - 1 : 0), header_json);
-	char *layout = records_layout_json();
-	char *enums = enums_json();
-	jb_add(&h, ",\"records\":%s,\"enums\":%s,\"sections\":[", layout, enums);
-	free(layout);
-	free(enums);
+	jset(header, "records", records_layout_json());
+	jset(header, "enums", enums_json());
+	json *sections = jset(header, "sections", jarr());
 	uint64_t off = 0;
-	int first = 1, err = 0;
+	int err = 0;
 	for (int t = 1; t < FST_MAX_REC_TYPES; t++) {
 		if (!r->spools[t].f)
 			continue;
 		/* summed here, once tracing is over, rather than per record while the ring buffer is drained */
 		if (!err)
 			err = copy_spool(r->spools[t].f, NULL, &r->spools[t].crc);
-		jb_add(&h, "%s{\"record\":\"%s\",\"offset\":%llu,\"count\":%llu,\"size\":%u,\"crc32\":%u}",
-		       first ? "" : ",", rec_name(t), (unsigned long long)off, (unsigned long long)r->spools[t].count,
-		       r->spools[t].rec_size, r->spools[t].crc);
-		first = 0;
+		json *sec = jpush(sections, jobj());
+		jset(sec, "record", jstr(rec_name(t)));
+		jset(sec, "offset", ju64(off));
+		jset(sec, "count", ju64(r->spools[t].count));
+		jset(sec, "size", ju64(r->spools[t].rec_size));
+		jset(sec, "crc32", ju64(r->spools[t].crc));
 		off += r->spools[t].count * r->spools[t].rec_size;
 	}
-	jb_add(&h, "],\"bad_records\":%llu}", (unsigned long long)r->bad_records);
+	jset(header, "bad_records", ju64(r->bad_records));
+	size_t hlen;
+	const char *text = json_object_to_json_string_length(header, JSONW_FLAGS, &hlen);
+	if (!text)
+		abort();
+	struct jbuf h = { .s = strdup(text), .len = hlen };
+	if (!h.s)
+		abort();
 
 	/* magic, version, header length: the header CRC covers them too */
 	unsigned char pre[16];

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <linux/types.h>
 #include "records.h"
+#include "jsonw.h"
 
 /*
  * Results file (format 2):
@@ -45,22 +46,15 @@ struct results {
 int results_open(struct results *r, const char *path);
 /* append one record from the ring buffer to its type's spool */
 int results_add(struct results *r, const void *data, size_t size);
-/* write header_json (without the sections/records keys) and all spooled records; link into place */
-int results_finish(struct results *r, const char *header_json);
+/* add the record layouts, enums and sections to header, write it and all spooled records; link into place */
+int results_finish(struct results *r, json *header);
 void results_discard(struct results *r);
 
-/* JSON text of the record layouts: {"req": {...}, "io": {...}} */
-char *records_layout_json(void);
-/* JSON of the enumerations in records.h: {"req_kind": {"1": "read", ...}, ...} */
-char *enums_json(void);
-
-/* tiny JSON builder used for the header */
+/* a growing string (folded stacks, the exposition's text); the header itself is built with jsonw.h */
 struct jbuf {
 	char *s;
 	size_t len, cap;
 };
 void jb_add(struct jbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void jb_str(struct jbuf *b, const char *s);	/* quoted, escaped */
-void jb_str_or_null(struct jbuf *b, const char *s);
 
 #endif

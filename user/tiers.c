@@ -118,7 +118,8 @@ static bool tracepoint_exists(const char *tp)
 /* EPERM/EACCES on a test load is the kernel's policy for all fentry programs: ask once */
 static int fentry_policy_err;
 
-bool fentry_can_attach(const char *func, char *why, size_t why_len)
+/* Does the running kernel let us use fentry on func (BTF of vmlinux or a module, and a test load)? */
+static bool fentry_can_attach(const char *func, char *why, size_t why_len)
 {
 	int obj_fd;
 	int id = find_func_btf(func, &obj_fd);
@@ -166,7 +167,8 @@ bool fentry_can_attach(const char *func, char *why, size_t why_len)
 	return !err;
 }
 
-bool kprobe_can_attach(const char *func, char *why, size_t why_len)
+/* Can a kprobe be placed on func (kprobe PMU, function listed as traceable)? */
+static bool kprobe_can_attach(const char *func, char *why, size_t why_len)
 {
 	if (access("/sys/bus/event_source/devices/kprobe/type", R_OK)) {
 		snprintf(why, why_len, "kprobe: kernel has no kprobe PMU (CONFIG_KPROBES off)");

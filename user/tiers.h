@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <bpf/libbpf.h>
 #include <bpf/btf.h>
+#include "records.h"
 
 /* Best first.  The collector picks, per probe, the first tier the running kernel offers. */
 enum tier {
@@ -18,7 +19,8 @@ enum tier {
 
 struct probe {
 	const char *name;		/* kernel function or tracepoint */
-	const char *measures;		/* what figures depend on it */
+	enum fst_figure figure;		/* the figure it measures (records.h FST_FIGURES): how it is found */
+	const char *measures;		/* that figure in words, for people */
 	const char *progs[TIER_MAX];	/* program name in the object per tier, NULL = no such variant */
 	const char *exit_progs[TIER_MAX];	/* its exit twin (fexit, kretprobe), if the tier needs one */
 	bool required;			/* the run cannot go on without it */
@@ -41,10 +43,6 @@ void tiers_select(struct bpf_object *obj, struct probe *probes, int n, bool no_b
 int tiers_attach(struct probe *probes, int n);
 void tiers_detach(struct probe *probes, int n);
 
-/* Does the running kernel let us use fentry on func (BTF of vmlinux or a module, and a test load)? */
-bool fentry_can_attach(const char *func, char *why, size_t why_len);
-/* Can a kprobe be placed on func (kprobe PMU, function listed as traceable)? */
-bool kprobe_can_attach(const char *func, char *why, size_t why_len);
 /* Position (from 0) of func's parameter named param, from the BTF of vmlinux or a module; -1 = unknown. */
 int func_param_index(const char *func, const char *param);
 /* Does vmlinux BTF carry the typed tracepoint btf_trace_<tp>? */

@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The collector's options (options.c parses them) and the few helpers every part of it shares.  The parts:
+ * collect.c (main: start the command, trace, stop), options.c, ksyms.c, probes.c (probe tables, loading,
+ * attach), stacks.c (sampling, stack folding), procfs.c (diskstats, pids, delay accounting, expiry),
+ * header.c (the results header), results.c (the results file), live.c, expose.c, tiers.c, ustack.c.
+ */
+#ifndef FSTRACE_COLLECT_H
+#define FSTRACE_COLLECT_H
+
+#include <stdbool.h>
+#include <time.h>
+#include <linux/types.h>
+#include "records.h"
+
+#define FSTRACE_VERSION "0.1.0"
+#define MAX_DEVS 16
+#define MAX_PIDS 64
+
+#define N(a) (int)(sizeof(a) / sizeof((a)[0]))
+
+struct dev_arg {
+	unsigned major, minor;
+	unsigned unit;
+	bool is_loop;
+};
+
+struct options {
+	const char *out;
+	const char *meta_file;
+	const char *cgroup;
+	const char *comm;
+	unsigned sdevs[MAX_DEVS][2];
+	int nr_sdevs;
+	double interval;
+	struct dev_arg devs[MAX_DEVS];
+	int nr_devs;
+	int pids[MAX_PIDS];
+	int nr_pids;
+	double duration;
+	int ready_fd;
+	bool progress;
+	bool no_btf_tp;
+	bool block_only;
+	bool no_fentry;
+	int sample_hz;
+	bool records_all;
+	bool io_stacks_all;
+	double record_over_us;
+	long offcpu_sample_us;
+	bool records_none;
+	bool no_io_records;
+	bool per_comm;
+	const char *exposition;
+	double exposition_interval;
+	char **cmd;
+};
+
+extern struct options opt;
+
+/* parse and check the command line into opt; one line and exit 2 on anything wrong */
+void parse_args(int argc, char **argv);
+/* "fstrace-collect: <message>" on stderr, exit 2 */
+void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+static inline __u32 dev_arg_kdev(const struct dev_arg *d)
+{
+	return FST_KDEV(d->major, d->minor);
+}
+
+static inline __u32 sdev_kdev(int i)
+{
+	return FST_KDEV(opt.sdevs[i][0], opt.sdevs[i][1]);
+}
+
+static inline __u64 now_ns(clockid_t clk)
+{
+	struct timespec ts;
+	clock_gettime(clk, &ts);
+	return (__u64)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+#endif

@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The results header (everything but the record layouts, enums and sections, which results.c adds): what
+ * ran, on what, with which probes and tiers, the in-kernel aggregates and the folded stacks.
+ */
+#ifndef FSTRACE_HEADER_H
+#define FSTRACE_HEADER_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+#include <linux/types.h>
+#include "jsonw.h"
+#include "probes.h"
+#include "procfs.h"
+
+/* how the run went, as main saw it */
+struct run_info {
+	__u64 t_load0, t_attached;	/* CLOCK_MONOTONIC: load started, everything attached */
+	__u64 t_start, t_end, t_start_real;	/* the traced interval (and its start in CLOCK_REALTIME) */
+	pid_t child;			/* the command's pid, or <= 0 */
+	int wstatus;
+	__u64 t_child_exit;
+	bool interrupted;
+	const struct diskstat *ds_start, *ds_end;	/* per traced device */
+	struct expired expired;
+	int delayacct_was;
+	int poll_ms;
+};
+
+/* --meta FILE: a JSON object, stored as the header's "config" (dies when it is not one) */
+json *header_meta(const char *path);
+/* the header; takes meta (header_meta's) into it */
+json *header_build(struct tracer *t, const struct run_info *ri, json *meta);
+
+#endif

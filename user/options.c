@@ -1,0 +1,268 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The collector's command line: every option checked here, before anything is loaded, with one clear line
+ * (die) for anything wrong.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statfs.h>
+#include <linux/magic.h>
+#include <unistd.h>
+#include "collect.h"
+
+struct options opt = { .ready_fd = -1, .record_over_us = 1000, .offcpu_sample_us = 1000, .exposition_interval = 5 };
+
+void die(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "fstrace-collect: ");
+	vfprintf(stderr, fmt, ap);
+	fprintf(stderr, "\n");
+	va_end(ap);
+	exit(2);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: fstrace-collect -o FILE [options] [-- COMMAND [ARGS...]]\n"
+		"  -o, --out FILE          results file to write (created only when complete)\n"
+		"  -m, --meta FILE         JSON object stored as the results' \"config\"\n"
+		"  -d, --dev MAJ:MIN[:UNIT[:loop]]  trace this block device; UNIT = fs block/cluster bytes\n"
+		"  -p, --pid PID           trace this process (all threads) and its future children;\n"
+		"                          without COMMAND, tracing ends when every such process has exited\n"
+		"  -g, --cgroup PATH       trace the tasks of this cgroup v2 directory\n"
+		"  -c, --comm NAME         trace tasks with this name\n"
+		"  -s, --sdev MAJ:MIN      keep requests only on files of this filesystem (st_dev); repeatable\n"
+		"  -i, --interval SEC      print a live view every SEC seconds\n"
+		"Task filters combine; with none, every task on the system is traced.\n"
+		"  -D, --duration SEC      stop after SEC seconds (default: command exit or Ctrl-C)\n"
+		"      --ready-fd FD       write \"ready\\n\" to FD once tracing is attached\n"
+		"      --progress          print record counts to stderr every second\n"
+		"      --no-tp-btf         use raw_tp where tp_btf would do (testing the fallback tier)\n"
+		"      --block-only        block devices only: no requests, no attribution (cheapest)\n"
+		"      --no-fentry         use kprobes where fentry would do (testing the kprobe twins)\n"
+		"      --sample-hz HZ      sample kernel stacks of traced tasks inside requests (0: off)\n"
+		"      --records MODE      slow (default): record requests that slept, did block I/O, missed the\n"
+		"                          page cache, failed or took --record-over-us; count the rest (page-cache\n"
+		"                          hits) in the kernel.  all: one record per request\n"
+		"                          none: no request records, every request counted (for --exposition)\n"
+		"      --record-over-us US record any request this slow (default 1000)\n"
+		"      --no-io-records     no block request records: only the in-kernel histograms and counters\n"
+		"      --per-comm          with --records none: also count requests per task name (at most 64\n"
+		"                          name x filesystem x kind series; later ones together under an empty name)\n"
+		"      --exposition FILE   rewrite FILE (atomically) with the in-kernel aggregates in Prometheus\n"
+		"                          text format; SIGHUP rewrites it at once.  -o is then optional\n"
+		"      --exposition-interval SEC  how often (default 5)\n"
+		"      --io-stacks MODE    with --sample-hz: the kernel stack each bio was queued from; sampled\n"
+		"                          (default: at most one per 10 ms per CPU) or all\n"
+		"      --offcpu-sample-us US  with --sample-hz, where sched_switch is tp_btf: off-CPU intervals this\n"
+		"                          long have their stack walked at the switch in; shorter ones with\n"
+		"                          probability length/US, weighted US (default 1000; 0: every interval's\n"
+		"                          stack at its switch out, exact)\n"
+		"With COMMAND, it is started once tracing is attached and tracing ends when it exits.\n");
+}
+
+/*
+ * Option values are checked here, before anything is loaded: atoi/atof read "x" as 0, which made
+ * "--ready-fd x" write to stdin's fd and "--sample-hz x" turn sampling off without a word.
+ */
+static long parse_long(const char *what, const char *s, long lo, long hi)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi)
+		die("%s wants a whole number from %ld to %ld, got '%s'", what, lo, hi, s);
+	return v;
+}
+
+/* at most ~3 years: seconds * 1e9 must fit the 64-bit nanosecond clocks it is compared with */
+#define MAX_SECONDS 1e8
+
+static double parse_seconds(const char *what, const char *s)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || end == s || *end || !(v > 0) || v > MAX_SECONDS)	/* !(v > 0) also rejects nan */
+		die("%s wants a number of seconds above 0 (at most %g), got '%s'", what, MAX_SECONDS, s);
+	return v;
+}
+
+/*
+ * One unsigned decimal field of a colon-separated device argument, below limit; NULL when it is not one.
+ * strtoul alone would take "-1" as 4294967295 and " 8" or "8x" without complaint.
+ */
+static const char *dev_field(const char *s, unsigned long limit, unsigned *out)
+{
+	char *end;
+	if (*s < '0' || *s > '9')
+		return NULL;
+	errno = 0;
+	unsigned long v = strtoul(s, &end, 10);
+	if (errno || v >= limit || (*end && *end != ':'))
+		return NULL;
+	*out = v;
+	return end;
+}
+
+/* MAJ:MIN within the kernel's 32-bit dev_t (12-bit major, 20-bit minor); returns what follows, or NULL */
+static const char *parse_majmin(const char *s, unsigned *major, unsigned *minor)
+{
+	s = dev_field(s, 1ul << FST_MAJORBITS, major);
+	if (!s || *s != ':')
+		return NULL;
+	return dev_field(s + 1, 1ul << FST_MINORBITS, minor);
+}
+
+static void parse_dev(const char *arg, struct dev_arg *d)
+{
+	const char *s = parse_majmin(arg, &d->major, &d->minor);
+	d->unit = 0;	/* 0: the block side measures alignment against 4 KiB */
+	d->is_loop = false;
+	if (s && *s == ':') {
+		s = dev_field(s + 1, (1ul << 30) + 1, &d->unit);
+		if (s && d->unit < 512)
+			s = NULL;
+	}
+	if (s && *s == ':') {
+		d->is_loop = !strcmp(s + 1, "loop");
+		s = d->is_loop ? "" : NULL;
+	}
+	if (!s)
+		die("--dev wants MAJ:MIN[:UNIT[:loop]] (major < 4096, minor < 1048576, UNIT 512 to 1073741824 "
+		    "bytes), got '%s'", arg);
+	char sys[64];
+	snprintf(sys, sizeof(sys), "/sys/dev/block/%u:%u", d->major, d->minor);
+	if (access(sys, F_OK))
+		die("--dev %s: no block device %u:%u", arg, d->major, d->minor);
+	d->is_loop = d->is_loop || d->major == FST_LOOP_MAJOR;
+}
+
+void parse_args(int argc, char **argv)
+{
+	static struct option longopts[] = {
+		{ "out", required_argument, 0, 'o' },	   { "meta", required_argument, 0, 'm' },
+		{ "dev", required_argument, 0, 'd' },	   { "pid", required_argument, 0, 'p' },
+		{ "cgroup", required_argument, 0, 'g' },   { "duration", required_argument, 0, 'D' },
+		{ "ready-fd", required_argument, 0, 'r' }, { "progress", no_argument, 0, 'P' },
+		{ "no-tp-btf", no_argument, 0, 'B' },	   { "help", no_argument, 0, 'h' },
+		{ "block-only", no_argument, 0, 'b' },	   { "comm", required_argument, 0, 'c' },
+		{ "no-fentry", no_argument, 0, 'F' },	   { "sample-hz", required_argument, 0, 'S' },
+		{ "sdev", required_argument, 0, 's' },	   { "interval", required_argument, 0, 'i' },
+		{ "records", required_argument, 0, 'R' },  { "record-over-us", required_argument, 0, 'U' },
+		{ "io-stacks", required_argument, 0, 'I' },  { "offcpu-sample-us", required_argument, 0, 'O' },
+		{ "no-io-records", no_argument, 0, 'N' },  { "exposition", required_argument, 0, 'E' },
+		{ "exposition-interval", required_argument, 0, 'e' }, { "per-comm", no_argument, 0, 'C' },
+		{ 0 },
+	};
+	int c;
+	struct statfs fs;
+	opterr = 0;	/* its messages come on top of ours: one line, from die() */
+	while ((c = getopt_long(argc, argv, "+:o:m:d:p:g:c:s:i:D:h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'o': opt.out = optarg; break;
+		case 'm': opt.meta_file = optarg; break;
+		case 'g':
+			/* any other directory has an inode number too: it would filter on a cgroup that never runs */
+			if (statfs(optarg, &fs) || fs.f_type != CGROUP2_SUPER_MAGIC)
+				die("--cgroup %s: not a cgroup v2 directory", optarg);
+			opt.cgroup = optarg;
+			break;
+		case 'D': opt.duration = parse_seconds("--duration", optarg); break;
+		case 'r':
+			opt.ready_fd = parse_long("--ready-fd", optarg, 0, INT_MAX);
+			if (fcntl(opt.ready_fd, F_GETFD) < 0)
+				die("--ready-fd %s: not an open file descriptor", optarg);
+			break;
+		case 'P': opt.progress = true; break;
+		case 'B': opt.no_btf_tp = true; break;
+		case 'b': opt.block_only = true; break;
+		case 'F': opt.no_fentry = true; break;
+		/* perf's default perf_event_max_sample_rate; the kernel may allow less, which the header reports */
+		case 'S': opt.sample_hz = parse_long("--sample-hz", optarg, 0, 100000); break;
+		case 'c':
+			if (!*optarg || strlen(optarg) > 15)
+				die("--comm '%s': a task name has 1 to 15 characters", optarg);
+			opt.comm = optarg;
+			break;
+		case 'i': opt.interval = parse_seconds("--interval", optarg); break;
+		case 'R':
+			if (strcmp(optarg, "all") && strcmp(optarg, "slow") && strcmp(optarg, "none"))
+				die("--records wants all, slow or none, got '%s'", optarg);
+			opt.records_all = !strcmp(optarg, "all");
+			opt.records_none = !strcmp(optarg, "none");
+			break;
+		case 'N': opt.no_io_records = true; break;
+		case 'C': opt.per_comm = true; break;
+		case 'E':
+			if (!*optarg)
+				die("--exposition wants a file name");
+			opt.exposition = optarg;
+			break;
+		case 'O': opt.offcpu_sample_us = parse_long("--offcpu-sample-us", optarg, 0, 4000000); break;
+		case 'e': opt.exposition_interval = parse_seconds("--exposition-interval", optarg); break;
+		case 'I':
+			if (strcmp(optarg, "all") && strcmp(optarg, "sampled"))
+				die("--io-stacks wants all or sampled, got '%s'", optarg);
+			opt.io_stacks_all = !strcmp(optarg, "all");
+			break;
+		case 'U': {
+			char *end;
+			opt.record_over_us = strtod(optarg, &end);
+			if (end == optarg || *end || !(opt.record_over_us >= 0) || opt.record_over_us > 1e12)
+				die("--record-over-us wants a number of microseconds >= 0, got '%s'", optarg);
+			break;
+		}
+		case 's': {
+			if (opt.nr_sdevs == MAX_DEVS)
+				die("too many --sdev (at most %d)", MAX_DEVS);
+			const char *rest = parse_majmin(optarg, &opt.sdevs[opt.nr_sdevs][0], &opt.sdevs[opt.nr_sdevs][1]);
+			if (!rest || *rest)
+				die("--sdev wants MAJ:MIN (major < 4096, minor < 1048576), got '%s'", optarg);
+			opt.nr_sdevs++;
+			break;
+		}
+		case 'p': {
+			if (opt.nr_pids == MAX_PIDS)
+				die("too many --pid (at most %d)", MAX_PIDS);
+			int pid = parse_long("--pid", optarg, 1, INT_MAX);
+			char proc[32];
+			snprintf(proc, sizeof(proc), "/proc/%d", pid);
+			if (access(proc, F_OK))
+				die("--pid %d: no such process", pid);
+			opt.pids[opt.nr_pids++] = pid;
+			break;
+		}
+		case 'd':
+			if (opt.nr_devs == MAX_DEVS)
+				die("too many --dev (at most %d)", MAX_DEVS);
+			parse_dev(optarg, &opt.devs[opt.nr_devs++]);
+			break;
+		case 'h': usage(stdout); exit(0);
+		case ':': die("%s needs a value (see --help)", argv[optind - 1]);
+		default:
+			if (optopt)
+				die("unknown option -%c (see --help)", optopt);
+			die("unknown option %s (see --help)", argv[optind - 1]);
+		}
+	}
+	if (opt.per_comm && !opt.records_none)
+		die("--per-comm needs --records none (it counts every request; recorded ones have their comm)");
+	if (!opt.out && !opt.exposition)
+		die("-o FILE is required (see --help)");	/* or --exposition FILE */
+	if (optind < argc)
+		opt.cmd = argv + optind;
+	if (!opt.cmd && !opt.nr_pids && !opt.cgroup && !opt.comm)
+		fprintf(stderr, "fstrace-collect: no command, pid, comm or cgroup filter: tracing every task\n");
+}
+

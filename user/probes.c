@@ -1,0 +1,476 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Probe tables, loading and attach (probes.h).  Each probe names the figure it measures by its records.h id
+ * (FST_FIGURES): the header carries it, and the analysis finds a figure's probes by it, never by the
+ * "measures" text, which is for people.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include "collect.h"
+#include "ksyms.h"
+#include "probes.h"
+#include "procfs.h"
+#include "stacks.h"
+#include "block.skel.h"
+#include "tasks.skel.h"
+#include "erofs.skel.h"
+#include "squashfs.skel.h"
+#include "btrfs.skel.h"
+#include "sample.skel.h"
+
+#define P(nm, fig, what, btf, raw, req)                                                                   \
+	{ .name = nm, .figure = fig, .measures = what, .progs = { [TIER_TP_BTF] = btf, [TIER_RAW_TP] = raw }, \
+	  .required = req }
+
+static struct probe block_probes[] = {
+	P("block_bio_queue", FST_FIG_BIO_QUEUE, "bio queue time, owner", "block_bio_queue_btf", "block_bio_queue_raw",
+	  true),
+	P("block_split", FST_FIG_BIO_SPLIT, "owner of split bios", "block_split_btf", "block_split_raw", false),
+	P("block_rq_issue", FST_FIG_RQ_ISSUE, "issue time, merges", "block_rq_issue_btf", "block_rq_issue_raw", true),
+	P("block_rq_complete", FST_FIG_RQ_COMPLETE, "completion, size, alignment", "block_rq_complete_btf",
+	  "block_rq_complete_raw", true),
+	P("workqueue_execute_start", FST_FIG_WORK_EXEC, "loop worker -> reader charging; filesystem work items",
+	  "workqueue_execute_start_btf", "workqueue_execute_start_raw", false),
+	P("workqueue_execute_end", FST_FIG_WORK_EXEC, "loop worker -> reader charging; filesystem work items",
+	  "workqueue_execute_end_btf", "workqueue_execute_end_raw", false),
+	P("workqueue_queue_work", FST_FIG_WORK_QUEUE, "queueing delay of filesystem work items",
+	  "workqueue_queue_work_btf", "workqueue_queue_work_raw", false),
+};
+
+static struct probe task_probes[] = {
+	P("sys_enter", FST_FIG_REQ_START, "request start, file", "sys_enter_btf", "sys_enter_raw", true),
+	P("sys_exit", FST_FIG_REQ_END, "request end, bytes", "sys_exit_btf", "sys_exit_raw", true),
+	P("sched_switch", FST_FIG_CPU_SPLIT, "on-CPU / off-CPU split", "sched_switch_btf", "sched_switch_raw", true),
+	P("sched_wakeup", FST_FIG_WAKEUP, "sleep vs runqueue split", "sched_wakeup_btf", "sched_wakeup_raw", false),
+	P("sched_process_fork", FST_FIG_PROCESS_TREE, "process tree", "sched_process_fork_btf",
+	  "sched_process_fork_raw", true),
+	P("sched_process_exit", FST_FIG_PROCESS_TREE, "process tree", "sched_process_exit_btf",
+	  "sched_process_exit_raw", false),
+	P("mm_filemap_add_to_page_cache", FST_FIG_PCACHE_MISSES, "page-cache misses per request",
+	  "mm_filemap_add_to_page_cache_btf", "mm_filemap_add_to_page_cache_raw", false),
+	P("contention_begin", FST_FIG_LOCK_WAIT, "lock wait per request", "contention_begin_btf",
+	  "contention_begin_raw", false),
+	P("contention_end", FST_FIG_LOCK_WAIT, "lock wait per request", "contention_end_btf", "contention_end_raw",
+	  false),
+	P("page_cache_ra_order", FST_FIG_READAHEAD, "readahead window sizes per request", "page_cache_ra_order_btf",
+	  "page_cache_ra_order_raw", false),
+};
+
+/* decompression: fentry/fexit, or kprobe/kretprobe; no tracepoint tier can time it exactly */
+#define D(fn, fig, what)                                                                            \
+	{ .name = #fn, .figure = fig, .measures = what,                                             \
+	  .progs = { [TIER_FENTRY] = #fn "_fentry", [TIER_KPROBE] = #fn "_kprobe" },               \
+	  .exit_progs = { [TIER_FENTRY] = #fn "_fexit", [TIER_KPROBE] = #fn "_kretprobe" } }
+
+static struct probe erofs_probes[] = {
+	D(z_erofs_lz4_decompress, FST_FIG_EROFS_LZ4, "erofs lz4 pcluster decompression time and sizes"),
+	D(z_erofs_lzma_decompress, FST_FIG_EROFS_LZMA, "erofs lzma pcluster decompression time and sizes"),
+	D(z_erofs_deflate_decompress, FST_FIG_EROFS_DEFLATE, "erofs deflate pcluster decompression time and sizes"),
+	D(z_erofs_zstd_decompress, FST_FIG_EROFS_ZSTD, "erofs zstd pcluster decompression time and sizes"),
+	D(z_erofs_transform_plain, FST_FIG_EROFS_PLAIN, "erofs uncompressed-pcluster copy time and sizes"),
+	P("erofs_map_blocks_exit", FST_FIG_EROFS_EXTENTS, "erofs extents mapped per request (pclusters needed)",
+	  "erofs_map_blocks_exit_btf", "erofs_map_blocks_exit_raw", false),
+	/* the same figures from the tracepoints' 6.1 names: one attached twin suffices */
+	P("z_erofs_map_blocks_iter_exit", FST_FIG_EROFS_EXTENTS, "erofs extents mapped per request (pclusters needed)",
+	  NULL, "z_erofs_map_blocks_iter_exit_raw", false),
+	P("erofs_readahead", FST_FIG_EROFS_READAHEAD, "erofs readahead calls per request", "erofs_readahead_btf",
+	  "erofs_readahead_raw", false),
+	P("erofs_readpages", FST_FIG_EROFS_READAHEAD, "erofs readahead calls per request", NULL,
+	  "erofs_readpages_raw", false),
+	P("erofs_read_folio", FST_FIG_EROFS_READ_FOLIO, "erofs single-folio reads per request", "erofs_read_folio_btf",
+	  "erofs_read_folio_raw", false),
+	P("erofs_readpage", FST_FIG_EROFS_READ_FOLIO, "erofs single-folio reads per request", NULL,
+	  "erofs_readpage_raw", false),
+};
+
+/* entry only: fentry, or kprobe */
+#define FE(fn, fig, what)                                                                           \
+	{ .name = #fn, .figure = fig, .measures = what,                                             \
+	  .progs = { [TIER_FENTRY] = #fn "_fentry", [TIER_KPROBE] = #fn "_kprobe" } }
+
+static struct probe squashfs_probes[] = {
+	D(squashfs_decompress, FST_FIG_SQUASHFS_DECOMPRESS, "squashfs block decompression time and sizes"),
+	D(squashfs_cache_get, FST_FIG_SQUASHFS_CACHE, "squashfs metadata/fragment/data cache lookups and their time"),
+	FE(squashfs_read_data, FST_FIG_SQUASHFS_CACHE_MISS, "squashfs cache misses (the block read under a lookup)"),
+};
+
+#define BTRFS_COMPRESS_WHAT "btrfs compression on write: time and sizes per chunk, and the thread that ran it"
+
+static struct probe btrfs_probes[] = {
+	D(zstd_decompress_bio, FST_FIG_BTRFS_ZSTD, "btrfs zstd extent decompression time and sizes"),
+	D(lzo_decompress_bio, FST_FIG_BTRFS_LZO, "btrfs lzo extent decompression time and sizes"),
+	D(zlib_decompress_bio, FST_FIG_BTRFS_ZLIB, "btrfs zlib extent decompression time and sizes"),
+	/* one name per kernel generation: one attached twin suffices */
+	D(btrfs_compress_folios, FST_FIG_BTRFS_COMPRESS, BTRFS_COMPRESS_WHAT),
+	D(btrfs_compress_pages, FST_FIG_BTRFS_COMPRESS, BTRFS_COMPRESS_WHAT),
+};
+
+const struct probe_group probe_groups[] = {
+	{ block_probes, N(block_probes) },   { task_probes, N(task_probes) },
+	{ erofs_probes, N(erofs_probes) },   { squashfs_probes, N(squashfs_probes) },
+	{ btrfs_probes, N(btrfs_probes) },
+};
+const int nr_probe_groups = N(probe_groups);
+
+#define FIGURE_CASE(c, v, n) case c: return n;
+const char *figure_name(enum fst_figure f)
+{
+	switch (f) { FST_FIGURES(FIGURE_CASE) }
+	return "unknown";
+}
+
+/* the tracer being loaded: its per-task state choice goes into every object's configuration */
+static struct tracer *T;
+
+/* off-CPU stacks walked at the switch in, threshold-sampled (bpf_get_task_stack takes sched_switch's next only
+ * as a tp_btf argument: storage mode's tier), else at every switch out (--offcpu-sample-us 0: exact, and with
+ * the scheduler's own frames, which a blocked task's stack walk leaves out) */
+static bool offcpu_at_switch_in(void)
+{
+	return T->task_storage_on && opt.sample_hz > 0 && opt.offcpu_sample_us > 0;
+}
+
+/* the same frozen configuration for every object; computed once (kallsyms is long) */
+static void fill_cfg(struct fst_cfg *out)
+{
+	static struct fst_cfg cached;
+	static bool done;
+	if (done) {
+		*out = cached;
+		out->task_storage = T->task_storage_on;
+		out->offcpu_at_switch_in = offcpu_at_switch_in();
+		return;
+	}
+	struct fst_cfg *c = &cached;
+	c->loop_rootcg_workfn = ksym_addr("loop_rootcg_workfn");
+	c->loop_workfn = ksym_addr("loop_workfn");
+	c->erofs_decomp_workfn = ksym_addr("z_erofs_decompressqueue_work");
+	c->btrfs_endio_workfn = ksym_addr("simple_end_io_work");
+	if (!c->btrfs_endio_workfn)
+		c->btrfs_endio_workfn = ksym_addr("btrfs_end_bio_work");
+	c->btrfs_work_helper = ksym_addr("btrfs_work_helper");
+	c->btrfs_compress_fn = ksym_addr("async_cow_start");
+	if (!c->btrfs_compress_fn)
+		c->btrfs_compress_fn = ksym_addr("compress_file_range");
+	const char *compress_fn = func_param_index("btrfs_compress_folios", "total_out") >= 0 ?
+				  "btrfs_compress_folios" : "btrfs_compress_pages";
+	c->btrfs_compress_owner_is_inode = func_param_index(compress_fn, "inode") >= 0;
+	c->btrfs_compress_arg_owner = func_param_index(compress_fn, c->btrfs_compress_owner_is_inode ? "inode" : "mapping");
+	c->btrfs_compress_arg_start = func_param_index(compress_fn, "start");
+	c->btrfs_compress_arg_total_in = func_param_index(compress_fn, "total_in");
+	c->btrfs_compress_arg_total_out = func_param_index(compress_fn, "total_out");
+	c->filter_cgroup_id = opt.cgroup ? cgroup_id(opt.cgroup) : 0;
+	c->filter_pids = opt.cmd || opt.nr_pids;
+	c->filter_comm = opt.comm != NULL;
+	if (opt.comm)
+		strncpy(c->comm, opt.comm, sizeof(c->comm) - 1);
+	c->filter_sdev = opt.nr_sdevs > 0;
+	c->offcpu_stacks = opt.sample_hz > 0;
+	c->requests = !opt.block_only;
+	c->records_all = opt.records_all;
+	c->records_none = opt.records_none;
+	c->no_io_records = opt.no_io_records;
+	c->io_sums = opt.exposition != NULL;
+	c->per_comm = opt.per_comm;
+	c->io_stacks_all = opt.io_stacks_all;
+	c->record_over_ns = (__u64)(opt.record_over_us * 1000.0);
+	c->offcpu_sample_ns = (__u32)(opt.offcpu_sample_us * 1000);
+	/* a quarter of the ring buffer: the reader is woken well before a burst could fill it */
+	c->wakeup_bytes = FST_RINGBUF_BYTES / 4;
+	done = true;
+	*out = cached;
+	out->task_storage = T->task_storage_on;	/* decided per load attempt, after the cache was filled */
+	out->offcpu_at_switch_in = offcpu_at_switch_in();
+}
+
+/* every later object shares the first object's maps of the same name */
+static void reuse_maps(struct bpf_object *owner, struct bpf_object *obj)
+{
+	struct bpf_map *m;
+	bpf_object__for_each_map(m, obj) {
+		if (bpf_map__is_internal(m))
+			continue;
+		struct bpf_map *o = bpf_object__find_map_by_name(owner, bpf_map__name(m));
+		if (o && bpf_map__reuse_fd(m, bpf_map__fd(o)))
+			die("sharing map %s: %s", bpf_map__name(m), strerror(errno));
+	}
+}
+
+/*
+ * Per-task state lives in task-local storage where the kernel has it (a lookup from the task pointer, no
+ * hashing: it is on every context switch of the system) and the programs that look up another task's state
+ * (sched_switch's next, sched_wakeup's woken task) can be tp_btf, whose task pointers the helper takes.
+ * Elsewhere it is a pid-keyed hash.  Decided from the kernel (map probe, BTF), never from its version.
+ */
+
+static bool task_storage_usable(void)
+{
+	const char *tps[] = { "sched_switch", "sched_wakeup", "sys_enter", "sys_exit" };
+	if (opt.no_btf_tp) {
+		snprintf(T->task_state_why, sizeof(T->task_state_why), "pid hash: --no-tp-btf (raw_tp cannot pass a task to task storage)");
+		return false;
+	}
+	if (libbpf_probe_bpf_map_type(BPF_MAP_TYPE_TASK_STORAGE, NULL) != 1) {
+		snprintf(T->task_state_why, sizeof(T->task_state_why), "pid hash: the kernel has no task-local storage maps");
+		return false;
+	}
+	for (unsigned i = 0; i < N(tps); i++) {
+		if (!tp_btf_exists(tps[i])) {
+			snprintf(T->task_state_why, sizeof(T->task_state_why), "pid hash: no tp_btf for %s", tps[i]);
+			return false;
+		}
+	}
+	snprintf(T->task_state_why, sizeof(T->task_state_why), "task-local storage");
+	return true;
+}
+
+/* the object that owns the shared maps: the per-task state map becomes a pid hash when storage is off */
+static void setup_task_state_map(struct bpf_object *obj)
+{
+	struct bpf_map *k = bpf_object__find_map_by_name(obj, "offcpu_kstacks");
+	if (k && !offcpu_at_switch_in() && bpf_map__set_max_entries(k, 1))
+		die("sizing offcpu_kstacks: %s", strerror(errno));	/* 8 MiB preallocated, unused without storage */
+	struct bpf_map *m = bpf_object__find_map_by_name(obj, "task_reqs");
+	if (!m || T->task_storage_on)
+		return;
+	if (bpf_map__set_type(m, BPF_MAP_TYPE_HASH) || bpf_map__set_map_flags(m, 0) ||
+	    bpf_map__set_max_entries(m, 65536))
+		die("turning task_reqs into a hash: %s", strerror(errno));
+}
+
+/*
+ * open+load a skeleton with the best tiers; if the kernel refuses tp_btf, fall back to raw_tp (with
+ * attempts = 1, no fallback: skel is left NULL instead of dying)
+ */
+#define LOAD_SKEL_TRY(type, skel, probes, owner, attempts)                                          \
+	do {                                                                                        \
+		for (int attempt = 0; attempt < 2; attempt++) {                                     \
+			skel = type##__open();                                                      \
+			if (!skel)                                                                  \
+				die("opening " #type ": %s", strerror(errno));                     \
+			fill_cfg((struct fst_cfg *)&skel->rodata->cfg);                             \
+			if (owner)                                                                  \
+				reuse_maps(owner, skel->obj);                                       \
+			else                                                                        \
+				setup_task_state_map(skel->obj);                                    \
+			tiers_select(skel->obj, probes, N(probes), opt.no_btf_tp || attempt, opt.no_fentry); \
+			if (!type##__load(skel))                                                    \
+				break;                                                              \
+			int err_ = errno;                                                           \
+			type##__destroy(skel);                                                      \
+			skel = NULL;                                                                \
+			if (attempt + 1 >= (attempts)) {                                            \
+				if ((attempts) > 1)                                                 \
+					die("loading " #type ": %s", strerror(err_));              \
+				fprintf(stderr, "fstrace-collect: " #type " did not load with tp_btf (%s)\n", \
+					strerror(err_));                                            \
+				break;                                                              \
+			}                                                                           \
+			fprintf(stderr, "fstrace-collect: " #type " did not load with tp_btf (%s); "  \
+					"retrying with raw_tp\n", strerror(err_));                  \
+		}                                                                                   \
+	} while (0)
+#define LOAD_SKEL(type, skel, probes, owner) LOAD_SKEL_TRY(type, skel, probes, owner, 2)
+
+static bool any_tier(struct probe *probes, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (probes[i].tier != TIER_NONE)
+			return true;
+	return false;
+}
+
+static void mark_unavailable(struct probe *probes, int n, const char *why)
+{
+	for (int i = 0; i < n; i++) {
+		if (probes[i].tier == TIER_NONE)
+			continue;
+		size_t l = strlen(probes[i].why);
+		snprintf(probes[i].why + l, sizeof(probes[i].why) - l, "%s%s: %s", l ? "; " : "",
+			 tier_name(probes[i].tier), why);
+		probes[i].tier = TIER_NONE;
+		probes[i].prog = probes[i].exit_prog = NULL;
+	}
+}
+
+/*
+ * Optional probes of one filesystem: open, choose tiers, and load only if some
+ * probe has a tier.  A load failure makes them unavailable (with the reason)
+ * instead of ending the run.
+ */
+#define LOAD_OPTIONAL_SKEL(type, skel, probes, owner)                                               \
+	do {                                                                                        \
+		skel = type##__open();                                                              \
+		if (!skel)                                                                          \
+			die("opening " #type ": %s", strerror(errno));                             \
+		fill_cfg((struct fst_cfg *)&skel->rodata->cfg);                                     \
+		reuse_maps(owner, skel->obj);                                                       \
+		tiers_select(skel->obj, probes, N(probes), opt.no_btf_tp, opt.no_fentry);           \
+		if (!any_tier(probes, N(probes)) || opt.block_only) {                               \
+			if (opt.block_only)                                                         \
+				mark_unavailable(probes, N(probes), "not loaded: --block-only");   \
+			type##__destroy(skel);                                                      \
+			skel = NULL;                                                                \
+		} else if (type##__load(skel)) {                                                    \
+			char why_[128];                                                             \
+			snprintf(why_, sizeof(why_), "load failed: %s", strerror(errno));           \
+			mark_unavailable(probes, N(probes), why_);                                  \
+			type##__destroy(skel);                                                      \
+			skel = NULL;                                                                \
+		}                                                                                   \
+	} while (0)
+
+void tracer_load(struct tracer *t)
+{
+	struct bpf_object *none = NULL;
+	T = t;
+	snprintf(t->sample_why, sizeof(t->sample_why), "off (--sample-hz 0)");
+	t->task_storage_on = !opt.block_only && task_storage_usable();
+	for (;;) {
+		LOAD_SKEL(block_bpf, t->blk, block_probes, none);
+		if (opt.block_only)
+			break;
+		/* storage mode needs tasks.bpf.c on tp_btf: no raw_tp attempt in it */
+		LOAD_SKEL_TRY(tasks_bpf, t->tsk, task_probes, t->blk->obj, t->task_storage_on ? 1 : 2);
+		if (t->tsk)
+			break;
+		block_bpf__destroy(t->blk);
+		t->task_storage_on = false;
+		snprintf(t->task_state_why, sizeof(t->task_state_why), "pid hash: request tracing did not load with tp_btf");
+	}
+	if (opt.block_only) {
+		for (int i = 0; i < N(task_probes); i++) {
+			task_probes[i].tier = TIER_NONE;
+			snprintf(task_probes[i].why, sizeof(task_probes[i].why), "not loaded: --block-only");
+		}
+	}
+
+	LOAD_OPTIONAL_SKEL(erofs_bpf, t->ero, erofs_probes, t->blk->obj);
+	LOAD_OPTIONAL_SKEL(squashfs_bpf, t->sqf, squashfs_probes, t->blk->obj);
+	LOAD_OPTIONAL_SKEL(btrfs_bpf, t->btr, btrfs_probes, t->blk->obj);
+	struct fst_cfg frozen;
+	fill_cfg(&frozen);
+	if (frozen.btrfs_compress_arg_owner < 0 || frozen.btrfs_compress_arg_start < 0 ||
+	    frozen.btrfs_compress_arg_total_in < 0 || frozen.btrfs_compress_arg_total_out < 0) {
+		for (int i = 0; i < N(btrfs_probes); i++)
+			if (btrfs_probes[i].figure == FST_FIG_BTRFS_COMPRESS)
+				mark_unavailable(&btrfs_probes[i], 1, "argument positions unknown: no BTF for it");
+	}
+
+	if (opt.sample_hz > 0 && t->tsk) {
+		t->smp = sample_bpf__open();
+		if (!t->smp)
+			die("opening sample_bpf: %s", strerror(errno));
+		fill_cfg((struct fst_cfg *)&t->smp->rodata->cfg);
+		reuse_maps(t->blk->obj, t->smp->obj);
+		if (sample_bpf__load(t->smp)) {
+			snprintf(t->sample_why, sizeof(t->sample_why), "load failed: %s", strerror(errno));
+			sample_bpf__destroy(t->smp);
+			t->smp = NULL;
+		}
+	} else if (opt.sample_hz > 0) {
+		snprintf(t->sample_why, sizeof(t->sample_why), "needs request tracing (not with --block-only)");
+	}
+}
+
+void tracer_set_filters(struct tracer *t, pid_t child)
+{
+	for (int i = 0; i < opt.nr_devs; i++) {
+		struct dev_arg *d = &opt.devs[i];
+		__u32 kdev = dev_arg_kdev(d);
+		/* dev_io entry i: the exposition and the header find device i's figures there */
+		struct fst_dev_cfg dc = { .unit_bytes = d->unit, .is_loop = d->is_loop, .io_slot = i };
+		if (bpf_map_update_elem(bpf_map__fd(t->blk->maps.traced_devs), &kdev, &dc, BPF_ANY))
+			die("--dev %u:%u: adding it to the traced devices: %s", d->major, d->minor, strerror(errno));
+	}
+	for (int i = 0; i < opt.nr_sdevs; i++) {
+		__u32 kdev = sdev_kdev(i);
+		__u8 one = 1;
+		if (bpf_map_update_elem(bpf_map__fd(t->blk->maps.traced_sdevs), &kdev, &one, BPF_ANY))
+			die("--sdev %u:%u: adding it to the traced filesystems: %s", opt.sdevs[i][0], opt.sdevs[i][1],
+			    strerror(errno));
+	}
+	int pids_fd = bpf_map__fd(t->blk->maps.traced_pids);
+	for (int i = 0; i < opt.nr_pids; i++)
+		add_pid_tree(pids_fd, opt.pids[i]);
+	if (child > 0) {
+		__u32 key = child;
+		__u8 one = 1;
+		if (bpf_map_update_elem(pids_fd, &key, &one, BPF_ANY))
+			die("tracing the command's pid %u: %s", key, strerror(errno));
+	}
+}
+
+int tracer_attach(struct tracer *t)
+{
+	int err = tiers_attach(block_probes, N(block_probes));
+	if (!err)
+		err = t->tsk ? tiers_attach(task_probes, N(task_probes)) : 0;
+	if (!err && t->ero)
+		err = tiers_attach(erofs_probes, N(erofs_probes));
+	if (!err && t->sqf)
+		err = tiers_attach(squashfs_probes, N(squashfs_probes));
+	if (!err && t->btr)
+		err = tiers_attach(btrfs_probes, N(btrfs_probes));
+	if (!err && t->smp) {
+		int serr = attach_sampling(t->smp, opt.sample_hz);
+		if (serr) {
+			snprintf(t->sample_why, sizeof(t->sample_why), "perf_event_open/attach failed: %s", strerror(-serr));
+			detach_sampling();
+			sample_bpf__destroy(t->smp);
+			t->smp = NULL;
+		}
+	}
+	if (err)
+		for (int g = 0; g < nr_probe_groups; g++)
+			tiers_detach(probe_groups[g].probes, probe_groups[g].n);
+	return err;
+}
+
+/*
+ * Runs the kernel skipped because the program was already active on that CPU
+ * (lost events), and runs counted (only while kernel.bpf_stats_enabled=1).
+ */
+static void prog_stats(struct probe *p)
+{
+	struct bpf_prog_info info = {};
+	__u32 len = sizeof(info);
+	p->misses = p->runs = p->run_ns = 0;
+	if (!p->prog)
+		return;
+	if (bpf_obj_get_info_by_fd(bpf_program__fd(p->prog), &info, &len)) {
+		fprintf(stderr, "fstrace-collect: cannot read statistics of %s: %s\n", p->name, strerror(errno));
+		return;
+	}
+	p->misses = info.recursion_misses;
+	p->runs = info.run_cnt;
+	p->run_ns = info.run_time_ns;
+}
+
+void tracer_detach(void)
+{
+	for (int g = 0; g < nr_probe_groups; g++) {
+		for (int i = 0; i < probe_groups[g].n; i++)
+			prog_stats(&probe_groups[g].probes[i]);
+		tiers_detach(probe_groups[g].probes, probe_groups[g].n);
+	}
+	detach_sampling();
+}
+
+void tracer_destroy(struct tracer *t, struct ring_buffer *rb)
+{
+	ring_buffer__free(rb);
+	if (t->tsk)
+		tasks_bpf__destroy(t->tsk);
+	sample_bpf__destroy(t->smp);
+	erofs_bpf__destroy(t->ero);
+	squashfs_bpf__destroy(t->sqf);
+	btrfs_bpf__destroy(t->btr);
+	block_bpf__destroy(t->blk);
+}

@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The probe tables (what each program measures, as a records.h figure id), loading the BPF objects with the
+ * best tier the kernel offers, the traced devices/filesystems/pids, attach and detach.
+ */
+#ifndef FSTRACE_PROBES_H
+#define FSTRACE_PROBES_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+#include "tiers.h"
+
+struct ring_buffer;
+
+/* everything loaded: request tracing (tsk), the filesystems' and the sampling objects may be NULL */
+struct tracer {
+	struct block_bpf *blk;
+	struct tasks_bpf *tsk;
+	struct erofs_bpf *ero;
+	struct squashfs_bpf *sqf;
+	struct btrfs_bpf *btr;
+	struct sample_bpf *smp;
+	char sample_why[160];		/* why sampling is off */
+	bool task_storage_on;		/* per-task state in task-local storage (else a pid hash) */
+	char task_state_why[160];
+};
+
+struct probe_group {
+	struct probe *probes;
+	int n;
+};
+extern const struct probe_group probe_groups[];
+extern const int nr_probe_groups;
+
+/* a figure's id as the results header names it (records.h FST_FIGURES) */
+const char *figure_name(enum fst_figure f);
+
+/* open, configure and load every object (dies when the required ones cannot load) */
+void tracer_load(struct tracer *t);
+/* the traced devices, filesystems and processes (child: the command's pid, or <= 0) into the maps */
+void tracer_set_filters(struct tracer *t, pid_t child);
+/* attach every loaded probe and the sampling events; 0, or the error that leaves nothing traced */
+int tracer_attach(struct tracer *t);
+/* at the end of tracing: each probe's statistics read, every link and perf event detached */
+void tracer_detach(void);
+/* every object destroyed (programs, maps), and the ring buffer freed */
+void tracer_destroy(struct tracer *t, struct ring_buffer *rb);
+
+#endif

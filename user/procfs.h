@@ -1,0 +1,43 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+#ifndef FSTRACE_PROCFS_H
+#define FSTRACE_PROCFS_H
+
+#include <stdbool.h>
+#include <linux/types.h>
+#include "collect.h"
+
+/* cgroup v2 id of a cgroup directory (dies when it cannot be read) */
+__u64 cgroup_id(const char *path);
+
+/* one device's line of /proc/diskstats (found = false when it has none) */
+struct diskstat {
+	bool found;
+	unsigned long long v[17];
+};
+void read_diskstat(const struct dev_arg *d, struct diskstat *s);
+/* requests the device has in flight now (sysfs inflight) */
+unsigned long long dev_inflight(const struct dev_arg *d);
+
+/* pid and all its threads into the traced pids (dies when it cannot) */
+void add_pid_tree(int map_fd, int pid);
+/* running or sleeping; a zombie counts as gone */
+bool pid_alive(int pid);
+
+/* kernel.task_delayacct: set to on (-1: only read); returns what it was */
+int delayacct_set(int on);
+/* take (acquire) or drop this collector's hold on delay accounting, shared with concurrent collectors */
+int delayacct_ref(bool acquire);
+/* drop the hold if taken: registered with atexit, so every exit path restores it */
+void delayacct_release(void);
+extern bool delayacct_held;
+
+/* in-flight block state expired so far */
+struct expired {
+	unsigned long long bios, requests;
+	unsigned long long run_failures;	/* runs of the expiry program that failed: stale entries stay */
+};
+struct block_bpf;
+/* expire bios (bio_starts) and requests (rq_starts) older than FST_STALE_NS, releasing task_inflight */
+void expire_stale(struct block_bpf *blk, struct expired *ex);
+
+#endif
