@@ -15,7 +15,7 @@ BPF_HDRS := $(wildcard bpf/*.h) vmlinux/$(ARCH)/vmlinux.h
 USER_SRCS := $(wildcard user/*.c)
 USER_HDRS := $(wildcard user/*.h)
 
-BPF_CFLAGS := -g -O2 -Wall -target bpf -D__TARGET_ARCH_$(ARCH) -Ivmlinux/$(ARCH) -Ibpf
+BPF_CFLAGS := -g -O2 -Wall -target bpf -mcpu=v3 -D__TARGET_ARCH_$(ARCH) -Ivmlinux/$(ARCH) -Ibpf
 USER_CFLAGS := -g -O2 -Wall -Wextra -Wno-unused-parameter -I$(OUT) -Ibpf
 # Static so the collector can be copied to a target box that has no libbpf (README "Collector on a target
 # box"); the results header records which it is. A failed static link is an error, not a silent dynamic

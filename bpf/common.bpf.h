@@ -68,8 +68,14 @@ static __always_inline void loss_count(__u32 what)
  */
 static __always_inline __u32 flight_bucket_index(__u64 key, __u32 nbuckets)
 {
-	/* Fibonacci hashing: pointers share their low and high bits, the product's middle bits do not */
-	return (__u32)((key * 0x9E3779B97F4A7C15ull) >> 32) & (nbuckets - 1);
+	/*
+	 * A tp_btf argument (a bio, a request) is a pointer to the verifier, which allows no arithmetic on it
+	 * but does let a privileged program copy its low half into a 32-bit register as a plain number (a mov32,
+	 * hence -mcpu=v3 in the Makefile); slab objects differ in their low 32 bits.  Fibonacci hashing of that
+	 * half (Knuth's multiplier): the product's upper half mixes all of its bits.
+	 */
+	__u32 lo = (__u32)key;
+	return ((lo * 2654435761u) >> 16) & (nbuckets - 1);	/* 32-bit operations only */
 }
 
 #define FST_FLIGHT_TABLE(name, value_t, nbuckets, loss)                                  \

@@ -1,6 +1,7 @@
 """The collector on its own, as it runs on a target box: results file, tiers, fallback, integrity."""
 import json
 import os
+import re
 import subprocess
 
 import numpy as np
@@ -50,6 +51,24 @@ def test_results_file_describes_itself(tmp_path, payload):
     assert int(reads["ret"].sum()) == size
     assert len(reads) == (size + 65535) // 65536 + 1  # dd reads until a 0-byte read
     assert bytes(reads["comm"][0]).startswith(b"dd")
+
+
+def btf_tracepoints():
+    """Tracepoints the running kernel's BTF describes (btf_trace_NAME typedefs): tp_btf can attach to them."""
+    out = subprocess.run(["bpftool", "btf", "dump", "file", "/sys/kernel/btf/vmlinux"], stdout=subprocess.PIPE,
+                         text=True, check=True).stdout
+    return set(re.findall(r"'btf_trace_(\w+)'", out))
+
+
+def test_tracepoint_probes_use_tp_btf_wherever_the_kernel_offers_it(tmp_path, payload):
+    """An object that silently fell back to raw_tp (a program the verifier refuses on tp_btf) loses task storage
+    and pays a helper call per field: every tracepoint probe must be on tp_btf where BTF describes it."""
+    path, _ = payload
+    res = collect(tmp_path, cmd=["dd", "if=" + path, "of=/dev/null", "bs=65536"])
+    offered = btf_tracepoints()
+    on_raw = [p["probe"] for p in res.header["probes"] if p["tier"] == "raw_tp" and p["probe"] in offered]
+    assert not on_raw, "on raw_tp although the kernel offers tp_btf: %s" % on_raw
+    assert any(p["tier"] == "tp_btf" for p in res.header["probes"])
 
 
 def test_raw_tp_tier_gives_the_same_answer(tmp_path, payload):
