@@ -42,6 +42,7 @@ struct options {
 	bool progress;
 	bool no_btf_tp;
 	bool block_only;
+	bool empty_programs;	/* bench: the same hooks, programs that do nothing */
 	bool no_fentry;
 	int sample_hz;
 	bool records_all;

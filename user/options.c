@@ -49,6 +49,8 @@ static void usage(FILE *f)
 		"      --progress          print record counts to stderr every second\n"
 		"      --no-tp-btf         use raw_tp where tp_btf would do (testing the fallback tier)\n"
 		"      --block-only        block devices only: no requests, no attribution (cheapest)\n"
+		"      --empty-programs    benchmark floor: the hooks these options choose, each with a program that\n"
+		"                          only returns (what the hooks cost before fstrace does anything); no records\n"
 		"      --no-fentry         use kprobes where fentry would do (testing the kprobe twins)\n"
 		"      --sample-hz HZ      sample kernel stacks of traced tasks inside requests (0: off)\n"
 		"      --records MODE      slow (default): record requests that slept, did block I/O, missed the\n"
@@ -163,6 +165,7 @@ void parse_args(int argc, char **argv)
 		{ "io-stacks", required_argument, 0, 'I' },  { "offcpu-sample-us", required_argument, 0, 'O' },
 		{ "no-io-records", no_argument, 0, 'N' },  { "exposition", required_argument, 0, 'E' },
 		{ "exposition-interval", required_argument, 0, 'e' }, { "per-comm", no_argument, 0, 'C' },
+		{ "empty-programs", no_argument, 0, 'Z' },
 		{ 0 },
 	};
 	int c;
@@ -187,6 +190,7 @@ void parse_args(int argc, char **argv)
 		case 'P': opt.progress = true; break;
 		case 'B': opt.no_btf_tp = true; break;
 		case 'b': opt.block_only = true; break;
+		case 'Z': opt.empty_programs = true; break;
 		case 'F': opt.no_fentry = true; break;
 		/* perf's default perf_event_max_sample_rate; the kernel may allow less, which the header reports */
 		case 'S': opt.sample_hz = parse_long("--sample-hz", optarg, 0, 100000); break;
@@ -260,6 +264,9 @@ void parse_args(int argc, char **argv)
 		die("--per-comm needs --records none (it counts every request; recorded ones have their comm)");
 	if (!opt.out && !opt.exposition)
 		die("-o FILE is required (see --help)");	/* or --exposition FILE */
+	/* the floor is the hooks' cost: sampling is a timer fstrace adds, not a hook its programs sit on */
+	if (opt.empty_programs)
+		opt.sample_hz = 0;
 	if (optind < argc)
 		opt.cmd = argv + optind;
 	if (!opt.cmd && !opt.nr_pids && !opt.cgroup && !opt.comm)

@@ -409,15 +409,17 @@ void tracer_set_filters(struct tracer *t, pid_t child)
 
 int tracer_attach(struct tracer *t)
 {
-	int err = tiers_attach(block_probes, N(block_probes));
+	/* --empty-programs: the chosen programs stay loaded, unattached, and do-nothing twins take their hooks */
+	int (*attach)(struct probe *, int) = opt.empty_programs ? tiers_attach_empty : tiers_attach;
+	int err = attach(block_probes, N(block_probes));
 	if (!err)
-		err = t->tsk ? tiers_attach(task_probes, N(task_probes)) : 0;
+		err = t->tsk ? attach(task_probes, N(task_probes)) : 0;
 	if (!err && t->ero)
-		err = tiers_attach(erofs_probes, N(erofs_probes));
+		err = attach(erofs_probes, N(erofs_probes));
 	if (!err && t->sqf)
-		err = tiers_attach(squashfs_probes, N(squashfs_probes));
+		err = attach(squashfs_probes, N(squashfs_probes));
 	if (!err && t->btr)
-		err = tiers_attach(btrfs_probes, N(btrfs_probes));
+		err = attach(btrfs_probes, N(btrfs_probes));
 	if (!err && t->smp) {
 		int serr = attach_sampling(t->smp, opt.sample_hz);
 		if (serr) {

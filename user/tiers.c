@@ -298,9 +298,69 @@ int tiers_attach(struct probe *probes, int n)
 	return 0;
 }
 
+/* an empty program of prog's type on prog's attach point, attached: its link fd, or -errno */
+static int attach_empty_like(struct bpf_program *prog, int *prog_fd)
+{
+	struct bpf_insn insns[] = {
+		{ .code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = 0 },
+		{ .code = BPF_JMP | BPF_EXIT },
+	};
+	struct bpf_prog_info info = {};
+	__u32 len = sizeof(info);
+	enum bpf_prog_type type = bpf_program__type(prog);
+	if (bpf_obj_get_info_by_fd(bpf_program__fd(prog), &info, &len))
+		return -errno;
+	LIBBPF_OPTS(bpf_prog_load_opts, o, .expected_attach_type = bpf_program__expected_attach_type(prog),
+		    .attach_btf_id = info.attach_btf_id);
+	if (type != BPF_PROG_TYPE_TRACING && type != BPF_PROG_TYPE_RAW_TRACEPOINT)
+		return -EOPNOTSUPP;
+	int fd = bpf_prog_load(type, "fst_empty", "GPL", insns, 2, &o);
+	if (fd < 0)
+		return -errno;
+	*prog_fd = fd;
+	/* a raw_tp program names its tracepoint at attach; a tracing program (tp_btf, fentry, fexit) has it */
+	const char *sec = bpf_program__section_name(prog), *slash = strchr(sec, '/');
+	int link = bpf_raw_tracepoint_open(type == BPF_PROG_TYPE_RAW_TRACEPOINT && slash ? slash + 1 : NULL, fd);
+	return link < 0 ? -errno : link;
+}
+
+int tiers_attach_empty(struct probe *probes, int n)
+{
+	for (int i = 0; i < n; i++) {
+		struct probe *p = &probes[i];
+		struct bpf_program *progs[2] = { p->prog, p->exit_prog };
+		for (int k = 0; k < 2 && p->tier != TIER_NONE; k++) {
+			if (!progs[k])
+				continue;
+			int link = attach_empty_like(progs[k], &p->empty_fd[k]);
+			if (link < 0) {
+				snprintf(p->why, sizeof(p->why), "--empty-programs: no empty twin on %s: %s",
+					 tier_name(p->tier), strerror(-link));
+				p->tier = TIER_NONE;
+				if (p->required) {
+					fprintf(stderr, "fstrace-collect: %s: %s\n", p->name, p->why);
+					return link;
+				}
+				break;
+			}
+			p->empty_link_fd[k] = link;
+		}
+		if (p->tier == TIER_NONE)
+			p->prog = p->exit_prog = NULL;
+	}
+	return 0;
+}
+
 void tiers_detach(struct probe *probes, int n)
 {
 	for (int i = 0; i < n; i++) {
+		for (int k = 0; k < 2; k++) {
+			if (probes[i].empty_link_fd[k] > 0)
+				close(probes[i].empty_link_fd[k]);
+			if (probes[i].empty_fd[k] > 0)
+				close(probes[i].empty_fd[k]);
+			probes[i].empty_link_fd[k] = probes[i].empty_fd[k] = 0;
+		}
 		bpf_link__destroy(probes[i].exit_link);
 		bpf_link__destroy(probes[i].link);
 		probes[i].link = probes[i].exit_link = NULL;

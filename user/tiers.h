@@ -29,6 +29,7 @@ struct probe {
 	char why[256];			/* why better tiers were not used, or why it is unavailable */
 	struct bpf_program *prog, *exit_prog;
 	struct bpf_link *link, *exit_link;
+	int empty_fd[2], empty_link_fd[2];	/* tiers_attach_empty: programs and links, 0 = none */
 	unsigned long long misses;	/* runs the kernel skipped (recursion guard), read at the end */
 	unsigned long long runs;	/* runs, counted only with kernel.bpf_stats_enabled=1 */
 	unsigned long long run_ns;	/* time in the program over those runs (same condition) */
@@ -42,6 +43,13 @@ void tiers_select(struct bpf_object *obj, struct probe *probes, int n, bool no_b
 /* Attach the chosen programs; an optional probe that fails to attach becomes unavailable. */
 int tiers_attach(struct probe *probes, int n);
 void tiers_detach(struct probe *probes, int n);
+
+/*
+ * The benchmark floor (--empty-programs): attach, at every hook the chosen programs would use, a program of
+ * the same type and attach point that only returns.  kprobe tiers are not covered (a kprobe needs a libbpf
+ * program object per target); their probes are reported unavailable with that reason.
+ */
+int tiers_attach_empty(struct probe *probes, int n);
 
 /* Position (from 0) of func's parameter named param, from the BTF of vmlinux or a module; -1 = unknown. */
 int func_param_index(const char *func, const char *param);
