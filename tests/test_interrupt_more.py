@@ -350,19 +350,21 @@ def test_sigkill_of_attach_leaves_no_temp_file(tmp_path):
     bare = set(glob.glob("/tmp/tmp*.json"))
     p = subprocess.Popen([FSTRACE, "attach", "--comm", "nothing-x", "--interval", "0", "-o", str(out)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    seen = ""
-    while "fstrace: attached" not in seen:
-        line = p.stderr.readline()
-        assert line, "attach ended before attaching:\n" + seen
-        seen += line
-    with open(os.path.join(STATE, "run-%d.json" % p.pid)) as f:
-        items = json.load(f)["items"]
-    tmps = [i["path"] for i in items if i["kind"] == "dir" and "/fstrace-run-" in i["path"]]
-    assert len(tmps) == 1 and os.path.isfile(os.path.join(tmps[0], "meta.json")), items
-    assert set(glob.glob("/tmp/tmp*.json")) <= bare
-    coll = next(k for k in children(p.pid) if comm(k) == "fstrace-collect")
-    os.kill(p.pid, signal.SIGKILL)
-    p.wait(timeout=60)
+    try:
+        seen = ""
+        while "fstrace: attached" not in seen:
+            line = p.stderr.readline()
+            assert line, "attach ended before attaching:\n" + seen
+            seen += line
+        with open(os.path.join(STATE, "run-%d.json" % p.pid)) as f:
+            items = json.load(f)["items"]
+        tmps = [i["path"] for i in items if i["kind"] == "dir" and "/fstrace-run-" in i["path"]]
+        assert len(tmps) == 1 and os.path.isfile(os.path.join(tmps[0], "meta.json")), items
+        assert set(glob.glob("/tmp/tmp*.json")) <= bare
+        coll = next(k for k in children(p.pid) if comm(k) == "fstrace-collect")
+    finally:  # the SIGKILL is the test; on a failure before it, the attach must not trace on
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(timeout=60)
     deadline = time.time() + 30  # told by its parent's death (SIGTERM), it finishes its file and exits
     while alive(coll) and time.time() < deadline:
         time.sleep(0.05)
@@ -406,3 +408,31 @@ def test_same_new_image_two_runs_one_builds(tmp_path):
     assert sum("image: building" in e for e in errs) == 1, errs
     assert not glob.glob(str(cache / "images" / "*.partial"))
     assert (tmp_path / "out0" / "summary.json").exists() and (tmp_path / "out1" / "summary.json").exists()
+
+
+def test_mount_kept_busy_is_left_recorded_for_the_next_start(tmp_path, delayacct_off):
+    """Something outside the run (here a process whose cwd is on the mount) keeps the image busy past
+    unmount's retries: cleanup is incomplete, says so, and leaves the mount and the temp directory it is in
+    recorded (the directory is not forgotten as removed while still there); the next start undoes both."""
+    out = tmp_path / "out"
+    p = start_run(out)
+    coll, _ = wait_tracing(p)
+    mnt = machine_state(p.pid)["mounts"][0]
+    holder = subprocess.Popen(["sleep", "600"], cwd=mnt)
+    try:
+        p.send_signal(signal.SIGINT)
+        err = finish(p)
+        assert p.returncode == 1 and "cleanup incomplete: unmount %s" % mnt in err, err
+        tmp = os.path.dirname(mnt)
+        with open(os.path.join(STATE, "run-%d.json" % p.pid)) as f:
+            left = {(i["kind"], i.get("path")) for i in json.load(f)["items"]}
+        assert ("mount", mnt) in left and ("dir", tmp) in left, left
+    finally:
+        holder.kill()
+        holder.wait()
+    q = subprocess.run([FSTRACE, "attach", "--duration", "-1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=120)
+    said = "\n".join(l for l in q.stderr.splitlines() if "leftover of dead run %d" % p.pid in l)
+    assert "unmounted " + mnt in said and "removed " + tmp in said, q.stderr
+    assert not os.path.exists(tmp)
+    assert machine_state(p.pid) == {"mounts": [], "loops": [], "cgroups": [], "state": False}

@@ -617,10 +617,18 @@ def _lock_path(kind, path):
     return os.path.join(STATE_DIR, "%s-%s.lock" % (kind, hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:16]))
 
 
+def remove_tree(path):
+    """rmtree that fails when the tree is still there (a mount in it that would not go): its record then stays
+    for the next start's sweep, which unmounts first (a silent ignore_errors would forget it and leave it)."""
+    shutil.rmtree(path, ignore_errors=True)
+    if os.path.lexists(path):
+        raise FstraceError("%s is still there (something in it is still mounted or busy)" % path)
+
+
 def make_tmpdir(cleanup):
     import tempfile
     tmp = tempfile.mkdtemp(prefix="fstrace-run-")
-    cleanup.push("remove " + tmp, shutil.rmtree, tmp, True, record={"kind": "dir", "path": tmp})
+    cleanup.push("remove " + tmp, remove_tree, tmp, record={"kind": "dir", "path": tmp})
     return tmp
 
 
@@ -670,7 +678,7 @@ class ResultsDir:
             self._lock.close()
             raise FstraceError("cannot create %s: %s" % (self.partial, e.strerror))
         self._cleanup = Cleanup()
-        self._cleanup.push("remove " + self.partial, shutil.rmtree, self.partial, True,
+        self._cleanup.push("remove " + self.partial, remove_tree, self.partial,
                            record={"kind": "dir", "path": self.partial})
         return self.partial
 
