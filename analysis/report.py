@@ -271,8 +271,13 @@ def render(s):
         w("  in-flight block state expired (completion never delivered): %d bios, %d requests"
           % (ex.get("bios", 0), ex.get("requests", 0)))
     unseen = s.get("unseen_block_requests") or {}
+    beyond = s.get("traced_beyond_diskstats") or {}
     w("  block requests the kernel completed unseen by fstrace: %s"
-      % (", ".join("%s %d" % kv for kv in sorted(unseen.items())) or "none (records match /proc/diskstats)"))
+      % (", ".join("%s %d" % kv for kv in sorted(unseen.items())) or
+         ("none counted" if beyond else "none (records match /proc/diskstats)")))
+    if beyond:  # a shared device: edge completions the kernel's difference lacks could offset lost ones
+        w("  traced beyond the kernel's count (device shared with other I/O; losses there cannot be ruled out): %s"
+          % ", ".join("%s %d" % kv for kv in sorted(beyond.items())))
     failed = s.get("failed_requests") or {}
     if failed:  # named, so a run on a damaged image cannot pass for a fast one
         w("  FAILED requests: %s" % ", ".join("%s x%d" % kv for kv in sorted(failed.items())))

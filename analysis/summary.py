@@ -694,6 +694,9 @@ def summarize(res, ground_truth=None):
         "expired_in_flight": h.get("expired_in_flight"),
         "unseen_block_requests": {name: d["unseen_requests"] for name, d in devices.items()
                                   if d.get("unseen_requests")},
+        # an excess can hide as many lost completions: "none unseen" is not claimed for these devices
+        "traced_beyond_diskstats": {name: d["traced_beyond_diskstats"] for name, d in devices.items()
+                                    if d.get("traced_beyond_diskstats")},
         "bad_records": h.get("bad_records", 0),
         "ground_truth": ground_truth or {},
     }

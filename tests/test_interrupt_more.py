@@ -2,6 +2,7 @@
 the machine is checked afterwards for everything this run made (mounts, loop devices, cgroups v1 and v2,
 the collector and its BPF programs, kernel.task_delayacct, temp and .partial directories, state files)."""
 import glob
+import json
 import os
 import signal
 import subprocess
@@ -93,12 +94,13 @@ def machine_state(fstrace_pid):
     }
 
 
-def start_run(out, *extra, scale="0.25", workload="tar-data"):
+def start_run(out, *extra, scale="0.25", workload="tar-data", env=None):
     # output to files, not pipes: a workload left behind (the failure looked for) would hold pipes open
     err = tempfile.TemporaryFile("w+")
     p = subprocess.Popen([FSTRACE, "run", "--fs", "erofs", "--workload", workload, "--scale", scale,
                           "--cache", CACHE, "-o", str(out)] + list(extra),
-                         stdout=subprocess.DEVNULL, stderr=err, text=True)
+                         stdout=subprocess.DEVNULL, stderr=err, text=True,
+                         env=dict(os.environ, **env) if env else None)
     p.errfile = err
     return p
 
@@ -156,15 +158,20 @@ def delayacct_off():
     set_delayacct(was)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_signal_to_fstrace_alone_ends_the_whole_workload(tmp_path, sig, delayacct_off):
-    """kill PID (systemd, CI runners): only fstrace gets it, not its process group."""
+@pytest.mark.parametrize("sig,no_cgroup2", [(signal.SIGTERM, False), (signal.SIGINT, False),
+                                            (signal.SIGHUP, False), (signal.SIGTERM, True)])
+def test_signal_to_fstrace_alone_ends_the_whole_workload(tmp_path, sig, no_cgroup2, delayacct_off):
+    """kill PID (systemd, CI runners), or the terminal closing (SIGHUP): only fstrace gets it, not its
+    process group.  no_cgroup2: as on a host without cgroup v2 (FSTRACE_TEST_NO_CGROUP2), where the
+    workload's process group is all there is to end it by, and a stopped tar ignores its SIGTERM."""
     out = tmp_path / "out"
-    p = start_run(out)
+    p = start_run(out, env={"FSTRACE_TEST_NO_CGROUP2": "1"} if no_cgroup2 else None)
     coll, tar = wait_tracing(p)
     progs = prog_ids_of(coll)
     work = children(coll)  # the workload tree: sh, tar, cat
     assert delayacct() == 1
+    if no_cgroup2:
+        assert not glob.glob("/sys/fs/cgroup/**/fstrace-run-%d" % p.pid, recursive=True)
     # tar stopped: it would never finish by itself, and holds the mount busy until it is killed (a workload
     # that ignores or is slow to act on signals)
     os.kill(tar[0], signal.SIGSTOP)
@@ -248,21 +255,125 @@ def test_live_run_is_never_swept(tmp_path):
     finish(p)
 
 
-def test_delayacct_shared_by_overlapping_collectors(tmp_path, delayacct_off):
-    """Two collectors overlap: the first to end must not turn delay accounting off under the other; the
-    last one out restores the value the first one found."""
-    a = subprocess.Popen([COLLECTOR, "-o", str(tmp_path / "a.fst"), "--duration", "4", "--comm", "nothing-x"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.5)
+def collector(tmp_path, name, *args):
+    """A collector tracing nothing in particular (no task has this name) for a while."""
+    return subprocess.Popen([COLLECTOR, "-o", str(tmp_path / (name + ".fst")), "--comm", "nothing-x"] + list(args),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def delayacct_holders():
+    """The collectors in the kernel.task_delayacct holder list (collect.c delayacct_ref)."""
+    try:
+        with open(os.path.join(STATE, "delayacct")) as f:
+            return [int(w) for w in f.read().split()[1:]]
+    except FileNotFoundError:
+        return []
+
+
+def wait_holding(p):
+    deadline = time.time() + 60
+    while p.pid not in delayacct_holders():
+        assert p.poll() is None and time.time() < deadline, "collector %d never held task_delayacct" % p.pid
+        time.sleep(0.02)
+
+
+def test_delayacct_shared_by_crossing_collectors(tmp_path, delayacct_off):
+    """Two collectors cross: A starts, B starts, A ends while B still runs (delay accounting must stay on for
+    B), then B ends, the last one out, and restores the value A found."""
+    a = collector(tmp_path, "a", "--duration", "3")
+    wait_holding(a)
     assert delayacct() == 1
-    b = subprocess.run([COLLECTOR, "-o", str(tmp_path / "b.fst"), "--duration", "0.5", "--comm", "nothing-x"],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    assert b.returncode == 0, b.stderr
-    assert a.poll() is None, "first collector ended too early for the test"
-    assert delayacct() == 1
-    a.communicate(timeout=30)
+    b = collector(tmp_path, "b", "--duration", "10")
+    wait_holding(b)
+    a.communicate(timeout=60)
     assert a.returncode == 0
+    assert b.poll() is None, "B ended before A: the runs did not cross"
+    assert delayacct() == 1 and delayacct_holders() == [b.pid]
+    b.communicate(timeout=60)
+    assert b.returncode == 0
+    assert delayacct() == 0 and delayacct_holders() == []
+
+
+def test_delayacct_given_back_by_a_collector_that_fails_after_taking_it(tmp_path, delayacct_off):
+    """A collector that fails after switching delay accounting on: --exposition in a missing directory
+    fails at the first exposition, written after delayacct_ref() and the loading of the programs (collect.c),
+    through die() and its atexit release.  Alone, the value goes back; beside another holder, it stays on."""
+    bad_args = ["--exposition", str(tmp_path / "no" / "such" / "dir" / "m.prom"), "--duration", "5"]
+    bad = collector(tmp_path, "bad", *bad_args)
+    err = bad.communicate(timeout=60)[1]
+    assert bad.returncode == 2 and "writing --exposition" in err, err
+    assert delayacct() == 0 and delayacct_holders() == []
+    a = collector(tmp_path, "a", "--duration", "10")
+    wait_holding(a)
+    bad = collector(tmp_path, "bad2", *bad_args)
+    err = bad.communicate(timeout=60)[1]
+    assert bad.returncode == 2 and "writing --exposition" in err, err
+    assert a.poll() is None, "the holder ended before the failing collector did"
+    assert delayacct() == 1 and delayacct_holders() == [a.pid]
+    a.communicate(timeout=60)
     assert delayacct() == 0
+
+
+def test_second_sigint_waits_for_the_collector_before_unmounting(tmp_path, delayacct_off):
+    """Ctrl-C twice: the second arrives while fstrace waits for the collector to finish (here stopped, so it
+    cannot).  fstrace keeps waiting rather than unmounting under it (the collector's cwd is the mount): it
+    would have given up on the busy mount after its unmount retries (10 s), so the collector is let go on
+    only after that."""
+    out = tmp_path / "out"
+    p = start_run(out)
+    coll, _ = wait_tracing(p)
+    progs = prog_ids_of(coll)
+    work = children(coll)
+    os.kill(coll, signal.SIGSTOP)
+    try:
+        os.kill(p.pid, signal.SIGINT)
+        time.sleep(0.5)
+        os.kill(p.pid, signal.SIGINT)
+        time.sleep(11)
+        assert p.poll() is None, finish(p)
+        assert machine_state(p.pid)["mounts"], "unmounted while the collector was still there"
+    finally:
+        os.kill(coll, signal.SIGCONT)
+    err = finish(p)
+    assert p.returncode == 130, err
+    assert "Traceback" not in err and "cleanup incomplete" not in err and "busy" not in err, err
+    try:
+        assert_clean(p.pid, coll, progs, work, out, 0)
+    finally:
+        kill_all(work)
+
+
+def test_sigkill_of_attach_leaves_no_temp_file(tmp_path):
+    """attach's run configuration is written in a recorded temp directory, not a bare /tmp/tmp*.json: SIGKILL
+    of fstrace leaves it, and the next start names and removes it."""
+    out = tmp_path / "out"
+    bare = set(glob.glob("/tmp/tmp*.json"))
+    p = subprocess.Popen([FSTRACE, "attach", "--comm", "nothing-x", "--interval", "0", "-o", str(out)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        seen = ""
+        while "fstrace: attached" not in seen:
+            line = p.stderr.readline()
+            assert line, "attach ended before attaching:\n" + seen
+            seen += line
+        with open(os.path.join(STATE, "run-%d.json" % p.pid)) as f:
+            items = json.load(f)["items"]
+        tmps = [i["path"] for i in items if i["kind"] == "dir" and "/fstrace-run-" in i["path"]]
+        assert len(tmps) == 1 and os.path.isfile(os.path.join(tmps[0], "meta.json")), items
+        assert set(glob.glob("/tmp/tmp*.json")) <= bare
+        coll = next(k for k in children(p.pid) if comm(k) == "fstrace-collect")
+    finally:  # the SIGKILL is the test; on a failure before it, the attach must not trace on
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(timeout=60)
+    deadline = time.time() + 30  # told by its parent's death (SIGTERM), it finishes its file and exits
+    while alive(coll) and time.time() < deadline:
+        time.sleep(0.05)
+    assert os.path.isdir(tmps[0])
+    q = subprocess.run([FSTRACE, "attach", "--duration", "-1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=120)
+    assert "fstrace: leftover of dead run %d: removed %s" % (p.pid, tmps[0]) in q.stderr, q.stderr
+    assert not os.path.exists(tmps[0]) and not os.path.exists(str(out) + ".partial")
+    assert set(glob.glob("/tmp/tmp*.json")) <= bare
 
 
 def test_same_output_twice_second_fails_first_untouched(tmp_path):
@@ -297,3 +408,31 @@ def test_same_new_image_two_runs_one_builds(tmp_path):
     assert sum("image: building" in e for e in errs) == 1, errs
     assert not glob.glob(str(cache / "images" / "*.partial"))
     assert (tmp_path / "out0" / "summary.json").exists() and (tmp_path / "out1" / "summary.json").exists()
+
+
+def test_mount_kept_busy_is_left_recorded_for_the_next_start(tmp_path, delayacct_off):
+    """Something outside the run (here a process whose cwd is on the mount) keeps the image busy past
+    unmount's retries: cleanup is incomplete, says so, and leaves the mount and the temp directory it is in
+    recorded (the directory is not forgotten as removed while still there); the next start undoes both."""
+    out = tmp_path / "out"
+    p = start_run(out)
+    coll, _ = wait_tracing(p)
+    mnt = machine_state(p.pid)["mounts"][0]
+    holder = subprocess.Popen(["sleep", "600"], cwd=mnt)
+    try:
+        p.send_signal(signal.SIGINT)
+        err = finish(p)
+        assert p.returncode == 1 and "cleanup incomplete: unmount %s" % mnt in err, err
+        tmp = os.path.dirname(mnt)
+        with open(os.path.join(STATE, "run-%d.json" % p.pid)) as f:
+            left = {(i["kind"], i.get("path")) for i in json.load(f)["items"]}
+        assert ("mount", mnt) in left and ("dir", tmp) in left, left
+    finally:
+        holder.kill()
+        holder.wait()
+    q = subprocess.run([FSTRACE, "attach", "--duration", "-1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=120)
+    said = "\n".join(l for l in q.stderr.splitlines() if "leftover of dead run %d" % p.pid in l)
+    assert "unmounted " + mnt in said and "removed " + tmp in said, q.stderr
+    assert not os.path.exists(tmp)
+    assert machine_state(p.pid) == {"mounts": [], "loops": [], "cgroups": [], "state": False}

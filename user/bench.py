@@ -140,6 +140,7 @@ def measure(configs, workloads, droot, manifest, cache, outdir, run_once, progre
     tables.txt and one results directory per run); returns the bench document.  imgs: the image table, if the
     caller has built it already; clock: a RunClock shared by several matrices (advise's uncapped and capped)."""
     from analysis import tables
+    from user.cli import check_workload_ok
     from workloads import images
     if imgs is None:
         imgs = image_table(configs, sorted({w.part for w in workloads if not w.writes}), droot, manifest, cache,
@@ -154,6 +155,8 @@ def measure(configs, workloads, droot, manifest, cache, outdir, run_once, progre
         rundir = os.path.join(outdir, label, wl.name, "run-%d" % run)
         s = run_once(fs, opts, wl, droot, manifest, cache, ResultsDir(rundir), warm=warm,
                      tools=tool_versions(fs, wl), iops=iops_cap)
+        # the time of a run whose reads failed (a corrupt image) is the time of errors: no row, no ranking
+        check_workload_ok(s, "%s on %s, run %d: stopped, nothing kept" % (wl.name, label, run))
         rows.append(dict(tables.row_from_summary(s), run=run, dir=os.path.relpath(rundir, outdir)))
     doc = {"schema_version": tables.SCHEMA_VERSION, "kind": "fstrace-bench", "dataset_id": manifest["id"],
            "runs": runs, "cache": "warm" if warm else "cold", "iops_cap": iops_cap,

@@ -17,8 +17,9 @@ sys.path.insert(0, ROOT)
 
 from user.system import (Cleanup, FstraceError, Interrupted, ResultsDir, backing_block_device,  # noqa: E402
                          block_devices_of_mount, delayacct_sweep, dev_numbers, drop_caches, in_cgroup, install_signal_handlers,
-                         iops_cap, kdev, losetup, make_tmpdir, mount, mount_of, mounts, proc_start,
-                         read_ahead_kb, recorded_run, run_cgroup)
+                         iops_cap, is_cgroup2_dir, kdev, losetup, make_tmpdir, mount, mount_of, mounts, proc_start,
+                         read_ahead_kb, recorded_run, run_cgroup, run_process_group, signals_held, write_json_atomic,
+                         writing)
 
 COLLECTOR = os.path.join(ROOT, "build", "fstrace-collect")
 DEFAULT_CACHE = "/var/cache/fstrace"
@@ -31,6 +32,8 @@ SAMPLE_HZ = 997
 # costliest thing the tracer did (1.7-2.3 us, make bench-overhead); intervals of 1 ms and more are always
 # walked (lock waits that matter are exact), shorter ones are threshold-sampled, each stack's time unbiased
 OFFCPU_SAMPLE_US = 1000
+# the longest --duration/--interval the collector accepts (MAX_SECONDS in user/collect.c)
+MAX_SECONDS = 1e8
 
 
 def progress(msg):
@@ -68,35 +71,54 @@ def parse_image_opts(args):
     return opts
 
 
-def run_collector(argv, cwd, interrupt_ends=False):
-    """Run the collector; on interrupt, stop it so it finishes its file.
+def run_collector(argv, cwd, interrupt_ends=False, on_ready=None):
+    """Run the collector; on interrupt, stop it so it finishes its file.  Returns only once it has exited,
+    whatever happens: its cwd (run: the mounted image) is unmounted next.
 
-    interrupt_ends: Ctrl-C is the normal way to end (attach) rather than an abort (run)."""
+    interrupt_ends: Ctrl-C is the normal way to end (attach) rather than an abort (run).
+    on_ready: called once the collector says its programs are attached (its --ready-fd)."""
+    ready_r = ready_w = None
+    if on_ready:
+        ready_r, ready_w = os.pipe()
+        argv = argv[:1] + ["--ready-fd", str(ready_w)] + argv[1:]
     # should this process be SIGKILLed, the collector is told (SIGTERM) and ends its workload; the next
     # fstrace start kills it if it is still there (it is recorded with what the run made)
-    p = subprocess.Popen(argv, cwd=cwd, preexec_fn=_die_with_parent)
+    p = subprocess.Popen(argv, cwd=cwd, preexec_fn=_die_with_parent, pass_fds=(ready_w,) if on_ready else ())
     c = Cleanup()
     c.push("stop collector", lambda: None, record={"kind": "process", "pid": p.pid, "start": proc_start(p.pid)})
     try:
+        if on_ready:
+            os.close(ready_w)
+            if os.read(ready_r, 16) == b"ready\n":  # b"": it exited before attaching
+                on_ready()
         rc = p.wait()
     except Interrupted:
-        p.send_signal(signal.SIGINT)
-        try:
-            rc = p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-            raise
+        rc = _stop_collector(p)
         if not interrupt_ends:
             raise
     finally:
-        if p.returncode is not None:
-            c.run()
-            delayacct_sweep()  # a collector that was killed could not give task_delayacct back itself
+        if ready_r is not None:
+            os.close(ready_r)
+        if p.returncode is None:  # any other way out: the collector must not outlive this (nor keep the mount)
+            _stop_collector(p)
+        c.run()
+        delayacct_sweep()  # a collector that was killed could not give task_delayacct back itself
     if rc < 0:
         raise FstraceError("collector killed by %s; no results" % signal.Signals(-rc).name)
     if rc != 0:
         raise FstraceError("collector failed (exit %d); see its message above" % rc)
+
+
+def _stop_collector(p, timeout_s=30):
+    """Ask the collector to finish (SIGINT) and wait for it; SIGKILL after timeout_s.  Signals are held off
+    meanwhile: a second Ctrl-C (or a SIGTERM, SIGHUP) must not leave it running on the mount."""
+    with signals_held():
+        p.send_signal(signal.SIGINT)
+        try:
+            return p.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            return p.wait()
 
 
 def _die_with_parent():
@@ -176,8 +198,11 @@ def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io
                 devs += ["-d", "%d:%d:4096" % backing]
             wl_argv = wl.prepare(mnt, partial, ctx)
             # the run's own cgroup (ended as a whole at cleanup) and the --iops-cap one
-            cgroups = [d for d in (run_cgroup(c), iops_cap([loop], iops, c) if iops else None) if d]
+            own = run_cgroup(c)
+            cgroups = [d for d in (own, iops_cap([loop], iops, c) if iops else None) if d]
             argv = in_cgroup(wl_argv, cgroups) if cgroups else wl_argv
+            if own is None:  # no cgroup v2: its process group is ended at cleanup instead
+                argv = run_process_group(argv, tmp, c)
             meta = {
                 "fs": fs, "label": image["label"], "options": opts, "workload": wl.name,
                 "workload_summary": wl.summary, "argv": wl_argv, "cgroups": cgroups, "dataset_id": manifest["id"],
@@ -226,7 +251,8 @@ def cmd_run(args):
                        warm=args.warm, direct_io=not args.no_direct_io, tools=tools, iops=args.iops_cap,
                        trace_opts=tracing_options(args))
     sys.stdout.write(render_summary(summary))
-    check_workload_ok(summary, outdir.outdir)
+    warn_if_nothing_seen(summary)
+    check_workload_ok(summary, "results (of a failing run) in %s" % outdir.outdir)
     progress("results in %s" % outdir.outdir)
     return 0
 
@@ -264,8 +290,8 @@ def resolve_filters(args):
     for pid in args.pid or []:
         if pid <= 0 or proc_start(pid) is None:
             raise FstraceError("--pid %d: no such process" % pid)
-    if args.cgroup and not os.path.isfile(os.path.join(args.cgroup, "cgroup.procs")):
-        raise FstraceError("--cgroup %s: not a cgroup directory" % args.cgroup)
+    if args.cgroup and not is_cgroup2_dir(args.cgroup):
+        raise FstraceError("--cgroup %s: not a cgroup v2 directory" % args.cgroup)
     return chosen, sdevs, devs
 
 
@@ -290,12 +316,17 @@ def cmd_attach(args):
     """Trace a live system: no images, no workloads of ours."""
     check_ready("fstrace attach")
     chosen, sdevs, devs = resolve_filters(args)
+    # checked here, as the collector checks them (parse_seconds): refused there, "attached" never shows
     if args.duration is not None and not args.duration > 0:
         raise FstraceError("--duration must be more than 0 seconds, got %g" % args.duration)
+    for name, v in (("--duration", args.duration), ("--interval", args.interval)):
+        if v is not None and not v <= MAX_SECONDS:
+            raise FstraceError("%s must be at most %g seconds, got %g" % (name, MAX_SECONDS, v))
     outdir = ResultsDir(args.out or default_outdir("attach", args.fs or "all"))
     with outdir as partial:
         summary = _attach(args, partial, chosen, sdevs, devs)
     sys.stdout.write(render_summary(summary))
+    warn_if_nothing_seen(summary)
     progress("results in %s" % outdir.outdir)
     return 0
 
@@ -312,11 +343,13 @@ def _attach(args, partial, chosen, sdevs, devs):
             "devices_note": "alignment measured against 4 KiB (image cluster size unknown when attaching)",
             "filters": {"fs": args.fs, "mount": args.mount, "dev": args.dev, "pid": args.pid,
                         "comm": args.comm, "cgroup": args.cgroup}}
-    with tempfile.NamedTemporaryFile("w", suffix=".json") as mf:
-        json.dump(meta, mf)
-        mf.flush()
-        progress("attached: %s; Ctrl-C to stop" % (", ".join(m[0] for m in chosen) or "all filesystems"))
-        run_collector(argv + ["-m", mf.name], cwd="/", interrupt_ends=True)
+    # in a recorded temp dir, not a bare temp file: should this process be SIGKILLed, the next start removes it
+    with Cleanup() as c:
+        meta_path = os.path.join(make_tmpdir(c), "meta.json")
+        with open(meta_path, "w") as f:
+            json.dump(meta, f)
+        run_collector(argv + ["-m", meta_path], cwd="/", interrupt_ends=True, on_ready=lambda: progress(
+            "attached: %s; Ctrl-C to stop" % (", ".join(m[0] for m in chosen) or "all filesystems")))
     return write_summary(partial)
 
 
@@ -339,13 +372,14 @@ def write_summary(resdir, wl=None, ctx=None):
     gt = wl.ground_truth(resdir, ctx) if wl else None
     s = summary.summarize(res, gt)
     s["failed_requests"] = failed_requests(res)
-    tmp = os.path.join(resdir, "summary.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(s, f, indent=1, sort_keys=True)
-    os.rename(tmp, os.path.join(resdir, "summary.json"))
+    # a full disk here is one line naming the file (ENOSPC names none); the directory is removed after it
+    with writing(os.path.join(resdir, "summary.json")):
+        write_json_atomic(os.path.join(resdir, "summary.json"), s, indent=1, sort_keys=True)
     for name, stacks, title, subtitle, unit in flamegraph_specs(res):
-        flamegraph.write(resdir, name, stacks, title, subtitle, unit=unit)
-    timeline.write(res, os.path.join(resdir, "timeline.json"))
+        with writing(os.path.join(resdir, name + ".svg")):
+            flamegraph.write(resdir, name, stacks, title, subtitle, unit=unit)
+    with writing(os.path.join(resdir, "timeline.json")):
+        timeline.write(res, os.path.join(resdir, "timeline.json"))
     write_html(os.path.join(resdir, "report.html"), run_html(s, res))
     return s
 
@@ -387,15 +421,31 @@ def failed_requests(res):
     return out
 
 
-def check_workload_ok(s, outdir):
-    """A run whose workload failed, or whose reads failed, is reported but does not succeed."""
+def check_workload_ok(s, then):
+    """A run whose workload failed, or whose reads failed, is reported but does not succeed (its timings
+    are those of errors).  then: what the error line ends with (where the results are, or are not)."""
     failed = s.get("failed_requests") or {}
     status = s["run"].get("workload_exit_status")
     if failed or status not in (0, None):
-        raise FstraceError("workload %s%s; results (of a failing run) in %s" % (
+        raise FstraceError("workload %s%s; %s" % (
             "exited with status %s" % status if status not in (0, None) else "ended",
             ", failed requests: " + ", ".join("%s x%d" % kv for kv in sorted(failed.items())) if failed else "",
-            outdir))
+            then))
+
+
+def requests_seen(s):
+    """Requests of every kind the summary counts (reads, writes, open/getdents, stat)."""
+    m = s["metadata"]
+    return (s["reads"]["count"] + (s.get("writes") or {}).get("count", 0) + m["open_getdents"]["count"]
+            + m["stat"]["count"])
+
+
+def warn_if_nothing_seen(s):
+    """A trace of no requests is not a fast filesystem: said after the report, where it is read."""
+    if not requests_seen(s):
+        progress("WARNING: no requests were traced: %s" % (
+            "the filters matched nothing that did I/O" if s["run"].get("mode") == "attach"
+            else "the workload read nothing from the image"))
 
 
 FLAMEGRAPHS = [("wallclock", "Wall-clock flamegraph",
@@ -720,8 +770,10 @@ def build_parser():
 
 def main(argv=None):
     install_signal_handlers()
+    command = "fstrace"
     try:
         args = build_parser().parse_args(argv)
+        command = "fstrace " + args.command
         if args.command in ("run", "attach", "bench", "advise") and os.geteuid() == 0:
             with recorded_run():
                 return args.func(args)
@@ -729,9 +781,9 @@ def main(argv=None):
     except FstraceError as e:
         print("fstrace: error: %s" % e, file=sys.stderr)
         return 1
-    except OSError as e:  # a full disk, a vanished directory: one line, everything already undone
-        print("fstrace: error: %s%s" % (e.strerror or e, ": %s" % e.filename if e.filename else ""),
-              file=sys.stderr)
+    except OSError as e:  # a vanished directory: one line, everything already undone.  Files fstrace writes
+        # are named by writing(); an error without a file name (ENOSPC) still says what it came from
+        print("fstrace: error: %s: %s" % (e.filename or "in " + command, e.strerror or e), file=sys.stderr)
         return 1
     except (Interrupted, KeyboardInterrupt):
         print("fstrace: interrupted; cleaned up, no results written", file=sys.stderr)

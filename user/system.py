@@ -78,20 +78,51 @@ class Cleanup:
         return False
 
     def run(self):
-        old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         errors = []
-        try:
+        with signals_held():
             while self._undo:
                 what, fn, args = self._undo.pop()
                 try:
                     fn(*args)
                 except Exception as e:  # keep undoing the rest
                     errors.append("%s: %s" % (what, e))
-        finally:
-            for s, h in old.items():
-                signal.signal(s, h)
         if errors:
             raise FstraceError("cleanup incomplete: " + "; ".join(errors))
+
+
+@contextlib.contextmanager
+def signals_held():
+    """SIGINT, SIGTERM and SIGHUP ignored meanwhile: what runs here (undoing, waiting for the collector to
+    leave the mount) must finish, and a second Ctrl-C must not cut it short."""
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def writing(path):
+    """An OSError while writing path as one line naming it: a full disk's ENOSPC comes from write() or
+    close() and carries no file name."""
+    try:
+        yield
+    except OSError as e:
+        raise FstraceError("cannot write %s: %s" % (e.filename or path, e.strerror or e))
+
+
+def write_json_atomic(path, doc, **dump_args):
+    """path replaced whole (temp + rename): a crash or a full disk leaves the old file or none, never half."""
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "w") as f:
+            json.dump(doc, f, **dump_args)
+        os.rename(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _retry(fn, tries=20, delay=0.1):
@@ -109,13 +140,23 @@ def _then_forget(item, fn, *args):
     _state.forget(item)
 
 
-def proc_start(pid):
-    """A process's start time (clock ticks after boot), which with its pid names it uniquely; None if gone."""
+def _stat_fields(pid):
+    """/proc/PID/stat after the command name (state, ppid, pgrp, session, ...); None if gone or a zombie
+    (gone but for its pid)."""
     try:
         with open("/proc/%d/stat" % pid) as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        return None if fields[0] in ("Z", "X") else int(fields[19])  # a zombie is gone but for its pid
-    except (OSError, IndexError, ValueError):
+        return None if fields[0] in ("Z", "X") else fields
+    except (OSError, IndexError):
+        return None
+
+
+def proc_start(pid):
+    """A process's start time (clock ticks after boot), which with its pid names it uniquely; None if gone."""
+    fields = _stat_fields(pid)
+    try:
+        return int(fields[19]) if fields else None
+    except (IndexError, ValueError):
         return None
 
 
@@ -138,10 +179,7 @@ class RunState:
         self._write()
 
     def _write(self):
-        tmp = self.path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.doc, f)
-        os.rename(tmp, self.path)
+        write_json_atomic(self.path, self.doc)
 
     def add(self, record):
         self.doc["items"].append(record)
@@ -422,18 +460,72 @@ def _cgroup2_root():
     return None
 
 
+def is_cgroup2_dir(path):
+    """path is a directory of the cgroup v2 hierarchy (the collector's --cgroup filter takes no other: a v1
+    cgroup's or any directory's inode number would filter on a cgroup that never runs)."""
+    m = mount_of(path) if os.path.isdir(path) else None
+    return m is not None and m[1] == "cgroup2"
+
+
 def run_cgroup(cleanup):
     """The run's own cgroup v2 directory, for its workload: at the end (or on any error or interrupt)
     everything in it is killed and waited for before the image is unmounted, however many processes the
-    workload forked and whatever became of the collector.  None without cgroup v2 (the collector then still
-    signals the workload's process group)."""
-    root = _cgroup2_root()
+    workload forked and whatever became of the collector.  None without cgroup v2: see run_process_group.
+    FSTRACE_TEST_NO_CGROUP2=1 takes that path on a host that has it (the tests)."""
+    root = None if os.environ.get("FSTRACE_TEST_NO_CGROUP2") == "1" else _cgroup2_root()
     if root is None:
         return None
     d = os.path.join(root, "fstrace-run-%d" % os.getpid())
     os.mkdir(d)
     cleanup.push("remove cgroup " + d, remove_cgroup, d, record={"kind": "cgroup", "path": d})
     return d
+
+
+def run_process_group(argv, tmp, cleanup):
+    """Without cgroup v2, the workload's process group stands in for the run's cgroup: the collector's child
+    makes its own group (collect.c) and execs argv through a shell that writes its pid, the group's id, to a
+    file in tmp; at cleanup, before the image is unmounted, the group is ended (end_process_group).
+    Returns the argv to run."""
+    pgid_file = os.path.join(tmp, "workload.pgid")
+    cleanup.push("end the workload's process group", end_process_group, pgid_file)
+    return ["sh", "-c", 'echo $$ > "$0" && exec "$@"', pgid_file] + list(argv)
+
+
+def process_group_members(pgid):
+    """Live processes of process group pgid in this session (a group id is a pid: reused, it would be
+    another session's group or none)."""
+    sid = str(os.getsid(0))
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            f = _stat_fields(int(d))
+            if f and f[2] == str(pgid) and f[3] == sid:
+                out.append(int(d))
+    return out
+
+
+def end_process_group(pgid_file, grace_s=1.0, limit_s=10.0):
+    """SIGTERM to the workload's process group, SIGKILL after grace_s to whatever is left (a workload that
+    ignores SIGTERM, or is stopped), and wait until none is left: the image is unmounted next."""
+    try:
+        with open(pgid_file) as f:
+            pgid = int(f.read())
+    except (OSError, ValueError):
+        return  # the workload never started
+    start = time.monotonic()
+    termed = False
+    while True:
+        left = process_group_members(pgid)  # checked before every signal: only our session's group is hit
+        if not left:
+            return
+        waited = time.monotonic() - start
+        if waited > limit_s:
+            raise FstraceError("processes %s of the workload's process group %d would not die" % (left, pgid))
+        if not termed or waited > grace_s:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL if termed else signal.SIGTERM)
+            termed = True
+        time.sleep(0.02)
 
 
 def iops_cap(devs, iops, cleanup):
@@ -525,10 +617,18 @@ def _lock_path(kind, path):
     return os.path.join(STATE_DIR, "%s-%s.lock" % (kind, hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:16]))
 
 
+def remove_tree(path):
+    """rmtree that fails when the tree is still there (a mount in it that would not go): its record then stays
+    for the next start's sweep, which unmounts first (a silent ignore_errors would forget it and leave it)."""
+    shutil.rmtree(path, ignore_errors=True)
+    if os.path.lexists(path):
+        raise FstraceError("%s is still there (something in it is still mounted or busy)" % path)
+
+
 def make_tmpdir(cleanup):
     import tempfile
     tmp = tempfile.mkdtemp(prefix="fstrace-run-")
-    cleanup.push("remove " + tmp, shutil.rmtree, tmp, True, record={"kind": "dir", "path": tmp})
+    cleanup.push("remove " + tmp, remove_tree, tmp, record={"kind": "dir", "path": tmp})
     return tmp
 
 
@@ -578,7 +678,7 @@ class ResultsDir:
             self._lock.close()
             raise FstraceError("cannot create %s: %s" % (self.partial, e.strerror))
         self._cleanup = Cleanup()
-        self._cleanup.push("remove " + self.partial, shutil.rmtree, self.partial, True,
+        self._cleanup.push("remove " + self.partial, remove_tree, self.partial,
                            record={"kind": "dir", "path": self.partial})
         return self.partial
 

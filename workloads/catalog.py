@@ -58,7 +58,9 @@ class Shell(Workload):
         self.reads = reads_all_bytes_of
 
     def prepare(self, mnt, outdir, ctx):
-        return ["sh", "-c", self.script]
+        # pipefail: a pipeline's status is cat's otherwise, and tar's read errors (a corrupt image) would
+        # leave the workload "succeeding"
+        return ["bash", "-o", "pipefail", "-c", self.script]
 
     def ground_truth(self, outdir, ctx):
         if self.reads is None:

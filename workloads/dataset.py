@@ -18,6 +18,7 @@ import random
 import shutil
 
 from user.system import FstraceError, cache_lock
+from workloads.catalog import tree_files
 
 GENERATOR_VERSION = 1
 FIXED_MTIME = 1700000000  # 2023-11-14, any fixed value will do
@@ -232,6 +233,17 @@ def ensure_default(cache_dir, scale=1.0, progress=None):
         return dest, generate(dest, scale, progress)
 
 
+def _has_data(root):
+    """Some regular file (not a symlink) of the tree has bytes: the workloads read those, and a tree of empty
+    files or links would trace nothing and read as a fast filesystem."""
+    return any(os.path.getsize(os.path.join(root, f)) for f in tree_files(root))
+
+
+def _refuse_empty(src):
+    raise FstraceError("--dataset %s holds no files with data (only empty files, links or directories): "
+                       "nothing to read" % src)
+
+
 def from_user(src, cache_dir, progress=None):
     """--dataset DIR|TARBALL: use the user's tree (a tarball is unpacked once into the cache)."""
     src = os.path.abspath(src)
@@ -261,11 +273,14 @@ def from_user(src, cache_dir, progress=None):
                         raise FstraceError("--dataset %s: cannot unpack as a tarball: %s"
                                            % (src, str(e).splitlines()[0] if str(e) else type(e).__name__))
                     raise
+                if not _has_data(tmp):  # refused before it becomes a cache entry
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    _refuse_empty(src)
                 os.rename(tmp, root)
     else:
         raise FstraceError("--dataset %s: no such file or directory" % src)
-    if not any(files for _, _, files in os.walk(root)):
-        raise FstraceError("--dataset %s holds no files: nothing to read" % src)
+    if not _has_data(root):
+        _refuse_empty(src)
     if progress:
         progress("dataset: hashing %s" % root)
     tid = tree_id(root)

@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 import time
 
-from user.system import Cleanup, FstraceError, cache_lock, losetup, mount, run
+from user.system import Cleanup, FstraceError, cache_lock, losetup, mount, run, write_json_atomic
 
 FILESYSTEMS = ("erofs", "squashfs", "btrfs", "ext4", "xfs")
 
@@ -367,14 +367,11 @@ def ensure_image(fs, opts, src, dataset_id, cache_dir, progress=None):
 
 def _ensure_image(fs, o, version, image, src, dataset_id, progress):
     meta_path = image + ".json"
-    if os.path.exists(image) and os.path.exists(meta_path):
-        with open(meta_path) as f:
-            rec = json.load(f)
+    rec = _cached_record(image, meta_path)
+    if rec is not None:
         if "verified" not in rec:  # cached by a version that did not check: check before using it
             rec["verified"] = verify(fs, o, image)
-            with open(meta_path + ".tmp", "w") as f:
-                json.dump(rec, f, indent=1, sort_keys=True)
-            os.rename(meta_path + ".tmp", meta_path)
+            write_json_atomic(meta_path, rec, indent=1, sort_keys=True)
         return rec
     if progress:
         progress("image: building %s from %s" % (label(fs, o), src))
@@ -406,9 +403,21 @@ def _ensure_image(fs, o, version, image, src, dataset_id, progress):
         "tool": version, "mkfs_argv": argv, "build_seconds": round(build_s, 3),
         "source_bytes": tree_bytes(src), "verified": verified,
     }
-    with open(meta_path, "w") as f:
-        json.dump(rec, f, indent=1, sort_keys=True)
+    write_json_atomic(meta_path, rec, indent=1, sort_keys=True)
     return rec
+
+
+def _cached_record(image, meta_path):
+    """The cached image's record, or None: no image, or no readable record of it (a record cut short by a
+    full disk or a crash, from a version that wrote it in place, means the image is rebuilt, not a traceback)."""
+    if not (os.path.exists(image) and os.path.exists(meta_path)):
+        return None
+    try:
+        with open(meta_path) as f:
+            rec = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) and "label" in rec else None
 
 
 def alignment_unit(fs, o):
