@@ -3,6 +3,9 @@
 In one run, on the same images, configurations alternate (order rotated every
 repetition, so drift on a shared machine hits all alike):
   none              the workload alone
+  fstrace-floor     the hooks fstrace-full uses, each with a program that only returns
+                    (collector --empty-programs): what the hooks cost before fstrace does anything,
+                    the ratio no tracer on these hooks can beat on this machine
   fstrace-full      the collector exactly as `fstrace run` and `attach` start it by default
                     (user/cli.py tracing_options(): sampling at SAMPLE_HZ with off-CPU and
                     sampled bio stacks, page-cache hits counted in the kernel)
@@ -48,6 +51,7 @@ from workloads import catalog, dataset, images  # noqa: E402
 COLLECTOR = os.path.join(ROOT, "build", "fstrace-collect")
 # collector options of each fstrace configuration: the default is what run/attach use, not a bench variant
 FSTRACE_CONFIGS = {
+    "fstrace-floor": tracing_options(None) + ["--empty-programs"],
     "fstrace-full": tracing_options(None),
     "fstrace-nosample": tracing_options(None)[2:] + ["--sample-hz", "0"],
     "fstrace-records-all": tracing_options(None)[:2] + ["--records", "all"] + tracing_options(None)[4:],
@@ -55,7 +59,7 @@ FSTRACE_CONFIGS = {
     # {fst}: the run's results file, whose name the exposition takes
     "fstrace-serve": SERVE_OPTIONS + ["--exposition", "{fst}.prom", "--exposition-interval", "1"],
 }
-CONFIGS = ["none", "fstrace-full", "fstrace-nosample", "fstrace-records-all", "fstrace-block", "fstrace-serve",
+CONFIGS = ["none", "fstrace-floor", "fstrace-full", "fstrace-nosample", "fstrace-records-all", "fstrace-block", "fstrace-serve",
            "bpftrace-hist", "biolatency"]
 BPFTRACE_HIST = "tracepoint:block:block_rq_complete { @bytes = hist(args->nr_sector * 512); }"
 

@@ -2,8 +2,10 @@
 dropped without a ring-buffer wakeup per record, and the tracer's own time is a part of its own.
 
 No timing thresholds here: the cost itself is measured by `make bench-overhead`."""
+import json
 import os
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -147,6 +149,43 @@ def test_task_storage_and_pid_hash_agree(tmp_path):
         n[mode] = int(((passwd["kind"] == S.enum_value(res.header, "req_kind", "read")) & (passwd["ret"] > 0)).sum())
     # each cat reads /etc/passwd in one read that returns data (then one that returns 0)
     assert n["task_storage"] == n["pid_hash"] == 8
+
+
+def empty_program_ids():
+    out = subprocess.run(["bpftool", "-j", "prog", "show"], stdout=subprocess.PIPE, text=True, check=True).stdout
+    return {p["id"] for p in json.loads(out or "[]") if p.get("name") == "fst_empty"}
+
+
+def test_floor_takes_exactly_the_hooks_of_the_shipped_configuration(tmp_path):
+    """make bench-overhead's fstrace-floor (--empty-programs) is only a floor if it sits on the same hooks as the
+    configuration it is the floor of: same probes, same tiers, one do-nothing program per hook while it runs,
+    none left after, and nothing recorded."""
+    from analysis import results
+    from user.cli import tracing_options
+    attached = {}
+    for mode, extra in (("full", []), ("floor", ["--empty-programs"])):
+        f = tmp_path / (mode + ".fst")
+        before = empty_program_ids()
+        p = subprocess.Popen([COLLECTOR, "-o", str(f)] + tracing_options(None) + extra +
+                             ["--", "sh", "-c", "cat /etc/passwd > /dev/null; sleep 2"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(1.2)
+        during = empty_program_ids() - before
+        assert p.wait(timeout=60) == 0, p.stderr.read()
+        # a program closed by its last holder is freed after an RCU grace period, not at once
+        deadline = time.time() + 10
+        while empty_program_ids() - before and time.time() < deadline:
+            time.sleep(0.2)
+        assert not empty_program_ids() - before
+        res = results.load(str(f))
+        attached[mode] = {(q["probe"], q["tier"]) for q in res.header["probes"] if q["tier"] != "unavailable"}
+        if mode == "floor":
+            assert len(during) == len(attached[mode])  # entry-only probes here: one program each
+            assert not len(res["req"]) and not len(res["io"])
+            assert not res.header["sampling"].get("runs")
+        else:
+            assert not during
+    assert attached["floor"] == attached["full"]
 
 
 def test_io_stack_sampling_reconciles(erofs_randread, erofs_tar_16k):
