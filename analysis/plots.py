@@ -3,12 +3,10 @@ import io
 
 import numpy as np
 
-# one colour per attribution part, the same as the wall-clock flamegraph's categories where they overlap
-PART_COLOURS = {
-    "oncpu_ns": "#5aaa5a", "io_wait_ns": "#285ac8", "worker_ns": "#009696", "worker_wait_ns": "#7fcaca",
-    "lock_ns": "#963caa", "dsleep_ns": "#8c6e50", "sleep_ns": "#aaaaaa", "runq_ns": "#e0b040",
-    "missed_ns": "#ff4040",
-}
+from analysis import schema
+
+# one colour per attribution part (records.h FST_PARTS)
+PART_COLOURS = schema.PART_COLOUR
 
 
 def _pyplot():

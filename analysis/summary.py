@@ -13,18 +13,7 @@ SCHEMA_VERSION = 1
 
 # defined once, in bpf/records.h (FST_PARTS); results files from before a part existed simply lack its field
 ATTRIBUTION_PARTS = schema.PARTS
-ATTRIBUTION_MEANING = {
-    "oncpu_ns": "on-CPU in the request (syscall work, page-cache copy, in-task decompression)",
-    "tracer_ns": "on-CPU in fstrace's own BPF programs inside the request (timed by the handlers)",
-    "io_wait_ns": "off-CPU waiting for I/O (in io_schedule, or own block I/O in flight)",
-    "lock_ns": "off-CPU waiting for a contended sleeping lock (mutex, rwsem; lock:contention_begin/end)",
-    "dsleep_ns": "off-CPU, uninterruptible otherwise (work done by others, folio locks without own I/O)",
-    "sleep_ns": "off-CPU, interruptible sleep",
-    "runq_ns": "runnable, waiting for a CPU",
-    "worker_ns": "asleep while a kworker ran filesystem work that woke it (erofs decompression, btrfs end-io)",
-    "worker_wait_ns": "asleep while that work waited for its kworker to get a CPU",
-    "missed_ns": "not attributable: the kernel did not deliver a context-switch event for it",
-}
+ATTRIBUTION_MEANING = schema.PART_MEANING
 
 
 def enum_value(header, enum, name):

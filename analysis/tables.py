@@ -5,6 +5,8 @@ import json
 import os
 import statistics
 
+from analysis import schema
+
 SCHEMA_VERSION = 1
 
 
@@ -15,7 +17,7 @@ def row_from_summary(s):
     loop = [d for d in s["devices"].values() if d.get("level") == "loop"]
     loop = loop[0] if loop else {}
     wrote = bool(s.get("writes", {}).get("count")) and not s["reads"]["count"]
-    other_parts = ("dsleep_ns", "sleep_ns", "runq_ns", "missed_ns")  # worker parts have their own column
+    other_parts = schema.parts_in("other")  # kworker, lock and tracer parts have their own columns
     other = [shares.get(k) for k in other_parts]
     return {
         "label": s["run"]["label"], "fs": s["run"]["fs"], "workload": s["run"]["workload"],
@@ -23,8 +25,8 @@ def row_from_summary(s):
         "io_wait_share": shares.get("io_wait_ns"), "oncpu_share": shares.get("oncpu_ns"),
         "other_share": None if None in other else sum(other),
         "lock_share": shares.get("lock_ns"),
-        "kworker_share": (None if "worker_ns" not in a["parts_ns"] or not a["wall_ns"] else
-                          (a["parts_ns"]["worker_ns"] + a["parts_ns"]["worker_wait_ns"]) / a["wall_ns"]),
+        "kworker_share": (None if not set(schema.parts_in("kworker")) <= set(a["parts_ns"]) or not a["wall_ns"] else
+                          sum(a["parts_ns"][k] for k in schema.parts_in("kworker")) / a["wall_ns"]),
         "io_wait_s": a["parts_ns"]["io_wait_ns"] / 1e9, "oncpu_s": a["parts_ns"]["oncpu_ns"] / 1e9,
         "other_s": sum(a["parts_ns"][k] for k in other_parts) / 1e9,
         "decompression_share": _decompression_share(s.get("decompression", {}), a["wall_ns"]),

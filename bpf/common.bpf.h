@@ -265,8 +265,9 @@ struct task_req {
 	__u64 last_on;		/* when the thread last went on-CPU during the request */
 	__u64 off_ts;		/* when it went off-CPU, 0 while running */
 	__u64 wake_ts;		/* first wakeup during the off-CPU interval */
-	__u64 oncpu, io_wait, dsleep, sleep, runq, missed, worker, worker_wait, lock;
-	__u64 tracer;		/* fstrace's own handlers' run time inside the request's on-CPU time */
+	/* the attribution parts (records.h FST_PARTS) so far; oncpu holds the tracer's time too until the end,
+	 * where the tracer's (part[FST_PART_TRACER], the handlers' own run time) is taken out of it */
+	__u64 part[FST_NR_PARTS];
 	__u64 waker_queue, waker_start;	/* the work item whose kworker woke it, 0 = not woken by one */
 	__u64 lock_addr;	/* the sleeping lock it is contending for, 0 = none */
 	__u64 ino;
@@ -350,7 +351,7 @@ static __always_inline struct task_req *current_req(void)
 static __always_inline void tracer_charge(struct task_req *r, __u64 t0)
 {
 	if (r)
-		r->tracer += bpf_ktime_get_ns() - t0;
+		r->part[FST_PART_TRACER] += bpf_ktime_get_ns() - t0;
 }
 
 /* superblock devices (kernel dev_t) whose files' requests are kept when cfg.filter_sdev is on */

@@ -120,19 +120,21 @@
 /*
  * Attribution parts of a request: each is a field of the req record (and of the in-kernel aggregate of the
  * requests that are counted rather than recorded) and they partition the request's wall time exactly.  The
- * value is the part's index in fst_req_agg.part_ns (from 0), the name its record field.
+ * value is the part's index in fst_req_agg.part_ns (from 0), the name its record field.  The last three
+ * columns are for the analysis (analysis/schema.py reads them): the bench tables' column a part is summed
+ * into (oncpu, tracer, io_wait, kworker, lock, other), its colour in plots, and what it means.
  */
 #define FST_PARTS(E)                                                           \
-	E(FST_PART_ONCPU, 0, oncpu_ns)	/* running the workload's own kernel/user code */ \
-	E(FST_PART_TRACER, 1, tracer_ns)	/* running fstrace's BPF programs inside the request */ \
-	E(FST_PART_IO_WAIT, 2, io_wait_ns)                                    \
-	E(FST_PART_WORKER, 3, worker_ns)                                      \
-	E(FST_PART_WORKER_WAIT, 4, worker_wait_ns)                            \
-	E(FST_PART_LOCK, 5, lock_ns)                                          \
-	E(FST_PART_DSLEEP, 6, dsleep_ns)                                      \
-	E(FST_PART_SLEEP, 7, sleep_ns)                                        \
-	E(FST_PART_RUNQ, 8, runq_ns)                                          \
-	E(FST_PART_MISSED, 9, missed_ns)
+	E(FST_PART_ONCPU, 0, oncpu_ns, "oncpu", "#5aaa5a", "on-CPU in the request (syscall work, page-cache copy, in-task decompression)") \
+	E(FST_PART_TRACER, 1, tracer_ns, "tracer", "#d0508c", "on-CPU in fstrace's own BPF programs inside the request (timed by the handlers)") \
+	E(FST_PART_IO_WAIT, 2, io_wait_ns, "io_wait", "#285ac8", "off-CPU waiting for I/O (in io_schedule, or own block I/O in flight)") \
+	E(FST_PART_WORKER, 3, worker_ns, "kworker", "#009696", "asleep while a kworker ran filesystem work that woke it (erofs decompression, btrfs end-io)") \
+	E(FST_PART_WORKER_WAIT, 4, worker_wait_ns, "kworker", "#7fcaca", "asleep while that work waited for its kworker to get a CPU") \
+	E(FST_PART_LOCK, 5, lock_ns, "lock", "#963caa", "off-CPU waiting for a contended sleeping lock (mutex, rwsem; lock:contention_begin/end)") \
+	E(FST_PART_DSLEEP, 6, dsleep_ns, "other", "#8c6e50", "off-CPU, uninterruptible otherwise (work done by others, folio locks without own I/O)") \
+	E(FST_PART_SLEEP, 7, sleep_ns, "other", "#aaaaaa", "off-CPU, interruptible sleep") \
+	E(FST_PART_RUNQ, 8, runq_ns, "other", "#e0b040", "runnable, waiting for a CPU") \
+	E(FST_PART_MISSED, 9, missed_ns, "other", "#ff4040", "not attributable: the kernel did not deliver a context-switch event for it")
 #define FST_NR_PARTS 10
 
 /*
@@ -217,7 +219,7 @@ enum fst_erofs_map_flag { FST_EROFS_MAP_FLAGS(FST_ENUM_MEMBER) };
 enum fst_fs_cache_kind { FST_FS_CACHES(FST_ENUM_MEMBER) };
 enum fst_io_op { FST_IO_OPS(FST_ENUM_MEMBER) };
 enum fst_figure { FST_FIGURES(FST_ENUM_MEMBER) };
-#define FST_PART_ENUM_MEMBER(c, v, field) c = v,
+#define FST_PART_ENUM_MEMBER(c, v, field, ...) c = v,
 enum fst_part { FST_PARTS(FST_PART_ENUM_MEMBER) };
 
 /*

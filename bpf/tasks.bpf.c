@@ -185,7 +185,7 @@ static __always_inline void comm_count(struct task_req *r, long ret, __u64 wall)
 	c->count++;
 	c->bytes += ret > 0 ? ret : 0;
 	c->wall_ns += wall;
-	c->io_wait_ns += r->io_wait;
+	c->io_wait_ns += r->part[FST_PART_IO_WAIT];
 }
 
 static __always_inline bool req_is_countable(struct task_req *r, long ret, __u64 wall)
@@ -215,7 +215,7 @@ static __always_inline void agg_part(struct fst_req_agg *a, int part, __u64 ns)
 	slot_inc(a->part_hist[part], log2_slot(ns / 1000), FST_HIST_SLOTS);
 }
 
-static __always_inline bool req_count(struct task_req *r, long ret, __u64 wall, __u64 oncpu, __u64 tracer)
+static __always_inline bool req_count(struct task_req *r, long ret, __u64 wall)
 {
 	struct fst_req_agg_key k = { .sdev = r->sdev, .kind = r->kind };
 	struct fst_req_agg *a = bpf_map_lookup_elem(&req_agg, &k);
@@ -233,22 +233,14 @@ static __always_inline bool req_count(struct task_req *r, long ret, __u64 wall, 
 	slot_inc(a->wall_ns_loglin, fst_loglin_slot(wall), FST_LAT_SLOTS);
 	/* every part from the task state: all but oncpu and tracer are 0 for a page-cache hit, and any may be
 	 * non-zero under cfg.records_none, where every request is counted */
-	agg_part(a, FST_PART_ONCPU, oncpu);
-	agg_part(a, FST_PART_TRACER, tracer);
-	agg_part(a, FST_PART_IO_WAIT, r->io_wait);
-	agg_part(a, FST_PART_WORKER, r->worker);
-	agg_part(a, FST_PART_WORKER_WAIT, r->worker_wait);
-	agg_part(a, FST_PART_LOCK, r->lock);
-	agg_part(a, FST_PART_DSLEEP, r->dsleep);
-	agg_part(a, FST_PART_SLEEP, r->sleep);
-	agg_part(a, FST_PART_RUNQ, r->runq);
-	agg_part(a, FST_PART_MISSED, r->missed);
+#define AGG_PART(c, v, field, ...) agg_part(a, c, r->part[c]);
+	FST_PARTS(AGG_PART)
+#undef AGG_PART
 	a->pcache_adds += r->pcache_adds;
 	if (cfg.per_comm)
 		comm_count(r, ret, wall);
 	return true;
 }
-_Static_assert(FST_NR_PARTS == 10, "req_count adds every part from the task state: add the new one there");
 
 static __always_inline int handle_sys_exit(long ret)
 {
@@ -258,10 +250,10 @@ static __always_inline int handle_sys_exit(long ret)
 	__u64 now = bpf_ktime_get_ns();
 	if (r->off_ts) {
 		/* the switch back in was never delivered: when it ran again is unknown */
-		r->missed += now - r->off_ts;
+		r->part[FST_PART_MISSED] += now - r->off_ts;
 		r->nr_missed++;
 	} else {
-		r->oncpu += now - r->last_on;
+		r->part[FST_PART_ONCPU] += now - r->last_on;
 	}
 	r->in_req = 0;
 
@@ -274,9 +266,12 @@ static __always_inline int handle_sys_exit(long ret)
 
 	/* the handlers' time is in the on-CPU intervals; never more than them (the clamp is what keeps the
 	 * parts an exact partition when a handler's end was timed after a switch) */
-	__u64 tracer = r->tracer < r->oncpu ? r->tracer : r->oncpu;
-	__u64 oncpu = r->oncpu - tracer, wall = now - r->start;
-	if (req_is_countable(r, ret, wall) && req_count(r, ret, wall, oncpu, tracer))
+	__u64 *part = r->part;
+	if (part[FST_PART_TRACER] > part[FST_PART_ONCPU])
+		part[FST_PART_TRACER] = part[FST_PART_ONCPU];
+	part[FST_PART_ONCPU] -= part[FST_PART_TRACER];	/* from here on, the workload's own on-CPU time */
+	__u64 wall = now - r->start;
+	if (req_is_countable(r, ret, wall) && req_count(r, ret, wall))
 		return 0;
 
 	struct fst_req *rec = record_reserve(FST_REC_REQ, sizeof(*rec));
@@ -284,16 +279,9 @@ static __always_inline int handle_sys_exit(long ret)
 		__u64 pid_tgid = bpf_get_current_pid_tgid();
 		rec->ts_start_ns = r->start;
 		rec->ts_end_ns = now;
-		rec->oncpu_ns = oncpu;
-		rec->tracer_ns = tracer;
-		rec->io_wait_ns = r->io_wait;
-		rec->dsleep_ns = r->dsleep;
-		rec->sleep_ns = r->sleep;
-		rec->runq_ns = r->runq;
-		rec->missed_ns = r->missed;
-		rec->worker_ns = r->worker;
-		rec->worker_wait_ns = r->worker_wait;
-		rec->lock_ns = r->lock;
+#define REC_PART(c, v, field, ...) rec->field = r->part[c];
+		FST_PARTS(REC_PART)
+#undef REC_PART
 		rec->nr_lock_waits = r->nr_lock_waits;
 		rec->ra_windows = r->ra_windows;
 		rec->ra_pages = r->ra_pages;
@@ -417,10 +405,10 @@ static __always_inline int handle_switch(void *ctx, bool preempt, struct task_st
 	struct task_req *r = req_of(prev, prev_pid);
 	if (r) {
 		if (r->off_ts) {	/* its last switch in was never delivered */
-			r->missed += now - r->off_ts;
+			r->part[FST_PART_MISSED] += now - r->off_ts;
 			r->nr_missed++;
 		} else {
-			r->oncpu += now - r->last_on;
+			r->part[FST_PART_ONCPU] += now - r->last_on;
 		}
 		r->off_ts = now;
 		r->wake_ts = 0;
@@ -440,12 +428,12 @@ static __always_inline int handle_switch(void *ctx, bool preempt, struct task_st
 	r = req_of(next, next_pid);
 	if (r && !r->off_ts) {
 		/* switched in without a delivered switch out: the split since last_on is unknown */
-		r->missed += now - r->last_on;
+		r->part[FST_PART_MISSED] += now - r->last_on;
 		r->nr_missed++;
 		r->last_on = now;
 	} else if (r) {
 		if (r->off_preempted) {
-			r->runq += now - r->off_ts;
+			r->part[FST_PART_RUNQ] += now - r->off_ts;
 		} else {
 			__u64 woke = r->wake_ts && r->wake_ts <= now ? r->wake_ts : now;
 			__u64 slept = woke - r->off_ts, worker_ns = 0;
@@ -456,8 +444,8 @@ static __always_inline int handle_switch(void *ctx, bool preempt, struct task_st
 				__u64 start = r->waker_start < r->off_ts ? r->off_ts : (r->waker_start > woke ? woke : r->waker_start);
 				__u64 queued = r->waker_queue ? r->waker_queue : r->waker_start;
 				queued = queued < r->off_ts ? r->off_ts : (queued > start ? start : queued);
-				r->worker += woke - start;
-				r->worker_wait += start - queued;
+				r->part[FST_PART_WORKER] += woke - start;
+				r->part[FST_PART_WORKER_WAIT] += start - queued;
 				worker_ns = woke - queued;
 				slept = queued - r->off_ts;
 				r->waker_start = r->waker_queue = 0;
@@ -465,23 +453,23 @@ static __always_inline int handle_switch(void *ctx, bool preempt, struct task_st
 			if (r->off_lock) {
 				/* waiting for a lock, whatever the sleep state (mutex_lock_interruptible too);
 				 * a wait whose sleep the waking kworker's work took whole is not a lock wait */
-				r->lock += slept;
+				r->part[FST_PART_LOCK] += slept;
 				r->nr_lock_waits += slept > 0;
 				reason = FST_OFF_LOCK;
 			} else if (r->off_state & TASK_UNINTERRUPTIBLE_BIT) {
 				if (r->off_io) {
-					r->io_wait += slept;
+					r->part[FST_PART_IO_WAIT] += slept;
 					reason = FST_OFF_IO;
 				} else {
-					r->dsleep += slept;
+					r->part[FST_PART_DSLEEP] += slept;
 					reason = FST_OFF_DSLEEP;
 				}
 			} else {
-				r->sleep += slept;
+				r->part[FST_PART_SLEEP] += slept;
 				reason = FST_OFF_SLEEP;
 			}
 			offcpu_credit(r, next, worker_ns, reason, slept);
-			r->runq += now - woke;
+			r->part[FST_PART_RUNQ] += now - woke;
 			req_fold_pending_ios(r, next_pid);
 		}
 		r->off_ts = 0;

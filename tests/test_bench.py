@@ -131,4 +131,7 @@ def test_warm_run_hits_the_cache(tmp_path):
     assert s["run"]["cache"] == "warm"
     assert s["reads"]["pagecache_misses"] == 0
     loop = [d for d in s["devices"].values() if d["level"] == "loop"][0]
-    assert loop["requests"] == 0
+    # none of the traced run's own: a read-ahead the untraced warm-up queued may still complete after the
+    # traced run began (seen: 5 of them after a test that had dropped the caches), charged to nobody
+    assert loop["charged_to_workload"] == 0
+    assert loop["by_charge"]["none"]["requests"] == loop["requests"]

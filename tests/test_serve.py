@@ -16,6 +16,8 @@ import urllib.request
 
 import pytest
 
+from analysis import schema
+
 from conftest import COLLECTOR, FSTRACE, bpf_objects_left, bpf_objects_of, collector_under
 from test_attach import drop_caches, mounted_erofs  # noqa: F401 (a fixture)
 
@@ -194,7 +196,7 @@ def test_serve_counts_every_read_and_prometheus_agrees(mounted_erofs):  # noqa: 
         # the parts of each request partition its wall time, so their sums do too (printed to the ns)
         parts = {ls for n, ls in after if n == "fstrace_request_time_seconds_total"}
         names = {v for ls in parts for k, v in ls if k == "part"}
-        assert {"oncpu", "tracer", "io_wait", "worker", "lock", "runq", "missed"} <= names
+        assert {p[:-3] for p in schema.PARTS} == names  # every part of records.h FST_PARTS, no other
         assert abs(inc("fstrace_request_time_seconds_total") - inc("fstrace_request_duration_seconds_sum")) < 1e-6
         io_wait = inc("fstrace_request_time_seconds_total", part="io_wait")
         wall = inc("fstrace_request_duration_seconds_sum")

@@ -228,7 +228,7 @@ struct agg_row {
 };
 
 static const char *part_names[FST_NR_PARTS] = {
-#define PART_NAME(c, v, field) [v] = #field,
+#define PART_NAME(c, v, field, ...) [v] = #field,
 	FST_PARTS(PART_NAME)
 #undef PART_NAME
 };

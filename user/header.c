@@ -84,7 +84,7 @@ static json *json_requests_counted(struct tasks_bpf *tsk)
 	if (!tsk)
 		return a;
 	static const char *part_names[FST_NR_PARTS] = {
-#define PART_NAME(c, v, field) [v] = #field,
+#define PART_NAME(c, v, field, ...) [v] = #field,
 		FST_PARTS(PART_NAME)
 #undef PART_NAME
 	};

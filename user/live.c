@@ -63,7 +63,7 @@ void live_add(const void *data, size_t size)
 	L.reqs++;
 	if (r->kind == FST_REQ_READ && r->ret > 0)
 		L.read_bytes += r->ret;
-#define PART_ADD(c, v, field) L.parts[v] += r->field;
+#define PART_ADD(c, v, field, ...) L.parts[v] += r->field;
 	FST_PARTS(PART_ADD)
 #undef PART_ADD
 	L.lat_slots[fst_loglin_slot(r->ts_end_ns - r->ts_start_ns)]++;
@@ -142,7 +142,7 @@ void live_print(FILE *out, double interval_s, unsigned long long drops, int clea
 		total += L.parts[i];
 	if (total) {
 		static const char *names[FST_NR_PARTS] = {
-#define PART_NAME(c, v, field) [v] = #field,
+#define PART_NAME(c, v, field, ...) [v] = #field,
 			FST_PARTS(PART_NAME)
 #undef PART_NAME
 		};

@@ -113,7 +113,7 @@ static json *enums_json(void)
 	ENUM_OBJ("erofs_map_flag", FST_EROFS_MAP_FLAGS);
 	ENUM_OBJ("fs_cache", FST_FS_CACHES);
 	{
-#define PART_JSON(c, v, field) ENUM_JSON(c, v, #field)
+#define PART_JSON(c, v, field, ...) ENUM_JSON(c, v, #field)
 #define FST_PARTS_JSON(E) FST_PARTS(PART_JSON)
 		ENUM_OBJ("part", FST_PARTS_JSON);
 #undef FST_PARTS_JSON
