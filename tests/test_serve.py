@@ -131,6 +131,25 @@ def diskstat(dev):
     raise AssertionError("%s not in /proc/diskstats" % dev)
 
 
+def readme_promql():
+    """The PromQL queries of README's "Always on: fstrace serve" section (its code block after "in PromQL:")."""
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")) as f:
+        text = f.read()
+    block = text[text.index("## Always on: fstrace serve"):]
+    block = block[block.index("in PromQL:"):]
+    block = block[block.index("```") + 3:]
+    block = block[:block.index("```")]
+    queries, cur = [], []
+    for line in block.strip().splitlines():
+        if line.startswith("#"):
+            if cur:
+                queries.append(" ".join(cur))
+            cur = []
+        else:
+            cur.append(line.strip())
+    return queries + [" ".join(cur)] if cur else queries
+
+
 class Prometheus:
     """A real Prometheus server on 127.0.0.1 scraping `target` every second, with its own data directory."""
 
@@ -166,6 +185,14 @@ class Prometheus:
         res = data["data"]["result"]
         assert len(res) <= 1, res
         return float(res[0]["value"][1]) if res else None
+
+    def query_all(self, q):
+        """{frozenset of the result's labels: value} of an instant query."""
+        url = "http://127.0.0.1:%d/api/v1/query?%s" % (self.port, urllib.parse.urlencode({"query": q}))
+        with urllib.request.urlopen(url, timeout=10) as r:
+            data = json.load(r)
+        assert data["status"] == "success", data
+        return {frozenset(x["metric"].items()): float(x["value"][1]) for x in data["data"]["result"]}
 
     def wait_for(self, q, want, timeout=20):
         deadline = time.time() + timeout
@@ -284,6 +311,13 @@ def test_serve_counts_every_read_and_prometheus_agrees(mounted_erofs):  # noqa: 
         mean = prom.query('sum by (device) (rate(fstrace_block_request_bytes_sum{device="%s"}[%ds])) / sum by (device) '
                           '(rate(fstrace_block_request_bytes_count{device="%s"}[%ds]))' % (loop, w, loop, w))
         assert abs(mean - (ds1[1] - ds0[1]) / (ds1[0] - ds0[0])) < 1e-6 * mean, mean
+        # the README's own three queries, as written there (over this window): the same answers
+        readme = readme_promql()
+        assert len(readme) == 3, readme
+        got = [prom.query_all(q.replace("[5m]", "[%ds]" % w)) for q in readme]
+        assert abs(got[0][frozenset({("fs", "erofs")})] - p99) < 1e-9 * p99, got[0]
+        assert abs(got[1][frozenset({("mount", mnt)})] - share) < 1e-9, got[1]
+        assert abs(got[2][frozenset({("device", loop)})] - mean) < 1e-9 * mean, got[2]
         assert t1 - t0 < w
     finally:
         if prom:
