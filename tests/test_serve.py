@@ -386,15 +386,21 @@ def test_serve_survives_bad_clients_and_stops_clean(mounted_erofs):  # noqa: F81
     assert private and not os.path.exists(os.path.dirname(private[0]))
 
 
-def test_a_mount_that_goes_away_and_comes_back_elsewhere(tmp_path):
-    """Unmounted: reported, its counters stay, serving goes on.  Mounted again there from another loop device:
-    serve follows it (filters resolved again) and counts its reads under the new device."""
+def small_erofs(tmp_path):
+    """(an erofs image holding f, 8 KiB; an empty mount point) in tmp_path."""
     src = tmp_path / "src"
     src.mkdir()
     (src / "f").write_bytes(b"x" * 8192)
     img, mnt = str(tmp_path / "img.erofs"), str(tmp_path / "mnt")
     os.mkdir(mnt)
     subprocess.run(["mkfs.erofs", img, str(src)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return img, mnt
+
+
+def test_a_mount_that_goes_away_and_comes_back_elsewhere(tmp_path):
+    """Unmounted: reported, its counters stay, serving goes on.  Mounted again there from another loop device:
+    serve follows it (filters resolved again) and counts its reads under the new device."""
+    img, mnt = small_erofs(tmp_path)
     loops, mounted = [], False
 
     def mount():
@@ -721,12 +727,7 @@ def test_block_requests_unseen_and_beyond_diskstats_never_negative(mounted_erofs
 def test_a_mount_that_goes_away_and_comes_back_on_the_same_device(tmp_path):
     """Unmounted, then mounted again at the same path from the same loop device: the same collector counts on
     (the filters still match), the counters go on from where they were, under the same series."""
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "f").write_bytes(b"x" * 8192)
-    img, mnt = str(tmp_path / "img.erofs"), str(tmp_path / "mnt")
-    os.mkdir(mnt)
-    subprocess.run(["mkfs.erofs", img, str(src)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    img, mnt = small_erofs(tmp_path)
     loop = subprocess.run(["losetup", "-f", "--show", "-r", img], check=True, stdout=subprocess.PIPE,
                           text=True).stdout.strip()
     rdev = os.stat(loop).st_rdev
