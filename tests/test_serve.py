@@ -839,3 +839,11 @@ def test_counters_never_shrink_and_memory_stays_flat_over_1000_scrapes(mounted_e
     counted = value(last[False], "fstrace_requests_total", kind="read", mount=mnt)
     assert counted > 0 and value(last[False], "fstrace_block_requests_total") > 0
     assert rss1[0] - rss0[0] < 1 << 20 and rss1[1] - rss0[1] < 256 << 10, (rss0, rss1)
+
+
+def test_openmetrics_needs_the_exposition(tmp_path):
+    p = subprocess.run([COLLECTOR, "-o", str(tmp_path / "x.fst"), "--openmetrics", str(tmp_path / "x.om")],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.returncode == 2 and p.stderr.strip() == \
+        "fstrace-collect: --openmetrics needs --exposition (it is the same figures in another format)"
+    assert os.listdir(tmp_path) == []
