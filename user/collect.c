@@ -133,24 +133,24 @@ static void install_signals(void)
 
 /* the exposition's view of the maps, for expose_write */
 struct exposer {
-	struct expose_maps maps;
+	struct expose_input in;
 	struct expose_probes probes[8];
 	__u32 sdevs[MAX_DEVS], devs[MAX_DEVS];
-	double start_s;
 	bool failing;
 };
 
-static void exposer_init(struct exposer *x, struct tracer *t, __u64 t_start_real)
+static void exposer_init(struct exposer *x, struct tracer *t, __u64 t_start_real, const struct diskstat *ds_start)
 {
-	x->maps = (struct expose_maps){
+	x->in.maps = (struct expose_maps){
 		.req_agg = t->tsk ? bpf_map__fd(t->tsk->maps.req_agg) : -1, .dev_io = bpf_map__fd(t->blk->maps.dev_io),
 		.drops = bpf_map__fd(t->blk->maps.drops), .io_sums = bpf_map__fd(t->blk->maps.io_sums),
 		.comm_agg = t->tsk && opt.per_comm ? bpf_map__fd(t->tsk->maps.comm_agg) : -1,
+		.losses = bpf_map__fd(t->blk->maps.losses),
 	};
-	if (x->maps.comm_agg >= 0) {	/* the key every name beyond the map's room is counted under (tasks.bpf.c) */
+	if (x->in.maps.comm_agg >= 0) {	/* the key every name beyond the map's room is counted under (tasks.bpf.c) */
 		struct fst_comm_agg_key other = {};
 		struct fst_comm_agg *zero = calloc(libbpf_num_possible_cpus(), sizeof(*zero));
-		if (!zero || bpf_map_update_elem(x->maps.comm_agg, &other, zero, BPF_NOEXIST))
+		if (!zero || bpf_map_update_elem(x->in.maps.comm_agg, &other, zero, BPF_NOEXIST))
 			die("creating the other names' key of comm_agg: %s", strerror(errno));
 		free(zero);
 	}
@@ -162,13 +162,19 @@ static void exposer_init(struct exposer *x, struct tracer *t, __u64 t_start_real
 		x->sdevs[i] = sdev_kdev(i);
 	for (int i = 0; i < opt.nr_devs; i++)
 		x->devs[i] = dev_arg_kdev(&opt.devs[i]);
-	x->start_s = t_start_real / 1e9;
+	x->in.groups = x->probes;
+	x->in.ngroups = nr_probe_groups;
+	x->in.sdevs = x->sdevs;
+	x->in.nr_sdevs = opt.nr_sdevs;
+	x->in.devs = x->devs;
+	x->in.nr_devs = opt.nr_devs;
+	x->in.ds_start = ds_start;
+	x->in.start_time_s = t_start_real / 1e9;
 }
 
 static int expose(struct exposer *x)
 {
-	return expose_write(opt.exposition, &x->maps, x->probes, nr_probe_groups, x->sdevs, opt.nr_sdevs, x->devs,
-			    opt.nr_devs, x->start_s);
+	return expose_write(opt.exposition, opt.openmetrics, &x->in);
 }
 
 /* every interval, or at once on SIGHUP; a full disk must not end an always-on exporter: said once, and once
@@ -314,7 +320,7 @@ int main(int argc, char **argv)
 	ri.ds_end = ds_end;
 
 	static struct exposer x;
-	exposer_init(&x, &t, ri.t_start_real);
+	exposer_init(&x, &t, ri.t_start_real, ds_start);
 	/* the first exposition exists before "ready": a reader started then finds a complete one */
 	if (opt.exposition && (err = expose(&x)))
 		die("writing --exposition %s: %s", opt.exposition, strerror(-err));

@@ -53,6 +53,7 @@ struct options {
 	bool no_io_records;
 	bool per_comm;
 	const char *exposition;
+	const char *openmetrics;
 	double exposition_interval;
 	char **cmd;
 };

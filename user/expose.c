@@ -18,6 +18,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include "expose.h"
+#include "procfs.h"
 #include "results.h"
 
 unsigned long long expose_unaggregated_requests;
@@ -487,8 +488,73 @@ struct hist_row {
 #define MAX_HIST_KEYS (MAX_EXPOSED_DEVS * DEV_IO_METRICS * FST_IO_SUBS)
 #define MAX_EXPOSED_DEVS FST_MAX_TRACED_DEVS
 
-static void block(struct jbuf *b, const struct expose_maps *m, const __u32 *devs, int nr_devs)
+/*
+ * Block requests the kernel completed that fstrace did not see, per (device, op), from /proc/diskstats since
+ * tracing began (the run report's comparison, analysis/summary.py device_stats).  diskstats is read first and
+ * the traced count after it: a request's block_rq_complete runs before the completion is accounted in
+ * diskstats, so every request diskstats has counted by then and fstrace saw is in that count, and the
+ * difference is a lower bound of the unseen requests; the traced count taken before diskstats bounds the
+ * traced-but-not-counted ones (completed between attach and the first snapshot) the same way.  Both are
+ * kept as high-water marks, so a counter never shrinks, and neither goes negative.
+ */
+static const int diskstat_field[FST_IO_SUBS] = { [FST_IO_READ] = DISKSTAT_READS, [FST_IO_WRITE] = DISKSTAT_WRITES,
+						 [FST_IO_OTHER] = -1 };
+
+static unsigned long long requests_of(const struct fst_dev_io *io, __u32 sub)
 {
+	unsigned long long c = 0;
+	for (int s = 0; s < FST_HIST_SLOTS; s++)
+		c += io->bytes[sub][s];
+	return c;
+}
+
+static void block_unseen(struct jbuf *b, const struct expose_input *in, const struct fst_dev_io *seen_before)
+{
+	static unsigned long long unseen[FST_MAX_TRACED_DEVS][FST_IO_SUBS], excess[FST_MAX_TRACED_DEVS][FST_IO_SUBS];
+	struct jbuf ex = {};
+	family(b, "fstrace_block_requests_unseen_total", "counter",
+	       "Block requests /proc/diskstats counted as completed since tracing began that fstrace did not see "
+	       "(a lower bound; read and write).");
+	for (int d = 0; d < in->nr_devs && d < FST_MAX_TRACED_DEVS && in->ds_start; d++) {
+		if (!in->ds_start[d].found)
+			continue;
+		struct diskstat now;
+		struct dev_arg dev = { .major = FST_KDEV_MAJOR(in->devs[d]), .minor = FST_KDEV_MINOR(in->devs[d]) };
+		read_diskstat(&dev, &now);
+		struct fst_dev_io after;
+		__u32 slot = d;
+		if (!now.found || bpf_map_lookup_elem(in->maps.dev_io, &slot, &after))
+			continue;
+		for (__u32 sub = 0; sub < FST_IO_SUBS; sub++) {
+			int f = diskstat_field[sub];
+			if (f < 0)
+				continue;
+			unsigned long long counted = now.v[f] - in->ds_start[d].v[f];
+			unsigned long long seen = requests_of(&after, sub), seen0 = requests_of(&seen_before[d], sub);
+			if (now.v[f] >= in->ds_start[d].v[f]) {
+				if (counted > seen && counted - seen > unseen[d][sub])
+					unseen[d][sub] = counted - seen;
+				if (seen0 > counted && seen0 - counted > excess[d][sub])
+					excess[d][sub] = seen0 - counted;
+			}
+			jb_add(b, "fstrace_block_requests_unseen_total{device=\"%u:%u\",op=\"%s\"} %llu\n",
+			       FST_KDEV_MAJOR(in->devs[d]), FST_KDEV_MINOR(in->devs[d]), op_name(sub), unseen[d][sub]);
+			jb_add(&ex, "fstrace_block_requests_beyond_diskstats_total{device=\"%u:%u\",op=\"%s\"} %llu\n",
+			       FST_KDEV_MAJOR(in->devs[d]), FST_KDEV_MINOR(in->devs[d]), op_name(sub), excess[d][sub]);
+		}
+	}
+	family(b, "fstrace_block_requests_beyond_diskstats_total", "counter",
+	       "Block requests fstrace saw beyond what /proc/diskstats counted since tracing began (completed before "
+	       "its first snapshot, or on a device diskstats does not count them on).");
+	jb_add(b, "%s", ex.s ? ex.s : "");
+	free(ex.s);
+}
+
+static void block(struct jbuf *b, const struct expose_input *in)
+{
+	const struct expose_maps *m = &in->maps;
+	const __u32 *devs = in->devs;
+	int nr_devs = in->nr_devs;
 	static struct hist_row rows[MAX_HIST_KEYS];
 	static struct fst_dev_io io[MAX_EXPOSED_DEVS];
 	int n = 0;
@@ -578,6 +644,7 @@ static void block(struct jbuf *b, const struct expose_maps *m, const __u32 *devs
 	free(al.s);
 	free(au.s);
 	free(ac.s);
+	block_unseen(b, in, io);
 }
 
 static void drops_and_probes(struct jbuf *b, const struct expose_maps *m, const struct expose_probes *groups,
@@ -589,6 +656,13 @@ static void drops_and_probes(struct jbuf *b, const struct expose_maps *m, const 
 	jb_add(b, "fstrace_dropped_records_total{type=\"%s\"} %llu\n", n, (unsigned long long)sum_drops(m->drops, c));
 	FST_REC_TYPES(DROP_LINE)
 #undef DROP_LINE
+	family(b, "fstrace_losses_total", "counter",
+	       "Work the kernel side left untraced because an in-flight table was full, by what was full (the "
+	       "results header's losses).");
+#define LOSS_LINE(c, v, n) \
+	jb_add(b, "fstrace_losses_total{what=\"%s\"} %llu\n", n, (unsigned long long)sum_drops(m->losses, c));
+	FST_LOSSES(LOSS_LINE)
+#undef LOSS_LINE
 	family(b, "fstrace_unaggregated_requests_total", "counter",
 	       "Requests that reached user space as records because the in-kernel aggregate was full: not counted above.");
 	jb_add(b, "fstrace_unaggregated_requests_total %llu\n", expose_unaggregated_requests);
@@ -622,24 +696,9 @@ static void drops_and_probes(struct jbuf *b, const struct expose_maps *m, const 
 		}
 }
 
-int expose_write(const char *path, const struct expose_maps *m, const struct expose_probes *groups, int ngroups,
-		 const __u32 *sdevs, int nr_sdevs, const __u32 *devs, int nr_devs, double start_time_s)
+/* path, atomically (a temporary file in its directory, then rename); 0 or a negative errno */
+static int write_atomic(const char *path, const char *data, size_t len)
 {
-	static struct jbuf b;	/* reused: its size settles at the exposition's, so memory stays flat */
-	b.len = 0;
-	requests(&b, m->req_agg, sdevs, nr_sdevs);
-	per_comm(&b, m->comm_agg);
-	filesystems(&b);
-	decompressions(&b);
-	block(&b, m, devs, nr_devs);
-	drops_and_probes(&b, m, groups, ngroups);
-	struct timespec now;
-	clock_gettime(CLOCK_REALTIME, &now);
-	family(&b, "fstrace_start_time_seconds", "gauge", "When the collector started (its counters start at 0 then).");
-	jb_add(&b, "fstrace_start_time_seconds %.3f\n", start_time_s);
-	family(&b, "fstrace_last_update_time_seconds", "gauge", "When this exposition was written.");
-	jb_add(&b, "fstrace_last_update_time_seconds %.3f\n", now.tv_sec + now.tv_nsec / 1e9);
-
 	char *tmp;
 	if (asprintf(&tmp, "%s.tmp", path) < 0)
 		return -ENOMEM;
@@ -649,8 +708,8 @@ int expose_write(const char *path, const struct expose_maps *m, const struct exp
 		err = -errno;
 	} else {
 		size_t off = 0;
-		while (off < b.len) {
-			ssize_t w = write(fd, b.s + off, b.len - off);
+		while (off < len) {
+			ssize_t w = write(fd, data + off, len - off);
 			if (w < 0) {
 				if (errno == EINTR)
 					continue;
@@ -667,5 +726,134 @@ int expose_write(const char *path, const struct expose_maps *m, const struct exp
 			unlink(tmp);
 	}
 	free(tmp);
+	return err;
+}
+
+/*
+ * A number as OpenMetrics wants it in an le label (its "canonical numbers", what Go's client and Python's
+ * prometheus_client print): the shortest digits that read back as v, an exponent below 1e-4 and from 1e6 on,
+ * and ".0" on an integer.
+ */
+static void om_number(char *out, size_t size, double v)
+{
+	char e[40];
+	int prec = 1;
+	for (; prec < 17; prec++) {
+		snprintf(e, sizeof(e), "%.*e", prec - 1, v);
+		if (strtod(e, NULL) == v)
+			break;
+	}
+	snprintf(e, sizeof(e), "%.*e", prec - 1, v);
+	int exp = atoi(strchr(e, 'e') + 1);
+	if (exp < -4 || exp >= 6) {
+		snprintf(out, size, "%s", e);
+		return;
+	}
+	int decimals = prec - 1 - exp > 0 ? prec - 1 - exp : 0;
+	snprintf(out, size, decimals ? "%.*f" : "%.*f.0", decimals, v);
+}
+
+/*
+ * The OpenMetrics 1.0 text of a classic exposition written above (so both say the same numbers): a family is
+ * named without its counter's _total or its info's _info, with # UNIT when its name ends in a base unit,
+ * every counter and histogram series has a _created sample (the collector's start: counters start at 0
+ * then), le labels are canonical numbers, help escapes double quotes too, and # EOF ends it.
+ */
+static void openmetrics_of(struct jbuf *om, const char *text, size_t len, double created)
+{
+	const char *end = text + len, *help = NULL;
+	size_t help_len = 0;
+	char fam[128] = "", type[16] = "";
+	om->len = 0;
+	for (const char *line = text, *nl; line < end; line = nl + 1) {
+		nl = memchr(line, '\n', end - line);
+		if (!nl)
+			nl = end;
+		int n = (int)(nl - line);
+		char name[128];
+		if (n > 7 && !strncmp(line, "# HELP ", 7)) {
+			help = line;
+			help_len = n;
+			continue;
+		}
+		if (n > 7 && !strncmp(line, "# TYPE ", 7)) {
+			if (sscanf(line + 7, "%127s %15s", name, type) != 2)
+				abort();	/* family() wrote it */
+			size_t nlen = strlen(name);
+			const char *omtype = type;
+			if (!strcmp(type, "counter") && nlen > 6 && !strcmp(name + nlen - 6, "_total"))
+				name[nlen - 6] = 0;
+			else if (!strcmp(type, "gauge") && nlen > 5 && !strcmp(name + nlen - 5, "_info"))
+				name[nlen - 5] = 0, omtype = "info";
+			snprintf(fam, sizeof(fam), "%s", name);
+			nlen = strlen(fam);
+			jb_add(om, "# TYPE %s %s\n", fam, omtype);
+			if (nlen > 8 && !strcmp(fam + nlen - 8, "_seconds"))
+				jb_add(om, "# UNIT %s seconds\n", fam);
+			else if (nlen > 6 && !strcmp(fam + nlen - 6, "_bytes"))
+				jb_add(om, "# UNIT %s bytes\n", fam);
+			if (help) {	/* "# HELP <classic name> <text>" */
+				const char *t = memchr(help + 7, ' ', help_len - 7);
+				jb_add(om, "# HELP %s ", fam);
+				for (t = t ? t + 1 : help + help_len; t < help + help_len; t++)
+					jb_add(om, *t == '"' ? "\\\"" : "%c", *t);
+				jb_add(om, "\n");
+			}
+			help = NULL;
+			continue;
+		}
+		/* a sample: name[{labels}] value -- the value after the last space (a label value may hold spaces) */
+		const char *sp = line + n;
+		while (sp > line && sp[-1] != ' ')
+			sp--;
+		size_t name_len = strcspn(line, "{ ");
+		const char *labels_end = sp - 1;	/* the space before the value */
+		bool counter = !strcmp(type, "counter"), histogram = !strcmp(type, "histogram");
+		size_t flen = strlen(fam);
+		const char *suffix = line + (name_len >= flen ? flen : name_len);
+		const char *le = NULL;
+		if (histogram && !strncmp(suffix, "_bucket{", 8)) {
+			for (const char *p = labels_end - 2; p > line + name_len; p--)	/* le is the last label */
+				if (!strncmp(p, "le=\"", 4)) {
+					le = p;
+					break;
+				}
+		}
+		if (le && strncmp(le + 4, "+Inf", 4)) {
+			char num[40];
+			om_number(num, sizeof(num), strtod(le + 4, NULL));
+			jb_add(om, "%.*s%s\"} %.*s\n", (int)(le + 4 - line), line, num, (int)(line + n - sp), sp);
+		} else {
+			jb_add(om, "%.*s\n", n, line);
+		}
+		if ((counter && !strncmp(suffix, "_total", 6)) || (histogram && !strncmp(suffix, "_count", 6)))
+			jb_add(om, "%s_created%.*s %.3f\n", fam, (int)(labels_end - (line + name_len)), line + name_len,
+			       created);
+	}
+	jb_add(om, "# EOF\n");
+}
+
+int expose_write(const char *path, const char *om_path, const struct expose_input *in)
+{
+	static struct jbuf b, om;	/* reused: their sizes settle at the exposition's, so memory stays flat */
+	b.len = 0;
+	requests(&b, in->maps.req_agg, in->sdevs, in->nr_sdevs);
+	per_comm(&b, in->maps.comm_agg);
+	filesystems(&b);
+	decompressions(&b);
+	block(&b, in);
+	drops_and_probes(&b, &in->maps, in->groups, in->ngroups);
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	family(&b, "fstrace_start_time_seconds", "gauge", "When the collector started (its counters start at 0 then).");
+	jb_add(&b, "fstrace_start_time_seconds %.3f\n", in->start_time_s);
+	family(&b, "fstrace_last_update_time_seconds", "gauge", "When this exposition was written.");
+	jb_add(&b, "fstrace_last_update_time_seconds %.3f\n", now.tv_sec + now.tv_nsec / 1e9);
+
+	int err = write_atomic(path, b.s, b.len);
+	if (!err && om_path) {
+		openmetrics_of(&om, b.s, b.len, in->start_time_s);
+		err = write_atomic(om_path, om.s, om.len);
+	}
 	return err;
 }

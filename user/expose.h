@@ -3,9 +3,10 @@
 #define FSTRACE_EXPOSE_H
 
 /*
- * The in-kernel aggregates as a Prometheus text exposition (format 0.0.4), rewritten atomically (a temporary
- * file in the same directory, then rename) so a reader -- fstrace serve, node_exporter's textfile collector,
- * a shell on a box without Python -- only ever sees a complete one.  Counters are cumulative from the
+ * The in-kernel aggregates as a Prometheus text exposition (format 0.0.4) and, for scrapers that ask for it,
+ * as OpenMetrics 1.0 text, each rewritten atomically (a temporary file in the same directory, then rename) so
+ * a reader -- fstrace serve, node_exporter's textfile collector, a shell on a box without Python -- only ever
+ * sees a complete one.  Counters are cumulative from the
  * collector's start and never reset; times in seconds, sizes in bytes.
  */
 #include <stdbool.h>
@@ -13,10 +14,13 @@
 #include "records.h"
 #include "tiers.h"
 
+struct diskstat;
+
 struct expose_maps {
 	int req_agg;	/* tasks.bpf.c req_agg (per CPU), -1 without request tracing (--block-only) */
 	int dev_io, drops, io_sums;	/* dev_io: block.bpf.c, indexed by the devices' order in devs */
 	int comm_agg;	/* tasks.bpf.c comm_agg (per CPU), -1 without --per-comm */
+	int losses;	/* block.bpf.c losses (per CPU, records.h FST_LOSSES) */
 };
 
 struct expose_probes {
@@ -34,8 +38,22 @@ void expose_note_record(const void *data, size_t size);
 
 /* Write path now; 0, or a negative errno (path is then left as it was).  sdevs: the filesystems filtered on,
  * devs: the traced block devices (kernel dev_t), whose series are written from the start, at 0. */
-int expose_write(const char *path, const struct expose_maps *m, const struct expose_probes *groups, int ngroups,
-		 const __u32 *sdevs, int nr_sdevs, const __u32 *devs, int nr_devs, double start_time_s);
+/* what an exposition is made of */
+struct expose_input {
+	struct expose_maps maps;
+	const struct expose_probes *groups;
+	int ngroups;
+	const __u32 *sdevs;	/* the filesystems filtered on (kernel dev_t): their series are there from the start */
+	int nr_sdevs;
+	const __u32 *devs;	/* the traced block devices (kernel dev_t), whose series are there from the start */
+	int nr_devs;
+	const struct diskstat *ds_start;	/* each device's /proc/diskstats when tracing began (NULL: none) */
+	double start_time_s;	/* the collector's start (realtime): counters start at 0 then */
+};
+
+/* Write path now, in the classic text format, and om_path (unless NULL) in OpenMetrics 1.0 text; 0, or a
+ * negative errno (a file not written is left as it was). */
+int expose_write(const char *path, const char *om_path, const struct expose_input *in);
 
 /* helpers the collector shares with its results header */
 #define DEV_IO_METRICS 3

@@ -64,6 +64,8 @@ static void usage(FILE *f)
 		"      --exposition FILE   rewrite FILE (atomically) with the in-kernel aggregates in Prometheus\n"
 		"                          text format; SIGHUP rewrites it at once.  -o is then optional\n"
 		"      --exposition-interval SEC  how often (default 5)\n"
+		"      --openmetrics FILE  with --exposition: also rewrite FILE with the same figures in OpenMetrics\n"
+		"                          1.0 text (what Prometheus asks for; fstrace serve serves it to them)\n"
 		"      --io-stacks MODE    with --sample-hz: the kernel stack each bio was queued from; sampled\n"
 		"                          (default: at most one per 10 ms per CPU) or all\n"
 		"      --offcpu-sample-us US  with --sample-hz, where sched_switch is tp_btf: off-CPU intervals this\n"
@@ -165,7 +167,7 @@ void parse_args(int argc, char **argv)
 		{ "io-stacks", required_argument, 0, 'I' },  { "offcpu-sample-us", required_argument, 0, 'O' },
 		{ "no-io-records", no_argument, 0, 'N' },  { "exposition", required_argument, 0, 'E' },
 		{ "exposition-interval", required_argument, 0, 'e' }, { "per-comm", no_argument, 0, 'C' },
-		{ "empty-programs", no_argument, 0, 'Z' },
+		{ "empty-programs", no_argument, 0, 'Z' }, { "openmetrics", required_argument, 0, 'M' },
 		{ 0 },
 	};
 	int c;
@@ -212,6 +214,11 @@ void parse_args(int argc, char **argv)
 			if (!*optarg)
 				die("--exposition wants a file name");
 			opt.exposition = optarg;
+			break;
+		case 'M':
+			if (!*optarg)
+				die("--openmetrics wants a file name");
+			opt.openmetrics = optarg;
 			break;
 		case 'O': opt.offcpu_sample_us = parse_long("--offcpu-sample-us", optarg, 0, 4000000); break;
 		case 'e': opt.exposition_interval = parse_seconds("--exposition-interval", optarg); break;
@@ -260,6 +267,8 @@ void parse_args(int argc, char **argv)
 			die("unknown option %s (see --help)", argv[optind - 1]);
 		}
 	}
+	if (opt.openmetrics && !opt.exposition)
+		die("--openmetrics needs --exposition (it is the same figures in another format)");
 	if (opt.per_comm && !opt.records_none)
 		die("--per-comm needs --records none (it counts every request; recorded ones have their comm)");
 	if (!opt.out && !opt.exposition)

@@ -14,6 +14,9 @@ struct diskstat {
 	bool found;
 	unsigned long long v[17];
 };
+/* fields of v (Documentation/admin-guide/iostats.rst, from its 4th column) */
+#define DISKSTAT_READS 0	/* reads completed */
+#define DISKSTAT_WRITES 4	/* writes completed */
 void read_diskstat(const struct dev_arg *d, struct diskstat *s);
 /* requests the device has in flight now (sysfs inflight) */
 unsigned long long dev_inflight(const struct dev_arg *d);

@@ -1,5 +1,7 @@
 """fstrace serve: the collector keeps only in-kernel aggregates (no record stream) and rewrites a Prometheus text
-exposition of them every interval (user/expose.c); this serves that file's last complete version on /metrics.
+exposition of them every interval, with the same figures in OpenMetrics text beside it (user/expose.c); this serves
+the last complete version of one of them on /metrics: OpenMetrics to a scraper whose Accept header asks for it
+(Prometheus does), the classic text format to any other.
 
 The collector runs in its own session, so a terminal's Ctrl-C or hangup reaches only this process, which then
 stops it in order (SIGTERM: it detaches its programs and exits 0) or asks it to rewrite its file (SIGHUP).
@@ -20,6 +22,7 @@ from user.system import FstraceError, mounts
 COLLECTOR_OPTIONS = ["--records", "none", "--no-io-records", "--sample-hz", "0"]
 DEFAULT_LISTEN = "127.0.0.1:9464"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+OPENMETRICS_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 # a scraper holds a thread while it is connected: bounded in number and in time, so slow or stuck clients can
 # neither exhaust the process nor keep one forever; over the bound a connection is closed at once
 MAX_CONNECTIONS = 256
@@ -39,6 +42,29 @@ def add_arguments(p):
                         "together under comm=\"\" (one more map update per request)")
     p.add_argument("--update-interval", type=float, default=1.0, metavar="SEC",
                    help="how often the collector rewrites the exposition (default %(default)s)")
+
+
+def wants_openmetrics(accept):
+    """Whether an Accept header prefers OpenMetrics text to the classic format: it names
+    application/openmetrics-text (any version: 1.0.0 is what is served) with a q at least that of text/plain
+    (or text/*, */*).  Without the header, or with only */*, the classic format, as before."""
+    q_om = q_text = 0.0
+    for rng in (accept or "").split(","):
+        parts = [x.strip() for x in rng.split(";")]
+        mtype = parts[0].lower()
+        q = 1.0
+        for param in parts[1:]:
+            k, _, v = param.partition("=")
+            if k.strip().lower() == "q":
+                try:
+                    q = float(v)
+                except ValueError:
+                    q = 0.0
+        if mtype == "application/openmetrics-text":
+            q_om = max(q_om, q)
+        elif mtype in ("text/plain", "text/*", "*/*"):
+            q_text = max(q_text, q)
+    return q_om > 0 and q_om >= q_text
 
 
 def parse_listen(s):
@@ -65,14 +91,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.path.split("?", 1)[0] != "/metrics":
             self.send_error(404, "only /metrics is served")
             return
+        om = wants_openmetrics(self.headers.get("Accept"))
         try:
-            with open(self.server.exposition, "rb") as f:
+            with open(self.server.openmetrics if om else self.server.exposition, "rb") as f:
                 data = f.read()
         except OSError as e:
             self.send_error(503, "exposition not readable: %s" % e.strerror)
             return
         self.send_response(200)
-        self.send_header("Content-Type", CONTENT_TYPE)
+        self.send_header("Content-Type", OPENMETRICS_TYPE if om else CONTENT_TYPE)
+        self.send_header("Vary", "Accept")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         if body:
@@ -86,8 +114,8 @@ class Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128
 
-    def __init__(self, addr, exposition):
-        self.exposition = exposition
+    def __init__(self, addr, exposition, openmetrics):
+        self.exposition, self.openmetrics = exposition, openmetrics
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         if ":" in addr[0]:
             self.address_family = socket.AF_INET6
@@ -147,11 +175,11 @@ def wait_ready(proc, fd, stop):
     return False
 
 
-def start_collector(collector_argv, path, args, stop):
-    """The collector, aggregate-only, rewriting path; None if told to stop while it started."""
+def start_collector(collector_argv, path, om_path, args, stop):
+    """The collector, aggregate-only, rewriting path and om_path; None if told to stop while it started."""
     r, w = os.pipe()
     argv = collector_argv + COLLECTOR_OPTIONS + (["--per-comm"] if args.per_comm else []) + [
-        "--exposition", path, "--exposition-interval", str(args.update_interval), "--ready-fd", str(w)]
+        "--exposition", path, "--openmetrics", om_path, "--exposition-interval", str(args.update_interval), "--ready-fd", str(w)]
     proc = subprocess.Popen(argv, pass_fds=(w,), start_new_session=True, stdin=subprocess.DEVNULL)
     os.close(w)
     try:
@@ -172,13 +200,14 @@ def serve(listen, resolve, args, progress):
     if not 0 < args.update_interval <= 3600:
         raise FstraceError("--update-interval wants seconds above 0 and at most 3600, got %s" % args.update_interval)
     chosen, collector_argv = resolve()
-    private = None
     if args.textfile:
         path = os.path.abspath(args.textfile)
         if not os.path.isdir(os.path.dirname(path)):
             raise FstraceError("--textfile %s: no such directory %s" % (args.textfile, os.path.dirname(path)))
-    else:
-        private = tempfile.mkdtemp(prefix="fstrace-serve-")
+    # the OpenMetrics version is ours alone: kept out of a textfile directory, whose readers want one format
+    private = tempfile.mkdtemp(prefix="fstrace-serve-")
+    om_path = os.path.join(private, "metrics.om")
+    if not args.textfile:
         path = os.path.join(private, "metrics.prom")
     stop, hup = threading.Event(), threading.Event()
     old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
@@ -190,10 +219,10 @@ def serve(listen, resolve, args, progress):
     rc = 1
     try:
         try:  # bound before anything is loaded: a port in use is one line and no BPF
-            server = Server(listen, path)
+            server = Server(listen, path, om_path)
         except OSError as e:
             raise FstraceError("--listen %s: %s" % (args.listen, e.strerror or e))
-        proc = start_collector(collector_argv, path, args, stop)
+        proc = start_collector(collector_argv, path, om_path, args, stop)
         if not proc:
             return 0
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5}, daemon=True).start()
@@ -223,7 +252,7 @@ def serve(listen, resolve, args, progress):
                 # the old collector's file stays served until the new one has written its first
                 if not stop_collector(proc, progress):
                     return 1
-                proc = start_collector(collector_argv, path, args, stop)
+                proc = start_collector(collector_argv, path, om_path, args, stop)
                 if not proc:
                     return 0
                 state = {}
@@ -235,8 +264,7 @@ def serve(listen, resolve, args, progress):
             server.server_close()
         if proc and not stop_collector(proc, progress):
             rc = 1
-        if private:
-            shutil.rmtree(private, ignore_errors=True)
+        shutil.rmtree(private, ignore_errors=True)
         for s, h in old.items():
             signal.signal(s, h)
     return rc
