@@ -339,6 +339,8 @@ int main(int argc, char **argv)
 	for (int i = 0; i < opt.nr_devs; i++)
 		read_diskstat(&opt.devs[i], &ds_end[i]);
 	ri.t_end = now_ns(CLOCK_MONOTONIC);
+	if (opt.out && opt.sample_hz > 0)
+		tracer_read_ksyms(&t);
 	tracer_detach();
 	while (ring_buffer__consume(rb) > 0)
 		;

@@ -282,13 +282,6 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 	jset(o, "requests", ju64(ri->expired.requests));
 	jset(o, "after_ns", ju64(FST_STALE_NS));
 	jset(o, "run_failures", ju64(ri->expired.run_failures));
-	if (opt.sample_hz > 0) {
-		load_ksyms();
-		struct bpf_object *objs[] = { blk->obj, t->tsk ? t->tsk->obj : NULL, t->ero ? t->ero->obj : NULL,
-					      t->sqf ? t->sqf->obj : NULL, t->btr ? t->btr->obj : NULL,
-					      t->smp ? t->smp->obj : NULL };
-		add_bpf_ksyms(objs, N(objs));
-	}
 	jset(h, "sampling", json_sampling(t->smp, opt.sample_hz, t->sample_why));
 	if (blk->rodata->cfg.offcpu_stacks) {
 		jset(h, "offcpu", json_offcpu(blk));

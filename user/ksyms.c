@@ -87,8 +87,17 @@ void add_bpf_ksyms(struct bpf_object **objs, int nobjs)
 	char line[512], name[256], type;
 	unsigned long long addr;
 	while (fgets(line, sizeof(line), f)) {
-		if (!strstr(line, "[bpf]") || sscanf(line, "%llx %c %255s", &addr, &type, name) != 3 || !addr ||
-		    strncmp(name, "bpf_prog_", 9) || strlen(name) < 9 + 16 + 1)
+		if (!strstr(line, "[bpf]") || sscanf(line, "%llx %c %255s", &addr, &type, name) != 3 || !addr)
+			continue;
+		/*
+		 * An fentry/fexit trampoline sits in the stack between the traced function and its body; without
+		 * its own symbol its address took the name of whatever preceded it (a module function on 6.1, one
+		 * of our programs on 6.12, which hid every sampled decompression under a traced function as tracer
+		 * time). It is the kernel's, not a program of ours, and one name keeps the flamegraphs' stacks merged.
+		 */
+		if (!strncmp(name, "bpf_trampoline_", 15))
+			strcpy(name, "[bpf trampoline]");
+		else if (strncmp(name, "bpf_prog_", 9) || strlen(name) < 9 + 16 + 1)
 			continue;
 		char *sym = strdup(name);
 		for (int t = 0; t < ntags; t++) {

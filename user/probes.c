@@ -476,3 +476,17 @@ void tracer_destroy(struct tracer *t, struct ring_buffer *rb)
 	btrfs_bpf__destroy(t->btr);
 	block_bpf__destroy(t->blk);
 }
+
+/*
+ * The stacks' kernel and BPF symbols, read while every probe is still attached: a detached fentry's trampoline
+ * leaves kallsyms after an RCU-tasks grace period, so read after detaching it was sometimes gone (seen on
+ * 6.12) and its frames took the name of the program before it.
+ */
+void tracer_read_ksyms(struct tracer *t)
+{
+	load_ksyms();
+	struct bpf_object *objs[] = { t->blk->obj, t->tsk ? t->tsk->obj : NULL, t->ero ? t->ero->obj : NULL,
+				      t->sqf ? t->sqf->obj : NULL, t->btr ? t->btr->obj : NULL,
+				      t->smp ? t->smp->obj : NULL };
+	add_bpf_ksyms(objs, N(objs));
+}

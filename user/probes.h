@@ -41,6 +41,8 @@ void tracer_load(struct tracer *t);
 void tracer_set_filters(struct tracer *t, pid_t child);
 /* attach every loaded probe and the sampling events; 0, or the error that leaves nothing traced */
 int tracer_attach(struct tracer *t);
+/* the kernel's and the programs' symbols for the stacks, read before detaching (trampolines leave kallsyms) */
+void tracer_read_ksyms(struct tracer *t);
 /* at the end of tracing: each probe's statistics read, every link and perf event detached */
 void tracer_detach(void);
 /* every object destroyed (programs, maps), and the ring buffer freed */
