@@ -72,9 +72,9 @@ test:
 bench-overhead: all
 	./scripts/setup.sh
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bpftrace libbpf-tools >/dev/null
-	/usr/bin/python3 scripts/bench_overhead.py $(BENCH_ARGS)
+	build/venv/bin/python3 scripts/bench_overhead.py $(BENCH_ARGS)
 
 # The fentry/kprobe tier on a Debian 6.1 kernel under QEMU (part of the test suite too).
 vmtest: all
 	./scripts/setup.sh --test
-	/usr/bin/python3 scripts/vmtest.py
+	build/venv/bin/python3 scripts/vmtest.py

@@ -102,9 +102,12 @@ def attribution_lines(s):
         return ["  time in requests: no requests on the traced filesystems"]
     sh = shares(s)
     head = "time in requests (%.1f ms)" % (a["wall_ns"] / 1e6)
-    items = ["%s %s" % (name, pct(v)) for name, v in sh]
-    if sh:
-        items[0] = "%s %s (dominant)" % (sh[0][0], pct(sh[0][1]))
+    items = ["%s %s" % (name, pct(v)) for name, v in sh if v >= 0.0005]
+    if items:
+        items[0] += " (dominant)"
+    small = [name for name, v in sh if v < 0.0005]
+    if small:
+        items.append("under 0.1 %%: %s" % " ".join(small))
     return wrap(head, items)
 
 
@@ -116,23 +119,23 @@ def device_line(name, d):
     if d["unit_bytes"] != 4096:
         line += ", %s-unit-aligned %.1f %%" % (size(d["unit_bytes"]), d["aligned_unit_pct"])
     if d.get("q2c_us"):
-        line += "; queue-to-complete p50 %s, p99 %s" % (us(d["q2c_us"]["p50"]), us(d["q2c_us"]["p99"]))
+        line += "; q2c p50 %s p99 %s" % (us(d["q2c_us"]["p50"]), us(d["q2c_us"]["p99"]))
     return line
 
 
 def decompression_line(s):
     dec = s.get("decompression") or {}
     wall = s["attribution"]["wall_ns"]
-    share = (lambda ns: " = %s of request time" % pct(ns / wall) if wall else "")
+    share = (lambda ns: " = %s" % pct(ns / wall) if wall else "")
     kworkers = (s.get("async_work") or {}).get("erofs decompression")
-    kw = "; kworkers: %d items, %.1f ms" % (kworkers["items"], kworkers["ns"] / 1e6) if kworkers else ""
+    kw = "; in kworkers: %.1f ms (%d work items)" % (kworkers["ns"] / 1e6, kworkers["items"]) if kworkers else ""
     if dec.get("available"):
         tiers = ", ".join(sorted(set(dec["probes"].values())))
         return ("  decompression: %.1f ms in the readers' requests%s, %.1f ms elsewhere (measured: %s)%s"
                 % (dec["in_requests_ns"] / 1e6, share(dec["in_requests_ns"]), dec["elsewhere_ns"] / 1e6, tiers, kw))
     est = dec.get("estimate")
     if est and est.get("samples"):
-        return ("  decompression: %.1f ms in the readers' requests%s (estimated by sampling, 95%% interval %.1f-%.1f ms)%s"
+        return ("  decompression: %.1f ms in the readers' requests%s (sampled: 95%% %.1f-%.1f ms)%s"
                 % (est["ns"] / 1e6, share(est["ns"]), est["ci95_ns"][0] / 1e6, est["ci95_ns"][1] / 1e6, kw))
     if kw:
         return "  decompression: none sampled in the readers' requests" + kw
@@ -143,13 +146,13 @@ def tracer_line(s):
     tr = s.get("tracer") or {}
     if tr.get("timed_ns") is None:
         return None
-    line = "  tracer cost: %.1f ms timed inside requests" % (tr["timed_ns"] / 1e6)
+    line = "  tracer: %.1f ms timed in requests" % (tr["timed_ns"] / 1e6)
     if tr.get("timed_share") is not None:
-        line += " (%s of request time)" % pct(tr["timed_share"])
+        line += " = %s" % pct(tr["timed_share"])
     smp = tr.get("sampled") or {}
     if smp.get("share") is not None:
-        line += "; %s of on-CPU samples (95%% interval %.1f-%.1f %%)" % (pct(smp["share"]), 100 * smp["share_95"][0],
-                                                                100 * smp["share_95"][1])
+        line += "; %s of on-CPU samples (95%% %.1f-%.1f %%)" % (pct(smp["share"]), 100 * smp["share_95"][0],
+                                                               100 * smp["share_95"][1])
     return line
 
 
