@@ -218,7 +218,7 @@ def lines(s):
     if groups:
         out += wrap("unavailable", ["%s [%s]" % (", ".join(short_figure(f) for f in figs), why)
                                     for why, figs in groups.items()], "; ")
-    return out
+    return [part for line in out for part in (fold(line) if len(line) > WIDTH else [line])]
 
 
 def render(s):
