@@ -40,7 +40,8 @@ struct mapping {
 struct process {
 	__u32 tgid;
 	int nr;
-	char *exe;	/* basename of /proc/PID/exe: the frame where a stack's walk stopped being trustworthy */
+	char *exe;	/* basename of /proc/PID/exe (else the comm of its request): the frame where a stack's walk
+			 * stopped being trustworthy */
 	struct mapping *maps;
 };
 
@@ -79,13 +80,25 @@ static struct process *proc_slot(__u32 tgid, bool create)
 	return NULL;
 }
 
-void ustack_note_process(__u32 tgid)
+void ustack_note_process(__u32 tgid, const char *comm)
 {
 	struct process *p = proc_slot(tgid, true);
 	if (!p || p->tgid == tgid)
 		return;
 	p->tgid = tgid;	/* even if unreadable: tried once */
 	char path[64], line[4096];
+	snprintf(path, sizeof(path), "/proc/%u/exe", tgid);
+	ssize_t len = readlink(path, line, sizeof(line) - 1);
+	if (len > 0) {
+		line[len] = 0;
+		char *del = strstr(line, " (deleted)");
+		if (del)
+			*del = 0;
+		char *base = strrchr(line, '/');
+		p->exe = strdup(base ? base + 1 : line);
+	} else {	/* it has exited already (records are read in batches): the name its thread had */
+		p->exe = strndup(comm, 16);
+	}
 	snprintf(path, sizeof(path), "/proc/%u/maps", tgid);
 	FILE *f = fopen(path, "r");
 	if (!f)
