@@ -72,11 +72,11 @@ test:
 bench-overhead: all
 	./scripts/setup.sh
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bpftrace libbpf-tools >/dev/null
-	/usr/bin/python3 scripts/bench_overhead.py $(BENCH_ARGS)
+	build/venv/bin/python3 scripts/bench_overhead.py $(BENCH_ARGS)
 
 # The fentry/kprobe tier on the kernel matrix (Debian 6.1 and 6.12) under QEMU, two vCPUs; prints the table of
 # kernel x probe x tier chosen x fired / checked (the test suite runs the same guests through tests/test_vm.py).
 # VMTEST_ARGS: e.g. --kernels 6.12, --guest-mode churn, --smp 1, --accel tcg.
 vmtest: all
 	./scripts/setup.sh --test
-	/usr/bin/python3 scripts/vmtest.py $(VMTEST_ARGS)
+	build/venv/bin/python3 scripts/vmtest.py $(VMTEST_ARGS)

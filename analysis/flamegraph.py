@@ -121,6 +121,13 @@ def render(stacks, title, subtitle="", base=None, unit="samples"):
     return "\n".join(out) + "\n"
 
 
+def differential(a, b, what):
+    """The differential on-CPU flamegraph of B against A (folded stacks of each): B's widths, coloured by the
+    change of each frame's share."""
+    return render(b, "differential on-CPU flamegraph: %s" % what,
+                  "widths: B's samples; red: more than in A (share), blue: less", base=a)
+
+
 def write(dirpath, name, stacks, title, subtitle="", base=None, unit="samples"):
     """name.folded and name.svg in dirpath; returns the SVG path."""
     import os

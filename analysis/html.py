@@ -52,27 +52,30 @@ def page(title, sections):
 
 
 def run_page(s, text_report, table_text, plots, flamegraphs):
-    """One run: facts, plots (latency CDF, attribution), flamegraph SVGs, the seed-style row, the full report."""
+    """One run: the verdict first (analysis/verdict.py), then the pictures (latency CDF, attribution,
+    flamegraphs), then the facts, the seed-style row and the full report."""
+    from analysis import verdict
     run = s["run"]
     title = "fstrace: %s on %s" % (run.get("workload") or run.get("mode") or "trace", run.get("label") or "live system")
     facts = [("kernel", run.get("kernel")), ("dataset", run.get("dataset_id")), ("cache", run.get("cache")),
              ("wall time", "%.3f s" % s["wall_s"]), ("read requests", s["reads"]["count"]),
              ("bytes read", s["reads"]["bytes"]), ("IOPS cap", run.get("iops_cap") or "none"),
-             ("dropped records", sum((s.get("drops") or {}).values())),
-             ("unavailable here", "; ".join("%s (%s)" % (u["figure"], u["why"]) for u in s["unavailable"])
-              or "nothing")]
-    sections = [("Run", key_values(facts))]
+             ("dropped records", sum((s.get("drops") or {}).values()))]
+    facts += [("unavailable (%s)" % why, "; ".join(figs)) for why, figs in verdict.unavailable_groups(s).items()]
+    sections = [("Verdict", pre(verdict.render(s)))]
     sections += [(heading, inline_svg(svg)) for heading, svg in plots]
-    if table_text:
-        sections.append(("Seed-style table", pre(table_text)))
     sections += [(heading, inline_svg(svg) + '<p class="note">%s</p>' % escape(note))
                  for heading, svg, note in flamegraphs]
+    sections.append(("Run", key_values(facts)))
+    if table_text:
+        sections.append(("Seed-style table", pre(table_text)))
     sections.append(("Full report", pre(text_report)))
     return page(title, sections)
 
 
 def compare_page(title, compare_text, plots, tables_text):
-    """Result sets side by side: what changed (a comparison), plots per configuration, the sets' tables."""
+    """Result sets side by side: what changed (a comparison), plots per configuration (and with two sets the
+    differential flamegraph of each configuration both have), the sets' tables."""
     sections = [("What changed", pre(compare_text))] if compare_text else []
     sections += [(heading, inline_svg(svg)) for heading, svg in plots]
     sections += [(heading, pre(text)) for heading, text in tables_text]

@@ -1,6 +1,7 @@
 """Terminal report of one run, rendered from its summary (a pure function: summary -> text)."""
 import re
 
+from analysis import verdict
 from analysis.hist import format_linear_counts, format_log2
 from analysis.summary import ATTRIBUTION_MEANING, ATTRIBUTION_PARTS
 
@@ -27,28 +28,23 @@ def _pct(x):
     return "n/a" if x is None else "%5.1f %%" % (100.0 * x)
 
 
-def render(s):
-    run = s["run"]
-    out = []
+def heading(w, title):
+    w("")
+    w("== %s" % title)
+
+
+def render(s, full=True):
+    """The verdict (analysis/verdict.py), then with full the detail under headings."""
+    out = verdict.lines(s)
+    if not full:
+        out.append("  (detail under headings: fstrace report DIR --full, or report.html in the run directory)")
+        return "\n".join(out) + "\n"
     w = out.append
-    cache = run.get("cache") or ""
-    if not cache.endswith("cache"):
-        cache += " cache"
-    if not run.get("workload"):
-        w("fstrace: collector results (no run configuration), %.1f s, kernel %s" % (s["wall_s"], run["kernel"]))
-    elif run.get("mode") == "attach":
-        w("fstrace attach: %s, %.1f s, kernel %s" % (", ".join(run.get("mounts") or []) or "all filesystems",
-                                                     s["wall_s"], run["kernel"]))
-    else:
-        w("fstrace: %s on %s (%s), dataset %s, kernel %s"
-          % (run["workload"], run["label"], cache, run["dataset_id"], run["kernel"]))
     r = s["reads"]
-    tput = s["throughput_bytes_per_s"]
-    w("  reads: %d requests, %s in %.3f s wall = %s/s"
-      % (r["count"], _size(r["bytes"]), s["wall_s"], _size(tput) if tput else "n/a"))
+    heading(w, "requests")
     if r.get("counted_in_kernel"):
-        w("    (%d recorded one by one; %d page-cache hits counted in the kernel: their latency percentiles "
-          "are within 1/16)" % (r["recorded"], r["counted_in_kernel"]))
+        w("  %d reads recorded one by one; %d page-cache hits counted in the kernel: their latency percentiles "
+          "are within 1/16" % (r["recorded"], r["counted_in_kernel"]))
     wr, sy = s.get("writes", {}), s.get("sync", {})
     if wr.get("count") or sy.get("count"):
         w("  writes: %d requests, %s; sync calls: %d, %.1f ms in all"
@@ -66,7 +62,7 @@ def render(s):
         w(format_log2(r["latency_hist_log2_us"], "usecs").rstrip("\n"))
 
     a = s["attribution"]
-    w("")
+    heading(w, "where request time went")
     w("  where request time went (%d ms in requests; first-cut model)" % (a["wall_ns"] // 1000000))
     for p in ATTRIBUTION_PARTS:
         if p not in a["parts_ns"]:  # results from a collector without that part
@@ -90,7 +86,7 @@ def render(s):
                  _pct(smp["share"]).strip(), 100 * smp["share_95"][0], 100 * smp["share_95"][1])
              if smp.get("share") is not None else ""))
 
-    for p, slots in sorted((a.get("part_hist_log2_us") or {}).items()):
+    for p, slots in sorted((a.get("part_hist_log2_us") or {}).items()):  # the parts the summary has
         if a["shares"].get(p) and a["shares"][p] >= 0.1 and p != "missed_ns":
             w("")
             w("  %s per request (requests with any)" % p[:-3])
@@ -113,18 +109,18 @@ def render(s):
 
     ra = s.get("readahead") or {}
     if ra.get("available") and ra["windows"]:
-        w("")
+        heading(w, "readahead")
         w("  readahead: %d windows, %d pages for %d of the reads; largest %d pages (device limit %s KiB)"
           % (ra["windows"], ra["pages"], ra["requests_with_readahead"], ra["max_window_pages"],
              ra["device_read_ahead_kb"] if ra["device_read_ahead_kb"] is not None else "?"))
         w(format_log2(ra["window_hist_log2_pages"], "pages").rstrip("\n"))
     elif ra and not ra.get("available"):
-        w("")
+        heading(w, "readahead")
         w("  readahead windows: unavailable (%s)" % ra["why"])
 
     dec = s.get("decompression") or {}
     if dec.get("available"):
-        w("")
+        heading(w, "decompression")
         w("  decompression (%s)" % ", ".join("%s: %s" % kv for kv in sorted(dec["probes"].items())))
         for g in dec["groups"]:
             u = g["unit_us"]
@@ -139,7 +135,7 @@ def render(s):
 
     est = dec.get("estimate")
     if est and not dec.get("available"):
-        w("")
+        heading(w, "decompression")
         w("  decompression in the reading tasks, estimated: %.1f ms (95 %% interval %.1f-%.1f ms), %d of %d samples"
           % (est["ns"] / 1e6, est["ci95_ns"][0] / 1e6, est["ci95_ns"][1] / 1e6, est["samples"],
              est["samples_in_requests"]))
@@ -149,7 +145,7 @@ def render(s):
 
     da = s.get("delay_accounting")
     if da and da["threads"]:
-        w("")
+        heading(w, "I/O wait vs delay accounting")
         w("  I/O wait vs the kernel's task delay accounting (blkio delay), per thread")
         for t in sorted(da["threads"], key=lambda t: -t["blkio_delay_ns"])[:5]:
             w("    %-16s %7d  kernel %9.1f ms (%d waits)  fstrace %9.1f ms" % (
@@ -157,7 +153,7 @@ def render(s):
 
     off = s.get("offcpu")
     if off and off["by_reason"]:
-        w("")
+        heading(w, "off-CPU stacks")
         w("  off-CPU time by the function it blocked in (kernel stacks at every switch-out in a request)")
         for reason, r in sorted(off["by_reason"].items(), key=lambda kv: -kv[1]["ns"]):
             w("    %-8s %9.1f ms: %s" % (reason, r["ns"] / 1e6, ", ".join("%s %.1f ms" % (f, ns / 1e6)
@@ -165,7 +161,7 @@ def render(s):
 
     er = s.get("erofs")
     if er:
-        w("")
+        heading(w, "erofs")
         w("  erofs tracepoints: %s" % ", ".join("%s %d" % kv for kv in er["events"].items()))
         if er.get("pclusters"):
             w("    pclusters the reads needed: %d (%s); from the device once %d, more than once %d, "
@@ -178,7 +174,7 @@ def render(s):
 
     fc = s.get("fs_caches") or {}
     if fc.get("available") and fc["groups"]:
-        w("")
+        heading(w, "filesystem caches")
         w("  filesystem caches (%s)" % ", ".join("%s: %s" % kv for kv in sorted(fc["probes"].items())))
         for g in fc["groups"]:
             w("    %-18s %s %7d lookups  hits %d (%.1f %%)  misses %d (%d blocks, %d missed again, %s)"
@@ -191,12 +187,12 @@ def render(s):
             w("    misses per request that missed: p50 %.0f, max %.0f (%d requests)"
               % (fc["misses_per_request"]["p50"], fc["misses_per_request"]["max"], fc["requests_with_misses"]))
     elif fc and not fc.get("available") and s["run"].get("fs") in (None, "squashfs"):  # only squashfs has them
-        w("")
+        heading(w, "filesystem caches")
         w("  filesystem cache hits/misses: unavailable (%s)" % fc["why"])
 
     wc = s.get("write_compression") or {}
     if wc.get("available") and wc["groups"]:
-        w("")
+        heading(w, "compression on write")
         w("  compression on write (%s)" % ", ".join("%s: %s" % kv for kv in sorted(wc["probes"].items())))
         for g in wc["groups"]:
             w("    %-6s %-5s %6d chunks (%d not compressed)  %s -> %s (%s)  %.1f ms  per chunk p50 %.1f us p99 "
@@ -206,11 +202,11 @@ def render(s):
             w("      ran in: " + ", ".join("%s[%d] %d chunks %.1f ms" % (x["comm"], x["pid"], x["items"], x["ns"] / 1e6)
                                          for x in g["by_thread"][:4]))
     elif wc and not wc.get("available") and (s.get("writes") or {}).get("count"):
-        w("")
+        heading(w, "compression on write")
         w("  compression time per chunk on write: unavailable (%s)" % wc["why"])
 
     for kind, wk in sorted((s.get("async_work") or {}).items()):
-        w("")
+        heading(w, "kworkers")
         w("  %s in kworkers: %d items, %.1f ms, per item p50 %.1f us p99 %.1f us, queued p50 %s us before running"
           % (kind, wk["items"], wk["ns"] / 1e6, wk["item_us"]["p50"], wk["item_us"]["p99"],
              "%.1f" % wk["queue_delay_us"]["p50"] if wk["queue_delay_us"] else "n/a"))
@@ -219,7 +215,7 @@ def render(s):
                                        for x in wk["by_worker"][:4]))
 
     for name, d in s["devices"].items():
-        w("")
+        heading(w, "device %s (%s)" % (name, d["level"]))
         if d.get("write_requests"):
             w("  device %s (%s): %d write requests, %s" % (name, d["level"], d["write_requests"],
                                                           _size(d["write_bytes"])))
@@ -254,13 +250,15 @@ def render(s):
         w("    block request size")
         w(format_log2(d["size_hist_log2_bytes"], "bytes").rstrip("\n"))
 
-    w("")
-    tiers = {}
-    for probe, t in s["tiers"].items():
-        tiers.setdefault(t["tier"], []).append(probe)
-    w("  tiers: " + "; ".join("%s: %s" % (k, ", ".join(v)) for k, v in sorted(tiers.items())))
-    for u in s["unavailable"]:
-        w("  unavailable: %s (%s)" % (u["figure"], u["why"]))
+    heading(w, "tiers, losses and what could not be measured")
+    for tier, probes in verdict.tier_groups(s).items():
+        out.extend(verdict.titled("probes at tier %s" % tier, probes))
+    for why, figs in verdict.unavailable_groups(s).items():
+        out.extend(verdict.titled("figures unavailable (%s)" % why, figs, "; "))
+    twins = [u for u in s["unavailable"] if verdict.primary_reason(u["why"], s["tiers"]) != u["why"]]
+    for u in twins:  # what the figure's other-kernel probes said, in full
+        out.extend(verdict.titled("%s: every probe's reason" % verdict.short_figure(u["figure"]),
+                                  u["why"].split("; "), "; "))
     d = s["drops"] or {}
     w("  dropped records (ring buffer full): %s" % (", ".join("%s %d" % kv for kv in sorted(d.items())) or "none"))
     lost = {k: v for k, v in (s.get("losses") or {}).items() if v}
@@ -278,13 +276,4 @@ def render(s):
     if beyond:  # a shared device: edge completions the kernel's difference lacks could offset lost ones
         w("  traced beyond the kernel's count (device shared with other I/O; losses there cannot be ruled out): %s"
           % ", ".join("%s %d" % kv for kv in sorted(beyond.items())))
-    failed = s.get("failed_requests") or {}
-    if failed:  # named, so a run on a damaged image cannot pass for a fast one
-        w("  FAILED requests: %s" % ", ".join("%s x%d" % kv for kv in sorted(failed.items())))
-    gt = s.get("ground_truth") or {}
-    if "read_bytes" in gt:
-        w("  workload's own count: %s read%s" % (_size(gt["read_bytes"]),
-                                                 ", %d I/Os (fio)" % gt["ios"] if "ios" in gt else ""))
-    if "write_bytes" in gt:
-        w("  workload's own count: %s written" % _size(gt["write_bytes"]))
     return "\n".join(out) + "\n"

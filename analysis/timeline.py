@@ -1,99 +1,338 @@
-"""A run as a Perfetto-loadable timeline (Chrome trace event JSON): pure function from Results to a dict.
+"""A run as a Perfetto trace (timeline.pftrace): protobuf TracePackets of track events, streamed to the file.
 
-Tracks: one per traced thread (its requests, with their attribution in args), one per block device (its
-requests, Q->C), one per kworker (filesystem work items); decompression units, filesystem cache misses and
-write compression chunks, where they were measured, on the thread that ran them; flows link each request to the block requests charged to its thread while it ran.
+Open it at https://ui.perfetto.dev ("Open trace file"); nothing is uploaded, the UI reads it in the browser.
+
+Tracks
+  - one per traced thread (under its process): each request a slice, its attribution parts nested inside it
+    as slices laid end to end (their durations are measured; their order inside the request is not, it is
+    the order of records.h FST_PARTS); decompression units, filesystem cache misses and write compression
+    chunks it ran on a child track "in-kernel work" (lanes where they overlap);
+  - one per traced block device, with lanes for requests in flight together: each block request a slice
+    from queue to completion, with the device phase (issue to completion) nested in it;
+  - one per kworker that ran filesystem work: each work item a slice.
+Flows link each request to the block requests charged to its thread that were queued while it ran.  The
+records carry no waker and no queueing block request of a work item, so completion -> work item and work
+item -> woken request are not drawn (README, "Timeline").
+
+Size: names are interned, timestamps are deltas of a sequence-scoped incremental clock, and packets are
+written in deflated chunks (TracePacket.compressed_packets, as Perfetto's own tracing service writes them).
+Memory stays flat: records are visited in time order through a heap of pending slice ends, never collected.
+The writer is the `perfetto` package's StreamingTraceProtoBuilder (PyPI, installed into build/venv by
+scripts/setup.sh); its TraceProcessor is not used (it downloads a binary at run time).
 """
-import json
+import heapq
+import itertools
+import zlib
 
 import numpy as np
 
-from analysis.summary import ATTRIBUTION_PARTS, dev_name, enum_name, enum_value
+from analysis.summary import ATTRIBUTION_PARTS, dev_name, enum_name, enum_value, records_in_requests
+
+SEQ = 1               # the one packet sequence of the trace
+CLOCK = 64            # its incremental clock (sequence-scoped clock ids start at 64)
+MONOTONIC = 3         # BUILTIN_CLOCK_MONOTONIC: the records' clock (header "clock")
+CLEARED, NEEDS_STATE = 1, 2  # TracePacket.sequence_flags
+CHUNK = 4096          # packets per deflated chunk
+NAME = "timeline.pftrace"
 
 
-def _us(ns, t0):
-    return (int(ns) - t0) / 1000.0
+def protos():
+    """The perfetto package's trace protos and streaming writer, or ImportError saying where they come from."""
+    try:
+        from perfetto.protos.perfetto.trace import perfetto_trace_pb2
+        from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
+    except ImportError as e:
+        raise ImportError("the timeline needs the Python package perfetto (and protobuf) from build/venv: run "
+                          "scripts/setup.sh (%s)" % e)
+    return perfetto_trace_pb2, StreamingTraceProtoBuilder
 
 
-def build(res):
+def _varint(n):
+    out = bytearray()
+    while True:
+        b = n & 0x7f
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+class Writer:
+    """Packets of one sequence: interned event names, incremental timestamps, deflated chunks."""
+
+    def __init__(self, f, t0):
+        self.pb, builder = protos()
+        self.builder = builder(f)
+        self.chunk = []
+        self.names = {}
+        self.new_names = []
+        self.now = t0
+        self.packets = 0
+        p = self.pb.TracePacket(timestamp=t0, timestamp_clock_id=MONOTONIC, trusted_packet_sequence_id=SEQ,
+                                sequence_flags=CLEARED, first_packet_on_sequence=True)
+        p.clock_snapshot.clocks.add(clock_id=CLOCK, timestamp=t0, is_incremental=True)
+        p.clock_snapshot.clocks.add(clock_id=MONOTONIC, timestamp=t0)
+        p.trace_packet_defaults.timestamp_clock_id = CLOCK
+        self.emit(p)
+
+    def name(self, text):
+        iid = self.names.get(text)
+        if iid is None:
+            iid = self.names[text] = len(self.names) + 1
+            self.new_names.append((iid, text))
+        return iid
+
+    def track(self, uuid, name, parent=None, pid=None, tid=None, process=False):
+        p = self.pb.TracePacket(trusted_packet_sequence_id=SEQ)
+        d = p.track_descriptor
+        d.uuid = uuid
+        if parent:
+            d.parent_uuid = parent
+        if process:
+            d.process.pid = pid
+            d.process.process_name = name
+        elif tid is not None:
+            d.thread.pid, d.thread.tid, d.thread.thread_name = pid, tid, name
+        else:
+            d.name = name
+        self.emit(p)
+
+    def event(self, ts, kind, track, name=None, flows=(), ends=()):
+        """A slice begin (kind 1) or end (kind 2) at ts, which never goes back in time."""
+        p = self.pb.TracePacket(timestamp=max(ts - self.now, 0), trusted_packet_sequence_id=SEQ,
+                                sequence_flags=NEEDS_STATE)
+        self.now = max(ts, self.now)
+        e = p.track_event
+        e.type = kind
+        e.track_uuid = track
+        if name is not None:
+            e.name_iid = self.name(name)
+        if flows:
+            e.flow_ids.extend(flows)
+        if ends:
+            e.terminating_flow_ids.extend(ends)
+        self.emit(p)
+
+    def emit(self, p):
+        if self.new_names:
+            for iid, text in self.new_names:
+                p.interned_data.event_names.add(iid=iid, name=text)
+            self.new_names = []
+        raw = p.SerializeToString()
+        self.chunk.append(b"\x0a" + _varint(len(raw)) + raw)  # Trace.packet (field 1), as in a Trace message
+        self.packets += 1
+        if len(self.chunk) >= CHUNK:
+            self.flush()
+
+    def flush(self):
+        if self.chunk:
+            self.builder.write_packet(self.pb.TracePacket(compressed_packets=zlib.compress(b"".join(self.chunk), 9)))
+            self.chunk = []
+
+
+class Lanes:
+    """Tracks of one group (a device, a thread's in-kernel work): the first slice free at a start takes it."""
+
+    def __init__(self, w, uuids, name, parent):
+        self.w, self.uuids, self.name, self.parent = w, uuids, name, parent
+        self.free = []    # (end, lane) of lanes whose slice has ended or will
+        self.lanes = []   # uuid per lane
+
+    def take(self, start, end):
+        if self.free and self.free[0][0] <= start:
+            _, lane = heapq.heappop(self.free)
+        else:
+            lane = len(self.lanes)
+            self.lanes.append(next(self.uuids))
+            self.w.track(self.lanes[lane], "%s%s" % (self.name, " (%d)" % (lane + 1) if lane else ""), self.parent)
+        heapq.heappush(self.free, (end, lane))
+        return self.lanes[lane]
+
+
+def _comm(rec):
+    return bytes(rec["comm"]).rstrip(b"\0").decode(errors="replace")
+
+
+def _sorted(records, key):
+    return records[np.argsort(records[key], kind="stable")] if records is not None and len(records) else ()
+
+
+def slices(res, w, uuids):
+    """(start, end, track, name, children [(start, end, name)], flow ids, terminating flow ids) of every slice,
+    by start time: merged from each kind's records in start order."""
     h = res.header
-    t0 = int(h["time"]["start_ns"])
-    ev = []
     req = res.records.get("req")
     io = res.records.get("io")
-    work = res.records.get("work")
-    dec = res.records.get("decomp")
-    ev.append({"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "requests (traced threads)"}})
-    ev.append({"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "block devices"}})
-    ev.append({"ph": "M", "name": "process_name", "pid": 3, "args": {"name": "kworkers (filesystem work)"}})
-    flow = 0
+    threads, procs = {}, {}
+    last_comm = {}  # a traced thread's name as of its last request (its first may predate an exec)
     if req is not None and len(req):
-        for r in req:
-            args = {p[:-3]: int(r[p]) / 1000.0 for p in ATTRIBUTION_PARTS}
-            args.update(bytes=int(r["ret"]), ino=int(r["ino"]), block_requests=int(r["nr_ios"]))
-            ev.append({"ph": "X", "pid": 1, "tid": int(r["pid"]), "ts": _us(r["ts_start_ns"], t0),
-                       "dur": max((int(r["ts_end_ns"]) - int(r["ts_start_ns"])) / 1000.0, 0.001),
-                       "name": enum_name(h, "req_kind", r["kind"]), "cat": "request", "args": args})
-    if io is not None and len(io):
-        # per thread, its requests by start time: the request running when a block request was queued
-        by_pid = {}
-        if req is not None and len(req):
-            for pid in np.unique(req["pid"]):
-                mine = req[req["pid"] == pid]
-                mine = mine[np.argsort(mine["ts_start_ns"])]
-                by_pid[int(pid)] = (mine["ts_start_ns"], mine["ts_end_ns"])
-        read_op = res.io_op("read")
-        for b, op in zip(io, res.io_ops(io)):
-            start = int(b["ts_queue_ns"]) or int(b["ts_complete_ns"])
-            ev.append({"ph": "X", "pid": 2, "tid": int(b["dev"]), "ts": _us(start, t0),
-                       "dur": max((int(b["ts_complete_ns"]) - start) / 1000.0, 0.001),
-                       "name": "%s %d KiB" % ("R" if op == read_op else "W", int(b["bytes"]) // 1024),
-                       "cat": "block", "args": {"sector": int(b["sector"]), "bytes": int(b["bytes"]),
-                                                "charged_pid": int(b["pid"]), "bios": int(b["nr_bios"])}})
-            spans = by_pid.get(int(b["pid"]))
-            if spans is not None:
-                k = int(np.searchsorted(spans[0], start, side="right")) - 1
-                if k >= 0 and spans[1][k] >= start:
-                    flow += 1
-                    ev.append({"ph": "s", "id": flow, "pid": 1, "tid": int(b["pid"]), "ts": _us(start, t0),
-                               "name": "issued", "cat": "flow"})
-                    ev.append({"ph": "f", "bp": "e", "id": flow, "pid": 2, "tid": int(b["dev"]),
-                               "ts": _us(start, t0), "name": "issued", "cat": "flow"})
-        for d in np.unique(io["dev"]):
-            ev.append({"ph": "M", "name": "thread_name", "pid": 2, "tid": int(d), "args": {"name": dev_name(d, res.minor_bits)}})
-    if work is not None and len(work):
-        for w in work:
-            ev.append({"ph": "X", "pid": 3, "tid": int(w["pid"]), "ts": _us(w["ts_start_ns"], t0),
-                       "dur": max((int(w["ts_end_ns"]) - int(w["ts_start_ns"])) / 1000.0, 0.001),
-                       "name": enum_name(h, "work_kind", w["kind"]), "cat": "work",
-                       "args": {"queued_us_before": ((int(w["ts_start_ns"]) - int(w["ts_queue_ns"])) / 1000.0
-                                                     if w["ts_queue_ns"] else None)}})
-    def slice_on_thread(r, traced, name, cat, args):
-        """A span of kernel work on the thread that ran it: the request track if traced, else the kworker's."""
-        ev.append({"ph": "X", "pid": 1 if traced else 3, "tid": int(r["pid"]), "ts": _us(r["ts_start_ns"], t0),
-                   "dur": max((int(r["ts_end_ns"]) - int(r["ts_start_ns"])) / 1000.0, 0.001),
-                   "name": name, "cat": cat, "args": args})
+        late = req[np.argsort(req["ts_end_ns"], kind="stable")[::-1]]
+        _, first = np.unique(late["pid"], return_index=True)
+        last_comm = {int(late["pid"][k]): _comm(late[k]) for k in first}
 
-    for d in dec if dec is not None else ():
-        slice_on_thread(d, d["charged_pid"] != 0,
-                        "decompress %s %s" % (enum_name(h, "fs", d["fs"]), enum_name(h, "alg", d["alg"])),
-                        "decompression", {"in": int(d["in_bytes"]), "out": int(d["out_bytes"])})
-    # misses only: hits are sub-microsecond and would bury the track
-    cache = res.records.get("fs_cache")
-    for c in cache[cache["missed"] != 0] if cache is not None else ():
-        slice_on_thread(c, c["charged_pid"] != 0, "%s cache miss" % enum_name(h, "fs_cache", c["cache"]),
-                        "cache miss", {"block": int(c["block"]), "bytes": int(c["bytes"])})
-    comp = res.records.get("compress")
-    for c in comp if comp is not None else ():
-        slice_on_thread(c, c["context"] == enum_value(h, "context", "traced task"),
-                        "compress %s %s" % (enum_name(h, "fs", c["fs"]), enum_name(h, "alg", c["alg"])),
-                        "compression", {"ino": int(c["ino"]), "file_pos": int(c["file_pos"]),
-                                        "in": int(c["in_bytes"]), "out": int(c["out_bytes"]), "ret": int(c["ret"])})
-    return {"traceEvents": ev, "displayTimeUnit": "ms",
-            "otherData": {"kernel": h["kernel"]["release"], "workload": res.config.get("workload"),
-                          "label": res.config.get("label")}}
+    def thread_track(rec):
+        pid = int(rec["pid"])
+        if pid not in threads:
+            tgid = int(rec["tgid"]) if "tgid" in rec.dtype.names else pid
+            if tgid not in procs:
+                procs[tgid] = next(uuids)
+                w.track(procs[tgid], last_comm.get(tgid, _comm(rec)), pid=tgid, process=True)
+            threads[pid] = next(uuids)
+            w.track(threads[pid], last_comm.get(pid, _comm(rec)), procs[tgid], pid=tgid, tid=pid)
+        return threads[pid]
+
+    # request -> block requests charged to its thread and queued while it ran (flow id: block request index + 1)
+    owner = None
+    if req is not None and len(req) and io is not None and len(io):
+        start = np.where(io["ts_queue_ns"] > 0, io["ts_queue_ns"], io["ts_complete_ns"])
+        owner = records_in_requests(req, io["pid"], start)
+        owned = np.nonzero(owner >= 0)[0]
+        by_owner = owned[np.argsort(owner[owned], kind="stable")]
+        owner_keys = owner[by_owner]
+
+    def flows_of(i):
+        if owner is None:
+            return ()
+        lo, hi = np.searchsorted(owner_keys, i, "left"), np.searchsorted(owner_keys, i, "right")
+        return (by_owner[lo:hi] + 1).tolist()
+
+    def requests():
+        if req is None or not len(req):
+            return
+        parts = [p for p in ATTRIBUTION_PARTS if p in req.dtype.names]
+        for i in np.argsort(req["ts_start_ns"], kind="stable"):
+            r = req[i]
+            s, e = int(r["ts_start_ns"]), max(int(r["ts_end_ns"]), int(r["ts_start_ns"]))
+            children, t = [], s
+            for p in parts:
+                d = int(r[p])
+                if d > 0 and t < e:
+                    children.append((t, min(t + d, e), p[:-3]))
+                    t += d
+            yield (s, e, thread_track(r), enum_name(h, "req_kind", r["kind"]), children,
+                   flows_of(i), ())
+
+    def block_requests():
+        devices = {}
+        read_op = res.io_op("read")
+        ops = res.io_ops(io) if io is not None and len(io) else ()
+        start_of = (lambda b: int(b["ts_queue_ns"]) or int(b["ts_complete_ns"]))
+        for i in (np.argsort(np.where(io["ts_queue_ns"] > 0, io["ts_queue_ns"], io["ts_complete_ns"]), kind="stable")
+                  if len(ops) else ()):
+            b = io[i]
+            dev = int(b["dev"])
+            if dev not in devices:
+                top = next(uuids)
+                w.track(top, "block device %s" % dev_name(dev, res.minor_bits))
+                devices[dev] = Lanes(w, uuids, "requests %s" % dev_name(dev, res.minor_bits), top)
+            s, e = start_of(b), int(b["ts_complete_ns"])
+            issue = int(b["ts_issue_ns"])
+            children = [(issue, e, "device")] if s <= issue <= e else []
+            owned = owner is not None and owner[i] >= 0
+            yield (s, e, devices[dev].take(s, e),
+                   "%s %d KiB" % ("R" if ops[i] == read_op else "W", int(b["bytes"]) // 1024), children, (),
+                   (int(i) + 1,) if owned else ())
+
+    def work_items():
+        for r in _sorted(res.records.get("work"), "ts_start_ns"):
+            yield (int(r["ts_start_ns"]), int(r["ts_end_ns"]), thread_track(r),
+                   enum_name(h, "work_kind", r["kind"]), [], (), ())
+
+    def in_kernel_work():
+        """Decompression units, cache misses (hits are sub-microsecond and would bury the track) and write
+        compression chunks, on the thread that ran them."""
+        groups = {}
+        kinds = []
+        dec = res.records.get("decomp")
+        if dec is not None and len(dec):
+            kinds.append((_sorted(dec, "ts_start_ns"), lambda d: "decompress %s %s" % (
+                enum_name(h, "fs", d["fs"]), enum_name(h, "alg", d["alg"]))))
+        cache = res.records.get("fs_cache")
+        if cache is not None and len(cache):
+            kinds.append((_sorted(cache[cache["missed"] != 0], "ts_start_ns"),
+                          lambda c: "%s cache miss" % enum_name(h, "fs_cache", c["cache"])))
+        comp = res.records.get("compress")
+        if comp is not None and len(comp):
+            kinds.append((_sorted(comp, "ts_start_ns"), lambda c: "compress %s %s" % (
+                enum_name(h, "fs", c["fs"]), enum_name(h, "alg", c["alg"]))))
+        streams = [((int(r["ts_start_ns"]), n, r, label) for r in recs) for n, (recs, label) in enumerate(kinds)]
+        for s, _, r, label in heapq.merge(*streams, key=lambda x: x[0]):
+            pid = int(r["pid"])
+            if pid not in groups:
+                groups[pid] = Lanes(w, uuids, "in-kernel work", thread_track(r))
+            e = max(int(r["ts_end_ns"]), s)
+            yield (s, e, groups[pid].take(s, e), label(r), [], (), ())
+
+    return heapq.merge(requests(), block_requests(), work_items(), in_kernel_work(), key=lambda x: x[0])
 
 
 def write(res, path):
-    with open(path, "w") as f:
-        json.dump(build(res), f)
+    """Write the trace to path; returns {"packets", "bytes", "flows"}."""
+    t0 = int(res.header["time"]["start_ns"])
+    counts = {"flows": 0}
+    with open(path, "wb") as f:
+        w = Writer(f, t0)
+        uuids = itertools.count(1)
+        pending = []  # (ts, order, track, kind, name): begins and ends not yet due
+        order = itertools.count()
+
+        def due(until):
+            while pending and pending[0][0] <= until:
+                ts, _, track, kind, name = heapq.heappop(pending)
+                w.event(ts, kind, track, name)
+
+        for s, e, track, name, children, flows, ends in slices(res, w, uuids):
+            due(s)
+            w.event(s, 1, track, name, flows, ends)
+            counts["flows"] += len(flows)
+            for cs, ce, cname in children:
+                heapq.heappush(pending, (cs, next(order), track, 1, cname))
+                heapq.heappush(pending, (ce, next(order), track, 2, None))
+            heapq.heappush(pending, (e, next(order), track, 2, None))
+        due(float("inf"))
+        w.flush()
+        counts["packets"] = w.packets
+        counts["bytes"] = f.tell()
+    return counts
+
+
+def read(path):
+    """A trace write() wrote, decoded: ({track uuid: (name, parent uuid)}, [slice]), each slice a dict of track,
+    name, start, end (ns, the records' clock), depth and its flow ids.  For tests and checks: it holds every
+    slice in memory."""
+    pb, _ = protos()
+    outer = pb.Trace()
+    with open(path, "rb") as f:
+        outer.ParseFromString(f.read())
+    tracks, out, open_ = {}, [], {}
+    names = {}
+    now = None
+    for wrapper in outer.packet:
+        inner = pb.Trace()
+        inner.ParseFromString(zlib.decompress(wrapper.compressed_packets))
+        for p in inner.packet:
+            for n in p.interned_data.event_names:
+                names[n.iid] = n.name
+            if p.HasField("clock_snapshot"):
+                now = next(c.timestamp for c in p.clock_snapshot.clocks if c.clock_id == CLOCK)
+                continue
+            if p.HasField("track_descriptor"):
+                d = p.track_descriptor
+                tracks[d.uuid] = (d.thread.thread_name or d.process.process_name or d.name,
+                                  d.parent_uuid if d.HasField("parent_uuid") else None)
+                continue
+            if not p.HasField("track_event"):
+                continue
+            now += p.timestamp
+            e = p.track_event
+            stack = open_.setdefault(e.track_uuid, [])
+            if e.type == 1:
+                stack.append({"track": e.track_uuid, "name": names[e.name_iid], "start": now, "depth": len(stack),
+                              "flows": list(e.flow_ids), "ends": list(e.terminating_flow_ids)})
+            elif e.type == 2:
+                s = stack.pop()
+                s["end"] = now
+                out.append(s)
+    return tracks, out

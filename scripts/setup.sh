@@ -13,8 +13,13 @@ here=$(CDPATH= cd -- "$(dirname -- "$0")/.." && pwd)
 COLLECTOR="make gcc clang llvm libbpf-dev libelf-dev zlib1g-dev libzstd-dev libjson-c-dev bpftool"
 # building images and running the standard workloads on them
 WORKLOADS="fio erofs-utils squashfs-tools btrfs-progs xfsprogs e2fsprogs util-linux tar lz4"
-# the CLI, summaries and the HTML report
-ANALYSIS="python3 python3-numpy python3-matplotlib"
+# the CLI, summaries and the HTML report; python3-venv for build/venv (below)
+ANALYSIS="python3 python3-numpy python3-matplotlib python3-venv"
+# The timeline's writer (analysis/timeline.py): the perfetto package's trace protos and streaming builder, and
+# the recent protobuf they need (Debian's is older), pinned, from PyPI into the project's own virtual
+# environment over Debian's Python (--system-site-packages: numpy, matplotlib, pytest stay Debian's).
+# ./fstrace and scripts/test.sh run build/venv/bin/python3 when it is there.
+VENV_PACKAGES="perfetto==0.59.1 protobuf==7.36.2"
 # only the tests: pytest; QEMU, busybox, kmod and cpio for the Debian 6.1 kernel test; headless Chromium
 # and PIL to check the HTML report renders; strace to see that bad collector options load nothing; prometheus
 # (the server and promtool) to scrape fstrace serve and lint its exposition (where systemd runs, Debian also
@@ -29,12 +34,12 @@ if [ "${1:-}" = "--test" ]; then
 elif [ $# -eq 0 ]; then
 	set -- collector workloads analysis
 fi
-PKGS="" build="" erofs=""
+PKGS="" build="" erofs="" venv=""
 for part in "$@"; do
 	case "$part" in
 	collector) PKGS="$PKGS $COLLECTOR" build=1 ;;
 	workloads) PKGS="$PKGS $WORKLOADS $EROFS_BUILD" erofs=1 ;;
-	analysis) PKGS="$PKGS $ANALYSIS" ;;
+	analysis) PKGS="$PKGS $ANALYSIS" venv=1 ;;
 	test) PKGS="$PKGS $TEST" ;;
 	*) echo "setup.sh: unknown part '$part' (collector, workloads, analysis, test or --test)" >&2; exit 2 ;;
 	esac
@@ -61,4 +66,16 @@ if [ -n "$build" ]; then
 fi
 if [ -n "$erofs" ]; then
 	"$here/scripts/build-erofs-utils.sh"
+fi
+if [ -n "$venv" ] && [ "$(cat "$here/build/venv/fstrace-packages" 2>/dev/null)" != "$VENV_PACKAGES" ]; then
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "fstrace: build/venv is missing or out of date (run as root to make it)" >&2
+		exit 1
+	fi
+	echo "fstrace: making build/venv: $VENV_PACKAGES" >&2
+	mkdir -p "$here/build"
+	/usr/bin/python3 -m venv --system-site-packages "$here/build/venv"
+	# shellcheck disable=SC2086
+	"$here/build/venv/bin/pip" install -q --disable-pip-version-check $VENV_PACKAGES >&2
+	echo "$VENV_PACKAGES" > "$here/build/venv/fstrace-packages"
 fi

@@ -79,20 +79,25 @@ def test_oncpu_stacks_carry_the_user_frames_that_made_the_syscall(xz_run):
 
 
 def test_timeline_holds_every_request_and_block_request(xz_run):
-    t = json.loads((xz_run / "timeline.json").read_text())
+    from analysis import timeline
+    tracks, sl = timeline.read(str(xz_run / timeline.NAME))
     res = results.load(str(xz_run / "results.fst"))
-    ev = t["traceEvents"]
-    assert sum(1 for e in ev if e.get("cat") == "request") == len(res["req"])
-    assert sum(1 for e in ev if e.get("cat") == "block") == len(res["io"])
-    starts = sorted(e["id"] for e in ev if e["ph"] == "s")
-    ends = sorted(e["id"] for e in ev if e["ph"] == "f")
-    assert starts == ends and len(starts) > 0
-    # a request's span is its wall time, and the parts it shows add up to it (the timeline clamps a zero-length
-    # span to 1 ns, which the parts, all zero then, miss by that nanosecond)
     from analysis import summary as S
-    for e in ev:
-        if e.get("cat") == "request":
-            assert e["dur"] == pytest.approx(sum(e["args"][p[:-3]] for p in S.ATTRIBUTION_PARTS), abs=0.001), e
+    kinds = set(res.header["enums"]["req_kind"].values())
+    top = [s for s in sl if s["depth"] == 0]
+    assert sum(1 for s in top if s["name"] in kinds) == len(res["req"])
+    assert sum(1 for s in top if re.match(r"[RW] \d+ KiB$", s["name"])) == len(res["io"])
+    starts = sorted(f for s in sl for f in s["flows"])
+    ends = sorted(f for s in sl for f in s["ends"])
+    assert starts == ends and len(starts) > 0
+    # a request's parts are nested inside it and add up to its wall time (the timeline drops none)
+    parts = {p[:-3] for p in S.ATTRIBUTION_PARTS}
+    req_total = sum(s["end"] - s["start"] for s in top if s["name"] in kinds)
+    part_total = sum(s["end"] - s["start"] for s in sl if s["depth"] == 1 and s["name"] in parts)
+    req = res["req"]
+    assert req_total == int((req["ts_end_ns"] - req["ts_start_ns"]).sum())
+    # (a part that would run past the request's end is cut there: parts can exceed wall time by a few ns)
+    assert part_total == pytest.approx(sum(int(req[p].sum()) for p in S.ATTRIBUTION_PARTS), rel=1e-3)
 
 
 def test_offcpu_flamegraph_is_trimmed_at_the_scheduler(xz_run):
@@ -176,7 +181,8 @@ def test_offline_report_and_compare_write_html(xz_run, tmp_path):
     fstrace("compare", str(xz_run), str(xz_run), "--html", str(cmp))
     dom, console, _ = chromium(cmp, tmp_path / "c.png")
     assert console == []
-    assert 'data-rendered-figures="2"' in dom and "What changed" in dom
+    # latency CDF, attribution, and the differential flamegraph of the one configuration both have
+    assert 'data-rendered-figures="3"' in dom and "What changed" in dom and "Differential on-CPU flamegraph" in dom
 
 
 def test_linear_histogram_counts_every_value_and_keeps_the_tail():

@@ -250,7 +250,7 @@ def cmd_run(args):
     summary = run_once(args.fs, opts, wl, droot, manifest, os.path.abspath(args.cache), outdir,
                        warm=args.warm, direct_io=not args.no_direct_io, tools=tools, iops=args.iops_cap,
                        trace_opts=tracing_options(args))
-    sys.stdout.write(render_summary(summary))
+    sys.stdout.write(render_summary(summary, full=False))
     warn_if_nothing_seen(summary)
     check_workload_ok(summary, "results (of a failing run) in %s" % outdir.outdir)
     progress("results in %s" % outdir.outdir)
@@ -325,7 +325,7 @@ def cmd_attach(args):
     outdir = ResultsDir(args.out or default_outdir("attach", args.fs or "all"))
     with outdir as partial:
         summary = _attach(args, partial, chosen, sdevs, devs)
-    sys.stdout.write(render_summary(summary))
+    sys.stdout.write(render_summary(summary, full=False))
     warn_if_nothing_seen(summary)
     progress("results in %s" % outdir.outdir)
     return 0
@@ -378,8 +378,11 @@ def write_summary(resdir, wl=None, ctx=None):
     for name, stacks, title, subtitle, unit in flamegraph_specs(res):
         with writing(os.path.join(resdir, name + ".svg")):
             flamegraph.write(resdir, name, stacks, title, subtitle, unit=unit)
-    with writing(os.path.join(resdir, "timeline.json")):
-        timeline.write(res, os.path.join(resdir, "timeline.json"))
+    try:
+        with writing(os.path.join(resdir, timeline.NAME)):
+            timeline.write(res, os.path.join(resdir, timeline.NAME))
+    except ImportError as e:  # build/venv missing (setup.sh makes it): the rest of the results stand
+        progress("no timeline: %s" % e)
     write_html(os.path.join(resdir, "report.html"), run_html(s, res))
     return s
 
@@ -499,9 +502,11 @@ def run_html(s, res):
 def sets_html(title, sets, head_text):
     """HTML of result sets side by side (a comparison, or one bench): latency CDF and attribution per
     configuration, and the sets' tables.  sets: [(name prefix, run or bench directory)]."""
-    from analysis import html, plots, results, summary, tables
+    from analysis import flamegraph, html, plots, results, sampling, summary, tables
     cdf, bars, texts = [], [], []
+    stacks = []  # per set: {(workload, label) or None: on-CPU folded stacks}, for the differential flamegraphs
     for side, d in sets:
+        stacks.append({})
         bench = os.path.join(d, "bench.json")
         if os.path.exists(bench):
             doc = load_doc(bench, results.BENCH_SCHEMA)
@@ -509,11 +514,11 @@ def sets_html(title, sets, head_text):
             runs = {}
             for r in doc["rows"]:
                 runs.setdefault((r["workload"], r["label"]), r)
-            run_dirs = [(" ".join(x for x in (side, wl, label) if x), in_dir(d, r["dir"], bench))
+            run_dirs = [(" ".join(x for x in (side, wl, label) if x), in_dir(d, r["dir"], bench), (wl, label))
                         for (wl, label), r in runs.items()]
         else:
-            run_dirs = [(" ".join(x for x in (side, os.path.basename(os.path.normpath(d))) if x), d)]
-        for label, rd in run_dirs:
+            run_dirs = [(" ".join(x for x in (side, os.path.basename(os.path.normpath(d))) if x), d, None)]
+        for label, rd, key in run_dirs:
             if not os.path.exists(os.path.join(rd, "results.fst")):
                 continue
             fst = in_dir(rd, "results.fst")
@@ -522,17 +527,23 @@ def sets_html(title, sets, head_text):
             cdf.append((label, summary.latencies_us(res)))
             bars.append((label, summary.attribution(summary.fs_requests(
                 res, kinds=("read", "write", "open", "getdents")))["parts_ns"]))
+            stacks[-1][key] = sampling.folded(res.header, kworkers=True)
     figs = [("Latency CDF per configuration", plots.latency_cdf(cdf, "request latency")),
             ("Attribution per configuration", plots.attribution_bars(bars, summary.ATTRIBUTION_PARTS,
                                                                      "where request time went"))]
+    if len(sets) == 2:  # a comparison: B against A, per configuration both have
+        for key in [k for k in stacks[0] if k in stacks[1]]:
+            what = " ".join(key) if key else "%s vs %s" % (sets[1][1], sets[0][1])
+            figs.append(("Differential on-CPU flamegraph: %s" % what,
+                         flamegraph.differential(stacks[0][key], stacks[1][key], what)))
     return html.compare_page(title, head_text, figs, texts)
 
 
-def render_summary(s):
-    """The terminal report, control characters escaped: task names and stacks (attach traces any task)
-    and results from other machines must not drive the terminal."""
+def render_summary(s, full=True):
+    """The terminal report (the verdict; full: then the detail), control characters escaped: task names and
+    stacks (attach traces any task) and results from other machines must not drive the terminal."""
     from analysis import report
-    return report.terminal_safe(report.render(s))
+    return report.terminal_safe(report.render(s, full))
 
 
 # Reporting reads results made on other machines, as root: every file is untrusted.  Damage is one line
@@ -587,7 +598,7 @@ def load_doc(path, schema):
         raise _error(path, e)
 
 
-def analyse(res, gt, fst):
+def analyse(res, gt, fst, full=True):
     """(summary, terminal report) of a loaded results file.  The header's types, the layouts and the bounds
     were checked on loading; content that still does not fit the analysis (a format 1 file damaged where
     nothing could tell, or values no collector writes) is one line, not a traceback."""
@@ -595,7 +606,7 @@ def analyse(res, gt, fst):
     try:
         s = summary.summarize(res, gt)
         s["failed_requests"] = failed_requests(res)
-        text = render_summary(s)
+        text = render_summary(s, full)
     except (ArithmeticError, AttributeError, IndexError, KeyError, TypeError, ValueError, MemoryError) as e:
         why = ("results format %d has no checksums: the file is probably damaged" % res.format if not res.verified
                else "its checksums match, but its content is not what this fstrace's collector writes")
@@ -636,7 +647,7 @@ def cmd_report(args):
     spath = os.path.join(os.path.dirname(fst), "summary.json")
     if os.path.lexists(spath):
         gt = load_doc(spath, results.SUMMARY_SCHEMA).get("ground_truth")
-    s, text = analyse(res, gt, fst)
+    s, text = analyse(res, gt, fst, args.full)
     sys.stdout.write(text)
     if args.html:
         write_html(args.html, run_html(s, res))
@@ -677,9 +688,7 @@ def cmd_compare(args):
             res = load_results(fst)
             note_unverified(res, fst)
             folded.append(sampling.folded(res.header, kworkers=True))
-        write_html(args.flamegraph, flamegraph.render(
-            folded[1], "differential on-CPU flamegraph: %s vs %s" % (args.b, args.a),
-            "widths: B's samples; red: more than in A (share), blue: less", base=folded[0]))
+        write_html(args.flamegraph, flamegraph.differential(folded[0], folded[1], "%s vs %s" % (args.b, args.a)))
         progress("differential flamegraph in %s" % args.flamegraph)
     return 0
 
@@ -764,6 +773,8 @@ def build_parser():
     rep = sub.add_parser("report", help="print the report of a run or bench directory (no root, no BPF)")
     rep.add_argument("dir")
     rep.add_argument("--html", help="also write the run's self-contained HTML report to this file")
+    rep.add_argument("--full", action="store_true", help="the detail under headings after the verdict "
+                     "(histograms, per device, decompression, caches, tiers)")
     rep.set_defaults(func=cmd_report)
     return p
 

@@ -56,7 +56,7 @@ static int handle_record(void *ctx, void *data, size_t size)
 		note_io_stack(((const struct fst_io *)data)->queue_stack);
 	/* a process's mappings, for its user stacks, while it still runs */
 	if (opt.sample_hz > 0 && size >= sizeof(struct fst_req) && ((const __u32 *)data)[0] == FST_REC_REQ)
-		ustack_note_process(((const struct fst_req *)data)->tgid);
+		ustack_note_process(((const struct fst_req *)data)->tgid, ((const struct fst_req *)data)->comm);
 	struct results *r = ctx;
 	if (opt.exposition)
 		expose_note_record(data, size);

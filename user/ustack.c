@@ -11,7 +11,11 @@
  *
  * Stacks are walked by the kernel through frame pointers: binaries built
  * without them (most distribution packages) give the leaf frame and whatever
- * the frame-pointer register happened to hold, shown as [unknown].
+ * the frame-pointer register happened to hold.  The folded stack keeps the
+ * frames up to the first that resolves to no function and names the
+ * executable there once ("[fio]"), never a run of noise (ustack_fold).
+ * Stripped files get their symbols from a debug file when one is installed
+ * (build id under /usr/lib/debug/.build-id, or .gnu_debuglink).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -36,6 +40,8 @@ struct mapping {
 struct process {
 	__u32 tgid;
 	int nr;
+	char *exe;	/* basename of /proc/PID/exe (else the comm of its request): the frame where a stack's walk
+			 * stopped being trustworthy */
 	struct mapping *maps;
 };
 
@@ -74,13 +80,25 @@ static struct process *proc_slot(__u32 tgid, bool create)
 	return NULL;
 }
 
-void ustack_note_process(__u32 tgid)
+void ustack_note_process(__u32 tgid, const char *comm)
 {
 	struct process *p = proc_slot(tgid, true);
 	if (!p || p->tgid == tgid)
 		return;
 	p->tgid = tgid;	/* even if unreadable: tried once */
 	char path[64], line[4096];
+	snprintf(path, sizeof(path), "/proc/%u/exe", tgid);
+	ssize_t len = readlink(path, line, sizeof(line) - 1);
+	if (len > 0) {
+		line[len] = 0;
+		char *del = strstr(line, " (deleted)");
+		if (del)
+			*del = 0;
+		char *base = strrchr(line, '/');
+		p->exe = strdup(base ? base + 1 : line);
+	} else {	/* it has exited already (records are read in batches): the name its thread had */
+		p->exe = strndup(comm, 16);
+	}
 	snprintf(path, sizeof(path), "/proc/%u/maps", tgid);
 	FILE *f = fopen(path, "r");
 	if (!f)
@@ -130,6 +148,81 @@ static void read_build_id(struct elf_file *e, Elf_Data *data)
 	}
 }
 
+/* the function symbols of one symbol table section, sorted by address */
+static void read_syms(struct elf_file *e, Elf *elf, Elf_Scn *scn, GElf_Shdr *sh)
+{
+	Elf_Data *data = elf_getdata(scn, NULL);
+	size_t n = sh->sh_entsize ? sh->sh_size / sh->sh_entsize : 0;
+	struct sym *syms = calloc(n ? n : 1, sizeof(*syms));
+	int nr = 0;
+	for (size_t i = 0; data && syms && i < n; i++) {
+		GElf_Sym s;
+		if (!gelf_getsym(data, i, &s) || GELF_ST_TYPE(s.st_info) != STT_FUNC || !s.st_value)
+			continue;
+		const char *name = elf_strptr(elf, sh->sh_link, s.st_name);
+		if (name && *name)
+			syms[nr++] = (struct sym){ s.st_value, s.st_size, strdup(name) };
+	}
+	if (!syms)
+		return;
+	for (int i = 0; i < e->nr_syms; i++)
+		free((char *)e->syms[i].name);
+	free(e->syms);
+	e->syms = syms;
+	e->nr_syms = nr;
+	qsort(e->syms, e->nr_syms, sizeof(*e->syms), cmp_sym);
+}
+
+/* .symtab of a separate debug file (same addresses as the binary's): true if one was read */
+static bool debug_file_syms(struct elf_file *e, const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	Elf *elf = elf_begin(fd, ELF_C_READ, NULL);
+	Elf_Scn *scn = NULL;
+	bool found = false;
+	while (elf && !found && (scn = elf_nextscn(elf, scn))) {
+		GElf_Shdr sh;
+		if (gelf_getshdr(scn, &sh) && sh.sh_type == SHT_SYMTAB && sh.sh_size) {
+			read_syms(e, elf, scn, &sh);
+			found = true;
+		}
+	}
+	if (elf)
+		elf_end(elf);
+	close(fd);
+	return found;
+}
+
+/*
+ * A stripped binary's full symbol table, where the distribution's debug package put it: by build id
+ * (/usr/lib/debug/.build-id/xx/yyyy.debug), else by .gnu_debuglink name (next to the binary, in its .debug
+ * directory, or under /usr/lib/debug with the binary's directory).
+ */
+static void debug_syms(struct elf_file *e, const char *debuglink)
+{
+	char path[4096];
+	if (e->build_id_len > 1) {
+		int n = snprintf(path, sizeof(path), "/usr/lib/debug/.build-id/%02x/", e->build_id[0]);
+		for (int i = 1; i < e->build_id_len; i++)
+			n += snprintf(path + n, sizeof(path) - n, "%02x", e->build_id[i]);
+		snprintf(path + n, sizeof(path) - n, ".debug");
+		if (debug_file_syms(e, path))
+			return;
+	}
+	if (!debuglink || !*debuglink || strchr(debuglink, '/'))
+		return;
+	const char *slash = strrchr(e->path, '/');
+	int dirlen = slash ? (int)(slash - e->path) : 0;
+	static const char *const forms[] = { "%.*s/.debug/%s", "/usr/lib/debug%.*s/%s", "%.*s/%s" };
+	for (size_t i = 0; i < sizeof(forms) / sizeof(forms[0]); i++) {
+		snprintf(path, sizeof(path), forms[i], dirlen, e->path, debuglink);
+		if (strcmp(path, e->path) && debug_file_syms(e, path))
+			return;
+	}
+}
+
 static void load_elf(struct elf_file *e)
 {
 	e->loaded = true;
@@ -142,41 +235,42 @@ static void load_elf(struct elf_file *e)
 		close(fd);
 		return;
 	}
-	size_t nph = 0;
+	size_t nph = 0, shstrndx = 0;
 	elf_getphdrnum(elf, &nph);
+	elf_getshdrstrndx(elf, &shstrndx);
 	for (size_t i = 0; i < nph && e->nr_loads < 16; i++) {
 		GElf_Phdr ph;
 		if (gelf_getphdr(elf, i, &ph) && ph.p_type == PT_LOAD)
 			e->loads[e->nr_loads++] = ph;
 	}
-	/* .symtab when the file has one (not stripped), else the exported .dynsym */
+	/* .symtab when the file has one (not stripped), else a debug file's, else the exported .dynsym */
 	Elf_Scn *scn = NULL, *best = NULL;
 	GElf_Shdr best_sh = {};
+	char debuglink[256] = "";
 	while ((scn = elf_nextscn(elf, scn))) {
 		GElf_Shdr sh;
 		if (!gelf_getshdr(scn, &sh))
 			continue;
 		if (sh.sh_type == SHT_NOTE && !e->build_id_len)
 			read_build_id(e, elf_getdata(scn, NULL));
+		const char *name = elf_strptr(elf, shstrndx, sh.sh_name);
+		if (name && !strcmp(name, ".gnu_debuglink")) {
+			Elf_Data *d = elf_getdata(scn, NULL);
+			if (d && d->d_size)
+				snprintf(debuglink, sizeof(debuglink), "%.*s", (int)strnlen(d->d_buf, d->d_size),
+					 (char *)d->d_buf);
+		}
 		if (sh.sh_type == SHT_SYMTAB || (sh.sh_type == SHT_DYNSYM && !best)) {
 			best = scn;
 			best_sh = sh;
 		}
 	}
-	if (best) {
-		Elf_Data *data = elf_getdata(best, NULL);
-		size_t n = best_sh.sh_entsize ? best_sh.sh_size / best_sh.sh_entsize : 0;
-		e->syms = calloc(n ? n : 1, sizeof(*e->syms));
-		for (size_t i = 0; data && e->syms && i < n; i++) {
-			GElf_Sym s;
-			if (!gelf_getsym(data, i, &s) || GELF_ST_TYPE(s.st_info) != STT_FUNC || !s.st_value)
-				continue;
-			const char *name = elf_strptr(elf, best_sh.sh_link, s.st_name);
-			if (name && *name)
-				e->syms[e->nr_syms++] = (struct sym){ s.st_value, s.st_size, strdup(name) };
-		}
-		if (e->syms)
-			qsort(e->syms, e->nr_syms, sizeof(*e->syms), cmp_sym);
+	if (best && best_sh.sh_type == SHT_SYMTAB)
+		read_syms(e, elf, best, &best_sh);
+	else {
+		debug_syms(e, debuglink);
+		if (!e->nr_syms && best)
+			read_syms(e, elf, best, &best_sh);
 	}
 	elf_end(elf);
 	close(fd);
@@ -226,15 +320,6 @@ static const char *elf_sym(struct elf_file *e, unsigned long long file_off)
 	return (!s->size || vaddr < s->addr + s->size) ? s->name : NULL;
 }
 
-static void name_in_file(struct elf_file *e, unsigned long long file_off, struct jbuf *out)
-{
-	const char *name = elf_sym(e, file_off);
-	const char *base = strrchr(e->path, '/');
-	if (name)
-		jb_add(out, "%s", name);
-	else
-		jb_add(out, "[%s]", base ? base + 1 : e->path);
-}
 
 static bool same_id(struct elf_file *e, const unsigned char *id)
 {
@@ -282,18 +367,22 @@ static struct elf_file *by_build_id(const unsigned char *id)
 	return NULL;
 }
 
-static void frame_by_ip(struct process *p, unsigned long long ip, struct jbuf *out)
+static const char *frame_by_ip(struct process *p, unsigned long long ip)
 {
 	for (int i = 0; p && i < p->nr; i++) {
 		struct mapping *m = &p->maps[i];
-		if (ip >= m->start && ip < m->end) {
-			name_in_file(elf_file(m->path), ip - m->start + m->off, out);
-			return;
-		}
+		if (ip >= m->start && ip < m->end)
+			return elf_sym(elf_file(m->path), ip - m->start + m->off);
 	}
-	jb_add(out, "[unknown]");
+	return NULL;
 }
 
+/*
+ * Folded root first.  The walk is trusted from the leaf outwards while each frame resolves to a function:
+ * the first that does not (an address in no mapping, no symbol there, a build id of no file found) is where
+ * frame pointers stopped being frame pointers, and every frame past it is noise.  The stack then starts
+ * with one frame naming the process's executable, "[fio]": its callers are unknown from there on.
+ */
 bool ustack_fold(int stacks_fd, __s32 id, __u32 tgid, struct jbuf *out)
 {
 	struct bpf_stack_build_id frames[FST_USER_STACK_DEPTH] = {};
@@ -305,16 +394,22 @@ bool ustack_fold(int stacks_fd, __s32 id, __u32 tgid, struct jbuf *out)
 	if (!depth)
 		return false;
 	struct process *p = proc_slot(tgid, false);
-	for (int i = depth - 1; i >= 0; i--) {
-		if (i != depth - 1)
-			jb_add(out, ";");
+	const char *names[FST_USER_STACK_DEPTH];
+	int trusted = 0;
+	for (; trusted < depth; trusted++) {
 		struct elf_file *e;
-		if (frames[i].status == BPF_STACK_BUILD_ID_VALID && (e = by_build_id(frames[i].build_id)))
-			name_in_file(e, frames[i].offset, out);
-		else if (frames[i].status == BPF_STACK_BUILD_ID_IP)
-			frame_by_ip(p, frames[i].ip, out);
-		else
-			jb_add(out, "[unknown]");
+		const char *name = NULL;
+		if (frames[trusted].status == BPF_STACK_BUILD_ID_VALID && (e = by_build_id(frames[trusted].build_id)))
+			name = elf_sym(e, frames[trusted].offset);
+		else if (frames[trusted].status == BPF_STACK_BUILD_ID_IP)
+			name = frame_by_ip(p, frames[trusted].ip);
+		if (!name)
+			break;
+		names[trusted] = name;
 	}
+	if (trusted < depth)
+		jb_add(out, "[%s]%s", p && p->exe ? p->exe : "unknown", trusted ? ";" : "");
+	for (int i = trusted - 1; i >= 0; i--)
+		jb_add(out, "%s%s", names[i], i ? ";" : "");
 	return true;
 }

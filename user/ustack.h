@@ -9,7 +9,7 @@
 #include "results.h"
 
 /* read the executable mappings of a process the first time it is seen (it must still be running) */
-void ustack_note_process(__u32 tgid);
+void ustack_note_process(__u32 tgid, const char *comm);
 /* append the user frames of stack id (root first, ';'-separated) to out; false if none recorded */
 bool ustack_fold(int stacks_fd, __s32 id, __u32 tgid, struct jbuf *out);
 

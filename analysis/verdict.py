@@ -1,0 +1,225 @@
+"""The verdict: the first screen of every report (run, attach, report; the HTML page opens with it too).
+
+About a dozen lines from a summary (pure functions: summary -> lines): what ran, how fast, where request
+time went with the dominant part named, what each traced device did, decompression and how it was
+measured, what the tracer cost, and anything lost or unavailable, one line each.  Every number comes from
+summary.json as it is (tests/test_verdict.py reads them back); parts are the summary's own
+(attribution.parts_ns, records.h FST_PARTS), never a list kept here.
+"""
+import re
+import textwrap
+
+WIDTH = 100  # wrapped lines (tiers, unavailable figures) fit a terminal of this many columns
+
+
+def size(n):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return ("%.0f %s" if unit == "B" else "%.1f %s") % (n, unit)
+        n /= 1024.0
+
+
+def us(v):
+    """A latency in microseconds, as us below 1 ms and ms above."""
+    return "%.1f us" % v if v < 1000 else "%.2f ms" % (v / 1000.0)
+
+
+def pct(share):
+    return "%.1f %%" % (100.0 * share)
+
+
+def wrap(label, items, sep=", "):
+    """'label: a, b, c' wrapped at WIDTH, continuation lines indented under the first item."""
+    head = "  %s: " % label
+    indent = " " * len(head) if len(head) <= 32 else "      "  # a long label: continue under it, not after it
+    return textwrap.wrap(sep.join(items), WIDTH, initial_indent=head, subsequent_indent=indent,
+                         break_on_hyphens=False, break_long_words=False) or [head.rstrip()]
+
+
+def titled(title, items, sep=", "):
+    """A title line (wrapped), then the items wrapped under it, six columns in: a long reason and its list."""
+    return (textwrap.wrap(title + ":", WIDTH, initial_indent="  ", subsequent_indent="      ",
+                          break_on_hyphens=False, break_long_words=False) +
+            textwrap.wrap(sep.join(items), WIDTH, initial_indent="      ", subsequent_indent="      ",
+                          break_on_hyphens=False, break_long_words=False))
+
+
+def fold(line):
+    """One verdict line wrapped at WIDTH, continued four columns in."""
+    return textwrap.wrap(line, WIDTH, subsequent_indent="      ", break_on_hyphens=False,
+                         break_long_words=False) or [line]
+
+
+def short_figure(figure):
+    """A figure's name without its explanation ('btrfs compression on write: time and ...' -> 'btrfs
+    compression on write'): the verdict names it, the full report explains it."""
+    return re.split(r": | \(", figure, 1)[0]
+
+
+def headline(s):
+    run = s["run"]
+    if not run.get("workload"):
+        return "fstrace: collector results (no run configuration), %.1f s, kernel %s" % (s["wall_s"], run["kernel"])
+    if run.get("mode") == "attach":
+        return "fstrace attach: %s, %.1f s, kernel %s" % (", ".join(run.get("mounts") or []) or "all filesystems",
+                                                          s["wall_s"], run["kernel"])
+    cache = run.get("cache") or ""
+    if not cache.endswith("cache"):
+        cache += " cache"
+    return "fstrace: %s on %s (%s), dataset %s, kernel %s" % (run["workload"], run["label"], cache,
+                                                              run["dataset_id"], run["kernel"])
+
+
+def reads_line(s):
+    r = s["reads"]
+    tput = s["throughput_bytes_per_s"]
+    line = "  reads: %d requests, %s in %.3f s wall = %s/s" % (r["count"], size(r["bytes"]), s["wall_s"],
+                                                                size(tput) if tput else "n/a")
+    if r["latency_us"]:
+        line += "; latency p50 %s, p99 %s" % (us(r["latency_us"]["p50"]), us(r["latency_us"]["p99"]))
+    return line
+
+
+def ground_truth_line(s):
+    gt = s.get("ground_truth") or {}
+    said = []
+    if "read_bytes" in gt:
+        said.append("%s read%s" % (size(gt["read_bytes"]), ", %d I/Os" % gt["ios"] if "ios" in gt else ""))
+    if "write_bytes" in gt:
+        said.append("%s written" % size(gt["write_bytes"]))
+    return "  workload's own count: " + "; ".join(said) if said else None
+
+
+def shares(s):
+    """[(part name, share)] of request time, largest first, parts with none left out."""
+    a = s["attribution"]
+    return sorted(((p[:-3], v) for p, v in a["shares"].items() if v), key=lambda kv: -kv[1])
+
+
+def attribution_lines(s):
+    a = s["attribution"]
+    if not a["wall_ns"]:
+        return ["  time in requests: no requests on the traced filesystems"]
+    sh = shares(s)
+    head = "time in requests (%.1f ms)" % (a["wall_ns"] / 1e6)
+    items = ["%s %s" % (name, pct(v)) for name, v in sh if v >= 0.0005]
+    if items:
+        items[0] += " (dominant)"
+    small = [name for name, v in sh if v < 0.0005]
+    if small:
+        items.append("under 0.1 %%: %s" % " ".join(small))
+    return wrap(head, items)
+
+
+def device_line(name, d):
+    if not d.get("requests"):
+        return "  device %s (%s): no read requests" % (name, d["level"])
+    line = "  device %s (%s): %d reads, mean %s, 4 KiB-aligned %.1f %%" % (
+        name, d["level"], d["requests"], size(d["mean_bytes"]), d["aligned_4k_pct"])
+    if d["unit_bytes"] != 4096:
+        line += ", %s-unit-aligned %.1f %%" % (size(d["unit_bytes"]), d["aligned_unit_pct"])
+    if d.get("q2c_us"):
+        line += "; q2c p50 %s p99 %s" % (us(d["q2c_us"]["p50"]), us(d["q2c_us"]["p99"]))
+    return line
+
+
+def decompression_line(s):
+    dec = s.get("decompression") or {}
+    wall = s["attribution"]["wall_ns"]
+    share = (lambda ns: " = %s" % pct(ns / wall) if wall else "")
+    kworkers = (s.get("async_work") or {}).get("erofs decompression")
+    kw = "; in kworkers: %.1f ms (%d work items)" % (kworkers["ns"] / 1e6, kworkers["items"]) if kworkers else ""
+    if dec.get("available"):
+        tiers = ", ".join(sorted(set(dec["probes"].values())))
+        return ("  decompression: %.1f ms in the readers' requests%s, %.1f ms elsewhere (measured: %s)%s"
+                % (dec["in_requests_ns"] / 1e6, share(dec["in_requests_ns"]), dec["elsewhere_ns"] / 1e6, tiers, kw))
+    est = dec.get("estimate")
+    if est and est.get("samples"):
+        return ("  decompression: %.1f ms in the readers' requests%s (sampled: 95%% %.1f-%.1f ms)%s"
+                % (est["ns"] / 1e6, share(est["ns"]), est["ci95_ns"][0] / 1e6, est["ci95_ns"][1] / 1e6, kw))
+    if kw:
+        return "  decompression: none sampled in the readers' requests" + kw
+    return None
+
+
+def tracer_line(s):
+    tr = s.get("tracer") or {}
+    if tr.get("timed_ns") is None:
+        return None
+    line = "  tracer: %.1f ms timed in requests" % (tr["timed_ns"] / 1e6)
+    if tr.get("timed_share") is not None:
+        line += " = %s" % pct(tr["timed_share"])
+    smp = tr.get("sampled") or {}
+    if smp.get("share") is not None:
+        line += "; %s of on-CPU samples (95%% %.1f-%.1f %%)" % (pct(smp["share"]), 100 * smp["share_95"][0],
+                                                               100 * smp["share_95"][1])
+    return line
+
+
+def lost_items(s):
+    """What the run did not see: dropped records, full kernel tables, expired in-flight state, block requests the
+    kernel completed unseen, failed requests.  Empty: nothing lost."""
+    out = ["%d %s records dropped (ring buffer full)" % (v, k) for k, v in sorted((s.get("drops") or {}).items())
+           if v]
+    out += ["%d %s (kernel table full)" % (v, k) for k, v in sorted((s.get("losses") or {}).items()) if v]
+    ex = s.get("expired_in_flight") or {}
+    if ex.get("bios") or ex.get("requests"):
+        out.append("%d bios, %d block requests expired in flight" % (ex.get("bios", 0), ex.get("requests", 0)))
+    out += ["%d block requests on %s completed unseen" % (v, k)
+            for k, v in sorted((s.get("unseen_block_requests") or {}).items())]
+    return out
+
+
+def primary_reason(why, probes):
+    """The reason a figure is unavailable, without what its other-kernel twins add ('; twin: why')."""
+    clauses = why.split("; ")
+    for i, c in enumerate(clauses[1:], 1):
+        if c.split(": ", 1)[0] in probes:
+            return "; ".join(clauses[:i])
+    return why
+
+
+def unavailable_groups(s):
+    """{reason: [figure]} of the figures this run could not measure."""
+    out = {}
+    for u in s.get("unavailable") or []:
+        out.setdefault(primary_reason(u["why"], s.get("tiers") or {}), []).append(u["figure"])
+    return out
+
+
+def tier_groups(s):
+    """{tier: [probe]}; unavailable probes apart, by reason: {"unavailable (reason)": [probe]}."""
+    out = {}
+    for probe, t in sorted((s.get("tiers") or {}).items()):
+        key = t["tier"] if t["tier"] != "unavailable" else "unavailable (%s)" % (t["why"] or "probe could not attach")
+        out.setdefault(key, []).append(probe)
+    return out
+
+
+def lines(s):
+    """The verdict, as lines (no trailing newlines)."""
+    out = [headline(s), reads_line(s)]
+    gt = ground_truth_line(s)
+    if gt:
+        out.append(gt)
+    out += attribution_lines(s)
+    for name, d in s["devices"].items():
+        out += fold(device_line(name, d))
+    for extra in (decompression_line(s), tracer_line(s)):
+        if extra:
+            out += fold(extra)
+    failed = s.get("failed_requests") or {}
+    if failed:  # named, so a run on a damaged image cannot pass for a fast one
+        out += fold("  FAILED requests: %s" % ", ".join("%s x%d" % kv for kv in sorted(failed.items())))
+    lost = lost_items(s)
+    out += wrap("LOST", lost, "; ") if lost else ["  lost: nothing (no drops, no full tables, block requests "
+                                                  "match /proc/diskstats)"]
+    groups = unavailable_groups(s)
+    if groups:
+        out += wrap("unavailable", ["%s [%s]" % (", ".join(short_figure(f) for f in figs), why)
+                                    for why, figs in groups.items()], "; ")
+    return [part for line in out for part in (fold(line) if len(line) > WIDTH else [line])]
+
+
+def render(s):
+    return "\n".join(lines(s)) + "\n"

@@ -1,0 +1,175 @@
+"""What a person sees first: the verdict (every number in it read back from summary.json), user stacks that stop
+where their walk stops being trustworthy, and the Perfetto timeline (read back with the trace protos)."""
+import re
+
+import pytest
+
+from analysis import report, results, timeline, verdict
+from conftest import fstrace
+
+NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?")  # not the 50 of p50
+
+
+def numbers(text):
+    return [float(x) for x in NUMBER.findall(text)]
+
+
+def mag(n):
+    """A byte count as the verdict writes it (its number, in the unit verdict.size picks)."""
+    return float(verdict.size(n).split()[0])
+
+
+def logical_lines(text):
+    """Verdict lines with their wrapped continuations (indented more than two columns) joined."""
+    out = []
+    for l in text.splitlines():
+        if l.startswith("   ") and out:
+            out[-1] += " " + l.strip()
+        else:
+            out.append(l)
+    return out
+
+
+def test_verdict_numbers_are_the_summarys(erofs_randread):
+    out, res, s = erofs_randread
+    text = report.render(s, full=False)
+    lines = logical_lines(text)
+    assert len(text.splitlines()) <= 20 and max(len(l) for l in text.splitlines()) <= verdict.WIDTH
+    by = {re.match(r"\s*(device \S+|[^:(]+)", l).group(1).strip(): l for l in lines}
+    run = s["run"]
+    assert lines[0] == "fstrace: %s on %s (cold cache), dataset %s, kernel %s" % (
+        run["workload"], run["label"], run["dataset_id"], run["kernel"])
+    r = s["reads"]
+    # reads: count, MiB, wall, MiB/s, p50, p99 (us below 1 ms, ms above)
+    lat = [r["latency_us"][q] if r["latency_us"][q] < 1000 else r["latency_us"][q] / 1000 for q in ("p50", "p99")]
+    expect = [r["count"], mag(r["bytes"]), round(s["wall_s"], 3), mag(s["throughput_bytes_per_s"])] + \
+        [round(x, 1 if x < 1000 else 2) for x in lat]
+    got = numbers(by["reads"])
+    assert got == pytest.approx(expect, abs=0.051), (by["reads"], expect)
+    # time in requests: the summary's parts by share, the largest named dominant, the rest named
+    a = s["attribution"]
+    att = by["time in requests"]
+    assert numbers(att)[0] == pytest.approx(a["wall_ns"] / 1e6, abs=0.05)
+    shares = sorted(((p[:-3], v) for p, v in a["shares"].items() if v), key=lambda kv: -kv[1])
+    shown = re.findall(r"(\w+) (\d+\.\d) %", att.split("under 0.1 %")[0])
+    assert [n for n, _ in shown] == [n for n, v in shares if v >= 0.0005]
+    for (name, v), (_, share) in zip(shown, shares):
+        assert float(v) == pytest.approx(100 * share, abs=0.051)
+    assert "%s %.1f %% (dominant)" % (shares[0][0], 100 * shares[0][1]) in att
+    for name, v in shares:
+        assert re.search(r"\b%s\b" % name, att), name  # every part with any time is named
+    # one line per device, its numbers the summary's
+    for name, d in s["devices"].items():
+        line = by["device %s" % name]
+        q = [d["q2c_us"][k] for k in ("p50", "p99")]
+        expect = [d["requests"], mag(d["mean_bytes"]), 4, round(d["aligned_4k_pct"], 1)] + \
+            [round(x, 1) if x < 1000 else round(x / 1000, 2) for x in q]
+        assert numbers(line.split("): ", 1)[1]) == pytest.approx(expect, abs=0.051), (line, expect)
+        assert "(%s)" % d["level"] in line
+    assert {d["level"] for d in s["devices"].values()} == {"loop", "backing"}
+    # decompression: sampled on this tier, its share of request time and the kworkers' part
+    dec = s["decompression"]
+    line = by["decompression"]
+    est = dec["estimate"]
+    kw = s["async_work"].get("erofs decompression")
+    expect = [round(est["ns"] / 1e6, 1), round(100 * est["ns"] / a["wall_ns"], 1), 95,
+              round(est["ci95_ns"][0] / 1e6, 1), round(est["ci95_ns"][1] / 1e6, 1)]
+    if kw:
+        expect += [round(kw["ns"] / 1e6, 1), kw["items"]]
+    assert not dec["available"] and "sampled" in line
+    assert numbers(line) == pytest.approx(expect, abs=0.051), (line, expect)
+    # the tracer's own cost: timed, its share, the sampled share and its interval
+    tr = s["tracer"]
+    smp = tr["sampled"]
+    expect = [round(tr["timed_ns"] / 1e6, 1), round(100 * tr["timed_share"], 1), round(100 * smp["share"], 1), 95,
+              round(100 * smp["share_95"][0], 1), round(100 * smp["share_95"][1], 1)]
+    assert numbers(by["tracer"]) == pytest.approx(expect, abs=0.051), by["tracer"]
+    # lost and unavailable, one line each
+    lost = [l for l in lines if l.strip().lower().startswith("lost")]
+    assert len(lost) == 1
+    unseen = s["unseen_block_requests"]
+    if unseen or any((s.get("drops") or {}).values()):
+        assert lost[0].startswith("  LOST") and all("%d block requests on %s" % (v, k) in lost[0]
+                                                    for k, v in unseen.items())
+    else:
+        assert lost[0].startswith("  lost: nothing")
+    un = [l for l in lines if l.startswith("  unavailable")]
+    assert len(un) == (1 if s["unavailable"] else 0)
+    for u in s["unavailable"]:
+        assert verdict.short_figure(u["figure"]) in un[0]
+    assert "fstrace report DIR --full" in text
+
+
+def test_full_report_keeps_the_verdict_first_and_groups_tiers(erofs_randread):
+    out, _, s = erofs_randread
+    short = fstrace("report", str(out)).stdout
+    full = fstrace("report", str(out), "--full").stdout
+    head = short[:short.rindex("  (detail")]
+    assert full.startswith(head)
+    body = full[len(head):]
+    assert "== where request time went" in body and "== tiers, losses and what could not be measured" in body
+    for tier, probes in verdict.tier_groups(s).items():
+        assert "probes at tier %s" % tier.split(" (")[0] in body
+    # the tiers are lines of at most WIDTH columns, never one line of all probes
+    tier_lines = [l for l in body.splitlines() if "block_rq_issue" in l]
+    assert tier_lines and all(len(l) <= verdict.WIDTH for l in tier_lines)
+
+
+def test_user_stacks_stop_where_the_walk_stops(erofs_randread):
+    """fio is built without frame pointers: its stacks end (at the root) in one [fio] frame, never a run of
+    [unknown]; the frames kept under it are functions by name."""
+    out, res, _ = erofs_randread
+    for name in ("wallclock", "oncpu"):
+        stacks = [l.rsplit(" ", 1)[0].split(";") for l in (out / ("%s.folded" % name)).read_text().splitlines()]
+        assert stacks
+        for st in stacks:
+            assert not any(a == b == "[unknown]" for a, b in zip(st, st[1:])), st
+        fio = [st for st in stacks if st[0] == "[fio]"]
+        assert fio, name
+        for st in fio:
+            entry = st.index("entry_SYSCALL_64_after_hwframe") if "entry_SYSCALL_64_after_hwframe" in st else None
+            user = st[1:entry]
+            assert all(not f.startswith("[") for f in user), st  # trusted frames: named functions
+    smp = res.header["sampling"]
+    assert not any("[unknown];[unknown]" in st for st, _ in smp["folded"])
+
+
+def test_timeline_is_a_perfetto_trace_of_every_request(erofs_randread):
+    out, res, _ = erofs_randread
+    path = out / timeline.NAME
+    assert not (out / "timeline.json").exists()
+    tracks, sl = timeline.read(str(path))
+    req, io = res["req"], res["io"]
+    kinds = set(res.header["enums"]["req_kind"].values())
+    top = [s for s in sl if s["depth"] == 0]
+    # one slice per request, on its thread's track
+    assert sorted((s["start"], s["end"]) for s in top if s["name"] in kinds) == \
+        sorted(zip(req["ts_start_ns"].tolist(), req["ts_end_ns"].tolist()))
+    # one slice per block request, on a lane of its device, with the device phase nested in it
+    blocks = [s for s in top if re.match(r"[RW] \d+ KiB$", s["name"])]
+    assert len(blocks) == len(io)
+    devices = {tracks[s["track"]][1] for s in blocks}
+    assert {tracks[d][0] for d in devices} == {"block device %s" % n for n in
+                                               {results_dev(res, d) for d in io["dev"].tolist()}}
+    assert sum(1 for s in sl if s["name"] == "device" and s["depth"] == 1) == int((io["ts_issue_ns"] > 0).sum())
+    # kworker work items on the kworker's own track
+    work = res.records.get("work")
+    if work is not None and len(work):
+        items = [s for s in top if s["name"] in set(res.header["enums"]["work_kind"].values())]
+        assert len(items) == len(work)
+        assert all(tracks[s["track"]][0].startswith("kworker") for s in items)
+    # flows: from a request to block requests; both ends exist
+    starts = {f: s for s in sl for f in s["flows"]}
+    ends = {f: s for s in sl for f in s["ends"]}
+    assert starts and set(starts) == set(ends)
+    for f, s in starts.items():
+        assert s["name"] in kinds and re.match(r"[RW] \d+ KiB$", ends[f]["name"])
+        assert s["start"] <= ends[f]["start"] <= s["end"]
+    # size: at most 100 bytes per request
+    size = path.stat().st_size
+    assert size / len(req) <= 100, size / len(req)
+
+
+def results_dev(res, dev):
+    from analysis.summary import dev_name
+    return dev_name(dev, res.minor_bits)
