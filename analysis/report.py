@@ -17,11 +17,7 @@ def terminal_safe(text):
                             else "\\u%04x" % ord(m.group()), text)
 
 
-def _size(n):
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return ("%.0f %s" if unit == "B" else "%.1f %s") % (n, unit)
-        n /= 1024.0
+_size = verdict.size
 
 
 def _pct(x):

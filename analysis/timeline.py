@@ -257,7 +257,9 @@ def slices(res, w, uuids):
         if comp is not None and len(comp):
             kinds.append((_sorted(comp, "ts_start_ns"), lambda c: "compress %s %s" % (
                 enum_name(h, "fs", c["fs"]), enum_name(h, "alg", c["alg"]))))
-        streams = [((int(r["ts_start_ns"]), n, r, label) for r in recs) for n, (recs, label) in enumerate(kinds)]
+        def stream(n, recs, label):  # binds n and label now: a generator in the comprehension saw the last kind's
+            return ((int(r["ts_start_ns"]), n, r, label) for r in recs)
+        streams = [stream(n, recs, label) for n, (recs, label) in enumerate(kinds)]
         for s, _, r, label in heapq.merge(*streams, key=lambda x: x[0]):
             pid = int(r["pid"])
             if pid not in groups:

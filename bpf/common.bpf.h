@@ -111,12 +111,12 @@ static __always_inline __u32 flight_bucket_index(__u64 key, __u32 nbuckets)
 	/* the slot of key, claimed if it has none; NULL (and a loss counted) when its bucket is full */ \
 	static __always_inline struct name##_slot *name##_claim(__u64 key)                \
 	{                                                                                 \
-		struct name##_bucket *bk = name##_bucket_of(key);                         \
+		struct name##_slot *held = name##_find(key);                              \
+		if (held)                                                                 \
+			return held;                                                      \
+		struct name##_bucket *bk = name##_bucket_of(key);	/* an array: inlined */	\
 		if (!bk)                                                                  \
 			return NULL;                                                      \
-		_Pragma("unroll") for (int i = 0; i < FST_FLIGHT_WAYS; i++)               \
-			if (bk->s[i].key == key)                                          \
-				return &bk->s[i];                                         \
 		_Pragma("unroll") for (int i = 0; i < FST_FLIGHT_WAYS; i++)               \
 			if (!bk->s[i].key && __sync_val_compare_and_swap(&bk->s[i].key, 0, key) == 0) \
 				return &bk->s[i];                                         \
