@@ -3,9 +3,11 @@
 # Why not bcc/python3-bcc: bcc compiles its BPF C against kernel headers on the target at every start;
 # fstrace's CO-RE objects are compiled once and relocated by libbpf on any kernel with BTF.
 #
-#   setup.sh [PART...]   PART: collector, workloads, analysis, test; none: collector workloads analysis
-#   setup.sh --test      all four (the test command)
-# so that `fstrace attach` on a production box installs no fio, mkfs tools or test tools (see ./fstrace).
+#   setup.sh [PART...]   PART: collector, workloads, cli, numpy, plots, analysis (cli numpy plots), test;
+#                        none: collector workloads analysis
+#   setup.sh --test      all of them (the test command)
+# so that `fstrace attach` on a production box installs no fio, mkfs tools or test tools, and `fstrace serve`
+# no numpy or matplotlib either (see ./fstrace).
 set -eu
 here=$(CDPATH= cd -- "$(dirname -- "$0")/.." && pwd)
 
@@ -13,8 +15,12 @@ here=$(CDPATH= cd -- "$(dirname -- "$0")/.." && pwd)
 COLLECTOR="make gcc clang llvm libbpf-dev libelf-dev zlib1g-dev libzstd-dev libjson-c-dev bpftool"
 # building images and running the standard workloads on them
 WORKLOADS="fio erofs-utils squashfs-tools btrfs-progs xfsprogs e2fsprogs util-linux tar lz4"
-# the CLI, summaries and the HTML report
-ANALYSIS="python3 python3-numpy python3-matplotlib"
+# the command line itself (serve needs nothing more); summaries and reports (numpy: the results reader, the
+# summary, the timeline); the figures of the HTML reports every run, attach and bench writes (matplotlib:
+# analysis/plots.py only)
+CLI="python3"
+NUMPY="python3-numpy"
+PLOTS="python3-matplotlib"
 # only the tests: pytest; QEMU, busybox, kmod and cpio for the Debian 6.1 kernel test; headless Chromium
 # and PIL to check the HTML report renders; strace to see that bad collector options load nothing; prometheus
 # (the server and promtool) to scrape fstrace serve and lint its exposition (where systemd runs, Debian also
@@ -33,14 +39,18 @@ for part in "$@"; do
 	case "$part" in
 	collector) PKGS="$PKGS $COLLECTOR" build=1 ;;
 	workloads) PKGS="$PKGS $WORKLOADS $EROFS_BUILD" erofs=1 ;;
-	analysis) PKGS="$PKGS $ANALYSIS" ;;
+	cli) PKGS="$PKGS $CLI" ;;
+	numpy) PKGS="$PKGS $CLI $NUMPY" ;;
+	plots | analysis) PKGS="$PKGS $CLI $NUMPY $PLOTS" ;;  # plots.py draws numpy arrays
 	test) PKGS="$PKGS $TEST" ;;
-	*) echo "setup.sh: unknown part '$part' (collector, workloads, analysis, test or --test)" >&2; exit 2 ;;
+	*) echo "setup.sh: unknown part '$part' (collector, workloads, cli, numpy, plots, analysis, test or --test)" >&2
+		exit 2 ;;
 	esac
 done
 
 missing=""
 for p in $PKGS; do
+	case " $missing " in *" $p "*) continue ;; esac  # parts share packages (numpy and plots: python3)
 	dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
 if [ -n "$missing" ]; then
