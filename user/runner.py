@@ -1,4 +1,4 @@
-"""Running a workload under tracing: the collector started and stopped (run, attach and serve alike), the
+"""Running a workload under tracing: the collector started and stopped (run, attach), the
 options that decide what it records, and run_once, one workload on a freshly mounted image into a results
 directory with its summary.  cli.py (run, attach), bench.py and advise.py (the matrices) and
 scripts/bench_overhead.py import it.
