@@ -7,7 +7,7 @@ repetition, so drift on a shared machine hits all alike):
                     (collector --empty-programs): what the hooks cost before fstrace does anything,
                     the ratio no tracer on these hooks can beat on this machine
   fstrace-full      the collector exactly as `fstrace run` and `attach` start it by default
-                    (user/cli.py tracing_options(): sampling at SAMPLE_HZ with off-CPU and
+                    (user/runner.py tracing_options(): sampling at SAMPLE_HZ with off-CPU and
                     sampled bio stacks, page-cache hits counted in the kernel)
   fstrace-nosample  the same with --sample-hz 0 (no stacks, no sampling)
   fstrace-records-all  the default with --records all (a record for every request)
@@ -43,7 +43,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from analysis import results, summary  # noqa: E402
-from user.cli import tracing_options  # noqa: E402
+from user.runner import tracing_options  # noqa: E402
 from user.serve import COLLECTOR_OPTIONS as SERVE_OPTIONS  # noqa: E402
 from user.system import Cleanup, backing_block_device, dev_numbers, drop_caches, ensure_tracefs, losetup, mount  # noqa: E402
 from workloads import catalog, dataset, images  # noqa: E402

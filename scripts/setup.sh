@@ -3,9 +3,11 @@
 # Why not bcc/python3-bcc: bcc compiles its BPF C against kernel headers on the target at every start;
 # fstrace's CO-RE objects are compiled once and relocated by libbpf on any kernel with BTF.
 #
-#   setup.sh [PART...]   PART: collector, workloads, analysis, test; none: collector workloads analysis
-#   setup.sh --test      all four (the test command)
-# so that `fstrace attach` on a production box installs no fio, mkfs tools or test tools (see ./fstrace).
+#   setup.sh [PART...]   PART: collector, workloads, cli, numpy, plots, analysis (cli numpy plots), test;
+#                        none: collector workloads analysis
+#   setup.sh --test      all of them (the test command)
+# so that `fstrace attach` on a production box installs no fio, mkfs tools or test tools, and `fstrace serve`
+# no numpy or matplotlib either (see ./fstrace).
 set -eu
 here=$(CDPATH= cd -- "$(dirname -- "$0")/.." && pwd)
 
@@ -13,8 +15,12 @@ here=$(CDPATH= cd -- "$(dirname -- "$0")/.." && pwd)
 COLLECTOR="make gcc clang llvm libbpf-dev libelf-dev zlib1g-dev libzstd-dev libjson-c-dev bpftool"
 # building images and running the standard workloads on them
 WORKLOADS="fio erofs-utils squashfs-tools btrfs-progs xfsprogs e2fsprogs util-linux tar lz4"
-# the CLI, summaries and the HTML report; python3-venv for build/venv (below)
-ANALYSIS="python3 python3-numpy python3-matplotlib python3-venv"
+# the command line itself (serve needs nothing more); summaries and reports (numpy: the results reader, the
+# summary, the timeline); the figures of the HTML reports every run, attach and bench writes (matplotlib:
+# analysis/plots.py only); python3-venv for build/venv (below), which the timeline's writer needs
+CLI="python3"
+NUMPY="python3-numpy python3-venv"
+PLOTS="python3-matplotlib"
 # The timeline's writer (analysis/timeline.py): the perfetto package's trace protos and streaming builder, and
 # the recent protobuf they need (Debian's is older), pinned, from PyPI into the project's own virtual
 # environment over Debian's Python (--system-site-packages: numpy, matplotlib, pytest stay Debian's).
@@ -39,14 +45,18 @@ for part in "$@"; do
 	case "$part" in
 	collector) PKGS="$PKGS $COLLECTOR" build=1 ;;
 	workloads) PKGS="$PKGS $WORKLOADS $EROFS_BUILD" erofs=1 ;;
-	analysis) PKGS="$PKGS $ANALYSIS" venv=1 ;;
+	cli) PKGS="$PKGS $CLI" ;;
+	numpy) PKGS="$PKGS $CLI $NUMPY" venv=1 ;;
+	plots | analysis) PKGS="$PKGS $CLI $NUMPY $PLOTS" venv=1 ;;  # plots.py draws numpy arrays
 	test) PKGS="$PKGS $TEST" ;;
-	*) echo "setup.sh: unknown part '$part' (collector, workloads, analysis, test or --test)" >&2; exit 2 ;;
+	*) echo "setup.sh: unknown part '$part' (collector, workloads, cli, numpy, plots, analysis, test or --test)" >&2
+		exit 2 ;;
 	esac
 done
 
 missing=""
 for p in $PKGS; do
+	case " $missing " in *" $p "*) continue ;; esac  # parts share packages (numpy and plots: python3)
 	dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
 if [ -n "$missing" ]; then

@@ -161,7 +161,7 @@ def test_floor_takes_exactly_the_hooks_of_the_shipped_configuration(tmp_path):
     configuration it is the floor of: same probes, same tiers, one do-nothing program per hook while it runs,
     none left after, and nothing recorded."""
     from analysis import results
-    from user.cli import tracing_options
+    from user.runner import tracing_options
     attached = {}
     for mode, extra in (("full", []), ("floor", ["--empty-programs"])):
         f = tmp_path / (mode + ".fst")

@@ -10,10 +10,10 @@ import tempfile
 import pytest
 
 from analysis import flamegraph, results, summary, tables
+from analysis.render import flamegraph_specs
 from conftest import FSTRACE
 from forge import forge, real, results_dir, split  # noqa: F401 (real: a fixture)
 from test_cli import one_line_error
-from user.cli import flamegraph_specs
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 

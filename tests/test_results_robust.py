@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from analysis import report, results, summary
+from analysis.render import analyse
 from conftest import FSTRACE
 from forge import forge, real, results_dir, split  # noqa: F401 (real: a fixture)
 from test_cli import one_line_error
-from user.cli import analyse
 from user.system import FstraceError
 
 TRIALS = 300

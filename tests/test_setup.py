@@ -1,5 +1,6 @@
 """Each fstrace command installs only what it uses: attach on a production box gets no fio, mkfs tools or
-test tools.  apt-get, dpkg-query and make are replaced by stand-ins that record what they were asked."""
+test tools, serve not even numpy or matplotlib.  apt-get, dpkg-query and make are replaced by stand-ins that
+record what they were asked."""
 import os
 import subprocess
 
@@ -11,6 +12,7 @@ COLLECTOR_PKGS = {"clang", "libbpf-dev", "bpftool"}
 # libdeflate-dev, liblz4-dev, autoconf: building erofs-utils 1.8.6 (scripts/build-erofs-utils.sh), not on attach boxes
 WORKLOAD_PKGS = {"fio", "erofs-utils", "squashfs-tools", "btrfs-progs", "xfsprogs",
                  "libdeflate-dev", "liblz4-dev", "autoconf"}
+CLI_PKGS = {"python3"}
 ANALYSIS_PKGS = {"python3-numpy", "python3-matplotlib"}
 TEST_PKGS = {"python3-pytest", "qemu-system-x86", "chromium"}
 
@@ -43,6 +45,8 @@ def installed(log):
 
 @pytest.mark.parametrize("command,wanted,unwanted,builds", [
     ("attach", COLLECTOR_PKGS | ANALYSIS_PKGS, WORKLOAD_PKGS | TEST_PKGS, True),
+    ("serve", COLLECTOR_PKGS | CLI_PKGS, ANALYSIS_PKGS | WORKLOAD_PKGS | TEST_PKGS, True),
+    ("advise", COLLECTOR_PKGS | WORKLOAD_PKGS | ANALYSIS_PKGS, TEST_PKGS, True),
     ("run", COLLECTOR_PKGS | WORKLOAD_PKGS | ANALYSIS_PKGS, TEST_PKGS, True),
     ("bench", COLLECTOR_PKGS | WORKLOAD_PKGS | ANALYSIS_PKGS, TEST_PKGS, True),
     ("report", ANALYSIS_PKGS, COLLECTOR_PKGS | WORKLOAD_PKGS | TEST_PKGS, False),
@@ -56,6 +60,39 @@ def test_each_command_installs_what_it_uses(fresh_machine, command, wanted, unwa
     pkgs, built = installed(log)
     assert wanted <= pkgs and not pkgs & unwanted, pkgs
     assert built == builds
+
+
+@pytest.mark.parametrize("command", ["run", "bench", "advise", "attach", "serve"])
+def test_root_commands_refuse_other_users_before_installing(fresh_machine, command):
+    """Commands that load BPF say so at once for another user, before any setup (which could not install)."""
+    env, log = fresh_machine
+    p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", FSTRACE, command, "--help"],
+                       env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.returncode == 1 and p.stderr == \
+        "fstrace: error: '%s' must run as root (try: sudo ./fstrace %s --help)\n" % (command, command)
+    assert installed(log) == (set(), False)
+
+
+def without_numpy(tmp_path, env):
+    """env with a numpy that cannot be imported ahead of the real one."""
+    fake = tmp_path / "no-numpy" / "numpy"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('numpy withheld by the test')\n")
+    return dict(env, PYTHONPATH=str(fake.parent))
+
+
+def test_serve_and_help_run_without_numpy(fresh_machine, tmp_path):
+    """serve (and the help of every command) need no numpy; attach and report do, and say so in one line."""
+    env, _ = fresh_machine
+    env = without_numpy(tmp_path, env)
+    for argv in (["--help"], ["serve", "--help"]):
+        p = subprocess.run([FSTRACE] + argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert p.returncode == 0 and "usage: fstrace" in p.stdout, p.stderr
+    for command in ("attach", "report"):
+        p = subprocess.run([FSTRACE, command, "--help"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+        assert p.returncode == 1 and p.stderr.splitlines()[-1] == \
+            "fstrace: error: python3-numpy is missing (run: sudo ./fstrace setup)", p.stderr
 
 
 def test_the_test_command_installs_everything(fresh_machine):
@@ -78,5 +115,5 @@ def test_unknown_setup_part_is_refused(fresh_machine):
     p = subprocess.run([os.path.join(ROOT, "scripts", "setup.sh"), "everything"], env=env, stderr=subprocess.PIPE,
                        text=True)
     assert p.returncode == 2 and p.stderr.strip() == \
-        "setup.sh: unknown part 'everything' (collector, workloads, analysis, test or --test)"
+        "setup.sh: unknown part 'everything' (collector, workloads, cli, numpy, plots, analysis, test or --test)"
     assert installed(log) == (set(), False)

@@ -9,8 +9,10 @@ import json
 import os
 import sys
 
+from analysis.load import load_results
+from analysis.render import write_html
 from user import bench
-from user.system import FstraceError
+from user.system import FstraceError, progress
 
 # The named mixes: how a root filesystem is read, as seed workloads (workloads/catalog.py) and weights.
 MIXES = {
@@ -96,7 +98,7 @@ def plan_configs(args):
     return out
 
 
-def cmd_advise(args, run_once, resolve_dataset, check_ready, progress, tool_versions, write_html, load_results):
+def cmd_advise(args):
     from workloads import catalog
     mix = parse_mix(args.mix)
     workloads = [catalog.get(n) for n, _ in mix]
@@ -107,23 +109,21 @@ def cmd_advise(args, run_once, resolve_dataset, check_ready, progress, tool_vers
         raise FstraceError("--runs must be at least 1, got %d" % args.runs)
     if args.iops_cap is not None and args.iops_cap <= 0:
         raise FstraceError("--iops-cap must be positive, got %d" % args.iops_cap)
-    results, droot, manifest, cache = bench.prepare("advise", args, check_ready, resolve_dataset)
+    results, droot, manifest, cache = bench.prepare("advise", args)
     with results as outdir:
-        text = _advise(args, mix, workloads, configs, droot, manifest, cache, outdir, run_once, progress,
-                       tool_versions, write_html, load_results)
+        text = _advise(args, mix, workloads, configs, droot, manifest, cache, outdir)
     sys.stdout.write(text)
     progress("advice in %s" % results.outdir)
     return 0
 
 
-def _advise(args, mix, workloads, configs, droot, manifest, cache, outdir, run_once, progress, tool_versions,
-            write_html, load_results):
+def _advise(args, mix, workloads, configs, droot, manifest, cache, outdir):
     from analysis import advice
     from workloads import images
     parts = sorted({w.part for w in workloads})
     progress("advise: mix %s; building %d candidate images" % (
         ", ".join("%s x%g" % m for m in mix), len(configs) * len(parts)))
-    imgs = bench.image_table(configs, parts, droot, manifest, cache, progress)
+    imgs = bench.image_table(configs, parts, droot, manifest, cache)
     sizes = {}
     for i in imgs:
         sizes[i["label"]] = sizes.get(i["label"], 0) + i["bytes"]
@@ -145,8 +145,8 @@ def _advise(args, mix, workloads, configs, droot, manifest, cache, outdir, run_o
     for cap in caps:
         sub = "uncapped" if cap is None else "iops-%d" % cap
         os.makedirs(os.path.join(outdir, sub))
-        docs[sub] = bench.measure(configs, workloads, droot, manifest, cache, os.path.join(outdir, sub), run_once,
-                                  progress, tool_versions, args.runs, iops_cap=cap, imgs=imgs, clock=clock)
+        docs[sub] = bench.measure(configs, workloads, droot, manifest, cache, os.path.join(outdir, sub), args.runs,
+                                  iops_cap=cap, imgs=imgs, clock=clock)
     adv = advice.advise(docs["uncapped"], mix, parts)
     capped = advice.advise(docs["iops-%d" % args.iops_cap], mix, parts) if args.iops_cap else None
     text = advice.render(adv, mix, capped, args.iops_cap)
@@ -162,11 +162,11 @@ def _advise(args, mix, workloads, configs, droot, manifest, cache, outdir, run_o
     os.rename(os.path.join(outdir, "advice.json.tmp"), os.path.join(outdir, "advice.json"))
     with open(os.path.join(outdir, "advice.txt"), "w") as f:
         f.write(text)
-    write_html(os.path.join(outdir, "advice.html"), page(doc, docs, text, outdir, load_results))
+    write_html(os.path.join(outdir, "advice.html"), page(doc, docs, text, outdir))
     return text
 
 
-def page(doc, docs, text, outdir, load_results):
+def page(doc, docs, text, outdir):
     """advice.html: the ranking and advice, the size/time scatter per device model (Pareto front highlighted),
     and for the two fastest candidates the differential flamegraph and attribution bars on the workload that
     separates them most."""

@@ -9,7 +9,9 @@ import os
 import sys
 import time
 
-from user.system import FstraceError, ResultsDir
+from analysis.render import sets_html, write_html
+from user.runner import check_ready, check_workload_ok, resolve_dataset, run_once, tool_versions
+from user.system import FstraceError, ResultsDir, progress
 
 PRESETS = {
     # seed 000: erofs vs squashfs, uncompressed and LZ4HC at 4K/16K/64K/128K, all tree and fio workloads
@@ -74,7 +76,7 @@ def plan_workloads(args):
         raise FstraceError(e.args[0])
 
 
-def image_table(configs, parts, droot, manifest, cache, progress):
+def image_table(configs, parts, droot, manifest, cache):
     """Every image of the matrix, with size, ratio to the same fs uncompressed, and build time."""
     from workloads import catalog, images
     rows = []
@@ -95,7 +97,7 @@ def image_table(configs, parts, droot, manifest, cache, progress):
     return rows
 
 
-def prepare(command, args, check_ready, resolve_dataset):
+def prepare(command, args):
     """Root and collector checked, the results directory claimed (before any work), the dataset resolved:
     (ResultsDir, dataset root, manifest, absolute cache path)."""
     check_ready("fstrace " + command)
@@ -105,13 +107,12 @@ def prepare(command, args, check_ready, resolve_dataset):
     return results, droot, manifest, os.path.abspath(args.cache)
 
 
-def cmd_bench(args, run_once, resolve_dataset, check_ready, progress, tool_versions, write_html, sets_html):
+def cmd_bench(args):
     configs = plan_configs(args)
     workloads = plan_workloads(args)
-    results, droot, manifest, cache = prepare("bench", args, check_ready, resolve_dataset)
+    results, droot, manifest, cache = prepare("bench", args)
     with results as outdir:
-        _bench(args, configs, workloads, droot, manifest, cache, outdir, run_once, progress, tool_versions,
-               write_html, sets_html)
+        _bench(args, configs, workloads, droot, manifest, cache, outdir)
     progress("bench results in %s" % results.outdir)
     return 0
 
@@ -134,17 +135,15 @@ def _duration(s):
     return "%d s" % s if s < 120 else "%d min" % round(s / 60)
 
 
-def measure(configs, workloads, droot, manifest, cache, outdir, run_once, progress, tool_versions, runs,
-            warm=False, iops_cap=None, imgs=None, clock=None):
+def measure(configs, workloads, droot, manifest, cache, outdir, runs, warm=False, iops_cap=None, imgs=None,
+            clock=None):
     """Every workload on every configuration, runs times, into the bench directory outdir (bench.json, bench.csv,
     tables.txt and one results directory per run); returns the bench document.  imgs: the image table, if the
     caller has built it already; clock: a RunClock shared by several matrices (advise's uncapped and capped)."""
     from analysis import tables
-    from user.cli import check_workload_ok
     from workloads import images
     if imgs is None:
-        imgs = image_table(configs, sorted({w.part for w in workloads if not w.writes}), droot, manifest, cache,
-                           progress)
+        imgs = image_table(configs, sorted({w.part for w in workloads if not w.writes}), droot, manifest, cache)
     plan = [(wl, run, fs, opts) for wl in workloads for run in range(1, runs + 1) for fs, opts in configs]
     clock = clock or RunClock(len(plan))
     rows = []
@@ -173,12 +172,10 @@ def measure(configs, workloads, droot, manifest, cache, outdir, run_once, progre
     return doc
 
 
-def _bench(args, configs, workloads, droot, manifest, cache, outdir, run_once, progress, tool_versions,
-           write_html, sets_html):
+def _bench(args, configs, workloads, droot, manifest, cache, outdir):
     """The bench into outdir (the bench directory's .partial: it is complete only once renamed)."""
     progress("bench: %d configurations x %d workloads x %d runs" % (len(configs), len(workloads), args.runs))
-    measure(configs, workloads, droot, manifest, cache, outdir, run_once, progress, tool_versions, args.runs,
-            warm=args.warm, iops_cap=args.iops_cap)
+    measure(configs, workloads, droot, manifest, cache, outdir, args.runs, warm=args.warm, iops_cap=args.iops_cap)
     with open(os.path.join(outdir, "tables.txt")) as f:
         sys.stdout.write(f.read())
     write_html(os.path.join(outdir, "report.html"), sets_html("fstrace bench: dataset %s" % manifest["id"],

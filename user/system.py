@@ -1,40 +1,19 @@
-"""Loop devices, mounts, caches and the cleanup stack every run goes through.
+"""What runs under user/ go through beyond common/system.py: signals, the sweep of what dead runs left,
+mounts and devices to trace, the run's cgroups and process group, temporary and results directories.
 
-Everything a run sets up (loop device, mount, temporary directory) is pushed
-onto a Cleanup stack as it is made, and undone in reverse order on normal exit,
-error, Ctrl-C or SIGTERM, so a run leaves nothing behind.
+The helpers workloads/ shares (errors, the cleanup stack and its run record, loop devices, mounts, cache locks)
+are in common/system.py and are imported from here too, so that user/ has one place to import them from.
 """
 import contextlib
-import errno
 import fcntl
-import hashlib
 import json
 import os
 import shutil
 import signal
-import subprocess
 import time
 
-STATE_DIR = "/run/fstrace"  # what live runs created, and locks; tmpfs: gone at reboot like mounts and loops
-
-
-class FstraceError(Exception):
-    """An error the user can act on; printed as one line."""
-
-
-def run(argv, **kw):
-    """Run a command; a failure becomes an FstraceError naming the command and its last stderr line."""
-    kw.setdefault("stdout", subprocess.PIPE)
-    kw.setdefault("stderr", subprocess.PIPE)
-    try:
-        p = subprocess.run(argv, text=True, **kw)
-    except FileNotFoundError:
-        raise FstraceError("%s is not installed" % argv[0])
-    if p.returncode != 0:
-        err = (p.stderr or "").strip().splitlines()
-        raise FstraceError("%s failed (exit %d)%s" % (" ".join(argv[:3]), p.returncode,
-                                                      ": " + err[-1] if err else ""))
-    return p
+from common.system import (STATE_DIR, Cleanup, FstraceError, forget_recorded, lock_path, losetup, mount,  # noqa: F401
+                           proc_start, progress, recording, retry, run, signals_held, stat_fields, write_json_atomic)
 
 
 class Interrupted(Exception):
@@ -55,53 +34,6 @@ def install_signal_handlers():
     signal.signal(signal.SIGHUP, _raise_interrupted)
 
 
-class Cleanup:
-    """Undo actions, run last-in first-out; signals are held off while they run."""
-
-    def __init__(self):
-        self._undo = []
-
-    def push(self, what, fn, *args, record=None):
-        """record: {"kind": ..., ...}, written to this run's state file until undone, so that the next
-        fstrace start can undo it should this process be SIGKILLed (see sweep_dead_runs)."""
-        if record is not None and _state is not None:
-            item = _state.add(record)
-            self._undo.append((what, _then_forget, (item, fn) + args))
-        else:
-            self._undo.append((what, fn, args))
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.run()
-        return False
-
-    def run(self):
-        errors = []
-        with signals_held():
-            while self._undo:
-                what, fn, args = self._undo.pop()
-                try:
-                    fn(*args)
-                except Exception as e:  # keep undoing the rest
-                    errors.append("%s: %s" % (what, e))
-        if errors:
-            raise FstraceError("cleanup incomplete: " + "; ".join(errors))
-
-
-@contextlib.contextmanager
-def signals_held():
-    """SIGINT, SIGTERM and SIGHUP ignored meanwhile: what runs here (undoing, waiting for the collector to
-    leave the mount) must finish, and a second Ctrl-C must not cut it short."""
-    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
 @contextlib.contextmanager
 def writing(path):
     """An OSError while writing path as one line naming it: a full disk's ENOSPC comes from write() or
@@ -112,54 +44,6 @@ def writing(path):
         raise FstraceError("cannot write %s: %s" % (e.filename or path, e.strerror or e))
 
 
-def write_json_atomic(path, doc, **dump_args):
-    """path replaced whole (temp + rename): a crash or a full disk leaves the old file or none, never half."""
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "w") as f:
-            json.dump(doc, f, **dump_args)
-        os.rename(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def _retry(fn, tries=20, delay=0.1):
-    for i in range(tries):
-        try:
-            return fn()
-        except FstraceError:
-            if i == tries - 1:
-                raise
-            time.sleep(delay)
-
-
-def _then_forget(item, fn, *args):
-    fn(*args)
-    _state.forget(item)
-
-
-def _stat_fields(pid):
-    """/proc/PID/stat after the command name (state, ppid, pgrp, session, ...); None if gone or a zombie
-    (gone but for its pid)."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return None if fields[0] in ("Z", "X") else fields
-    except (OSError, IndexError):
-        return None
-
-
-def proc_start(pid):
-    """A process's start time (clock ticks after boot), which with its pid names it uniquely; None if gone."""
-    fields = _stat_fields(pid)
-    try:
-        return int(fields[19]) if fields else None
-    except (IndexError, ValueError):
-        return None
-
-
 def _cmdline(pid):
     try:
         with open("/proc/%d/cmdline" % pid, "rb") as f:
@@ -168,49 +52,12 @@ def _cmdline(pid):
         return []
 
 
-class RunState:
-    """/run/fstrace/run-PID.json: what this run has made and not yet undone (mounts, loop devices,
-    directories, cgroups, the collector), rewritten at every change."""
-
-    def __init__(self):
-        os.makedirs(STATE_DIR, exist_ok=True)
-        self.path = os.path.join(STATE_DIR, "run-%d.json" % os.getpid())
-        self.doc = {"pid": os.getpid(), "start": proc_start(os.getpid()), "items": []}
-        self._write()
-
-    def _write(self):
-        write_json_atomic(self.path, self.doc)
-
-    def add(self, record):
-        self.doc["items"].append(record)
-        self._write()
-        return record
-
-    def forget(self, record):
-        self.doc["items"] = [i for i in self.doc["items"] if i is not record]
-        self._write()
-
-    def close(self):
-        if self.doc["items"]:  # cleanup incomplete (target busy...): the next start retries, once we are gone
-            return
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)
-
-
-_state = None
-
-
 @contextlib.contextmanager
 def recorded_run():
     """Record what this process creates, after first removing what dead runs left behind."""
-    global _state
     sweep_dead_runs()
-    _state = RunState()
-    try:
-        yield _state
-    finally:
-        _state.close()
-        _state = None
+    with recording() as state:
+        yield state
 
 
 def _owner_alive(doc):
@@ -241,7 +88,7 @@ def _undo_record(item):
     if kind == "mount":
         if not any(m[0] == path for m in mounts()):
             return None
-        _retry(lambda: run(["umount", path]), tries=100)
+        retry(lambda: run(["umount", path]), tries=100)
         return "unmounted %s" % path
     if kind == "loop":
         name = os.path.basename(item["dev"])
@@ -251,7 +98,7 @@ def _undo_record(item):
                     return None  # detached since, and reused by someone else
         except OSError:
             return None
-        _retry(lambda: run(["losetup", "-d", item["dev"]]))
+        retry(lambda: run(["losetup", "-d", item["dev"]]))
         return "detached loop device %s (%s)" % (item["dev"], item["backing"])
     if kind == "dir":
         if not os.path.isdir(path):
@@ -331,37 +178,6 @@ def _comm(pid):
             return f.read().strip()
     except OSError:
         return None
-
-
-def losetup(image, cleanup, direct_io=True, read_only=True):
-    """Attach image to a free loop device; returns (/dev/loopN, direct_io actually in effect)."""
-    argv = ["losetup", "--find", "--show"]
-    if read_only:
-        argv.append("--read-only")
-    if direct_io:
-        argv.append("--direct-io=on")
-    dev = run(argv + [image]).stdout.strip()
-    cleanup.push("detach " + dev, lambda: _retry(lambda: run(["losetup", "-d", dev])),
-                 record={"kind": "loop", "dev": dev, "backing": os.path.realpath(image)})
-    name = os.path.basename(dev)
-    dio = False
-    try:
-        with open("/sys/block/%s/loop/dio" % name) as f:
-            dio = f.read().strip() == "1"
-    except OSError:
-        pass
-    return dev, dio
-
-
-def mount(dev, mnt, fstype, cleanup, options="ro"):
-    os.makedirs(mnt, exist_ok=True)
-    try:
-        run(["mount", "-t", fstype, "-o", options, dev, mnt])
-    except FstraceError as e:
-        raise FstraceError("cannot mount %s as %s: %s" % (dev, fstype, e))
-    # the workload's cgroup is killed and emptied before this runs; allow the last file references a moment
-    cleanup.push("unmount " + mnt, lambda: _retry(lambda: run(["umount", mnt]), tries=100),
-                 record={"kind": "mount", "path": mnt})
 
 
 def ensure_tracefs(cleanup):
@@ -498,7 +314,7 @@ def process_group_members(pgid):
     out = []
     for d in os.listdir("/proc"):
         if d.isdigit():
-            f = _stat_fields(int(d))
+            f = stat_fields(int(d))
             if f and f[2] == str(pgid) and f[3] == sid:
                 out.append(int(d))
     return out
@@ -603,20 +419,6 @@ def in_cgroup(argv, cgroup_dirs):
              " ".join(cgroup_dirs)] + list(argv))
 
 
-@contextlib.contextmanager
-def cache_lock(path):
-    """Exclusive lock on a cache entry while it is checked and, if missing, made.  The lock file lives in
-    STATE_DIR, not in the cache: a failed build leaves nothing there."""
-    with open(_lock_path("cache", path), "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        yield
-
-
-def _lock_path(kind, path):
-    os.makedirs(STATE_DIR, exist_ok=True)
-    return os.path.join(STATE_DIR, "%s-%s.lock" % (kind, hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:16]))
-
-
 def remove_tree(path):
     """rmtree that fails when the tree is still there (a mount in it that would not go): its record then stays
     for the next start's sweep, which unmounts first (a silent ignore_errors would forget it and leave it)."""
@@ -660,7 +462,7 @@ class ResultsDir:
             raise FstraceError("cannot write results under %s: read-only filesystem" % parent)
         if not os.access(parent, os.W_OK | os.X_OK):
             raise FstraceError("cannot write results under %s: permission denied" % parent)
-        self._lock = open(_lock_path("out", self.outdir), "a+")
+        self._lock = open(lock_path("out", self.outdir), "a+")
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -688,16 +490,10 @@ class ResultsDir:
                 if os.path.isdir(self.outdir):
                     os.rmdir(self.outdir)  # empty (checked above): replaced by the complete one
                 os.rename(self.partial, self.outdir)
-                _state_forget_kind("dir", self.partial)
+                forget_recorded("dir", self.partial)
             else:
                 self._cleanup.run()
         finally:
             self._lock.close()
         return False
 
-
-def _state_forget_kind(kind, path):
-    if _state is not None:
-        for item in list(_state.doc["items"]):
-            if item.get("kind") == kind and item.get("path") == path:
-                _state.forget(item)

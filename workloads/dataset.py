@@ -17,7 +17,7 @@ import os
 import random
 import shutil
 
-from user.system import FstraceError, cache_lock
+from common.system import FstraceError, cache_lock
 from workloads.catalog import tree_files
 
 GENERATOR_VERSION = 1

@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 import time
 
-from user.system import Cleanup, FstraceError, cache_lock, losetup, mount, run, write_json_atomic
+from common.system import Cleanup, FstraceError, cache_lock, losetup, mount, run, write_json_atomic
 
 FILESYSTEMS = ("erofs", "squashfs", "btrfs", "ext4", "xfs")
 

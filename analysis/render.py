@@ -1,0 +1,160 @@
+"""What a results directory's summary becomes for people: the terminal report, the HTML reports (one run, or
+result sets side by side), the flamegraphs the results hold stacks for, and the atomic write of any of them.
+
+Functions over summaries and loaded results; the analysis modules (numpy, matplotlib) are imported only where
+they are used, so that importing this costs commands that draw nothing (serve, --help) nothing.
+"""
+import os
+import tempfile
+
+from analysis.load import error, in_dir, load_doc, load_results, note_unverified
+from common.system import FstraceError
+
+
+def failed_requests(res):
+    """Requests on the traced filesystems that returned an error: {"read errno 117 (EUCLEAN)": count}."""
+    import errno as errnos
+    from analysis import summary
+    r = summary.fs_requests(res, kinds=("read", "getdents", "open", "stat"))
+    r = r[r["ret"] < 0]
+    out = {}
+    for kind, ret in zip(r["kind"], r["ret"]):
+        e = -int(ret)
+        key = "%s errno %d (%s)" % (summary.enum_name(res.header, "req_kind", kind), e, errnos.errorcode.get(e, "?"))
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+def render_summary(s, full=True):
+    """The terminal report (the verdict; full: then the detail), control characters escaped: task names and
+    stacks (attach traces any task) and results from other machines must not drive the terminal."""
+    from analysis import report
+    return report.terminal_safe(report.render(s, full))
+
+
+def analyse(res, gt, fst, full=True):
+    """(summary, terminal report) of a loaded results file.  The header's types, the layouts and the bounds
+    were checked on loading; content that still does not fit the analysis (a format 1 file damaged where
+    nothing could tell, or values no collector writes) is one line, not a traceback."""
+    from analysis import summary
+    try:
+        s = summary.summarize(res, gt)
+        s["failed_requests"] = failed_requests(res)
+        text = render_summary(s, full)
+    except (ArithmeticError, AttributeError, IndexError, KeyError, TypeError, ValueError, MemoryError) as e:
+        why = ("results format %d has no checksums: the file is probably damaged" % res.format if not res.verified
+               else "its checksums match, but its content is not what this fstrace's collector writes")
+        raise error(fst, "the analysis cannot use it (%s: %s); %s" % (type(e).__name__, str(e)[:100], why))
+    note_unverified(res, fst)
+    return s, text
+
+
+def flamegraph_specs(res):
+    """(name, folded stacks, title, subtitle, unit) of each flamegraph the results hold stacks for."""
+    from analysis import sampling
+    label = res.config.get("label") or "fstrace"
+    out = []
+    stacks = sampling.folded(res.header, kworkers=True)
+    if res.header.get("sampling", {}).get("hz"):
+        out.append(("oncpu", stacks, "on-CPU stacks inside requests, and of kworkers working for them: %s" % label,
+                    "%d samples at %d Hz; orange: decompression, blue: block I/O"
+                    % (sum(stacks.values()), res.header["sampling"]["hz"]), "samples"))
+    offcpu = sampling.offcpu_folded(res.header)
+    if res.header.get("offcpu"):
+        weighted = {"[%s];%s" % k: max(1, ns // 1000) for k, ns in offcpu.items()}
+        out.append(("offcpu", weighted, "off-CPU kernel stacks inside requests: %s" % label,
+                    "weighted by microseconds blocked; roots: why it was off-CPU", "us"))
+    wall = sampling.wallclock_folded(res.header)
+    if wall:
+        out.append(("wallclock", wall, "wall-clock kernel stacks inside requests: %s" % label,
+                    "microseconds; green: CPU, orange: decompression, blue: I/O wait, teal: kworker, purple: lock "
+                    "wait (light: spinning), brown: other D sleep (CPU from samples, off-CPU measured)", "us"))
+    return out
+
+
+FLAMEGRAPHS = [("wallclock", "Wall-clock flamegraph",
+                "Where requests' time went: CPU from samples, off-CPU time as measured, one colour per category."),
+               ("oncpu", "On-CPU flamegraph", "Sampled kernel stacks of the traced tasks inside their requests."),
+               ("offcpu", "Off-CPU flamegraph", "Kernel stacks at switch-out, weighted by the time blocked.")]
+
+
+def write_html(path, text):
+    """Write a report (HTML, SVG) in place atomically.  Root writes reports where other users can write (/tmp)
+    and from results made elsewhere: the temporary is created exclusively under a random name (mkstemp),
+    and a symlink at the final path is refused (rename would replace, never follow, one planted later)."""
+    if os.path.islink(path):
+        raise FstraceError("%s is a symbolic link; refusing to write the report through it" % path)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
+                                   prefix=".%s." % os.path.basename(path), suffix=".tmp")
+    except OSError as e:
+        raise FstraceError("cannot write %s: %s" % (path, e.strerror))
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            os.fchmod(f.fileno(), 0o644)  # mkstemp makes it 0600; a report is for reading
+        os.rename(tmp, path)
+    except BaseException as e:
+        os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise FstraceError("cannot write %s: %s" % (path, e.strerror))
+        raise
+
+
+def run_html(s, res):
+    """The self-contained HTML report of one run.  Its flamegraphs are drawn again from the results rather
+    than read from the directory's SVG files: those could hold script, or be links out of the directory."""
+    from analysis import flamegraph, html, plots, report, summary, tables
+    label = s["run"].get("label") or "run"
+    figs = [("Latency CDF", plots.latency_cdf([(label, summary.latencies_us(res))], "request latency")),
+            ("Attribution", plots.attribution_bars([(label, s["attribution"]["parts_ns"])],
+                                                   summary.ATTRIBUTION_PARTS, "where request time went"))]
+    drawn = {name: flamegraph.render(stacks, title, subtitle, unit=unit)
+             for name, stacks, title, subtitle, unit in flamegraph_specs(res)}
+    flames = [(heading, drawn[name], note) for name, heading, note in FLAMEGRAPHS if name in drawn]
+    table = None
+    if s["run"].get("workload"):
+        doc = {"dataset_id": s["run"].get("dataset_id"), "cache": s["run"].get("cache"), "runs": 1,
+               "kernel": s["run"]["kernel"], "images": [], "rows": [tables.row_from_summary(s)]}
+        table = tables.render_bench(doc)
+    return html.run_page(s, report.render(s), table, figs, flames)
+
+
+def sets_html(title, sets, head_text):
+    """HTML of result sets side by side (a comparison, or one bench): latency CDF and attribution per
+    configuration, and the sets' tables.  sets: [(name prefix, run or bench directory)]."""
+    from analysis import flamegraph, html, plots, results, sampling, summary, tables
+    cdf, bars, texts = [], [], []
+    stacks = []  # per set: {(workload, label) or None: on-CPU folded stacks}, for the differential flamegraphs
+    for side, d in sets:
+        stacks.append({})
+        bench = os.path.join(d, "bench.json")
+        if os.path.exists(bench):
+            doc = load_doc(bench, results.BENCH_SCHEMA)
+            texts.append(("%s%s" % (side + ": " if side else "", d), tables.render_bench(doc)))
+            runs = {}
+            for r in doc["rows"]:
+                runs.setdefault((r["workload"], r["label"]), r)
+            run_dirs = [(" ".join(x for x in (side, wl, label) if x), in_dir(d, r["dir"], bench), (wl, label))
+                        for (wl, label), r in runs.items()]
+        else:
+            run_dirs = [(" ".join(x for x in (side, os.path.basename(os.path.normpath(d))) if x), d, None)]
+        for label, rd, key in run_dirs:
+            if not os.path.exists(os.path.join(rd, "results.fst")):
+                continue
+            fst = in_dir(rd, "results.fst")
+            res = load_results(fst)
+            note_unverified(res, fst)
+            cdf.append((label, summary.latencies_us(res)))
+            bars.append((label, summary.attribution(summary.fs_requests(
+                res, kinds=("read", "write", "open", "getdents")))["parts_ns"]))
+            stacks[-1][key] = sampling.folded(res.header, kworkers=True)
+    figs = [("Latency CDF per configuration", plots.latency_cdf(cdf, "request latency")),
+            ("Attribution per configuration", plots.attribution_bars(bars, summary.ATTRIBUTION_PARTS,
+                                                                     "where request time went"))]
+    if len(sets) == 2:  # a comparison: B against A, per configuration both have
+        for key in [k for k in stacks[0] if k in stacks[1]]:
+            what = " ".join(key) if key else "%s vs %s" % (sets[1][1], sets[0][1])
+            figs.append(("Differential on-CPU flamegraph: %s" % what,
+                         flamegraph.differential(stacks[0][key], stacks[1][key], what)))
+    return html.compare_page(title, head_text, figs, texts)
