@@ -503,6 +503,21 @@ struct expire_walk {
 	__u64 now;
 };
 
+/*
+ * A stale slot is taken by swapping its key to FST_FLIGHT_BUSY, cleared, then freed: freed at once with its
+ * old value in place, a handler could claim it and, before writing its own value, have this (sleepable,
+ * preemptible) walk see the new key beside the old time and expire the new entry.
+ */
+static __always_inline bool expire_take(__u64 *key_at, __u64 key)
+{
+	return __sync_val_compare_and_swap(key_at, key, FST_FLIGHT_BUSY) == key;
+}
+
+static __always_inline void expire_free(__u64 *key_at)
+{
+	__atomic_exchange_n(key_at, 0, __ATOMIC_SEQ_CST);
+}
+
 static int expire_bio_bucket(__u32 i, struct expire_walk *w)
 {
 	struct bio_starts_bucket *bk = bpf_map_lookup_elem(&bio_starts, &i);
@@ -515,9 +530,11 @@ static int expire_bio_bucket(__u32 i, struct expire_walk *w)
 		__u32 pid = slot->v.pid;
 		if (!key || !ts || w->now < ts + FST_STALE_NS)
 			continue;
-		if (__sync_val_compare_and_swap(&slot->key, key, 0) != key)
+		if (!expire_take(&slot->key, key))
 			continue;
 		inflight_add(pid, -1);
+		__builtin_memset(&slot->v, 0, sizeof(slot->v));
+		expire_free(&slot->key);
 		__sync_fetch_and_add(&expired_bios, 1);
 	}
 	return 0;
@@ -535,9 +552,11 @@ static int expire_rq_bucket(__u32 i, struct expire_walk *w)
 		__u32 pid = slot->v.pid, charged = slot->v.charged_bios;
 		if (!key || !ts || w->now < ts + FST_STALE_NS)
 			continue;
-		if (__sync_val_compare_and_swap(&slot->key, key, 0) != key)
+		if (!expire_take(&slot->key, key))
 			continue;
 		inflight_add(pid, -(__s64)charged);
+		__builtin_memset(&slot->v, 0, sizeof(slot->v));
+		expire_free(&slot->key);
 		__sync_fetch_and_add(&expired_requests, 1);
 	}
 	return 0;
@@ -555,8 +574,11 @@ static int expire_work_bucket(__u32 i, struct expire_walk *w)
 		__u64 key = slot->key, ts = slot->v;
 		if (!key || !ts || w->now < ts + FST_STALE_NS)
 			continue;
-		if (__sync_val_compare_and_swap(&slot->key, key, 0) == key)
-			__sync_fetch_and_add(&expired_work, 1);
+		if (!expire_take(&slot->key, key))
+			continue;
+		slot->v = 0;
+		expire_free(&slot->key);
+		__sync_fetch_and_add(&expired_work, 1);
 	}
 	return 0;
 }

@@ -62,10 +62,13 @@ static __always_inline void loss_count(__u32 what)
  * there were three such pairs per block request per level: the largest part of a cold read's block-layer
  * cost.  A flight table is an array of buckets of FST_FLIGHT_WAYS slots: a slot is claimed with a
  * compare-and-swap of its key from 0, found by comparing the bucket's keys and freed by storing 0 (all
- * three about 6 ns).  Keys are never 0 (kernel pointers, thread ids).  A full bucket loses the entry,
+ * three about 6 ns).  Keys are never 0 (kernel pointers, thread ids; 0 finds nothing) nor FST_FLIGHT_BUSY.  A full bucket loses the entry,
  * counted in `losses`.  Stale entries (their end event never came) are removed by block.bpf.c's
  * expire_stale, which the collector runs.
  */
+/* a slot being freed by expire_stale: held (claim skips it, no key matches it) until its value is cleared */
+#define FST_FLIGHT_BUSY (~0ull)
+
 static __always_inline __u32 flight_bucket_index(__u64 key, __u32 nbuckets)
 {
 	/*
@@ -100,7 +103,9 @@ static __always_inline __u32 flight_bucket_index(__u64 key, __u32 nbuckets)
 	/* the slot holding key, NULL if none */                                          \
 	static __always_inline struct name##_slot *name##_find(__u64 key)                 \
 	{                                                                                 \
-		struct name##_bucket *bk = name##_bucket_of(key);                         \
+		_Static_assert((nbuckets) <= 65536 && ((nbuckets) & ((nbuckets) - 1)) == 0, \
+			       "flight_bucket_index: a power of two, at most 16 bits");  \
+		struct name##_bucket *bk = key ? name##_bucket_of(key) : NULL;	/* 0: a free slot */ \
 		if (!bk)                                                                  \
 			return NULL;                                                      \
 		_Pragma("unroll") for (int i = 0; i < FST_FLIGHT_WAYS; i++)               \
@@ -112,7 +117,7 @@ static __always_inline __u32 flight_bucket_index(__u64 key, __u32 nbuckets)
 	static __always_inline struct name##_slot *name##_claim(__u64 key)                \
 	{                                                                                 \
 		struct name##_slot *held = name##_find(key);                              \
-		if (held)                                                                 \
+		if (held || !key)                                                         \
 			return held;                                                      \
 		struct name##_bucket *bk = name##_bucket_of(key);	/* an array: inlined */	\
 		if (!bk)                                                                  \

@@ -314,9 +314,16 @@ static int attach_empty_like(struct bpf_program *prog, int *prog_fd)
 		    .attach_btf_id = info.attach_btf_id);
 	if (type != BPF_PROG_TYPE_TRACING && type != BPF_PROG_TYPE_RAW_TRACEPOINT)
 		return -EOPNOTSUPP;
+	/* a module's function (erofs, squashfs, btrfs built as modules) is named in that module's BTF */
+	int btf_fd = info.attach_btf_obj_id ? bpf_btf_get_fd_by_id(info.attach_btf_obj_id) : -1;
+	if (btf_fd >= 0)
+		o.attach_btf_obj_fd = btf_fd;
 	int fd = bpf_prog_load(type, "fst_empty", "GPL", insns, 2, &o);
+	int err = -errno;
+	if (btf_fd >= 0)
+		close(btf_fd);
 	if (fd < 0)
-		return -errno;
+		return err;
 	*prog_fd = fd;
 	/* a raw_tp program names its tracepoint at attach; a tracing program (tp_btf, fentry, fexit) has it */
 	const char *sec = bpf_program__section_name(prog), *slash = strchr(sec, '/');
@@ -333,6 +340,11 @@ int tiers_attach_empty(struct probe *probes, int n)
 			if (!progs[k])
 				continue;
 			int link = attach_empty_like(progs[k], &p->empty_fd[k]);
+			if (link < 0 && k == 1) {	/* no exit twin: the entry twin goes too */
+				close(p->empty_link_fd[0]);
+				close(p->empty_fd[0]);
+				p->empty_link_fd[0] = p->empty_fd[0] = 0;
+			}
 			if (link < 0) {
 				snprintf(p->why, sizeof(p->why), "--empty-programs: no empty twin on %s: %s",
 					 tier_name(p->tier), strerror(-link));
