@@ -201,10 +201,13 @@ static __always_inline void offcpu_add(__s32 stack_id, __u32 reason, __u64 ns)
 		return;
 	struct fst_offcpu_key k = { .stack_id = stack_id, .reason = reason };
 	__u64 *v = bpf_map_lookup_elem(&offcpu, &k);
+	if (!v && !bpf_map_update_elem(&offcpu, &k, &ns, BPF_NOEXIST))
+		return;
+	/* another CPU inserted the same stack and reason first (its NOEXIST insert won): add to its entry */
+	if (!v)
+		v = bpf_map_lookup_elem(&offcpu, &k);
 	if (v)
 		__sync_fetch_and_add(v, ns);
-	else
-		bpf_map_update_elem(&offcpu, &k, &ns, BPF_NOEXIST);
 }
 
 /*
