@@ -74,13 +74,18 @@ def render(s, full=True):
                                  a["requests_with_missed_events"]))
 
     tr = s.get("tracer") or {}
-    if tr.get("timed_ns") is not None:
+    if tr.get("part_ns") is not None:
         smp = tr.get("sampled") or {}
-        w("    fstrace's own cost inside the requests: %.1f ms timed by its handlers (%s of their time)%s"
-          % (tr["timed_ns"] / 1e6, _pct(tr.get("timed_share")),
+        est = tr.get("estimate") or {}
+        w("    fstrace's own cost inside the requests: %.1f ms of its handlers' run time (%s of their time)%s"
+          % (tr["part_ns"] / 1e6, _pct(tr.get("part_share")),
              "; %s of their on-CPU samples (95 %%: %.1f-%.1f %%)" % (
                  _pct(smp["share"]).strip(), 100 * smp["share_95"][0], 100 * smp["share_95"][1])
              if smp.get("share") is not None else ""))
+        if est.get("error_ns_95") is not None:
+            w("      timing: %s; 95 %% error of the total +-%.2f ms" % (est["method"], est["error_ns_95"] / 1e6))
+        elif est.get("method"):
+            w("      timing: %s" % est["method"])
 
     for p, slots in sorted((a.get("part_hist_log2_us") or {}).items()):  # the parts the summary has
         if a["shares"].get(p) and a["shares"][p] >= 0.1 and p != "missed_ns":

@@ -4,6 +4,7 @@ summarize() builds the summary.json document (schema in README.md).  Enum
 values and record layouts come from the results header, never from constants
 kept here.
 """
+import math
 import numpy as np
 
 from analysis import results, sampling, schema
@@ -183,20 +184,43 @@ def attribution(reqs, cnt=None):
         "requests_counted_in_kernel": cnt["count"] if cnt else 0,
         "method": "sched_switch/sched_wakeup intervals inside each syscall; I/O wait = off-CPU in "
                   "io_schedule (task->in_iowait) or uninterruptible with own block I/O in flight; tracer = "
-                  "fstrace's handlers timing themselves inside the request's on-CPU time (taken out of oncpu)",
+                  "fstrace's handlers' run time inside the request's on-CPU time (taken out of oncpu; how it was "
+                  "timed: tracer.estimate)",
     }
 
 
+def tracer_estimate(header):
+    """How the tracer part was measured (records.h FST_TRACER_SITES): per site its runs inside requests and how
+    many were timed, and the 95 % error of the total, from the untimed runs charged their site's mean (the
+    timed runs' spread over the square root of their number, times the untimed runs, summed in quadrature)."""
+    ts = header.get("tracer_sites")
+    if not ts:
+        return {"method": "unavailable: these results predate the tracer's sampled timing", "sites": {}}
+    var, sites = 0.0, {}
+    for name, st in ts["sites"].items():
+        n = st["timed"]
+        mean = st["timed_ns"] / n if n else 0.0
+        sd2 = max(st["timed_sq_ns"] / n - mean * mean, 0.0) * n / (n - 1) if n > 1 else 0.0
+        untimed = st["runs"] - n
+        var += untimed * untimed * sd2 / n if n else 0.0
+        sites[name] = {"runs": st["runs"], "timed": n, "mean_ns": mean, "charged_ns": st["charged_ns"]}
+    return {"method": "1 in %d handler runs timed at random, the others charged the mean of their site's timed "
+                      "runs on their CPU" % ts["time_every"],
+            "time_every": ts["time_every"], "error_ns_95": 1.96 * math.sqrt(var), "sites": sites}
+
+
 def tracer_cost(res, attr):
-    """What fstrace itself cost the requests: timed by its handlers (the tracer part), the sampled share as
-    an independent check, and per probe the kernel's own run time when kernel.bpf_stats_enabled was on."""
-    timed = attr["parts_ns"].get("tracer_ns")
+    """What fstrace itself cost the requests: the tracer part (its handlers' run time, sampled timing), the
+    sampled stacks' share as an independent check, and per probe the kernel's own run time when
+    kernel.bpf_stats_enabled was on."""
+    part = attr["parts_ns"].get("tracer_ns")
     per_probe = [{"probe": p["probe"], "tier": p["tier"], "runs": p["runs"], "run_ns": p.get("run_ns", 0),
                   "ns_per_run": p["run_ns"] / p["runs"]}
                  for p in res.header.get("probes", []) if p.get("runs") and p.get("run_ns") is not None]
     return {
-        "timed_ns": timed,
-        "timed_share": timed / attr["wall_ns"] if timed is not None and attr["wall_ns"] else None,
+        "part_ns": part,
+        "part_share": part / attr["wall_ns"] if part is not None and attr["wall_ns"] else None,
+        "estimate": tracer_estimate(res.header),
         "sampled": sampling.tracer_share(res.header),
         "per_probe": per_probe or None,
         "per_probe_note": None if per_probe else "unavailable: kernel.bpf_stats_enabled was 0 during the run "

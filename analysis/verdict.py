@@ -144,11 +144,14 @@ def decompression_line(s):
 
 def tracer_line(s):
     tr = s.get("tracer") or {}
-    if tr.get("timed_ns") is None:
+    if tr.get("part_ns") is None:
         return None
-    line = "  tracer: %.1f ms timed in requests" % (tr["timed_ns"] / 1e6)
-    if tr.get("timed_share") is not None:
-        line += " = %s" % pct(tr["timed_share"])
+    line = "  tracer: %.1f ms in requests" % (tr["part_ns"] / 1e6)
+    if tr.get("part_share") is not None:
+        line += " = %s" % pct(tr["part_share"])
+    est = tr.get("estimate") or {}
+    if est.get("error_ns_95") is not None:
+        line += " (+-%.1f ms, 1 in %d runs timed)" % (est["error_ns_95"] / 1e6, est["time_every"])
     smp = tr.get("sampled") or {}
     if smp.get("share") is not None:
         line += "; %s of on-CPU samples (95%% %.1f-%.1f %%)" % (pct(smp["share"]), 100 * smp["share_95"][0],

@@ -78,7 +78,7 @@ static __always_inline void charge_current(struct fst_bio_start *s)
 	__u32 pid = (__u32)bpf_get_current_pid_tgid();
 
 	s->queue_pid = pid;
-	bpf_get_current_comm(s->comm, sizeof(s->comm));
+	current_comm(s->comm);
 	if (current_is_traced()) {
 		s->pid = pid;
 		s->charge = FST_CHARGE_DIRECT;
@@ -134,7 +134,7 @@ static __always_inline int handle_bio_queue(void *ctx, struct bio *bio, bool btf
 		return 0;	/* counted: its request will not be charged */
 	slot->v = s;
 	inflight_add(s.pid, 1);
-	tracer_charge(current_req(), s.ts_queue);
+	tracer_charge(current_req(), FST_SITE_BIO_QUEUE, s.ts_queue);
 	return 0;
 }
 
@@ -239,7 +239,7 @@ static __always_inline int handle_rq_issue(struct request *rq, bool btf)
 	/* backing-device requests done for a loop request are the same I/O one level down: count it once */
 	if (r.charge == FST_CHARGE_DIRECT)
 		req_note_io(r.pid, FST_FIELD(btf, rq, __data_len));
-	tracer_charge(current_req(), now);
+	tracer_charge(current_req(), FST_SITE_RQ_ISSUE, now);
 	return 0;
 }
 
@@ -352,7 +352,7 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 	}
 
 	/* mostly in an interrupt: charged to the request it interrupted, whose on-CPU time it took */
-	tracer_charge(current_req(), now);
+	tracer_charge(current_req(), FST_SITE_RQ_COMPLETE, now);
 	return 0;
 }
 
@@ -441,7 +441,7 @@ static __always_inline int handle_work_end(void)
 			rec->pid = pid;
 			rec->kind = ws->kind;
 			rec->pad0 = 0;
-			bpf_get_current_comm(rec->comm, sizeof(rec->comm));
+			current_comm(rec->comm);
 			record_submit(rec);
 		}
 		work_running_release(slot);

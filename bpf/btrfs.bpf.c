@@ -115,7 +115,7 @@ static __always_inline void compress_end(long ret)
 		rec->alg = c->alg;
 		rec->context = current_context(current_is_traced());
 		rec->tier = c->tier;
-		bpf_get_current_comm(rec->comm, sizeof(rec->comm));
+		current_comm(rec->comm);
 		record_submit(rec);
 	}
 	bpf_map_delete_elem(&compress_starts, &pid);

@@ -136,6 +136,40 @@ static __always_inline __u32 flight_bucket_index(__u64 key, __u32 nbuckets)
 		__atomic_exchange_n(&slot->key, 0, __ATOMIC_SEQ_CST);                    \
 	}
 
+/* the bytes of a little-endian word of a name before its first NUL, the rest zeroed; *ended once a NUL is seen
+ * (the lowest byte the zero-byte test flags is always a real NUL: a borrow only flags bytes above one) */
+static __always_inline __u64 comm_word(__u64 w, bool *ended)
+{
+	if (*ended)
+		return 0;
+	__u64 nul = (w - 0x0101010101010101ull) & ~w & 0x8080808080808080ull;
+	if (!nul)
+		return w;
+	*ended = true;
+	return w & (((nul & -nul) >> 7) - 1);
+}
+
+/*
+ * The current task's name, NUL-padded as bpf_get_current_comm() gives it.  That helper costs about 35 ns here
+ * and runs once per record and per bio; where the task is a BTF pointer (storage mode, whose kernels all have
+ * bpf_get_current_task_btf) the name is two typed loads, clipped at its NUL (a name once longer may leave
+ * bytes after it).
+ */
+static __always_inline void current_comm(char *comm)
+{
+	if (!cfg.task_storage) {
+		bpf_get_current_comm(comm, 16);
+		return;
+	}
+	struct task_struct *t = bpf_get_current_task_btf();
+	bool ended = false;
+	__u64 w0 = comm_word(*(__u64 *)&t->comm[0], &ended);
+	__u64 w1 = comm_word(*(__u64 *)&t->comm[8], &ended);
+	w1 &= 0x00ffffffffffffffull;	/* the last byte is always the terminator */
+	__builtin_memcpy(comm, &w0, 8);
+	__builtin_memcpy(comm + 8, &w1, 8);
+}
+
 /* thread ids of the traced process tree (value unused) */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -353,13 +387,73 @@ static __always_inline struct task_req *current_req(void)
 
 /*
  * The tracer's own time: a handler that ran on top of a request in progress (in its thread, or in an
- * interrupt on its CPU) adds what it ran from t0 on.  What the kernel spends calling the program before t0
- * (tracepoint dispatch, a few tens of ns) is not in it; the sampled stacks measure that share independently.
+ * interrupt on its CPU) charges its run time to the request's tracer part, measured on 1 in
+ * FST_TRACER_TIME_EVERY runs and estimated on the rest (records.h FST_TRACER_SITES says why).  What the
+ * kernel spends calling the program before its first clock read (tracepoint dispatch, a few tens of ns) is
+ * not in it; the sampled stacks measure that share independently.
  */
-static __always_inline void tracer_charge(struct task_req *r, __u64 t0)
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FST_NR_TRACER_SITES);
+	__type(key, __u32);
+	__type(value, struct fst_tracer_site);
+} tracer_sites SEC(".maps");
+
+/* whether to time this run of a site: at random (xorshift32), so that which runs are timed cannot follow a
+ * pattern of the handlers' own; always until the site has a timed run on this CPU */
+static __always_inline bool tracer_pick(struct fst_tracer_site *ts)
 {
-	if (r)
-		r->part[FST_PART_TRACER] += bpf_ktime_get_ns() - t0;
+	__u32 x = ts->rng ? ts->rng : 2463534242u;
+	x ^= x << 13;
+	x ^= x >> 17;
+	x ^= x << 5;
+	ts->rng = x;
+	return !ts->timed || x % FST_TRACER_TIME_EVERY == 0;
+}
+
+/* a run of site charged to r: timed from t0 (not 0), else its site's mean */
+static __always_inline void tracer_account(struct task_req *r, struct fst_tracer_site *ts, __u64 t0)
+{
+	__u64 ns = ts->mean_ns;
+	ts->runs++;
+	if (t0) {
+		ns = bpf_ktime_get_ns() - t0;
+		ts->timed++;
+		ts->timed_ns += ns;
+		ts->timed_sq_ns += ns * ns;
+		ts->mean_ns = ts->timed_ns / ts->timed;
+	}
+	ts->charged_ns += ns;
+	r->part[FST_PART_TRACER] += ns;
+}
+
+/* a handler that read the clock at its start (t0) for its own needs: this run is timed from there, or not */
+static __always_inline void tracer_charge(struct task_req *r, __u32 site, __u64 t0)
+{
+	if (!r)
+		return;
+	struct fst_tracer_site *ts = bpf_map_lookup_elem(&tracer_sites, &site);
+	if (ts)
+		tracer_account(r, ts, tracer_pick(ts) ? t0 : 0);
+}
+
+/* a handler with no clock of its own: at its start, the time to charge from if this run is to be timed, else
+ * 0 (no clock read); its end passes that to tracer_charge_from */
+static __always_inline __u64 tracer_clock(struct task_req *r, __u32 site)
+{
+	if (!r)
+		return 0;
+	struct fst_tracer_site *ts = bpf_map_lookup_elem(&tracer_sites, &site);
+	return ts && tracer_pick(ts) ? bpf_ktime_get_ns() : 0;
+}
+
+static __always_inline void tracer_charge_from(struct task_req *r, __u32 site, __u64 t0)
+{
+	if (!r)
+		return;
+	struct fst_tracer_site *ts = bpf_map_lookup_elem(&tracer_sites, &site);
+	if (ts)
+		tracer_account(r, ts, t0);
 }
 
 /* superblock devices (kernel dev_t) whose files' requests are kept when cfg.filter_sdev is on */
@@ -391,7 +485,7 @@ static __always_inline bool current_is_traced(void)
 	}
 	if (cfg.filter_comm) {
 		char comm[16];
-		bpf_get_current_comm(comm, sizeof(comm));
+		current_comm(comm);
 		if (!comm_matches(comm))
 			return false;
 	}
@@ -586,7 +680,7 @@ static __always_inline void decomp_begin(__u16 fs, __u16 alg, __u32 in_bytes, __
 		.fs = fs, .alg = alg, .tier = tier,
 	};
 	bpf_map_update_elem(&decomp_starts, &pid, &d, BPF_ANY);
-	tracer_charge(current_req(), d.ts);
+	tracer_charge(current_req(), FST_SITE_DECOMP, d.ts);
 }
 
 static __always_inline void decomp_end(long ret)
@@ -614,11 +708,11 @@ static __always_inline void decomp_end(long ret)
 		rec->context = current_context(traced);
 		rec->tier = d->tier;
 		rec->pad0 = 0;
-		bpf_get_current_comm(rec->comm, sizeof(rec->comm));
+		current_comm(rec->comm);
 		record_submit(rec);
 	}
 	bpf_map_delete_elem(&decomp_starts, &pid);
-	tracer_charge(current_req(), now);
+	tracer_charge(current_req(), FST_SITE_DECOMP, now);
 }
 
 /*

@@ -58,7 +58,7 @@ static __always_inline void erofs_submit(struct fst_erofs *rec)
 {
 	__u64 t0 = rec->ts_ns;
 	record_submit(rec);
-	tracer_charge(current_req(), t0);
+	tracer_charge(current_req(), FST_SITE_EROFS, t0);
 }
 
 /*

@@ -126,7 +126,7 @@
  */
 #define FST_PARTS(E)                                                           \
 	E(FST_PART_ONCPU, 0, oncpu_ns, "oncpu", "#5aaa5a", "on-CPU in the request (syscall work, page-cache copy, in-task decompression)") \
-	E(FST_PART_TRACER, 1, tracer_ns, "tracer", "#d0508c", "on-CPU in fstrace's own BPF programs inside the request (timed by the handlers)") \
+	E(FST_PART_TRACER, 1, tracer_ns, "tracer", "#d0508c", "on-CPU in fstrace's own BPF programs inside the request (1 in 16 handler runs timed, the rest charged their site's mean)") \
 	E(FST_PART_IO_WAIT, 2, io_wait_ns, "io_wait", "#285ac8", "off-CPU waiting for I/O (in io_schedule, or own block I/O in flight)") \
 	E(FST_PART_WORKER, 3, worker_ns, "kworker", "#009696", "asleep while a kworker ran filesystem work that woke it (erofs decompression, btrfs end-io)") \
 	E(FST_PART_WORKER_WAIT, 4, worker_wait_ns, "kworker", "#7fcaca", "asleep while that work waited for its kworker to get a CPU") \
@@ -527,6 +527,42 @@ struct fst_rq_start {
 	E(FST_LOSS_TASK_STATE, 3, "task_state_full")	/* a thread's request state: its requests are not traced */
 #define FST_NR_LOSSES 4
 enum fst_loss { FST_LOSSES(FST_ENUM_MEMBER) };
+
+/*
+ * Where fstrace's handlers charge their own run time to the request they ran in (the tracer part), results
+ * header "tracer_sites".  A clock read costs about 34 ns on the development machine, more than most handlers'
+ * own work, so a handler's run is timed (a clock read at its start and one at its end) only 1 in
+ * FST_TRACER_TIME_EVERY times, chosen at random; every other run is charged the mean of the timed runs of its
+ * site on its CPU so far.  The sums below let the analysis give the estimate's error.  The sampling program
+ * (rare, and costly) times every run.
+ */
+#define FST_TRACER_SITES(E)                                                    \
+	E(FST_SITE_SYS_ENTER, 0, "sys_enter")                                  \
+	E(FST_SITE_SWITCH_IN, 1, "sched_switch")                               \
+	E(FST_SITE_PCACHE_ADD, 2, "mm_filemap_add_to_page_cache")              \
+	E(FST_SITE_CONTENTION, 3, "contention_begin/end")                      \
+	E(FST_SITE_RA_ORDER, 4, "page_cache_ra_order")                         \
+	E(FST_SITE_BIO_QUEUE, 5, "block_bio_queue")                            \
+	E(FST_SITE_RQ_ISSUE, 6, "block_rq_issue")                              \
+	E(FST_SITE_RQ_COMPLETE, 7, "block_rq_complete")                        \
+	E(FST_SITE_EROFS, 8, "erofs")                                          \
+	E(FST_SITE_DECOMP, 9, "decompressors")                                 \
+	E(FST_SITE_SAMPLE, 10, "perf_event sampling")
+#define FST_NR_TRACER_SITES 11
+enum fst_tracer_site_id { FST_TRACER_SITES(FST_ENUM_MEMBER) };
+#define FST_TRACER_TIME_EVERY 16
+
+/* per CPU and site (common.bpf.h tracer_charge) */
+struct fst_tracer_site {
+	__u64 runs;		/* handler runs charged to a request */
+	__u64 timed;		/* of them timed */
+	__u64 timed_ns;		/* their run times' sum */
+	__u64 timed_sq_ns;	/* and sum of squares (ns^2), for the estimate's error */
+	__u64 charged_ns;	/* what was charged to requests in all: timed runs' times plus the means */
+	__u64 mean_ns;		/* timed_ns / timed, charged to an untimed run */
+	__u32 rng;		/* xorshift state choosing the timed runs */
+	__u32 pad;
+};
 
 /*
  * In-flight tables (common.bpf.h FST_FLIGHT_TABLE): an array of buckets of FST_FLIGHT_WAYS slots each.  The

@@ -105,7 +105,7 @@ static __always_inline void lookup_end(struct squashfs_cache_entry *entry)
 		rec->missed = l->missed;
 		rec->tier = l->tier;
 		rec->pad0 = 0;
-		bpf_get_current_comm(rec->comm, sizeof(rec->comm));
+		current_comm(rec->comm);
 		record_submit(rec);
 	}
 	bpf_map_delete_elem(&cache_lookups, &pid);

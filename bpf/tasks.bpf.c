@@ -17,21 +17,12 @@ char LICENSE[] SEC("license") = "GPL";
  * with plain loads; raw_tp's needs a helper call per read */
 #define SYSCALL_ARG(regs, n) (cfg.task_storage ? PT_REGS_PARM##n##_SYSCALL(regs) : PT_REGS_PARM##n##_CORE_SYSCALL(regs))
 
-/* the struct file behind fd in the current task's table, NULL if none */
+/* the struct file behind fd in the current task's table, NULL if none: a number, read with helper calls */
 static __always_inline struct file *fd_file(long fd)
 {
-	struct file **fds;
-	unsigned int max;
-	if (cfg.task_storage) {
-		/* storage mode (tp_btf): BTF pointers all the way to the table, plain loads instead of helper calls */
-		struct fdtable *fdt = bpf_get_current_task_btf()->files->fdt;
-		fds = fdt->fd;
-		max = fdt->max_fds;
-	} else {
-		struct fdtable *fdt = BPF_CORE_READ((struct task_struct *)bpf_get_current_task(), files, fdt);
-		fds = BPF_CORE_READ(fdt, fd);
-		max = BPF_CORE_READ(fdt, max_fds);
-	}
+	struct fdtable *fdt = BPF_CORE_READ((struct task_struct *)bpf_get_current_task(), files, fdt);
+	struct file **fds = BPF_CORE_READ(fdt, fd);
+	unsigned int max = BPF_CORE_READ(fdt, max_fds);
 	struct file *f = NULL;
 
 	if (fd < 0 || fd >= max)
@@ -41,24 +32,51 @@ static __always_inline struct file *fd_file(long fd)
 }
 
 /*
+ * The same as a BTF pointer, for a task whose descriptors are still in the table embedded in its
+ * files_struct (fd_array: the first BITS_PER_LONG descriptors, until the table grows), NULL otherwise.  The
+ * verifier types fdt->fd (a pointer to pointers) as a number, so fds[fd] needs a helper call, and so does
+ * every field read behind it (five per request, about 26 ns each: two thirds of sys_enter).  fd_array[i] at
+ * a constant i is a typed load, and so is every field behind it: the switch turns the descriptor into one.
+ */
+#define FST_FD_CASE(i) case i: return files->fd_array[i];
+#define FST_FD_CASE8(i) FST_FD_CASE(i) FST_FD_CASE(i + 1) FST_FD_CASE(i + 2) FST_FD_CASE(i + 3) \
+	FST_FD_CASE(i + 4) FST_FD_CASE(i + 5) FST_FD_CASE(i + 6) FST_FD_CASE(i + 7)
+static __always_inline struct file *fd_file_btf(long fd)
+{
+	struct files_struct *files = bpf_get_current_task_btf()->files;
+	_Static_assert(sizeof(files->fd_array) / sizeof(files->fd_array[0]) == 64, "fd_array: 64 slots");
+	if (!files || files->fdt != &files->fdtab)	/* grown past the embedded table */
+		return NULL;
+	switch (fd) {
+	FST_FD_CASE8(0) FST_FD_CASE8(8) FST_FD_CASE8(16) FST_FD_CASE8(24)
+	FST_FD_CASE8(32) FST_FD_CASE8(40) FST_FD_CASE8(48) FST_FD_CASE8(56)
+	}
+	return NULL;
+}
+#undef FST_FD_CASE8
+#undef FST_FD_CASE
+
+/*
  * The file's inode, superblock and type.  A thread reads the same file over and over (fio, a cat): what the
  * last inode said is kept in its state and reused when the file's inode is the same object with the same
  * inode number (two reads instead of five).  A struct file's address alone is no key: files are freed and
- * their slab reused at once (a closed /sys file's address came back as fio's data file).
+ * their slab reused at once (a closed /sys file's address came back as fio's data file).  btf: f is a BTF
+ * pointer (fd_file_btf), its fields plain loads; else a number read through helper calls.
  */
-static __always_inline void note_file(struct task_req *r, struct task_keep *keep, struct file *f)
+static __always_inline void note_file(struct task_req *r, struct task_keep *keep, struct file *f, bool btf)
 {
 	if (!f)
 		return;
-	struct inode *inode = BPF_CORE_READ(f, f_inode);
-	r->ino = BPF_CORE_READ(inode, i_ino);
+	struct inode *inode = FST_FIELD(btf, f, f_inode);
+	r->ino = FST_FIELD(btf, inode, i_ino);
 	if (keep && keep->file == (__u64)inode && keep->ino == r->ino) {
 		r->sdev = keep->sdev;
 		r->ftype = keep->ftype;
 		r->sdev_traced = keep->sdev_traced;
 	} else {
-		r->sdev = BPF_CORE_READ(inode, i_sb, s_dev);
-		r->ftype = (BPF_CORE_READ(inode, i_mode) >> 12) & 0xf;
+		struct super_block *sb = FST_FIELD(btf, inode, i_sb);
+		r->sdev = FST_FIELD(btf, sb, s_dev);
+		r->ftype = (FST_FIELD(btf, inode, i_mode) >> 12) & 0xf;
 		r->sdev_traced = sdev_is_traced(r->sdev);
 		if (keep) {
 			keep->file = (__u64)inode;
@@ -69,7 +87,20 @@ static __always_inline void note_file(struct task_req *r, struct task_keep *keep
 		}
 	}
 	if (r->pos < 0 && (r->kind == FST_REQ_READ || r->kind == FST_REQ_WRITE))
-		r->pos = BPF_CORE_READ(f, f_pos);
+		r->pos = FST_FIELD(btf, f, f_pos);
+}
+
+/* the file behind fd, noted in the request: through typed loads where it can be (storage mode: tp_btf) */
+static __always_inline void note_fd(struct task_req *r, struct task_keep *keep, long fd)
+{
+	if (cfg.task_storage && fd >= 0 && fd < 64) {
+		struct file *f = fd_file_btf(fd);
+		if (f) {
+			note_file(r, keep, f, true);
+			return;
+		}
+	}
+	note_file(r, keep, fd_file(fd), false);
 }
 
 /* storage mode, pid-tree filter only: the filter's answer cannot change for a task (pids only join), so it is
@@ -133,13 +164,13 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
 	if (fst_syscall_has_pos(id))
 		r->pos = SYSCALL_ARG(regs, 4);
 	if (fst_syscall_has_fd(id, kind)) {
-		note_file(r, &r->keep, fd_file(fd));
+		note_fd(r, &r->keep, fd);
 		if (!r->sdev_traced)
 			return 0;
 	}
 	r->in_req = 1;
 	/* from the request's start on, this handler is the tracer's time */
-	tracer_charge(r, now);
+	tracer_charge(r, FST_SITE_SYS_ENTER, now);
 	return 0;
 }
 
@@ -170,7 +201,7 @@ static const struct fst_comm_agg zero_comm_agg;
 static __always_inline void comm_count(struct task_req *r, long ret, __u64 wall)
 {
 	struct fst_comm_agg_key k = { .sdev = r->sdev, .kind = r->kind };
-	bpf_get_current_comm(k.comm, sizeof(k.comm));
+	current_comm(k.comm);
 	struct fst_comm_agg *c = bpf_map_lookup_elem(&comm_agg, &k);
 	if (!c) {
 		bpf_map_update_elem(&comm_agg, &k, &zero_comm_agg, BPF_NOEXIST);
@@ -259,7 +290,7 @@ static __always_inline int handle_sys_exit(long ret)
 
 	/* openat: the file is known only once the descriptor exists */
 	if (r->kind == FST_REQ_OPEN && ret >= 0)
-		note_file(r, NULL, fd_file(ret));
+		note_fd(r, NULL, ret);
 	/* path-based requests (stat) cannot be placed on a filesystem here: kept only without an fs filter */
 	if (!r->sdev_traced)
 		return 0;
@@ -302,7 +333,7 @@ static __always_inline int handle_sys_exit(long ret)
 		rec->nr_switches = r->nr_switches;
 		rec->kind = r->kind;
 		rec->ftype = r->ftype;
-		bpf_get_current_comm(rec->comm, sizeof(rec->comm));
+		current_comm(rec->comm);
 		record_submit(rec);
 	}
 	return 0;
@@ -398,11 +429,15 @@ static __always_inline void offcpu_credit(struct task_req *r, struct task_struct
 static __always_inline int handle_switch(void *ctx, bool preempt, struct task_struct *prev,
 					 struct task_struct *next, unsigned int prev_state, bool btf)
 {
-	__u64 now = bpf_ktime_get_ns();
 	__u32 prev_pid = FST_FIELD(btf, prev, pid);
 	__u32 next_pid = FST_FIELD(btf, next, pid);
+	struct task_req *r = req_of(prev, prev_pid), *rn = req_of(next, next_pid);
+	/* a switch between two tasks in no request (most of the system's) costs the two state lookups only:
+	 * the clock (about 34 ns here) is read once one of them is in a request */
+	if (!r && !rn)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
 
-	struct task_req *r = req_of(prev, prev_pid);
 	if (r) {
 		if (r->off_ts) {	/* its last switch in was never delivered */
 			r->part[FST_PART_MISSED] += now - r->off_ts;
@@ -425,7 +460,7 @@ static __always_inline int handle_switch(void *ctx, bool preempt, struct task_st
 		r->nr_switches++;
 	}
 
-	r = req_of(next, next_pid);
+	r = rn;
 	if (r && !r->off_ts) {
 		/* switched in without a delivered switch out: the split since last_on is unknown */
 		r->part[FST_PART_MISSED] += now - r->last_on;
@@ -475,7 +510,7 @@ static __always_inline int handle_switch(void *ctx, bool preempt, struct task_st
 		r->off_ts = 0;
 		r->last_on = now;
 		/* the rest of this handler runs in next's on-CPU interval, which starts at now */
-		tracer_charge(r, now);
+		tracer_charge(r, FST_SITE_SWITCH_IN, now);
 	}
 	return 0;
 }
@@ -527,7 +562,7 @@ static __always_inline int handle_exit(void)
 			rec->pid = pid;
 			rec->tgid = pid_tgid >> 32;
 			rec->pad0 = 0;
-			bpf_get_current_comm(rec->comm, sizeof(rec->comm));
+			current_comm(rec->comm);
 			record_submit(rec);
 		}
 	}
@@ -541,16 +576,17 @@ static __always_inline int handle_exit(void)
 
 /*
  * The handlers below run for every task of the system: an untraced one pays the state lookup and nothing
- * else (a clock read is about 55 ns here, more than the rest); a request's pays from its clock read on.
+ * else (a clock read is about 34 ns here, more than the rest); a request's pays the rest, and a clock read pair
+ * on the 1 in FST_TRACER_TIME_EVERY runs that time the tracer part.
  */
 static __always_inline int handle_pcache_add(void)
 {
 	struct task_req *r = current_req();
 	if (!r)
 		return 0;
-	__u64 t0 = bpf_ktime_get_ns();
+	__u64 t0 = tracer_clock(r, FST_SITE_PCACHE_ADD);
 	r->pcache_adds++;
-	tracer_charge(r, t0);
+	tracer_charge_from(r, FST_SITE_PCACHE_ADD, t0);
 	return 0;
 }
 
@@ -568,9 +604,9 @@ static __always_inline int handle_contention_begin(void *lock, __u32 flags)
 	struct task_req *r = current_req();
 	if (!r)
 		return 0;
-	__u64 t0 = bpf_ktime_get_ns();
+	__u64 t0 = tracer_clock(r, FST_SITE_CONTENTION);
 	r->lock_addr = (__u64)lock;
-	tracer_charge(r, t0);
+	tracer_charge_from(r, FST_SITE_CONTENTION, t0);
 	return 0;
 }
 
@@ -579,10 +615,10 @@ static __always_inline int handle_contention_end(void *lock)
 	struct task_req *r = current_req();
 	if (!r)
 		return 0;
-	__u64 t0 = bpf_ktime_get_ns();
+	__u64 t0 = tracer_clock(r, FST_SITE_CONTENTION);
 	if (r->lock_addr == (__u64)lock)
 		r->lock_addr = 0;
-	tracer_charge(r, t0);
+	tracer_charge_from(r, FST_SITE_CONTENTION, t0);
 	return 0;
 }
 
@@ -601,14 +637,14 @@ static __always_inline int handle_ra_order(struct inode *inode, struct file_ra_s
 	struct task_req *r = current_req();
 	if (!r)
 		return 0;
-	__u64 t0 = bpf_ktime_get_ns();
+	__u64 t0 = tracer_clock(r, FST_SITE_RA_ORDER);
 	__u32 pages = BPF_CORE_READ(ra, size);
 	r->ra_windows++;
 	r->ra_pages += pages;
 	if (pages > r->ra_max_pages)
 		r->ra_max_pages = pages;
 	hist_add(FST_H_RA_PAGES, BPF_CORE_READ(inode, i_sb, s_dev), 0, pages);
-	tracer_charge(r, t0);
+	tracer_charge_from(r, FST_SITE_RA_ORDER, t0);
 	return 0;
 }
 

@@ -335,9 +335,9 @@ def render(out):
     m = out.get("main_command")
     if m:
         sm = m["tracer"].get("sampled") or {}
-        lines.append("main command (%s): tracer part %.1f %% of request time (timed); %.1f %% of on-CPU samples "
+        lines.append("main command (%s): tracer part %.1f %% of request time (sampled timing); %.1f %% of on-CPU samples "
                      "inside requests are fstrace's (95 %%: %.1f-%.1f %%)" % (
-                         m["command"], 100 * (m["tracer"]["timed_share"] or 0), 100 * (sm.get("share") or 0),
+                         m["command"], 100 * (m["tracer"]["part_share"] or 0), 100 * (sm.get("share") or 0),
                          100 * sm["share_95"][0] if sm.get("share_95") else 0,
                          100 * sm["share_95"][1] if sm.get("share_95") else 0))
     a = out["analysis"]

@@ -115,7 +115,7 @@ def test_tracer_part_timed_and_named_in_stacks(erofs_randread):
     out, res, s = erofs_randread
     req = res["req"]
     assert req["tracer_ns"].sum() > 0
-    assert s["tracer"]["timed_ns"] == s["attribution"]["parts_ns"]["tracer_ns"]
+    assert s["tracer"]["part_ns"] == s["attribution"]["parts_ns"]["tracer_ns"]
     prefix = res.header["tracer_frame_prefix"]
     frames = {f for st, _ in res.header["sampling"]["folded"] for f in st.split(";") if f.startswith(prefix)}
     assert frames, "no sample landed in one of fstrace's programs"

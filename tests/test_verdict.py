@@ -78,10 +78,13 @@ def test_verdict_numbers_are_the_summarys(erofs_randread):
         expect += [round(kw["ns"] / 1e6, 1), kw["items"]]
     assert not dec["available"] and "sampled" in line
     assert numbers(line) == pytest.approx(expect, abs=0.051), (line, expect)
-    # the tracer's own cost: timed, its share, the sampled share and its interval
+    # the tracer's own cost: its part, its share, the estimate's error and sampling rate, the sampled share and
+    # its interval
     tr = s["tracer"]
     smp = tr["sampled"]
-    expect = [round(tr["timed_ns"] / 1e6, 1), round(100 * tr["timed_share"], 1), round(100 * smp["share"], 1), 95,
+    est = tr["estimate"]
+    expect = [round(tr["part_ns"] / 1e6, 1), round(100 * tr["part_share"], 1), round(est["error_ns_95"] / 1e6, 1), 1,
+              est["time_every"], round(100 * smp["share"], 1), 95,
               round(100 * smp["share_95"][0], 1), round(100 * smp["share_95"][1], 1)]
     assert numbers(by["tracer"]) == pytest.approx(expect, abs=0.051), by["tracer"]
     # lost and unavailable, one line each

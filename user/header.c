@@ -78,6 +78,44 @@ static void json_probes(json *a, const struct probe *probes, int n)
  * "requests_counted": the requests tasks.bpf.c counted instead of recording, per (kind, superblock dev),
  * summed over CPUs; parts by name (records.h FST_PARTS), histograms as log2 slots of microseconds.
  */
+/* the tracer part's sampled timing per site (records.h FST_TRACER_SITES), summed over CPUs */
+static json *json_tracer_sites(struct block_bpf *blk)
+{
+	json *o = jobj();
+	jset(o, "time_every", ju64(FST_TRACER_TIME_EVERY));
+	json *sites = jset(o, "sites", jobj());
+	int ncpu = libbpf_num_possible_cpus();
+	struct fst_tracer_site *v = ncpu > 0 ? calloc(ncpu, sizeof(*v)) : NULL;
+	int fd = bpf_map__fd(blk->maps.tracer_sites);
+	for (__u32 k = 0; v && k < FST_NR_TRACER_SITES; k++) {
+		static const char *names[FST_NR_TRACER_SITES] = {
+#define SITE_NAME(c, val, n) [val] = n,
+			FST_TRACER_SITES(SITE_NAME)
+#undef SITE_NAME
+		};
+		struct fst_tracer_site sum = {};
+		if (bpf_map_lookup_elem(fd, &k, v))
+			continue;
+		for (int i = 0; i < ncpu; i++) {
+			sum.runs += v[i].runs;
+			sum.timed += v[i].timed;
+			sum.timed_ns += v[i].timed_ns;
+			sum.timed_sq_ns += v[i].timed_sq_ns;
+			sum.charged_ns += v[i].charged_ns;
+		}
+		if (!sum.runs)
+			continue;
+		json *s = jset(sites, names[k], jobj());
+		jset(s, "runs", ju64(sum.runs));
+		jset(s, "timed", ju64(sum.timed));
+		jset(s, "timed_ns", ju64(sum.timed_ns));
+		jset(s, "timed_sq_ns", ju64(sum.timed_sq_ns));
+		jset(s, "charged_ns", ju64(sum.charged_ns));
+	}
+	free(v);
+	return o;
+}
+
 static json *json_requests_counted(struct tasks_bpf *tsk)
 {
 	json *a = jarr();
@@ -260,6 +298,8 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 #define LOSSES_JSON(c, v, n) jset(o, n, ju64(sum_drops(losses_fd, c)));
 	FST_LOSSES(LOSSES_JSON)
 #undef LOSSES_JSON
+	if (!opt.block_only)
+		jset(h, "tracer_sites", json_tracer_sites(blk));
 	o = jset(h, "delayacct", jobj());
 	jset(o, "was", ji64(ri->delayacct_was));
 	jset(o, "enabled_for_tracing", jbool(delayacct_held && ri->delayacct_was == 0));
