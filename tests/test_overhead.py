@@ -228,6 +228,80 @@ def test_file_identity_is_right_when_struct_files_are_reused(tmp_path):
         assert expected[ino] == sdev, (ino, sdev)
 
 
+def test_descriptor_paths_and_task_names(tmp_path, mounted_erofs):  # noqa: F811
+    """sys_enter reads a descriptor's file through typed loads while the thread's descriptors are in the table
+    embedded in its files_struct (the first 64), and through helper reads once that table has grown (a
+    descriptor past 64, and one under 64 in the grown table): each read names its own file, device and position.
+    Records carry the task's name as it is now, clipped at its end after a rename to a shorter one."""
+    from analysis import results
+    mnt, _ = mounted_erofs
+    files = sorted(os.path.join(d, n) for d, _, ns in os.walk(mnt) for n in ns)[:4]
+    assert files
+    script = ("import ctypes, os, sys\n"
+              "prctl = ctypes.CDLL(None).prctl\n"
+              "def rounds():\n"
+              "    for p in sys.argv[1:]:\n"
+              "        fd = os.open(p, os.O_RDONLY)\n"
+              "        os.pread(fd, 64, 3)\n"
+              "        os.lseek(fd, 5, 0)\n"
+              "        os.read(fd, 32)\n"
+              "        os.close(fd)\n"
+              "prctl(15, b'fst-a-long-name', 0, 0, 0)\n"
+              "prctl(15, b'fst-small', 0, 0, 0)\n"
+              "rounds()\n"
+              "held = [os.open('/dev/null', os.O_RDONLY) for _ in range(100)]\n"
+              "prctl(15, b'fst-high', 0, 0, 0)\n"
+              "rounds()\n"
+              "os.close(held[10])\n"
+              "prctl(15, b'fst-low', 0, 0, 0)\n"
+              "rounds()\n")
+    f = tmp_path / "fds.fst"
+    subprocess.run([COLLECTOR, "-o", str(f), "--records", "all", "--", "/usr/bin/python3", "-c", script] + files,
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    res = results.load(str(f))
+    req = res["req"]
+    read = S.enum_value(res.header, "req_kind", "read")
+    want = {}
+    for p in files:
+        st = os.stat(p)
+        want[st.st_ino] = os.major(st.st_dev) << 20 | os.minor(st.st_dev)
+    for phase in (b"fst-small", b"fst-high", b"fst-low"):
+        mine = req[(req["comm"] == phase) & (req["kind"] == read)]
+        reads = mine[np.isin(mine["ino"], list(want))]
+        # per file a pread of 64 bytes at 3 and a read of 32 at the file position 5, each on its own file
+        assert sorted(zip(reads["count"].tolist(), reads["pos"].tolist())) == sorted([(64, 3), (32, 5)] * len(files))
+        assert all(want[i] == d for i, d in zip(reads["ino"].tolist(), reads["sdev"].tolist()))
+    # no record under the old long name's leftovers: every name is one the script set, or python's own
+    names = set(req["comm"].tolist())
+    assert {b"fst-small", b"fst-high", b"fst-low"} <= names
+    assert not any(n.startswith(b"fst-") and n not in (b"fst-small", b"fst-high", b"fst-low") for n in names)
+
+
+def test_tracer_part_sampled_timing_reconciles(erofs_randread):
+    """The tracer part is measured on 1 in FST_TRACER_TIME_EVERY handler runs chosen at random (the rest charged
+    their site's mean): the header's per-site sums account for every nanosecond in the requests' tracer parts, the
+    timed runs are a binomial share of the runs, and the report carries the estimate's method and error."""
+    _, res, s = erofs_randread
+    ts = res.header["tracer_sites"]
+    every = ts["time_every"]
+    assert every == 16
+    charged = sum(site["charged_ns"] for site in ts["sites"].values())
+    part = s["attribution"]["parts_ns"]["tracer_ns"]
+    # no sdev filter in run: every charged request is kept; the clamp to on-CPU time only takes away
+    assert 0 < part <= charged
+    for name, site in ts["sites"].items():
+        assert 0 < site["timed"] <= site["runs"] and site["timed_ns"] <= site["charged_ns"], name
+        if name == "perf_event sampling":
+            assert site["timed"] == site["runs"]
+        elif site["runs"] >= 2000:
+            # the first run of a site on each CPU is always timed; the rest with probability 1/every
+            mean, sd = site["runs"] / every, (site["runs"] * (1 / every) * (1 - 1 / every)) ** 0.5
+            assert abs(site["timed"] - mean) <= 6 * sd + os.cpu_count(), (name, site)
+    est = s["tracer"]["estimate"]
+    assert est["time_every"] == every and est["error_ns_95"] >= 0 and "1 in 16" in est["method"]
+    assert set(est["sites"]) == set(ts["sites"])
+
+
 def test_offcpu_stacks_as_shipped_are_walked_at_the_switch_in(erofs_randread):
     """What run ships: off-CPU stacks threshold-sampled at 1 ms, said so in the header and the summary."""
     _, res, summary = erofs_randread
