@@ -342,8 +342,8 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 	if (r) {
 		__u64 q = r->ts_queue ? r->ts_queue : r->ts_issue;
 		if (io) {
-			slot_count(io->q2c_us[sub], log2_slot((now - q) / 1000));
-			slot_count(io->d2c_us[sub], log2_slot((now - r->ts_issue) / 1000));
+			slot_count(io->q2c_us[sub], log2_slot_us(now - q));
+			slot_count(io->d2c_us[sub], log2_slot_us(now - r->ts_issue));
 		}
 		if (sum) {
 			__sync_fetch_and_add(&sum->q2c_ns, now - q);

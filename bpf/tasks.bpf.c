@@ -243,7 +243,7 @@ static __always_inline void agg_part(struct fst_req_agg *a, int part, __u64 ns)
 	if (!ns)
 		return;
 	a->part_ns[part] += ns;
-	slot_inc(a->part_hist[part], log2_slot(ns / 1000), FST_HIST_SLOTS);
+	slot_inc(a->part_hist[part], log2_slot_us(ns), FST_HIST_SLOTS);
 }
 
 static __always_inline bool req_count(struct task_req *r, long ret, __u64 wall)
@@ -260,7 +260,7 @@ static __always_inline bool req_count(struct task_req *r, long ret, __u64 wall)
 	a->count++;
 	a->bytes += ret > 0 ? ret : 0;
 	a->wall_ns += wall;
-	slot_inc(a->wall_hist, log2_slot(wall / 1000), FST_HIST_SLOTS);
+	slot_inc(a->wall_hist, log2_slot_us(wall), FST_HIST_SLOTS);
 	slot_inc(a->wall_ns_loglin, fst_loglin_slot(wall), FST_LAT_SLOTS);
 	/* every part from the task state: all but oncpu and tracer are 0 for a page-cache hit, and any may be
 	 * non-zero under cfg.records_none, where every request is counted */
