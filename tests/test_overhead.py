@@ -110,25 +110,49 @@ def test_merged_percentiles_within_a_sixteenth():
     assert abs(est["mean"] - ns.mean() / 1e3) < 1e-6
 
 
-def test_tracer_part_timed_and_named_in_stacks(erofs_randread):
-    """The tracer's time is its own part, taken out of on-CPU, and its programs are named in the stacks."""
+def test_tracer_part_in_summary_and_figures(erofs_randread):
+    """The tracer's time is its own part, taken out of on-CPU; where samples landed in its programs, the on-CPU
+    flamegraph names them and the wall-clock stacks end them in the tracer's frame."""
     out, res, s = erofs_randread
     req = res["req"]
     assert req["tracer_ns"].sum() > 0
     assert s["tracer"]["part_ns"] == s["attribution"]["parts_ns"]["tracer_ns"]
     prefix = res.header["tracer_frame_prefix"]
-    frames = {f for st, _ in res.header["sampling"]["folded"] for f in st.split(";") if f.startswith(prefix)}
-    assert frames, "no sample landed in one of fstrace's programs"
-    loaded = {p for pr in res.header["probes"] if pr["tier"] != "unavailable" for p in (pr["probe"],)}
-    # every labelled frame is one of the programs behind the probes the header lists
-    assert all(any(f[len(prefix):].startswith(name[:10]) for name in loaded) or "sample" in f for f in frames), frames
     sm = s["tracer"]["sampled"]
     assert sm["tracer_samples"] == sum(n for st, n in sampling.folded(res.header).items()
                                        if sampling.is_tracer(st, prefix))
-    oncpu_svg = (out / "oncpu.svg").read_text()
-    assert prefix.strip() in oncpu_svg
-    wall = (out / "wallclock.folded").read_text()
-    assert sampling.WALL_TRACER in wall
+    # a short cold run may see none (the programs take a few per cent of a small on-CPU time):
+    # test_tracer_programs_named_in_stacks makes sure of some
+    if sm["tracer_samples"]:
+        assert prefix.strip() in (out / "oncpu.svg").read_text()
+        assert sampling.WALL_TRACER in (out / "wallclock.folded").read_text()
+
+
+def test_tracer_programs_named_in_stacks(tmp_path, mounted_erofs):  # noqa: F811
+    """A thread reading a cached file in a tight loop for a second, sampled at 4999 Hz: its requests are short
+    and fstrace's programs a good share of them, so hundreds of samples land in them; each such frame is labelled
+    with the tracer's prefix and names a program behind one of the probes the header lists."""
+    from analysis import results
+    mnt, _ = mounted_erofs
+    path = sorted(os.path.join(d, n) for d, _, ns in os.walk(mnt) for n in ns)[0]
+    script = ("import os, sys, time\n"
+              "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+              "end = time.monotonic() + 1.0\n"
+              "while time.monotonic() < end:\n"
+              "    for _ in range(200):\n"
+              "        os.pread(fd, 64, 0)\n")
+    f = tmp_path / "busy.fst"
+    subprocess.run([COLLECTOR, "-o", str(f), "--sample-hz", "4999", "--", "/usr/bin/python3", "-c", script, path],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    res = results.load(str(f))
+    prefix = res.header["tracer_frame_prefix"]
+    folded = sampling.folded(res.header)
+    frames = {fr for st in folded for fr in st.split(";") if fr.startswith(prefix)}
+    assert sum(n for st, n in folded.items() if sampling.is_tracer(st, prefix)) >= 20, frames
+    loaded = {pr["probe"] for pr in res.header["probes"] if pr["tier"] != "unavailable"}
+    # every labelled frame is one of the programs behind the probes the header lists (or the sampler's own)
+    assert all(any(fr[len(prefix):].startswith(name[:10]) for name in loaded) or "sample" in fr for fr in frames), frames
+    assert any("sys_e" in fr for fr in frames), frames
 
 
 def test_task_storage_and_pid_hash_agree(tmp_path):
