@@ -73,13 +73,14 @@ static __always_inline struct fst_dev_cfg *dev_cfg(__u32 dev)
 	return bpf_map_lookup_elem(&traced_devs, &dev);
 }
 
-static __always_inline void charge_current(struct fst_bio_start *s)
+/* st: the current thread's state where requests are traced (its cached verdict saves the pid lookup) */
+static __always_inline void charge_current(struct fst_bio_start *s, struct task_req *st)
 {
 	__u32 pid = (__u32)bpf_get_current_pid_tgid();
 
 	s->queue_pid = pid;
 	current_comm(s->comm);
-	if (current_is_traced()) {
+	if (cfg.requests ? state_is_traced(st) : current_is_traced()) {
 		s->pid = pid;
 		s->charge = FST_CHARGE_DIRECT;
 		return;
@@ -127,14 +128,15 @@ static __always_inline int handle_bio_queue(void *ctx, struct bio *bio, bool btf
 	if (bio_starts_find((__u64)bio))
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
+	struct task_req *st = cfg.requests ? current_state() : NULL;
 	struct fst_bio_start s = { .ts_queue = now, .stack = io_stack(ctx, now) };
-	charge_current(&s);
+	charge_current(&s, st);
 	struct bio_starts_slot *slot = bio_starts_claim((__u64)bio);
 	if (!slot)
 		return 0;	/* counted: its request will not be charged */
 	slot->v = s;
 	inflight_add(s.pid, 1);
-	tracer_charge(current_req(), FST_SITE_BIO_QUEUE, s.ts_queue);
+	tracer_charge(st && st->in_req ? st : NULL, FST_SITE_BIO_QUEUE, s.ts_queue);
 	return 0;
 }
 
@@ -151,7 +153,7 @@ static __always_inline int handle_bio_split(struct bio *split, bool btf)
 		s = ps->v;
 	} else {
 		s.ts_queue = bpf_ktime_get_ns();
-		charge_current(&s);
+		charge_current(&s, cfg.requests ? current_state() : NULL);
 	}
 	struct bio_starts_slot *slot = bio_starts_claim((__u64)split);
 	if (!slot)

@@ -494,6 +494,22 @@ static __always_inline bool current_is_traced(void)
 	return true;
 }
 
+/* storage mode, pid-tree filter only: the filter's answer cannot change for a task (pids only join), so it is
+ * kept in the task's state and an untraced task's read-family syscall costs one storage lookup */
+static __always_inline bool verdict_cacheable(void)
+{
+	return cfg.task_storage && !cfg.filter_comm && !cfg.filter_cgroup_id;
+}
+
+/* whether the current thread (whose state is r) is traced: the verdict its state keeps where that can be
+ * cached and is known (no hash lookup of the pid), else the filters */
+static __always_inline bool state_is_traced(struct task_req *r)
+{
+	if (verdict_cacheable() && r && r->keep.verdict != FST_VERDICT_UNKNOWN)
+		return r->keep.verdict == FST_VERDICT_TRACED;
+	return current_is_traced();
+}
+
 static __always_inline bool sdev_is_traced(__u32 sdev)
 {
 	return !cfg.filter_sdev || bpf_map_lookup_elem(&traced_sdevs, &sdev) != NULL;

@@ -29,10 +29,12 @@ EROFS_PROBES(z_erofs_deflate_decompress, FST_ALG_DEFLATE)
 EROFS_PROBES(z_erofs_zstd_decompress, FST_ALG_ZSTD)
 EROFS_PROBES(z_erofs_transform_plain, FST_ALG_PLAIN)
 
-static __always_inline struct fst_erofs *erofs_record(struct inode *inode, __u16 event, bool btf)
+/* a record of the current thread's (state r), NULL when it is not traced or none is wanted */
+static __always_inline struct fst_erofs *erofs_record(struct task_req *r, struct inode *inode, __u16 event,
+						      bool btf)
 {
 	/* --records none (fstrace serve): per-request detail nothing reads; it was 11-36 k records/s */
-	if (cfg.records_none || !current_is_traced())
+	if (cfg.records_none || !state_is_traced(r))
 		return NULL;
 	struct super_block *sb = FST_FIELD(btf, inode, i_sb);
 	__u32 sdev = FST_FIELD(btf, sb, s_dev);
@@ -54,11 +56,11 @@ static __always_inline struct fst_erofs *erofs_record(struct inode *inode, __u16
 }
 
 /* submit an erofs record; the handler's time from the record's timestamp on is the tracer's */
-static __always_inline void erofs_submit(struct fst_erofs *rec)
+static __always_inline void erofs_submit(struct task_req *r, struct fst_erofs *rec)
 {
 	__u64 t0 = rec->ts_ns;
 	record_submit(rec);
-	tracer_charge(current_req(), FST_SITE_EROFS, t0);
+	tracer_charge(r && r->in_req ? r : NULL, FST_SITE_EROFS, t0);
 }
 
 /*
@@ -84,7 +86,8 @@ static __always_inline int handle_map_exit(struct inode *inode, struct erofs_map
 {
 	if (ret)
 		return 0;
-	struct fst_erofs *rec = erofs_record(inode, FST_EROFS_MAP, btf);
+	struct task_req *r = current_state();
+	struct fst_erofs *rec = erofs_record(r, inode, FST_EROFS_MAP, btf);
 	if (!rec)
 		return 0;
 	rec->la = FST_FIELD(btf, map, m_la);
@@ -93,28 +96,30 @@ static __always_inline int handle_map_exit(struct inode *inode, struct erofs_map
 	rec->plen = FST_FIELD(btf, map, m_plen);
 	rec->map_flags = erofs_map_flags(FST_FIELD(btf, map, m_flags));
 	rec->lookup_flags = flags;
-	erofs_submit(rec);
+	erofs_submit(r, rec);
 	return 0;
 }
 
 static __always_inline int handle_readahead(struct inode *inode, unsigned long start, unsigned int nrpage, bool btf)
 {
-	struct fst_erofs *rec = erofs_record(inode, FST_EROFS_READAHEAD, btf);
+	struct task_req *r = current_state();
+	struct fst_erofs *rec = erofs_record(r, inode, FST_EROFS_READAHEAD, btf);
 	if (!rec)
 		return 0;
 	rec->la = start;
 	rec->llen = nrpage;
-	erofs_submit(rec);
+	erofs_submit(r, rec);
 	return 0;
 }
 
 static __always_inline int handle_read_folio(struct inode *inode, unsigned long index, bool btf)
 {
-	struct fst_erofs *rec = erofs_record(inode, FST_EROFS_READ_FOLIO, btf);
+	struct task_req *r = current_state();
+	struct fst_erofs *rec = erofs_record(r, inode, FST_EROFS_READ_FOLIO, btf);
 	if (!rec)
 		return 0;
 	rec->la = index;
-	erofs_submit(rec);
+	erofs_submit(r, rec);
 	return 0;
 }
 

@@ -103,13 +103,6 @@ static __always_inline void note_fd(struct task_req *r, struct task_keep *keep, 
 	note_file(r, keep, fd_file(fd), false);
 }
 
-/* storage mode, pid-tree filter only: the filter's answer cannot change for a task (pids only join), so it is
- * kept in the task's state and an untraced task's read-family syscall costs one storage lookup */
-static __always_inline bool verdict_cacheable(void)
-{
-	return cfg.task_storage && !cfg.filter_comm && !cfg.filter_cgroup_id;
-}
-
 static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
 {
 	__u16 kind = fst_syscall_kind(id);
