@@ -132,7 +132,6 @@ def test_tracer_programs_named_in_stacks(tmp_path, mounted_erofs):  # noqa: F811
     """A thread reading a cached file in a tight loop for a second, sampled at 4999 Hz: its requests are short
     and fstrace's programs a good share of them, so hundreds of samples land in them; each such frame is labelled
     with the tracer's prefix and names a program behind one of the probes the header lists."""
-    from analysis import results
     mnt, _ = mounted_erofs
     path = sorted(os.path.join(d, n) for d, _, ns in os.walk(mnt) for n in ns)[0]
     script = ("import os, sys, time\n"
@@ -141,10 +140,7 @@ def test_tracer_programs_named_in_stacks(tmp_path, mounted_erofs):  # noqa: F811
               "while time.monotonic() < end:\n"
               "    for _ in range(200):\n"
               "        os.pread(fd, 64, 0)\n")
-    f = tmp_path / "busy.fst"
-    subprocess.run([COLLECTOR, "-o", str(f), "--sample-hz", "4999", "--", "/usr/bin/python3", "-c", script, path],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    res = results.load(str(f))
+    res = run_python_traced(tmp_path, "busy", script, [path], "--sample-hz", "4999")
     prefix = res.header["tracer_frame_prefix"]
     folded = sampling.folded(res.header)
     frames = {fr for st in folded for fr in st.split(";") if fr.startswith(prefix)}
@@ -223,10 +219,27 @@ def test_io_stack_sampling_reconciles(erofs_randread, erofs_tar_16k):
                                  if d["level"] == "loop"][0]["by_origin"]
 
 
+def run_python_traced(tmp_path, name, script, args, *options):
+    """The collector around `python3 -c script args`, --records all (and options); its loaded results."""
+    from analysis import results
+    f = tmp_path / (name + ".fst")
+    subprocess.run([COLLECTOR, "-o", str(f), "--records", "all", *options, "--", "/usr/bin/python3", "-c", script]
+                   + list(args), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return results.load(str(f))
+
+
+def inode_devices(paths):
+    """{inode number: superblock device in the kernel's encoding} of files, as their reads must name them."""
+    out = {}
+    for p in paths:
+        st = os.stat(p)
+        out[st.st_ino] = os.major(st.st_dev) << 20 | os.minor(st.st_dev)
+    return out
+
+
 def test_file_identity_is_right_when_struct_files_are_reused(tmp_path):
     """sys_enter keeps the last inode's device and type per thread; struct files (and their addresses) are
     reused as soon as they are closed, across filesystems: every read must still name its own file."""
-    from analysis import results
     paths = ["/etc/passwd", "/proc/cpuinfo", "/sys/kernel/mm/transparent_hugepage/enabled", "/etc/services",
              "/proc/version", "/etc/hostname"]
     paths = [p for p in paths if os.path.exists(p)]
@@ -235,16 +248,10 @@ def test_file_identity_is_right_when_struct_files_are_reused(tmp_path):
               "    for p in sys.argv[1:]:\n"
               "        with open(p, 'rb', buffering=0) as f:\n"
               "            f.read(64)\n")
-    f = tmp_path / "files.fst"
-    subprocess.run([COLLECTOR, "-o", str(f), "--records", "all", "--", "/usr/bin/python3", "-c", script] + paths,
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    res = results.load(str(f))
+    res = run_python_traced(tmp_path, "files", script, paths)
     req = res["req"]
     read = S.enum_value(res.header, "req_kind", "read")
-    expected = {}
-    for p in paths:
-        st = os.stat(p)
-        expected[st.st_ino] = os.major(st.st_dev) << 20 | os.minor(st.st_dev)
+    expected = inode_devices(paths)
     reads = req[(req["kind"] == read) & np.isin(req["ino"], list(expected)) & (req["count"] == 64)]
     # 20 rounds of one 64-byte read per file, each attributed to its own inode on its own device
     assert len(reads) == 20 * len(paths)
@@ -257,7 +264,6 @@ def test_descriptor_paths_and_task_names(tmp_path, mounted_erofs):  # noqa: F811
     embedded in its files_struct (the first 64), and through helper reads once that table has grown (a
     descriptor past 64, and one under 64 in the grown table): each read names its own file, device and position.
     Records carry the task's name as it is now, clipped at its end after a rename to a shorter one."""
-    from analysis import results
     mnt, _ = mounted_erofs
     files = sorted(os.path.join(d, n) for d, _, ns in os.walk(mnt) for n in ns)[:4]
     assert files
@@ -279,16 +285,10 @@ def test_descriptor_paths_and_task_names(tmp_path, mounted_erofs):  # noqa: F811
               "os.close(held[10])\n"
               "prctl(15, b'fst-low', 0, 0, 0)\n"
               "rounds()\n")
-    f = tmp_path / "fds.fst"
-    subprocess.run([COLLECTOR, "-o", str(f), "--records", "all", "--", "/usr/bin/python3", "-c", script] + files,
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    res = results.load(str(f))
+    res = run_python_traced(tmp_path, "fds", script, files)
     req = res["req"]
     read = S.enum_value(res.header, "req_kind", "read")
-    want = {}
-    for p in files:
-        st = os.stat(p)
-        want[st.st_ino] = os.major(st.st_dev) << 20 | os.minor(st.st_dev)
+    want = inode_devices(files)
     for phase in (b"fst-small", b"fst-high", b"fst-low"):
         mine = req[(req["comm"] == phase) & (req["kind"] == read)]
         reads = mine[np.isin(mine["ino"], list(want))]
