@@ -15,6 +15,9 @@ repetition, so drift on a shared machine hits all alike):
   fstrace-serve     the collector as `fstrace serve` starts it (user/serve.py COLLECTOR_OPTIONS: every
                     request counted, no records of requests or block requests) writing its exposition
                     every second
+  fstrace-untraced  the collector as `fstrace attach --pid P` starts it, attached to another process (a
+                    sleeping one) while the workload runs outside the traced set: what fstrace left attached to
+                    a live system costs the tasks it does not trace (its system-wide hooks; no device traced)
   bpftrace-hist     bpftrace one-liner: block request size histogram
   biolatency        libbpf-tools biolatency
 Then, per case, one run each of fstrace-full and bpftrace-hist with
@@ -60,7 +63,7 @@ FSTRACE_CONFIGS = {
     "fstrace-serve": SERVE_OPTIONS + ["--exposition", "{fst}.prom", "--exposition-interval", "1"],
 }
 CONFIGS = ["none", "fstrace-floor", "fstrace-full", "fstrace-nosample", "fstrace-records-all", "fstrace-block", "fstrace-serve",
-           "bpftrace-hist", "biolatency"]
+           "fstrace-untraced", "bpftrace-hist", "biolatency"]
 BPFTRACE_HIST = "tracepoint:block:block_rq_complete { @bytes = hist(args->nr_sector * 512); }"
 
 
@@ -138,6 +141,8 @@ def run_one(config, argv, cwd, devs, work):
                    if res.header["sampling"].get("runs") else []),
                 "span_s": span}
         return info
+    if config == "fstrace-untraced":
+        return run_untraced(argv, cwd, fst)
     tracer = None
     if config == "bpftrace-hist":
         tracer = Tracer(["bpftrace", "-e", BPFTRACE_HIST])
@@ -152,6 +157,33 @@ def run_one(config, argv, cwd, devs, work):
         if tracer:
             tracer.stop()
     return info
+
+
+def run_untraced(argv, cwd, fst):
+    """The workload beside a collector that traces another process (attach --pid, default options)."""
+    sleeper = subprocess.Popen(["sleep", "3600"])
+    rfd, wfd = os.pipe()
+    collector = subprocess.Popen([COLLECTOR, "-o", fst, "--ready-fd", str(wfd), "--pid", str(sleeper.pid)]
+                                 + tracing_options(None), pass_fds=(wfd,),
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.close(wfd)
+    try:
+        with os.fdopen(rfd) as ready:
+            if ready.readline().strip() != "ready":
+                raise RuntimeError("fstrace-untraced: the collector exited before attaching")
+        t0 = time.monotonic()
+        subprocess.run(argv, cwd=cwd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        span = time.monotonic() - t0
+    finally:
+        collector.send_signal(signal.SIGINT)
+        collector.wait()
+        sleeper.kill()
+        sleeper.wait()
+    res = results.load(fst)
+    return {"records": sum(len(a) for a in res.records.values()), "records_per_s": None,
+            "dropped": sum(res.header["drops"].values()), "load_attach_s": res.header["time"]["load_attach_ns"] / 1e9,
+            "probes": [(p["probe"], p["runs"], p.get("run_ns", 0)) for p in res.header["probes"] if p["runs"]],
+            "span_s": span}
 
 
 class BpfStats:
@@ -297,7 +329,7 @@ def main():
                         res[cfg][k] = stats([i[k] for i in infos[cfg] if i.get(k) is not None])
             # per-program cost: one run each with the kernel's BPF run-time accounting on
             with BpfStats():
-                for cfg in ("fstrace-full", "bpftrace-hist"):
+                for cfg in ("fstrace-full", "fstrace-untraced", "bpftrace-hist"):
                     if cfg not in have:
                         continue
                     if case["cold"]:
