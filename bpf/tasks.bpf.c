@@ -126,11 +126,11 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
 		return 0;
 	}
 
-	__u32 pid = (__u32)bpf_get_current_pid_tgid();
 	__u64 now = bpf_ktime_get_ns();
 	if (!r && cfg.task_storage)
 		r = bpf_task_storage_get(&task_reqs, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!r && !cfg.task_storage) {
+		__u32 pid = (__u32)bpf_get_current_pid_tgid();
 		struct task_req n = {};
 		bpf_map_update_elem(&task_reqs, &pid, &n, BPF_NOEXIST);
 		r = bpf_map_lookup_elem(&task_reqs, &pid);
