@@ -269,6 +269,8 @@ def render(s, full=True):
     if ex.get("bios") or ex.get("requests"):
         w("  in-flight block state expired (completion never delivered): %d bios, %d requests"
           % (ex.get("bios", 0), ex.get("requests", 0)))
+    if ex.get("work_items"):
+        w("  filesystem work items expired (queued, never seen to run): %d" % ex["work_items"])
     unseen = s.get("unseen_block_requests") or {}
     beyond = s.get("traced_beyond_diskstats") or {}
     w("  block requests the kernel completed unseen by fstrace: %s"

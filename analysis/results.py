@@ -108,7 +108,7 @@ HEADER_SCHEMA = {
     "io_stacks": Opt(Null(MapOf(str))),
     "drops": Opt(Null(MapOf(INT))),
     "losses": Opt(Null(MapOf(INT))),
-    "expired_in_flight": Opt(Null({"bios": Opt(INT), "requests": Opt(INT)})),
+    "expired_in_flight": Opt(Null({"bios": Opt(INT), "requests": Opt(INT), "work_items": Opt(INT)})),
     "sampling": Opt({"hz": Opt(Null(Int(0, 1 << 31))), "folded": Opt(ListOf(Tuple(str, INT))),
                      "stacks_lost": Opt(INT), "runs": Opt(COUNT), "run_ns": Opt(COUNT)}),
     "tracer_frame_prefix": Opt(str),

@@ -168,6 +168,8 @@ def lost_items(s):
     ex = s.get("expired_in_flight") or {}
     if ex.get("bios") or ex.get("requests"):
         out.append("%d bios, %d block requests expired in flight" % (ex.get("bios", 0), ex.get("requests", 0)))
+    if ex.get("work_items"):
+        out.append("%d filesystem work items expired (queued, never seen to run)" % ex["work_items"])
     out += ["%d block requests on %s completed unseen" % (v, k)
             for k, v in sorted((s.get("unseen_block_requests") or {}).items())]
     return out

@@ -520,77 +520,49 @@ static __always_inline void expire_free(__u64 *key_at)
 	__atomic_exchange_n(key_at, 0, __ATOMIC_SEQ_CST);
 }
 
-static int expire_bio_bucket(__u32 i, struct expire_walk *w)
-{
-	struct bio_starts_bucket *bk = bpf_map_lookup_elem(&bio_starts, &i);
-	if (!bk)
-		return 1;
-#pragma unroll
-	for (int j = 0; j < FST_FLIGHT_WAYS; j++) {
-		struct bio_starts_slot *slot = &bk->s[j];
-		__u64 key = slot->key, ts = slot->v.ts_queue;
-		__u32 pid = slot->v.pid;
-		if (!key || !ts || w->now < ts + FST_STALE_NS)
-			continue;
-		if (!expire_take(&slot->key, key))
-			continue;
-		inflight_add(pid, -1);
-		__builtin_memset(&slot->v, 0, sizeof(slot->v));
-		expire_free(&slot->key);
-		__sync_fetch_and_add(&expired_bios, 1);
+/*
+ * The bpf_loop callback expiring one bucket of a flight table: TS(v) is when a slot's entry began, DROP(v) gives
+ * back what it held (its bios' in-flight counts), counter counts the expired entries.
+ */
+#define EXPIRE_BUCKET(table, TS, DROP, counter)                                          \
+	static int table##_expire_bucket(__u32 i, struct expire_walk *w)                  \
+	{                                                                                 \
+		struct table##_bucket *bk = bpf_map_lookup_elem(&table, &i);              \
+		if (!bk)                                                                  \
+			return 1;                                                         \
+		_Pragma("unroll") for (int j = 0; j < FST_FLIGHT_WAYS; j++) {             \
+			struct table##_slot *slot = &bk->s[j];                            \
+			__u64 key = slot->key, ts = TS(slot->v);                          \
+			if (!key || !ts || w->now < ts + FST_STALE_NS)                    \
+				continue;                                                 \
+			if (!expire_take(&slot->key, key))                                \
+				continue;                                                 \
+			DROP(slot->v);                                                    \
+			__builtin_memset(&slot->v, 0, sizeof(slot->v));                   \
+			expire_free(&slot->key);                                          \
+			__sync_fetch_and_add(&counter, 1);                                \
+		}                                                                         \
+		return 0;                                                                 \
 	}
-	return 0;
-}
 
-static int expire_rq_bucket(__u32 i, struct expire_walk *w)
-{
-	struct rq_starts_bucket *bk = bpf_map_lookup_elem(&rq_starts, &i);
-	if (!bk)
-		return 1;
-#pragma unroll
-	for (int j = 0; j < FST_FLIGHT_WAYS; j++) {
-		struct rq_starts_slot *slot = &bk->s[j];
-		__u64 key = slot->key, ts = slot->v.ts_issue;
-		__u32 pid = slot->v.pid, charged = slot->v.charged_bios;
-		if (!key || !ts || w->now < ts + FST_STALE_NS)
-			continue;
-		if (!expire_take(&slot->key, key))
-			continue;
-		inflight_add(pid, -(__s64)charged);
-		__builtin_memset(&slot->v, 0, sizeof(slot->v));
-		expire_free(&slot->key);
-		__sync_fetch_and_add(&expired_requests, 1);
-	}
-	return 0;
-}
+#define BIO_TS(v) ((v).ts_queue)
+#define BIO_DROP(v) inflight_add((v).pid, -1)
+#define RQ_TS(v) ((v).ts_issue)
+#define RQ_DROP(v) inflight_add((v).pid, -(__s64)(v).charged_bios)
+#define WORK_TS(v) (v)
+#define WORK_DROP(v) ((void)0)
 
+EXPIRE_BUCKET(bio_starts, BIO_TS, BIO_DROP, expired_bios)
+EXPIRE_BUCKET(rq_starts, RQ_TS, RQ_DROP, expired_requests)
 /* work items queued and never run (cancelled): nothing else would free their slots */
-static int expire_work_bucket(__u32 i, struct expire_walk *w)
-{
-	struct work_queued_bucket *bk = bpf_map_lookup_elem(&work_queued, &i);
-	if (!bk)
-		return 1;
-#pragma unroll
-	for (int j = 0; j < FST_FLIGHT_WAYS; j++) {
-		struct work_queued_slot *slot = &bk->s[j];
-		__u64 key = slot->key, ts = slot->v;
-		if (!key || !ts || w->now < ts + FST_STALE_NS)
-			continue;
-		if (!expire_take(&slot->key, key))
-			continue;
-		slot->v = 0;
-		expire_free(&slot->key);
-		__sync_fetch_and_add(&expired_work, 1);
-	}
-	return 0;
-}
+EXPIRE_BUCKET(work_queued, WORK_TS, WORK_DROP, expired_work)
 
 SEC("syscall")
 int expire_stale(void *ctx)
 {
 	struct expire_walk w = { .now = bpf_ktime_get_ns() };
-	bpf_loop(FST_BIO_BUCKETS, expire_bio_bucket, &w, 0);
-	bpf_loop(FST_RQ_BUCKETS, expire_rq_bucket, &w, 0);
-	bpf_loop(FST_WORKER_BUCKETS, expire_work_bucket, &w, 0);
+	bpf_loop(FST_BIO_BUCKETS, bio_starts_expire_bucket, &w, 0);
+	bpf_loop(FST_RQ_BUCKETS, rq_starts_expire_bucket, &w, 0);
+	bpf_loop(FST_WORKER_BUCKETS, work_queued_expire_bucket, &w, 0);
 	return 0;
 }

@@ -3,6 +3,7 @@ import json
 import os
 import re
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -125,3 +126,55 @@ def test_collector_refuses_non_root(tmp_path):
                         "/tmp/x.fst", "--", "true"], stderr=subprocess.PIPE, text=True)
     assert p.returncode != 0
     assert "must run as root" in p.stderr
+
+
+def collector_map_ids(pid):
+    """The ids of the BPF maps a process holds open (its fds' fdinfo), so a test touches its own collector's."""
+    ids = set()
+    fd_dir = "/proc/%d/fdinfo" % pid
+    for fd in os.listdir(fd_dir) if os.path.isdir(fd_dir) else ():
+        try:
+            with open(os.path.join(fd_dir, fd)) as f:
+                ids |= {int(line.split()[1]) for line in f if line.startswith("map_id:")}
+        except OSError:
+            pass  # closed meanwhile
+    return ids
+
+
+def test_stale_in_flight_entries_are_expired_and_counted(tmp_path):
+    """An entry whose end event never comes (a bio that never reached a request, a request whose completion was
+    not delivered, a work item queued and never run) is expired after FST_STALE_NS and counted in the header.
+    One stale entry is planted in each in-flight table of a running collector (found by its pid among the map
+    owners): each is expired by the collector's once-a-second expiry and counted exactly once."""
+    import struct
+    f = tmp_path / "stale.fst"
+    proc = subprocess.Popen([COLLECTOR, "-o", str(f), "--", "sleep", "4"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        maps = {}
+        deadline = time.time() + 20
+        while len(maps) < 3 and time.time() < deadline:
+            ids = collector_map_ids(proc.pid)
+            shown = json.loads(subprocess.run(["bpftool", "-j", "map", "show"], stdout=subprocess.PIPE,
+                                              text=True, check=True).stdout)
+            maps = {m["name"]: m for m in shown if m.get("name") in ("bio_starts", "rq_starts", "work_queued")
+                    and m["id"] in ids}
+            time.sleep(0.1)
+        assert len(maps) == 3, maps
+        # kernel time (CLOCK_MONOTONIC, as bpf_ktime_get_ns) 11 s ago: past FST_STALE_NS (10 s)
+        old = time.monotonic_ns() - 11 * 10**9
+        # a slot is {u64 key, value}: the key is any address-like number; the value's time is where each
+        # table's expiry reads it (fst_bio_start.ts_queue, fst_rq_start.ts_issue, the queued work's time)
+        plants = {"bio_starts": struct.pack("<QQ", 0xdead0001, old),
+                  "rq_starts": struct.pack("<QQQ", 0xdead0002, 0, old),
+                  "work_queued": struct.pack("<QQ", 0xdead0003, old)}
+        for name, slot in plants.items():
+            m = maps[name]
+            value = slot + bytes(m["bytes_value"] - len(slot))
+            key = [str(b) for b in struct.pack("<I", 7)]
+            subprocess.run(["bpftool", "map", "update", "id", str(m["id"]), "key"] + key + ["value"]
+                           + [str(b) for b in value], check=True)
+    finally:
+        assert proc.wait(timeout=30) == 0, proc.stderr.read()
+    ex = results.load(str(f)).header["expired_in_flight"]
+    assert (ex["bios"], ex["requests"], ex["work_items"]) == (1, 1, 1), ex

@@ -320,6 +320,7 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 	o = jset(h, "expired_in_flight", jobj());
 	jset(o, "bios", ju64(ri->expired.bios));
 	jset(o, "requests", ju64(ri->expired.requests));
+	jset(o, "work_items", ju64(ri->expired.work_items));
 	jset(o, "after_ns", ju64(FST_STALE_NS));
 	jset(o, "run_failures", ju64(ri->expired.run_failures));
 	jset(h, "sampling", json_sampling(t->smp, opt.sample_hz, t->sample_why));

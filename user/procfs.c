@@ -196,5 +196,6 @@ void expire_stale(struct block_bpf *blk, struct expired *ex)
 	}
 	ex->bios = blk->bss->expired_bios;
 	ex->requests = blk->bss->expired_requests;
+	ex->work_items = blk->bss->expired_work;
 }
 

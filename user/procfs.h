@@ -36,7 +36,7 @@ extern bool delayacct_held;
 
 /* in-flight block state expired so far */
 struct expired {
-	unsigned long long bios, requests;
+	unsigned long long bios, requests, work_items;	/* work items queued and never run */
 	unsigned long long run_failures;	/* runs of the expiry program that failed: stale entries stay */
 };
 struct block_bpf;
