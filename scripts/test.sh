@@ -9,4 +9,4 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 "$here/scripts/setup.sh" --test
 cd "$here"
-exec "$here/build/venv/bin/python3" -m pytest -p no:cacheprovider "$@" tests
+exec "$here/build/venv/bin/python3" -m pytest -p no:cacheprovider "$@"
