@@ -10,9 +10,14 @@ Tracks
   - one per traced block device, with lanes for requests in flight together: each block request a slice
     from queue to completion, with the device phase (issue to completion) nested in it;
   - one per kworker that ran filesystem work: each work item a slice.
-Flows link each request to the block requests charged to its thread that were queued while it ran.  The
-records carry no waker and no queueing block request of a work item, so completion -> work item and work
-item -> woken request are not drawn (README, "Timeline").
+Flows, each from the identity one record carries of the other (none is matched by time):
+  - request -> the block requests charged to its thread that were queued while it ran;
+  - block request -> the work item its completion queued (the work record's io_complete_ns, io_sector and
+    io_dev are that block request's io record's ts_complete_ns, sector and dev);
+  - work item -> the request whose sleep its kworker ended last (the req record's waker_seq is the work
+    record's seq).  It ends on the request's end event: the request began before the work item did, and a
+    flow must begin before it ends.
+So a slow read leads to its bios, their completion, the decompression it queued, and back to the read.
 
 Size: names are interned, timestamps are deltas of a sequence-scoped incremental clock, and packets are
 written in deflated chunks (TracePacket.compressed_packets, as Perfetto's own tracing service writes them).
@@ -33,6 +38,10 @@ CLOCK = 64            # its incremental clock (sequence-scoped clock ids start a
 MONOTONIC = 3         # BUILTIN_CLOCK_MONOTONIC: the records' clock (header "clock")
 CLEARED, NEEDS_STATE = 1, 2  # TracePacket.sequence_flags
 CHUNK = 4096          # packets per deflated chunk
+# flow id ranges, one per kind of link (ids are per trace): request -> block request is the block request's
+# index + 1; the others are offset past any record index
+FLOW_IO_WORK = 1 << 40   # + the work item's index + 1
+FLOW_WORK_REQ = 2 << 40  # + the woken request's index + 1
 NAME = "timeline.pftrace"
 
 
@@ -159,12 +168,56 @@ def _sorted(records, key):
     return records[np.argsort(records[key], kind="stable")] if records is not None and len(records) else ()
 
 
+def _grouped(keys):
+    """{key: [indices with that key]} of a vector of keys, -1 = none."""
+    out = {}
+    for i in np.nonzero(keys >= 0)[0].tolist():
+        out.setdefault(int(keys[i]), []).append(i)
+    return out
+
+
+def io_of_work(io, work):
+    """Index into io of the block request whose completion queued each work item, -1 when none did or its
+    record is not there: the one io record with the work record's (io_complete_ns, io_sector, io_dev)."""
+    out = np.full(len(work), -1, dtype=np.int64)
+    if io is None or not len(io) or "io_complete_ns" not in work.dtype.names:
+        return out
+    order = np.argsort(io["ts_complete_ns"], kind="stable")
+    done = io["ts_complete_ns"][order]
+    caused = np.nonzero(work["io_complete_ns"] > 0)[0]
+    lo = np.searchsorted(done, work["io_complete_ns"][caused], "left")
+    hi = np.searchsorted(done, work["io_complete_ns"][caused], "right")
+    for k, a, b in zip(caused.tolist(), lo.tolist(), hi.tolist()):
+        for j in order[a:b]:  # one, unless two devices completed in the same nanosecond
+            if io["dev"][j] == work["io_dev"][k] and io["sector"][j] == work["io_sector"][k]:
+                out[k] = j
+                break
+    return out
+
+
+def waker_of_request(req, work):
+    """Index into work of the work item whose kworker woke each request last, -1 when none did or its record
+    is not there: the req record's waker_seq is the work record's seq."""
+    out = np.full(len(req), -1, dtype=np.int64)
+    if work is None or not len(work) or "waker_seq" not in req.dtype.names:
+        return out
+    order = np.argsort(work["seq"], kind="stable")
+    seqs = work["seq"][order]
+    k = np.searchsorted(seqs, req["waker_seq"])
+    inside = k < len(seqs)
+    hit = np.zeros(len(req), dtype=bool)
+    hit[inside] = (seqs[k[inside]] == req["waker_seq"][inside]) & (req["waker_seq"][inside] > 0)
+    out[hit] = order[k[hit]]
+    return out
+
+
 def slices(res, w, uuids):
-    """(start, end, track, name, children [(start, end, name)], flow ids, terminating flow ids) of every slice,
-    by start time: merged from each kind's records in start order."""
+    """(start, end, track, name, children [(start, end, name)], flow ids, terminating flow ids, terminating flow
+    ids of its end event) of every slice, by start time: merged from each kind's records in start order."""
     h = res.header
     req = res.records.get("req")
     io = res.records.get("io")
+    work = _sorted(res.records.get("work"), "ts_start_ns")
     threads, procs = {}, {}
     last_comm = {}  # a traced thread's name as of its last request (its first may predate an exec)
     if req is not None and len(req):
@@ -198,6 +251,12 @@ def slices(res, w, uuids):
         lo, hi = np.searchsorted(owner_keys, i, "left"), np.searchsorted(owner_keys, i, "right")
         return (by_owner[lo:hi] + 1).tolist()
 
+    # block request -> the work items its completion queued; work item -> the requests it woke
+    cause = io_of_work(io, work) if len(work) else np.zeros(0, dtype=np.int64)
+    queued_by = _grouped(cause)
+    waker = waker_of_request(req, work) if req is not None and len(req) else np.zeros(0, dtype=np.int64)
+    woke = _grouped(waker)
+
     def requests():
         if req is None or not len(req):
             return
@@ -212,7 +271,7 @@ def slices(res, w, uuids):
                     children.append((t, min(t + d, e), p[:-3]))
                     t += d
             yield (s, e, thread_track(r), enum_name(h, "req_kind", r["kind"]), children,
-                   flows_of(i), ())
+                   flows_of(i), (), (FLOW_WORK_REQ + int(i) + 1,) if waker[i] >= 0 else ())
 
     def block_requests():
         devices = {}
@@ -232,13 +291,14 @@ def slices(res, w, uuids):
             children = [(issue, e, "device")] if s <= issue <= e else []
             owned = owner is not None and owner[i] >= 0
             yield (s, e, devices[dev].take(s, e),
-                   "%s %d KiB" % ("R" if ops[i] == read_op else "W", int(b["bytes"]) // 1024), children, (),
-                   (int(i) + 1,) if owned else ())
+                   "%s %d KiB" % ("R" if ops[i] == read_op else "W", int(b["bytes"]) // 1024), children,
+                   [FLOW_IO_WORK + k + 1 for k in queued_by.get(int(i), ())], (int(i) + 1,) if owned else (), ())
 
     def work_items():
-        for r in _sorted(res.records.get("work"), "ts_start_ns"):
+        for k, r in enumerate(work):
             yield (int(r["ts_start_ns"]), int(r["ts_end_ns"]), thread_track(r),
-                   enum_name(h, "work_kind", r["kind"]), [], (), ())
+                   enum_name(h, "work_kind", r["kind"]), [], [FLOW_WORK_REQ + i + 1 for i in woke.get(k, ())],
+                   (FLOW_IO_WORK + k + 1,) if cause[k] >= 0 else (), ())
 
     def in_kernel_work():
         """Decompression units, cache misses (hits are sub-microsecond and would bury the track) and write
@@ -265,7 +325,7 @@ def slices(res, w, uuids):
             if pid not in groups:
                 groups[pid] = Lanes(w, uuids, "in-kernel work", thread_track(r))
             e = max(int(r["ts_end_ns"]), s)
-            yield (s, e, groups[pid].take(s, e), label(r), [], (), ())
+            yield (s, e, groups[pid].take(s, e), label(r), [], (), (), ())
 
     return heapq.merge(requests(), block_requests(), work_items(), in_kernel_work(), key=lambda x: x[0])
 
@@ -277,22 +337,22 @@ def write(res, path):
     with open(path, "wb") as f:
         w = Writer(f, t0)
         uuids = itertools.count(1)
-        pending = []  # (ts, order, track, kind, name): begins and ends not yet due
+        pending = []  # (ts, order, track, kind, name, terminating flow ids): begins and ends not yet due
         order = itertools.count()
 
         def due(until):
             while pending and pending[0][0] <= until:
-                ts, _, track, kind, name = heapq.heappop(pending)
-                w.event(ts, kind, track, name)
+                ts, _, track, kind, name, ends = heapq.heappop(pending)
+                w.event(ts, kind, track, name, ends=ends)
 
-        for s, e, track, name, children, flows, ends in slices(res, w, uuids):
+        for s, e, track, name, children, flows, ends, end_ends in slices(res, w, uuids):
             due(s)
             w.event(s, 1, track, name, flows, ends)
             counts["flows"] += len(flows)
             for cs, ce, cname in children:
-                heapq.heappush(pending, (cs, next(order), track, 1, cname))
-                heapq.heappush(pending, (ce, next(order), track, 2, None))
-            heapq.heappush(pending, (e, next(order), track, 2, None))
+                heapq.heappush(pending, (cs, next(order), track, 1, cname, ()))
+                heapq.heappush(pending, (ce, next(order), track, 2, None, ()))
+            heapq.heappush(pending, (e, next(order), track, 2, None, end_ends))
         due(float("inf"))
         w.flush()
         counts["packets"] = w.packets
@@ -302,7 +362,9 @@ def write(res, path):
 
 def read(path):
     """A trace write() wrote, decoded: ({track uuid: (name, parent uuid)}, [slice]), each slice a dict of track,
-    name, start, end (ns, the records' clock), depth and its flow ids.  For tests and checks: it holds every
+    name, start, end (ns, the records' clock), depth, the flow ids it starts ("flows") and ends ("ends") on its
+    begin or end event, and "flow_at": {flow id: the position in the trace of the event that carries it}
+    (Perfetto links a flow only from an earlier event to a later one).  For tests and checks: it holds every
     slice in memory."""
     pb, _ = protos()
     outer = pb.Trace()
@@ -311,6 +373,7 @@ def read(path):
     tracks, out, open_ = {}, [], {}
     names = {}
     now = None
+    events = 0
     for wrapper in outer.packet:
         inner = pb.Trace()
         inner.ParseFromString(zlib.decompress(wrapper.compressed_packets))
@@ -328,13 +391,20 @@ def read(path):
             if not p.HasField("track_event"):
                 continue
             now += p.timestamp
+            events += 1
             e = p.track_event
             stack = open_.setdefault(e.track_uuid, [])
             if e.type == 1:
                 stack.append({"track": e.track_uuid, "name": names[e.name_iid], "start": now, "depth": len(stack),
-                              "flows": list(e.flow_ids), "ends": list(e.terminating_flow_ids)})
+                              "flows": [], "ends": [], "flow_at": {}})
+                s = stack[-1]
             elif e.type == 2:
                 s = stack.pop()
                 s["end"] = now
                 out.append(s)
+            else:
+                continue
+            s["flows"] += e.flow_ids
+            s["ends"] += e.terminating_flow_ids
+            s["flow_at"].update((f, events) for f in list(e.flow_ids) + list(e.terminating_flow_ids))
     return tracks, out

@@ -280,10 +280,13 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 	 * took 100 ms to load, a third of load and attach).  Partial completions keep the request.
 	 */
 	struct fst_rq_start rs, *r = NULL;
+	__u64 rq_addr = 0;	/* the slot's key, a number: the pointer itself kept to the end made clang hash it with
+				 * 32-bit arithmetic on the pointer register, which the verifier refuses */
 	struct rq_starts_slot *slot = rq_starts_find((__u64)rq);
 	if (slot) {
 		rs = slot->v;
 		r = &rs;
+		rq_addr = slot->key;
 		if (nr_bytes >= data_len) {
 			inflight_add(rs.pid, -(__s64)rs.charged_bios);
 			rq_starts_release(slot);
@@ -292,6 +295,7 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 
 	/* serve: the histograms, sums and alignment counters below are all it exports */
 	struct fst_io *rec = cfg.no_io_records ? NULL : record_reserve(FST_REC_IO, sizeof(*rec));
+	bool recorded = rec != NULL;
 	if (rec) {
 		rec->ts_complete_ns = now;
 		rec->sector = sector;
@@ -353,13 +357,33 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 		}
 	}
 
+	/* running now: the work items its bios' end_io queue name its io record, the wakeups they make are not a
+	 * kworker's (common.bpf.h completion_running) */
+	__u32 zero = 0;
+	struct completing_rq *c = bpf_map_lookup_elem(&completing, &zero);
+	if (c) {
+		c->rq = rq_addr;
+		c->io.ts_complete = recorded ? now : 0;
+		c->io.sector = sector;
+		c->io.dev = dev;
+	}
+
 	/* mostly in an interrupt: charged to the request it interrupted, whose on-CPU time it took */
 	tracer_charge(current_req(), FST_SITE_RQ_COMPLETE, now);
 	return 0;
 }
 
-/* known filesystem work items: queued -> queue time by work pointer (running ones: common.bpf.h) */
-FST_FLIGHT_TABLE(work_queued, __u64, FST_WORKER_BUCKETS, FST_LOSS_WORK_TABLE)
+/* a known filesystem work item queued and not yet running */
+struct work_queued {
+	__u64 ts_queue;
+	struct io_cause io;	/* the block request whose completion queued it, 0s = none */
+};
+
+/* known filesystem work items: queued -> struct work_queued by work pointer (running ones: common.bpf.h) */
+FST_FLIGHT_TABLE(work_queued, struct work_queued, FST_WORKER_BUCKETS, FST_LOSS_WORK_TABLE)
+
+/* numbers the executions of known work items (fst_work.seq), from 1 */
+__u32 work_seq;
 
 static __always_inline __u16 fs_work_kind(struct work_struct *work, __u64 fn)
 {
@@ -378,13 +402,30 @@ static __always_inline __u16 fs_work_kind(struct work_struct *work, __u64 fn)
 	return 0;
 }
 
+/*
+ * The block request whose completion is queueing this work item now, into *io, when its io record was written.
+ * Only for kinds queued from a bio end_io: btrfs compression is queued by writeback, never by a completion.
+ */
+static __always_inline void work_queued_by_completion(struct io_cause *io, __u16 kind)
+{
+	if (kind != FST_WORK_EROFS_DECOMPRESS && kind != FST_WORK_BTRFS_ENDIO)
+		return;
+	struct completing_rq *c = completion_running();
+	if (c && c->io.ts_complete)
+		*io = c->io;
+}
+
 static __always_inline int handle_work_queue(struct work_struct *work)
 {
-	if (!fs_work_kind(work, (__u64)BPF_CORE_READ(work, func)))
+	__u16 kind = fs_work_kind(work, (__u64)BPF_CORE_READ(work, func));
+	if (!kind)
 		return 0;
 	struct work_queued_slot *slot = work_queued_claim((__u64)work);
-	if (slot)
-		slot->v = bpf_ktime_get_ns();
+	if (!slot)
+		return 0;
+	struct work_queued q = { .ts_queue = bpf_ktime_get_ns() };
+	work_queued_by_completion(&q.io, kind);
+	slot->v = q;
 	return 0;
 }
 
@@ -399,9 +440,13 @@ static __always_inline int handle_work_start(struct work_struct *work)
 	__u16 kind = fs_work_kind(work, fn);
 	if (kind) {
 		struct work_queued_slot *q = work_queued_find((__u64)work);
-		struct work_start ws = { .ts_start = bpf_ktime_get_ns(), .work = (__u64)work, .kind = kind };
+		struct work_start ws = {
+			.ts_start = bpf_ktime_get_ns(), .work = (__u64)work, .kind = kind,
+			.seq = __sync_fetch_and_add(&work_seq, 1) + 1,
+		};
 		if (q) {
-			ws.ts_queue = q->v;
+			ws.ts_queue = q->v.ts_queue;
+			ws.io = q->v.io;
 			work_queued_release(q);
 		}
 		struct work_running_slot *slot = work_running_claim((__u32)bpf_get_current_pid_tgid());
@@ -440,7 +485,11 @@ static __always_inline int handle_work_end(void)
 			rec->ts_start_ns = ws->ts_start;
 			rec->ts_end_ns = bpf_ktime_get_ns();
 			rec->work = ws->work;
+			rec->io_complete_ns = ws->io.ts_complete;
+			rec->io_sector = ws->io.sector;
+			rec->io_dev = ws->io.dev;
 			rec->pid = pid;
+			rec->seq = ws->seq;
 			rec->kind = ws->kind;
 			rec->pad0 = 0;
 			current_comm(rec->comm);
@@ -549,7 +598,7 @@ static __always_inline void expire_free(__u64 *key_at)
 #define BIO_DROP(v) inflight_add((v).pid, -1)
 #define RQ_TS(v) ((v).ts_issue)
 #define RQ_DROP(v) inflight_add((v).pid, -(__s64)(v).charged_bios)
-#define WORK_TS(v) (v)
+#define WORK_TS(v) ((v).ts_queue)
 #define WORK_DROP(v) ((void)0)
 
 EXPIRE_BUCKET(bio_starts, BIO_TS, BIO_DROP, expired_bios)

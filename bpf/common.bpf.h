@@ -202,15 +202,65 @@ struct {
 	__type(value, struct fst_hist);
 } hists SEC(".maps");
 
+/* the block request whose completion queued a work item: the ts_complete_ns, sector and dev of its io record */
+struct io_cause {
+	__u64 ts_complete;
+	__u64 sector;
+	__u32 dev;
+	__u32 pad;
+};
+
 /* a known filesystem work item a kworker is running now (block.bpf.c fills it; tasks.bpf.c reads it) */
 struct work_start {
 	__u64 ts_queue;
 	__u64 ts_start;
 	__u64 work;
 	__u16 kind;
+	__u16 pad;
+	__u32 seq;		/* its work record's seq: what a request it woke records as waker_seq */
+	struct io_cause io;
 };
 
 FST_FLIGHT_TABLE(work_running, struct work_start, FST_WORKER_BUCKETS, FST_LOSS_WORK_TABLE)
+
+/*
+ * The block request on a traced device whose completion is running on this CPU: block_rq_complete fires in
+ * blk_update_request (and blk_complete_request) before the request's bios are ended, and what a bio's end_io
+ * does happens within that call, on this CPU: it queues filesystem work (erofs: z_erofs_endio ->
+ * z_erofs_decompress_kickoff queues the decompression when it runs in softirq or interrupt context, as blk-mq
+ * completions do; btrfs: its read end-io), or wakes the reader whose folios it unlocked, maybe on top of a
+ * kworker.  block.bpf.c's completion handler sets the entry; it stands for a completion still running only
+ * while its request is not idle (blk_mq_free_request makes it so once its bios have all ended) and still starts
+ * at the sector it completes from (a partial completion moves __sector on), so an earlier completion's entry,
+ * or one overwritten by a completion in an interrupt nested in this one, stands for none.  (__data_len is no
+ * test: 6.18 has zeroed it by the time the last bio's end_io runs.)  A per-CPU array: a lookup and four stores
+ * per completion, no hashing.
+ */
+struct completing_rq {
+	__u64 rq;		/* struct request address, 0 = none (issued before tracing started) */
+	struct io_cause io;	/* its io record's identity; ts_complete 0 when no io record was written */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct completing_rq);
+} completing SEC(".maps");
+
+/* the traced block request whose completion is running on this CPU now, NULL if none (two reads of it: only on
+ * rare paths) */
+static __always_inline struct completing_rq *completion_running(void)
+{
+	__u32 zero = 0;
+	struct completing_rq *c = bpf_map_lookup_elem(&completing, &zero);
+	if (!c || !c->rq)
+		return NULL;
+	struct request *rq = (void *)c->rq;
+	if (BPF_CORE_READ(rq, state) == MQ_RQ_IDLE || BPF_CORE_READ(rq, __sector) != c->io.sector)
+		return NULL;
+	return c;
+}
 
 /* kernel stacks: sampled on-CPU (sample.bpf.c) and at every off-CPU switch in a request (tasks.bpf.c) */
 #define MAX_STACK_DEPTH FST_MAX_STACK_DEPTH
@@ -327,6 +377,7 @@ struct task_req {
 	__u32 pcache_adds;
 	__u32 ra_windows, ra_pages, ra_max_pages;
 	__u32 nr_lock_waits;
+	__u32 waker_seq;	/* the last work item whose kworker woke it in this request (work record seq), 0 = none */
 	__u16 kind;
 	__u16 ftype;
 	__u8 off_preempted;

@@ -247,6 +247,8 @@ enum fst_part { FST_PARTS(FST_PART_ENUM_MEMBER) };
  * ra_pages count the readahead windows the kernel decided for it and their
  * pages (page_cache_ra_order; the kernel's readahead sizing, not what was
  * already cached), ra_max_pages the largest window.
+ * waker_seq names the work item (the seq of its work record) whose kworker
+ * woke the request last from a sleep in it, 0 when none did.
  * sdev is the kernel dev_t (FST_KDEV: major << FST_MINORBITS | minor) of the file's superblock.
  */
 #define FST_REQ_FIELDS(F, S)   \
@@ -279,7 +281,7 @@ enum fst_part { FST_PARTS(FST_PART_ENUM_MEMBER) };
 	F(__u32, ra_pages)     \
 	F(__u32, ra_max_pages) \
 	F(__u32, nr_lock_waits) \
-	F(__u32, pad1)         \
+	F(__u32, waker_seq)    \
 	F(__u16, kind)         \
 	F(__u16, ftype)        \
 	S(comm, 16)
@@ -336,14 +338,22 @@ enum fst_part { FST_PARTS(FST_PART_ENUM_MEMBER) };
 /*
  * One execution of a known work item (tracepoint tier: exact for erofs's async
  * decompression, which is all that work function does).  ts_queue_ns is 0 when
- * the work was queued before tracing started.
+ * the work was queued before tracing started.  seq numbers the executions from
+ * 1 (a req record's waker_seq names one).  io_complete_ns, io_sector and io_dev
+ * are the ts_complete_ns, sector and dev of the io record of the block request
+ * whose completion queued the work (from its bio end_io, in the same call on
+ * the same CPU); all 0 when no recorded completion on a traced device did.
  */
 #define FST_WORK_FIELDS(F, S)    \
 	F(__u64, ts_queue_ns)    \
 	F(__u64, ts_start_ns)    \
 	F(__u64, ts_end_ns)      \
 	F(__u64, work)           \
+	F(__u64, io_complete_ns) \
+	F(__u64, io_sector)      \
 	F(__u32, pid)            \
+	F(__u32, seq)            \
+	F(__u32, io_dev)         \
 	F(__u16, kind)           \
 	F(__u16, pad0)           \
 	S(comm, 16)

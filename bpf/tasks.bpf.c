@@ -310,7 +310,7 @@ static __always_inline int handle_sys_exit(long ret)
 		rec->ra_windows = r->ra_windows;
 		rec->ra_pages = r->ra_pages;
 		rec->ra_max_pages = r->ra_max_pages;
-		rec->pad1 = 0;
+		rec->waker_seq = r->waker_seq;
 		rec->nr_missed_events = r->nr_missed;
 		rec->pcache_adds = r->pcache_adds;
 		rec->ino = r->ino;
@@ -515,12 +515,19 @@ static __always_inline int handle_wakeup(struct task_struct *p, bool btf)
 	if (!r || !r->off_ts || r->wake_ts)
 		return 0;
 	r->wake_ts = bpf_ktime_get_ns();
-	/* the waker is a kworker in the middle of a known filesystem work item: the hop back to the reader */
+	/*
+	 * The waker is a kworker in the middle of a known filesystem work item: the hop back to the reader.  Not
+	 * when a block completion that came in on top of that kworker wakes it (its bios' end_io unlocking the
+	 * reader's folios): current names the kworker then, but the wakeup is the completion's.  (The CPU's
+	 * preempt count would tell any interrupt, but the verifier finds a per-CPU variable such as
+	 * __preempt_count only in a kernel built with CONFIG_KALLSYMS_ALL, which 6.18 here is not.)
+	 */
 	__u32 cur = (__u32)bpf_get_current_pid_tgid();
 	struct work_running_slot *ws = work_running_find(cur);
-	if (ws) {
+	if (ws && !completion_running()) {
 		r->waker_queue = ws->v.ts_queue;
 		r->waker_start = ws->v.ts_start;
+		r->waker_seq = ws->v.seq;	/* the timeline's flow from the work item to this request */
 	}
 	return 0;
 }

@@ -1,6 +1,7 @@
 """Shared fixtures: the project is set up and built once; tests run as root on real kernels."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -173,3 +174,22 @@ def offcpu_by_reason(res):
              "sleep": int(req["sleep_ns"].sum()), "lock_wait": int(req["lock_ns"].sum()),
              "worker": int(req["worker_ns"].sum() + req["worker_wait_ns"].sum())}
     return total, parts
+
+
+def timeline_flows(res, slices):
+    """{flow id: (source slice, destination slice, (source kind, destination kind))} of a timeline read back
+    (analysis/timeline.py read()), each kind "request", "block request" or "work item", after checking that
+    every flow has both ends and that its source event comes first (Perfetto drops a flow that ends before it
+    begins)."""
+    starts = {f: s for s in slices for f in s["flows"]}
+    ends = {f: s for s in slices for f in s["ends"]}
+    assert set(starts) == set(ends), (len(starts), len(ends))
+    late = [f for f in starts if starts[f]["flow_at"][f] >= ends[f]["flow_at"][f]]
+    assert not late, late[:5]
+    requests = set(res.header["enums"]["req_kind"].values())
+    work = set(res.header["enums"]["work_kind"].values())
+
+    def kind(s):
+        return ("request" if s["name"] in requests else "block request" if re.match(r"[RW] \d+ KiB$", s["name"])
+                else "work item" if s["name"] in work else s["name"])
+    return {f: (starts[f], ends[f], (kind(starts[f]), kind(ends[f]))) for f in starts}

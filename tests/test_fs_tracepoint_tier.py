@@ -26,6 +26,34 @@ def test_erofs_async_decompression_is_timed_by_the_workqueue(tmp_path):
         assert 0.5 * expected <= got <= 1.5 * expected, (got, expected)
 
 
+def test_a_read_woken_by_a_completion_on_top_of_a_kworker_is_not_charged_to_its_work(tmp_path):
+    """Uncompressed erofs read while compressed erofs is read beside it, its decompression running in kworkers: a
+    block completion that comes in on top of such a kworker and wakes one of the reads is the completion's
+    wakeup, not the work item's.  No read may name a waking work item (waker_seq) or have kworker time."""
+    import subprocess
+    from analysis import results
+    from conftest import FSTRACE
+    stop = tmp_path / "stop"
+    beside = subprocess.Popen(["sh", "-c", 'i=0; while [ ! -e "$1" ]; do i=$((i+1)); "$2" run --fs erofs --workload '
+                               'tar-data --scale "$3" --cache "$4" -o "$5/beside$i" >/dev/null 2>&1; done',
+                               "sh", str(stop), FSTRACE, SCALE, CACHE, str(tmp_path)])
+    try:
+        for attempt in range(3):  # until the run overlapped the other one's decompression
+            run(tmp_path / ("plain%d" % attempt), "--fs", "erofs", "--compress", "none", "--workload", "tar-data")
+            res = results.load(str(tmp_path / ("plain%d" % attempt) / "out" / "results.fst"))
+            work = res.records.get("work")
+            if work is not None and len(work) >= 20:
+                break
+    finally:
+        stop.touch()
+        beside.wait()
+    assert work is not None and len(work) >= 20, "the other run's decompression never overlapped this one"
+    req = res["req"]
+    woken = int((req["waker_seq"] != 0).sum())
+    assert len(req) and woken == 0, "%d of %d reads named a work item as their waker" % (woken, len(req))
+    assert int(req["worker_ns"].sum()) == 0 and int(req["worker_wait_ns"].sum()) == 0
+
+
 def test_uncompressed_erofs_has_no_decompression_work(tmp_path):
     s = run(tmp_path, "--fs", "erofs", "--compress", "none", "--workload", "tar-data")
     assert "erofs decompression" not in s["async_work"]

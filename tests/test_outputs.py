@@ -1,13 +1,15 @@
 """Pictures and timelines people look at: flamegraph SVGs (valid, proportional) and the Perfetto timeline."""
 import json
+import os
 import re
 import subprocess
 import xml.etree.ElementTree as ET
 
+import numpy as np
 import pytest
 
 from analysis import flamegraph, results, sampling
-from conftest import CACHE, SCALE, fstrace
+from conftest import CACHE, SCALE, fstrace, timeline_flows
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -98,6 +100,57 @@ def test_timeline_holds_every_request_and_block_request(xz_run):
     assert req_total == int((req["ts_end_ns"] - req["ts_start_ns"]).sum())
     # (a part that would run past the request's end is cut there: parts can exceed wall time by a few ns)
     assert part_total == pytest.approx(sum(int(req[p].sum()) for p in S.ATTRIBUTION_PARTS), rel=1e-3)
+
+
+@pytest.fixture(scope="module")
+def erofs_tar_run(tmp_path_factory):
+    """Cold sequential reads of compressed erofs on a loop device: readahead decompresses in kworkers."""
+    out = tmp_path_factory.mktemp("out") / "erofs"
+    fstrace("run", "--fs", "erofs", "--workload", "tar-data", "--scale", SCALE, "--cache", CACHE, "-o", str(out))
+    return out
+
+
+def test_timeline_flows_lead_from_a_read_through_its_bios_and_decompression_back_to_it(erofs_tar_run):
+    """Request -> block request -> the decompression work item its completion queued -> the request that work
+    woke: each link from the identity the records carry, every flow with both ends, source first."""
+    from analysis import timeline
+    res = results.load(str(erofs_tar_run / "results.fst"))
+    _, sl = timeline.read(str(erofs_tar_run / timeline.NAME))
+    links = timeline_flows(res, sl)
+    by_kind = {}
+    for f, (s, e, kind) in links.items():
+        by_kind.setdefault(kind, []).append(f)
+    assert set(by_kind) == {("request", "block request"), ("block request", "work item"),
+                            ("work item", "request")}, {k: len(v) for k, v in by_kind.items()}
+    # the records behind them: a work item names the io record of the completion that queued it (on the erofs
+    # loop device, completed before the work was queued); a request names the work item that woke it, which
+    # ran while the request was open
+    io, work, req = res["io"], res["work"], res["req"]
+    cause = timeline.io_of_work(io, work)
+    queued = np.nonzero(work["io_complete_ns"] > 0)[0]
+    assert len(queued) and (cause[queued] >= 0).all()
+    assert (io["ts_complete_ns"][cause[queued]] <= work["ts_queue_ns"][queued]).all()
+    loops = {d["dev"] for d in res.header["devices"] if d["is_loop"]}
+    assert set(io["dev"][cause[queued]].tolist()) <= loops
+    waker = timeline.waker_of_request(req, work)
+    woken = np.nonzero(req["waker_seq"] > 0)[0]
+    # (a work item still running when tracing stopped has no record yet: at most one per CPU)
+    assert len(woken) and int((waker[woken] < 0).sum()) <= os.cpu_count()
+    woken = woken[waker[woken] >= 0]
+    assert (work["ts_start_ns"][waker[woken]] < req["ts_end_ns"][woken]).all()
+    assert (work["ts_end_ns"][waker[woken]] > req["ts_start_ns"][woken]).all()
+    # and whole chains: a read whose block request's completion queued the work item that woke that same read
+    read_to_block = {}
+    for f in by_kind[("request", "block request")]:
+        s, e, _ = links[f]
+        read_to_block.setdefault(id(e), set()).add(id(s))
+    block_to_work = {id(links[f][1]): id(links[f][0]) for f in by_kind[("block request", "work item")]}
+    chains = 0
+    for f in by_kind[("work item", "request")]:
+        w, r, _ = links[f]
+        block = block_to_work.get(id(w))
+        chains += block is not None and id(r) in read_to_block.get(block, ())
+    assert chains > 0
 
 
 def test_offcpu_flamegraph_is_trimmed_at_the_scheduler(xz_run):

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from analysis import report, results, timeline, verdict
-from conftest import fstrace
+from conftest import fstrace, timeline_flows
 
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?")  # not the 50 of p50
 
@@ -161,13 +161,17 @@ def test_timeline_is_a_perfetto_trace_of_every_request(erofs_randread):
         items = [s for s in top if s["name"] in set(res.header["enums"]["work_kind"].values())]
         assert len(items) == len(work)
         assert all(tracks[s["track"]][0].startswith("kworker") for s in items)
-    # flows: from a request to block requests; both ends exist
-    starts = {f: s for s in sl for f in s["flows"]}
-    ends = {f: s for s in sl for f in s["ends"]}
-    assert starts and set(starts) == set(ends)
-    for f, s in starts.items():
-        assert s["name"] in kinds and re.match(r"[RW] \d+ KiB$", ends[f]["name"])
-        assert s["start"] <= ends[f]["start"] <= s["end"]
+    # flows: from a request to block requests (queued while it ran), from a block request to the work item its
+    # completion queued, from a work item to the request it woke; both ends exist and the source comes first
+    links = timeline_flows(res, sl)
+    assert links
+    for s, e, kind in links.values():
+        if kind == ("request", "block request"):
+            assert s["start"] <= e["start"] <= s["end"]
+        elif kind == ("block request", "work item"):
+            assert s["end"] <= e["start"]
+        else:
+            assert kind == ("work item", "request") and s["start"] < e["end"], kind
     # size: at most 100 bytes per request
     size = path.stat().st_size
     assert size / len(req) <= 100, size / len(req)
