@@ -206,14 +206,18 @@ def render(s, full=True):
         heading(w, "compression on write")
         w("  compression time per chunk on write: unavailable (%s)" % wc["why"])
 
-    for kind, wk in sorted((s.get("async_work") or {}).items()):
+    if s.get("async_work") or s.get("async_work_unlinked"):
         heading(w, "kworkers")
+    for kind, wk in sorted((s.get("async_work") or {}).items()):
         w("  %s in kworkers: %d items, %.1f ms, per item p50 %.1f us p99 %.1f us, queued p50 %s us before running"
           % (kind, wk["items"], wk["ns"] / 1e6, wk["item_us"]["p50"], wk["item_us"]["p99"],
              "%.1f" % wk["queue_delay_us"]["p50"] if wk["queue_delay_us"] else "n/a"))
         if wk.get("by_worker"):
             w("    ran in: " + ", ".join("%s[%d] %d items %.1f ms" % (x["comm"], x["pid"], x["items"], x["ns"] / 1e6)
                                        for x in wk["by_worker"][:4]))
+    for kind, wk in sorted((s.get("async_work_unlinked") or {}).items()):
+        w("  %s in kworkers not caused by the traced devices or requests (another device's, or queued before"
+          " tracing): %d items, %.1f ms, not counted above" % (kind, wk["items"], wk["ns"] / 1e6))
 
     for name, d in s["devices"].items():
         heading(w, "device %s (%s)" % (name, d["level"]))

@@ -427,11 +427,26 @@ def by_thread(records, ns):
     return sorted(out, key=lambda x: -x["ns"])
 
 
+def work_unlinked(res, w):
+    """Which work items fstrace's devices and requests did not cause: of the kinds queued from a block request's
+    completion (results header work_kinds_from_completion), those that name no traced block request and woke no
+    traced request (another device's, or queued before tracing).  Older results: none."""
+    from_completion = res.header.get("work_kinds_from_completion") or []
+    names = w.dtype.names
+    if not from_completion or "io_complete_ns" not in names or "seq" not in names:
+        return np.zeros(len(w), dtype=bool)
+    reqs = res["req"]
+    wakers = np.unique(reqs["waker_seq"][reqs["waker_seq"] > 0]) if "waker_seq" in reqs.dtype.names else []
+    return np.isin(w["kind"], from_completion) & (w["io_complete_ns"] == 0) & ~np.isin(w["seq"], wakers)
+
+
 def async_work(res):
-    """Known filesystem work items run by kworkers (tracepoint tier): count, time, queueing delay."""
+    """Known filesystem work items run by kworkers for what fstrace traced (tracepoint tier): count, time,
+    queueing delay.  Work the traced devices and requests did not cause is in async_work_unlinked."""
     w = res.records.get("work")
     if w is None or not len(w):
         return {}
+    w = w[~work_unlinked(res, w)]
     out = {}
     for k in np.unique(w["kind"]):
         g = w[w["kind"] == k]
@@ -446,6 +461,19 @@ def async_work(res):
             "tier": "tp_btf workqueue_execute_start/end (exact time of the work function)",
         }
     return out
+
+
+def async_work_unlinked(res):
+    """Per kind, the work items kworkers ran that no traced block request queued and that woke no traced request
+    (work_unlinked): items and time, kept apart so another device's work is not taken for the workload's."""
+    w = res.records.get("work")
+    if w is None or not len(w):
+        return {}
+    w = w[work_unlinked(res, w)]
+    return {enum_name(res.header, "work_kind", k): {
+        "items": int((w["kind"] == k).sum()),
+        "ns": int((w["ts_end_ns"] - w["ts_start_ns"])[w["kind"] == k].astype(np.int64).sum())}
+        for k in np.unique(w["kind"])}
 
 
 def overlap_counts(starts, ends, qs, qe):
@@ -697,6 +725,7 @@ def summarize(res, ground_truth=None):
         "write_compression": write_compression(res),
         "readahead": readahead(res, reads),
         "async_work": async_work(res),
+        "async_work_unlinked": async_work_unlinked(res),
         "offcpu": sampling.offcpu_summary(h),
         "delay_accounting": delay_accounting(res),
         "devices": devices,

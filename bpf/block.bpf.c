@@ -408,8 +408,10 @@ static __always_inline __u16 fs_work_kind(struct work_struct *work, __u64 fn)
  */
 static __always_inline void work_queued_by_completion(struct io_cause *io, __u16 kind)
 {
-	if (kind != FST_WORK_EROFS_DECOMPRESS && kind != FST_WORK_BTRFS_ENDIO)
+#define FROM_COMPLETION(c) || kind == c
+	if (!(0 FST_WORK_KINDS_FROM_COMPLETION(FROM_COMPLETION)))
 		return;
+#undef FROM_COMPLETION
 	struct completing_rq *c = completion_running();
 	if (c && c->io.ts_complete)
 		*io = c->io;

@@ -92,6 +92,13 @@
 	E(FST_WORK_EROFS_DECOMPRESS, 1, "erofs decompression")	/* z_erofs_decompressqueue_work */ \
 	E(FST_WORK_BTRFS_ENDIO, 2, "btrfs read end-io")	/* checksums and decompression of read bios */ \
 	E(FST_WORK_BTRFS_COMPRESS, 3, "btrfs write compression")	/* compress_file_range: one delalloc chunk */
+/*
+ * The kinds queued from a bio's end_io, inside a block request's completion: their work records name that
+ * request (io_complete_ns, io_sector, io_dev; results header "work_kinds_from_completion"), and one that names
+ * none, nor woke a traced request, is work fstrace's devices and requests did not cause (another device's).
+ * btrfs write compression is queued by writeback.
+ */
+#define FST_WORK_KINDS_FROM_COMPLETION(E) E(FST_WORK_EROFS_DECOMPRESS) E(FST_WORK_BTRFS_ENDIO)
 
 /* which erofs tracepoint an erofs record comes from */
 #define FST_EROFS_EVENTS(E)                                                     \

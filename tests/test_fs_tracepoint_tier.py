@@ -11,6 +11,8 @@ def test_erofs_async_decompression_is_timed_by_the_workqueue(tmp_path):
     assert work["items"] > 10
     assert work["ns"] > 0 and work["item_us"]["p50"] > 0
     assert work["queue_delay_us"] is not None
+    # every item was queued by a traced block request's completion (or woke a traced read): none unlinked
+    assert "erofs decompression" not in s["async_work_unlinked"], s["async_work_unlinked"]
     # the kworker hop: requests woken by these work items are charged only the part of the work they slept
     # through, never more than the work items ran
     parts = s["attribution"]["parts_ns"]
@@ -32,6 +34,7 @@ def test_a_read_woken_by_a_completion_on_top_of_a_kworker_is_not_charged_to_its_
     wakeup, not the work item's.  No read may name a waking work item (waker_seq) or have kworker time."""
     import subprocess
     from analysis import results
+    from analysis import summary as S
     from conftest import FSTRACE
     stop = tmp_path / "stop"
     beside = subprocess.Popen(["sh", "-c", 'i=0; while [ ! -e "$1" ]; do i=$((i+1)); "$2" run --fs erofs --workload '
@@ -39,7 +42,7 @@ def test_a_read_woken_by_a_completion_on_top_of_a_kworker_is_not_charged_to_its_
                                "sh", str(stop), FSTRACE, SCALE, CACHE, str(tmp_path)])
     try:
         for attempt in range(3):  # until the run overlapped the other one's decompression
-            run(tmp_path / ("plain%d" % attempt), "--fs", "erofs", "--compress", "none", "--workload", "tar-data")
+            s = run(tmp_path / ("plain%d" % attempt), "--fs", "erofs", "--compress", "none", "--workload", "tar-data")
             res = results.load(str(tmp_path / ("plain%d" % attempt) / "out" / "results.fst"))
             work = res.records.get("work")
             if work is not None and len(work) >= 20:
@@ -52,6 +55,11 @@ def test_a_read_woken_by_a_completion_on_top_of_a_kworker_is_not_charged_to_its_
     woken = int((req["waker_seq"] != 0).sum())
     assert len(req) and woken == 0, "%d of %d reads named a work item as their waker" % (woken, len(req))
     assert int(req["worker_ns"].sum()) == 0 and int(req["worker_wait_ns"].sum()) == 0
+    # the other run's decompression is not this run's kworker work: kept apart, every item of it
+    assert "erofs decompression" not in s["async_work"], s["async_work"]
+    other = s["async_work_unlinked"]["erofs decompression"]
+    assert other["items"] == int((work["kind"] == S.enum_value(res.header, "work_kind", "erofs decompression")).sum())
+    assert other["ns"] == int((work["ts_end_ns"] - work["ts_start_ns"]).astype("int64").sum())
 
 
 def test_uncompressed_erofs_has_no_decompression_work(tmp_path):

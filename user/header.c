@@ -300,6 +300,10 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 #undef LOSSES_JSON
 	if (!opt.block_only)
 		jset(h, "tracer_sites", json_tracer_sites(blk));
+	o = jset(h, "work_kinds_from_completion", jarr());
+#define FROM_COMPLETION_JSON(c) jpush(o, ju64(c));
+	FST_WORK_KINDS_FROM_COMPLETION(FROM_COMPLETION_JSON)
+#undef FROM_COMPLETION_JSON
 	o = jset(h, "delayacct", jobj());
 	jset(o, "was", ji64(ri->delayacct_was));
 	jset(o, "enabled_for_tracing", jbool(delayacct_held && ri->delayacct_was == 0));
