@@ -11,8 +11,8 @@ def test_erofs_async_decompression_is_timed_by_the_workqueue(tmp_path):
     assert work["items"] > 10
     assert work["ns"] > 0 and work["item_us"]["p50"] > 0
     assert work["queue_delay_us"] is not None
-    # every item was queued by a traced block request's completion (or woke a traced read): none unlinked
-    assert "erofs decompression" not in s["async_work_unlinked"], s["async_work_unlinked"]
+    # (async_work counts only the items a traced block request's completion queued or that woke a traced read:
+    # more than 10 of them says the link holds; another device's, counted apart, may run beside)
     # the kworker hop: requests woken by these work items are charged only the part of the work they slept
     # through, never more than the work items ran
     parts = s["attribution"]["parts_ns"]
