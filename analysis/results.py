@@ -110,6 +110,7 @@ HEADER_SCHEMA = {
     "losses": Opt(Null(MapOf(INT))),
     "expired_in_flight": Opt(Null({"bios": Opt(INT), "requests": Opt(INT), "work_items": Opt(INT)})),
     "work_kinds_from_completion": Opt(ListOf(INT)),
+    "stat_calls_placed": Opt(bool),
     "tracer_sites": Opt({"time_every": Int(1), "sites": MapOf({"runs": COUNT, "timed": COUNT, "timed_ns": COUNT,
                                                                "timed_sq_ns": COUNT, "charged_ns": COUNT})}),
     "sampling": Opt({"hz": Opt(Null(Int(0, 1 << 31))), "folded": Opt(ListOf(Tuple(str, INT))),

@@ -681,10 +681,19 @@ def summarize(res, ground_truth=None):
     reads_cnt = counted_requests(res, kinds=("read",))
     meta_kinds = ("open", "getdents")
     meta = fs_requests(res, kinds=meta_kinds)
-    stat_kind = enum_value(h, "req_kind", "stat")
-    stats = res["req"][res["req"]["kind"] == stat_kind]
-    stats_cnt = counted_requests(res, kinds=("stat",), any_fs=True)
-    all_kinds = ("read", "write") + meta_kinds
+    if h.get("stat_calls_placed"):
+        # path-based stat calls carry the device the kernel wrote into the caller's buffer: on the traced
+        # filesystems like any request
+        stats = fs_requests(res, kinds=("stat",))
+        stats_cnt = counted_requests(res, kinds=("stat",))
+        stat_note = "stat calls on the traced filesystems (a path-based one placed by the device in its result)"
+        all_kinds = ("read", "write", "stat") + meta_kinds
+    else:  # older results: a path-based stat call had no device
+        stat_kind = enum_value(h, "req_kind", "stat")
+        stats = res["req"][res["req"]["kind"] == stat_kind]
+        stats_cnt = counted_requests(res, kinds=("stat",), any_fs=True)
+        stat_note = "stat is path-based: counted for all paths the workload stat'ed"
+        all_kinds = ("read", "write") + meta_kinds
     all_fs = fs_requests(res, kinds=all_kinds)
     rs = request_stats(reads, reads_cnt)
     attribution_all = attribution(all_fs, counted_requests(res, kinds=all_kinds))
@@ -711,7 +720,7 @@ def summarize(res, ground_truth=None):
                      note="sync is counted for every fsync/fdatasync/sync/syncfs of the workload"),
         "metadata": {"open_getdents": request_stats(meta, counted_requests(res, kinds=meta_kinds)),
                      "stat": dict(request_stats(stats, stats_cnt), attribution=attribution(stats, stats_cnt),
-                                  note="stat is path-based: counted for all paths the workload stat'ed")},
+                                  note=stat_note)},
         "attribution": attribution_all,
         "request_records": dict(h.get("request_records") or {"mode": "all"},
                                 note="slow: requests that slept, did block I/O, missed the page cache, failed or "

@@ -72,11 +72,19 @@ def headline(s):
 
 def reads_line(s):
     r = s["reads"]
-    tput = s["throughput_bytes_per_s"]
-    line = "  reads: %d requests, %s in %.3f s wall = %s/s" % (r["count"], size(r["bytes"]), s["wall_s"],
-                                                                size(tput) if tput else "n/a")
-    if r["latency_us"]:
-        line += "; latency p50 %s, p99 %s" % (us(r["latency_us"]["p50"]), us(r["latency_us"]["p99"]))
+    st = ((s.get("metadata") or {}).get("stat") or {})
+    if not r["count"] and st.get("count"):
+        # a stat workload: its stat calls are its requests
+        line = "  stat calls: %d in %.3f s wall = %.0f/s" % (st["count"], s["wall_s"], st["count"] / s["wall_s"]
+                                                              if s["wall_s"] else 0)
+        lat = st.get("latency_us")
+    else:
+        tput = s["throughput_bytes_per_s"]
+        line = "  reads: %d requests, %s in %.3f s wall = %s/s" % (r["count"], size(r["bytes"]), s["wall_s"],
+                                                                    size(tput) if tput else "n/a")
+        lat = r["latency_us"]
+    if lat:
+        line += "; latency p50 %s, p99 %s" % (us(lat["p50"]), us(lat["p99"]))
     return line
 
 

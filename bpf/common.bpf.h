@@ -366,6 +366,7 @@ struct task_req {
 	__u64 count;
 	__s64 pos;
 	__u64 io_bytes;
+	__u64 statbuf;		/* a path-based stat call's buffer (user address): the file's device is read from it */
 	__u32 off_state;
 	__s32 off_stack;	/* kernel stack where it went off-CPU (when cfg.offcpu_stacks) */
 	__s32 user_stack;	/* its user stack (sample.bpf.c), taken once: it cannot change inside a syscall */

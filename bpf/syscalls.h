@@ -122,6 +122,18 @@ static __always_inline int fst_syscall_fd_arg(long nr)
 	return nr == FST_NR_SENDFILE ? 2 : 1;
 }
 
+/* path-based stat calls: which argument (1-based) is the caller's buffer the kernel fills, 0 = none */
+static __always_inline int fst_syscall_statbuf_arg(long nr)
+{
+#if defined(__TARGET_ARCH_x86)
+	if (nr == FST_NR_STAT || nr == FST_NR_LSTAT)
+		return 2;
+#endif
+	if (nr == FST_NR_NEWFSTATAT)
+		return 3;
+	return nr == FST_NR_STATX ? 5 : 0;
+}
+
 /* the first argument is a file descriptor whose file the request is about */
 static __always_inline bool fst_syscall_has_fd(long nr, __u16 kind)
 {

@@ -90,6 +90,42 @@ static __always_inline void note_file(struct task_req *r, struct task_keep *keep
 		r->pos = FST_FIELD(btf, f, f_pos);
 }
 
+/*
+ * A path-based stat call's file, from what the kernel copied to the caller (the call succeeded): its device
+ * (the superblock's, in the user encoding of new_encode_dev, or statx's major and minor), inode and type.  One
+ * user read per field, for stat calls only; the layouts are the kernel's own (CO-RE: struct stat is per
+ * architecture).
+ */
+static __always_inline void note_statbuf(struct task_req *r)
+{
+	__u64 ino = 0;
+	__u32 sdev;
+	__u16 mode = 0;
+	if (r->nr == FST_NR_STATX) {
+		struct statx *sx = (void *)r->statbuf;
+		__u32 major = 0, minor = 0;
+		bpf_probe_read_user(&major, sizeof(major), &sx->stx_dev_major);
+		bpf_probe_read_user(&minor, sizeof(minor), &sx->stx_dev_minor);
+		bpf_probe_read_user(&ino, sizeof(ino), &sx->stx_ino);
+		bpf_probe_read_user(&mode, sizeof(mode), &sx->stx_mode);
+		sdev = FST_KDEV(major, minor);
+	} else {
+		struct stat *st = (void *)r->statbuf;
+		__u64 udev = 0;
+		__u32 m = 0;
+		bpf_probe_read_user(&udev, sizeof(udev), &st->st_dev);
+		bpf_probe_read_user(&ino, sizeof(ino), &st->st_ino);
+		bpf_probe_read_user(&m, sizeof(m), &st->st_mode);
+		mode = m;
+		/* new_encode_dev: the minor's low 8 bits, the major's 12, then the minor's upper 12 */
+		sdev = FST_KDEV((udev >> 8) & 0xfff, (udev & 0xff) | ((udev >> 12) & 0xfff00));
+	}
+	r->sdev = sdev;
+	r->ino = ino;
+	r->ftype = (mode >> 12) & 0xf;
+	r->sdev_traced = sdev_is_traced(sdev);
+}
+
 /* the file behind fd, noted in the request: through typed loads where it can be (storage mode: tp_btf) */
 static __always_inline void note_fd(struct task_req *r, struct task_keep *keep, long fd)
 {
@@ -156,6 +192,13 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
 		r->count = SYSCALL_ARG(regs, 4);
 	if (fst_syscall_has_pos(id))
 		r->pos = SYSCALL_ARG(regs, 4);
+	int statbuf_arg = fst_syscall_statbuf_arg(id);
+	if (statbuf_arg == 2)
+		r->statbuf = SYSCALL_ARG(regs, 2);
+	else if (statbuf_arg == 3)
+		r->statbuf = SYSCALL_ARG(regs, 3);
+	else if (statbuf_arg == 5)
+		r->statbuf = SYSCALL_ARG(regs, 5);
 	if (fst_syscall_has_fd(id, kind)) {
 		note_fd(r, &r->keep, fd);
 		if (!r->sdev_traced)
@@ -284,7 +327,10 @@ static __always_inline int handle_sys_exit(long ret)
 	/* openat: the file is known only once the descriptor exists */
 	if (r->kind == FST_REQ_OPEN && ret >= 0)
 		note_fd(r, NULL, ret);
-	/* path-based requests (stat) cannot be placed on a filesystem here: kept only without an fs filter */
+	/* a path-based stat call: the file is the one whose device and inode the kernel wrote into the buffer */
+	if (r->statbuf && ret == 0)
+		note_statbuf(r);
+	/* a request not placed on a traced filesystem (a failed stat call has nothing to place it by) */
 	if (!r->sdev_traced)
 		return 0;
 

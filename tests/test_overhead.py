@@ -383,3 +383,36 @@ def test_block_only_charges_every_block_request_to_its_reader(tmp_path, mounted_
     direct = enum_value(res.header, "charge", "direct")
     assert len(io) > 0 and (io["charge"] == direct).all() and len(np.unique(io["pid"])) == 1 and io["pid"][0] > 0
     assert sum(res.header["drops"].values()) == 0
+
+
+def test_path_based_stat_calls_are_placed_on_their_filesystem(tmp_path, mounted_erofs):  # noqa: F811
+    """A stat call by path has no descriptor: its file is placed by what the kernel wrote into the caller's
+    buffer (struct stat for newfstatat, struct statx for statx).  With a filesystem filter (--sdev) only the
+    calls on that filesystem are kept, each with its file's device and inode; a failed call, or one on another
+    filesystem, is not."""
+    mnt, _ = mounted_erofs
+    files = sorted(os.path.join(mnt, n) for n in os.listdir(mnt))
+    sdev = os.stat(mnt).st_dev
+    want = inode_devices(files)
+    script = ("import os, subprocess, sys\n"
+              "for p in sys.argv[1:]:\n"
+              "    os.stat(p)\n"                               # newfstatat: struct stat
+              "subprocess.run(['stat', '-c', '%i'] + sys.argv[1:] + ['/etc/hostname'], stdout=subprocess.DEVNULL)\n"
+              "try:\n"
+              "    os.stat(sys.argv[1] + '.missing')\n"
+              "except FileNotFoundError:\n"
+              "    pass\n")
+    res = run_python_traced(tmp_path, "stat", script, files, "--sdev",
+                            "%d:%d" % (os.major(sdev), os.minor(sdev)))
+    req = res["req"]
+    stat = req[req["kind"] == S.enum_value(res.header, "req_kind", "stat")]
+    assert res.header["stat_calls_placed"] is True
+    # every kept stat call is on the filesystem, on one of its files: two per file (python's and stat's statx)
+    assert set(stat["sdev"].tolist()) == {os.major(sdev) << 20 | os.minor(sdev)}
+    by_ino = {}
+    for ino in stat["ino"].tolist():
+        by_ino[ino] = by_ino.get(ino, 0) + 1
+    assert {i: n for i, n in by_ino.items() if i in want} == {i: 2 for i in want}, by_ino
+    assert stat["ret"].min() == 0  # the failed call (ENOENT) has nothing to place it by: not kept
+    nrs = set(stat["syscall_nr"].tolist())
+    assert len(nrs) == 2, nrs  # both layouts: newfstatat and statx

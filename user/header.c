@@ -300,6 +300,8 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 #undef LOSSES_JSON
 	if (!opt.block_only)
 		jset(h, "tracer_sites", json_tracer_sites(blk));
+	/* path-based stat calls carry the file's device and inode (tasks.bpf.c note_statbuf): placed like reads */
+	jset(h, "stat_calls_placed", jbool(true));
 	o = jset(h, "work_kinds_from_completion", jarr());
 #define FROM_COMPLETION_JSON(c) jpush(o, ju64(c));
 	FST_WORK_KINDS_FROM_COMPLETION(FROM_COMPLETION_JSON)
