@@ -121,7 +121,7 @@ HEADER_SCHEMA = {
     "io_stack_sampling": Opt({"mode": str, "every_ns": COUNT, "unsampled_id": INT}),
     "offcpu": Opt(Null({"walked_at": Opt(str), "sampling": Opt(str), "threshold_ns": Opt(COUNT),
                         "folded": Opt(ListOf(Tuple(str, INT, INT))), "stack_lost_ns": Opt(INT),
-                        "stack_lost_ns_by_reason": Opt(MapOf(INT))})),
+                        "stack_lost_ns_by_reason": Opt(MapOf(INT)), "dropped_ns_by_reason": Opt(MapOf(INT))})),
     "kernel_aggregates": Opt({"histograms": Opt(ListOf({"metric": INT, "dev": INT, "slots": ListOf(INT)})),
                               # records.h fst_req_agg: the requests counted instead of recorded
                               "requests_counted": Opt(ListOf({

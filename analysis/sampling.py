@@ -177,6 +177,14 @@ def stack_lost_by_reason(header):
     return {names.get(r, r): ns for r, ns in lost.items()}
 
 
+def offcpu_dropped_by_reason(header):
+    """{reason: ns} of off-CPU time in the stacks of requests not kept (found on no traced filesystem at their end:
+    a path-based stat call elsewhere): the stacks add up to the kept requests' parts plus this."""
+    names = header.get("enums", {}).get("offcpu_reason", {})
+    dropped = (header.get("offcpu") or {}).get("dropped_ns_by_reason", {})
+    return {names.get(r, r): ns for r, ns in dropped.items()}
+
+
 def offcpu_summary(header, top=3):
     """Per reason: total ns and the blocking functions (leaf frames) that took most."""
     if not header.get("offcpu"):
@@ -192,6 +200,7 @@ def offcpu_summary(header, top=3):
     return {"by_reason": by_reason,
             "stack_lost_ns": header["offcpu"].get("stack_lost_ns", 0),
             "stack_lost_ns_by_reason": stack_lost_by_reason(header),
+            "dropped_ns_by_reason": offcpu_dropped_by_reason(header),
             "threshold_ns": offcpu_threshold_ns(header),
             "method": offcpu_method(header)}
 

@@ -696,7 +696,7 @@ def summarize(res, ground_truth=None):
         all_kinds = ("read", "write") + meta_kinds
     all_fs = fs_requests(res, kinds=all_kinds)
     rs = request_stats(reads, reads_cnt)
-    attribution_all = attribution(all_fs, counted_requests(res, kinds=all_kinds))
+    attribution_all = dict(attribution(all_fs, counted_requests(res, kinds=all_kinds)), kinds=list(all_kinds))
     devices = device_stats(res)
     return {
         "schema_version": SCHEMA_VERSION,

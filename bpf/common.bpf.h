@@ -279,6 +279,25 @@ struct {
 	__type(value, __u64);
 } offcpu SEC(".maps");
 
+/*
+ * Off-CPU time of requests fstrace did not keep (a path-based stat call found at its exit to be on no traced
+ * filesystem), per FST_OFFCPU_REASONS reason: it is in the stacks already, credited while the call slept, so the
+ * stacks add up to the kept requests' parts plus this.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FST_MAX_OFFCPU_REASONS);
+	__type(key, __u32);
+	__type(value, __u64);
+} offcpu_dropped SEC(".maps");
+
+static __always_inline void offcpu_drop_add(__u32 reason, __u64 ns)
+{
+	__u64 *v = ns ? bpf_map_lookup_elem(&offcpu_dropped, &reason) : NULL;
+	if (v)
+		*v += ns;
+}
+
 static __always_inline void offcpu_add(__s32 stack_id, __u32 reason, __u64 ns)
 {
 	if (!cfg.offcpu_stacks || !ns)
@@ -515,6 +534,15 @@ struct {
 	__type(key, __u32);
 	__type(value, __u8);
 } traced_sdevs SEC(".maps");
+
+/* the device stat() reports for a traced filesystem's files -> its superblock's, where they differ (a btrfs
+ * subvolume's anonymous device): a path-based stat call is placed by the former (tasks.bpf.c note_statbuf) */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u32);
+} stat_devs SEC(".maps");
 
 static __always_inline bool comm_matches(const char *comm)
 {

@@ -120,10 +120,11 @@ static __always_inline void note_statbuf(struct task_req *r)
 		/* new_encode_dev: the minor's low 8 bits, the major's 12, then the minor's upper 12 */
 		sdev = FST_KDEV((udev >> 8) & 0xfff, (udev & 0xff) | ((udev >> 12) & 0xfff00));
 	}
-	r->sdev = sdev;
+	__u32 *sb = bpf_map_lookup_elem(&stat_devs, &sdev);	/* a btrfs subvolume's device: its superblock's */
+	r->sdev = sb ? *sb : sdev;
 	r->ino = ino;
 	r->ftype = (mode >> 12) & 0xf;
-	r->sdev_traced = sdev_is_traced(sdev);
+	r->sdev_traced = sdev_is_traced(r->sdev);
 }
 
 /* the file behind fd, noted in the request: through typed loads where it can be (storage mode: tp_btf) */
@@ -181,8 +182,10 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
 	r->nr = id;
 	r->kind = kind;
 	r->pos = -1;
-	/* until a file places it: a path-based request (stat) has no sdev, kept only without a filesystem filter */
-	r->sdev_traced = !cfg.filter_sdev;
+	/* until a file places it (its descriptor here, or a stat call's result at the exit), kept only without a
+	 * filesystem filter; sync() writes back every filesystem, the traced ones too: kept when the traced tasks
+	 * are a process tree's (run: the workload's cp && sync), not for every task of the system (attach) */
+	r->sdev_traced = !cfg.filter_sdev || (id == FST_NR_SYNC && cfg.filter_pids);
 
 	long fd = fst_syscall_fd_arg(id) == 2 ? SYSCALL_ARG(regs, 2) : SYSCALL_ARG(regs, 1);
 	int count_arg = fst_syscall_count_arg(id);
@@ -331,8 +334,16 @@ static __always_inline int handle_sys_exit(long ret)
 	if (r->statbuf && ret == 0)
 		note_statbuf(r);
 	/* a request not placed on a traced filesystem (a failed stat call has nothing to place it by) */
-	if (!r->sdev_traced)
+	if (!r->sdev_traced) {
+		if (cfg.offcpu_stacks && r->nr_switches) {
+			offcpu_drop_add(FST_OFF_IO, r->part[FST_PART_IO_WAIT]);
+			offcpu_drop_add(FST_OFF_DSLEEP, r->part[FST_PART_DSLEEP]);
+			offcpu_drop_add(FST_OFF_SLEEP, r->part[FST_PART_SLEEP]);
+			offcpu_drop_add(FST_OFF_LOCK, r->part[FST_PART_LOCK]);
+			offcpu_drop_add(FST_OFF_WORKER, r->part[FST_PART_WORKER] + r->part[FST_PART_WORKER_WAIT]);
+		}
 		return 0;
+	}
 
 	/* the handlers' time is in the on-CPU intervals; never more than them (the clamp is what keeps the
 	 * parts an exact partition when a handler's end was timed after a switch) */

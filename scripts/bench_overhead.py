@@ -48,7 +48,8 @@ sys.path.insert(0, ROOT)
 from analysis import results, summary  # noqa: E402
 from user.runner import tracing_options  # noqa: E402
 from user.serve import COLLECTOR_OPTIONS as SERVE_OPTIONS  # noqa: E402
-from user.system import Cleanup, backing_block_device, dev_numbers, drop_caches, ensure_tracefs, losetup, mount  # noqa: E402
+from user.system import (Cleanup, backing_block_device, dev_numbers, drop_caches, ensure_tracefs, losetup,  # noqa: E402
+                         mount, mount_of, sdev_arg)
 from workloads import catalog, dataset, images  # noqa: E402
 
 COLLECTOR = os.path.join(ROOT, "build", "fstrace-collect")
@@ -289,7 +290,8 @@ def main():
             mount(dev, mnt, "erofs", c)
             mounts[key] = mnt
             ma, mi = dev_numbers(dev)
-            devs += ["-d", "%d:%d:4096:loop" % (ma, mi)]
+            # as fstrace run traces an image: its block device and only the requests on its filesystem
+            devs += ["-d", "%d:%d:4096:loop" % (ma, mi), "--sdev", sdev_arg(mount_of(mnt))]
         backing = backing_block_device(img_single["path"])
         if backing:
             devs += ["-d", "%d:%d" % backing]

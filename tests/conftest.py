@@ -164,7 +164,9 @@ def bpf_objects_left(objs, timeout=5.0):
 
 
 def offcpu_by_reason(res):
-    """({reason: ns} of the off-CPU stacks, {reason: ns} of the same parts in the request records)."""
+    """({reason: ns} of the off-CPU stacks, {reason: ns} of the same parts in the request records plus those of
+    the requests not kept, whose off-CPU time the stacks hold too: header offcpu.dropped_ns_by_reason)."""
+    from analysis import sampling
     names = res.header["enums"]["offcpu_reason"]
     total = {}
     for _, reason, ns in res.header["offcpu"]["folded"]:
@@ -173,6 +175,8 @@ def offcpu_by_reason(res):
     parts = {"io_wait": int(req["io_wait_ns"].sum()), "dsleep": int(req["dsleep_ns"].sum()),
              "sleep": int(req["sleep_ns"].sum()), "lock_wait": int(req["lock_ns"].sum()),
              "worker": int(req["worker_ns"].sum() + req["worker_wait_ns"].sum())}
+    for reason, ns in sampling.offcpu_dropped_by_reason(res.header).items():
+        parts[reason] += ns
     return total, parts
 
 

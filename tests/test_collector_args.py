@@ -62,6 +62,8 @@ BAD = [
     (["--dev", an_absent_block_device], "no block device"),
     (["--sdev", "8"], "--sdev wants MAJ:MIN"),
     (["-s", "8:1x"], "--sdev wants MAJ:MIN"),
+    (["--sdev", "0:39="], "--sdev wants MAJ:MIN"),
+    (["--sdev", "0:39=0:40=1:2"], "--sdev wants MAJ:MIN"),
     (["--pid", "abc"], "--pid wants a whole number"),
     (["-p", "0"], "--pid wants a whole number"),
     (["--pid", a_dead_pid], "no such process"),
@@ -116,7 +118,7 @@ def test_every_advertised_option_is_parsed(tmp_path):
     """Each option of the usage text, with a valid value, is accepted (then --help ends the parse)."""
     meta = tmp_path / "meta.json"
     meta.write_text("{}")
-    valid = {"FILE": str(meta), "PID": str(os.getpid()), "PATH": a_cgroup2_directory(), "NAME": "x", "MAJ:MIN": "0:1",
+    valid = {"FILE": str(meta), "PID": str(os.getpid()), "PATH": a_cgroup2_directory(), "NAME": "x", "MAJ:MIN": "0:1", "MAJ:MIN[=SMAJ:SMIN]": "0:39=0:40",
              "SEC": "1", "FD": "1", "HZ": "0", "MAJ:MIN[:UNIT[:loop]]": a_block_device() + ":4096",
              "US": "1000", "MODE": "all"}
     for opt, metavar in usage_options():

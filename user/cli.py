@@ -17,7 +17,7 @@ from user.runner import (COLLECTOR, add_tracing_arguments, check_ready, check_wo
                          resolve_dataset, run_collector, run_once, tool_versions, tracing_options, write_summary)
 from user.system import (Cleanup, FstraceError, Interrupted, ResultsDir, block_devices_of_mount,  # noqa: E402
                          install_signal_handlers, is_cgroup2_dir, kdev, make_tmpdir, mount_of, mounts, proc_start,
-                         progress, recorded_run)
+                         progress, recorded_run, sdev_arg)
 
 DEFAULT_CACHE = "/var/cache/fstrace"
 # the longest --duration/--interval the collector accepts (MAX_SECONDS in user/collect.c)
@@ -103,14 +103,17 @@ def resolve_filters(args):
     return chosen, sdevs, devs
 
 
-def filter_argv(args, sdevs, devs):
-    """The collector options of attach's and serve's filters."""
+def filter_argv(args, chosen, devs):
+    """The collector options of attach's and serve's filters (chosen: the mounts, as resolve_filters gives them)."""
     argv = []
     for ma, mi in devs:
         is_loop = os.path.exists("/sys/dev/block/%d:%d/loop" % (ma, mi))
         argv += ["-d", "%d:%d:4096%s" % (ma, mi, ":loop" if is_loop else "")]
-    for ma, mi in sdevs:
-        argv += ["--sdev", "%d:%d" % (ma, mi)]
+    seen = set()
+    for m in chosen:
+        if m[3] not in seen:
+            seen.add(m[3])
+            argv += ["--sdev", sdev_arg(m)]
     for pid in args.pid or []:
         argv += ["--pid", str(pid)]
     if args.comm:
@@ -140,7 +143,7 @@ def cmd_attach(args):
 
 
 def _attach(args, partial, chosen, sdevs, devs):
-    argv = [COLLECTOR, "-o", os.path.join(partial, "results.fst")] + filter_argv(args, sdevs, devs)
+    argv = [COLLECTOR, "-o", os.path.join(partial, "results.fst")] + filter_argv(args, chosen, devs)
     if args.duration:
         argv += ["--duration", str(args.duration)]
     if args.interval > 0:
@@ -169,7 +172,7 @@ def cmd_serve(args):
 
     def resolve():
         chosen, sdevs, devs = resolve_filters(args)
-        return chosen, [COLLECTOR] + filter_argv(args, sdevs, devs)
+        return chosen, [COLLECTOR] + filter_argv(args, chosen, devs)
     return serve.serve(listen, resolve, args, progress)
 
 

@@ -31,6 +31,7 @@ struct options {
 	const char *cgroup;
 	const char *comm;
 	unsigned sdevs[MAX_DEVS][2];
+	unsigned stat_devs[MAX_DEVS][2];	/* per sdev: the device stat() reports for its files, {0, 0} = the same */
 	int nr_sdevs;
 	double interval;
 	struct dev_arg devs[MAX_DEVS];

@@ -211,6 +211,15 @@ static json *json_filter(pid_t child)
 	json *sdevs = jset(f, "sdevs", jarr());
 	for (int i = 0; i < opt.nr_sdevs; i++)
 		jpush(sdevs, ju64(sdev_kdev(i)));
+	/* the device stat() reports for a filesystem's files, where it is not its superblock's */
+	json *stat_devs = jset(f, "stat_devs", jobj());
+	for (int i = 0; i < opt.nr_sdevs; i++) {
+		char k[16];
+		if (!opt.stat_devs[i][0] && !opt.stat_devs[i][1])
+			continue;
+		snprintf(k, sizeof(k), "%u", FST_KDEV(opt.stat_devs[i][0], opt.stat_devs[i][1]));
+		jset(stat_devs, k, ju64(sdev_kdev(i)));
+	}
 	jset(f, "all_tasks", jbool(!opt.cmd && !opt.nr_pids && !opt.cgroup && !opt.comm));
 	jset(f, "cgroup", jstr_or_null(opt.cgroup));
 	json *pids = jset(f, "pids", jarr());

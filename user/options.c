@@ -41,7 +41,9 @@ static void usage(FILE *f)
 		"                          without COMMAND, tracing ends when every such process has exited\n"
 		"  -g, --cgroup PATH       trace the tasks of this cgroup v2 directory\n"
 		"  -c, --comm NAME         trace tasks with this name\n"
-		"  -s, --sdev MAJ:MIN      keep requests only on files of this filesystem (st_dev); repeatable\n"
+		"  -s, --sdev MAJ:MIN[=SMAJ:SMIN]  keep requests only on files of this filesystem (its superblock's device,\n"
+		"                          as mountinfo shows it; =SMAJ:SMIN: the device stat() reports for its files where\n"
+		"                          that differs, a btrfs subvolume's); repeatable\n"
 		"  -i, --interval SEC      print a live view every SEC seconds\n"
 		"Task filters combine; with none, every task on the system is traced.\n"
 		"  -D, --duration SEC      stop after SEC seconds (default: command exit or Ctrl-C)\n"
@@ -113,7 +115,7 @@ static const char *dev_field(const char *s, unsigned long limit, unsigned *out)
 		return NULL;
 	errno = 0;
 	unsigned long v = strtoul(s, &end, 10);
-	if (errno || v >= limit || (*end && *end != ':'))
+	if (errno || v >= limit || (*end && *end != ':' && *end != '='))
 		return NULL;
 	*out = v;
 	return end;
@@ -238,8 +240,10 @@ void parse_args(int argc, char **argv)
 			if (opt.nr_sdevs == MAX_DEVS)
 				die("too many --sdev (at most %d)", MAX_DEVS);
 			const char *rest = parse_majmin(optarg, &opt.sdevs[opt.nr_sdevs][0], &opt.sdevs[opt.nr_sdevs][1]);
+			if (rest && *rest == '=')
+				rest = parse_majmin(rest + 1, &opt.stat_devs[opt.nr_sdevs][0], &opt.stat_devs[opt.nr_sdevs][1]);
 			if (!rest || *rest)
-				die("--sdev wants MAJ:MIN (major < 4096, minor < 1048576), got '%s'", optarg);
+				die("--sdev wants MAJ:MIN or MAJ:MIN=MAJ:MIN (major < 4096, minor < 1048576), got '%s'", optarg);
 			opt.nr_sdevs++;
 			break;
 		}

@@ -248,6 +248,16 @@ def mount_of(path):
     return best
 
 
+def sdev_arg(mount):
+    """The collector's --sdev for a mount (its mountinfo tuple): its superblock's device, and the device stat()
+    reports for its files where that differs (a btrfs subvolume's anonymous device), which places stat calls."""
+    ma, mi = mount[3]
+    st = os.stat(mount[0]).st_dev
+    if (os.major(st), os.minor(st)) == (ma, mi):
+        return "%d:%d" % (ma, mi)
+    return "%d:%d=%d:%d" % (ma, mi, os.major(st), os.minor(st))
+
+
 def block_devices_of_mount(m):
     """Block devices under a mount: its own device, and for a loop device the disk holding its backing file."""
     _, _, source, sdev = m
