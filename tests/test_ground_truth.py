@@ -1,4 +1,5 @@
 """Recorded figures against what is known independently: the workload's own counts and the kernel's."""
+import pytest
 import numpy as np
 
 from analysis import summary as S
@@ -200,3 +201,16 @@ def test_io_wait_agrees_with_task_delay_accounting(erofs_randread):
     # life; fstrace counts off-CPU time in requests: a band, not identity
     assert 0.8 <= reader["fstrace_io_wait_ns"] / reader["blkio_delay_ns"] <= 1.25
     assert res.header["delayacct"]["was"] in (0, 1)
+
+
+@pytest.mark.parametrize("fs", ["erofs", "squashfs", "btrfs"])
+def test_stat_all_counts_every_stat_call_on_the_image(tmp_path, fs):
+    """stat-all stats every listed file once (coreutils stat: statx): each call is placed on the image's
+    filesystem by the device the kernel wrote into its result (a btrfs subvolume's, mapped to its superblock's),
+    so the run counts at least one stat call per listed file there, and attributes their time."""
+    from conftest import run_summary
+    s = run_summary(tmp_path, "--fs", fs, "--workload", "stat-all")
+    st = s["metadata"]["stat"]
+    assert st["count"] >= s["ground_truth"]["files"] > 100
+    assert s["attribution"]["wall_ns"] > 0 and s["attribution"]["unaccounted_ns"] == 0
+    assert s["attribution"]["parts_ns"]["io_wait_ns"] > 0  # cold: the metadata is read from the device
