@@ -193,7 +193,7 @@ static void expose_again(struct exposer *x)
 static unsigned long long drops_now(struct tracer *t)
 {
 	int fd = bpf_map__fd(t->blk->maps.drops);
-	return sum_drops(fd, FST_REC_REQ) + sum_drops(fd, FST_REC_IO);
+	return percpu_u64(fd, FST_REC_REQ) + percpu_u64(fd, FST_REC_IO);
 }
 
 /* drain the ring buffer until the workload ends (command exit, every --pid gone, --duration, a signal) */

@@ -24,8 +24,7 @@
 unsigned long long expose_unaggregated_requests;
 unsigned long long expose_expired_bios, expose_expired_requests;
 
-/* one key of a per-CPU map whose value is all __u64 counters, summed over CPUs; non-zero when it is gone */
-static int percpu_sum(int fd, const void *key, void *sum, size_t size)
+int percpu_sum_value(int fd, const void *key, void *sum, size_t size)
 {
 	static __u64 *per_cpu;	/* grown to the largest value read, kept: no allocation per scrape */
 	static size_t have;
@@ -50,7 +49,7 @@ static int percpu_sum(int fd, const void *key, void *sum, size_t size)
 
 int req_agg_sum(int fd, const struct fst_req_agg_key *key, struct fst_req_agg *sum)
 {
-	return percpu_sum(fd, key, sum, sizeof(*sum));
+	return percpu_sum_value(fd, key, sum, sizeof(*sum));
 }
 
 bool req_agg_next(int fd, struct fst_req_agg_key *key, bool *started, struct fst_req_agg *sum)
@@ -65,15 +64,10 @@ bool req_agg_next(int fd, struct fst_req_agg_key *key, bool *started, struct fst
 	return false;
 }
 
-__u64 sum_drops(int fd, __u32 idx)
+__u64 percpu_u64(int fd, __u32 idx)
 {
-	int ncpu = libbpf_num_possible_cpus();
-	__u64 *vals = calloc(ncpu, sizeof(*vals)), sum = 0;
-	if (vals && !bpf_map_lookup_elem(fd, &idx, vals))
-		for (int i = 0; i < ncpu; i++)
-			sum += vals[i];
-	free(vals);
-	return sum;
+	__u64 sum = 0;
+	return percpu_sum_value(fd, &idx, &sum, sizeof(sum)) ? 0 : sum;
 }
 
 /*
@@ -422,7 +416,7 @@ static void per_comm(struct jbuf *b, int fd)
 	while (n < FST_COMM_AGG_MAX + 1 && !bpf_map_get_next_key(fd, prev, &next)) {
 		key = next;
 		prev = &key;
-		if (percpu_sum(fd, &key, &rows[n].sum, sizeof(rows[n].sum)))
+		if (percpu_sum_value(fd, &key, &rows[n].sum, sizeof(rows[n].sum)))
 			continue;
 		rows[n].key = key;
 		fs_label(key.sdev);
@@ -653,14 +647,14 @@ static void drops_and_probes(struct jbuf *b, const struct expose_maps *m, const 
 	family(b, "fstrace_dropped_records_total", "counter",
 	       "Records the kernel could not queue (ring buffer full), by record type.");
 #define DROP_LINE(c, v, n) \
-	jb_add(b, "fstrace_dropped_records_total{type=\"%s\"} %llu\n", n, (unsigned long long)sum_drops(m->drops, c));
+	jb_add(b, "fstrace_dropped_records_total{type=\"%s\"} %llu\n", n, (unsigned long long)percpu_u64(m->drops, c));
 	FST_REC_TYPES(DROP_LINE)
 #undef DROP_LINE
 	family(b, "fstrace_losses_total", "counter",
 	       "Work the kernel side left untraced because an in-flight table was full, by what was full (the "
 	       "results header's losses).");
 #define LOSS_LINE(c, v, n) \
-	jb_add(b, "fstrace_losses_total{what=\"%s\"} %llu\n", n, (unsigned long long)sum_drops(m->losses, c));
+	jb_add(b, "fstrace_losses_total{what=\"%s\"} %llu\n", n, (unsigned long long)percpu_u64(m->losses, c));
 	FST_LOSSES(LOSS_LINE)
 #undef LOSS_LINE
 	family(b, "fstrace_unaggregated_requests_total", "counter",

@@ -62,6 +62,9 @@ const __u64 *dev_io_hist(const struct fst_dev_io *io, __u32 metric, __u32 sub);
 int req_agg_sum(int fd, const struct fst_req_agg_key *key, struct fst_req_agg *sum);
 /* the key of req_agg after *key (the first when !*started) and its sum over CPUs; false after the last */
 bool req_agg_next(int fd, struct fst_req_agg_key *key, bool *started, struct fst_req_agg *sum);
-__u64 sum_drops(int fd, __u32 idx);
+/* one key of a per-CPU map whose value is all __u64 counters, summed over CPUs; non-zero when it is gone */
+int percpu_sum_value(int fd, const void *key, void *sum, size_t size);
+/* a per-CPU array's __u64 at idx, summed over CPUs (0 when it cannot be read) */
+__u64 percpu_u64(int fd, __u32 idx);
 
 #endif

@@ -81,29 +81,17 @@ static void json_probes(json *a, const struct probe *probes, int n)
 /* the tracer part's sampled timing per site (records.h FST_TRACER_SITES), summed over CPUs */
 static json *json_tracer_sites(struct block_bpf *blk)
 {
+	static const char *names[FST_NR_TRACER_SITES] = {
+#define SITE_NAME(c, val, n) [val] = n,
+		FST_TRACER_SITES(SITE_NAME)
+#undef SITE_NAME
+	};
 	json *o = jobj();
 	jset(o, "time_every", ju64(FST_TRACER_TIME_EVERY));
 	json *sites = jset(o, "sites", jobj());
-	int ncpu = libbpf_num_possible_cpus();
-	struct fst_tracer_site *v = ncpu > 0 ? calloc(ncpu, sizeof(*v)) : NULL;
-	int fd = bpf_map__fd(blk->maps.tracer_sites);
-	for (__u32 k = 0; v && k < FST_NR_TRACER_SITES; k++) {
-		static const char *names[FST_NR_TRACER_SITES] = {
-#define SITE_NAME(c, val, n) [val] = n,
-			FST_TRACER_SITES(SITE_NAME)
-#undef SITE_NAME
-		};
-		struct fst_tracer_site sum = {};
-		if (bpf_map_lookup_elem(fd, &k, v))
-			continue;
-		for (int i = 0; i < ncpu; i++) {
-			sum.runs += v[i].runs;
-			sum.timed += v[i].timed;
-			sum.timed_ns += v[i].timed_ns;
-			sum.timed_sq_ns += v[i].timed_sq_ns;
-			sum.charged_ns += v[i].charged_ns;
-		}
-		if (!sum.runs)
+	for (__u32 k = 0; k < FST_NR_TRACER_SITES; k++) {
+		struct fst_tracer_site sum;	/* its counters summed (mean_ns and rng too, which mean nothing summed) */
+		if (percpu_sum_value(bpf_map__fd(blk->maps.tracer_sites), &k, &sum, sizeof(sum)) || !sum.runs)
 			continue;
 		json *s = jset(sites, names[k], jobj());
 		jset(s, "runs", ju64(sum.runs));
@@ -112,7 +100,6 @@ static json *json_tracer_sites(struct block_bpf *blk)
 		jset(s, "timed_sq_ns", ju64(sum.timed_sq_ns));
 		jset(s, "charged_ns", ju64(sum.charged_ns));
 	}
-	free(v);
 	return o;
 }
 
@@ -299,12 +286,12 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 	jset(h, "devices", json_devices(ri));
 	o = jset(h, "drops", jobj());
 	int drops_fd = bpf_map__fd(blk->maps.drops);
-#define DROPS_JSON(c, v, n) jset(o, n, ju64(sum_drops(drops_fd, c)));
+#define DROPS_JSON(c, v, n) jset(o, n, ju64(percpu_u64(drops_fd, c)));
 	FST_REC_TYPES(DROPS_JSON)
 #undef DROPS_JSON
 	o = jset(h, "losses", jobj());
 	int losses_fd = bpf_map__fd(blk->maps.losses);
-#define LOSSES_JSON(c, v, n) jset(o, n, ju64(sum_drops(losses_fd, c)));
+#define LOSSES_JSON(c, v, n) jset(o, n, ju64(percpu_u64(losses_fd, c)));
 	FST_LOSSES(LOSSES_JSON)
 #undef LOSSES_JSON
 	if (!opt.block_only)

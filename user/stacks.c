@@ -13,6 +13,7 @@
 #include <bpf/libbpf.h>
 #include "collect.h"
 #include "ksyms.h"
+#include "expose.h"
 #include "results.h"
 #include "stacks.h"
 #include "ustack.h"
@@ -145,21 +146,14 @@ json *json_offcpu(struct block_bpf *blk)
 	jset(o, "stack_lost_ns", ju64(lost_ns));
 	/* credited to stacks, then not kept: a request found on no traced filesystem at its end */
 	json *dropped = jset(o, "dropped_ns_by_reason", jobj());
-	int ncpu = libbpf_num_possible_cpus();
-	__u64 *v = ncpu > 0 ? calloc(ncpu, sizeof(*v)) : NULL;
-	for (__u32 r = 0; v && r < FST_MAX_OFFCPU_REASONS; r++) {
-		unsigned long long sum = 0;
-		if (bpf_map_lookup_elem(bpf_map__fd(blk->maps.offcpu_dropped), &r, v))
-			continue;
-		for (int i = 0; i < ncpu; i++)
-			sum += v[i];
+	for (__u32 r = 0; r < FST_MAX_OFFCPU_REASONS; r++) {
+		__u64 sum = percpu_u64(bpf_map__fd(blk->maps.offcpu_dropped), r);
 		if (sum) {
 			char k[16];
 			snprintf(k, sizeof(k), "%u", r);
 			jset(dropped, k, ju64(sum));
 		}
 	}
-	free(v);
 	return o;
 }
 
