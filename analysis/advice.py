@@ -194,6 +194,15 @@ def overlap(a, b):
     return a["spread_s"][0] <= b["spread_s"][1] and b["spread_s"][0] <= a["spread_s"][1]
 
 
+def noise(ranking, w):
+    """Says when the fastest's lead is inside run-to-run noise."""
+    if len(ranking) > 1 and overlap(ranking[0], ranking[1]):
+        top, nxt = ranking[0], ranking[1]
+        w("Not by more than run-to-run noise: %s's runs took %.3f-%.3f s (weighted), %s's %.3f-%.3f s; more "
+          "--runs or a quieter machine would tell them apart." % (top["label"], *top["spread_s"], nxt["label"],
+                                                                 *nxt["spread_s"]))
+
+
 def flips(uncapped, capped):
     """How the order changes under the IOPS cap: [(label, rank uncapped, rank capped)] for those that moved."""
     pos = {c["label"]: c["rank"] for c in capped}
@@ -217,10 +226,7 @@ def render(adv, mix, capped=None, iops_cap=None):
         w("")
     top = adv["ranking"][0]
     w("advice: %s is fastest for this mix." % top["label"])
-    if len(adv["ranking"]) > 1 and overlap(top, adv["ranking"][1]):
-        nxt = adv["ranking"][1]
-        w("Not by more than run-to-run noise: its runs took %.3f-%.3f s (weighted), %s's %.3f-%.3f s; more --runs "
-          "or a quieter machine would tell them apart." % (*top["spread_s"], nxt["label"], *nxt["spread_s"]))
+    noise(adv["ranking"], w)
     small = [c for c in adv["ranking"] if c["pareto"] and c is not top]
     if small:
         w("Smaller images on the size/time front: %s." % ", ".join(c["label"] for c in small))
@@ -235,6 +241,7 @@ def render(adv, mix, capped=None, iops_cap=None):
             head = ("The ranking flips at %d IOPS: %s is fastest there" % (iops_cap, ctop) if ctop != top["label"]
                     else "At %d IOPS %s stays fastest but the order below it changes" % (iops_cap, top["label"]))
             w("%s (%s)." % (head, "; ".join("%s %d -> %d" % m for m in moved)))
+            noise(capped["ranking"], w)
             for c in capped["causes"][:1]:
                 w("  - capped: " + c["text"])
     return "\n".join(out) + "\n"

@@ -63,7 +63,7 @@ def test_a_lead_inside_run_to_run_noise_is_said():
     mix = [("tar-data", 1)]
     noisy = advice.render({"ranking": [cand(1, "A", [1.154, 1.7]), cand(2, "B", [1.255, 1.548])], "causes": []},
                           mix)
-    assert "Not by more than run-to-run noise: its runs took 1.154-1.700 s (weighted), B's 1.255-1.548 s" in noisy
+    assert "Not by more than run-to-run noise: A's runs took 1.154-1.700 s (weighted), B's 1.255-1.548 s" in noisy
     clear = advice.render({"ranking": [cand(1, "A", [1.1, 1.2]), cand(2, "B", [1.21, 1.5])], "causes": []}, mix)
     assert "noise" not in clear
 
