@@ -128,7 +128,7 @@ def explain(better, worse, med, mix):
     na, nb = a.get("loop_requests"), b.get("loop_requests")
     if deltas[moved] <= 0:
         s.say(": the difference lies outside its traced requests (%s spends no longer in any part of them)" % B)
-    elif moved == "io_wait_s" and na and nb and nb > na:
+    elif moved == "io_wait_s" and na and nb and nb > na and FORMATS["ratio"](nb / na) != FORMATS["ratio"](1):
         fa, fb = s.fact("loop_requests", "count", na, A, wl), s.fact("loop_requests", "count", nb, B, wl)
         r = s.fact("ratio", "ratio", nb / na, of=[fb, fa])
         s.say(": %s issues {}x more device requests ({} vs {}" % B, r, fb, fa)
@@ -140,7 +140,7 @@ def explain(better, worse, med, mix):
             s.say(", {} % " + ALIGNED, s.fact("loop_aligned_4k_pct", "pct100", al, B, wl))
         io = _share_fact(s, b, "io_wait_share", B, wl)
         s.say(")" if io is None else "); {} %% of %s's time there is I/O wait" % B, *([] if io is None else [io]))
-    elif moved == "io_wait_s" and na and nb:  # as many requests or fewer, each waited on longer
+    elif moved == "io_wait_s" and na and nb:  # about as many requests or fewer ("1.0x more" says nothing)
         wb = s.fact("io_wait_s", "seconds", b["io_wait_s"], B, wl)
         wa = s.fact("io_wait_s", "seconds", a["io_wait_s"], A, wl)
         fb, fa = s.fact("loop_requests", "count", nb, B, wl), s.fact("loop_requests", "count", na, A, wl)

@@ -43,6 +43,9 @@ def _row(wall, io, cpu, other, requests, mean_bytes):
     # more I/O wait on fewer requests: longer waits, never "more requests"
     (_row(1.27, 0.37, 0.21, 0.03, 1000, 90000), "B spends 0.370 s in I/O wait against 0.290 s, on 1000 device "
      "requests against 2173 (87.9 KiB mean against 49.5)", "more device requests"),
+    # 2 % more requests is no "1.0x more"
+    (_row(1.27, 0.37, 0.21, 0.03, 2216, 22339), "B spends 0.370 s in I/O wait against 0.290 s, on 2216 device "
+     "requests against 2173 (21.8 KiB mean against 49.5)", "more device requests"),
     # no part longer: no part is named as the cause
     (_row(1.27, 0.20, 0.21, 0.01, 5676, 22339), "the difference lies outside its traced requests", "spends 0."),
 ])
