@@ -44,12 +44,17 @@ def rank(doc, mix, parts):
     """Candidates by weighted time (sum of weight x the median run's time over the mix), fastest first.
     mix: [(workload, weight)]."""
     med = medians(doc)
+    runs = tables.group(doc)
     sizes = image_sizes(doc, parts)
     out = []
     for label in dict.fromkeys(r["label"] for r in doc["rows"]):
         per = {wl: med[(wl, label)]["wall_s"] for wl, _ in mix}
+        times = {wl: [r["wall_s"] for r in runs[(wl, label)]] for wl, _ in mix}
         out.append({"label": label, "fs": med[(mix[0][0], label)]["fs"], "bytes": sizes[label],
-                    "weighted_s": sum(w * per[wl] for wl, w in mix), "seconds": per})
+                    "weighted_s": sum(w * per[wl] for wl, w in mix), "seconds": per,
+                    # the weighted time of the fastest and of the slowest runs: how far apart run-to-run noise
+                    # puts the same candidate
+                    "spread_s": [sum(w * min(times[wl]) for wl, w in mix), sum(w * max(times[wl]) for wl, w in mix)]})
     out.sort(key=lambda c: (c["weighted_s"], c["bytes"], c["label"]))
     for i, c in enumerate(out, 1):
         c["rank"] = i
@@ -117,21 +122,33 @@ def explain(better, worse, med, mix):
     tb = s.fact("wall_s", "seconds", b["wall_s"], B, wl)
     s.say("%s takes {} s on %s against {} s for %s" % (A, wl, B), ta, tb)
     deltas = {c: b[c] - a[c] for c in tables.COMPONENTS}
-    moved = max(deltas, key=lambda c: abs(deltas[c]))
+    # a cause is a part of the time where the slower one spends more: the part that grew most (a part where
+    # it spends less, however large the difference, is no reason for its being slower)
+    moved = max(deltas, key=lambda c: deltas[c])
     na, nb = a.get("loop_requests"), b.get("loop_requests")
-    if moved == "io_wait_s" and na and nb:
+    if deltas[moved] <= 0:
+        s.say(": the difference lies outside its traced requests (%s spends no longer in any part of them)" % B)
+    elif moved == "io_wait_s" and na and nb and nb > na and FORMATS["ratio"](nb / na) != FORMATS["ratio"](1):
         fa, fb = s.fact("loop_requests", "count", na, A, wl), s.fact("loop_requests", "count", nb, B, wl)
-        many, few, more, mrow = (fb, fa, B, b) if nb >= na else (fa, fb, A, a)
-        r = s.fact("ratio", "ratio", max(na, nb) / min(na, nb), of=[many, few])
-        s.say(": %s issues {}x more device requests ({} vs {}" % more, r, many, few)
-        mb = mrow.get("loop_mean_bytes")
+        r = s.fact("ratio", "ratio", nb / na, of=[fb, fa])
+        s.say(": %s issues {}x more device requests ({} vs {}" % B, r, fb, fa)
+        mb = b.get("loop_mean_bytes")
         if mb:
-            s.say(", {} KiB mean", s.fact("loop_mean_bytes", "kib", mb, more, wl))
-        al = mrow.get("loop_aligned_4k_pct")
+            s.say(", {} KiB mean", s.fact("loop_mean_bytes", "kib", mb, B, wl))
+        al = b.get("loop_aligned_4k_pct")
         if al is not None:
-            s.say(", {} % " + ALIGNED, s.fact("loop_aligned_4k_pct", "pct100", al, more, wl))
+            s.say(", {} % " + ALIGNED, s.fact("loop_aligned_4k_pct", "pct100", al, B, wl))
         io = _share_fact(s, b, "io_wait_share", B, wl)
         s.say(")" if io is None else "); {} %% of %s's time there is I/O wait" % B, *([] if io is None else [io]))
+    elif moved == "io_wait_s" and na and nb:  # about as many requests or fewer ("1.0x more" says nothing)
+        wb = s.fact("io_wait_s", "seconds", b["io_wait_s"], B, wl)
+        wa = s.fact("io_wait_s", "seconds", a["io_wait_s"], A, wl)
+        fb, fa = s.fact("loop_requests", "count", nb, B, wl), s.fact("loop_requests", "count", na, A, wl)
+        s.say(": %s spends {} s in I/O wait against {} s, on {} device requests against {}" % B, wb, wa, fb, fa)
+        mb, ma = b.get("loop_mean_bytes"), a.get("loop_mean_bytes")
+        if mb and ma:
+            s.say(" ({} KiB mean against {})", s.fact("loop_mean_bytes", "kib", mb, B, wl),
+                  s.fact("loop_mean_bytes", "kib", ma, A, wl))
     elif moved == "oncpu_s":
         tier = _decompression_tier(b)
         if tier:
@@ -172,6 +189,20 @@ def advise(doc, mix, parts):
     return {"ranking": ranked, "pareto": front, "causes": causes}
 
 
+def overlap(a, b):
+    """Whether two ranked candidates' runs overlap in weighted time (neither is faster in every run)."""
+    return a["spread_s"][0] <= b["spread_s"][1] and b["spread_s"][0] <= a["spread_s"][1]
+
+
+def noise(ranking, w):
+    """Says when the fastest's lead is inside run-to-run noise."""
+    if len(ranking) > 1 and overlap(ranking[0], ranking[1]):
+        top, nxt = ranking[0], ranking[1]
+        w("Not by more than run-to-run noise: %s's runs took %.3f-%.3f s (weighted), %s's %.3f-%.3f s; more "
+          "--runs or a quieter machine would tell them apart." % (top["label"], *top["spread_s"], nxt["label"],
+                                                                 *nxt["spread_s"]))
+
+
 def flips(uncapped, capped):
     """How the order changes under the IOPS cap: [(label, rank uncapped, rank capped)] for those that moved."""
     pos = {c["label"]: c["rank"] for c in capped}
@@ -195,6 +226,7 @@ def render(adv, mix, capped=None, iops_cap=None):
         w("")
     top = adv["ranking"][0]
     w("advice: %s is fastest for this mix." % top["label"])
+    noise(adv["ranking"], w)
     small = [c for c in adv["ranking"] if c["pareto"] and c is not top]
     if small:
         w("Smaller images on the size/time front: %s." % ", ".join(c["label"] for c in small))
@@ -209,6 +241,7 @@ def render(adv, mix, capped=None, iops_cap=None):
             head = ("The ranking flips at %d IOPS: %s is fastest there" % (iops_cap, ctop) if ctop != top["label"]
                     else "At %d IOPS %s stays fastest but the order below it changes" % (iops_cap, top["label"]))
             w("%s (%s)." % (head, "; ".join("%s %d -> %d" % m for m in moved)))
+            noise(capped["ranking"], w)
             for c in capped["causes"][:1]:
                 w("  - capped: " + c["text"])
     return "\n".join(out) + "\n"

@@ -15,7 +15,6 @@ import json
 import os
 import re
 import shutil
-import struct
 import subprocess
 import sys
 import tarfile
@@ -246,34 +245,6 @@ def pack(root, out):
             raise SystemExit("vmtest: packing the initramfs failed")
 
 
-def squashfs_layout(path):
-    """What the image says about its caches' blocks, read from the superblock and the metadata block headers
-    (independent of the kernel): fragment blocks, metadata block addresses of the inode and directory tables,
-    every metadata block address the index tables point to, and the root inode's blocks (read at mount)."""
-    with open(path, "rb") as f:
-        img = f.read()
-    (_, inodes, _, _, fragments, _, _, _, no_ids, _, _, root_inode, _, id_table, xattr_table, inode_table, dir_table,
-     frag_table, lookup_table) = struct.unpack_from("<IIIIIHHHHHHQQQQQQQQ", img, 0)
-    none = 0xFFFFFFFFFFFFFFFF
-
-    def index(start, entries, per_block):
-        n = (entries + per_block - 1) // per_block
-        return list(struct.unpack_from("<%dQ" % n, img, start)) if start != none and n else []
-
-    tables = index(frag_table, fragments, 512) + index(id_table, no_ids, 2048) + index(lookup_table, inodes, 1024)
-    # the directory table ends where the first metadata block of another table begins
-    end = min([b for b in tables if b > dir_table] + [frag_table, id_table] +
-              [t for t in (lookup_table, xattr_table) if t != none])
-    walked, addr = [], inode_table
-    while addr < end:
-        walked.append(addr)
-        addr += 2 + (struct.unpack_from("<H", img, addr)[0] & 0x7FFF)
-    root = inode_table + (root_inode >> 16)
-    i = walked.index(root)
-    return {"fragments": fragments, "inode_dir_blocks": set(walked), "all_blocks": set(walked) | set(tables),
-            "mount_blocks": set(walked[i:i + 2])}
-
-
 def probe_states(header, figures):
     """Tier and reason of the probes of these figures (records.h FST_FIGURES ids), for a failure message."""
     return "; ".join("%s=%s %s" % (p["probe"], p["tier"], p["why"][:80]) for p in header["probes"]
@@ -494,7 +465,7 @@ def check_image(outdir, name, fs, opts, alg, image_path, fail, lines):
                     fail("%s %s: %d compressed bytes mapped vs %d decompressed" % (
                         name, mode, ev["pcluster_bytes"], in_total))
     if fs == "squashfs":
-        layout = squashfs_layout(image_path)
+        layout = images.squashfs_layout(image_path)
         for mode, res in loaded.items():
             check_squashfs_caches(name, mode, res, layout, fail, lines)
 
