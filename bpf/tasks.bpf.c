@@ -163,7 +163,6 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
 		return 0;
 	}
 
-	__u64 now = bpf_ktime_get_ns();
 	if (!r && cfg.task_storage)
 		r = bpf_task_storage_get(&task_reqs, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!r && !cfg.task_storage) {
@@ -178,7 +177,6 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
 	}
 	/* a new request: everything but what is kept across requests starts at 0 */
 	__builtin_memset(r, 0, offsetof(struct task_req, keep));
-	r->start = r->last_on = now;
 	r->nr = id;
 	r->kind = kind;
 	r->pos = -1;
@@ -205,8 +203,11 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
 	if (fst_syscall_has_fd(id, kind)) {
 		note_fd(r, &r->keep, fd);
 		if (!r->sdev_traced)
-			return 0;
+			return 0;	/* a pipe, /dev/null, another filesystem: no request, and no clock read */
 	}
+	/* the request starts here: the lookups above are before it, in no request's time */
+	__u64 now = bpf_ktime_get_ns();
+	r->start = r->last_on = now;
 	r->in_req = 1;
 	/* from the request's start on, this handler is the tracer's time */
 	tracer_charge(r, FST_SITE_SYS_ENTER, now);
