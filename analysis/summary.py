@@ -195,17 +195,19 @@ def tracer_estimate(header):
     timed runs' spread over the square root of their number, times the untimed runs, summed in quadrature)."""
     ts = header.get("tracer_sites")
     if not ts:
-        return {"method": "unavailable: these results predate the tracer's sampled timing", "sites": {}}
+        return {"method": "unavailable: no requests traced (--block-only), or results older than the tracer's "
+                          "sampled timing", "sites": {}}
     var, sites = 0.0, {}
     for name, st in ts["sites"].items():
         n = st["timed"]
         mean = st["timed_ns"] / n if n else 0.0
         sd2 = max(st["timed_sq_ns"] / n - mean * mean, 0.0) * n / (n - 1) if n > 1 else 0.0
         untimed = st["runs"] - n
-        var += untimed * untimed * sd2 / n if n else 0.0
+        # the charged means' error (untimed^2 sd^2 / n) and the untimed runs' own spread about them (untimed sd^2)
+        var += sd2 * (untimed * untimed / n + untimed) if n else 0.0
         sites[name] = {"runs": st["runs"], "timed": n, "mean_ns": mean, "charged_ns": st["charged_ns"]}
-    return {"method": "1 in %d handler runs timed at random, the others charged the mean of their site's timed "
-                      "runs on their CPU" % ts["time_every"],
+    return {"method": "1 in %d handler runs timed at random (a site's first on each CPU, and every sampling run, "
+                      "always), the others charged the mean of their site's timed runs on their CPU" % ts["time_every"],
             "time_every": ts["time_every"], "error_ns_95": 1.96 * math.sqrt(var), "sites": sites}
 
 
@@ -433,11 +435,12 @@ def work_unlinked(res, w):
     traced request (another device's, or queued before tracing).  Older results: none."""
     from_completion = res.header.get("work_kinds_from_completion") or []
     names = w.dtype.names
-    if not from_completion or "io_complete_ns" not in names or "seq" not in names:
+    if not from_completion or "io_dev" not in names or "seq" not in names:
         return np.zeros(len(w), dtype=bool)
     reqs = res["req"]
     wakers = np.unique(reqs["waker_seq"][reqs["waker_seq"] > 0]) if "waker_seq" in reqs.dtype.names else []
-    return np.isin(w["kind"], from_completion) & (w["io_complete_ns"] == 0) & ~np.isin(w["seq"], wakers)
+    # io_dev: the traced device whose completion queued it (io_complete_ns is 0 when its io record was not written)
+    return np.isin(w["kind"], from_completion) & (w["io_dev"] == 0) & ~np.isin(w["seq"], wakers)
 
 
 def async_work(res):

@@ -413,8 +413,8 @@ static __always_inline void work_queued_by_completion(struct io_cause *io, __u16
 		return;
 #undef FROM_COMPLETION
 	struct completing_rq *c = completion_running();
-	if (c && c->io.ts_complete)
-		*io = c->io;
+	if (c)
+		*io = c->io;	/* dev names the traced device; ts_complete is 0 when its io record was not written */
 }
 
 static __always_inline int handle_work_queue(struct work_struct *work)

@@ -280,8 +280,8 @@ struct {
 } offcpu SEC(".maps");
 
 /*
- * Off-CPU time of requests fstrace did not keep (a path-based stat call found at its exit to be on no traced
- * filesystem), per FST_OFFCPU_REASONS reason: it is in the stacks already, credited while the call slept, so the
+ * Off-CPU time of requests fstrace did not keep (found at their exit to be on no traced filesystem: a path-based
+ * stat call elsewhere, an openat of a file elsewhere, a failed stat or open), per FST_OFFCPU_REASONS reason: it is in the stacks already, credited while the call slept, so the
  * stacks add up to the kept requests' parts plus this.
  */
 struct {
@@ -482,7 +482,9 @@ static __always_inline bool tracer_pick(struct fst_tracer_site *ts)
 	return !ts->timed || x % FST_TRACER_TIME_EVERY == 0;
 }
 
-/* a run of site charged to r: timed from t0 (not 0), else its site's mean */
+/* a run of site charged to r: timed from t0 (not 0), else its site's mean.  Programs sharing a site (the
+ * contention pair, erofs's three, the decompressors) can nest on a CPU (one in an interrupt on top of another):
+ * a count may then be lost and the inner run fall in the outer's timed interval; rare, and no bias to speak of */
 static __always_inline void tracer_account(struct task_req *r, struct fst_tracer_site *ts, __u64 t0)
 {
 	__u64 ns = ts->mean_ns;

@@ -133,7 +133,7 @@
  */
 #define FST_PARTS(E)                                                           \
 	E(FST_PART_ONCPU, 0, oncpu_ns, "oncpu", "#5aaa5a", "on-CPU in the request (syscall work, page-cache copy, in-task decompression)") \
-	E(FST_PART_TRACER, 1, tracer_ns, "tracer", "#d0508c", "on-CPU in fstrace's own BPF programs inside the request (1 in 16 handler runs timed, the rest charged their site's mean)") \
+	E(FST_PART_TRACER, 1, tracer_ns, "tracer", "#d0508c", "on-CPU in fstrace's own BPF programs inside the request (FST_TRACER_TIME_EVERY: 1 in 16 handler runs timed, the rest charged their site's mean)") \
 	E(FST_PART_IO_WAIT, 2, io_wait_ns, "io_wait", "#285ac8", "off-CPU waiting for I/O (in io_schedule, or own block I/O in flight)") \
 	E(FST_PART_WORKER, 3, worker_ns, "kworker", "#009696", "asleep while a kworker ran filesystem work that woke it (erofs decompression, btrfs end-io)") \
 	E(FST_PART_WORKER_WAIT, 4, worker_wait_ns, "kworker", "#7fcaca", "asleep while that work waited for its kworker to get a CPU") \
@@ -349,7 +349,8 @@ enum fst_part { FST_PARTS(FST_PART_ENUM_MEMBER) };
  * 1 (a req record's waker_seq names one).  io_complete_ns, io_sector and io_dev
  * are the ts_complete_ns, sector and dev of the io record of the block request
  * whose completion queued the work (from its bio end_io, in the same call on
- * the same CPU); all 0 when no recorded completion on a traced device did.
+ * the same CPU); all 0 when no completion on a traced device did, and
+ * io_complete_ns alone 0 when that request's io record was not written.
  */
 #define FST_WORK_FIELDS(F, S)    \
 	F(__u64, ts_queue_ns)    \

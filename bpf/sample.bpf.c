@@ -88,10 +88,10 @@ int sample_request_stack(struct bpf_perf_event_data *ctx)
 		struct work_running_slot *ws = work_running_find(pid);
 		if (!ws)
 			return 0;
-		/* a kind queued from completions that no traced block request queued is another device's work (the
-		 * summary's async_work_unlinked): not the traced workload's decompression */
+		/* a kind queued from completions that no traced block request's completion queued is another device's
+		 * work (the summary's async_work_unlinked, which also keeps an item that woke a traced request) */
 #define FROM_COMPLETION(c) || ws->v.kind == c
-		if ((0 FST_WORK_KINDS_FROM_COMPLETION(FROM_COMPLETION)) && !ws->v.io.ts_complete)
+		if ((0 FST_WORK_KINDS_FROM_COMPLETION(FROM_COMPLETION)) && !ws->v.io.dev)
 			return 0;
 #undef FROM_COMPLETION
 		key.work_kind = ws->v.kind;

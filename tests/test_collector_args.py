@@ -56,6 +56,8 @@ BAD = [
     (["-d", "8"], "--dev wants MAJ:MIN[:UNIT[:loop]]"),
     (["-d", "4096:0"], "--dev wants MAJ:MIN[:UNIT[:loop]]"),
     (["-d", "7:1048576"], "--dev wants MAJ:MIN[:UNIT[:loop]]"),
+    (["-d", "8:0=1:2"], "--dev wants MAJ:MIN[:UNIT[:loop]]"),
+    (["-d", "8:0:4096=x"], "--dev wants MAJ:MIN[:UNIT[:loop]]"),
     (["--dev", "7:0:100"], "--dev wants MAJ:MIN[:UNIT[:loop]]"),
     (["--dev", "7:0:4096:lop"], "--dev wants MAJ:MIN[:UNIT[:loop]]"),
     (["--dev", "7:0:4096:loop:x"], "--dev wants MAJ:MIN[:UNIT[:loop]]"),

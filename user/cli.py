@@ -110,10 +110,11 @@ def filter_argv(args, chosen, devs):
         is_loop = os.path.exists("/sys/dev/block/%d:%d/loop" % (ma, mi))
         argv += ["-d", "%d:%d:4096%s" % (ma, mi, ":loop" if is_loop else "")]
     seen = set()
-    for m in chosen:
-        if m[3] not in seen:
-            seen.add(m[3])
-            argv += ["--sdev", sdev_arg(m)]
+    for m in chosen:  # two subvolumes of one btrfs: one superblock, two stat() devices, both mapped
+        arg = sdev_arg(m)
+        if arg not in seen:
+            seen.add(arg)
+            argv += ["--sdev", arg]
     for pid in args.pid or []:
         argv += ["--pid", str(pid)]
     if args.comm:

@@ -74,10 +74,6 @@ static void json_probes(json *a, const struct probe *probes, int n)
 	}
 }
 
-/*
- * "requests_counted": the requests tasks.bpf.c counted instead of recording, per (kind, superblock dev),
- * summed over CPUs; parts by name (records.h FST_PARTS), histograms as log2 slots of microseconds.
- */
 /* the tracer part's sampled timing per site (records.h FST_TRACER_SITES), summed over CPUs */
 static json *json_tracer_sites(struct block_bpf *blk)
 {
@@ -103,6 +99,10 @@ static json *json_tracer_sites(struct block_bpf *blk)
 	return o;
 }
 
+/*
+ * "requests_counted": the requests tasks.bpf.c counted instead of recording, per (kind, superblock dev),
+ * summed over CPUs; parts by name (records.h FST_PARTS), histograms as log2 slots of microseconds.
+ */
 static json *json_requests_counted(struct tasks_bpf *tsk)
 {
 	json *a = jarr();

@@ -144,6 +144,8 @@ static void parse_dev(const char *arg, struct dev_arg *d)
 		d->is_loop = !strcmp(s + 1, "loop");
 		s = d->is_loop ? "" : NULL;
 	}
+	if (s && *s)	/* anything after the fields ('=' ends a number for --sdev only) */
+		s = NULL;
 	if (!s)
 		die("--dev wants MAJ:MIN[:UNIT[:loop]] (major < 4096, minor < 1048576, UNIT 512 to 1073741824 "
 		    "bytes), got '%s'", arg);

@@ -8,6 +8,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import time
@@ -231,7 +232,7 @@ def mounts():
             fields = left.split()
             ma, mi = fields[2].split(":")
             fstype, source = right.split()[:2]
-            mnt = fields[4].replace("\\040", " ")
+            mnt = re.sub(r"\\([0-7]{3})", lambda e: chr(int(e.group(1), 8)), fields[4])  # \040, \011, \134 ...
             out.append((mnt, fstype, source, (int(ma), int(mi))))
     return out
 
@@ -252,8 +253,12 @@ def sdev_arg(mount):
     """The collector's --sdev for a mount (its mountinfo tuple): its superblock's device, and the device stat()
     reports for its files where that differs (a btrfs subvolume's anonymous device), which places stat calls."""
     ma, mi = mount[3]
-    st = os.stat(mount[0]).st_dev
-    if (os.major(st), os.minor(st)) == (ma, mi):
+    try:
+        st = os.stat(mount[0]).st_dev
+    except OSError:  # gone meanwhile: its superblock's device alone
+        return "%d:%d" % (ma, mi)
+    # a mount another one covers stats as the covering filesystem: no alias from it
+    if (os.major(st), os.minor(st)) == (ma, mi) or mount_of(mount[0])[3] != (ma, mi):
         return "%d:%d" % (ma, mi)
     return "%d:%d=%d:%d" % (ma, mi, os.major(st), os.minor(st))
 
