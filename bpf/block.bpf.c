@@ -403,15 +403,13 @@ static __always_inline __u16 fs_work_kind(struct work_struct *work, __u64 fn)
 }
 
 /*
- * The block request whose completion is queueing this work item now, into *io, when its io record was written.
- * Only for kinds queued from a bio end_io: btrfs compression is queued by writeback, never by a completion.
+ * The traced block request whose completion is queueing this work item now, into *io.  Only for kinds queued
+ * from a bio end_io: btrfs compression is queued by writeback, never by a completion.
  */
 static __always_inline void work_queued_by_completion(struct io_cause *io, __u16 kind)
 {
-#define FROM_COMPLETION(c) || kind == c
-	if (!(0 FST_WORK_KINDS_FROM_COMPLETION(FROM_COMPLETION)))
+	if (!work_kind_from_completion(kind))
 		return;
-#undef FROM_COMPLETION
 	struct completing_rq *c = completion_running();
 	if (c)
 		*io = c->io;	/* dev names the traced device; ts_complete is 0 when its io record was not written */

@@ -223,6 +223,14 @@ struct work_start {
 
 FST_FLIGHT_TABLE(work_running, struct work_start, FST_WORKER_BUCKETS, FST_LOSS_WORK_TABLE)
 
+/* a kind queued from a bio's end_io, whose work names the traced block request that queued it (records.h) */
+static __always_inline bool work_kind_from_completion(__u16 kind)
+{
+#define FROM_COMPLETION(c) || kind == c
+	return 0 FST_WORK_KINDS_FROM_COMPLETION(FROM_COMPLETION);
+#undef FROM_COMPLETION
+}
+
 /*
  * The block request on a traced device whose completion is running on this CPU: block_rq_complete fires in
  * blk_update_request (and blk_complete_request) before the request's bios are ended, and what a bio's end_io

@@ -90,10 +90,8 @@ int sample_request_stack(struct bpf_perf_event_data *ctx)
 			return 0;
 		/* a kind queued from completions that no traced block request's completion queued is another device's
 		 * work (the summary's async_work_unlinked, which also keeps an item that woke a traced request) */
-#define FROM_COMPLETION(c) || ws->v.kind == c
-		if ((0 FST_WORK_KINDS_FROM_COMPLETION(FROM_COMPLETION)) && !ws->v.io.dev)
+		if (work_kind_from_completion(ws->v.kind) && !ws->v.io.dev)
 			return 0;
-#undef FROM_COMPLETION
 		key.work_kind = ws->v.kind;
 	}
 	key.stack_id = bpf_get_stackid(ctx, &sample_stacks, 0);
