@@ -508,12 +508,16 @@ static __always_inline void tracer_account(struct task_req *r, struct fst_tracer
 	r->part[FST_PART_TRACER] += ns;
 }
 
+/* the site's per-CPU state, for a handler that ran inside a request (r), else NULL */
+static __always_inline struct fst_tracer_site *tracer_site(struct task_req *r, __u32 site)
+{
+	return r ? bpf_map_lookup_elem(&tracer_sites, &site) : NULL;
+}
+
 /* a handler that read the clock at its start (t0) for its own needs: this run is timed from there, or not */
 static __always_inline void tracer_charge(struct task_req *r, __u32 site, __u64 t0)
 {
-	if (!r)
-		return;
-	struct fst_tracer_site *ts = bpf_map_lookup_elem(&tracer_sites, &site);
+	struct fst_tracer_site *ts = tracer_site(r, site);
 	if (ts)
 		tracer_account(r, ts, tracer_pick(ts) ? t0 : 0);
 }
@@ -522,17 +526,13 @@ static __always_inline void tracer_charge(struct task_req *r, __u32 site, __u64 
  * 0 (no clock read); its end passes that to tracer_charge_from */
 static __always_inline __u64 tracer_clock(struct task_req *r, __u32 site)
 {
-	if (!r)
-		return 0;
-	struct fst_tracer_site *ts = bpf_map_lookup_elem(&tracer_sites, &site);
+	struct fst_tracer_site *ts = tracer_site(r, site);
 	return ts && tracer_pick(ts) ? bpf_ktime_get_ns() : 0;
 }
 
 static __always_inline void tracer_charge_from(struct task_req *r, __u32 site, __u64 t0)
 {
-	if (!r)
-		return;
-	struct fst_tracer_site *ts = bpf_map_lookup_elem(&tracer_sites, &site);
+	struct fst_tracer_site *ts = tracer_site(r, site);
 	if (ts)
 		tracer_account(r, ts, t0);
 }
