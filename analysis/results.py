@@ -117,6 +117,7 @@ HEADER_SCHEMA = {
                      "stacks_lost": Opt(INT), "runs": Opt(COUNT), "run_ns": Opt(COUNT)}),
     "tracer_frame_prefix": Opt(str),
     "task_state": Opt({"store": str, "why": str}),
+    "work_functions": Opt({"found_by": str, "addresses": MapOf(COUNT)}),
     "request_records": Opt({"mode": str, "record_over_ns": COUNT}),
     "io_stack_sampling": Opt({"mode": str, "every_ns": COUNT, "unsampled_id": INT}),
     "offcpu": Opt(Null({"walked_at": Opt(str), "sampling": Opt(str), "threshold_ns": Opt(COUNT),

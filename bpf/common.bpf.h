@@ -711,6 +711,24 @@ struct {
 	__type(value, struct io_pending);
 } ios_pending SEC(".maps");
 
+/* entries in ios_pending: while 0 (nearly always), a switch in skips its hash lookup.  An entry added on another
+ * CPU just before a switch in that still reads 0 is folded at the thread's next switch in.  A map, not a global:
+ * each object's globals are its own, and the adding (block.bpf.c) and folding (tasks.bpf.c) objects differ. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} ios_pending_entries SEC(".maps");
+
+static __always_inline void ios_pending_entries_add(__s64 delta)
+{
+	__u32 zero = 0;
+	__u64 *n = bpf_map_lookup_elem(&ios_pending_entries, &zero);
+	if (n)
+		__sync_fetch_and_add(n, delta);
+}
+
 /* a block request charged to pid was issued: count it in the request the thread is in */
 static __always_inline void req_note_io(__u32 pid, __u32 bytes)
 {
@@ -728,7 +746,8 @@ static __always_inline void req_note_io(__u32 pid, __u32 bytes)
 			__sync_fetch_and_add(&p->bytes, bytes);
 		} else {
 			struct io_pending n = { .ts_first = bpf_ktime_get_ns(), .nr = 1, .bytes = bytes };
-			bpf_map_update_elem(&ios_pending, &pid, &n, BPF_NOEXIST);
+			if (!bpf_map_update_elem(&ios_pending, &pid, &n, BPF_NOEXIST))
+				ios_pending_entries_add(1);
 		}
 		return;
 	}
@@ -743,6 +762,10 @@ static __always_inline void req_fold_pending_ios(struct task_req *r, __u32 pid)
 {
 	if (!cfg.task_storage)
 		return;
+	__u32 zero = 0;
+	__u64 *entries = bpf_map_lookup_elem(&ios_pending_entries, &zero);
+	if (!entries || !*entries)
+		return;
 	struct io_pending *p = bpf_map_lookup_elem(&ios_pending, &pid);
 	if (!p)
 		return;
@@ -750,7 +773,8 @@ static __always_inline void req_fold_pending_ios(struct task_req *r, __u32 pid)
 		r->nr_ios += p->nr;
 		r->io_bytes += p->bytes;
 	}
-	bpf_map_delete_elem(&ios_pending, &pid);
+	if (!bpf_map_delete_elem(&ios_pending, &pid))
+		ios_pending_entries_add(-1);
 }
 
 static __always_inline __s64 inflight_get(__u32 pid)

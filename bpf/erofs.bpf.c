@@ -38,7 +38,9 @@ static __always_inline struct fst_erofs *erofs_record(struct task_req *r, struct
 		return NULL;
 	struct super_block *sb = FST_FIELD(btf, inode, i_sb);
 	__u32 sdev = FST_FIELD(btf, sb, s_dev);
-	if (!sdev_is_traced(sdev))
+	/* inside a request on this filesystem (a read's readahead and mapping): the request's answer, no lookup */
+	bool in_req_fs = r && r->in_req && r->sdev == sdev;
+	if (in_req_fs ? !r->sdev_traced : !sdev_is_traced(sdev))
 		return NULL;
 	struct fst_erofs *rec = record_reserve(FST_REC_EROFS, sizeof(*rec));
 	if (!rec)

@@ -769,6 +769,13 @@ struct fst_offcpu_key {
 /* drop counters, one per record type (index = enum fst_rec_type) */
 #define FST_MAX_REC_TYPES 16
 
+/* a kernel function the collector asks the kernel's address of (ksyms.bpf.c), for fst_cfg's work functions */
+#define FST_KSYM_QUERIES 16
+struct fst_ksym_query {
+	char name[64];		/* zero-padded: its last byte is always 0 */
+	__u64 addr;		/* 0 = no such function */
+};
+
 /*
  * Configuration frozen into every program before load.  Task filters combine
  * (a task must pass every one that is on); with none on, every task is traced.

@@ -444,7 +444,9 @@ static __always_inline __s32 offcpu_kstack_of(struct task_struct *next)
 			return -1;
 		return id;
 	}
-	bpf_loop(MAX_STACK_DEPTH, kstack_cmp_frame, &w, 0);	/* the zero-filled tails compare too */
+	/* frames 0..nr: the kept one's frame nr is 0 unless it is longer (both are zero-filled past their ends,
+	 * and no frame of a stack is 0), so the rest of the tails need no compare (they were 127 calls a walk) */
+	bpf_loop(nr < MAX_STACK_DEPTH ? nr + 1 : MAX_STACK_DEPTH, kstack_cmp_frame, &w, 0);
 	return w.differs ? -1 : (__s32)id;
 }
 

@@ -27,12 +27,15 @@ run_cnt) beside the events per second it handled.  Last, the main command's
 own profile: the share of on-CPU samples inside requests that were fstrace's.
 Workloads: fio 4 KiB randread cold (caches dropped), warm (file in the page
 cache, time based), and tar of the tree (cold).  Throughput is the workload's
-own figure; ratios are traced/untraced within one repetition.
+own figure; ratios are traced/untraced within one repetition, and each median carries a distribution-free 95 %
+interval (order statistics: median_interval), which decides each of the issue's targets as met, not met, or
+undecided by this run.
 
 Usage: python3 scripts/bench_overhead.py [--reps N] [--scale S] [--configs A,B] [--out FILE.json]
 """
 import argparse
 import json
+import math
 import os
 import shutil
 import signal
@@ -251,8 +254,93 @@ def analysis_rate(work, devs, single_mnt, single_file):
             "dropped": sum(res.header["drops"].values())}
 
 
+def median_interval(xs, level=0.95):
+    """Distribution-free interval for the median of xs: the order statistics (x_(k), x_(n+1-k)) with the largest k
+    whose coverage, 1 - 2 P(Binomial(n, 1/2) < k), is still at least level.  With too few values for that (under
+    6 for 95 %) the range, with its own coverage.  Returns (lo, hi, coverage)."""
+    v = sorted(xs)
+    n = len(v)
+    below = [math.comb(n, i) / 2 ** n for i in range(n + 1)]  # P(exactly i of n below the median)
+    k, cover = 1, 1 - 2 * below[0]
+    while k + 1 <= n // 2 and 1 - 2 * sum(below[:k + 1]) >= level:
+        k += 1
+        cover = 1 - 2 * sum(below[:k])
+    return v[k - 1], v[n - k], cover
+
+
 def stats(xs):
-    return {"min": min(xs), "median": statistics.median(xs), "max": max(xs)} if xs else None
+    if not xs:
+        return None
+    out = {"min": min(xs), "median": statistics.median(xs), "max": max(xs)}
+    if len(xs) > 1:
+        lo, hi, cover = median_interval(xs)
+        out["median_interval"] = [lo, hi]
+        out["median_interval_coverage"] = cover
+    return out
+
+
+# the issue's targets (full attribution's ratio per case; block-only against biolatency), checked in every run
+FULL_TARGETS = {"fio-randread-4k-cold": 0.97, "fio-randread-4k-warm": 0.90, "tar-seqread-cold": 0.97}
+
+
+def verdict(interval, target, coverage):
+    """met / not met when the median's 95 % interval is wholly on one side of the target, else undecided."""
+    lo, hi = interval
+    if coverage < 0.95:
+        return "undecided (too few repetitions for a 95 %% interval: %.0f %%; 6 or more give one)" % (100 * coverage)
+    return "met" if lo >= target else "not met" if hi < target else "undecided (the interval spans it)"
+
+
+def targets(out):
+    """Each target of the run: the median, its interval, and whether this run shows it met."""
+    rows = []
+    for case, target in FULL_TARGETS.items():
+        res = out["cases"].get(case, {})
+        full, floor = res.get("fstrace-full"), res.get("fstrace-floor")
+        if full and full["ratio_to_none"].get("median_interval"):
+            q = full["ratio_to_none"]
+            row = {"what": "fstrace-full ratio, " + case, "target": ">= %.2f" % target, "median": q["median"],
+                   "interval": q["median_interval"], "coverage": q["median_interval_coverage"],
+                   "verdict": verdict(q["median_interval"], target, q["median_interval_coverage"])}
+            if floor and floor["ratio_to_none"].get("median_interval"):
+                fq = floor["ratio_to_none"]
+                row["floor_median"] = fq["median"]
+                row["floor_interval"] = fq["median_interval"]
+                if fq["median_interval"][1] < target and fq["median_interval_coverage"] >= 0.95:
+                    row["verdict"] += "; beyond this machine: the hooks alone (floor) keep less"
+            rows.append(row)
+        pair = res.get("block_vs_biolatency")
+        if pair and pair.get("median_interval"):
+            lo, hi = pair["median_interval"]
+            cover = pair["median_interval_coverage"]
+            rows.append({"what": "fstrace-block / biolatency throughput, " + case, "target": "not below 1",
+                         "median": pair["median"], "interval": [lo, hi], "coverage": cover,
+                         "verdict": verdict([lo, hi], 1.0, cover) if cover < 0.95 else
+                         "not met (shown below)" if hi < 1 else "met (shown at least equal)" if lo >= 1
+                         else "not shown below (the interval spans 1)"})
+    drops = [r["dropped"]["max"] for res in out["cases"].values() for c, r in res.items()
+             if c in out["configs"] and r.get("dropped") is not None]
+    if drops:
+        rows.append({"what": "dropped records, every fstrace run", "target": "0", "median": max(drops),
+                     "verdict": "met" if max(drops) == 0 else "not met"})
+    for case, res in out["cases"].items():
+        la = res.get("fstrace-full", {}).get("load_attach_s")
+        if la and la.get("median_interval"):
+            rows.append({"what": "load+attach s, fstrace-full, " + case, "target": "< 0.3", "median": la["median"],
+                         "interval": la["median_interval"], "coverage": la["median_interval_coverage"],
+                         "verdict": verdict([-la["median_interval"][1], -la["median_interval"][0]], -0.3,
+                                            la["median_interval_coverage"])})
+    a = out.get("analysis")
+    if a:
+        rows.append({"what": "analysis s per million records", "target": "< 2", "median": a["seconds_per_million"],
+                     "verdict": "met" if a["seconds_per_million"] < 2 else "not met"})
+    sm = (out.get("main_command") or {}).get("tracer", {}).get("sampled") or {}
+    if sm.get("share_95"):
+        lo, hi = sm["share_95"]
+        rows.append({"what": "tracer's share of in-request samples, main command", "target": "< 0.10",
+                     "median": sm["share"], "interval": [lo, hi], "coverage": 0.95,
+                     "verdict": "met" if hi < 0.10 else "not met" if lo >= 0.10 else "undecided (the interval spans it)"})
+    return rows
 
 
 def main():
@@ -329,6 +417,9 @@ def main():
                 if infos[cfg] and infos[cfg][0]:
                     for k in ("records_per_s", "dropped", "load_attach_s", "records"):
                         res[cfg][k] = stats([i[k] for i in infos[cfg] if i.get(k) is not None])
+            if "fstrace-block" in have and "biolatency" in have:
+                # the two in the same repetition, paired as each is with none
+                res["block_vs_biolatency"] = stats([b / q for b, q in zip(rows["fstrace-block"], rows["biolatency"])])
             # per-program cost: one run each with the kernel's BPF run-time accounting on
             with BpfStats():
                 for cfg in ("fstrace-full", "fstrace-untraced", "bpftrace-hist"):
@@ -342,6 +433,7 @@ def main():
         out["analysis"] = analysis_rate(work, devs, mounts["single"], single_ctx["single_file"])
     log("the main command's own profile")
     out["main_command"] = main_command_profile(args.cache, args.scale)
+    out["targets"] = targets(out)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
@@ -350,22 +442,33 @@ def main():
 
 
 def render(out):
-    lines = ["%-22s %-20s %28s %22s %14s %9s %12s" % ("case", "config", "throughput MiB/s min/med/max",
-                                                       "ratio min/med/max", "records/s med", "dropped",
-                                                       "attach s")]
+    lines = ["%-22s %-20s %28s %22s %14s %14s %9s %9s" % ("case", "config", "throughput MiB/s min/med/max",
+                                                            "ratio min/med/max", "med interval", "records/s med",
+                                                            "dropped", "attach s")]
     for case, res in out["cases"].items():
         for cfg, r in res.items():
+            if cfg not in out["configs"]:
+                continue
             t, q = r["throughput_bytes_per_s"], r["ratio_to_none"]
-            lines.append("%-22s %-20s %9.1f %8.1f %8.1f   %6.3f %6.3f %6.3f %14s %9s %12s" % (
+            lines.append("%-22s %-20s %9.1f %8.1f %8.1f   %6.3f %6.3f %6.3f %14s %14s %9s %9s" % (
                 case, cfg, t["min"] / 2**20, t["median"] / 2**20, t["max"] / 2**20, q["min"], q["median"], q["max"],
+                "%.3f-%.3f" % tuple(q["median_interval"]) if q.get("median_interval") else "-",
                 "%.0f" % r["records_per_s"]["median"] if r.get("records_per_s") else "-",
                 "%d" % r["dropped"]["max"] if r.get("dropped") is not None else "-",
                 "%.3f" % r["load_attach_s"]["median"] if r.get("load_attach_s") else "-"))
     for case, res in out["cases"].items():
         for cfg, r in res.items():
+            if cfg not in out["configs"]:
+                continue
             for p in r.get("probe_costs") or []:
                 lines.append("  per-event cost %-22s %-18s %-34s %10.0f events/s %8.0f ns/event" % (
                     case, cfg, p["program"][:34], p["events_per_s"] or 0, p["ns_per_event"] or 0))
+    for t in out.get("targets", []):
+        lines.append("target %-58s %-12s %s %.3f%s%s: %s" % (
+            t["what"], t["target"], "median" if "interval" in t else "value", t["median"],
+            ", %.0f %% interval %.3f-%.3f" % (100 * t["coverage"], *t["interval"]) if "interval" in t else "",
+            " (floor %.3f, %.3f-%.3f)" % (t["floor_median"], *t["floor_interval"]) if "floor_median" in t else "",
+            t["verdict"]))
     m = out.get("main_command")
     if m:
         sm = m["tracer"].get("sampled") or {}

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from analysis import hist, sampling, schema
+from analysis import hist, results, sampling, schema
 from analysis import summary as S
 from analysis.summary import enum_value
 from conftest import COLLECTOR, offcpu_by_reason, run_workload
@@ -416,3 +416,52 @@ def test_path_based_stat_calls_are_placed_on_their_filesystem(tmp_path, mounted_
     assert stat["ret"].min() == 0  # the failed call (ENOENT) has nothing to place it by: not kept
     nrs = set(stat["syscall_nr"].tolist())
     assert len(nrs) == 2, nrs  # both layouts: newfstatat and statx
+
+
+def test_work_function_addresses_from_the_kernel_match_kallsyms(tmp_path):
+    """The work functions' addresses the programs are configured with, asked of the kernel
+    (bpf_kallsyms_lookup_name, which keeps /proc/kallsyms out of load+attach), are the ones /proc/kallsyms lists,
+    and the fallback that reads that file finds the same."""
+    text = {}
+    with open("/proc/kallsyms") as f:
+        for line in f:
+            addr, kind, name = line.split()[:3]
+            if kind in "tTwW" and int(addr, 16):
+                text.setdefault(name, int(addr, 16))
+    found = {}
+    for how, env in (("bpf_kallsyms_lookup_name", {}), ("/proc/kallsyms", {"FSTRACE_KSYMS_FROM_PROC": "1"})):
+        out = tmp_path / ("%d.fst" % len(found))
+        subprocess.run([COLLECTOR, "-o", str(out), "--", "true"], check=True, env=dict(os.environ, **env),
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wf = results.load(str(out)).header["work_functions"]
+        assert wf["found_by"] == how
+        found[how] = wf["addresses"]
+    asked, read = found["bpf_kallsyms_lookup_name"], found["/proc/kallsyms"]
+    assert asked == read
+    assert asked["loop_workfn"] and asked["z_erofs_decompressqueue_work"]  # built into this kernel
+    for name, addr in asked.items():
+        assert addr == text.get(name, 0), name
+
+
+def test_bench_median_interval_is_the_order_statistic_one():
+    """make bench-overhead decides each target from the median's distribution-free 95 % interval: the order
+    statistics (x_(k), x_(n+1-k)) with the largest k whose binomial coverage is still at least 95 %."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+    import bench_overhead as B
+    from math import comb
+
+    def coverage(n, k):
+        return 1 - 2 * sum(comb(n, i) for i in range(k)) / 2 ** n
+
+    for n in range(6, 40):
+        xs = [float(10 * i) for i in range(n)][::-1]  # unsorted on purpose
+        lo, hi, cover = B.median_interval(xs)
+        k = int(lo / 10) + 1
+        assert hi == 10 * (n - k) and cover == coverage(n, k) >= 0.95 and coverage(n, k + 1) < 0.95
+    assert B.median_interval([1.0, 2.0, 3.0])[:2] == (1.0, 3.0)  # too few for 95 %: the range
+    assert B.median_interval([1.0, 2.0, 3.0])[2] == 0.75
+    assert B.verdict([0.98, 0.99], 0.97, 0.96) == "met"
+    assert B.verdict([0.90, 0.96], 0.97, 0.96) == "not met"
+    assert B.verdict([0.96, 0.99], 0.97, 0.96).startswith("undecided")
+    assert B.verdict([0.98, 0.99], 0.97, 0.75).startswith("undecided")

@@ -308,6 +308,11 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 	o = jset(h, "task_state", jobj());
 	jset(o, "store", jstr(opt.block_only ? "none" : t->task_storage_on ? "task_storage" : "pid_hash"));
 	jset(o, "why", jstr(opt.block_only ? "--block-only: no requests" : t->task_state_why));
+	o = jset(h, "work_functions", jobj());	/* how the work functions the programs tell apart were found */
+	jset(o, "found_by", jstr(t->ksyms_asked ? "bpf_kallsyms_lookup_name" : "/proc/kallsyms"));
+	json *addrs = jset(o, "addresses", jobj());	/* 0: not in this kernel */
+	for (int i = 0; i < NR_WORK_FNS; i++)
+		jset(addrs, work_fn_names[i], ju64(t->work_fn_addrs[i]));
 	o = jset(h, "request_records", jobj());
 	jset(o, "mode", jstr(opt.records_all ? "all" : opt.records_none ? "none" : "slow"));
 	jset(o, "record_over_ns", ju64((__u64)(opt.record_over_us * 1000.0)));

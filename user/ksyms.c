@@ -11,6 +11,7 @@
 #include <bpf/libbpf.h>
 #include "collect.h"
 #include "ksyms.h"
+#include "ksyms.skel.h"
 
 struct ksym {
 	unsigned long long addr;
@@ -140,4 +141,41 @@ unsigned long long ksym_addr(const char *name)
 		if (!strcmp(ksyms[i].name, name))
 			return ksyms[i].addr;
 	return 0;
+}
+
+/*
+ * Addresses of a few functions by name (0: none), for the programs' configuration, which needs them before
+ * load: asked of the kernel (ksyms.bpf.c, a syscall program: the kernel's kallsyms_lookup_name answers in
+ * microseconds), else found in a read of all of /proc/kallsyms (90 ms here, a third of load+attach).  Returns
+ * whether the kernel answered.
+ */
+bool ksym_addrs(const char *const *names, unsigned long long *addrs, int n)
+{
+	/* a kernel without the helper (before 5.16) refuses the program: not an error, so not logged */
+	libbpf_print_fn_t print = libbpf_set_print(NULL);
+	/* FSTRACE_KSYMS_FROM_PROC: the fallback, on a kernel that has the helper (tests compare the two) */
+	bool helper = n <= FST_KSYM_QUERIES && !getenv("FSTRACE_KSYMS_FROM_PROC");
+	struct ksyms_bpf *s = helper ? ksyms_bpf__open_and_load() : NULL;
+	libbpf_set_print(print);
+	bool asked = false;
+	if (s) {
+		int fd = bpf_map__fd(s->maps.ksym_queries);
+		asked = true;
+		for (__u32 i = 0; i < (__u32)n && asked; i++) {
+			struct fst_ksym_query q = {};
+			strncpy(q.name, names[i], sizeof(q.name) - 1);
+			asked = !bpf_map_update_elem(fd, &i, &q, BPF_ANY);
+		}
+		LIBBPF_OPTS(bpf_test_run_opts, run);
+		asked = asked && !bpf_prog_test_run_opts(bpf_program__fd(s->progs.resolve_ksyms), &run);
+		for (__u32 i = 0; i < (__u32)n && asked; i++) {
+			struct fst_ksym_query q;
+			asked = !bpf_map_lookup_elem(fd, &i, &q);
+			addrs[i] = q.addr;
+		}
+		ksyms_bpf__destroy(s);
+	}
+	for (int i = 0; i < n && !asked; i++)
+		addrs[i] = ksym_addr(names[i]);
+	return asked;
 }

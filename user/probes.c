@@ -136,7 +136,14 @@ static bool offcpu_at_switch_in(void)
 	return T->task_storage_on && opt.sample_hz > 0 && opt.offcpu_sample_us > 0;
 }
 
-/* the same frozen configuration for every object; computed once (kallsyms is long) */
+/* the work functions the programs tell apart (fst_cfg); the second name of a pair is the same function's name on
+ * other kernels, used when the first is absent */
+const char *const work_fn_names[NR_WORK_FNS] = {
+	"loop_rootcg_workfn", "loop_workfn", "z_erofs_decompressqueue_work", "simple_end_io_work",
+	"btrfs_end_bio_work", "btrfs_work_helper", "async_cow_start", "compress_file_range",
+};
+
+/* the same frozen configuration for every object; computed once (BTF lookups, a BPF program run) */
 static void fill_cfg(struct fst_cfg *out)
 {
 	static struct fst_cfg cached;
@@ -148,16 +155,14 @@ static void fill_cfg(struct fst_cfg *out)
 		return;
 	}
 	struct fst_cfg *c = &cached;
-	c->loop_rootcg_workfn = ksym_addr("loop_rootcg_workfn");
-	c->loop_workfn = ksym_addr("loop_workfn");
-	c->erofs_decomp_workfn = ksym_addr("z_erofs_decompressqueue_work");
-	c->btrfs_endio_workfn = ksym_addr("simple_end_io_work");
-	if (!c->btrfs_endio_workfn)
-		c->btrfs_endio_workfn = ksym_addr("btrfs_end_bio_work");
-	c->btrfs_work_helper = ksym_addr("btrfs_work_helper");
-	c->btrfs_compress_fn = ksym_addr("async_cow_start");
-	if (!c->btrfs_compress_fn)
-		c->btrfs_compress_fn = ksym_addr("compress_file_range");
+	unsigned long long *a = T->work_fn_addrs;
+	T->ksyms_asked = ksym_addrs(work_fn_names, a, NR_WORK_FNS);
+	c->loop_rootcg_workfn = a[0];
+	c->loop_workfn = a[1];
+	c->erofs_decomp_workfn = a[2];
+	c->btrfs_endio_workfn = a[3] ? a[3] : a[4];
+	c->btrfs_work_helper = a[5];
+	c->btrfs_compress_fn = a[6] ? a[6] : a[7];
 	const char *compress_fn = func_param_index("btrfs_compress_folios", "total_out") >= 0 ?
 				  "btrfs_compress_folios" : "btrfs_compress_pages";
 	c->btrfs_compress_owner_is_inode = func_param_index(compress_fn, "inode") >= 0;

@@ -12,6 +12,9 @@
 
 struct ring_buffer;
 
+#define NR_WORK_FNS 8
+extern const char *const work_fn_names[NR_WORK_FNS];
+
 /* everything loaded: request tracing (tsk), the filesystems' and the sampling objects may be NULL */
 struct tracer {
 	struct block_bpf *blk;
@@ -23,6 +26,8 @@ struct tracer {
 	char sample_why[160];		/* why sampling is off */
 	bool task_storage_on;		/* per-task state in task-local storage (else a pid hash) */
 	char task_state_why[160];
+	bool ksyms_asked;		/* the work functions' addresses came from the kernel (ksym_addrs) */
+	unsigned long long work_fn_addrs[NR_WORK_FNS];	/* of work_fn_names, 0 = not in this kernel */
 };
 
 struct probe_group {
