@@ -16,6 +16,7 @@ still read; Results.verified says the damage they may carry went unchecked.
 """
 import json
 import math
+import mmap
 import os
 import stat
 import struct
@@ -314,12 +315,13 @@ def dtype_for(layout):
 
 
 def select(records, mask):
-    """records[mask] for a structured record array, copied as rows of bytes: numpy copies a structured
-    selection field by field, about ten times slower (2.3 s against 0.2 s for 2.9 M 216-byte records)."""
+    """records[mask] for a structured record array, copied as rows of bytes by np.compress: numpy copies a
+    structured selection field by field (2.3 s for 2.9 M 216-byte records), and a boolean index of the rows
+    byte by byte (1.1 s for 3.2 M); compress copies whole rows (0.11 s)."""
     if not len(records):
         return records[mask]
     rows = np.ascontiguousarray(records).view(np.uint8).reshape(len(records), records.dtype.itemsize)
-    return rows[mask].view(records.dtype).reshape(-1)
+    return np.compress(mask, rows, axis=0).view(records.dtype).reshape(-1)
 
 
 class Results:
@@ -428,7 +430,14 @@ def load(path):
         header, data_start, fmt = read_header(fp, size)
         pad_len = data_start - fp.tell()
         pad = fp.read(pad_len)
-        blob = fp.read()
+        # the records mapped, not read: reading copied every byte once more (0.35-0.9 s for 700 MB).  A
+        # finished results file is never rewritten in place (the collector links its temporary file under the
+        # name), so the mapping cannot shrink under the arrays.
+        try:
+            blob = memoryview(mmap.mmap(fp.fileno(), 0, prot=mmap.PROT_READ))[data_start:] \
+                if size > data_start else b""
+        except OSError:  # a filesystem that cannot map files
+            blob = fp.read()
     if len(pad) < pad_len:
         raise ResultsError("truncated in the padding after the header")
     if fmt >= 2 and pad.strip(b"\0"):

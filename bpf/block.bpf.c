@@ -171,17 +171,12 @@ struct rq_walk {
 };
 
 /* one bio of a request's chain: fold its queue time and owner into the request */
-static int walk_bio(__u32 i, struct rq_walk *w)
+static __always_inline void fold_bio(struct fst_rq_start *r, struct bio *bio)
 {
-	struct bio *bio = w->bio;
-	struct fst_rq_start *r = w->r;
-	if (!bio)
-		return 1;
-	w->bio = BPF_CORE_READ(bio, bi_next);
 	struct bio_starts_slot *slot = bio_starts_find((__u64)bio);
 	r->nr_bios++;
 	if (!slot)
-		return 0;
+		return;
 	struct fst_bio_start *s = &slot->v;
 	if (!r->ts_queue || s->ts_queue < r->ts_queue)
 		r->ts_queue = s->ts_queue;
@@ -203,6 +198,16 @@ static int walk_bio(__u32 i, struct rq_walk *w)
 		r->charged_bios++;
 	}
 	bio_starts_release(slot);
+}
+
+/* bpf_loop's callback over the rest of the chain: its bios are numbers here, their links read by a helper */
+static int walk_bio(__u32 i, struct rq_walk *w)
+{
+	struct bio *bio = w->bio;
+	if (!bio)
+		return 1;
+	w->bio = BPF_CORE_READ(bio, bi_next);
+	fold_bio(w->r, bio);
 	return 0;
 }
 
@@ -221,9 +226,16 @@ static __always_inline int handle_rq_issue(struct request *rq, bool btf)
 	}
 
 	struct fst_rq_start r = { .ts_issue = now, .stack = -1 };
-	/* bpf_loop, not a C loop: the 6.1 verifier rejects loops that close on a fall-through edge */
 	struct rq_walk w = { .bio = FST_FIELD(btf, rq, bio), .r = &r };
-	bpf_loop(MAX_RQ_BIOS, walk_bio, &w, 0);
+	if (btf && w.bio) {
+		/* the first bio by typed loads (most requests have one): no helper read of its link, no loop */
+		struct bio *first = w.bio;
+		w.bio = first->bi_next;
+		fold_bio(&r, first);
+	}
+	/* bpf_loop, not a C loop: the 6.1 verifier rejects loops that close on a fall-through edge */
+	if (w.bio)
+		bpf_loop(MAX_RQ_BIOS, walk_bio, &w, 0);
 	struct rq_starts_slot *slot = rq_starts_claim((__u64)rq);
 	if (slot)
 		slot->v = r;
@@ -238,10 +250,11 @@ static __always_inline int handle_rq_issue(struct request *rq, bool btf)
 		else
 			bpf_map_update_elem(&loop_owner, &dev, &r.pid, BPF_ANY);
 	}
+	struct task_req *cur = current_req();
 	/* backing-device requests done for a loop request are the same I/O one level down: count it once */
 	if (r.charge == FST_CHARGE_DIRECT)
-		req_note_io(r.pid, FST_FIELD(btf, rq, __data_len));
-	tracer_charge(current_req(), FST_SITE_RQ_ISSUE, now);
+		req_note_io(r.pid, FST_FIELD(btf, rq, __data_len), cur);
+	tracer_charge(cur, FST_SITE_RQ_ISSUE, now);
 	return 0;
 }
 
@@ -415,9 +428,9 @@ static __always_inline void work_queued_by_completion(struct io_cause *io, __u16
 		*io = c->io;	/* dev names the traced device; ts_complete is 0 when its io record was not written */
 }
 
-static __always_inline int handle_work_queue(struct work_struct *work)
+static __always_inline int handle_work_queue(struct work_struct *work, bool btf)
 {
-	__u16 kind = fs_work_kind(work, (__u64)BPF_CORE_READ(work, func));
+	__u16 kind = fs_work_kind(work, (__u64)FST_FIELD(btf, work, func));
 	if (!kind)
 		return 0;
 	struct work_queued_slot *slot = work_queued_claim((__u64)work);
@@ -430,9 +443,9 @@ static __always_inline int handle_work_queue(struct work_struct *work)
 }
 
 /* loop worker context: which loop device a kworker is serving right now; filesystem work: its timing */
-static __always_inline int handle_work_start(struct work_struct *work)
+static __always_inline int handle_work_start(struct work_struct *work, bool btf)
 {
-	__u64 fn = (__u64)BPF_CORE_READ(work, func);
+	__u64 fn = (__u64)FST_FIELD(btf, work, func);	/* every work item of the system: a typed load where it can be */
 	struct loop_device *lo = NULL;
 
 	if (!fn)
@@ -526,16 +539,16 @@ int BPF_PROG(block_rq_complete_raw, struct request *rq, int error, unsigned int 
 { return handle_rq_complete(rq, error, nr_bytes, false); }
 
 SEC("tp_btf/workqueue_execute_start")
-int BPF_PROG(workqueue_execute_start_btf, struct work_struct *work) { return handle_work_start(work); }
+int BPF_PROG(workqueue_execute_start_btf, struct work_struct *work) { return handle_work_start(work, true); }
 SEC("raw_tp/workqueue_execute_start")
-int BPF_PROG(workqueue_execute_start_raw, struct work_struct *work) { return handle_work_start(work); }
+int BPF_PROG(workqueue_execute_start_raw, struct work_struct *work) { return handle_work_start(work, false); }
 
 SEC("tp_btf/workqueue_queue_work")
 int BPF_PROG(workqueue_queue_work_btf, int req_cpu, void *pwq, struct work_struct *work)
-{ return handle_work_queue(work); }
+{ return handle_work_queue(work, true); }
 SEC("raw_tp/workqueue_queue_work")
 int BPF_PROG(workqueue_queue_work_raw, int req_cpu, void *pwq, struct work_struct *work)
-{ return handle_work_queue(work); }
+{ return handle_work_queue(work, false); }
 
 SEC("tp_btf/workqueue_execute_end")
 int BPF_PROG(workqueue_execute_end_btf, struct work_struct *work) { return handle_work_end(); }

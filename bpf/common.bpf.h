@@ -729,8 +729,9 @@ static __always_inline void ios_pending_entries_add(__s64 delta)
 		__sync_fetch_and_add(n, delta);
 }
 
-/* a block request charged to pid was issued: count it in the request the thread is in */
-static __always_inline void req_note_io(__u32 pid, __u32 bytes)
+/* a block request charged to pid was issued: count it in the request the thread is in (cur: the current
+ * thread's state, which the caller has looked up already) */
+static __always_inline void req_note_io(__u32 pid, __u32 bytes, struct task_req *cur)
 {
 	struct task_req *r;
 	if (!cfg.requests)
@@ -738,7 +739,7 @@ static __always_inline void req_note_io(__u32 pid, __u32 bytes)
 	if (!cfg.task_storage) {
 		r = bpf_map_lookup_elem(&task_reqs, &pid);
 	} else if (pid == (__u32)bpf_get_current_pid_tgid()) {
-		r = current_state();
+		r = cur;
 	} else {
 		struct io_pending *p = bpf_map_lookup_elem(&ios_pending, &pid);
 		if (p) {
