@@ -29,7 +29,7 @@ LINK_LIBS := -static -ljson-c -lbpf -lelf -lz -lzstd
 STATIC_FLAG := 1
 endif
 
-.PHONY: all clean vmlinux test bench-overhead vmtest FORCE
+.PHONY: all clean vmlinux test bench-overhead bench-helpers vmtest FORCE
 all: $(OUT)/fstrace-collect
 
 $(OUT):
@@ -69,6 +69,16 @@ test:
 	./scripts/test.sh
 
 # Benchmarks (not tests): tracing overhead, events/s, analysis speed. Writes bench-results/*.json.
+# what each helper and map operation the handlers use costs here (README "Overhead benchmark")
+bench-helpers: $(OUT)/bench-helpers
+	$(OUT)/bench-helpers
+
+$(OUT)/bench_helpers.bpf.o: scripts/bench_helpers.bpf.c vmlinux/$(ARCH)/vmlinux.h | $(OUT)
+	$(CLANG) $(BPF_CFLAGS) -c $< -o $@
+
+$(OUT)/bench-helpers: scripts/bench_helpers.c $(OUT)/bench_helpers.skel.h $(OUT)/link-mode | $(OUT)
+	$(CC) $(USER_CFLAGS) $< -o $@ $(LINK_LIBS)
+
 bench-overhead: all
 	./scripts/setup.sh
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bpftrace libbpf-tools >/dev/null

@@ -20,10 +20,11 @@ repetition, so drift on a shared machine hits all alike):
                     a live system costs the tasks it does not trace (its system-wide hooks; no device traced)
   bpftrace-hist     bpftrace one-liner: block request size histogram
   biolatency        libbpf-tools biolatency
-Then, per case, one run each of fstrace-full and bpftrace-hist with
-kernel.bpf_stats_enabled=1 (off for the throughput runs: it times every BPF
-program run, tracers' alike): each program's cost per event (run_time_ns /
-run_cnt) beside the events per second it handled.  Last, the main command's
+Then, per case, STATS_RUNS runs each of fstrace-full, fstrace-untraced and
+bpftrace-hist with kernel.bpf_stats_enabled=1 (off for the throughput runs: it
+times every BPF program run, tracers' alike): each program's cost per event
+(run_time_ns / run_cnt, the median over the runs, and their range) beside the
+events per second it handled.  Last, the main command's
 own profile: the share of on-CPU samples inside requests that were fstrace's.
 Workloads: fio 4 KiB randread cold (caches dropped), warm (file in the page
 cache, time based), and tar of the tree (cold).  Throughput is the workload's
@@ -207,12 +208,23 @@ class BpfStats:
             f.write(self.was)
 
 
-def probe_costs(info):
-    """[{program, runs, events_per_s, ns_per_event}] from one run with bpf stats on."""
-    span = info.get("span_s") or 0
-    return [{"program": name, "runs": runs, "events_per_s": runs / span if span else None,
-             "ns_per_event": ns / runs if runs else None}
-            for name, runs, ns in sorted(info.get("probes", []), key=lambda p: -p[2]) if runs]
+# runs with bpf stats on per case and configuration: one run's per-event figure moved by a fifth between benches
+STATS_RUNS = 3
+
+
+def probe_costs(infos):
+    """[{program, runs, events_per_s, ns_per_event, ns_per_event_range}] over runs with bpf stats on (infos, one
+    per run): each program's median over the runs it ran in, heaviest first."""
+    per = {}
+    for info in infos:
+        span = info.get("span_s") or 0
+        for name, runs, ns in info.get("probes", []):
+            if runs and span:
+                per.setdefault(name, []).append((runs, runs / span, ns / runs))
+    rows = [{"program": name, "runs": statistics.median(r[0] for r in v),
+             "events_per_s": statistics.median(r[1] for r in v), "ns_per_event": statistics.median(r[2] for r in v),
+             "ns_per_event_range": [min(r[2] for r in v), max(r[2] for r in v)]} for name, v in per.items()]
+    return sorted(rows, key=lambda p: -p["events_per_s"] * p["ns_per_event"])
 
 
 def main_command_profile(cache, scale):
@@ -420,14 +432,17 @@ def main():
             if "fstrace-block" in have and "biolatency" in have:
                 # the two in the same repetition, paired as each is with none
                 res["block_vs_biolatency"] = stats([b / q for b, q in zip(rows["fstrace-block"], rows["biolatency"])])
-            # per-program cost: one run each with the kernel's BPF run-time accounting on
+            # per-program cost: STATS_RUNS runs each, alternating, with the kernel's BPF run-time accounting on
+            stat_cfgs = [c for c in ("fstrace-full", "fstrace-untraced", "bpftrace-hist") if c in have]
+            stat_infos = {c: [] for c in stat_cfgs}
             with BpfStats():
-                for cfg in ("fstrace-full", "fstrace-untraced", "bpftrace-hist"):
-                    if cfg not in have:
-                        continue
-                    if case["cold"]:
-                        drop_caches()
-                    res[cfg]["probe_costs"] = probe_costs(run_one(cfg, case["argv"], case["cwd"], devs, work))
+                for _ in range(STATS_RUNS):
+                    for cfg in stat_cfgs:
+                        if case["cold"]:
+                            drop_caches()
+                        stat_infos[cfg].append(run_one(cfg, case["argv"], case["cwd"], devs, work))
+            for cfg in stat_cfgs:
+                res[cfg]["probe_costs"] = probe_costs(stat_infos[cfg])
             out["cases"][name] = res
         log("analysis speed")
         out["analysis"] = analysis_rate(work, devs, mounts["single"], single_ctx["single_file"])
@@ -461,8 +476,9 @@ def render(out):
             if cfg not in out["configs"]:
                 continue
             for p in r.get("probe_costs") or []:
-                lines.append("  per-event cost %-22s %-18s %-34s %10.0f events/s %8.0f ns/event" % (
-                    case, cfg, p["program"][:34], p["events_per_s"] or 0, p["ns_per_event"] or 0))
+                lo, hi = p.get("ns_per_event_range") or (p["ns_per_event"], p["ns_per_event"])
+                lines.append("  per-event cost %-22s %-18s %-34s %10.0f events/s %8.0f ns/event (%.0f-%.0f)" % (
+                    case, cfg, p["program"][:34], p["events_per_s"] or 0, p["ns_per_event"] or 0, lo, hi))
     for t in out.get("targets", []):
         lines.append("target %-58s %-12s %s %.3f%s%s: %s" % (
             t["what"], t["target"], "median" if "interval" in t else "value", t["median"],
