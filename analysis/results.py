@@ -118,7 +118,7 @@ HEADER_SCHEMA = {
                      "stacks_lost": Opt(INT), "runs": Opt(COUNT), "run_ns": Opt(COUNT)}),
     "tracer_frame_prefix": Opt(str),
     "task_state": Opt({"store": str, "why": str}),
-    "work_functions": Opt({"found_by": str, "addresses": MapOf(COUNT)}),
+    "work_functions": Opt({"found_by": str, "found": MapOf(bool)}),
     "request_records": Opt({"mode": str, "record_over_ns": COUNT}),
     "io_stack_sampling": Opt({"mode": str, "every_ns": COUNT, "unsampled_id": INT}),
     "offcpu": Opt(Null({"walked_at": Opt(str), "sampling": Opt(str), "threshold_ns": Opt(COUNT),
@@ -436,7 +436,7 @@ def load(path):
         try:
             blob = memoryview(mmap.mmap(fp.fileno(), 0, prot=mmap.PROT_READ))[data_start:] \
                 if size > data_start else b""
-        except OSError:  # a filesystem that cannot map files
+        except (OSError, ValueError):  # a filesystem that cannot map files; a file emptied meanwhile
             blob = fp.read()
     if len(pad) < pad_len:
         raise ResultsError("truncated in the padding after the header")

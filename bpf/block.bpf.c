@@ -6,7 +6,8 @@
  * the worker is serving, so the backing device's I/O follows the reader.
  *
  * Every handler has a tp_btf program and a raw_tp twin; the collector enables
- * one of them per tracepoint.  Handlers read only through BPF_CORE_READ so the
+ * one of them per tracepoint.  Handlers read through FST_FIELD (a typed load in
+ * the tp_btf program, BPF_CORE_READ in the raw_tp one) or BPF_CORE_READ, so the
  * same code is valid for both.
  */
 #include "common.bpf.h"
@@ -200,7 +201,8 @@ static __always_inline void fold_bio(struct fst_rq_start *r, struct bio *bio)
 	bio_starts_release(slot);
 }
 
-/* bpf_loop's callback over the rest of the chain: its bios are numbers here, their links read by a helper */
+/* bpf_loop's callback over the rest of the chain: the links are read by a helper (the callback's argument loses
+ * the bio's BTF type), so the tp_btf program folds the first bio itself */
 static int walk_bio(__u32 i, struct rq_walk *w)
 {
 	struct bio *bio = w->bio;

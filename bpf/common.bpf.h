@@ -711,9 +711,11 @@ struct {
 	__type(value, struct io_pending);
 } ios_pending SEC(".maps");
 
-/* entries in ios_pending: while 0 (nearly always), a switch in skips its hash lookup.  An entry added on another
- * CPU just before a switch in that still reads 0 is folded at the thread's next switch in.  A map, not a global:
- * each object's globals are its own, and the adding (block.bpf.c) and folding (tasks.bpf.c) objects differ. */
+/* entries in ios_pending: while 0 (nearly always: an entry is folded at its thread's next switch in, or deleted
+ * when the thread exits), a switch in skips its hash lookup.  An entry added on another CPU just before a switch
+ * in that still reads 0 waits for the thread's next switch in (and counts if that is still in the same request).
+ * A map, not a global: each object's globals are its own, and the adding (block.bpf.c) and folding (tasks.bpf.c)
+ * objects differ. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);

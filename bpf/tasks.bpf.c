@@ -630,6 +630,8 @@ static __always_inline int handle_exit(void)
 	if (!cfg.task_storage)
 		bpf_map_delete_elem(&task_reqs, &pid);
 	bpf_map_delete_elem(&task_inflight, &pid);
+	if (cfg.task_storage && !bpf_map_delete_elem(&ios_pending, &pid))	/* never folded now */
+		ios_pending_entries_add(-1);
 	/* the pid stays in traced_pids: its block I/O may still complete, and pids are not reused that fast */
 	return 0;
 }

@@ -3,7 +3,8 @@
  * make bench-helpers: what each helper and map operation fstrace's handlers use costs on this machine.  Every
  * program sits on tp_btf/sys_enter, returns at once for other processes, and makes N_CALLS of one operation;
  * the driver (bench_helpers.c) attaches one at a time, runs a syscall loop, and takes the kernel's run time per run
- * minus the empty program's, over N_CALLS.  Hot (the same call back to back): a lower bound of what the same
+ * of this process (own_runs counts them; other processes' quick returns are taken out) minus the empty program's,
+ * over N_CALLS.  Hot (the same call back to back): a lower bound of what the same
  * call costs inside a handler that runs cold.
  */
 #include "vmlinux.h"
@@ -15,6 +16,7 @@ char LICENSE[] SEC("license") = "GPL";
 #define N_CALLS 8
 const volatile __u32 tgid = 0;
 volatile __u64 sink;
+__u64 own_runs;		/* runs for this process: one program is attached at a time, and one thread makes them */
 
 struct value {
 	__u64 v[16];
@@ -53,8 +55,8 @@ struct {
 	__uint(max_entries, 1 << 22);
 } ring SEC(".maps");
 
-/* key 1 is in both hashes (helpers.c puts it there) */
-#define OURS() if ((bpf_get_current_pid_tgid() >> 32) != tgid) return 0
+/* key 1 is in both hashes (bench_helpers.c puts it there) */
+#define OURS() if ((bpf_get_current_pid_tgid() >> 32) != tgid) return 0; own_runs++
 #define TIMES(body) _Pragma("unroll") for (int i = 0; i < N_CALLS; i++) { body; } return 0
 
 SEC("tp_btf/sys_enter")

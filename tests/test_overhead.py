@@ -418,10 +418,11 @@ def test_path_based_stat_calls_are_placed_on_their_filesystem(tmp_path, mounted_
     assert len(nrs) == 2, nrs  # both layouts: newfstatat and statx
 
 
-def test_work_function_addresses_from_the_kernel_match_kallsyms(tmp_path):
-    """The work functions' addresses the programs are configured with, asked of the kernel
-    (bpf_kallsyms_lookup_name, which keeps /proc/kallsyms out of load+attach), are the ones /proc/kallsyms lists,
-    and the fallback that reads that file finds the same."""
+def test_work_functions_found_by_the_kernel_and_by_kallsyms_alike(tmp_path):
+    """The work functions the programs are configured with, asked of the kernel (bpf_kallsyms_lookup_name, which
+    keeps /proc/kallsyms out of load+attach), are found exactly where /proc/kallsyms lists them, as the fallback
+    that reads that file finds them.  (Their addresses stay out of the header: they would give away the kernel's
+    KASLR offset.  That they are right shows in the loop and erofs work the other tests see charged and named.)"""
     text = {}
     with open("/proc/kallsyms") as f:
         for line in f:
@@ -435,12 +436,13 @@ def test_work_function_addresses_from_the_kernel_match_kallsyms(tmp_path):
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wf = results.load(str(out)).header["work_functions"]
         assert wf["found_by"] == how
-        found[how] = wf["addresses"]
+        found[how] = wf["found"]
     asked, read = found["bpf_kallsyms_lookup_name"], found["/proc/kallsyms"]
     assert asked == read
     assert asked["loop_workfn"] and asked["z_erofs_decompressqueue_work"]  # built into this kernel
-    for name, addr in asked.items():
-        assert addr == text.get(name, 0), name
+    assert len(asked) == 8
+    for name, there in asked.items():
+        assert there == (name in text), name
 
 
 def test_bench_median_interval_is_the_order_statistic_one():

@@ -310,9 +310,11 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 	jset(o, "why", jstr(opt.block_only ? "--block-only: no requests" : t->task_state_why));
 	o = jset(h, "work_functions", jobj());	/* how the work functions the programs tell apart were found */
 	jset(o, "found_by", jstr(t->ksyms_asked ? "bpf_kallsyms_lookup_name" : "/proc/kallsyms"));
-	json *addrs = jset(o, "addresses", jobj());	/* 0: not in this kernel */
+	/* which of them this kernel has, not where: a kernel address would give away its KASLR offset, and results
+	 * files are made to be copied to other machines */
+	json *found = jset(o, "found", jobj());
 	for (int i = 0; i < NR_WORK_FNS; i++)
-		jset(addrs, work_fn_names[i], ju64(t->work_fn_addrs[i]));
+		jset(found, work_fn_names[i], jbool(t->work_fn_addrs[i] != 0));
 	o = jset(h, "request_records", jobj());
 	jset(o, "mode", jstr(opt.records_all ? "all" : opt.records_none ? "none" : "slow"));
 	jset(o, "record_over_ns", ju64((__u64)(opt.record_over_us * 1000.0)));

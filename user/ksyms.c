@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The kernel's function symbols from /proc/kallsyms: work-function addresses the programs are configured
- * with, and the names of the frames of folded kernel stacks (fstrace's own programs marked).
+ * The kernel's function symbols: the work-function addresses the programs are configured with (asked of the
+ * kernel, ksym_addrs, or from /proc/kallsyms where it cannot answer), and the names of the frames of folded
+ * kernel stacks from /proc/kallsyms (fstrace's own programs marked).
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -26,7 +27,8 @@ static int cmp_ksym(const void *a, const void *b)
 	return x->addr < y->addr ? -1 : x->addr > y->addr;
 }
 
-/* the kernel's function symbols, read once: work-function addresses at start, stack symbols at the end */
+/* the kernel's function symbols from /proc/kallsyms, read once: for the stacks' symbols at the end, and for the
+ * work-function addresses at start only where the kernel cannot be asked (ksym_addrs) */
 void load_ksyms(void)
 {
 	if (ksyms)
