@@ -70,7 +70,9 @@ test:
 
 # Benchmarks (not tests): tracing overhead, events/s, analysis speed. Writes bench-results/*.json.
 # what each helper and map operation the handlers use costs here (README "Overhead benchmark")
-bench-helpers: $(OUT)/bench-helpers
+bench-helpers:
+	./scripts/setup.sh collector
+	$(MAKE) $(OUT)/bench-helpers
 	$(OUT)/bench-helpers
 
 $(OUT)/bench_helpers.bpf.o: scripts/bench_helpers.bpf.c vmlinux/$(ARCH)/vmlinux.h | $(OUT)
