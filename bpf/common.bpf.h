@@ -289,8 +289,9 @@ struct {
 
 /*
  * Off-CPU time of requests fstrace did not keep (found at their exit to be on no traced filesystem: a path-based
- * stat call elsewhere, an openat of a file elsewhere, a failed stat or open), per FST_OFFCPU_REASONS reason: it is in the stacks already, credited while the call slept, so the
- * stacks add up to the kept requests' parts plus this.
+ * stat call elsewhere, an openat of a file elsewhere, a failed stat or open), per FST_OFFCPU_REASONS reason: it
+ * is in the stacks already, credited while the call slept, so the stacks add up to the kept requests' parts
+ * plus this.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -136,11 +136,13 @@ static bool offcpu_at_switch_in(void)
 	return T->task_storage_on && opt.sample_hz > 0 && opt.offcpu_sample_us > 0;
 }
 
-/* the work functions the programs tell apart (fst_cfg); the second name of a pair is the same function's name on
- * other kernels, used when the first is absent */
 const char *const work_fn_names[NR_WORK_FNS] = {
-	"loop_rootcg_workfn", "loop_workfn", "z_erofs_decompressqueue_work", "simple_end_io_work",
-	"btrfs_end_bio_work", "btrfs_work_helper", "async_cow_start", "compress_file_range",
+	[WF_LOOP_ROOTCG] = "loop_rootcg_workfn", [WF_LOOP] = "loop_workfn",
+	[WF_EROFS_DECOMP] = "z_erofs_decompressqueue_work",
+	[WF_BTRFS_ENDIO] = "simple_end_io_work", [WF_BTRFS_ENDIO_61] = "btrfs_end_bio_work",
+	[WF_BTRFS_WORK_HELPER] = "btrfs_work_helper",
+	/* the btrfs_work->func of write compression: async_cow_start on 6.1, compress_file_range since 6.5 */
+	[WF_BTRFS_COMPRESS_61] = "async_cow_start", [WF_BTRFS_COMPRESS] = "compress_file_range",
 };
 
 /* the same frozen configuration for every object; computed once (BTF lookups, a BPF program run) */
@@ -157,12 +159,12 @@ static void fill_cfg(struct fst_cfg *out)
 	struct fst_cfg *c = &cached;
 	unsigned long long *a = T->work_fn_addrs;
 	T->ksyms_asked = ksym_addrs(work_fn_names, a, NR_WORK_FNS);
-	c->loop_rootcg_workfn = a[0];
-	c->loop_workfn = a[1];
-	c->erofs_decomp_workfn = a[2];
-	c->btrfs_endio_workfn = a[3] ? a[3] : a[4];
-	c->btrfs_work_helper = a[5];
-	c->btrfs_compress_fn = a[6] ? a[6] : a[7];
+	c->loop_rootcg_workfn = a[WF_LOOP_ROOTCG];
+	c->loop_workfn = a[WF_LOOP];
+	c->erofs_decomp_workfn = a[WF_EROFS_DECOMP];
+	c->btrfs_endio_workfn = a[WF_BTRFS_ENDIO] ? a[WF_BTRFS_ENDIO] : a[WF_BTRFS_ENDIO_61];
+	c->btrfs_work_helper = a[WF_BTRFS_WORK_HELPER];
+	c->btrfs_compress_fn = a[WF_BTRFS_COMPRESS_61] ? a[WF_BTRFS_COMPRESS_61] : a[WF_BTRFS_COMPRESS];
 	const char *compress_fn = func_param_index("btrfs_compress_folios", "total_out") >= 0 ?
 				  "btrfs_compress_folios" : "btrfs_compress_pages";
 	c->btrfs_compress_owner_is_inode = func_param_index(compress_fn, "inode") >= 0;

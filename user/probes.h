@@ -12,7 +12,12 @@
 
 struct ring_buffer;
 
-#define NR_WORK_FNS 8
+/* the work functions the programs tell apart (fst_cfg): a _61 one is the same function's name on older kernels,
+ * used where the first is absent */
+enum work_fn {
+	WF_LOOP_ROOTCG, WF_LOOP, WF_EROFS_DECOMP, WF_BTRFS_ENDIO, WF_BTRFS_ENDIO_61, WF_BTRFS_WORK_HELPER,
+	WF_BTRFS_COMPRESS_61, WF_BTRFS_COMPRESS, NR_WORK_FNS
+};
 extern const char *const work_fn_names[NR_WORK_FNS];
 
 /* everything loaded: request tracing (tsk), the filesystems' and the sampling objects may be NULL */
