@@ -367,17 +367,26 @@ struct {
  * (cfg.task_storage: a lookup is a pointer walk from the task, no hashing, and a task without state costs
  * one NULL test) or, where the kernel lacks it, in a pid-keyed hash the collector swaps in before load.
  */
-/* what a thread's state keeps from one request to the next (task_req.keep) */
-struct task_keep {
-	__u64 file;		/* the inode (struct inode *) last looked up for a request, and what it said: */
+/* an inode (struct inode *) looked up for a request, and what it said (tasks.bpf.c note_file) */
+struct file_keep {
+	__u64 file;
 	__u64 ino;
 	__u32 sdev;
 	__u16 ftype;
-	__u8 verdict;		/* FST_VERDICT_*: the task filters' answer, when it can be cached */
 	__u8 sdev_traced;	/* sdev passes the filesystem filter (sdev_is_traced) */
-	__u64 user_ip, user_sp;	/* user registers when user_stack was taken (sample.bpf.c); 0: none yet */
+	__u8 agg_slot;		/* sdev's req_agg number + 1 (agg_slot_of), 0: not looked up yet */
+};
+
+/* what a thread's state keeps from one request to the next (task_req.keep) */
+struct task_keep {
+	/* the last two files: a thread that alternates between two (tar between a file and its pipe, cat between
+	 * a pipe and /dev/null) finds both; the one not used last is replaced */
+	struct file_keep files[2];
+	__u8 file_last;		/* files[file_last] was used last */
+	__u8 verdict;		/* FST_VERDICT_*: the task filters' answer, when it can be cached */
+	__u8 pad2[2];
 	__s32 user_stack;
-	__u32 pad2;
+	__u64 user_ip, user_sp;	/* user registers when user_stack was taken (sample.bpf.c); 0: none yet */
 };
 
 struct task_req {
@@ -415,7 +424,8 @@ struct task_req {
 	__u8 in_req;		/* the fields above describe a request in progress */
 	__u8 user_stack_taken;
 	__u8 sdev_traced;	/* sdev passes the filesystem filter: looked up once per request (or kept) */
-	__u8 pad[2];
+	__u8 agg_slot;		/* sdev's req_agg number + 1 (agg_slot_of), 0: not looked up yet */
+	__u8 pad;
 	struct task_keep keep;	/* not reset at a request's start */
 };
 

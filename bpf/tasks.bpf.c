@@ -17,6 +17,34 @@ char LICENSE[] SEC("license") = "GPL";
  * with plain loads; raw_tp's needs a helper call per read */
 #define SYSCALL_ARG(regs, n) (cfg.task_storage ? PT_REGS_PARM##n##_SYSCALL(regs) : PT_REGS_PARM##n##_CORE_SYSCALL(regs))
 
+/* superblock (kernel dev_t) -> its number in req_agg (records.h FST_REQ_AGG_SDEVS), given the first time a
+ * request on it is placed; the collector reads it to name req_agg's entries */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, FST_REQ_AGG_SDEVS);
+	__type(key, __u32);
+	__type(value, __u32);
+} agg_sdevs SEC(".maps");
+
+__u32 agg_sdevs_given;	/* numbers handed out (or tried: a lost race or a full map wastes one) */
+
+/* sdev's req_agg number + 1 (task_req.agg_slot), FST_AGG_SLOT_NONE once FST_REQ_AGG_SDEVS are given: its
+ * requests are then recorded, none counted.  A hash lookup: once per file a thread reads (kept with it) */
+#define FST_AGG_SLOT_NONE 0xff
+static __always_inline __u8 agg_slot_of(__u32 sdev)
+{
+	__u32 *n = bpf_map_lookup_elem(&agg_sdevs, &sdev);
+	if (n)
+		return *n + 1;
+	if (agg_sdevs_given >= FST_REQ_AGG_SDEVS)
+		return FST_AGG_SLOT_NONE;
+	__u32 next = __sync_fetch_and_add(&agg_sdevs_given, 1);
+	if (next < FST_REQ_AGG_SDEVS && !bpf_map_update_elem(&agg_sdevs, &sdev, &next, BPF_NOEXIST))
+		return next + 1;
+	n = bpf_map_lookup_elem(&agg_sdevs, &sdev);	/* another CPU gave it one first */
+	return n ? *n + 1 : FST_AGG_SLOT_NONE;
+}
+
 /* the struct file behind fd in the current task's table, NULL if none: a number, read with helper calls */
 static __always_inline struct file *fd_file(long fd)
 {
@@ -41,9 +69,9 @@ static __always_inline struct file *fd_file(long fd)
 #define FST_FD_CASE(i) case i: return files->fd_array[i];
 #define FST_FD_CASE8(i) FST_FD_CASE(i) FST_FD_CASE(i + 1) FST_FD_CASE(i + 2) FST_FD_CASE(i + 3) \
 	FST_FD_CASE(i + 4) FST_FD_CASE(i + 5) FST_FD_CASE(i + 6) FST_FD_CASE(i + 7)
-static __always_inline struct file *fd_file_btf(long fd)
+static __always_inline struct file *fd_file_btf(struct task_struct *cur, long fd)
 {
-	struct files_struct *files = bpf_get_current_task_btf()->files;
+	struct files_struct *files = cur->files;
 	_Static_assert(sizeof(files->fd_array) / sizeof(files->fd_array[0]) == 64, "fd_array: 64 slots");
 	if (!files || files->fdt != &files->fdtab)	/* grown past the embedded table */
 		return NULL;
@@ -57,34 +85,47 @@ static __always_inline struct file *fd_file_btf(long fd)
 #undef FST_FD_CASE
 
 /*
- * The file's inode, superblock and type.  A thread reads the same file over and over (fio, a cat): what the
- * last inode said is kept in its state and reused when the file's inode is the same object with the same
- * inode number (two reads instead of five).  A struct file's address alone is no key: files are freed and
- * their slab reused at once (a closed /sys file's address came back as fio's data file).  btf: f is a BTF
- * pointer (fd_file_btf), its fields plain loads; else a number read through helper calls.
+ * The file's inode, superblock and type.  A thread reads the same file over and over (fio), or two by turns
+ * (tar, a file and its pipe): what the last two inodes said is kept in its state and reused when the file's
+ * inode is one of those objects with the same inode number (two reads instead of five, and no hash lookup).  A
+ * struct file's address alone is no key: files are freed and their slab reused at once (a closed /sys file's
+ * address came back as fio's data file).  btf: f is a BTF pointer (fd_file_btf), its fields plain loads; else a
+ * number read through helper calls.
  */
-static __always_inline void note_file(struct task_req *r, struct task_keep *keep, struct file *f, bool btf)
+static __always_inline void note_file(struct task_req *r, struct file *f, bool btf)
 {
 	if (!f)
 		return;
+	struct task_keep *keep = &r->keep;
 	struct inode *inode = FST_FIELD(btf, f, f_inode);
 	r->ino = FST_FIELD(btf, inode, i_ino);
-	if (keep && keep->file == (__u64)inode && keep->ino == r->ino) {
-		r->sdev = keep->sdev;
-		r->ftype = keep->ftype;
-		r->sdev_traced = keep->sdev_traced;
+	struct file_keep *k = NULL;
+	if (keep->files[0].file == (__u64)inode && keep->files[0].ino == r->ino) {
+		k = &keep->files[0];
+		keep->file_last = 0;
+	} else if (keep->files[1].file == (__u64)inode && keep->files[1].ino == r->ino) {
+		k = &keep->files[1];
+		keep->file_last = 1;
+	}
+	if (k) {
+		r->sdev = k->sdev;
+		r->ftype = k->ftype;
+		r->sdev_traced = k->sdev_traced;
+		r->agg_slot = k->agg_slot;
 	} else {
 		struct super_block *sb = FST_FIELD(btf, inode, i_sb);
 		r->sdev = FST_FIELD(btf, sb, s_dev);
 		r->ftype = (FST_FIELD(btf, inode, i_mode) >> 12) & 0xf;
 		r->sdev_traced = sdev_is_traced(r->sdev);
-		if (keep) {
-			keep->file = (__u64)inode;
-			keep->ino = r->ino;
-			keep->sdev = r->sdev;
-			keep->ftype = r->ftype;
-			keep->sdev_traced = r->sdev_traced;
-		}
+		r->agg_slot = r->sdev_traced ? agg_slot_of(r->sdev) : 0;
+		keep->file_last = !keep->file_last;
+		k = keep->file_last ? &keep->files[1] : &keep->files[0];
+		k->file = (__u64)inode;
+		k->ino = r->ino;
+		k->sdev = r->sdev;
+		k->ftype = r->ftype;
+		k->sdev_traced = r->sdev_traced;
+		k->agg_slot = r->agg_slot;
 	}
 	if (r->pos < 0 && (r->kind == FST_REQ_READ || r->kind == FST_REQ_WRITE))
 		r->pos = FST_FIELD(btf, f, f_pos);
@@ -125,19 +166,21 @@ static __always_inline void note_statbuf(struct task_req *r)
 	r->ino = ino;
 	r->ftype = (mode >> 12) & 0xf;
 	r->sdev_traced = sdev_is_traced(r->sdev);
+	r->agg_slot = r->sdev_traced ? agg_slot_of(r->sdev) : 0;
 }
 
-/* the file behind fd, noted in the request: through typed loads where it can be (storage mode: tp_btf) */
-static __always_inline void note_fd(struct task_req *r, struct task_keep *keep, long fd)
+/* the file behind fd, noted in the request: through typed loads where it can be (storage mode: tp_btf, cur the
+ * current task's BTF pointer) */
+static __always_inline void note_fd(struct task_req *r, struct task_struct *cur, long fd)
 {
 	if (cfg.task_storage && fd >= 0 && fd < 64) {
-		struct file *f = fd_file_btf(fd);
+		struct file *f = fd_file_btf(cur, fd);
 		if (f) {
-			note_file(r, keep, f, true);
+			note_file(r, f, true);
 			return;
 		}
 	}
-	note_file(r, keep, fd_file(fd), false);
+	note_file(r, fd_file(fd), false);
 }
 
 static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
@@ -145,15 +188,16 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
 	__u16 kind = fst_syscall_kind(id);
 	if (!kind)
 		return 0;
-	struct task_req *r = current_state();
+	/* storage mode: the current task's BTF pointer, taken once (a helper call) for the lookups below */
+	struct task_struct *cur = cfg.task_storage ? bpf_get_current_task_btf() : NULL;
+	struct task_req *r = cfg.task_storage ? bpf_task_storage_get(&task_reqs, cur, 0, 0) : current_state();
 	if (verdict_cacheable()) {
 		if (r && r->keep.verdict == FST_VERDICT_UNTRACED)
 			return 0;
 		if (!r || r->keep.verdict != FST_VERDICT_TRACED) {
 			bool traced = current_is_traced();
 			if (!r)
-				r = bpf_task_storage_get(&task_reqs, bpf_get_current_task_btf(), 0,
-							 BPF_LOCAL_STORAGE_GET_F_CREATE);
+				r = bpf_task_storage_get(&task_reqs, cur, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 			if (r)
 				r->keep.verdict = traced ? FST_VERDICT_TRACED : FST_VERDICT_UNTRACED;
 			if (!traced)
@@ -164,7 +208,7 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
 	}
 
 	if (!r && cfg.task_storage)
-		r = bpf_task_storage_get(&task_reqs, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		r = bpf_task_storage_get(&task_reqs, cur, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!r && !cfg.task_storage) {
 		__u32 pid = (__u32)bpf_get_current_pid_tgid();
 		struct task_req n = {};
@@ -201,7 +245,7 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
 	else if (statbuf_arg == 5)
 		r->statbuf = SYSCALL_ARG(regs, 5);
 	if (fst_syscall_has_fd(id, kind)) {
-		note_fd(r, &r->keep, fd);
+		note_fd(r, cur, fd);
 		if (!r->sdev_traced)
 			return 0;	/* a pipe, /dev/null, another filesystem: no request, and no clock read */
 	}
@@ -220,13 +264,11 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
  * answer needs its parts and latency, not a record each (half a million a second when warm).
  */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, FST_REQ_AGG_MAX);	/* preallocated per CPU (3.6 KiB each): kinds x traced filesystems */
-	__type(key, struct fst_req_agg_key);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FST_REQ_AGG_MAX);	/* 3.6 KiB each per CPU: (agg_sdevs number, kind - 1) */
+	__type(key, __u32);
 	__type(value, struct fst_req_agg);
 } req_agg SEC(".maps");
-
-static const struct fst_req_agg zero_agg;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
@@ -288,14 +330,14 @@ static __always_inline void agg_part(struct fst_req_agg *a, int part, __u64 ns)
 
 static __always_inline bool req_count(struct task_req *r, long ret, __u64 wall)
 {
-	struct fst_req_agg_key k = { .sdev = r->sdev, .kind = r->kind };
-	struct fst_req_agg *a = bpf_map_lookup_elem(&req_agg, &k);
-	if (!a) {
-		bpf_map_update_elem(&req_agg, &k, &zero_agg, BPF_NOEXIST);
-		a = bpf_map_lookup_elem(&req_agg, &k);
-		if (!a)
-			return false;	/* map full: the request is recorded instead */
-	}
+	if (!r->agg_slot)	/* placed by no file (a sync), or its file's number not yet known */
+		r->agg_slot = agg_slot_of(r->sdev);
+	if (r->agg_slot == FST_AGG_SLOT_NONE || r->kind < 1 || r->kind > FST_NR_REQ_KINDS)
+		return false;	/* no number left for its filesystem: the request is recorded instead */
+	__u32 idx = (r->agg_slot - 1) * FST_NR_REQ_KINDS + r->kind - 1;
+	struct fst_req_agg *a = bpf_map_lookup_elem(&req_agg, &idx);
+	if (!a)
+		return false;
 	/* per-CPU: no other CPU writes this copy, so no atomics */
 	a->count++;
 	a->bytes += ret > 0 ? ret : 0;
@@ -328,9 +370,9 @@ static __always_inline int handle_sys_exit(long ret)
 	}
 	r->in_req = 0;
 
-	/* openat: the file is known only once the descriptor exists */
+	/* openat: the file is known only once the descriptor exists (and kept: the reads that follow find it) */
 	if (r->kind == FST_REQ_OPEN && ret >= 0)
-		note_fd(r, NULL, ret);
+		note_fd(r, cfg.task_storage ? bpf_get_current_task_btf() : NULL, ret);
 	/* a path-based stat call: the file is the one whose device and inode the kernel wrote into the buffer */
 	if (r->statbuf && ret == 0)
 		note_statbuf(r);

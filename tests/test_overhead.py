@@ -70,6 +70,53 @@ def test_warm_randread_every_io_recorded_or_counted_none_dropped(warm_randread):
     assert a["requests_counted_in_kernel"] >= cnt["count"]
 
 
+def test_filesystems_beyond_the_counted_aggregate_are_recorded(tmp_path):
+    """req_agg has an entry per (filesystem, kind) for FST_REQ_AGG_SDEVS filesystems, numbered as their first
+    request is counted: reads on two more traced filesystems than that are recorded instead, and every
+    filesystem's recorded + counted reads are exactly the reads done on it."""
+    n_fs = schema.REQ_AGG_SDEVS + 2
+    reads_each = 40
+    mounts = []
+    try:
+        for i in range(n_fs):
+            m = tmp_path / ("fs%d" % i)
+            m.mkdir()
+            subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "fstrace-agg", str(m)], check=True)
+            mounts.append(m)
+            (m / "f").write_bytes(os.urandom(16384))
+        kdevs = [os.major(os.stat(m).st_dev) << schema.MINORBITS | os.minor(os.stat(m).st_dev) for m in mounts]
+        sdev_args = [a for m in mounts for a in ("--sdev", "%d:%d" % (os.major(os.stat(m).st_dev),
+                                                                     os.minor(os.stat(m).st_dev)))]
+        script = ("import os, sys\n"
+                  "for p in sys.argv[1:]:\n"
+                  "    fd = os.open(p, os.O_RDONLY)\n"
+                  "    for i in range(%d):\n"
+                  "        assert len(os.pread(fd, 4096, (i %% 4) * 4096)) == 4096\n"
+                  "    os.close(fd)\n" % reads_each)
+        out = tmp_path / "r.fst"
+        p = subprocess.run([COLLECTOR, "-o", str(out)] + sdev_args +
+                           ["--", "/usr/bin/python3", "-c", script] + [str(m / "f") for m in mounts],
+                           stderr=subprocess.PIPE, text=True)
+        assert p.returncode == 0, p.stderr
+        res = results.load(str(out))
+    finally:
+        for m in mounts:
+            subprocess.run(["umount", str(m)])
+    read = enum_value(res.header, "req_kind", "read")
+    req = res["req"]
+    counted = {}
+    for row in res.header["kernel_aggregates"]["requests_counted"]:
+        if row["kind"] == read:
+            counted[row["sdev"]] = counted.get(row["sdev"], 0) + row["count"]
+    for kdev in kdevs:
+        recorded = int(((req["kind"] == read) & (req["sdev"] == kdev)).sum())
+        assert recorded + counted.get(kdev, 0) == reads_each, (kdev, recorded, counted.get(kdev))
+    # the filesystems read first took the numbers; the last two had none left and were recorded whole
+    assert set(counted) == set(kdevs[:schema.REQ_AGG_SDEVS])
+    assert all(counted[k] > 0 for k in kdevs[:schema.REQ_AGG_SDEVS])
+    exact_partition(res)
+
+
 def test_records_all_streams_every_read_without_drops(warm_randread_all):
     """--records all: one record per read at the warm rate, and still nothing dropped (the reader is woken by
     the fill level and its own timer, never per record)."""

@@ -3,7 +3,7 @@
  * Prometheus text exposition of the in-kernel aggregates (expose.h).  Model: Cloudflare's ebpf_exporter --
  * log2 histograms stay in BPF maps and are converted when read, so nothing per request crosses to user space.
  *
- * Cardinality: request series are per (kind, filesystem) -- at most req_agg's 64 keys -- times the attribution
+ * Cardinality: request series are per (kind, filesystem) -- at most req_agg's FST_REQ_AGG_MAX entries -- times the attribution
  * parts for the time counters; block series per (traced device, op) -- at most 16 devices x 3 ops; one info
  * series per probe.  Histograms have FST_HIST_SLOTS buckets each.
  */
@@ -47,19 +47,31 @@ int percpu_sum_value(int fd, const void *key, void *sum, size_t size)
 	return 0;
 }
 
-int req_agg_sum(int fd, const struct fst_req_agg_key *key, struct fst_req_agg *sum)
+void req_agg_start(struct req_agg_iter *it, int fd, int sdevs_fd)
 {
-	return percpu_sum_value(fd, key, sum, sizeof(*sum));
+	memset(it, 0, sizeof(*it));
+	it->fd = fd;
+	__u32 sdev, next, n;
+	void *prev = NULL;
+	while (fd >= 0 && !bpf_map_get_next_key(sdevs_fd, prev, &next)) {
+		sdev = next;
+		prev = &sdev;
+		if (!bpf_map_lookup_elem(sdevs_fd, &sdev, &n) && n < FST_REQ_AGG_SDEVS) {
+			it->sdev_of[n] = sdev;
+			it->numbered[n] = true;
+		}
+	}
 }
 
-bool req_agg_next(int fd, struct fst_req_agg_key *key, bool *started, struct fst_req_agg *sum)
+bool req_agg_next(struct req_agg_iter *it, struct fst_req_agg_key *key, struct fst_req_agg *sum)
 {
-	struct fst_req_agg_key next;
-	while (!bpf_map_get_next_key(fd, *started ? key : NULL, &next)) {
-		*key = next;
-		*started = true;
-		if (!req_agg_sum(fd, key, sum))
-			return true;
+	for (; it->fd >= 0 && it->pos < FST_REQ_AGG_MAX; it->pos++) {
+		__u32 sdev_n = it->pos / FST_NR_REQ_KINDS;
+		if (!it->numbered[sdev_n] || percpu_sum_value(it->fd, &it->pos, sum, sizeof(*sum)) || !sum->count)
+			continue;
+		*key = (struct fst_req_agg_key){ .sdev = it->sdev_of[sdev_n], .kind = it->pos % FST_NR_REQ_KINDS + 1 };
+		it->pos++;
+		return true;
 	}
 	return false;
 }
@@ -242,20 +254,15 @@ static struct agg_row *agg_row(struct agg_row *rows, int *n, __u32 sdev, __u16 k
 	return &rows[(*n)++];
 }
 
-static void requests(struct jbuf *b, int fd, const __u32 *sdevs, int nr_sdevs)
+static void requests(struct jbuf *b, int fd, int sdevs_fd, const __u32 *sdevs, int nr_sdevs)
 {
 	static struct agg_row rows[MAX_AGG_KEYS];
 	int n = 0;
-	struct fst_req_agg_key key, next;
-	void *prev = NULL;
-	while (fd >= 0 && n < MAX_AGG_KEYS && !bpf_map_get_next_key(fd, prev, &next)) {
-		key = next;
-		prev = &key;
-		if (!req_agg_sum(fd, &key, &rows[n].sum)) {
-			rows[n].key = key;
-			fs_label(key.sdev);
-			n++;
-		}
+	struct req_agg_iter it;
+	req_agg_start(&it, fd, sdevs_fd);
+	while (n < MAX_AGG_KEYS && req_agg_next(&it, &rows[n].key, &rows[n].sum)) {
+		fs_label(rows[n].key.sdev);
+		n++;
 	}
 	/*
 	 * Every (kind, filtered filesystem) is there from the first exposition on, at 0: Prometheus's increase()
@@ -831,7 +838,7 @@ int expose_write(const char *path, const char *om_path, const struct expose_inpu
 {
 	static struct jbuf b, om;	/* reused: their sizes settle at the exposition's, so memory stays flat */
 	b.len = 0;
-	requests(&b, in->maps.req_agg, in->sdevs, in->nr_sdevs);
+	requests(&b, in->maps.req_agg, in->maps.agg_sdevs, in->sdevs, in->nr_sdevs);
 	per_comm(&b, in->maps.comm_agg);
 	filesystems(&b);
 	decompressions(&b);

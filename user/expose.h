@@ -18,6 +18,7 @@ struct diskstat;
 
 struct expose_maps {
 	int req_agg;	/* tasks.bpf.c req_agg (per CPU), -1 without request tracing (--block-only) */
+	int agg_sdevs;	/* tasks.bpf.c agg_sdevs: the superblock of each of req_agg's numbers */
 	int dev_io, drops, io_sums;	/* dev_io: block.bpf.c, indexed by the devices' order in devs */
 	int comm_agg;	/* tasks.bpf.c comm_agg (per CPU), -1 without --per-comm */
 	int losses;	/* block.bpf.c losses (per CPU, records.h FST_LOSSES) */
@@ -59,9 +60,17 @@ int expose_write(const char *path, const char *om_path, const struct expose_inpu
 #define DEV_IO_METRICS 3
 extern const __u32 dev_io_metrics[DEV_IO_METRICS];	/* FST_H_IO_*: the histograms of struct fst_dev_io */
 const __u64 *dev_io_hist(const struct fst_dev_io *io, __u32 metric, __u32 sub);
-int req_agg_sum(int fd, const struct fst_req_agg_key *key, struct fst_req_agg *sum);
-/* the key of req_agg after *key (the first when !*started) and its sum over CPUs; false after the last */
-bool req_agg_next(int fd, struct fst_req_agg_key *key, bool *started, struct fst_req_agg *sum);
+/* a walk over tasks.bpf.c req_agg's entries that have counted a request (its array holds no keys: each entry's
+ * superblock is the one agg_sdevs gave that entry's number) */
+struct req_agg_iter {
+	int fd;
+	__u32 pos;					/* the next entry */
+	__u32 sdev_of[FST_REQ_AGG_SDEVS];		/* agg_sdevs inverted, as it was at the start */
+	bool numbered[FST_REQ_AGG_SDEVS];
+};
+void req_agg_start(struct req_agg_iter *it, int fd, int sdevs_fd);
+/* the next entry's key and its sum over CPUs; false after the last */
+bool req_agg_next(struct req_agg_iter *it, struct fst_req_agg_key *key, struct fst_req_agg *sum);
 /* one key of a per-CPU map whose value is all __u64 counters, summed over CPUs; non-zero when it is gone */
 int percpu_sum_value(int fd, const void *key, void *sum, size_t size);
 /* a per-CPU array's __u64 at idx, summed over CPUs (0 when it cannot be read) */

@@ -113,11 +113,11 @@ static json *json_requests_counted(struct tasks_bpf *tsk)
 		FST_PARTS(PART_NAME)
 #undef PART_NAME
 	};
-	int fd = bpf_map__fd(tsk->maps.req_agg);
 	struct fst_req_agg sum;
 	struct fst_req_agg_key key;
-	bool started = false;
-	while (req_agg_next(fd, &key, &started, &sum)) {
+	struct req_agg_iter it;
+	req_agg_start(&it, bpf_map__fd(tsk->maps.req_agg), bpf_map__fd(tsk->maps.agg_sdevs));
+	while (req_agg_next(&it, &key, &sum)) {
 		json *o = jpush(a, jobj());
 		jset(o, "kind", ju64(key.kind));
 		jset(o, "sdev", ju64(key.sdev));
