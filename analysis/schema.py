@@ -60,7 +60,7 @@ def parts_in(group):
 LAT_SUB_BITS = constant("FST_LAT_SUB_BITS")
 LAT_SLOTS = constant("FST_LAT_SLOTS")
 HIST_SLOTS = constant("FST_HIST_SLOTS")
-REQ_AGG_SDEVS = constant("FST_REQ_AGG_SDEVS")  # filesystems whose requests the kernel can count (req_agg)
+REQ_AGG_MAX = constant("FST_REQ_AGG_MAX")  # (filesystem, kind) pairs whose requests the kernel can count (req_agg)
 FIGURES = frozenset(n for _, _, n in xmacro("FST_FIGURES"))
 DECOMP_FIGURES = frozenset(n for _, _, n in xmacro("FST_DECOMP_FIGURES"))  # per-unit decompression (copy) times
 # encodings of the records' fields; a header carries them (dev_encoding, io_op), older headers did not

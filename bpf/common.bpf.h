@@ -374,7 +374,8 @@ struct file_keep {
 	__u32 sdev;
 	__u16 ftype;
 	__u8 sdev_traced;	/* sdev passes the filesystem filter (sdev_is_traced) */
-	__u8 agg_slot;		/* sdev's req_agg number + 1 (agg_slot_of), 0: not looked up yet */
+	__u8 agg_entry[FST_NR_REQ_KINDS];	/* per kind (from 1): req_agg entry + 1 (agg_entry_of), 0: not yet */
+	__u8 pad[3];
 };
 
 /* what a thread's state keeps from one request to the next (task_req.keep) */
@@ -424,8 +425,8 @@ struct task_req {
 	__u8 in_req;		/* the fields above describe a request in progress */
 	__u8 user_stack_taken;
 	__u8 sdev_traced;	/* sdev passes the filesystem filter: looked up once per request (or kept) */
-	__u8 agg_slot;		/* sdev's req_agg number + 1 (agg_slot_of), 0: not looked up yet */
-	__u8 pad;
+	__u8 agg_entry;		/* req_agg entry + 1 of (sdev, kind) (agg_entry_of), 0: not looked up yet */
+	__u8 keep_file;		/* keep.files index + 1 of its file, 0: none (a path-based stat call) */
 	struct task_keep keep;	/* not reset at a request's start */
 };
 

@@ -604,14 +604,13 @@ struct fst_tracer_site {
 #define FST_MAX_STACKS 16384
 
 /*
- * The counted requests' aggregate (tasks.bpf.c req_agg, preallocated per CPU) has an entry per (superblock, kind):
- * FST_REQ_AGG_SDEVS superblocks, each given a number the first time one of its requests is counted (agg_sdevs),
- * times the FST_NR_REQ_KINDS kinds (numbered from 1).  An array, not a hash keyed by (kind, superblock): its
- * lookup is a few instructions the verifier inlines, where the hash's took 2 % of a warm 4 KiB read.
+ * The counted requests' aggregate (tasks.bpf.c req_agg, preallocated per CPU): an entry per (superblock, kind),
+ * numbered the first time a request of that kind on that superblock is counted (agg_keys).  An array, not a hash
+ * keyed by (kind, superblock): a thread keeps the numbers of the files it reads, and the array's lookup is a few
+ * instructions the verifier inlines, where the hash's took 2 % of a warm 4 KiB read.
  */
-#define FST_NR_REQ_KINDS 6
-#define FST_REQ_AGG_SDEVS 10
-#define FST_REQ_AGG_MAX (FST_REQ_AGG_SDEVS * FST_NR_REQ_KINDS)
+#define FST_REQ_AGG_MAX 64
+#define FST_NR_REQ_KINDS 6	/* FST_REQ_KINDS, numbered from 1 */
 _Static_assert(FST_REQ_SYNC == FST_NR_REQ_KINDS, "FST_NR_REQ_KINDS: the kinds are numbered 1..FST_NR_REQ_KINDS");
 
 

@@ -17,32 +17,43 @@ char LICENSE[] SEC("license") = "GPL";
  * with plain loads; raw_tp's needs a helper call per read */
 #define SYSCALL_ARG(regs, n) (cfg.task_storage ? PT_REGS_PARM##n##_SYSCALL(regs) : PT_REGS_PARM##n##_CORE_SYSCALL(regs))
 
-/* superblock (kernel dev_t) -> its number in req_agg (records.h FST_REQ_AGG_SDEVS), given the first time a
- * request on it is placed; the collector reads it to name req_agg's entries */
+/* (superblock, kind) -> its entry in req_agg, given the first time such a request is counted; the collector reads
+ * it to name req_agg's entries */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, FST_REQ_AGG_SDEVS);
-	__type(key, __u32);
+	__uint(max_entries, FST_REQ_AGG_MAX);
+	__type(key, struct fst_req_agg_key);
 	__type(value, __u32);
-} agg_sdevs SEC(".maps");
+} agg_keys SEC(".maps");
 
-__u32 agg_sdevs_given;	/* numbers handed out (or tried: a lost race or a full map wastes one) */
+__u32 agg_keys_given;	/* entries handed out (or tried: a lost race wastes one) */
 
-/* sdev's req_agg number + 1 (task_req.agg_slot), FST_AGG_SLOT_NONE once FST_REQ_AGG_SDEVS are given: its
- * requests are then recorded, none counted.  A hash lookup: once per file a thread reads (kept with it) */
-#define FST_AGG_SLOT_NONE 0xff
-static __always_inline __u8 agg_slot_of(__u32 sdev)
+/* the req_agg entry + 1 of (sdev, kind) (task_req.agg_entry), FST_AGG_ENTRY_NONE once all FST_REQ_AGG_MAX are
+ * given: such requests are then recorded, none counted.  A hash lookup: once per kind of request on a file a
+ * thread reads (kept with it), once per path-based stat call */
+#define FST_AGG_ENTRY_NONE 0xff
+static __always_inline __u8 agg_entry_of(__u32 sdev, __u16 kind)
 {
-	__u32 *n = bpf_map_lookup_elem(&agg_sdevs, &sdev);
+	struct fst_req_agg_key key = { .sdev = sdev, .kind = kind };
+	__u32 *n = bpf_map_lookup_elem(&agg_keys, &key);
 	if (n)
 		return *n + 1;
-	if (agg_sdevs_given >= FST_REQ_AGG_SDEVS)
-		return FST_AGG_SLOT_NONE;
-	__u32 next = __sync_fetch_and_add(&agg_sdevs_given, 1);
-	if (next < FST_REQ_AGG_SDEVS && !bpf_map_update_elem(&agg_sdevs, &sdev, &next, BPF_NOEXIST))
+	if (agg_keys_given >= FST_REQ_AGG_MAX)
+		return FST_AGG_ENTRY_NONE;
+	__u32 next = __sync_fetch_and_add(&agg_keys_given, 1);
+	if (next < FST_REQ_AGG_MAX && !bpf_map_update_elem(&agg_keys, &key, &next, BPF_NOEXIST))
 		return next + 1;
-	n = bpf_map_lookup_elem(&agg_sdevs, &sdev);	/* another CPU gave it one first */
-	return n ? *n + 1 : FST_AGG_SLOT_NONE;
+	n = bpf_map_lookup_elem(&agg_keys, &key);	/* another CPU gave it one first */
+	return n ? *n + 1 : FST_AGG_ENTRY_NONE;
+}
+
+/* the file's kept req_agg entry of kind (file_keep.agg_entry), NULL for a kind out of range; bounded on the
+ * register that indexes (see slot_inc) */
+static __always_inline __u8 *kept_entry(struct file_keep *k, __u16 kind)
+{
+	__u64 i = (__u64)kind - 1;
+	asm volatile("" : "+r"(i));
+	return i < FST_NR_REQ_KINDS ? &k->agg_entry[i] : NULL;
 }
 
 /* the struct file behind fd in the current task's table, NULL if none: a number, read with helper calls */
@@ -111,13 +122,14 @@ static __always_inline void note_file(struct task_req *r, struct file *f, bool b
 		r->sdev = k->sdev;
 		r->ftype = k->ftype;
 		r->sdev_traced = k->sdev_traced;
-		r->agg_slot = k->agg_slot;
+		__u8 *e = kept_entry(k, r->kind);
+		if (e)
+			r->agg_entry = *e;
 	} else {
 		struct super_block *sb = FST_FIELD(btf, inode, i_sb);
 		r->sdev = FST_FIELD(btf, sb, s_dev);
 		r->ftype = (FST_FIELD(btf, inode, i_mode) >> 12) & 0xf;
 		r->sdev_traced = sdev_is_traced(r->sdev);
-		r->agg_slot = r->sdev_traced ? agg_slot_of(r->sdev) : 0;
 		keep->file_last = !keep->file_last;
 		k = keep->file_last ? &keep->files[1] : &keep->files[0];
 		k->file = (__u64)inode;
@@ -125,8 +137,9 @@ static __always_inline void note_file(struct task_req *r, struct file *f, bool b
 		k->sdev = r->sdev;
 		k->ftype = r->ftype;
 		k->sdev_traced = r->sdev_traced;
-		k->agg_slot = r->agg_slot;
+		__builtin_memset(k->agg_entry, 0, sizeof(k->agg_entry));	/* found when first counted */
 	}
+	r->keep_file = keep->file_last + 1;
 	if (r->pos < 0 && (r->kind == FST_REQ_READ || r->kind == FST_REQ_WRITE))
 		r->pos = FST_FIELD(btf, f, f_pos);
 }
@@ -166,7 +179,6 @@ static __always_inline void note_statbuf(struct task_req *r)
 	r->ino = ino;
 	r->ftype = (mode >> 12) & 0xf;
 	r->sdev_traced = sdev_is_traced(r->sdev);
-	r->agg_slot = r->sdev_traced ? agg_slot_of(r->sdev) : 0;
 }
 
 /* the file behind fd, noted in the request: through typed loads where it can be (storage mode: tp_btf, cur the
@@ -265,7 +277,7 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, FST_REQ_AGG_MAX);	/* 3.6 KiB each per CPU: (agg_sdevs number, kind - 1) */
+	__uint(max_entries, FST_REQ_AGG_MAX);	/* 3.6 KiB each per CPU; the entry of each (superblock, kind): agg_keys */
 	__type(key, __u32);
 	__type(value, struct fst_req_agg);
 } req_agg SEC(".maps");
@@ -330,11 +342,16 @@ static __always_inline void agg_part(struct fst_req_agg *a, int part, __u64 ns)
 
 static __always_inline bool req_count(struct task_req *r, long ret, __u64 wall)
 {
-	if (!r->agg_slot)	/* placed by no file (a sync), or its file's number not yet known */
-		r->agg_slot = agg_slot_of(r->sdev);
-	if (r->agg_slot == FST_AGG_SLOT_NONE || r->kind < 1 || r->kind > FST_NR_REQ_KINDS)
-		return false;	/* no number left for its filesystem: the request is recorded instead */
-	__u32 idx = (r->agg_slot - 1) * FST_NR_REQ_KINDS + r->kind - 1;
+	if (!r->agg_entry) {	/* not kept with its file (the first of its kind there, a path-based stat, a sync) */
+		r->agg_entry = agg_entry_of(r->sdev, r->kind);
+		struct file_keep *k = r->keep_file == 1 ? &r->keep.files[0] : r->keep_file == 2 ? &r->keep.files[1] : NULL;
+		__u8 *e = k ? kept_entry(k, r->kind) : NULL;
+		if (e)
+			*e = r->agg_entry;
+	}
+	if (r->agg_entry == FST_AGG_ENTRY_NONE)
+		return false;	/* every entry given: the request is recorded instead */
+	__u32 idx = r->agg_entry - 1;
 	struct fst_req_agg *a = bpf_map_lookup_elem(&req_agg, &idx);
 	if (!a)
 		return false;

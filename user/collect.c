@@ -143,7 +143,7 @@ static void exposer_init(struct exposer *x, struct tracer *t, __u64 t_start_real
 {
 	x->in.maps = (struct expose_maps){
 		.req_agg = t->tsk ? bpf_map__fd(t->tsk->maps.req_agg) : -1,
-		.agg_sdevs = t->tsk ? bpf_map__fd(t->tsk->maps.agg_sdevs) : -1, .dev_io = bpf_map__fd(t->blk->maps.dev_io),
+		.agg_keys = t->tsk ? bpf_map__fd(t->tsk->maps.agg_keys) : -1, .dev_io = bpf_map__fd(t->blk->maps.dev_io),
 		.drops = bpf_map__fd(t->blk->maps.drops), .io_sums = bpf_map__fd(t->blk->maps.io_sums),
 		.comm_agg = t->tsk && opt.per_comm ? bpf_map__fd(t->tsk->maps.comm_agg) : -1,
 		.losses = bpf_map__fd(t->blk->maps.losses),
@@ -218,7 +218,7 @@ static void trace(struct tracer *t, struct ring_buffer *rb, struct results *res,
 		}
 		if (opt.interval > 0 && now - last_live >= (__u64)(opt.interval * 1e9)) {
 			live_counted(t->tsk ? bpf_map__fd(t->tsk->maps.req_agg) : -1,
-				     t->tsk ? bpf_map__fd(t->tsk->maps.agg_sdevs) : -1);
+				     t->tsk ? bpf_map__fd(t->tsk->maps.agg_keys) : -1);
 			live_print(stdout, (now - last_live) / 1e9, drops_now(t), live_clear);
 			last_live = now;
 		}

@@ -3,7 +3,7 @@
  * Prometheus text exposition of the in-kernel aggregates (expose.h).  Model: Cloudflare's ebpf_exporter --
  * log2 histograms stay in BPF maps and are converted when read, so nothing per request crosses to user space.
  *
- * Cardinality: request series are per (kind, filesystem) -- at most req_agg's FST_REQ_AGG_MAX entries -- times the attribution
+ * Cardinality: request series are per (kind, filesystem) -- at most req_agg's 64 entries -- times the attribution
  * parts for the time counters; block series per (traced device, op) -- at most 16 devices x 3 ops; one info
  * series per probe.  Histograms have FST_HIST_SLOTS buckets each.
  */
@@ -47,18 +47,19 @@ int percpu_sum_value(int fd, const void *key, void *sum, size_t size)
 	return 0;
 }
 
-void req_agg_start(struct req_agg_iter *it, int fd, int sdevs_fd)
+void req_agg_start(struct req_agg_iter *it, int fd, int keys_fd)
 {
 	memset(it, 0, sizeof(*it));
 	it->fd = fd;
-	__u32 sdev, next, n;
+	struct fst_req_agg_key key, next;
+	__u32 n;
 	void *prev = NULL;
-	while (fd >= 0 && !bpf_map_get_next_key(sdevs_fd, prev, &next)) {
-		sdev = next;
-		prev = &sdev;
-		if (!bpf_map_lookup_elem(sdevs_fd, &sdev, &n) && n < FST_REQ_AGG_SDEVS) {
-			it->sdev_of[n] = sdev;
-			it->numbered[n] = true;
+	while (fd >= 0 && !bpf_map_get_next_key(keys_fd, prev, &next)) {
+		key = next;
+		prev = &key;
+		if (!bpf_map_lookup_elem(keys_fd, &key, &n) && n < FST_REQ_AGG_MAX) {
+			it->key_of[n] = key;
+			it->given[n] = true;
 		}
 	}
 }
@@ -66,11 +67,9 @@ void req_agg_start(struct req_agg_iter *it, int fd, int sdevs_fd)
 bool req_agg_next(struct req_agg_iter *it, struct fst_req_agg_key *key, struct fst_req_agg *sum)
 {
 	for (; it->fd >= 0 && it->pos < FST_REQ_AGG_MAX; it->pos++) {
-		__u32 sdev_n = it->pos / FST_NR_REQ_KINDS;
-		if (!it->numbered[sdev_n] || percpu_sum_value(it->fd, &it->pos, sum, sizeof(*sum)) || !sum->count)
+		if (!it->given[it->pos] || percpu_sum_value(it->fd, &it->pos, sum, sizeof(*sum)) || !sum->count)
 			continue;
-		*key = (struct fst_req_agg_key){ .sdev = it->sdev_of[sdev_n], .kind = it->pos % FST_NR_REQ_KINDS + 1 };
-		it->pos++;
+		*key = it->key_of[it->pos++];
 		return true;
 	}
 	return false;
@@ -254,12 +253,12 @@ static struct agg_row *agg_row(struct agg_row *rows, int *n, __u32 sdev, __u16 k
 	return &rows[(*n)++];
 }
 
-static void requests(struct jbuf *b, int fd, int sdevs_fd, const __u32 *sdevs, int nr_sdevs)
+static void requests(struct jbuf *b, int fd, int keys_fd, const __u32 *sdevs, int nr_sdevs)
 {
 	static struct agg_row rows[MAX_AGG_KEYS];
 	int n = 0;
 	struct req_agg_iter it;
-	req_agg_start(&it, fd, sdevs_fd);
+	req_agg_start(&it, fd, keys_fd);
 	while (n < MAX_AGG_KEYS && req_agg_next(&it, &rows[n].key, &rows[n].sum)) {
 		fs_label(rows[n].key.sdev);
 		n++;
@@ -838,7 +837,7 @@ int expose_write(const char *path, const char *om_path, const struct expose_inpu
 {
 	static struct jbuf b, om;	/* reused: their sizes settle at the exposition's, so memory stays flat */
 	b.len = 0;
-	requests(&b, in->maps.req_agg, in->maps.agg_sdevs, in->sdevs, in->nr_sdevs);
+	requests(&b, in->maps.req_agg, in->maps.agg_keys, in->sdevs, in->nr_sdevs);
 	per_comm(&b, in->maps.comm_agg);
 	filesystems(&b);
 	decompressions(&b);

@@ -18,7 +18,7 @@ struct diskstat;
 
 struct expose_maps {
 	int req_agg;	/* tasks.bpf.c req_agg (per CPU), -1 without request tracing (--block-only) */
-	int agg_sdevs;	/* tasks.bpf.c agg_sdevs: the superblock of each of req_agg's numbers */
+	int agg_keys;	/* tasks.bpf.c agg_keys: the (superblock, kind) of each of req_agg's entries */
 	int dev_io, drops, io_sums;	/* dev_io: block.bpf.c, indexed by the devices' order in devs */
 	int comm_agg;	/* tasks.bpf.c comm_agg (per CPU), -1 without --per-comm */
 	int losses;	/* block.bpf.c losses (per CPU, records.h FST_LOSSES) */
@@ -61,14 +61,14 @@ int expose_write(const char *path, const char *om_path, const struct expose_inpu
 extern const __u32 dev_io_metrics[DEV_IO_METRICS];	/* FST_H_IO_*: the histograms of struct fst_dev_io */
 const __u64 *dev_io_hist(const struct fst_dev_io *io, __u32 metric, __u32 sub);
 /* a walk over tasks.bpf.c req_agg's entries that have counted a request (its array holds no keys: each entry's
- * superblock is the one agg_sdevs gave that entry's number) */
+ * is the (superblock, kind) agg_keys gave that entry to) */
 struct req_agg_iter {
 	int fd;
 	__u32 pos;					/* the next entry */
-	__u32 sdev_of[FST_REQ_AGG_SDEVS];		/* agg_sdevs inverted, as it was at the start */
-	bool numbered[FST_REQ_AGG_SDEVS];
+	struct fst_req_agg_key key_of[FST_REQ_AGG_MAX];	/* agg_keys inverted, as it was at the start */
+	bool given[FST_REQ_AGG_MAX];
 };
-void req_agg_start(struct req_agg_iter *it, int fd, int sdevs_fd);
+void req_agg_start(struct req_agg_iter *it, int fd, int keys_fd);
 /* the next entry's key and its sum over CPUs; false after the last */
 bool req_agg_next(struct req_agg_iter *it, struct fst_req_agg_key *key, struct fst_req_agg *sum);
 /* one key of a per-CPU map whose value is all __u64 counters, summed over CPUs; non-zero when it is gone */

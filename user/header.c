@@ -116,7 +116,7 @@ static json *json_requests_counted(struct tasks_bpf *tsk)
 	struct fst_req_agg sum;
 	struct fst_req_agg_key key;
 	struct req_agg_iter it;
-	req_agg_start(&it, bpf_map__fd(tsk->maps.req_agg), bpf_map__fd(tsk->maps.agg_sdevs));
+	req_agg_start(&it, bpf_map__fd(tsk->maps.req_agg), bpf_map__fd(tsk->maps.agg_keys));
 	while (req_agg_next(&it, &key, &sum)) {
 		json *o = jpush(a, jobj());
 		jset(o, "kind", ju64(key.kind));

@@ -177,7 +177,7 @@ void live_print(FILE *out, double interval_s, unsigned long long drops, int clea
 }
 
 /* the live view's share of the counted requests: what each (kind, dev) count grew by since the last view */
-void live_counted(int fd, int sdevs_fd)
+void live_counted(int fd, int keys_fd)
 {
 	static struct {
 		struct fst_req_agg_key key;
@@ -189,7 +189,7 @@ void live_counted(int fd, int sdevs_fd)
 	struct fst_req_agg_key key;
 	struct fst_req_agg sum;
 	struct req_agg_iter it;
-	req_agg_start(&it, fd, sdevs_fd);
+	req_agg_start(&it, fd, keys_fd);
 	while (req_agg_next(&it, &key, &sum)) {
 		int i = 0;
 		while (i < nlast && memcmp(&last[i].key, &key, sizeof(key)))
