@@ -35,6 +35,7 @@ undecided by this run.
 Usage: python3 scripts/bench_overhead.py [--reps N] [--scale S] [--configs A,B] [--out FILE.json]
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -50,10 +51,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from analysis import results, summary  # noqa: E402
-from user.runner import tracing_options  # noqa: E402
+from user.runner import die_with_parent, tracing_options  # noqa: E402
 from user.serve import COLLECTOR_OPTIONS as SERVE_OPTIONS  # noqa: E402
-from user.system import (Cleanup, backing_block_device, dev_numbers, drop_caches, ensure_tracefs, losetup,  # noqa: E402
-                         mount, mount_of, sdev_arg)
+from user.system import (Cleanup, Interrupted, backing_block_device, dev_numbers, drop_caches,  # noqa: E402
+                         ensure_tracefs, install_signal_handlers, losetup, mount, mount_of, sdev_arg)
 from workloads import catalog, dataset, images  # noqa: E402
 
 COLLECTOR = os.path.join(ROOT, "build", "fstrace-collect")
@@ -87,7 +88,15 @@ class Tracer:
 
     def __init__(self, argv):
         before = bpf_prog_ids()
-        self.p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  preexec_fn=die_with_parent)
+        try:
+            self._wait_loaded(argv, before)
+        except BaseException:  # interrupted, or it never loaded: not left running with its programs attached
+            self.stop()
+            raise
+
+    def _wait_loaded(self, argv, before):
         deadline = time.time() + 60
         last = None
         while time.time() < deadline:
@@ -100,7 +109,6 @@ class Tracer:
                 return
             last = now
             time.sleep(0.2)
-        self.stop()
         raise RuntimeError("%s did not load its programs within 60 s" % argv[0])
 
     def prog_stats(self):
@@ -121,6 +129,28 @@ class Tracer:
             self.p.wait()
 
 
+def run_to_end(argv, **kw):
+    """argv to its end in a process group of its own, its output discarded, a failure raised; interrupted, the
+    group is asked to stop (SIGTERM: a collector ends its workload and detaches, fstrace run undoes its mounts, a
+    shell pipeline's every process ends) and waited for, so that nothing still holds a mount unmounted next."""
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent,
+                         start_new_session=True, **kw)
+    try:
+        rc = p.wait()
+    except BaseException:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, sig)
+            try:
+                p.wait(timeout=60)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+        raise
+    if rc:
+        raise subprocess.CalledProcessError(rc, argv)
+
+
 def timed_shell(script, outfile):
     """sh script whose own start/end (ns) are written to outfile, so every configuration is timed alike."""
     return ["sh", "-c", 's=$(date +%%s%%N); %s; e=$(date +%%s%%N); echo $((e - s)) > %s' % (script, outfile)]
@@ -134,7 +164,7 @@ def run_one(config, argv, cwd, devs, work):
     if config in FSTRACE_CONFIGS:
         options = [a.replace("{fst}", fst) for a in FSTRACE_CONFIGS[config]]
         cmd = [COLLECTOR, "-o", fst] + devs + options + ["--"] + argv
-        subprocess.run(cmd, cwd=cwd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        run_to_end(cmd, cwd=cwd)
         res = results.load(fst)
         n = sum(len(a) for a in res.records.values())
         span = (res.header["time"]["end_ns"] - res.header["time"]["start_ns"]) / 1e9
@@ -155,7 +185,7 @@ def run_one(config, argv, cwd, devs, work):
         tracer = Tracer(["biolatency"])
     try:
         t0 = time.monotonic()
-        subprocess.run(argv, cwd=cwd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        run_to_end(argv, cwd=cwd)
         if tracer:
             info = {"probes": tracer.prog_stats(), "span_s": time.monotonic() - t0}
     finally:
@@ -169,7 +199,7 @@ def run_untraced(argv, cwd, fst):
     sleeper = subprocess.Popen(["sleep", "3600"])
     rfd, wfd = os.pipe()
     collector = subprocess.Popen([COLLECTOR, "-o", fst, "--ready-fd", str(wfd), "--pid", str(sleeper.pid)]
-                                 + tracing_options(None), pass_fds=(wfd,),
+                                 + tracing_options(None), pass_fds=(wfd,), preexec_fn=die_with_parent,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     os.close(wfd)
     try:
@@ -177,7 +207,7 @@ def run_untraced(argv, cwd, fst):
             if ready.readline().strip() != "ready":
                 raise RuntimeError("fstrace-untraced: the collector exited before attaching")
         t0 = time.monotonic()
-        subprocess.run(argv, cwd=cwd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        run_to_end(argv, cwd=cwd)
         span = time.monotonic() - t0
     finally:
         collector.send_signal(signal.SIGINT)
@@ -231,9 +261,8 @@ def main_command_profile(cache, scale):
     """The main command's own on-CPU profile: the share of samples inside requests that were fstrace's."""
     out = tempfile.mkdtemp(prefix="fstrace-bench-run-")
     try:
-        subprocess.run([os.path.join(ROOT, "fstrace"), "run", "--fs", "erofs", "--workload", "randread",
-                        "--cache", cache, "--scale", str(scale), "-o", os.path.join(out, "r")], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        run_to_end([os.path.join(ROOT, "fstrace"), "run", "--fs", "erofs", "--workload", "randread",
+                    "--cache", cache, "--scale", str(scale), "-o", os.path.join(out, "r")])
         with open(os.path.join(out, "r", "summary.json")) as f:
             s = json.load(f)
         return {"command": "fstrace run --fs erofs --workload randread", "tracer": s["tracer"],
@@ -255,8 +284,7 @@ def analysis_rate(work, devs, single_mnt, single_file):
     wl = catalog.Fio("bench-analysis", "", "randread", runtime_s=6)
     argv = wl.prepare(single_mnt, work, {"single_file": single_file})
     fst = os.path.join(work, "big.fst")
-    subprocess.run([COLLECTOR, "-o", fst] + devs + FSTRACE_CONFIGS["fstrace-records-all"] + ["--"] + argv,
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run_to_end([COLLECTOR, "-o", fst] + devs + FSTRACE_CONFIGS["fstrace-records-all"] + ["--"] + argv)
     t0 = time.perf_counter()
     res = results.load(fst)
     summary.summarize(res)
@@ -502,4 +530,11 @@ def render(out):
 
 
 if __name__ == "__main__":
-    main()
+    # Ctrl-C, kill or a hangup: the cleanups and finally clauses run (tracers stopped, mounts and loop devices
+    # undone), and the children that hold BPF programs die with this process even when it is SIGKILLed
+    install_signal_handlers()
+    try:
+        main()
+    except Interrupted as e:
+        log("%s; cleaned up, no results written" % e)
+        sys.exit(128 + e.signum)

@@ -512,3 +512,55 @@ def test_bench_median_interval_is_the_order_statistic_one():
     assert B.verdict([0.90, 0.96], 0.97, 0.96) == "not met"
     assert B.verdict([0.96, 0.99], 0.97, 0.96).startswith("undecided")
     assert B.verdict([0.98, 0.99], 0.97, 0.75).startswith("undecided")
+
+
+
+def comm(pid):
+    try:
+        with open("/proc/%s/comm" % pid) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+@pytest.mark.parametrize("config,child", [("fstrace-full", "fstrace-collect"), ("biolatency", "biolatency")])
+def test_bench_overhead_interrupted_leaves_nothing(tmp_path, config, child):
+    """make bench-overhead killed (SIGTERM) while a tracer runs: one line, its exit status, and nothing left of it --
+    no mount, no loop device, no tracer process, no BPF program."""
+    import shutil
+    import sys
+    if child == "biolatency" and not shutil.which("biolatency"):
+        pytest.skip("libbpf-tools' biolatency is not installed (make bench-overhead installs it)")
+    from conftest import CACHE, ROOT, SCALE
+    from test_interrupt_more import children
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import bench_overhead as B
+    loops_before = subprocess.run(["losetup", "-a"], stdout=subprocess.PIPE, text=True).stdout
+    progs_before = B.bpf_prog_ids()
+    bench = subprocess.Popen([os.path.join(ROOT, "build", "venv", "bin", "python3"),
+                              os.path.join(ROOT, "scripts", "bench_overhead.py"), "--reps", "50", "--configs", config,
+                              "--cache", CACHE, "--scale", SCALE, "--out", str(tmp_path / "o.json")],
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 600
+        while child not in [comm(p) for p in children(bench.pid)]:
+            assert bench.poll() is None, bench.stderr.read()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(0.3)  # into its run
+        bench.terminate()
+        err = bench.communicate(timeout=120)[1]
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+            bench.wait()
+    assert bench.returncode == 128 + 15, err
+    assert err.strip().splitlines()[-1] == "bench: interrupted by SIGTERM; cleaned up, no results written"
+    assert not (tmp_path / "o.json").exists()
+    assert "fstrace-bench-" not in open("/proc/self/mounts").read()
+    assert subprocess.run(["losetup", "-a"], stdout=subprocess.PIPE, text=True).stdout == loops_before
+    assert child not in [comm(p) for p in os.listdir("/proc") if p.isdigit()]
+    deadline = time.monotonic() + 10  # an exited process's programs are freed a moment later (RCU)
+    while not B.bpf_prog_ids() <= progs_before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert B.bpf_prog_ids() <= progs_before

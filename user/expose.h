@@ -60,8 +60,8 @@ int expose_write(const char *path, const char *om_path, const struct expose_inpu
 #define DEV_IO_METRICS 3
 extern const __u32 dev_io_metrics[DEV_IO_METRICS];	/* FST_H_IO_*: the histograms of struct fst_dev_io */
 const __u64 *dev_io_hist(const struct fst_dev_io *io, __u32 metric, __u32 sub);
-/* a walk over tasks.bpf.c req_agg's entries that have counted a request (its array holds no keys: each entry's
- * is the (superblock, kind) agg_keys gave that entry to) */
+/* a walk over tasks.bpf.c req_agg's entries that have counted a request (the array holds no keys: an entry's key
+ * is the (superblock, kind) agg_keys gave it to) */
 struct req_agg_iter {
 	int fd;
 	__u32 pos;					/* the next entry */

@@ -92,7 +92,7 @@ def run_collector(argv, cwd, interrupt_ends=False, on_ready=None):
         argv = argv[:1] + ["--ready-fd", str(ready_w)] + argv[1:]
     # should this process be SIGKILLed, the collector is told (SIGTERM) and ends its workload; the next
     # fstrace start kills it if it is still there (it is recorded with what the run made)
-    p = subprocess.Popen(argv, cwd=cwd, preexec_fn=_die_with_parent, pass_fds=(ready_w,) if on_ready else ())
+    p = subprocess.Popen(argv, cwd=cwd, preexec_fn=die_with_parent, pass_fds=(ready_w,) if on_ready else ())
     c = Cleanup()
     c.push("stop collector", lambda: None, record={"kind": "process", "pid": p.pid, "start": proc_start(p.pid)})
     try:
@@ -130,7 +130,8 @@ def _stop_collector(p, timeout_s=30):
             return p.wait()
 
 
-def _die_with_parent():
+def die_with_parent():
+    """preexec_fn of a child that must not outlive this process (a collector, a tracer): SIGTERM at its death."""
     import ctypes
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
