@@ -426,7 +426,7 @@ struct task_req {
 	__u8 user_stack_taken;
 	__u8 sdev_traced;	/* sdev passes the filesystem filter: looked up once per request (or kept) */
 	__u8 agg_entry;		/* req_agg entry + 1 of (sdev, kind) (agg_entry_of), 0: not looked up yet */
-	__u8 keep_file;		/* keep.files index + 1 of its file, 0: none (a path-based stat call) */
+	__u8 keep_file;		/* keep.files index + 1 of its file, 0: none (a path-based stat call, a sync) */
 	struct task_keep keep;	/* not reset at a request's start */
 };
 

@@ -138,6 +138,7 @@ static __always_inline void note_file(struct task_req *r, struct file *f, bool b
 		k->ftype = r->ftype;
 		k->sdev_traced = r->sdev_traced;
 		__builtin_memset(k->agg_entry, 0, sizeof(k->agg_entry));	/* found when first counted */
+		r->agg_entry = 0;
 	}
 	r->keep_file = keep->file_last + 1;
 	if (r->pos < 0 && (r->kind == FST_REQ_READ || r->kind == FST_REQ_WRITE))
@@ -277,7 +278,7 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, FST_REQ_AGG_MAX);	/* 3.6 KiB each per CPU; the entry of each (superblock, kind): agg_keys */
+	__uint(max_entries, FST_REQ_AGG_MAX);	/* 5.5 KiB each per CPU; the entry of each (superblock, kind): agg_keys */
 	__type(key, __u32);
 	__type(value, struct fst_req_agg);
 } req_agg SEC(".maps");
@@ -346,7 +347,7 @@ static __always_inline bool req_count(struct task_req *r, long ret, __u64 wall)
 		r->agg_entry = agg_entry_of(r->sdev, r->kind);
 		struct file_keep *k = r->keep_file == 1 ? &r->keep.files[0] : r->keep_file == 2 ? &r->keep.files[1] : NULL;
 		__u8 *e = k ? kept_entry(k, r->kind) : NULL;
-		if (e)
+		if (e && r->agg_entry != FST_AGG_ENTRY_NONE)	/* none may be a race for the last entry: asked again */
 			*e = r->agg_entry;
 	}
 	if (r->agg_entry == FST_AGG_ENTRY_NONE)

@@ -53,8 +53,9 @@ sys.path.insert(0, ROOT)
 from analysis import results, summary  # noqa: E402
 from user.runner import die_with_parent, tracing_options  # noqa: E402
 from user.serve import COLLECTOR_OPTIONS as SERVE_OPTIONS  # noqa: E402
-from user.system import (Cleanup, Interrupted, backing_block_device, dev_numbers, drop_caches,  # noqa: E402
-                         ensure_tracefs, install_signal_handlers, losetup, mount, mount_of, sdev_arg)
+from user.system import (Cleanup, FstraceError, Interrupted, backing_block_device, dev_numbers,  # noqa: E402
+                         drop_caches, ensure_tracefs, install_signal_handlers, losetup, mount, mount_of,
+                         sdev_arg, signals_held, write_json_atomic)
 from workloads import catalog, dataset, images  # noqa: E402
 
 COLLECTOR = os.path.join(ROOT, "build", "fstrace-collect")
@@ -138,14 +139,15 @@ def run_to_end(argv, **kw):
     try:
         rc = p.wait()
     except BaseException:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, sig)
-            try:
-                p.wait(timeout=60)
-                break
-            except subprocess.TimeoutExpired:
-                pass
+        with signals_held():  # a second Ctrl-C must not cut the wait short: the mount is undone next
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, sig)
+                try:
+                    p.wait(timeout=60)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
         raise
     if rc:
         raise subprocess.CalledProcessError(rc, argv)
@@ -196,7 +198,7 @@ def run_one(config, argv, cwd, devs, work):
 
 def run_untraced(argv, cwd, fst):
     """The workload beside a collector that traces another process (attach --pid, default options)."""
-    sleeper = subprocess.Popen(["sleep", "3600"])
+    sleeper = subprocess.Popen(["sleep", "3600"], preexec_fn=die_with_parent)
     rfd, wfd = os.pipe()
     collector = subprocess.Popen([COLLECTOR, "-o", fst, "--ready-fd", str(wfd), "--pid", str(sleeper.pid)]
                                  + tracing_options(None), pass_fds=(wfd,), preexec_fn=die_with_parent,
@@ -480,8 +482,7 @@ def main():
     out["main_command"] = main_command_profile(args.cache, args.scale)
     out["targets"] = targets(out)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(out, f, indent=1)
+    write_json_atomic(args.out, out, indent=1)
     print(render(out))
     log("wrote " + args.out)
 
@@ -532,9 +533,12 @@ def render(out):
 if __name__ == "__main__":
     # Ctrl-C, kill or a hangup: the cleanups and finally clauses run (tracers stopped, mounts and loop devices
     # undone), and the children that hold BPF programs die with this process even when it is SIGKILLed
-    install_signal_handlers()
+    install_signal_handlers(keep_ignored=True)
     try:
         main()
     except Interrupted as e:
         log("%s; cleaned up, no results written" % e)
         sys.exit(128 + e.signum)
+    except FstraceError as e:
+        log("error: %s" % e)
+        sys.exit(1)

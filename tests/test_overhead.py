@@ -103,7 +103,9 @@ def test_requests_beyond_the_counted_aggregate_are_recorded(tmp_path):
     read = enum_value(res.header, "req_kind", "read")
     req = res["req"]
     rows = res.header["kernel_aggregates"]["requests_counted"]
-    assert len(rows) == schema.REQ_AGG_MAX  # every entry given, each to one (filesystem, kind)
+    # every entry given, each to one (filesystem, kind): none wasted, as the workload is one thread (CPUs racing
+    # for the same key can waste one)
+    assert len(rows) == schema.REQ_AGG_MAX
     assert len({(r["sdev"], r["kind"]) for r in rows}) == len(rows)
     counted = {r["sdev"]: r["count"] for r in rows if r["kind"] == read}
     for kdev in kdevs:
@@ -558,7 +560,8 @@ def test_bench_overhead_interrupted_leaves_nothing(tmp_path, config, child):
     assert err.strip().splitlines()[-1] == "bench: interrupted by SIGTERM; cleaned up, no results written"
     assert not (tmp_path / "o.json").exists()
     assert "fstrace-bench-" not in open("/proc/self/mounts").read()
-    assert subprocess.run(["losetup", "-a"], stdout=subprocess.PIPE, text=True).stdout == loops_before
+    loops_after = subprocess.run(["losetup", "-a"], stdout=subprocess.PIPE, text=True).stdout
+    assert set(loops_after.splitlines()) <= set(loops_before.splitlines())
     assert child not in [comm(p) for p in os.listdir("/proc") if p.isdigit()]
     deadline = time.monotonic() + 10  # an exited process's programs are freed a moment later (RCU)
     while not B.bpf_prog_ids() <= progs_before and time.monotonic() < deadline:

@@ -29,10 +29,12 @@ def _raise_interrupted(signum, frame):
     raise Interrupted(signum)
 
 
-def install_signal_handlers():
-    signal.signal(signal.SIGINT, _raise_interrupted)
-    signal.signal(signal.SIGTERM, _raise_interrupted)
-    signal.signal(signal.SIGHUP, _raise_interrupted)
+def install_signal_handlers(keep_ignored=False):
+    """SIGINT, SIGTERM and SIGHUP raise Interrupted; keep_ignored: not those ignored at the start (nohup, a
+    shell's background job), so that a long run started that way is not stopped by a logout."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        if not keep_ignored or signal.getsignal(sig) != signal.SIG_IGN:
+            signal.signal(sig, _raise_interrupted)
 
 
 @contextlib.contextmanager
