@@ -51,7 +51,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from analysis import results, summary  # noqa: E402
-from user.runner import die_with_parent, tracing_options  # noqa: E402
+from user.runner import die_with_parent, stop_process, tracing_options  # noqa: E402
 from user.serve import COLLECTOR_OPTIONS as SERVE_OPTIONS  # noqa: E402
 from user.system import (Cleanup, FstraceError, Interrupted, backing_block_device, dev_numbers,  # noqa: E402
                          drop_caches, ensure_tracefs, install_signal_handlers, losetup, mount, mount_of,
@@ -122,12 +122,7 @@ class Tracer:
         return out
 
     def stop(self):
-        self.p.send_signal(signal.SIGINT)
-        try:
-            self.p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
+        stop_process(self.p)
 
 
 def run_to_end(argv, **kw):
@@ -212,8 +207,7 @@ def run_untraced(argv, cwd, fst):
         run_to_end(argv, cwd=cwd)
         span = time.monotonic() - t0
     finally:
-        collector.send_signal(signal.SIGINT)
-        collector.wait()
+        stop_process(collector)
         sleeper.kill()
         sleeper.wait()
     res = results.load(fst)

@@ -102,14 +102,14 @@ def run_collector(argv, cwd, interrupt_ends=False, on_ready=None):
                 on_ready()
         rc = p.wait()
     except Interrupted:
-        rc = _stop_collector(p)
+        rc = stop_process(p)
         if not interrupt_ends:
             raise
     finally:
         if ready_r is not None:
             os.close(ready_r)
         if p.returncode is None:  # any other way out: the collector must not outlive this (nor keep the mount)
-            _stop_collector(p)
+            stop_process(p)
         c.run()
         delayacct_sweep()  # a collector that was killed could not give task_delayacct back itself
     if rc < 0:
@@ -118,9 +118,9 @@ def run_collector(argv, cwd, interrupt_ends=False, on_ready=None):
         raise FstraceError("collector failed (exit %d); see its message above" % rc)
 
 
-def _stop_collector(p, timeout_s=30):
-    """Ask the collector to finish (SIGINT) and wait for it; SIGKILL after timeout_s.  Signals are held off
-    meanwhile: a second Ctrl-C (or a SIGTERM, SIGHUP) must not leave it running on the mount."""
+def stop_process(p, timeout_s=30):
+    """Ask a collector or a tracer to finish (SIGINT) and wait for it; SIGKILL after timeout_s.  Signals are held
+    off meanwhile: a second Ctrl-C (or a SIGTERM, SIGHUP) must not leave it running on the mount."""
     with signals_held():
         p.send_signal(signal.SIGINT)
         try:
