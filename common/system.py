@@ -24,6 +24,18 @@ class FstraceError(Exception):
     """An error the user can act on; printed as one line."""
 
 
+def shown(text):
+    """A name from outside (a path, a tar member, a link target) as it may be printed on one line: control
+    characters and undecodable bytes escaped (a trailing newline in a name would split the error line, an
+    escape sequence would rewrite the terminal), anything else as it is."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii")
+                   if ord(c) < 0xd800 or ord(c) > 0xdfff else "\\x%02x" % (ord(c) - 0xdc00)
+                   for c in text)
+
+
 def run(argv, **kw):
     """Run a command; a failure becomes an FstraceError naming the command and its last stderr line."""
     kw.setdefault("stdout", subprocess.PIPE)

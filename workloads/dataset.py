@@ -14,10 +14,12 @@ mtimes, so the same bytes appear everywhere.  The dataset id is a SHA-256 over
 import hashlib
 import json
 import os
+import posixpath
 import random
 import shutil
+import stat
 
-from common.system import FstraceError, cache_lock
+from common.system import FstraceError, cache_lock, shown
 from workloads.catalog import tree_files
 
 GENERATOR_VERSION = 1
@@ -158,7 +160,7 @@ def _fix_dir_times(root):
 
 
 def tree_id(root):
-    """SHA-256 over (path, mode, size, content) of every regular file, sorted by path."""
+    """SHA-256 over (path, mode, size, content) of every file, sorted by path (a symlink's content is its target)."""
     h = hashlib.sha256()
     entries = []
     for dirpath, _, filenames in os.walk(root):
@@ -169,6 +171,11 @@ def tree_id(root):
         p = os.path.join(root, rel)
         st = os.lstat(p)
         h.update(b"%s\0%o\0%d\0" % (rel.encode(), st.st_mode & 0o7777, st.st_size))
+        if stat.S_ISLNK(st.st_mode):  # a link is its target's text, never what it points at
+            h.update(os.readlink(p).encode(errors="surrogateescape"))
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            continue
         with open(p, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 h.update(block)
@@ -241,14 +248,176 @@ def _has_data(root):
 
 def _refuse_empty(src):
     raise FstraceError("--dataset %s holds no files with data (only empty files, links or directories): "
-                       "nothing to read" % src)
+                       "nothing to read" % shown(src))
+
+
+def _refuse(src, member, why):
+    raise FstraceError("--dataset %s: refused: member %s %s" % (shown(src), shown(member), why))
+
+
+def _inside(rel):
+    """rel (a path relative to the destination, '/'-separated) names something inside it: not absolute, and no
+    '..' that climbs out."""
+    if rel.startswith("/") or rel.startswith("\\"):
+        return False
+    norm = posixpath.normpath(rel)
+    return norm != ".." and not norm.startswith("../")
+
+
+def _member_name(src, m):
+    """The member's path relative to the destination, or a refusal: absolute names and '..' are never
+    rewritten into something else, as GNU tar and Python's filters would; a user's tarball that has them is not
+    a tree to build an image of."""
+    name = m.name
+    if name.startswith("/"):
+        _refuse(src, name, "has an absolute name")
+    if ".." in name.split("/"):
+        _refuse(src, name, "has '..' in its name")
+    norm = posixpath.normpath(name)
+    return "" if norm == "." else norm
+
+
+def _no_link_on_the_way(src, dest, rel):
+    """No directory of rel's path under dest is a symlink: extraction never writes through a link (a symlink
+    member followed by a member beneath it is how a tarball writes outside its directory)."""
+    parts = rel.split("/")[:-1]
+    path = dest
+    for i, part in enumerate(parts):
+        path = os.path.join(path, part)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return
+        if stat.S_ISLNK(st.st_mode):
+            _refuse(src, rel, "lies beneath symlink %s" % shown("/".join(parts[:i + 1])))
+        if not stat.S_ISDIR(st.st_mode):
+            _refuse(src, rel, "lies beneath %s, which is not a directory" % shown("/".join(parts[:i + 1])))
+
+
+def _clear(path):
+    """Remove a non-directory at path (a later member of the same name replaces it, as tar does)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(path)
+    os.unlink(path)
+
+
+# the permission bits a member keeps: no set-id or sticky bit (refused or dropped), and no group or other write
+# (the cache is root's, and an image built from it should not hand out write bits its maker chose)
+_KEEP_BITS = 0o755
+
+
+def safe_extract(tar, dest, src):
+    """Unpack an untrusted tarball into dest, member by member, whatever the Python version: regular files,
+    directories, symlinks and hard links that stay inside dest, nothing else.  Refused, with one line naming the
+    member: absolute names, '..', paths beneath a symlink, symlinks whose target is absolute or leaves dest, hard
+    links to anything but a regular file unpacked before them, device nodes, FIFOs and other special files, and
+    set-user-id or set-group-id bits.  Nothing is written outside dest, and no link is followed while writing."""
+    dirs = []
+    links = []
+    for m in tar:
+        rel = _member_name(src, m)
+        if not rel:  # the archive's own top directory ("." or "./")
+            continue
+        if m.mode & (stat.S_ISUID | stat.S_ISGID):
+            _refuse(src, m.name, "has a set-user-id or set-group-id bit")
+        if not (m.isreg() or m.isdir() or m.issym() or m.islnk()):
+            kind = ("a character device" if m.ischr() else "a block device" if m.isblk() else
+                    "a FIFO" if m.isfifo() else "a special file")
+            _refuse(src, m.name, "is %s (only regular files, directories and symlinks are unpacked)" % kind)
+        _no_link_on_the_way(src, dest, rel)
+        path = os.path.join(dest, rel)
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        if m.isdir():
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                os.mkdir(path, 0o700)
+            else:
+                if not stat.S_ISDIR(st.st_mode):
+                    os.unlink(path)
+                    os.mkdir(path, 0o700)
+            dirs.append((path, m))
+        elif m.issym():
+            target = m.linkname
+            if target.startswith("/"):
+                _refuse(src, m.name, "is a symlink to an absolute path (%s)" % shown(target))
+            if not _inside(posixpath.join(posixpath.dirname(rel), target)):
+                _refuse(src, m.name, "is a symlink that leaves the tree (to %s)" % shown(target))
+            _clear(path)
+            os.symlink(target, path)
+            links.append((path, m))
+        elif m.islnk():
+            target = m.linkname
+            if target.startswith("/") or ".." in target.split("/"):
+                _refuse(src, m.name, "is a hard link outside the tree (to %s)" % shown(target))
+            tpath = os.path.join(dest, posixpath.normpath(target))
+            _no_link_on_the_way(src, dest, posixpath.normpath(target))
+            try:
+                tst = os.lstat(tpath)
+            except FileNotFoundError:
+                tst = None
+            if tst is None or not stat.S_ISREG(tst.st_mode):
+                _refuse(src, m.name, "is a hard link to %s, which is not a regular file unpacked before it"
+                        % shown(target))
+            _clear(path)
+            os.link(tpath, path, follow_symlinks=False)
+        else:
+            _clear(path)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "wb") as out:
+                f = tar.extractfile(m)
+                shutil.copyfileobj(f, out, 1 << 20)
+                os.fchmod(out.fileno(), m.mode & _KEEP_BITS)
+            os.utime(path, (m.mtime, m.mtime), follow_symlinks=False)
+        if m.issym():
+            os.utime(path, (m.mtime, m.mtime), follow_symlinks=False)
+    # a symlink inside whose target goes through another symlink can still resolve outside (sub/s -> ..,
+    # sub/t -> s/../..): checked on the unpacked tree, where every link now exists
+    real_dest = os.path.realpath(dest)
+    for path, m in links:
+        real = os.path.realpath(path)
+        if real != real_dest and not real.startswith(real_dest + os.sep):
+            _refuse(src, m.name, "is a symlink that resolves outside the tree (to %s)" % shown(m.linkname))
+    # directories last, deepest first: a directory without write or search permission is filled before it
+    # gets its mode
+    for path, m in sorted(dirs, key=lambda d: d[0].count(os.sep), reverse=True):
+        os.chmod(path, m.mode & _KEEP_BITS)
+        os.utime(path, (m.mtime, m.mtime))
+
+
+def check_tree(src, root):
+    """A user's directory is untrusted input as a tarball is: device nodes, FIFOs, sockets and set-id files are
+    refused with one line naming the entry (mkfs would copy them into the image).  Symlinks are kept as links,
+    never followed, wherever they point."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            rel = os.path.relpath(p, root)
+            if stat.S_ISLNK(st.st_mode):
+                continue
+            if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+                kind = ("a character device" if stat.S_ISCHR(st.st_mode) else "a block device"
+                        if stat.S_ISBLK(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else
+                        "a socket" if stat.S_ISSOCK(st.st_mode) else "a special file")
+                raise FstraceError("--dataset %s: refused: %s is %s (only regular files, directories and "
+                                   "symlinks are built into images)" % (shown(src), shown(rel), kind))
+            if st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+                raise FstraceError("--dataset %s: refused: %s has a set-user-id or set-group-id bit"
+                                   % (shown(src), shown(rel)))
 
 
 def from_user(src, cache_dir, progress=None):
-    """--dataset DIR|TARBALL: use the user's tree (a tarball is unpacked once into the cache)."""
+    """--dataset DIR|TARBALL: use the user's tree (a tarball is unpacked once into the cache, safely:
+    safe_extract)."""
     src = os.path.abspath(src)
     if os.path.isdir(src):
         root = src
+        check_tree(src, root)
     elif os.path.isfile(src):
         import tarfile
         key = hashlib.sha256(("%s:%d:%d" % (src, os.path.getsize(src), int(os.path.getmtime(src)))).encode()).hexdigest()[:16]
@@ -257,31 +426,32 @@ def from_user(src, cache_dir, progress=None):
         with cache_lock(root):  # two runs unpacking the same tarball: one unpacks, the other waits
             if not os.path.isdir(root):
                 if progress:
-                    progress("dataset: unpacking %s" % src)
+                    progress("dataset: unpacking %s" % shown(src))
                 tmp = root + ".partial"
                 shutil.rmtree(tmp, ignore_errors=True)
-                os.makedirs(tmp)
+                # no wider than the tarball: a tarball other users cannot read unpacks where they cannot look
+                os.makedirs(tmp, mode=0o755 if os.stat(src).st_mode & stat.S_IROTH else 0o700)
                 try:
                     with tarfile.open(src) as t:
-                        t.extractall(tmp, filter="tar") if hasattr(tarfile, "data_filter") else t.extractall(tmp)
+                        safe_extract(t, tmp, src)
                 except BaseException as e:
                     shutil.rmtree(tmp, ignore_errors=True)
                     if isinstance(e, tarfile.ReadError):  # its message lists every method tried, one a line
                         raise FstraceError("--dataset %s: cannot unpack as a tarball: not a tar archive "
-                                           "(plain, gzip, bzip2 or xz)" % src)
+                                           "(plain, gzip, bzip2 or xz)" % shown(src))
                     if isinstance(e, (tarfile.TarError, EOFError, OSError)):
                         raise FstraceError("--dataset %s: cannot unpack as a tarball: %s"
-                                           % (src, str(e).splitlines()[0] if str(e) else type(e).__name__))
+                                           % (shown(src), shown(str(e).splitlines()[0]) if str(e) else type(e).__name__))
                     raise
                 if not _has_data(tmp):  # refused before it becomes a cache entry
                     shutil.rmtree(tmp, ignore_errors=True)
                     _refuse_empty(src)
                 os.rename(tmp, root)
     else:
-        raise FstraceError("--dataset %s: no such file or directory" % src)
+        raise FstraceError("--dataset %s: no such file or directory" % shown(src))
     if not _has_data(root):
         _refuse_empty(src)
     if progress:
-        progress("dataset: hashing %s" % root)
+        progress("dataset: hashing %s" % shown(root))
     tid = tree_id(root)
     return root, {"id": "user-" + tid[:16], "tree_id": tid, "source": src}

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import struct
 import subprocess
 import tempfile
@@ -383,8 +384,28 @@ def verify(fs, o, image):
     return got
 
 
+def world_readable(src):
+    """Every file (and directory) under src can be read by any user: only then may what is made from it (an
+    image, an unpacked copy) be readable by any user.  A tree with one private file gives private images."""
+    st = os.stat(src)
+    if not st.st_mode & stat.S_IROTH:
+        return False
+    if not stat.S_ISDIR(st.st_mode):
+        return True
+    for dirpath, dirnames, filenames in os.walk(src):
+        for name in dirnames + filenames:
+            st = os.lstat(os.path.join(dirpath, name))
+            if stat.S_ISLNK(st.st_mode):
+                continue
+            need = stat.S_IROTH | (stat.S_IXOTH if stat.S_ISDIR(st.st_mode) else 0)
+            if st.st_mode & need != need:
+                return False
+    return True
+
+
 def ensure_image(fs, opts, src, dataset_id, cache_dir, progress=None):
-    """Build (or reuse) the image of src; returns its record (dict)."""
+    """Build (or reuse) the image of src; returns its record (dict).  The image file is readable by every user
+    only when every file of src is (world_readable): anyone who can read an image can read every file in it."""
     o = normalize(fs, opts)
     version = tool_version(fs)
     key = hashlib.sha256(json.dumps([dataset_id, fs, o, version], sort_keys=True).encode()).hexdigest()[:12]
@@ -392,7 +413,9 @@ def ensure_image(fs, opts, src, dataset_id, cache_dir, progress=None):
     os.makedirs(d, exist_ok=True)
     image = os.path.join(d, "%s-%s.img" % (label(fs, o), key))
     with cache_lock(image):  # the same new image asked for by two runs: one builds it, the other waits
-        return _ensure_image(fs, o, version, image, src, dataset_id, progress)
+        rec = _ensure_image(fs, o, version, image, src, dataset_id, progress)
+        os.chmod(image, 0o644 if world_readable(src) else 0o600)  # also an image cached before this rule
+        return rec
 
 
 def _ensure_image(fs, o, version, image, src, dataset_id, progress):
@@ -408,6 +431,9 @@ def _ensure_image(fs, o, version, image, src, dataset_id, progress):
     tmp = image + ".partial"
     if os.path.exists(tmp):
         os.unlink(tmp)
+    # made private before mkfs writes into it (the tools keep an existing file's mode): until ensure_image
+    # has looked at the source, nobody else may read what goes in
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     t0 = time.monotonic()
     try:
         if fs in ("erofs", "squashfs"):
@@ -460,7 +486,8 @@ def alignment_unit(fs, o):
 
 
 def mount_options(fs, o, writable=False):
-    base = "rw" if writable else "ro"
+    # nosuid, nodev: an image made from a user's tree never grants privileges or devices, whatever it holds
+    base = ("rw" if writable else "ro") + ",nosuid,nodev"
     if fs == "btrfs":
         return base + ("" if o["compress"] == "none" else ",compress=" + o["compress"])
     return base
