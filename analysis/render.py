@@ -32,7 +32,7 @@ def render_summary(s, full=True):
     return report.terminal_safe(report.render(s, full))
 
 
-def analyse(res, gt, fst, full=True):
+def analyse(res, gt, fst, full=True, baseline=None):
     """(summary, terminal report) of a loaded results file.  The header's types, the layouts and the bounds
     were checked on loading; content that still does not fit the analysis (a format 1 file damaged where
     nothing could tell, or values no collector writes) is one line, not a traceback."""
@@ -40,6 +40,8 @@ def analyse(res, gt, fst, full=True):
     try:
         s = summary.summarize(res, gt)
         s["failed_requests"] = failed_requests(res)
+        if baseline is not None:  # the untraced run, kept in summary.json: the results file has no trace of it
+            s["baseline"] = baseline
         text = render_summary(s, full)
     except (ArithmeticError, AttributeError, IndexError, KeyError, TypeError, ValueError, MemoryError) as e:
         why = ("results format %d has no checksums: the file is probably damaged" % res.format if not res.verified

@@ -485,7 +485,13 @@ def inside(base, name, named_in=None):
 
 # what `report` reads from the JSON files next to results: their other fields are rendered or recomputed
 SUMMARY_SCHEMA = {"ground_truth": Opt(Null({"read_bytes": Opt(Int(0)), "write_bytes": Opt(Int(0)),
-                                             "ios": Opt(Int(0))}))}
+                                             "ios": Opt(Int(0))})),
+                  # the untraced run (user/runner.py compare_with_baseline): what the verdict prints of it
+                  "baseline": Opt(Null({"why": Opt(str), "method": Opt(str), "wall_s": Opt(float),
+                                        "traced_ratio": Opt(Null(float)),
+                                        "throughput_bytes_per_s": Opt(Null(float)),
+                                        "traced_throughput_bytes_per_s": Opt(Null(float)),
+                                        "latency_us": Opt(Null({"p50": float, "p99": float}))}))}
 BENCH_SCHEMA = {"rows": ListOf({"dir": str, "run": INT, "workload": str, "label": str}),
                 "dataset_id": Null(str), "cache": Null(str), "runs": INT, "kernel": Null(str),
                 "images": ListOf({"part": str, "label": str, "bytes": INT, "ratio_to_uncompressed": float,

@@ -40,6 +40,10 @@ def row_from_summary(s):
         "loop_unseen_requests": loop.get("unseen_requests"),
         "pagecache_misses": s["reads"].get("pagecache_misses", 0) + s["metadata"]["open_getdents"].get(
             "pagecache_misses", 0),
+        # the same run untraced (runner.run_untraced): what the configuration does with no tracer attached
+        "untraced_wall_s": (s.get("baseline") or {}).get("wall_s"),
+        "untraced_throughput_bytes_per_s": (s.get("baseline") or {}).get("throughput_bytes_per_s"),
+        "traced_ratio": (s.get("baseline") or {}).get("traced_ratio"),
     }
 
 
@@ -120,6 +124,17 @@ def render_bench(doc):
                 "%.1f" % (m["loop_mean_bytes"] / 1024) if m["loop_mean_bytes"] else "-",
                 "%.0f%%" % m["loop_aligned_4k_pct"] if m["loop_aligned_4k_pct"] is not None else "-",
                 m["pagecache_misses"]))
+    costs = [(k, [r.get("traced_ratio") for r in v]) for k, v in groups.items()]
+    costs = [(k, [x for x in v if x is not None]) for k, v in costs]
+    if any(v for _, v in costs):
+        w("")
+        w("untraced beside traced (each run also ran untraced, in the same cache state, order alternating)")
+        w("  %-18s %-26s %16s %10s" % ("workload", "config", "untraced time s", "traced/untraced throughput"))
+        for (wl, label), rows in groups.items():
+            ratios = [r["traced_ratio"] for r in rows if r.get("traced_ratio") is not None]
+            walls = [r["untraced_wall_s"] for r in rows if r.get("untraced_wall_s") is not None]
+            w("  %-18s %-26s %16s %10s" % (wl, label, _time(statistics.median(walls)) if walls else "-",
+                                           "%.3f" % statistics.median(ratios) if ratios else "-"))
     w("")
     w("ioWait/onCPU/kwork/lock/other: shares of the time spent in requests on the image (median run; stat workloads: "
       "in their stat calls, all paths); kwork: asleep while a kworker ran filesystem work that woke the "

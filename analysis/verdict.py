@@ -88,6 +88,23 @@ def reads_line(s):
     return line
 
 
+def baseline_line(s):
+    """The untraced run's throughput and latency first, then what tracing cost (runner.compare_with_baseline)."""
+    b = s.get("baseline")
+    if b is None:
+        return None
+    if b.get("traced_ratio") is None:
+        return "  untraced baseline: unavailable (%s)" % b.get("why", "no figure to compare")
+    cost = "tracing cost %.1f %% of throughput" % ((1 - b["traced_ratio"]) * 100)
+    if b.get("throughput_bytes_per_s") is None:
+        return "  untraced: %.3f s wall; traced: %.3f s (%s)" % (b["wall_s"], s["wall_s"], cost)
+    line = "  untraced: %s/s" % size(b["throughput_bytes_per_s"])
+    if b.get("latency_us"):
+        line += ", latency p50 %s, p99 %s" % (us(b["latency_us"]["p50"]), us(b["latency_us"]["p99"]))
+    return line + "; traced: %s/s = %.3f of untraced (%s; %s)" % (
+        size(b["traced_throughput_bytes_per_s"]), b["traced_ratio"], cost, b["method"])
+
+
 def ground_truth_line(s):
     gt = s.get("ground_truth") or {}
     said = []
@@ -211,7 +228,11 @@ def tier_groups(s):
 
 def lines(s):
     """The verdict, as lines (no trailing newlines)."""
-    out = [headline(s), reads_line(s)]
+    out = [headline(s)]
+    base = baseline_line(s)
+    if base:  # the truth first: what the workload does with nothing attached
+        out.append(base)
+    out.append(reads_line(s))
     gt = ground_truth_line(s)
     if gt:
         out.append(gt)

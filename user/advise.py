@@ -146,7 +146,7 @@ def _advise(args, mix, workloads, configs, droot, manifest, cache, outdir):
         sub = "uncapped" if cap is None else "iops-%d" % cap
         os.makedirs(os.path.join(outdir, sub))
         docs[sub] = bench.measure(configs, workloads, droot, manifest, cache, os.path.join(outdir, sub), args.runs,
-                                  iops_cap=cap, imgs=imgs, clock=clock)
+                                  iops_cap=cap, imgs=imgs, clock=clock, baseline=False)
     adv = advice.advise(docs["uncapped"], mix, parts)
     capped = advice.advise(docs["iops-%d" % args.iops_cap], mix, parts) if args.iops_cap else None
     text = advice.render(adv, mix, capped, args.iops_cap)

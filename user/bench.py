@@ -136,10 +136,12 @@ def _duration(s):
 
 
 def measure(configs, workloads, droot, manifest, cache, outdir, runs, warm=False, iops_cap=None, imgs=None,
-            clock=None):
+            clock=None, baseline=True):
     """Every workload on every configuration, runs times, into the bench directory outdir (bench.json, bench.csv,
     tables.txt and one results directory per run); returns the bench document.  imgs: the image table, if the
-    caller has built it already; clock: a RunClock shared by several matrices (advise's uncapped and capped)."""
+    caller has built it already; clock: a RunClock shared by several matrices (advise's uncapped and capped);
+    baseline: each run also runs untraced, before the traced run in odd runs and after it in even ones, so that
+    neither order's cache or clock effects favour one side."""
     from analysis import tables
     from workloads import images
     if imgs is None:
@@ -153,7 +155,8 @@ def measure(configs, workloads, droot, manifest, cache, outdir, runs, warm=False
                                                      ", IOPS cap %d" % iops_cap if iops_cap else ""))
         rundir = os.path.join(outdir, label, wl.name, "run-%d" % run)
         s = run_once(fs, opts, wl, droot, manifest, cache, ResultsDir(rundir), warm=warm,
-                     tools=tool_versions(fs, wl), iops=iops_cap)
+                     tools=tool_versions(fs, wl), iops=iops_cap,
+                     baseline=("before" if run % 2 else "after") if baseline else None)
         # the time of a run whose reads failed (a corrupt image) is the time of errors: no row, no ranking
         check_workload_ok(s, "%s on %s, run %d: stopped, nothing kept" % (wl.name, label, run))
         rows.append(dict(tables.row_from_summary(s), run=run, dir=os.path.relpath(rundir, outdir)))
@@ -175,7 +178,8 @@ def measure(configs, workloads, droot, manifest, cache, outdir, runs, warm=False
 def _bench(args, configs, workloads, droot, manifest, cache, outdir):
     """The bench into outdir (the bench directory's .partial: it is complete only once renamed)."""
     progress("bench: %d configurations x %d workloads x %d runs" % (len(configs), len(workloads), args.runs))
-    measure(configs, workloads, droot, manifest, cache, outdir, args.runs, warm=args.warm, iops_cap=args.iops_cap)
+    measure(configs, workloads, droot, manifest, cache, outdir, args.runs, warm=args.warm, iops_cap=args.iops_cap,
+            baseline=not getattr(args, "no_baseline", False))
     with open(os.path.join(outdir, "tables.txt")) as f:
         sys.stdout.write(f.read())
     write_html(os.path.join(outdir, "report.html"), sets_html("fstrace bench: dataset %s" % manifest["id"],

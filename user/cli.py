@@ -57,7 +57,7 @@ def cmd_run(args):
     droot, manifest = resolve_dataset(args)
     summary = run_once(args.fs, opts, wl, droot, manifest, os.path.abspath(args.cache), outdir,
                        warm=args.warm, direct_io=not args.no_direct_io, tools=tools, iops=args.iops_cap,
-                       trace_opts=tracing_options(args))
+                       trace_opts=tracing_options(args), baseline=None if args.no_baseline else "before")
     sys.stdout.write(render_summary(summary, full=False))
     warn_if_nothing_seen(summary)
     check_workload_ok(summary, "results (of a failing run) in %s" % outdir.outdir)
@@ -200,9 +200,9 @@ def report_bench(bench_dir):
     rows = []
     for r in doc["rows"]:
         rundir = in_dir(bench_dir, r["dir"], bench)
-        gt = load_doc(os.path.join(rundir, "summary.json"), results.SUMMARY_SCHEMA).get("ground_truth")
+        stored = load_doc(os.path.join(rundir, "summary.json"), results.SUMMARY_SCHEMA)
         fst = in_dir(rundir, "results.fst")
-        s, _ = analyse(load_results(fst), gt, fst)
+        s, _ = analyse(load_results(fst), stored.get("ground_truth"), fst, baseline=stored.get("baseline"))
         rows.append(dict(tables.row_from_summary(s), run=r["run"], dir=r["dir"]))
     doc["rows"] = rows
     sys.stdout.write(report.terminal_safe(tables.render_bench(doc)))
@@ -220,11 +220,11 @@ def cmd_report(args):
         return rc
     fst = in_dir(path, "results.fst") if os.path.isdir(path) else path
     res = load_results(fst)
-    gt = None
+    stored = {}
     spath = os.path.join(os.path.dirname(fst), "summary.json")
     if os.path.lexists(spath):
-        gt = load_doc(spath, results.SUMMARY_SCHEMA).get("ground_truth")
-    s, text = analyse(res, gt, fst, args.full)
+        stored = load_doc(spath, results.SUMMARY_SCHEMA)
+    s, text = analyse(res, stored.get("ground_truth"), fst, args.full, baseline=stored.get("baseline"))
     sys.stdout.write(text)
     if args.html:
         write_html(args.html, run_html(s, res))
@@ -299,6 +299,8 @@ def build_parser():
     r.add_argument("--dataset", help="directory or tarball to use instead of the built-in dataset")
     r.add_argument("--scale", type=float, default=1.0, help=argparse.SUPPRESS)  # small datasets for tests
     r.add_argument("--warm", action="store_true", help="trace a warm-cache run (default: caches dropped)")
+    r.add_argument("--no-baseline", action="store_true",
+                   help="skip the untraced run of the same workload that the traced one is compared with")
     r.add_argument("--no-direct-io", action="store_true", help="buffered loop device (backing file cached too)")
     r.add_argument("--iops-cap", type=int, help="cap the image device at this many IOPS (block throttling), "
                    "e.g. 3000 for seed 000's cloud disk")
@@ -328,6 +330,8 @@ def build_parser():
     b.add_argument("--workload", help="comma-separated workloads (default with --preset: the preset's)")
     b.add_argument("--runs", type=int, default=3, help="runs of each (default %(default)s)")
     b.add_argument("--warm", action="store_true", help="warm-cache runs")
+    b.add_argument("--no-baseline", action="store_true",
+                   help="skip each run's untraced twin (its order alternates: before the traced run, then after)")
     b.add_argument("--iops-cap", type=int, help="cap the image device at this many IOPS")
     b.add_argument("--dataset", help="directory or tarball instead of the built-in dataset")
     b.add_argument("--scale", type=float, default=1.0, help=argparse.SUPPRESS)

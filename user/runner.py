@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 from analysis.render import failed_requests, flamegraph_specs, run_html, write_html
 from user.system import (Cleanup, FstraceError, Interrupted, backing_block_device, delayacct_sweep, dev_numbers,
@@ -136,9 +137,85 @@ def die_with_parent():
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+def bpf_program_names():
+    """Names of the BPF programs loaded on the system now (bpftool), or None where bpftool cannot say."""
+    try:
+        p = subprocess.run(["bpftool", "-j", "prog", "show"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                           text=True, timeout=30)
+        return sorted({prog.get("name", "") for prog in json.loads(p.stdout or "[]")}) if p.returncode == 0 else None
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+
+
+def _fio_latency_us(gt):
+    """fio's own completion latency percentiles (p50, p99) in microseconds, or None."""
+    pct = ((gt or {}).get("clat_ns") or {}).get("percentile") or {}
+    p50, p99 = pct.get("50.000000"), pct.get("99.000000")
+    return {"p50": p50 / 1e3, "p99": p99 / 1e3} if p50 is not None and p99 is not None else None
+
+
+def run_untraced(wl, mnt, ctx, bdir, cgroups, warm):
+    """The workload once with nothing attached, in the traced run's cache state (caches dropped first for a cold
+    run; a warm run follows the warming run): the truth the traced run is compared with.  Its own output
+    (fio.json, file lists) goes to bdir.  Returns what it measured, with the BPF programs loaded as it ended
+    (programs_at_end) so that a result can show no tracer was attached meanwhile."""
+    wl_argv = wl.prepare(mnt, bdir, ctx)
+    argv = in_cgroup(wl_argv, cgroups) if cgroups else wl_argv
+    if not warm:
+        drop_caches()
+    progress("running %s untraced (the baseline; --no-baseline skips it)" % wl.name)
+    t0 = time.monotonic()
+    # its own process group: ended whole should this be interrupted (the run's cgroup is too, at cleanup)
+    p = subprocess.Popen(argv, cwd=mnt, stdout=subprocess.DEVNULL, start_new_session=True)
+    try:
+        p.wait()
+    finally:
+        if p.returncode is None:
+            with signals_held():
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    wall = time.monotonic() - t0
+    programs = bpf_program_names()
+    gt = wl.ground_truth(bdir, ctx) if p.returncode == 0 else {}
+    return {"wall_s": wall, "exit_status": p.returncode, "ground_truth": gt, "programs_at_end": programs,
+            "cache": "warm" if warm else "cold"}
+
+
+def compare_with_baseline(base, s):
+    """The untraced run's throughput and latency beside the traced one's, measured alike: fio's own bandwidth and
+    completion latency for fio, bytes the workload read over its wall time otherwise."""
+    gt, bgt = s.get("ground_truth") or {}, base["ground_truth"]
+    out = dict(base)
+    if base["exit_status"] != 0:
+        out["why"] = "the untraced run exited with status %d" % base["exit_status"]
+        return out
+    if "bw_bytes" in bgt and "bw_bytes" in gt:
+        out["method"] = "fio's own bandwidth and completion latency, untraced and traced"
+        out["throughput_bytes_per_s"], traced = bgt["bw_bytes"], gt["bw_bytes"]
+        out["latency_us"], out["traced_latency_us"] = _fio_latency_us(bgt), _fio_latency_us(gt)
+    elif bgt.get("read_bytes") and gt.get("read_bytes") and s.get("wall_s"):
+        out["method"] = "bytes the workload read over its wall time, untraced and traced"
+        out["throughput_bytes_per_s"] = bgt["read_bytes"] / base["wall_s"]
+        traced = gt["read_bytes"] / s["wall_s"]
+    elif s.get("wall_s"):
+        out["method"] = "the workload's wall time, untraced and traced (it reports no bytes of its own)"
+        out["throughput_bytes_per_s"] = None
+        out["traced_ratio"] = base["wall_s"] / s["wall_s"]
+        return out
+    else:
+        out["why"] = "the traced run has no wall time"
+        return out
+    out["traced_throughput_bytes_per_s"] = traced
+    out["traced_ratio"] = traced / out["throughput_bytes_per_s"] if out["throughput_bytes_per_s"] else None
+    return out
+
+
 def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io=True, tools=None, iops=None,
-             trace_opts=None):
+             trace_opts=None, baseline="before"):
     """Build (or reuse) the image, mount it, run one workload under tracing; returns its summary.
+
+    baseline: "before" or "after" the traced run, the same workload runs once untraced in the same cache state
+    (run_untraced; summary "baseline"); None: not (its reason is in the summary).
 
     Write workloads get a fresh, empty image instead.  outdir (a ResultsDir) appears only when complete; an
     error or interrupt leaves no mount, loop device, cgroup or partial output."""
@@ -199,22 +276,39 @@ def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io
             elif warm:
                 progress("warming the page cache with one untraced run")
                 subprocess.run(argv, cwd=mnt, stdout=subprocess.DEVNULL, check=False)
+            if wl.writes:
+                base = {"why": "a write workload: an untraced run would change the image the traced run writes"}
+            elif baseline is None:
+                base = {"why": "not run (--no-baseline)"}
             else:
+                bdir = os.path.join(tmp, "baseline")
+                os.makedirs(bdir)
+                if baseline == "before":
+                    base = run_untraced(wl, mnt, ctx, bdir, cgroups, warm)
+                # the traced run's own output must not be mistaken for the baseline's, nor the reverse
+            if not wl.writes and not warm:
                 drop_caches()
             progress("running %s on %s (%s)" % (wl.name, image["label"], dev))
             run_collector([COLLECTOR, "-o", os.path.join(partial, "results.fst"), "-m", meta_path, "--progress"] +
                           (trace_opts or tracing_options(None)) + devs + ["--"] + argv, cwd=mnt)
-        summary = write_summary(partial, wl, ctx)
+            if baseline == "after" and not wl.writes:
+                base = run_untraced(wl, mnt, ctx, bdir, cgroups, warm)
+            if "wall_s" in base:
+                base["order"] = baseline
+        summary = write_summary(partial, wl, ctx, baseline=base)
     return summary
 
 
-def write_summary(resdir, wl=None, ctx=None):
-    """summary.json, the on-CPU flamegraph (SVG + folded) and the Perfetto timeline of a results directory."""
+def write_summary(resdir, wl=None, ctx=None, baseline=None):
+    """summary.json, the on-CPU flamegraph (SVG + folded) and the Perfetto timeline of a results directory.
+    baseline: run_untraced's measurement (or why there is none), compared with the traced run."""
     from analysis import flamegraph, results, summary, timeline
     res = results.load(os.path.join(resdir, "results.fst"))
     gt = wl.ground_truth(resdir, ctx) if wl else None
     s = summary.summarize(res, gt)
     s["failed_requests"] = failed_requests(res)
+    if baseline is not None:
+        s["baseline"] = compare_with_baseline(baseline, s) if "wall_s" in baseline else baseline
     # a full disk here is one line naming the file (ENOSPC names none); the directory is removed after it
     with writing(os.path.join(resdir, "summary.json")):
         write_json_atomic(os.path.join(resdir, "summary.json"), s, indent=1, sort_keys=True)
