@@ -675,6 +675,84 @@ def unavailable(res):
     return out
 
 
+# two-sided 95 % Student t quantiles by degrees of freedom (1-30); beyond, the normal's
+_T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+
+
+def t95(df):
+    return _T95[df - 1] if df <= len(_T95) else 1.96
+
+
+def window_weights(length_ns, window_ns, grace_ns):
+    """How many requests each seen one stands for, beyond 1/fraction (user/window.c says why): a request no
+    longer than the grace is seen whenever it starts inside a window; a longer one only if it starts early
+    enough to end before sys_exit is detached, W + G - L of W."""
+    length = np.asarray(length_ns, dtype=np.float64)
+    room = np.maximum(window_ns + grace_ns - length, 1.0)
+    return np.where(length <= grace_ns, 1.0, window_ns / np.minimum(room, window_ns))
+
+
+def request_windows(res, kind="read"):
+    """--budget: the requests of kind the windows saw, weighted up to the whole traced time, with a 95 %
+    interval; None-free figures only where the collector windowed its hooks."""
+    rw = res.header.get("request_windows")
+    if not rw:
+        return {"active": False, "why": "this collector always attaches its request hooks"}
+    if not rw.get("active"):
+        return {"active": False, "why": rw.get("why", "")}
+    rows = [dict(zip(rw["window_fields"], row)) for row in rw["windows"]]
+    span = rw["t_end_ns"] - rw["t_start_ns"]
+    kv = enum_value(res.header, "req_kind", kind)
+    recorded = fs_requests(res, kinds=(kind,))
+    start = recorded["ts_start_ns"].astype(np.int64)
+    length = recorded["ts_end_ns"].astype(np.int64) - start
+    weight = window_weights(length, rw["window_ns"], rw["grace_ns"])
+    seen, weighted, lengths, inside, late = [], [], [], 0, 0
+    for w in rows:
+        m = (start >= w["open_ns"]) & (start < w["enter_closed_ns"])
+        inside += int(m.sum())
+        late += int((recorded["ts_end_ns"][m].astype(np.int64) > w["exit_closed_ns"]).sum())
+        counted = w["counted_by_kind"][kv] if kv < len(w["counted_by_kind"]) else 0
+        seen.append(counted + int(m.sum()))
+        weighted.append(counted + float(weight[m].sum()))
+        lengths.append(w["enter_closed_ns"] - w["open_ns"])
+    out = {"active": True, "budget_pct": rw["budget_pct"], "duty_fixed": rw.get("duty_fixed"),
+           "windows": rw["windows_total"], "window_ns": rw["window_ns"], "grace_ns": rw["grace_ns"],
+           "fraction": (rw["in_windows_ns"] / span) if span > 0 else None,
+           "slow_path_ns_per_syscall": rw["slow_path_ns_per_syscall"],
+           "cost_share_while_attached": rw["cost_share_while_attached"],
+           # records outside every window, or ending after their window's sys_exit was gone: none by design
+           "recorded_outside_windows": int(len(start) - inside), "recorded_after_their_window": late,
+           "kind": kind, "seen": int(sum(seen))}
+    if rw["windows_kept"] < rw["windows_total"]:
+        out["why"] = "only the first %d windows are kept: no estimate" % rw["windows_kept"]
+        return out
+    k = len(rows)
+    total_len = float(sum(lengths))
+    if not k or not total_len or span <= 0:
+        out["why"] = "no window opened while tracing"
+        return out
+    # a ratio estimator over the windows (each a random sample of the traced time): requests per ns of window,
+    # times the traced span; its error from the windows' spread, finite-population corrected
+    rate = sum(weighted) / total_len
+    est = rate * span
+    out["estimate"] = est
+    out["method"] = ("requests seen in %d random windows, weighted by the time they covered (%.1f %%) and by "
+                     "window_weights for requests longer than the grace; 95 %% interval from the windows' "
+                     "spread (ratio estimator, Student t)" % (k, 100.0 * total_len / span))
+    if k < 2:
+        out["why"] = "one window: no interval"
+        return out
+    mean_len = total_len / k
+    resid = [n - rate * L for n, L in zip(weighted, lengths)]
+    var_rate = sum(r * r for r in resid) / (k - 1) / k / mean_len ** 2
+    fpc = max(0.0, 1.0 - total_len / span)
+    half = t95(k - 1) * math.sqrt(var_rate * fpc) * span
+    out["interval95"] = [max(est - half, float(out["seen"])), est + half]
+    return out
+
+
 def summarize(res, ground_truth=None):
     h = res.header
     cfg = res.config
@@ -714,6 +792,7 @@ def summarize(res, ground_truth=None):
         },
         "wall_s": wall_ns / 1e9,
         "reads": rs,
+        "request_windows": request_windows(res),
         "read_latency_linear_us": linear_slots(np.concatenate([
             (reads["ts_end_ns"] - reads["ts_start_ns"]).astype(np.int64) / 1e3, counted_latencies_us(reads_cnt)])),
         "throughput_bytes_per_s": rs["bytes"] / (wall_ns / 1e9) if wall_ns > 0 else None,

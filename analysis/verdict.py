@@ -105,6 +105,21 @@ def baseline_line(s):
         size(b["traced_throughput_bytes_per_s"]), b["traced_ratio"], cost, b["method"])
 
 
+def windows_line(s):
+    """--budget: how much of the time the request hooks were on, and what the reads seen stand for."""
+    w = s.get("request_windows") or {}
+    if not w.get("active"):
+        return None
+    line = "  windows: request hooks attached %.1f %% of the time (%d windows, budget %g %%)" % (
+        100 * (w["fraction"] or 0), w["windows"], w["budget_pct"])
+    if "estimate" not in w:
+        return line + "; reads seen %d, no estimate (%s)" % (w["seen"], w.get("why", ""))
+    line += "; reads seen %d, estimated %.0f in all" % (w["seen"], w["estimate"])
+    if "interval95" in w:
+        line += " (95 %% %.0f-%.0f)" % tuple(w["interval95"])
+    return line + "; request counts and latencies below are of the windows"
+
+
 def ground_truth_line(s):
     gt = s.get("ground_truth") or {}
     said = []
@@ -233,6 +248,9 @@ def lines(s):
     if base:  # the truth first: what the workload does with nothing attached
         out.append(base)
     out.append(reads_line(s))
+    win = windows_line(s)
+    if win:
+        out.append(win)
     gt = ground_truth_line(s)
     if gt:
         out.append(gt)

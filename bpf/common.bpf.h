@@ -423,6 +423,7 @@ struct task_req {
 	__u8 off_io;
 	__u8 off_lock;		/* switched out while waiting for a sleeping lock */
 	__u8 in_req;		/* the fields above describe a request in progress */
+	__u32 window_seq;	/* the request-hook window it began in (tasks.bpf.c window_seq) */
 	__u8 user_stack_taken;
 	__u8 sdev_traced;	/* sdev passes the filesystem filter: looked up once per request (or kept) */
 	__u8 agg_entry;		/* req_agg entry + 1 of (sdev, kind) (agg_entry_of), 0: not looked up yet */

@@ -821,6 +821,7 @@ struct fst_cfg {
 	__u8 io_sums;			/* keep io_sums (the collector writes an exposition) */
 	__u8 per_comm;			/* with records_none: also count requests per task name (comm_agg) */
 	__u64 record_over_ns;		/* a request this slow is recorded even when it was a page-cache hit */
+	__u8 windowed;			/* --budget: the syscall hooks are attached in windows (tasks.bpf.c window_seq) */
 	char comm[16];
 	__u8 offcpu_at_switch_in;	/* off-CPU stacks walked at the switch back in (tp_btf), threshold-sampled */
 	__u8 requests;			/* tasks.bpf.c is loaded: requests are traced (not --block-only) */

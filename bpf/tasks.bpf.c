@@ -196,8 +196,31 @@ static __always_inline void note_fd(struct task_req *r, struct task_struct *cur,
 	note_file(r, fd_file(fd), false);
 }
 
+/*
+ * --budget: the collector attaches sys_enter/sys_exit only in windows (user/window.c) and numbers each window
+ * here before attaching it.  A request belongs to the window its sys_enter ran in; a sys_exit in another
+ * window (its request began before this window opened, or never ended in an earlier one) records nothing, so
+ * no request is recorded half.  Windows are odd numbers; an even one (0 at the start) means the hooks are on only
+ * for the collector's measurement of their cost, and nothing is recorded.  0 throughout when always on.
+ */
+volatile __u32 window_seq;
+
+/* --budget: every syscall the hook saw (per CPU), for the system's syscall rate while a window is open */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} syscalls_seen SEC(".maps");
+
 static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
 {
+	if (cfg.windowed) {	/* load-time constant: no instruction at all when always on */
+		__u32 zero = 0;
+		__u64 *n = bpf_map_lookup_elem(&syscalls_seen, &zero);
+		if (n)
+			(*n)++;
+	}
 	__u16 kind = fst_syscall_kind(id);
 	if (!kind)
 		return 0;
@@ -237,6 +260,7 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
 	r->nr = id;
 	r->kind = kind;
 	r->pos = -1;
+	r->window_seq = window_seq;
 	/* until a file places it (its descriptor here, or a stat call's result at the exit), kept only without a
 	 * filesystem filter; sync() writes back every filesystem, the traced ones too: kept when the traced tasks
 	 * are a process tree's (run: the workload's cp && sync), not for every task of the system (attach) */
@@ -378,6 +402,12 @@ static __always_inline int handle_sys_exit(long ret)
 	struct task_req *r = current_req();
 	if (!r)
 		return 0;
+	/* begun in another window (see window_seq), or the hooks are on for the collector's calibration (an even
+	 * number; windows are odd): nothing recorded */
+	if (r->window_seq != window_seq || (cfg.windowed && !(window_seq & 1))) {
+		r->in_req = 0;
+		return 0;
+	}
 	__u64 now = bpf_ktime_get_ns();
 	if (r->off_ts) {
 		/* the switch back in was never delivered: when it ran again is unknown */

@@ -40,7 +40,9 @@ def drop_caches():
 
 
 def start_attach(out, *args):
-    p = subprocess.Popen([FSTRACE, "attach", "-o", str(out)] + list(args), stdout=subprocess.PIPE,
+    # --budget 100: these tests check exact counts, so the request hooks stay attached (test_budget.py
+    # checks the windows)
+    p = subprocess.Popen([FSTRACE, "attach", "--budget", "100", "-o", str(out)] + list(args), stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
     # tracing is live once the collector prints its first live view line
     deadline = time.time() + 120

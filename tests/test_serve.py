@@ -58,7 +58,9 @@ def value(samples, name, **labels):
 
 
 def start_serve(*args):
-    p = subprocess.Popen([FSTRACE, "serve", "--listen", "127.0.0.1:0", "--update-interval", "0.2"] + list(args),
+    # --budget 100: these tests check exact counts, so the request hooks stay attached (test_budget.py
+    # checks the windows)
+    p = subprocess.Popen([FSTRACE, "serve", "--listen", "127.0.0.1:0", "--update-interval", "0.2", "--budget", "100"] + list(args),
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     seen = ""
     deadline = time.time() + 120

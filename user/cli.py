@@ -68,6 +68,10 @@ def cmd_run(args):
 def resolve_filters(args):
     """attach and serve: (mounts chosen by --fs/--mount, their superblock devices, block devices to trace: those
     under the mounts and every --dev), each device as (major, minor)."""
+    if not 0 < args.budget <= 100:  # also nan; checked here, before anything is loaded
+        raise FstraceError("--budget wants a percentage above 0 and at most 100, got %g" % args.budget)
+    if args.window_duty is not None and not 0 < args.window_duty <= 1:
+        raise FstraceError("--window-duty wants a share above 0 and at most 1, got %g" % args.window_duty)
     chosen = []
     if args.fs:
         chosen = [m for m in mounts() if m[1] == args.fs]
@@ -105,7 +109,9 @@ def resolve_filters(args):
 
 def filter_argv(args, chosen, devs):
     """The collector options of attach's and serve's filters (chosen: the mounts, as resolve_filters gives them)."""
-    argv = []
+    argv = ["--budget", "%g" % args.budget]
+    if args.window_duty is not None:
+        argv += ["--window-duty", "%g" % args.window_duty]
     for ma, mi in devs:
         is_loop = os.path.exists("/sys/dev/block/%d:%d/loop" % (ma, mi))
         argv += ["-d", "%d:%d:4096%s" % (ma, mi, ":loop" if is_loop else "")]
@@ -270,6 +276,10 @@ def cmd_compare(args):
     return 0
 
 
+# attach and serve stay attached for hours: their syscall hooks get 1 % of the busy CPU time by default
+DEFAULT_BUDGET_PCT = 1.0
+
+
 def add_filter_arguments(p):
     """attach's and serve's filters (resolve_filters, filter_argv)."""
     p.add_argument("--fs", help="only files on (and devices under) mounted filesystems of this type")
@@ -278,6 +288,13 @@ def add_filter_arguments(p):
     p.add_argument("--pid", action="append", type=int, help="only this process and its children; repeatable")
     p.add_argument("--comm", help="only tasks with this name")
     p.add_argument("--cgroup", help="only tasks in this cgroup v2 directory")
+    p.add_argument("--budget", type=float, default=DEFAULT_BUDGET_PCT, metavar="PCT",
+                   help="where requests are bounded by the syscall tracepoints (no fentry or kprobes), which tax "
+                        "every syscall of the system while attached: attach them only in random windows costing "
+                        "PCT %% of busy CPU time on average, and weight what they saw (default %(default)g; "
+                        "100: always attached)")
+    # a fixed share of time in windows instead of the budget's (tests and benchmarks that need a known one)
+    p.add_argument("--window-duty", type=float, help=argparse.SUPPRESS)
 
 
 def build_parser():

@@ -31,6 +31,7 @@
 #include "results.h"
 #include "stacks.h"
 #include "ustack.h"
+#include "window.h"
 #include "block.skel.h"
 #include "tasks.skel.h"
 
@@ -206,10 +207,11 @@ static void trace(struct tracer *t, struct ring_buffer *rb, struct results *res,
 	__u64 last_progress = t_start, last_expire = t_start, last_live = t_start, last_expose = t_start;
 	int live_clear = isatty(STDOUT_FILENO);
 	while (!stop_signal) {
-		int err = drain_ring(rb, RB_POLL_MS);
+		int err = drain_ring(rb, window_poll_ms(now_ns(CLOCK_MONOTONIC), RB_POLL_MS));
 		if (err < 0 && err != -EINTR)
 			die("polling ring buffer: %s", strerror(-err));
 		__u64 now = now_ns(CLOCK_MONOTONIC);
+		window_tick(t, now);
 		if (opt.progress && now - last_progress >= 1000000000ull) {
 			last_progress = now;
 			fprintf(stderr, "fstrace-collect: %.0fs  requests %llu  block requests %llu  dropped %llu\n",
@@ -320,6 +322,7 @@ int main(int argc, char **argv)
 		read_diskstat(&opt.devs[i], &ds_start[i]);
 	ri.ds_start = ds_start;
 	ri.ds_end = ds_end;
+	window_init(&t, ri.t_start);	/* --budget: the syscall hooks detached until the first window */
 
 	static struct exposer x;
 	exposer_init(&x, &t, ri.t_start_real, ds_start);
@@ -343,6 +346,7 @@ int main(int argc, char **argv)
 	ri.t_end = now_ns(CLOCK_MONOTONIC);
 	if (opt.out && opt.sample_hz > 0)
 		tracer_read_ksyms(&t);
+	window_finish(&t, ri.t_end);
 	tracer_detach();
 	while (ring_buffer__consume(rb) > 0)
 		;

@@ -18,6 +18,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include "expose.h"
+#include "window.h"
 #include "procfs.h"
 #include "results.h"
 
@@ -650,6 +651,12 @@ static void block(struct jbuf *b, const struct expose_input *in)
 static void drops_and_probes(struct jbuf *b, const struct expose_maps *m, const struct expose_probes *groups,
 			     int ngroups)
 {
+	family(b, "fstrace_request_window_fraction", "gauge",
+	       "Share of the time since start that the request hooks were attached (--budget windows, window.c); 1 "
+	       "when always attached. Request counts are of that share: divide their rates by it to estimate all.");
+	jb_add(b, "fstrace_request_window_fraction %.6f\n", window_fraction(now_ns(CLOCK_MONOTONIC)));
+	family(b, "fstrace_request_windows_total", "counter", "Windows the request hooks were attached in (--budget).");
+	jb_add(b, "fstrace_request_windows_total %u\n", window_count());
 	family(b, "fstrace_dropped_records_total", "counter",
 	       "Records the kernel could not queue (ring buffer full), by record type.");
 #define DROP_LINE(c, v, n) \

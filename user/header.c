@@ -11,6 +11,7 @@
 #include "collect.h"
 #include "expose.h"
 #include "header.h"
+#include "window.h"
 #include "ksyms.h"
 #include "results.h"
 #include "stacks.h"
@@ -333,6 +334,8 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 	jset(o, "after_ns", ju64(FST_STALE_NS));
 	jset(o, "run_failures", ju64(ri->expired.run_failures));
 	jset(h, "sampling", json_sampling(t->smp, opt.sample_hz, t->sample_why));
+	/* --budget: when the request hooks were attached, and what the analysis weights by */
+	jset(h, "request_windows", window_header(ri->t_start, ri->t_end));
 	if (blk->rodata->cfg.offcpu_stacks) {
 		jset(h, "offcpu", json_offcpu(blk));
 		jset(h, "io_stacks", json_io_stacks(blk));

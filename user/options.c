@@ -17,7 +17,8 @@
 #include <unistd.h>
 #include "collect.h"
 
-struct options opt = { .ready_fd = -1, .record_over_us = 1000, .offcpu_sample_us = 1000, .exposition_interval = 5 };
+struct options opt = { .ready_fd = -1, .record_over_us = 1000, .offcpu_sample_us = 1000, .exposition_interval = 5,
+			.budget_pct = 100 };
 
 void die(const char *fmt, ...)
 {
@@ -66,6 +67,11 @@ static void usage(FILE *f)
 		"      --exposition FILE   rewrite FILE (atomically) with the in-kernel aggregates in Prometheus\n"
 		"                          text format; SIGHUP rewrites it at once.  -o is then optional\n"
 		"      --exposition-interval SEC  how often (default 5)\n"
+		"      --budget PCT        where requests are bounded by the syscall tracepoints (every syscall of\n"
+		"                          every task pays while they are attached), attach them only in randomly\n"
+		"                          placed windows sized to cost PCT %% of busy CPU time on average, and weight\n"
+		"                          what they saw (default 100: always attached)\n"
+		"      --window-duty F     windows for a fixed share F (0 < F <= 1) of the time instead of --budget's\n"
 		"      --openmetrics FILE  with --exposition: also rewrite FILE with the same figures in OpenMetrics\n"
 		"                          1.0 text (what Prometheus asks for; fstrace serve serves it to them)\n"
 		"      --io-stacks MODE    with --sample-hz: the kernel stack each bio was queued from; sampled\n"
@@ -93,6 +99,17 @@ static long parse_long(const char *what, const char *s, long lo, long hi)
 
 /* at most ~3 years: seconds * 1e9 must fit the 64-bit nanosecond clocks it is compared with */
 #define MAX_SECONDS 1e8
+
+/* a number above 0 and at most max */
+static double parse_fraction(const char *what, const char *s, double max)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || end == s || *end || !(v > 0) || v > max)
+		die("%s wants a number above 0 and at most %g, got '%s'", what, max, s);
+	return v;
+}
 
 static double parse_seconds(const char *what, const char *s)
 {
@@ -171,6 +188,7 @@ void parse_args(int argc, char **argv)
 		{ "io-stacks", required_argument, 0, 'I' },  { "offcpu-sample-us", required_argument, 0, 'O' },
 		{ "no-io-records", no_argument, 0, 'N' },  { "exposition", required_argument, 0, 'E' },
 		{ "exposition-interval", required_argument, 0, 'e' }, { "per-comm", no_argument, 0, 'C' },
+		{ "budget", required_argument, 0, 'Q' },  { "window-duty", required_argument, 0, 'W' },
 		{ "empty-programs", no_argument, 0, 'Z' }, { "openmetrics", required_argument, 0, 'M' },
 		{ 0 },
 	};
@@ -197,6 +215,8 @@ void parse_args(int argc, char **argv)
 		case 'B': opt.no_btf_tp = true; break;
 		case 'b': opt.block_only = true; break;
 		case 'Z': opt.empty_programs = true; break;
+		case 'Q': opt.budget_pct = parse_fraction("--budget", optarg, 100); break;
+		case 'W': opt.window_duty = parse_fraction("--window-duty", optarg, 1); break;
 		case 'F': opt.no_fentry = true; break;
 		/* perf's default perf_event_max_sample_rate; the kernel may allow less, which the header reports */
 		case 'S': opt.sample_hz = parse_long("--sample-hz", optarg, 0, 100000); break;

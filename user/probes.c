@@ -182,6 +182,7 @@ static void fill_cfg(struct fst_cfg *out)
 	c->requests = !opt.block_only;
 	c->records_all = opt.records_all;
 	c->records_none = opt.records_none;
+	c->windowed = opt.budget_pct < 100 || opt.window_duty > 0;
 	c->no_io_records = opt.no_io_records;
 	c->io_sums = opt.exposition != NULL;
 	c->per_comm = opt.per_comm;

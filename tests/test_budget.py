@@ -1,0 +1,120 @@
+"""attach --budget on a tracepoint-only kernel: the syscall hooks are attached only in windows, and what they saw
+is weighted up to the whole traced time, with an interval that holds the workload's own count."""
+import json
+import os
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from analysis import results
+from analysis import summary as S
+from conftest import FSTRACE
+
+
+@pytest.fixture(scope="module")
+def mounted(tmp_path_factory):
+    d = tmp_path_factory.mktemp("budget")
+    src = d / "src"
+    src.mkdir()
+    (src / "big.bin").write_bytes(os.urandom(16 << 20))
+    img = str(d / "img.erofs")
+    subprocess.run(["mkfs.erofs", "-T0", img, str(src)], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    dev = subprocess.run(["losetup", "-f", "--show", "-r", img], check=True, stdout=subprocess.PIPE,
+                         text=True).stdout.strip()
+    mnt = str(d / "mnt")
+    os.mkdir(mnt)
+    subprocess.run(["mount", "-t", "erofs", "-o", "ro", dev, mnt], check=True)
+    subprocess.run(["cat", os.path.join(mnt, "big.bin")], stdout=subprocess.DEVNULL, check=True)  # warm
+    yield mnt
+    subprocess.run(["umount", mnt], check=True)
+    subprocess.run(["losetup", "-d", dev], check=True)
+
+
+def _attach_around_fio(tmp_path, mnt, *attach_args):
+    """attach for 9 s; fio inside it, rate-limited so that it reads steadily for about 6 s: its own count is
+    every read the attach could have seen."""
+    out = tmp_path / "out"
+    p = subprocess.Popen([FSTRACE, "attach", "--mount", mnt, "--duration", "9", "--interval", "0", "--records", "all",
+                          "-o", str(out)] + list(attach_args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
+    seen = ""
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        line = p.stdout.readline()
+        seen += line
+        if "attached:" in line:
+            break
+        assert line, seen
+    time.sleep(0.5)
+    fio_json = tmp_path / "fio.json"
+    subprocess.run(["fio", "--name=w", "--filename=" + os.path.join(mnt, "big.bin"), "--rw=randread", "--bs=4k",
+                    "--ioengine=psync", "--readonly", "--invalidate=0", "--rate_iops=20000", "--time_based",
+                    "--runtime=6s", "--output-format=json", "--output=" + str(fio_json)], check=True,
+                   stdout=subprocess.DEVNULL)
+    rest = p.communicate(timeout=120)[0]
+    assert p.returncode == 0, seen + rest
+    fio = json.loads(fio_json.read_text()[fio_json.read_text().index("{"):])
+    res = results.load(str(out / "results.fst"))
+    return res, json.loads((out / "summary.json").read_text()), fio["jobs"][0]["read"]["total_ios"], seen + rest
+
+
+def test_windowed_attach_weights_reads_to_fios_count(tmp_path, mounted):
+    res, s, fio_ios, text = _attach_around_fio(tmp_path, mounted, "--window-duty", "0.4")
+    w = s["request_windows"]
+    assert w["active"]
+    rw = res.header["request_windows"]
+    rows = [dict(zip(rw["window_fields"], r)) for r in rw["windows"]]
+    assert len(rows) >= 4
+    # the fraction is the windows' own time over the traced span
+    span = rw["t_end_ns"] - rw["t_start_ns"]
+    assert abs(w["fraction"] - sum(r["enter_closed_ns"] - r["open_ns"] for r in rows) / span) < 1e-9
+    assert 0.2 < w["fraction"] < 0.6
+    # fewer reads seen than fio did: the hooks really were off part of the time
+    assert w["seen"] < fio_ios
+    lo, hi = w["interval95"]
+    assert lo <= fio_ios <= hi, (w, fio_ios)
+    assert "windows: request hooks attached" in text
+
+
+def test_window_edges_record_no_request_twice_or_half(tmp_path, mounted):
+    res, s, fio_ios, _ = _attach_around_fio(tmp_path, mounted, "--window-duty", "0.4")
+    rw = res.header["request_windows"]
+    rows = [dict(zip(rw["window_fields"], r)) for r in rw["windows"]]
+    reads = S.fs_requests(res, kinds=("read",))
+    assert len(reads) > 1000
+    start, end = reads["ts_start_ns"].astype(np.int64), reads["ts_end_ns"].astype(np.int64)
+    # every recorded read began while sys_enter was attached and ended while sys_exit still was, in one window
+    which = np.full(len(reads), -1)
+    for i, r in enumerate(rows):
+        m = (start >= r["open_ns"]) & (start < r["enter_closed_ns"])
+        assert (end[m] <= r["exit_closed_ns"]).all()
+        which[m] = i
+    assert (which >= 0).all(), "%d reads recorded outside every window" % (which < 0).sum()
+    # no read twice: one record per (thread, start)
+    keys = set(zip(reads["pid"].tolist(), start.tolist()))
+    assert len(keys) == len(reads)
+    assert s["request_windows"]["recorded_outside_windows"] == 0
+
+
+def test_budget_sizes_the_windows_and_is_checked(tmp_path, mounted):
+    res, s, fio_ios, _ = _attach_around_fio(tmp_path, mounted, "--budget", "5")
+    w = s["request_windows"]
+    rw = res.header["request_windows"]
+    assert w["active"] and w["budget_pct"] == 5 and rw["duty_fixed"] is None
+    # the cost was measured, not assumed: a slow path of some ns per syscall on this machine
+    assert rw["slow_path_ns_per_syscall"] > 0 and rw["cost_share_while_attached"] > 0
+    assert w["fraction"] < 1
+    p = subprocess.run([FSTRACE, "attach", "--mount", mounted, "--budget", "0", "--duration", "1"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert p.returncode != 0 and "--budget wants a percentage above 0 and at most 100" in p.stdout
+
+
+def test_budget_100_is_always_on(tmp_path, mounted):
+    res, s, fio_ios, _ = _attach_around_fio(tmp_path, mounted, "--budget", "100")
+    assert s["request_windows"] == {"active": False, "why": "always attached (--budget 100)"}
+    # always on: every read fio did is seen (fio ran inside the attach)
+    counted = S.request_stats(S.fs_requests(res, kinds=("read",)), S.counted_requests(res, kinds=("read",)))
+    assert counted["count"] == fio_ios

@@ -1,0 +1,421 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * --budget: request boundaries on the syscall tracepoints, attached only in windows.
+ *
+ * Why: registering any program on sys_enter/sys_exit sets SYSCALL_WORK_SYSCALL_TRACEPOINT on every thread of
+ * the system (kernel/tracepoint.c syscall_regfunc), so every syscall of every task takes the slow path while
+ * one is attached, whatever the program does.  On a kernel without trampolines that cost cannot be filtered
+ * per task, so an always-on tracer (attach, serve) pays it only part of the time: the hooks are attached in
+ * windows of WINDOW_NS, one placed at random in each period, the periods sized so that the time-average cost
+ * stays inside the budget.
+ *
+ * The cost while attached is measured here, not assumed: the slow path's price per syscall (a getppid loop
+ * with the hooks attached and not, alternating), the system's syscall rate (tasks.bpf.c syscalls_seen) and
+ * its busy CPU time (/proc/stat) in each window, and the CPU time attaching and detaching takes (the
+ * registration walks every thread).  Each window refines the estimate for the next period.
+ *
+ * Edges: a window opens by numbering itself (tasks.bpf.c window_seq) and attaching sys_exit, then sys_enter;
+ * it closes by detaching sys_enter, then, GRACE_NS later, sys_exit.  A request is recorded only when both its
+ * ends ran in the same window: one that began before the window opened records nothing (not half), and one
+ * of length L <= GRACE_NS that began inside it always ends inside it, so such requests are seen with
+ * probability W/P exactly and are weighted 1/fraction.  Longer ones are seen with probability (W + G - L)/P;
+ * the analysis weights them by that (analysis/summary.py request_windows).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include "collect.h"
+#include "expose.h"
+#include "probes.h"
+#include "window.h"
+#include "tasks.skel.h"
+
+#define WINDOW_NS 250000000ull	/* long enough that attaching and detaching (a walk of every thread) is cheap */
+#define GRACE_NS 50000000ull	/* sys_exit stays this long after sys_enter is gone: requests up to it end inside */
+#define MAX_PERIOD_NS 60000000000ull	/* at least one window a minute, whatever the budget */
+#define CALIBRATION_CALLS 50000
+#define MAX_WINDOWS (1u << 20)	/* kept for the results header; beyond, only the totals (header says so) */
+
+struct window {
+	__u64 open, enter_closed, exit_closed;	/* CLOCK_MONOTONIC ns, as the records' timestamps */
+	__u64 syscalls;				/* every syscall the hook saw while attached */
+	__u64 busy_ns;				/* busy CPU time of the system meanwhile (/proc/stat) */
+	__u64 tracer_ns;			/* the handlers' own time in the traced requests counted meanwhile */
+	__u64 counted[FST_NR_REQ_KINDS + 1];	/* requests counted in the kernel (req_agg), per kind */
+};
+
+static struct {
+	bool active;
+	char why[200];
+	struct tasks_bpf *tsk;
+	struct probe *enter, *exit;
+	int req_agg_fd, agg_keys_fd, syscalls_fd;
+	double slow_ns;			/* the slow path's price per syscall, hooks attached vs not */
+	double attach_cpu_ns;		/* CPU time of one attach + detach of both hooks (the thread walks) */
+	double cost_on;			/* share of busy CPU time the hooks cost while attached (estimate) */
+	bool cost_known;
+	double duty;			/* share of time in windows this period */
+	enum { W_CLOSED, W_OPEN, W_GRACE } phase;
+	__u64 next_open, enter_close_at, exit_close_at, period_start, period_len;
+	struct window cur;
+	__u64 counted_before[FST_NR_REQ_KINDS + 1], syscalls_before, busy_before, tracer_before;
+	struct window *wins;
+	unsigned nwins, nwins_total;
+	__u64 in_windows_ns, t_start;
+	__u32 seq;
+	unsigned short rng[3];
+} w;
+
+static __u64 busy_ns_now(void)
+{
+	FILE *f = fopen("/proc/stat", "r");
+	unsigned long long v[8] = { 0 };
+	if (!f)
+		return 0;
+	int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+		       &v[6], &v[7]);
+	fclose(f);
+	if (n < 8)
+		return 0;
+	/* user nice system idle iowait irq softirq steal: all but idle and iowait are busy */
+	unsigned long long busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
+	return busy * (1000000000ull / sysconf(_SC_CLK_TCK));
+}
+
+/* requests counted in the kernel so far, per kind, and the handlers' own time in them (*tracer_ns) */
+static void counted_now(__u64 *out, __u64 *tracer_ns)
+{
+	memset(out, 0, sizeof(__u64) * (FST_NR_REQ_KINDS + 1));
+	*tracer_ns = 0;
+	static struct req_agg_iter it;	/* large: not on the stack */
+	struct fst_req_agg_key key;
+	static struct fst_req_agg sum;
+	req_agg_start(&it, w.req_agg_fd, w.agg_keys_fd);
+	while (req_agg_next(&it, &key, &sum))
+		if (key.kind <= FST_NR_REQ_KINDS) {
+			out[key.kind] += sum.count;
+			*tracer_ns += sum.part_ns[FST_PART_TRACER];
+		}
+}
+
+static int hook_attach(struct probe *p)
+{
+	p->link = bpf_program__attach(p->prog);
+	if (!p->link) {
+		int err = -errno;
+		return err ? err : -EINVAL;
+	}
+	return 0;
+}
+
+static void hook_detach(struct probe *p)
+{
+	bpf_link__destroy(p->link);
+	p->link = NULL;
+}
+
+static __u64 thread_cpu_ns(void) { return now_ns(CLOCK_THREAD_CPUTIME_ID); }
+
+/* both hooks on (sys_exit first: every request whose start is seen can have its end seen) */
+static int hooks_on(void)
+{
+	int err = hook_attach(w.exit);
+	if (!err && (err = hook_attach(w.enter)))
+		hook_detach(w.exit);
+	return err;
+}
+
+static double getppid_ns(void)
+{
+	__u64 t0 = now_ns(CLOCK_MONOTONIC);
+	for (int i = 0; i < CALIBRATION_CALLS; i++)
+		syscall(SYS_getppid);
+	return (double)(now_ns(CLOCK_MONOTONIC) - t0) / CALIBRATION_CALLS;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* the slow path's price per syscall and one attach + detach's CPU time, median of three alternations; also a
+ * first estimate of the cost while attached, from the syscalls others made during the calibration */
+static int calibrate(__u64 busy0, __u64 t_busy0)
+{
+	double d[3], a[3];
+	__u64 others = 0, on_ns = 0;
+	for (int r = 0; r < 3; r++) {
+		double off = getppid_ns();
+		__u64 c0 = thread_cpu_ns();
+		int err = hooks_on();
+		if (err)
+			return err;
+		__u64 seen0 = percpu_u64(w.syscalls_fd, 0), t0 = now_ns(CLOCK_MONOTONIC);
+		double on = getppid_ns();
+		__u64 seen1 = percpu_u64(w.syscalls_fd, 0), t1 = now_ns(CLOCK_MONOTONIC);
+		hook_detach(w.enter);
+		hook_detach(w.exit);
+		a[r] = (double)(thread_cpu_ns() - c0) - on * CALIBRATION_CALLS;
+		d[r] = on - off;
+		others += seen1 - seen0 > CALIBRATION_CALLS + 4 ? seen1 - seen0 - CALIBRATION_CALLS - 4 : 0;
+		on_ns += t1 - t0;
+	}
+	qsort(d, 3, sizeof(d[0]), cmp_double);
+	qsort(a, 3, sizeof(a[0]), cmp_double);
+	w.slow_ns = d[1] > 0 ? d[1] : 0;
+	w.attach_cpu_ns = a[1] > 0 ? a[1] : 0;
+	/* busy CPU per second since the collector started, less this thread's calibration loops */
+	__u64 t = now_ns(CLOCK_MONOTONIC), busy = busy_ns_now() - busy0;
+	double busy_per_s = t > t_busy0 ? busy / ((t - t_busy0) / 1e9) : 0;
+	double rate = on_ns ? others / (on_ns / 1e9) : 0;
+	if (busy_per_s > 0) {
+		w.cost_on = rate * w.slow_ns / busy_per_s;
+		w.cost_known = true;
+	}
+	return 0;
+}
+
+static double busy_per_s_of(const struct window *x)
+{
+	__u64 len = x->exit_closed - x->open;
+	return len ? x->busy_ns / (len / 1e9) : 0;
+}
+
+/* the share of time in windows that keeps the time-average inside the budget, from the estimate so far */
+static void size_duty(double busy_per_s)
+{
+	if (opt.window_duty > 0) {
+		w.duty = opt.window_duty;
+		return;
+	}
+	double budget = opt.budget_pct / 100.0;
+	/* an attach + detach per window, spread over the window's time on the busy CPUs */
+	double churn = busy_per_s > 0 ? w.attach_cpu_ns / ((WINDOW_NS + GRACE_NS) / 1e9) / busy_per_s : 0;
+	double cost = w.cost_known ? w.cost_on + churn : 1.0;	/* unknown: as if tracing doubled the work */
+	double duty = cost > 0 ? budget / cost : 1.0;
+	double min_duty = (double)(WINDOW_NS + GRACE_NS) / MAX_PERIOD_NS;
+	w.duty = duty > 1 ? 1 : duty < min_duty ? min_duty : duty;
+}
+
+static double uniform(void) { return erand48(w.rng); }
+
+/* the next period begins where this one ends (or now, if a window ran late); its window at a random place */
+static void schedule(__u64 now)
+{
+	__u64 on = WINDOW_NS + GRACE_NS;
+	w.period_start += w.period_len;
+	if (w.period_start < now)
+		w.period_start = now;
+	w.period_len = (__u64)(on / w.duty);
+	w.next_open = w.period_start + (__u64)(uniform() * (double)(w.period_len - on));
+}
+
+void window_init(struct tracer *t, __u64 t_start)
+{
+	if (opt.budget_pct >= 100 && opt.window_duty <= 0) {
+		snprintf(w.why, sizeof(w.why), "always attached (--budget 100)");
+		return;
+	}
+	for (int g = 0; g < nr_probe_groups; g++)
+		for (int i = 0; i < probe_groups[g].n; i++) {
+			struct probe *p = &probe_groups[g].probes[i];
+			if (!strcmp(p->name, "sys_enter"))
+				w.enter = p;
+			else if (!strcmp(p->name, "sys_exit"))
+				w.exit = p;
+		}
+	if (!t->tsk || !w.enter || !w.exit || !w.enter->link || !w.exit->link) {
+		snprintf(w.why, sizeof(w.why), "requests are not bounded by the syscall tracepoints here: nothing "
+			 "taxes every syscall, so nothing is windowed");
+		return;
+	}
+	if (w.enter->tier != TIER_TP_BTF && w.enter->tier != TIER_RAW_TP) {
+		snprintf(w.why, sizeof(w.why), "requests are bounded by %s, which costs only the hooked functions",
+			 tier_name(w.enter->tier));
+		return;
+	}
+	w.tsk = t->tsk;
+	w.req_agg_fd = bpf_map__fd(t->tsk->maps.req_agg);
+	w.agg_keys_fd = bpf_map__fd(t->tsk->maps.agg_keys);
+	w.syscalls_fd = bpf_map__fd(t->tsk->maps.syscalls_seen);
+	__u64 seed = now_ns(CLOCK_REALTIME) ^ ((__u64)getpid() << 16);
+	memcpy(w.rng, &seed, sizeof(w.rng));
+	__u64 busy0 = busy_ns_now(), t0 = now_ns(CLOCK_MONOTONIC);
+	hook_detach(w.enter);
+	hook_detach(w.exit);
+	usleep(100000);	/* a first look at the system's busy time before the calibration adds to it */
+	int err = calibrate(busy0, t0);
+	if (err)
+		die("--budget: attaching the syscall hooks for calibration: %s", strerror(-err));
+	w.active = true;
+	w.period_start = t_start;
+	w.period_len = 0;
+	size_duty(t0 < now_ns(CLOCK_MONOTONIC) ? (busy_ns_now() - busy0) / ((now_ns(CLOCK_MONOTONIC) - t0) / 1e9) : 0);
+	schedule(now_ns(CLOCK_MONOTONIC));
+	w.t_start = t_start;
+}
+
+static void open_window(__u64 now)
+{
+	w.seq += 2;	/* odd: a window (tasks.bpf.c); calibration ran under 0 */
+	w.tsk->bss->window_seq = w.seq | 1;	/* before either hook: a late end of an earlier window's request is not ours */
+	counted_now(w.counted_before, &w.tracer_before);
+	w.syscalls_before = percpu_u64(w.syscalls_fd, 0);
+	w.busy_before = busy_ns_now();
+	memset(&w.cur, 0, sizeof(w.cur));
+	int err = hook_attach(w.exit);
+	/* taken before sys_enter is attached: a request may begin as soon as its registration is done, before
+	 * the attach returns (its end, enter_closed, is taken after the detach returns, for the same reason) */
+	w.cur.open = now_ns(CLOCK_MONOTONIC);
+	if (!err && (err = hook_attach(w.enter)))
+		hook_detach(w.exit);
+	if (err)
+		die("--budget: attaching the syscall hooks for a window: %s", strerror(-err));
+	w.enter_close_at = now_ns(CLOCK_MONOTONIC) + WINDOW_NS;
+	w.phase = W_OPEN;
+}
+
+static void close_enter(void)
+{
+	hook_detach(w.enter);
+	w.cur.enter_closed = now_ns(CLOCK_MONOTONIC);
+	w.exit_close_at = w.cur.enter_closed + GRACE_NS;
+	w.phase = W_GRACE;
+}
+
+static void close_exit(void)
+{
+	hook_detach(w.exit);
+	struct window *x = &w.cur;
+	x->exit_closed = now_ns(CLOCK_MONOTONIC);
+	x->syscalls = percpu_u64(w.syscalls_fd, 0) - w.syscalls_before;
+	x->busy_ns = busy_ns_now() - w.busy_before;
+	__u64 counted[FST_NR_REQ_KINDS + 1], tracer_ns;
+	counted_now(counted, &tracer_ns);
+	x->tracer_ns = tracer_ns - w.tracer_before;
+	for (int k = 0; k <= FST_NR_REQ_KINDS; k++)
+		x->counted[k] = counted[k] - w.counted_before[k];
+	w.in_windows_ns += x->enter_closed - x->open;
+	w.nwins_total++;
+	if (w.nwins < MAX_WINDOWS) {
+		if (!(w.nwins & (w.nwins - 1))) {	/* grown at each power of two */
+			struct window *n = realloc(w.wins, sizeof(*n) * (w.nwins ? 2 * w.nwins : 16));
+			if (!n)
+				die("--budget: out of memory for the windows");
+			w.wins = n;
+		}
+		w.wins[w.nwins++] = *x;
+	}
+	/* this window's own measure of the cost while attached, folded into the estimate */
+	double busy_per_s = busy_per_s_of(x), len_s = (x->exit_closed - x->open) / 1e9;
+	if (busy_per_s > 0 && len_s > 0) {
+		/* every task's slow path, and the handlers' own time in traced tasks' requests */
+		double cost = (x->syscalls / len_s * w.slow_ns + x->tracer_ns / len_s) / busy_per_s;
+		w.cost_on = w.cost_known ? 0.7 * w.cost_on + 0.3 * cost : cost;
+		w.cost_known = true;
+	}
+	size_duty(busy_per_s);
+	w.phase = W_CLOSED;
+	schedule(x->exit_closed);
+}
+
+void window_tick(struct tracer *t, __u64 now)
+{
+	if (!w.active)
+		return;
+	if (w.phase == W_CLOSED && now >= w.next_open)
+		open_window(now);
+	else if (w.phase == W_OPEN && now >= w.enter_close_at)
+		close_enter();
+	else if (w.phase == W_GRACE && now >= w.exit_close_at)
+		close_exit();
+}
+
+int window_poll_ms(__u64 now, int max_ms)
+{
+	if (!w.active)
+		return max_ms;
+	__u64 due = w.phase == W_CLOSED ? w.next_open : w.phase == W_OPEN ? w.enter_close_at : w.exit_close_at;
+	if (due <= now)
+		return 0;
+	__u64 ms = (due - now + 999999) / 1000000;
+	return ms < (__u64)max_ms ? (int)ms : max_ms;
+}
+
+void window_finish(struct tracer *t, __u64 now)
+{
+	if (!w.active)
+		return;
+	/* a window cut short by the end of tracing: kept with its real edges (its sys_exit still gets the grace) */
+	if (w.phase == W_OPEN)
+		close_enter();
+	if (w.phase == W_GRACE) {
+		__u64 left = w.exit_close_at > now_ns(CLOCK_MONOTONIC) ? w.exit_close_at - now_ns(CLOCK_MONOTONIC) : 0;
+		struct timespec ts = { .tv_sec = left / 1000000000ull, .tv_nsec = left % 1000000000ull };
+		nanosleep(&ts, NULL);
+		close_exit();
+	}
+	/* the probes' link is gone: tracer_detach must find nothing left to detach, and its stats still read */
+}
+
+bool window_active(void) { return w.active; }
+unsigned window_count(void) { return w.nwins_total; }
+
+double window_fraction(__u64 now)
+{
+	if (!w.active)
+		return 1.0;
+	__u64 in = w.in_windows_ns;
+	if (w.phase != W_CLOSED)
+		in += (w.phase == W_OPEN ? now : w.cur.enter_closed) - w.cur.open;
+	return now > w.t_start ? (double)in / (now - w.t_start) : 0;
+}
+
+json *window_header(__u64 t_start, __u64 t_end)
+{
+	json *o = jobj();
+	jset(o, "active", jbool(w.active));
+	if (!w.active) {
+		jset(o, "why", jstr(w.why));
+		return o;
+	}
+	jset(o, "budget_pct", jchk(json_object_new_double(opt.budget_pct)));
+	jset(o, "duty_fixed", opt.window_duty > 0 ? jchk(json_object_new_double(opt.window_duty)) : NULL);
+	jset(o, "window_ns", ju64(WINDOW_NS));
+	jset(o, "grace_ns", ju64(GRACE_NS));
+	jset(o, "slow_path_ns_per_syscall", jchk(json_object_new_double(w.slow_ns)));
+	jset(o, "attach_detach_cpu_ns", jchk(json_object_new_double(w.attach_cpu_ns)));
+	jset(o, "cost_share_while_attached", jchk(json_object_new_double(w.cost_on)));
+	jset(o, "duty_last", jchk(json_object_new_double(w.duty)));
+	jset(o, "t_start_ns", ju64(t_start));
+	jset(o, "t_end_ns", ju64(t_end));
+	jset(o, "in_windows_ns", ju64(w.in_windows_ns));
+	jset(o, "windows_total", ju64(w.nwins_total));
+	jset(o, "windows_kept", ju64(w.nwins));
+	json *fields = jset(o, "window_fields", jarr());
+	const char *names[] = { "open_ns", "enter_closed_ns", "exit_closed_ns", "syscalls", "busy_ns", "tracer_ns",
+				"counted_by_kind" };
+	for (int i = 0; i < N(names); i++)
+		jpush(fields, jstr(names[i]));
+	json *wins = jset(o, "windows", jarr());
+	for (unsigned i = 0; i < w.nwins; i++) {
+		const struct window *x = &w.wins[i];
+		json *row = jpush(wins, jarr());
+		jpush(row, ju64(x->open));
+		jpush(row, ju64(x->enter_closed));
+		jpush(row, ju64(x->exit_closed));
+		jpush(row, ju64(x->syscalls));
+		jpush(row, ju64(x->busy_ns));
+		jpush(row, ju64(x->tracer_ns));
+		jpush(row, ju64_array(x->counted, FST_NR_REQ_KINDS + 1));
+	}
+	return o;
+}

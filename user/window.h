@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * --budget: the syscall tracepoints that bound requests on kernels without trampolines attached only in
+ * windows (window.c says why and how), and what the analysis needs to weight what they saw.
+ */
+#ifndef FSTRACE_WINDOW_H
+#define FSTRACE_WINDOW_H
+
+#include <stdbool.h>
+#include <linux/types.h>
+#include "jsonw.h"
+
+struct tracer;
+
+/* after tracer_attach: decide whether windows apply, measure the slow path, leave the hooks detached until
+ * the first window; t_start: CLOCK_MONOTONIC ns of the traced interval's start */
+void window_init(struct tracer *t, __u64 t_start);
+/* each turn of the trace loop: open, close and account windows due by now */
+void window_tick(struct tracer *t, __u64 now);
+/* how long the trace loop may sleep (ms) before the next window edge, at most max_ms */
+int window_poll_ms(__u64 now, int max_ms);
+/* at the end of tracing: close a window still open (before the probes are detached and their stats read) */
+void window_finish(struct tracer *t, __u64 now);
+/* the header's "request_windows" */
+json *window_header(__u64 t_start, __u64 t_end);
+/* serve: share of the traced time so far inside windows (1 when always on), and windows completed */
+double window_fraction(__u64 now);
+unsigned window_count(void);
+bool window_active(void);
+
+#endif
