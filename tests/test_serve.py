@@ -1,6 +1,7 @@
 """fstrace serve: the in-kernel aggregates as Prometheus metrics, checked against fio's own counts, the block
 layer's /proc/diskstats, promtool and a real Prometheus server scraping it; a daemon's bad days (garbage, slow
 and vanishing clients, 100 at once, SIGHUP, SIGTERM, an unmounted filesystem).  Every socket is on 127.0.0.1."""
+import contextlib
 import json
 import os
 import random
@@ -385,6 +386,45 @@ def test_serve_survives_bad_clients_and_stops_clean(mounted_erofs):  # noqa: F81
     assert p.returncode == 0, log
     assert bpf_objects_left(objs) == set()
     assert private and not os.path.exists(os.path.dirname(private[0]))
+
+
+def test_a_scrape_gets_through_while_300_connections_are_held(mounted_erofs):  # noqa: F811
+    """300 connections more than serve's bound of them, each sending its request a header line a second (a
+    slow client that never stalls long enough for a read to time out): a scrape is still answered, and every held
+    connection is closed by serve within its time for a request."""
+    from user import serve
+    mnt, _ = mounted_erofs
+    p, port, rest = start_serve("--mount", mnt)
+    held, done = [], threading.Event()
+    try:
+        for _ in range(300):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            s.sendall(b"GET /metrics HTTP/1.1\r\n")
+            held.append(s)
+
+        def trickle():
+            while not done.wait(1.0):
+                for s in held:
+                    with contextlib.suppress(OSError):
+                        s.sendall(b"X-Slow: 1\r\n")
+        threading.Thread(target=trickle, daemon=True).start()
+        assert "fstrace_requests_total" in scrape(port)
+        # a held connection ends in serve's own time, however it trickles: an EOF or a reset, never a reply
+        deadline = time.monotonic() + 6 * serve.CONNECTION_TIMEOUT_S
+        for s in held:
+            s.settimeout(max(deadline - time.monotonic(), 0.1))
+            try:
+                assert s.recv(4096) == b""
+            except ConnectionResetError:
+                pass
+        done.set()
+        assert "fstrace_requests_total" in scrape(port)
+    finally:
+        done.set()
+        for s in held:
+            s.close()
+        log = stop(p, rest)
+    assert p.returncode == 0, log
 
 
 def small_erofs(tmp_path):

@@ -6,6 +6,7 @@ the last complete version of one of them on /metrics: OpenMetrics to a scraper w
 The collector runs in its own session, so a terminal's Ctrl-C or hangup reaches only this process, which then
 stops it in order (SIGTERM: it detaches its programs and exits 0) or asks it to rewrite its file (SIGHUP).
 """
+import contextlib
 import http.server
 import os
 import select
@@ -15,6 +16,7 @@ import socket
 import subprocess
 import tempfile
 import threading
+import time
 
 from user.system import FstraceError, mounts
 
@@ -24,9 +26,14 @@ DEFAULT_LISTEN = "127.0.0.1:9464"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 # a scraper holds a thread while it is connected: bounded in number and in time, so slow or stuck clients can
-# neither exhaust the process nor keep one forever; over the bound a connection is closed at once
+# neither exhaust the process nor keep one forever.  CLIENT_TIMEOUT_S bounds each read and write; a client that
+# trickles its request a byte at a time gets REQUEST_TIMEOUT_S from its connect to send all of it, and
+# CONNECTION_TIMEOUT_S in all, its reply included.  At MAX_CONNECTIONS a new connection closes the oldest one
+# still sending its request: whoever holds many connections open cannot keep a scraper out.
 MAX_CONNECTIONS = 256
 CLIENT_TIMEOUT_S = 10
+REQUEST_TIMEOUT_S = 10
+CONNECTION_TIMEOUT_S = 30
 READY_TIMEOUT_S = 120
 STOP_TIMEOUT_S = 30
 
@@ -77,7 +84,7 @@ def parse_listen(s):
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
-    timeout = CLIENT_TIMEOUT_S  # a client that sends half a request is dropped after this
+    timeout = CLIENT_TIMEOUT_S  # each read and write of a client that stalls fails after this
     protocol_version = "HTTP/1.0"  # one request per connection: an idle keep-alive cannot pin a thread
     server_version = "fstrace-serve"
 
@@ -88,6 +95,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.reply(body=False)
 
     def reply(self, body):
+        self.server.replying(self.connection)
         if self.path.split("?", 1)[0] != "/metrics":
             self.send_error(404, "only /metrics is served")
             return
@@ -110,32 +118,80 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass  # one line per scrape would fill a journal over weeks
 
 
+class Connection:
+    """A client connection the server holds: when it came, whether its request is read, whether it is closed."""
+
+    def __init__(self, now):
+        self.since, self.replying, self.closed = now, False, False
+
+
 class Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128
 
     def __init__(self, addr, exposition, openmetrics):
         self.exposition, self.openmetrics = exposition, openmetrics
-        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        # every connection from its accept to its close; the lock also orders a close by its handler thread
+        # against a shutdown from here (a closed socket's number may already be another client's)
+        self.conns, self.lock = {}, threading.Lock()
         if ":" in addr[0]:
             self.address_family = socket.AF_INET6
         super().__init__(addr, Handler)
 
+    def _cut(self, request, conn):
+        """End a held connection: its handler's next read or write fails at once and its thread ends."""
+        if not conn.closed:
+            conn.closed = True
+            with contextlib.suppress(OSError):
+                request.shutdown(socket.SHUT_RDWR)
+
     def process_request(self, request, client_address):
-        if not self.slots.acquire(blocking=False):
-            self.shutdown_request(request)
-            return
+        now = time.monotonic()
+        with self.lock:
+            held = [(c.since, id(r), r, c) for r, c in self.conns.items() if not c.closed]
+            if len(held) >= MAX_CONNECTIONS:
+                reading = [x for x in held if not x[3].replying]
+                # the handlers of connections cut a moment ago are still ending: never more threads than twice
+                # the bound, whatever the rate of new connections
+                if not reading or len(self.conns) >= 2 * MAX_CONNECTIONS:
+                    super().shutdown_request(request)
+                    return
+                _, _, r, c = min(reading)
+                self._cut(r, c)
+            self.conns[request] = Connection(now)
         try:
             super().process_request(request, client_address)
         except Exception:
-            self.slots.release()
+            self.shutdown_request(request)
             raise
 
-    def process_request_thread(self, request, client_address):
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self.slots.release()
+    def replying(self, request):
+        """The request of this connection is read: it is no longer one to close for a new one."""
+        with self.lock:
+            conn = self.conns.get(request)
+            if conn:
+                conn.replying = True
+
+    def shutdown_request(self, request):
+        with self.lock:
+            conn = self.conns.pop(request, None)
+            if conn:
+                conn.closed = True
+            super().shutdown_request(request)
+
+    def service_actions(self):
+        """Between accepts (at least every poll interval): cut the connections past their time."""
+        now = time.monotonic()
+        with self.lock:
+            for r, c in self.conns.items():
+                if now - c.since > CONNECTION_TIMEOUT_S or not c.replying and now - c.since > REQUEST_TIMEOUT_S:
+                    self._cut(r, c)
+
+    def server_close(self):
+        with self.lock:  # the threads it waits for end at once
+            for r, c in self.conns.items():
+                self._cut(r, c)
+        super().server_close()
 
     def handle_error(self, request, client_address):
         pass  # a client gone mid-response (broken pipe, reset): nothing to do, the next scrape is unaffected
