@@ -10,7 +10,6 @@ import contextlib
 import http.server
 import os
 import select
-import shutil
 import signal
 import socket
 import subprocess
@@ -18,7 +17,8 @@ import tempfile
 import threading
 import time
 
-from user.system import FstraceError, mounts
+from user.runner import die_with_parent
+from user.system import Cleanup, FstraceError, mounts, proc_start, remove_tree
 
 # what serve runs the collector with beyond the filters (scripts/bench_overhead.py measures exactly these)
 COLLECTOR_OPTIONS = ["--records", "none", "--no-io-records", "--sample-hz", "0"]
@@ -231,12 +231,25 @@ def wait_ready(proc, fd, stop):
     return False
 
 
+def ended(rc):
+    """How a collector ended, for a message (rc: its Popen returncode): a signal leaves no message of its own."""
+    if rc < 0:
+        return "was killed by %s" % signal.Signals(-rc).name
+    return "exited %d; see its message above" % rc
+
+
 def start_collector(collector_argv, path, om_path, args, stop):
     """The collector, aggregate-only, rewriting path and om_path; None if told to stop while it started."""
     r, w = os.pipe()
     argv = collector_argv + COLLECTOR_OPTIONS + (["--per-comm"] if args.per_comm else []) + [
         "--exposition", path, "--openmetrics", om_path, "--exposition-interval", str(args.update_interval), "--ready-fd", str(w)]
-    proc = subprocess.Popen(argv, pass_fds=(w,), start_new_session=True, stdin=subprocess.DEVNULL)
+    # should this process be SIGKILLed, the collector is told (SIGTERM: it detaches and exits), and the next
+    # fstrace start kills it should it still be there (it is recorded as a run's collector is)
+    proc = subprocess.Popen(argv, pass_fds=(w,), start_new_session=True, stdin=subprocess.DEVNULL,
+                            preexec_fn=die_with_parent)
+    proc.record = Cleanup()
+    proc.record.push("forget the collector", lambda: None,
+                     record={"kind": "process", "pid": proc.pid, "start": proc_start(proc.pid)})
     os.close(w)
     try:
         ready = wait_ready(proc, r, stop)
@@ -244,11 +257,13 @@ def start_collector(collector_argv, path, om_path, args, stop):
         os.close(r)
     if ready:
         return proc
-    if proc.poll() is None:
-        stop_collector(proc, lambda msg: None)
+    hung = proc.poll() is None
+    stop_collector(proc, lambda msg: None)
     if stop.is_set():
         return None
-    raise FstraceError("the collector did not start (exit %s); see its message above" % proc.poll())
+    if hung:
+        raise FstraceError("the collector did not attach in %d s; stopped" % READY_TIMEOUT_S)
+    raise FstraceError("the collector did not start: it %s" % ended(proc.returncode))
 
 
 def serve(listen, resolve, args, progress):
@@ -260,8 +275,11 @@ def serve(listen, resolve, args, progress):
         path = os.path.abspath(args.textfile)
         if not os.path.isdir(os.path.dirname(path)):
             raise FstraceError("--textfile %s: no such directory %s" % (args.textfile, os.path.dirname(path)))
-    # the OpenMetrics version is ours alone: kept out of a textfile directory, whose readers want one format
+    # the OpenMetrics version is ours alone: kept out of a textfile directory, whose readers want one format.
+    # Recorded: should this process be SIGKILLed, the next fstrace start removes it
+    cleanup = Cleanup()
     private = tempfile.mkdtemp(prefix="fstrace-serve-")
+    cleanup.push("remove " + private, remove_tree, private, record={"kind": "dir", "path": private})
     om_path = os.path.join(private, "metrics.om")
     if not args.textfile:
         path = os.path.join(private, "metrics.prom")
@@ -288,18 +306,18 @@ def serve(listen, resolve, args, progress):
                  % ("[%s]" % host if ":" in host else host, port,
                     ", ".join(m[0] for m in chosen) or "all filesystems", path))
         state = {}
-        ended = False
+        traced_gone = False
         while not stop.wait(1.0):
             if hup.is_set():
                 hup.clear()
-                if not ended:
+                if not traced_gone:
                     proc.send_signal(signal.SIGHUP)
-            if not ended and proc.poll() is not None:
+            if not traced_gone and proc.poll() is not None:
                 if proc.returncode != 0 or not args.pid:
-                    raise FstraceError("the collector exited (%d); see its message above" % proc.returncode)
-                ended = True  # --pid: every traced process is gone; its final counters stay served
+                    raise FstraceError("the collector %s" % ended(proc.returncode))
+                traced_gone = True  # --pid: every traced process is gone; its final counters stay served
                 progress("serve: the traced processes have exited; serving their final counters until stopped")
-            if watch_mounts(chosen, state, progress) and not ended:
+            if watch_mounts(chosen, state, progress) and not traced_gone:
                 try:
                     chosen, collector_argv = resolve()
                 except FstraceError as e:
@@ -307,7 +325,7 @@ def serve(listen, resolve, args, progress):
                     continue
                 # the old collector's file stays served until the new one has written its first
                 if not stop_collector(proc, progress):
-                    return 1
+                    raise FstraceError("the collector %s" % ended(proc.returncode))
                 proc = start_collector(collector_argv, path, om_path, args, stop)
                 if not proc:
                     return 0
@@ -320,15 +338,18 @@ def serve(listen, resolve, args, progress):
             server.server_close()
         if proc and not stop_collector(proc, progress):
             rc = 1
-        shutil.rmtree(private, ignore_errors=True)
         for s, h in old.items():
             signal.signal(s, h)
+        cleanup.run()
     return rc
 
 
 def stop_collector(proc, progress):
-    """SIGTERM (it detaches and exits 0); False if it had to be killed or failed."""
-    if proc.poll() is None:
+    """SIGTERM (it detaches and exits 0); False if it had to be killed or failed.  One that had already exited
+    is the caller's to report."""
+    try:
+        if proc.poll() is not None:
+            return proc.returncode == 0
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=STOP_TIMEOUT_S)
@@ -337,7 +358,9 @@ def stop_collector(proc, progress):
             proc.wait()
             progress("serve: the collector did not stop in %d s and was killed" % STOP_TIMEOUT_S)
             return False
-    if proc.returncode != 0:
-        progress("serve: the collector exited %d" % proc.returncode)
-        return False
-    return True
+        if proc.returncode != 0:
+            progress("serve: the collector %s" % ended(proc.returncode))
+            return False
+        return True
+    finally:
+        proc.record.run()  # it is gone: no longer for the next start to reclaim
