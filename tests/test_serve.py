@@ -1,6 +1,7 @@
 """fstrace serve: the in-kernel aggregates as Prometheus metrics, checked against fio's own counts, the block
 layer's /proc/diskstats, promtool and a real Prometheus server scraping it; a daemon's bad days (garbage, slow
 and vanishing clients, 100 at once, SIGHUP, SIGTERM, an unmounted filesystem).  Every socket is on 127.0.0.1."""
+import contextlib
 import json
 import os
 import random
@@ -387,6 +388,103 @@ def test_serve_survives_bad_clients_and_stops_clean(mounted_erofs):  # noqa: F81
     assert p.returncode == 0, log
     assert bpf_objects_left(objs) == set()
     assert private and not os.path.exists(os.path.dirname(private[0]))
+
+
+def test_a_scrape_gets_through_while_300_connections_are_held(mounted_erofs):  # noqa: F811
+    """300 connections more than serve's bound of them, each sending its request a header line a second (a
+    slow client that never stalls long enough for a read to time out): a scrape is still answered, and every held
+    connection is closed by serve within its time for a request."""
+    from user import serve
+    mnt, _ = mounted_erofs
+    p, port, rest = start_serve("--mount", mnt)
+    held, done = [], threading.Event()
+    try:
+        for _ in range(300):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            s.sendall(b"GET /metrics HTTP/1.1\r\n")
+            held.append(s)
+
+        def trickle():
+            while not done.wait(1.0):
+                for s in held:
+                    with contextlib.suppress(OSError):
+                        s.sendall(b"X-Slow: 1\r\n")
+        threading.Thread(target=trickle, daemon=True).start()
+        assert "fstrace_requests_total" in scrape(port)
+        # a held connection ends in serve's own time, however it trickles: an EOF or a reset, never a reply
+        deadline = time.monotonic() + 6 * serve.CONNECTION_TIMEOUT_S
+        for s in held:
+            s.settimeout(max(deadline - time.monotonic(), 0.1))
+            try:
+                assert s.recv(4096) == b""
+            except ConnectionResetError:
+                pass
+        done.set()
+        assert "fstrace_requests_total" in scrape(port)
+    finally:
+        done.set()
+        for s in held:
+            s.close()
+        log = stop(p, rest)
+    assert p.returncode == 0, log
+
+
+def collector_files(collector):
+    """The private directory of serve's collector (where its exposition goes), from its command line."""
+    argv = open("/proc/%d/cmdline" % collector).read().split("\0")
+    return os.path.dirname(argv[argv.index("--openmetrics") + 1])
+
+
+def gone(pid, timeout=30.0):
+    """pid has exited (and been reaped, or is a zombie) within timeout seconds."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    return True
+        except OSError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_sigkill_of_serve_leaves_nothing(mounted_erofs):  # noqa: F811
+    """serve SIGKILLed: its collector ends with it (its programs detached), and the next fstrace start removes
+    its directory, one line, naming it."""
+    mnt, _ = mounted_erofs
+    p, port, rest = start_serve("--mount", mnt)
+    collector = collector_under(p.pid, timeout=10)
+    objs = bpf_objects_of(collector)
+    private = collector_files(collector)
+    assert any(kind == "link" for kind, _ in objs) and os.path.isdir(private), objs
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait(timeout=60)
+    try:
+        assert gone(collector), "the collector outlived serve"
+    finally:
+        if not gone(collector, 0):
+            os.kill(collector, signal.SIGKILL)
+    assert bpf_objects_left(objs) == set()
+    q = subprocess.run([FSTRACE, "attach", "--duration", "-1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=120)
+    lines = [l for l in q.stderr.splitlines() if "leftover of dead run %d" % p.pid in l]
+    assert lines == ["fstrace: leftover of dead run %d: removed %s" % (p.pid, private)], q.stderr
+    assert not os.path.exists(private)
+
+
+def test_collector_killed_under_serve_is_one_line(mounted_erofs):  # noqa: F811
+    mnt, _ = mounted_erofs
+    p, port, rest = start_serve("--mount", mnt)
+    collector = collector_under(p.pid, timeout=10)
+    private = collector_files(collector)
+    os.kill(collector, signal.SIGKILL)
+    p.wait(timeout=60)
+    time.sleep(0.1)  # the reader thread takes the last lines
+    lines = [l for l in "".join(rest).splitlines() if l.startswith("fstrace")]
+    assert p.returncode == 1 and lines == ["fstrace: error: the collector was killed by SIGKILL"], rest
+    assert not os.path.exists(private)
+    assert not os.path.exists("/run/fstrace/run-%d.json" % p.pid)
 
 
 def small_erofs(tmp_path):

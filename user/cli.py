@@ -381,7 +381,7 @@ def main(argv=None):
     try:
         args = build_parser().parse_args(argv)
         command = "fstrace " + args.command
-        if args.command in ("run", "attach", "bench", "advise") and os.geteuid() == 0:
+        if args.command in ("run", "attach", "serve", "bench", "advise") and os.geteuid() == 0:
             with recorded_run():
                 return args.func(args)
         return args.func(args)

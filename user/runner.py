@@ -3,6 +3,7 @@ options that decide what it records, and run_once, one workload on a freshly mou
 directory with its summary.  cli.py (run, attach), bench.py and advise.py (the matrices) and
 scripts/bench_overhead.py import it.
 """
+import ctypes
 import json
 import os
 import shutil
@@ -131,10 +132,14 @@ def stop_process(p, timeout_s=30):
             return p.wait()
 
 
+# looked up once, here: the child of a process with threads (serve's) must do no more than call it
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+PR_SET_PDEATHSIG = 1
+
+
 def die_with_parent():
     """preexec_fn of a child that must not outlive this process (a collector, a tracer): SIGTERM at its death."""
-    import ctypes
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def bpf_program_names():

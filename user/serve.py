@@ -6,17 +6,19 @@ the last complete version of one of them on /metrics: OpenMetrics to a scraper w
 The collector runs in its own session, so a terminal's Ctrl-C or hangup reaches only this process, which then
 stops it in order (SIGTERM: it detaches its programs and exits 0) or asks it to rewrite its file (SIGHUP).
 """
+import contextlib
 import http.server
 import os
 import select
-import shutil
 import signal
 import socket
 import subprocess
 import tempfile
 import threading
+import time
 
-from user.system import FstraceError, mounts
+from user.runner import die_with_parent
+from user.system import Cleanup, FstraceError, mounts, proc_start, remove_tree
 
 # what serve runs the collector with beyond the filters (scripts/bench_overhead.py measures exactly these)
 COLLECTOR_OPTIONS = ["--records", "none", "--no-io-records", "--sample-hz", "0"]
@@ -24,9 +26,14 @@ DEFAULT_LISTEN = "127.0.0.1:9464"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 # a scraper holds a thread while it is connected: bounded in number and in time, so slow or stuck clients can
-# neither exhaust the process nor keep one forever; over the bound a connection is closed at once
+# neither exhaust the process nor keep one forever.  CLIENT_TIMEOUT_S bounds each read and write; a client that
+# trickles its request a byte at a time gets REQUEST_TIMEOUT_S from its connect to send all of it, and
+# CONNECTION_TIMEOUT_S in all, its reply included.  At MAX_CONNECTIONS a new connection closes the oldest one
+# still sending its request: whoever holds many connections open cannot keep a scraper out.
 MAX_CONNECTIONS = 256
 CLIENT_TIMEOUT_S = 10
+REQUEST_TIMEOUT_S = 10
+CONNECTION_TIMEOUT_S = 30
 READY_TIMEOUT_S = 120
 STOP_TIMEOUT_S = 30
 
@@ -77,7 +84,7 @@ def parse_listen(s):
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
-    timeout = CLIENT_TIMEOUT_S  # a client that sends half a request is dropped after this
+    timeout = CLIENT_TIMEOUT_S  # each read and write of a client that stalls fails after this
     protocol_version = "HTTP/1.0"  # one request per connection: an idle keep-alive cannot pin a thread
     server_version = "fstrace-serve"
 
@@ -88,6 +95,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.reply(body=False)
 
     def reply(self, body):
+        self.server.replying(self.connection)
         if self.path.split("?", 1)[0] != "/metrics":
             self.send_error(404, "only /metrics is served")
             return
@@ -110,32 +118,80 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass  # one line per scrape would fill a journal over weeks
 
 
+class Connection:
+    """A client connection the server holds: when it came, whether its request is read, whether it is closed."""
+
+    def __init__(self, now):
+        self.since, self.replying, self.closed = now, False, False
+
+
 class Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128
 
     def __init__(self, addr, exposition, openmetrics):
         self.exposition, self.openmetrics = exposition, openmetrics
-        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        # every connection from its accept to its close; the lock also orders a close by its handler thread
+        # against a shutdown from here (a closed socket's number may already be another client's)
+        self.conns, self.lock = {}, threading.Lock()
         if ":" in addr[0]:
             self.address_family = socket.AF_INET6
         super().__init__(addr, Handler)
 
+    def _cut(self, request, conn):
+        """End a held connection: its handler's next read or write fails at once and its thread ends."""
+        if not conn.closed:
+            conn.closed = True
+            with contextlib.suppress(OSError):
+                request.shutdown(socket.SHUT_RDWR)
+
     def process_request(self, request, client_address):
-        if not self.slots.acquire(blocking=False):
-            self.shutdown_request(request)
-            return
+        now = time.monotonic()
+        with self.lock:
+            held = [(c.since, id(r), r, c) for r, c in self.conns.items() if not c.closed]
+            if len(held) >= MAX_CONNECTIONS:
+                reading = [x for x in held if not x[3].replying]
+                # the handlers of connections cut a moment ago are still ending: never more threads than twice
+                # the bound, whatever the rate of new connections
+                if not reading or len(self.conns) >= 2 * MAX_CONNECTIONS:
+                    super().shutdown_request(request)
+                    return
+                _, _, r, c = min(reading)
+                self._cut(r, c)
+            self.conns[request] = Connection(now)
         try:
             super().process_request(request, client_address)
         except Exception:
-            self.slots.release()
+            self.shutdown_request(request)
             raise
 
-    def process_request_thread(self, request, client_address):
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self.slots.release()
+    def replying(self, request):
+        """The request of this connection is read: it is no longer one to close for a new one."""
+        with self.lock:
+            conn = self.conns.get(request)
+            if conn:
+                conn.replying = True
+
+    def shutdown_request(self, request):
+        with self.lock:
+            conn = self.conns.pop(request, None)
+            if conn:
+                conn.closed = True
+            super().shutdown_request(request)
+
+    def service_actions(self):
+        """Between accepts (at least every poll interval): cut the connections past their time."""
+        now = time.monotonic()
+        with self.lock:
+            for r, c in self.conns.items():
+                if now - c.since > CONNECTION_TIMEOUT_S or not c.replying and now - c.since > REQUEST_TIMEOUT_S:
+                    self._cut(r, c)
+
+    def server_close(self):
+        with self.lock:  # the threads it waits for end at once
+            for r, c in self.conns.items():
+                self._cut(r, c)
+        super().server_close()
 
     def handle_error(self, request, client_address):
         pass  # a client gone mid-response (broken pipe, reset): nothing to do, the next scrape is unaffected
@@ -175,12 +231,25 @@ def wait_ready(proc, fd, stop):
     return False
 
 
+def ended(rc):
+    """How a collector ended, for a message (rc: its Popen returncode): a signal leaves no message of its own."""
+    if rc < 0:
+        return "was killed by %s" % signal.Signals(-rc).name
+    return "exited %d; see its message above" % rc
+
+
 def start_collector(collector_argv, path, om_path, args, stop):
     """The collector, aggregate-only, rewriting path and om_path; None if told to stop while it started."""
     r, w = os.pipe()
     argv = collector_argv + COLLECTOR_OPTIONS + (["--per-comm"] if args.per_comm else []) + [
         "--exposition", path, "--openmetrics", om_path, "--exposition-interval", str(args.update_interval), "--ready-fd", str(w)]
-    proc = subprocess.Popen(argv, pass_fds=(w,), start_new_session=True, stdin=subprocess.DEVNULL)
+    # should this process be SIGKILLed, the collector is told (SIGTERM: it detaches and exits), and the next
+    # fstrace start kills it should it still be there (it is recorded as a run's collector is)
+    proc = subprocess.Popen(argv, pass_fds=(w,), start_new_session=True, stdin=subprocess.DEVNULL,
+                            preexec_fn=die_with_parent)
+    proc.record = Cleanup()
+    proc.record.push("forget the collector", lambda: None,
+                     record={"kind": "process", "pid": proc.pid, "start": proc_start(proc.pid)})
     os.close(w)
     try:
         ready = wait_ready(proc, r, stop)
@@ -188,11 +257,13 @@ def start_collector(collector_argv, path, om_path, args, stop):
         os.close(r)
     if ready:
         return proc
-    if proc.poll() is None:
-        stop_collector(proc, lambda msg: None)
+    hung = proc.poll() is None
+    stop_collector(proc, lambda msg: None)
     if stop.is_set():
         return None
-    raise FstraceError("the collector did not start (exit %s); see its message above" % proc.poll())
+    if hung:
+        raise FstraceError("the collector did not attach in %d s; stopped" % READY_TIMEOUT_S)
+    raise FstraceError("the collector did not start: it %s" % ended(proc.returncode))
 
 
 def serve(listen, resolve, args, progress):
@@ -204,8 +275,11 @@ def serve(listen, resolve, args, progress):
         path = os.path.abspath(args.textfile)
         if not os.path.isdir(os.path.dirname(path)):
             raise FstraceError("--textfile %s: no such directory %s" % (args.textfile, os.path.dirname(path)))
-    # the OpenMetrics version is ours alone: kept out of a textfile directory, whose readers want one format
+    # the OpenMetrics version is ours alone: kept out of a textfile directory, whose readers want one format.
+    # Recorded: should this process be SIGKILLed, the next fstrace start removes it
+    cleanup = Cleanup()
     private = tempfile.mkdtemp(prefix="fstrace-serve-")
+    cleanup.push("remove " + private, remove_tree, private, record={"kind": "dir", "path": private})
     om_path = os.path.join(private, "metrics.om")
     if not args.textfile:
         path = os.path.join(private, "metrics.prom")
@@ -232,18 +306,18 @@ def serve(listen, resolve, args, progress):
                  % ("[%s]" % host if ":" in host else host, port,
                     ", ".join(m[0] for m in chosen) or "all filesystems", path))
         state = {}
-        ended = False
+        traced_gone = False
         while not stop.wait(1.0):
             if hup.is_set():
                 hup.clear()
-                if not ended:
+                if not traced_gone:
                     proc.send_signal(signal.SIGHUP)
-            if not ended and proc.poll() is not None:
+            if not traced_gone and proc.poll() is not None:
                 if proc.returncode != 0 or not args.pid:
-                    raise FstraceError("the collector exited (%d); see its message above" % proc.returncode)
-                ended = True  # --pid: every traced process is gone; its final counters stay served
+                    raise FstraceError("the collector %s" % ended(proc.returncode))
+                traced_gone = True  # --pid: every traced process is gone; its final counters stay served
                 progress("serve: the traced processes have exited; serving their final counters until stopped")
-            if watch_mounts(chosen, state, progress) and not ended:
+            if watch_mounts(chosen, state, progress) and not traced_gone:
                 try:
                     chosen, collector_argv = resolve()
                 except FstraceError as e:
@@ -251,7 +325,7 @@ def serve(listen, resolve, args, progress):
                     continue
                 # the old collector's file stays served until the new one has written its first
                 if not stop_collector(proc, progress):
-                    return 1
+                    raise FstraceError("the collector %s" % ended(proc.returncode))
                 proc = start_collector(collector_argv, path, om_path, args, stop)
                 if not proc:
                     return 0
@@ -264,15 +338,18 @@ def serve(listen, resolve, args, progress):
             server.server_close()
         if proc and not stop_collector(proc, progress):
             rc = 1
-        shutil.rmtree(private, ignore_errors=True)
         for s, h in old.items():
             signal.signal(s, h)
+        cleanup.run()
     return rc
 
 
 def stop_collector(proc, progress):
-    """SIGTERM (it detaches and exits 0); False if it had to be killed or failed."""
-    if proc.poll() is None:
+    """SIGTERM (it detaches and exits 0); False if it had to be killed or failed.  One that had already exited
+    is the caller's to report."""
+    try:
+        if proc.poll() is not None:
+            return proc.returncode == 0
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=STOP_TIMEOUT_S)
@@ -281,7 +358,9 @@ def stop_collector(proc, progress):
             proc.wait()
             progress("serve: the collector did not stop in %d s and was killed" % STOP_TIMEOUT_S)
             return False
-    if proc.returncode != 0:
-        progress("serve: the collector exited %d" % proc.returncode)
-        return False
-    return True
+        if proc.returncode != 0:
+            progress("serve: the collector %s" % ended(proc.returncode))
+            return False
+        return True
+    finally:
+        proc.record.run()  # it is gone: no longer for the next start to reclaim
