@@ -3,14 +3,24 @@
 Folded stacks ("root;...;leaf count" lines) are the format FlameGraph, inferno and speedscope read; fstrace
 keeps them next to every SVG.  Frames that decompress are drawn in their own colour so the cost the seeds
 argue about stands out; a differential graph colours each frame by how its samples changed from A to B.
+
+SCRIPT (flamegraph.js) makes a graph interactive -- zoom into a frame, reset, search -- from what render() puts
+in the SVG: frames in pre-order with their depth and weight, the graph's total, unit and drawing width.  A
+standalone SVG file carries it (standalone()); an HTML report carries it once for all its graphs.
 """
+import os
 from xml.sax.saxutils import escape
+
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "flamegraph.js")) as _f:
+    SCRIPT = _f.read()
 
 from analysis.sampling import DECOMPRESSOR, TRACER_FRAME_PREFIX
 
 WIDTH = 1200
 ROW = 16
 PAD = 24
+MARGIN = 10  # left and right of the frames
+CHAR_WIDTH, MIN_LABEL_WIDTH = 7, 40  # a frame's label: what fits of its name (flamegraph.js relabels the same way)
 
 
 def folded_text(stacks):
@@ -81,13 +91,21 @@ def render(stacks, title, subtitle="", base=None, unit="samples"):
 
     measure(root, 0)
     height = (depth[0] + 1) * ROW + 3 * PAD
+    usable = WIDTH - 2 * MARGIN
+    # the controls flamegraph.js works (hidden in a static rendering, where they would do nothing), along
+    # the bottom edge, under the roots
     out = ['<?xml version="1.0" encoding="UTF-8"?>',
-           '<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" '
-           'font-family="monospace" font-size="11">' % (WIDTH, height, WIDTH, height),
+           '<svg xmlns="http://www.w3.org/2000/svg" class="flamegraph" width="%d" height="%d" viewBox="0 0 %d %d" '
+           'font-family="monospace" font-size="11" data-total="%d" data-unit="%s" data-left="%d" data-usable="%d">'
+           % (WIDTH, height, WIDTH, height, total, escape(unit, {'"': "&quot;"}), MARGIN, usable),
            '<rect x="0" y="0" width="%d" height="%d" fill="white"/>' % (WIDTH, height),
            '<text x="%d" y="16" font-size="14" text-anchor="middle">%s</text>' % (WIDTH // 2, escape(title)),
-           '<text x="%d" y="32" text-anchor="middle" fill="#555">%s</text>' % (WIDTH // 2, escape(subtitle))]
-    usable = WIDTH - 2 * 10
+           '<text x="%d" y="32" text-anchor="middle" fill="#555">%s</text>' % (WIDTH // 2, escape(subtitle)),
+           '<text class="fg-reset" x="%d" y="%d" cursor="pointer" fill="#0645ad" visibility="hidden">Reset Zoom</text>'
+           % (MARGIN, height - 8),
+           '<text class="fg-search" x="%d" y="%d" text-anchor="end" cursor="pointer" fill="#0645ad" '
+           'visibility="hidden">Search</text>' % (WIDTH - MARGIN, height - 8),
+           '<text class="fg-matched" x="%d" y="%d" text-anchor="middle"></text>' % (WIDTH // 2, height - 8)]
     if not total:
         out.append('<text x="%d" y="%d" text-anchor="middle">no samples</text>' % (WIDTH // 2, height // 2))
         out.append("</svg>")
@@ -103,11 +121,11 @@ def render(stacks, title, subtitle="", base=None, unit="samples"):
             else:
                 fill = _colour(name)
             label = "%s (%d %s, %.2f%%)" % (name, node[0], unit, 100.0 * node[0] / total)
-            out.append('<g class="frame" data-weight="%d"><title>%s</title><rect x="%.3f" y="%d" width="%.3f" '
-                       'height="%d" fill="%s" stroke="white" stroke-width="0.5"/>' % (
-                           node[0], escape(label), x, y, w, ROW - 1, fill))
-            if w > 40:
-                chars = int(w / 7)
+            out.append('<g class="frame" data-weight="%d" data-depth="%d" cursor="pointer"><title>%s</title>'
+                       '<rect x="%.3f" y="%d" width="%.3f" height="%d" fill="%s" stroke="white" stroke-width="0.5"/>'
+                       % (node[0], d, escape(label), x, y, w, ROW - 1, fill))
+            if w > MIN_LABEL_WIDTH:
+                chars = int(w / CHAR_WIDTH)
                 text = name if len(name) <= chars else name[:max(chars - 2, 0)] + ".."
                 out.append('<text x="%.3f" y="%d">%s</text>' % (x + 3, y + ROW - 4, escape(text)))
             out.append("</g>")
@@ -116,7 +134,7 @@ def render(stacks, title, subtitle="", base=None, unit="samples"):
             draw(child, cname, cx, d + 1, path + [cname], bnode[1].get(cname) if bnode else None)
             cx += usable * child[0] / total
 
-    draw(root, "all", 10.0, -1, [], base_tree)
+    draw(root, "all", float(MARGIN), -1, [], base_tree)
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
@@ -128,12 +146,18 @@ def differential(a, b, what):
                   "widths: B's samples; red: more than in A (share), blue: less", base=a)
 
 
+def standalone(svg_text):
+    """An SVG file of render()'s text that is interactive on its own: SCRIPT inside it."""
+    assert "]]>" not in SCRIPT
+    end = svg_text.rindex("</svg>")
+    return svg_text[:end] + '<script type="text/ecmascript"><![CDATA[\n%s]]></script>\n' % SCRIPT + svg_text[end:]
+
+
 def write(dirpath, name, stacks, title, subtitle="", base=None, unit="samples"):
-    """name.folded and name.svg in dirpath; returns the SVG path."""
-    import os
+    """name.folded and name.svg (interactive) in dirpath; returns the SVG path."""
     with open(os.path.join(dirpath, name + ".folded"), "w") as f:
         f.write(folded_text(stacks))
     svg = os.path.join(dirpath, name + ".svg")
     with open(svg, "w") as f:
-        f.write(render(stacks, title, subtitle, base, unit))
+        f.write(standalone(render(stacks, title, subtitle, base, unit)))
     return svg

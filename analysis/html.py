@@ -1,10 +1,16 @@
 """Self-contained HTML reports, one file per run or comparison: text, tables, plots and flamegraphs inline.
 
-Nothing is fetched from the network; the file can be mailed or attached to a review as it is.  A
-few lines of script count the figures the browser actually laid out (data-rendered-figures on
-<body>), which is what the headless-browser test checks.
+Nothing is fetched from the network; the file can be mailed or attached to a review as it is.  The page's one
+script is the project's own: a few lines count the figures the browser actually laid out
+(data-rendered-figures on <body>, which the headless-browser test checks), and the flamegraphs' script
+(analysis/flamegraph.js) makes them zoomable and searchable.  A Content-Security-Policy lets the page run
+that script alone (by its hash): no other script, no fetch, no frame, no form, whatever a results file held.
 """
+import base64
+import hashlib
 from html import escape
+
+from analysis import flamegraph
 
 STYLE = """
 body { font-family: sans-serif; margin: 24px; color: #222; max-width: 1280px; }
@@ -25,7 +31,12 @@ window.addEventListener("load", function () {
   });
   document.body.setAttribute("data-rendered-figures", String(n));
 });
-"""
+""" + flamegraph.SCRIPT
+
+# Only the page's own script runs (its hash); styles may be inline because the plots' SVG (matplotlib) sets
+# style attributes, which a policy can allow only all together -- a style runs no code and fetches nothing here
+CSP = ("default-src 'none'; script-src 'sha256-%s'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+       % base64.b64encode(hashlib.sha256(SCRIPT.encode()).digest()).decode())
 
 
 def inline_svg(svg_text):
@@ -46,9 +57,10 @@ def page(title, sections):
     """sections: [(heading, html fragment)]; <body data-figures> says how many inline figures they hold."""
     body = "".join("<h2>%s</h2>\n%s\n" % (escape(h), frag) for h, frag in sections)
     figures = sum(frag.count('<div class="figure">') for _, frag in sections)
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>%s</title>"
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta http-equiv=\"Content-Security-Policy\" content=\"%s\"><title>%s</title>"
             "<style>%s</style><script>%s</script></head>\n<body data-figures=\"%d\">\n<h1>%s</h1>\n%s"
-            "</body></html>\n" % (escape(title), STYLE, SCRIPT, figures, escape(title), body))
+            "</body></html>\n" % (CSP, escape(title), STYLE, SCRIPT, figures, escape(title), body))
 
 
 def run_page(s, text_report, table_text, plots, flamegraphs):

@@ -114,7 +114,9 @@ HEADER_SCHEMA = {
     "stat_calls_placed": Opt(bool),
     "tracer_sites": Opt({"time_every": Int(1), "sites": MapOf({"runs": COUNT, "timed": COUNT, "timed_ns": COUNT,
                                                                "timed_sq_ns": COUNT, "charged_ns": COUNT})}),
+    # tids: the thread of each folded row, in the rows' order (collectors before it wrote none)
     "sampling": Opt({"hz": Opt(Null(Int(0, 1 << 31))), "folded": Opt(ListOf(Tuple(str, INT))),
+                     "tids": Opt(ListOf(COUNT)),
                      "stacks_lost": Opt(INT), "runs": Opt(COUNT), "run_ns": Opt(COUNT)}),
     "tracer_frame_prefix": Opt(str),
     "task_state": Opt({"store": str, "why": str}),
@@ -275,6 +277,10 @@ def validate_header(header, fmt=FORMAT):
             raise ResultsError("%s: histograms of the wrong number of slots" % where)
         if set(row["part_ns"]) != set(row["part_hist"]):
             raise ResultsError("%s: parts and their histograms disagree" % where)
+    smp = header.get("sampling") or {}
+    if "tids" in smp and len(smp["tids"]) != len(smp.get("folded", [])):
+        raise ResultsError("header field sampling.tids: %d threads for %d stacks" % (len(smp["tids"]),
+                                                                                  len(smp.get("folded", []))))
     for enum, needed in REQUIRED_ENUM_NAMES.items():
         missing = [n for n in needed if n not in header["enums"][enum].values()]
         if missing:

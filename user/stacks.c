@@ -80,10 +80,12 @@ typedef void (*stack_prefix_fn)(const void *key, __u64 value, struct jbuf *st, v
  * kernel stack id at stack_off (and a reason at reason_off, or -1), each stack
  * after the frames prefix() adds (if given), appended to rows: the values of
  * rows whose stack was not recorded go to *lost instead, the sum of all to *total.
+ * With tids, the thread id at tid_off of each row's key goes to tids, in the
+ * rows' order (so the rows keep the form older readers take).
  */
 static void json_stack_rows(json *rows, int map_fd, size_t key_size, int stacks_fd, int stack_off,
 			    int reason_off, stack_prefix_fn prefix, void *ctx, unsigned long long *total,
-			    unsigned long long lost[FST_MAX_OFFCPU_REASONS])
+			    unsigned long long lost[FST_MAX_OFFCPU_REASONS], json *tids, int tid_off)
 {
 	__u8 key[64], next[64];
 	void *prev = NULL;
@@ -115,6 +117,11 @@ static void json_stack_rows(json *rows, int map_fd, size_t key_size, int stacks_
 		if (reason_off >= 0)
 			jpush(row, ju64(reason));
 		jpush(row, ju64(v));
+		if (tids) {
+			__u32 tid;
+			memcpy(&tid, key + tid_off, sizeof(tid));
+			jpush(tids, ju64(tid));
+		}
 		free(st.s);
 	}
 }
@@ -132,7 +139,7 @@ json *json_offcpu(struct block_bpf *blk)
 	json_stack_rows(jset(o, "folded", jarr()), bpf_map__fd(blk->maps.offcpu), sizeof(struct fst_offcpu_key),
 			bpf_map__fd(c->offcpu_at_switch_in ? blk->maps.offcpu_kstacks : blk->maps.stacks),
 			offsetof(struct fst_offcpu_key, stack_id), offsetof(struct fst_offcpu_key, reason), NULL, NULL,
-			&total, lost);
+			&total, lost, NULL, 0);
 	/* a stack the kernel could not store (its bucket held another stack): time known, stack not */
 	json *by_reason = jset(o, "stack_lost_ns_by_reason", jobj());
 	for (int r = 0; r < FST_MAX_OFFCPU_REASONS; r++) {
@@ -192,9 +199,11 @@ json *json_sampling(struct sample_bpf *smp, int hz, const char *why_off)
 	}
 	unsigned long long total = 0, lost[FST_MAX_OFFCPU_REASONS] = {};
 	struct sample_prefix sp = { .ustacks_fd = bpf_map__fd(smp->maps.user_stacks) };
-	json_stack_rows(jset(o, "folded", jarr()), bpf_map__fd(smp->maps.samples), sizeof(struct fst_sample_key),
+	json *rows = jset(o, "folded", jarr());
+	/* each row's thread: per-thread profiles (a speedscope export) split the samples by it */
+	json_stack_rows(rows, bpf_map__fd(smp->maps.samples), sizeof(struct fst_sample_key),
 			bpf_map__fd(smp->maps.sample_stacks), offsetof(struct fst_sample_key, stack_id), -1,
-			sample_prefix, &sp, &total, lost);
+			sample_prefix, &sp, &total, lost, jset(o, "tids", jarr()), offsetof(struct fst_sample_key, pid));
 	/* the sampling program's own cost (kernel.bpf_stats_enabled=1), as the probes' */
 	struct bpf_prog_info info = {};
 	__u32 len = sizeof(info);
