@@ -71,6 +71,16 @@ class Cleanup:
         else:
             self._undo.append((what, fn, args))
 
+    def undo(self, what):
+        """Undo now the newest action named what, and forget it (a mount undone to be made again afresh)."""
+        for i in range(len(self._undo) - 1, -1, -1):
+            if self._undo[i][0] == what:
+                _, fn, args = self._undo.pop(i)
+                with signals_held():
+                    fn(*args)
+                return
+        raise KeyError(what)
+
     def __enter__(self):
         return self
 

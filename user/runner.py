@@ -186,6 +186,15 @@ def run_untraced(wl, mnt, ctx, bdir, cgroups, warm):
             "cache": "warm" if warm else "cold"}
 
 
+def remount(c, dev, mnt, fs, opts):
+    """The image unmounted and mounted again: a cold run's second pass must not find what the first left in the
+    filesystem's own caches, which drop_caches does not empty (squashfs's metadata and fragment caches hold a
+    small tree's whole inode table; erofs's and btrfs's in-memory inodes and extent maps)."""
+    from workloads import images
+    c.undo("unmount " + mnt)
+    mount(dev, mnt, fs, c, images.mount_options(fs, opts))
+
+
 def compare_with_baseline(base, s):
     """The untraced run's throughput and latency beside the traced one's, measured alike: fio's own bandwidth and
     completion latency for fio, bytes the workload read over its wall time otherwise."""
@@ -286,17 +295,21 @@ def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io
             elif baseline is None:
                 base = {"why": "not run (--no-baseline)"}
             else:
+                # its own output directory: the traced run's fio.json or file list is not the baseline's
                 bdir = os.path.join(tmp, "baseline")
                 os.makedirs(bdir)
                 if baseline == "before":
                     base = run_untraced(wl, mnt, ctx, bdir, cgroups, warm)
-                # the traced run's own output must not be mistaken for the baseline's, nor the reverse
+                    if not warm:
+                        remount(c, dev, mnt, fs, opts)
             if not wl.writes and not warm:
                 drop_caches()
             progress("running %s on %s (%s)" % (wl.name, image["label"], dev))
             run_collector([COLLECTOR, "-o", os.path.join(partial, "results.fst"), "-m", meta_path, "--progress"] +
                           (trace_opts or tracing_options(None)) + devs + ["--"] + argv, cwd=mnt)
             if baseline == "after" and not wl.writes:
+                if not warm:
+                    remount(c, dev, mnt, fs, opts)
                 base = run_untraced(wl, mnt, ctx, bdir, cgroups, warm)
             if "wall_s" in base:
                 base["order"] = baseline
