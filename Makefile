@@ -22,10 +22,10 @@ USER_CFLAGS := -g -O2 -Wall -Wextra -Wno-unused-parameter -I$(OUT) -Ibpf
 # collector: `make STATIC=0` asks for a dynamic one explicitly.
 STATIC ?= 1
 ifeq ($(STATIC),0)
-LINK_LIBS := -ljson-c -lbpf -lelf -lz
+LINK_LIBS := -ljson-c -lbpf -lelf -lz -lm
 STATIC_FLAG := 0
 else
-LINK_LIBS := -static -ljson-c -lbpf -lelf -lz -lzstd
+LINK_LIBS := -static -ljson-c -lbpf -lelf -lz -lzstd -lm
 STATIC_FLAG := 1
 endif
 

@@ -15,6 +15,10 @@ repetition, so drift on a shared machine hits all alike):
   fstrace-serve     the collector as `fstrace serve` starts it (user/serve.py COLLECTOR_OPTIONS: every
                     request counted, no records of requests or block requests) writing its exposition
                     every second
+  fstrace-attach    the collector as `fstrace attach` starts it by default: on a kernel without trampolines its
+                    request hooks (the syscall tracepoints) only in windows sized to the default budget
+                    (user/window.c); the read count the windows estimate is checked against fio's own
+  fstrace-serve-budget  fstrace-serve at serve's default budget, likewise
   fstrace-untraced  the collector as `fstrace attach --pid P` starts it, attached to another process (a
                     sleeping one) while the workload runs outside the traced set: what fstrace left attached to
                     a live system costs the tasks it does not trace (its system-wide hooks; no device traced)
@@ -51,7 +55,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from analysis import results, summary  # noqa: E402
-from user.runner import die_with_parent, stop_process, tracing_options  # noqa: E402
+from user.runner import DEFAULT_BUDGET_PCT, die_with_parent, stop_process, tracing_options  # noqa: E402
 from user.serve import COLLECTOR_OPTIONS as SERVE_OPTIONS  # noqa: E402
 from user.system import (Cleanup, FstraceError, Interrupted, backing_block_device, dev_numbers,  # noqa: E402
                          drop_caches, ensure_tracefs, install_signal_handlers, losetup, mount, mount_of,
@@ -68,9 +72,15 @@ FSTRACE_CONFIGS = {
     "fstrace-block": ["--block-only"],
     # {fst}: the run's results file, whose name the exposition takes
     "fstrace-serve": SERVE_OPTIONS + ["--exposition", "{fst}.prom", "--exposition-interval", "1"],
+    # attach's and serve's defaults: on a kernel without trampolines, the request hooks in budgeted windows
+    "fstrace-attach": tracing_options(None) + ["--budget", "%g" % DEFAULT_BUDGET_PCT],
+    "fstrace-serve-budget": SERVE_OPTIONS + ["--exposition", "{fst}.prom", "--exposition-interval", "1",
+                                             "--budget", "%g" % DEFAULT_BUDGET_PCT],
 }
+# the configurations whose request counts come from windows: their estimate is checked against fio's own count
+WINDOWED = ("fstrace-attach", "fstrace-serve-budget")
 CONFIGS = ["none", "fstrace-floor", "fstrace-full", "fstrace-nosample", "fstrace-records-all", "fstrace-block", "fstrace-serve",
-           "fstrace-untraced", "bpftrace-hist", "biolatency"]
+           "fstrace-attach", "fstrace-serve-budget", "fstrace-untraced", "bpftrace-hist", "biolatency"]
 BPFTRACE_HIST = "tracepoint:block:block_rq_complete { @bytes = hist(args->nr_sector * 512); }"
 
 
@@ -172,6 +182,10 @@ def run_one(config, argv, cwd, devs, work):
                 + ([("perf_event sampling", res.header["sampling"]["runs"], res.header["sampling"]["run_ns"])]
                    if res.header["sampling"].get("runs") else []),
                 "span_s": span}
+        if config in WINDOWED:
+            w = summary.request_windows(res)
+            info["windows"] = {k: w.get(k) for k in ("active", "why", "fraction", "windows", "seen", "estimate",
+                                                     "interval95")}
         return info
     if config == "fstrace-untraced":
         return run_untraced(argv, cwd, fst)
@@ -290,6 +304,17 @@ def analysis_rate(work, devs, single_mnt, single_file):
             "dropped": sum(res.header["drops"].values())}
 
 
+def window_counts(ws):
+    """How often fio's own read count fell inside the windows' 95 % interval, over the repetitions that had one."""
+    with_interval = [w for w in ws if w.get("interval95")]
+    covered = [w for w in with_interval if w["interval95"][0] <= w["fio_ios"] <= w["interval95"][1]]
+    return {"repetitions": len(ws), "with_interval": len(with_interval), "covered": len(covered),
+            "fraction": stats([w["fraction"] for w in ws if w.get("fraction") is not None]) if ws else None,
+            "why_none": sorted({w.get("why") or "" for w in ws if not w.get("interval95")}),
+            "rows": [{k: w.get(k) for k in ("fio_ios", "seen", "estimate", "interval95", "fraction", "windows")}
+                     for w in ws]}
+
+
 def median_interval(xs, level=0.95):
     """Distribution-free interval for the median of xs: the order statistics (x_(k), x_(n+1-k)) with the largest k
     whose coverage, 1 - 2 P(Binomial(n, 1/2) < k), is still at least level.  With too few values for that (under
@@ -317,6 +342,8 @@ def stats(xs):
 
 # the issue's targets (full attribution's ratio per case; block-only against biolatency), checked in every run
 FULL_TARGETS = {"fio-randread-4k-cold": 0.97, "fio-randread-4k-warm": 0.90, "tar-seqread-cold": 0.97}
+# attach and serve at their default budget, on every case
+BUDGET_TARGET = 0.98
 
 
 def verdict(interval, target, coverage):
@@ -345,6 +372,22 @@ def targets(out):
                 if fq["median_interval"][1] < target and fq["median_interval_coverage"] >= 0.95:
                     row["verdict"] += "; beyond this machine: the hooks alone (floor) keep less"
             rows.append(row)
+        for cfg in WINDOWED:
+            r = res.get(cfg)
+            if r and r["ratio_to_none"].get("median_interval"):
+                q = r["ratio_to_none"]
+                rows.append({"what": "%s (budget %g %%) ratio, %s" % (cfg, DEFAULT_BUDGET_PCT, case),
+                             "target": ">= %.2f" % BUDGET_TARGET, "median": q["median"],
+                             "interval": q["median_interval"], "coverage": q["median_interval_coverage"],
+                             "verdict": verdict(q["median_interval"], BUDGET_TARGET, q["median_interval_coverage"])})
+            wc = (r or {}).get("window_counts")
+            if wc:
+                rows.append({"what": "%s: fio's count inside the 95 %% interval, %s" % (cfg, case),
+                             "target": "every repetition", "median": wc["covered"],
+                             "verdict": "%d of %d repetitions with an interval%s" % (
+                                 wc["covered"], wc["with_interval"],
+                                 "; %d without (%s)" % (wc["repetitions"] - wc["with_interval"], "; ".join(
+                                     wc["why_none"])) if wc["repetitions"] > wc["with_interval"] else "")})
         pair = res.get("block_vs_biolatency")
         if pair and pair.get("median_interval"):
             lo, hi = pair["median_interval"]
@@ -445,6 +488,8 @@ def main():
                         drop_caches()
                     info = run_one(cfg, case["argv"], case["cwd"], devs, work)
                     rows[cfg].append(throughput(case, work))
+                    if cfg in WINDOWED and case["kind"] == "fio":  # the estimate against fio's own count
+                        info["windows"]["fio_ios"] = case["wl"].ground_truth(work, None)["ios"]
                     infos[cfg].append(info)
                 log("%s: repetition %d/%d done" % (name, rep + 1, args.reps))
             base = rows["none"]
@@ -455,6 +500,9 @@ def main():
                 if infos[cfg] and infos[cfg][0]:
                     for k in ("records_per_s", "dropped", "load_attach_s", "records"):
                         res[cfg][k] = stats([i[k] for i in infos[cfg] if i.get(k) is not None])
+            for cfg in WINDOWED:
+                if cfg in have and case["kind"] == "fio":
+                    res[cfg]["window_counts"] = window_counts([i["windows"] for i in infos[cfg]])
             if "fstrace-block" in have and "biolatency" in have:
                 # the two in the same repetition, paired as each is with none
                 res["block_vs_biolatency"] = stats([b / q for b, q in zip(rows["fstrace-block"], rows["biolatency"])])

@@ -948,3 +948,34 @@ def test_openmetrics_needs_the_exposition(tmp_path):
     assert p.returncode == 2 and p.stderr.strip() == \
         "fstrace-collect: --openmetrics needs --exposition (it is the same figures in another format)"
     assert os.listdir(tmp_path) == []
+
+
+def test_serve_on_a_budget_estimates_reads_with_an_interval(mounted_erofs):  # noqa: F811
+    """--budget: the request hooks only in windows; fstrace_requests_total counts what they saw, and
+    fstrace_requests_estimated's 95 % bounds hold fio's own count of every read it made."""
+    mnt, _ = mounted_erofs
+    subprocess.run(["cat", os.path.join(mnt, "big.bin")], stdout=subprocess.DEVNULL, check=True)  # warm
+    p, port, rest = start_serve("--mount", mnt, "--budget", "1", "--window-duty", "0.4")
+    try:
+        time.sleep(0.5)
+        before = parse(fresh_scrape(port))
+        assert value(before, "fstrace_requests_total", kind="read", mount=mnt) == 0  # fio is the only reader
+        fio = subprocess.run(["fio", "--name=x", "--filename=" + os.path.join(mnt, "big.bin"), "--rw=randread",
+                              "--bs=4k", "--ioengine=psync", "--readonly", "--invalidate=0", "--rate_iops=5000",
+                              "--time_based", "--runtime=5s", "--output-format=json"],
+                             stdout=subprocess.PIPE, text=True, check=True)
+        ios = json.loads(fio.stdout[fio.stdout.index("{"):])["jobs"][0]["read"]["total_ios"]
+        time.sleep(1.0)
+        after = parse(fresh_scrape(port))
+        frac = value(after, "fstrace_request_window_fraction")
+        assert 0.2 < frac < 0.6 and value(after, "fstrace_request_windows_total") >= 4
+        seen = value(after, "fstrace_requests_total", kind="read", mount=mnt) - value(
+            before, "fstrace_requests_total", kind="read", mount=mnt)
+        assert 0 < seen < ios  # the hooks were off part of the time
+        lo = value(after, "fstrace_requests_estimated", kind="read", mount=mnt, bound="lower95")
+        hi = value(after, "fstrace_requests_estimated", kind="read", mount=mnt, bound="upper95")
+        est = value(after, "fstrace_requests_estimated", kind="read", mount=mnt, bound="estimate")
+        assert lo <= est <= hi
+        assert lo <= ios <= hi, (lo, est, hi, ios)
+    finally:
+        stop(p, rest)

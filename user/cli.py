@@ -13,8 +13,8 @@ sys.path.insert(0, ROOT)
 
 from analysis.load import error, in_dir, load_doc, load_results, note_unverified  # noqa: E402
 from analysis.render import analyse, render_summary, run_html, sets_html, write_html  # noqa: E402
-from user.runner import (COLLECTOR, add_tracing_arguments, check_ready, check_workload_ok,  # noqa: E402
-                         resolve_dataset, run_collector, run_once, tool_versions, tracing_options, write_summary)
+from user.runner import (COLLECTOR, DEFAULT_BUDGET_PCT, add_tracing_arguments, check_ready,  # noqa: E402
+                         check_workload_ok, resolve_dataset, run_collector, run_once, tool_versions, tracing_options, write_summary)
 from user.system import (Cleanup, FstraceError, Interrupted, ResultsDir, block_devices_of_mount,  # noqa: E402
                          install_signal_handlers, is_cgroup2_dir, kdev, make_tmpdir, mount_of, mounts, proc_start,
                          progress, recorded_run, sdev_arg)
@@ -274,10 +274,6 @@ def cmd_compare(args):
         write_html(args.flamegraph, flamegraph.differential(folded[0], folded[1], "%s vs %s" % (args.b, args.a)))
         progress("differential flamegraph in %s" % args.flamegraph)
     return 0
-
-
-# attach and serve stay attached for hours: their syscall hooks get 1 % of the busy CPU time by default
-DEFAULT_BUDGET_PCT = 1.0
 
 
 def add_filter_arguments(p):

@@ -288,6 +288,20 @@ static void requests(struct jbuf *b, int fd, int keys_fd, const __u32 *sdevs, in
 	family(b, "fstrace_requests_total", "counter", "Requests (syscalls) of traced tasks on files of the filesystem.");
 	for (int i = 0; i < n; i++)
 		jb_add(b, "fstrace_requests_total{%s} %llu\n", lab[i], (unsigned long long)rows[i].sum.count);
+	if (window_active()) {
+		family(b, "fstrace_requests_estimated", "gauge",
+		       "--budget: requests since the start estimated from the windows the request hooks were attached "
+		       "in (fstrace_requests_total counts only those), with the bounds of its 95 % interval.");
+		__u64 now = now_ns(CLOCK_MONOTONIC);
+		for (int i = 0; i < n; i++) {
+			double est, lo, hi;
+			if (!window_estimate(rows[i].key.sdev, rows[i].key.kind, now, &est, &lo, &hi))
+				continue;
+			jb_add(b, "fstrace_requests_estimated{%s,bound=\"estimate\"} %.1f\n", lab[i], est);
+			jb_add(b, "fstrace_requests_estimated{%s,bound=\"lower95\"} %.1f\n", lab[i], lo);
+			jb_add(b, "fstrace_requests_estimated{%s,bound=\"upper95\"} %.1f\n", lab[i], hi);
+		}
+	}
 	family(b, "fstrace_request_bytes_total", "counter", "Bytes the requests returned (sum of positive return values).");
 	for (int i = 0; i < n; i++)
 		jb_add(b, "fstrace_request_bytes_total{%s} %llu\n", lab[i], (unsigned long long)rows[i].sum.bytes);

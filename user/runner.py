@@ -29,6 +29,9 @@ SAMPLE_HZ = 997
 # costliest thing the tracer did (1.7-2.3 us, make bench-overhead); intervals of 1 ms and more are always
 # walked (lock waits that matter are exact), shorter ones are threshold-sampled, each stack's time unbiased
 OFFCPU_SAMPLE_US = 1000
+# attach and serve stay attached for hours: where their request hooks tax every syscall (the syscall
+# tracepoints), those get 1 % of the busy CPU time by default (user/window.c)
+DEFAULT_BUDGET_PCT = 1.0
 
 
 def require_root(what):

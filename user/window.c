@@ -23,6 +23,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,8 +38,11 @@
 #include "window.h"
 #include "tasks.skel.h"
 
-#define WINDOW_NS 250000000ull	/* long enough that attaching and detaching (a walk of every thread) is cheap */
-#define GRACE_NS 50000000ull	/* sys_exit stays this long after sys_enter is gone: requests up to it end inside */
+/* long enough that attaching and detaching (a walk of every thread, about a millisecond of CPU) is cheap beside
+ * it, short enough that a run of seconds gets several windows */
+#define WINDOW_NS 100000000ull
+#define GRACE_NS 20000000ull	/* sys_exit stays this long after sys_enter is gone: requests up to it end inside */
+#define MAX_SERIES FST_REQ_AGG_MAX
 #define MAX_PERIOD_NS 60000000000ull	/* at least one window a minute, whatever the budget */
 #define CALIBRATION_CALLS 50000
 #define MAX_WINDOWS (1u << 20)	/* kept for the results header; beyond, only the totals (header says so) */
@@ -49,6 +53,13 @@ struct window {
 	__u64 busy_ns;				/* busy CPU time of the system meanwhile (/proc/stat) */
 	__u64 tracer_ns;			/* the handlers' own time in the traced requests counted meanwhile */
 	__u64 counted[FST_NR_REQ_KINDS + 1];	/* requests counted in the kernel (req_agg), per kind */
+};
+
+/* per (filesystem, kind): the sums a ratio estimator over the windows needs (serve's estimated counts) */
+struct series_sums {
+	struct fst_req_agg_key key;
+	__u64 before;			/* its count when the window opened */
+	double n, nn, nl;		/* sum over windows of n, n^2, n*L (n: requests counted, L: window ns) */
 };
 
 static struct {
@@ -66,6 +77,9 @@ static struct {
 	__u64 next_open, enter_close_at, exit_close_at, period_start, period_len;
 	struct window cur;
 	__u64 counted_before[FST_NR_REQ_KINDS + 1], syscalls_before, busy_before, tracer_before;
+	struct series_sums series[MAX_SERIES];
+	int nr_series;
+	double sum_l, sum_ll;		/* sum over windows of L and L^2 */
 	struct window *wins;
 	unsigned nwins, nwins_total;
 	__u64 in_windows_ns, t_start;
@@ -90,6 +104,40 @@ static __u64 busy_ns_now(void)
 }
 
 /* requests counted in the kernel so far, per kind, and the handlers' own time in them (*tracer_ns) */
+static struct series_sums *series_of(const struct fst_req_agg_key *key)
+{
+	for (int i = 0; i < w.nr_series; i++)
+		if (w.series[i].key.sdev == key->sdev && w.series[i].key.kind == key->kind)
+			return &w.series[i];
+	if (w.nr_series == MAX_SERIES)
+		return NULL;
+	struct series_sums *x = &w.series[w.nr_series++];
+	memset(x, 0, sizeof(*x));
+	x->key = *key;
+	return x;
+}
+
+/* opening: every series' count now; closing (len_ns > 0): each series' count in the window into its sums */
+static void series_note(int fd, int keys_fd, __u64 len_ns)
+{
+	static struct req_agg_iter it;
+	struct fst_req_agg_key key;
+	static struct fst_req_agg sum;
+	req_agg_start(&it, fd, keys_fd);
+	while (req_agg_next(&it, &key, &sum)) {
+		struct series_sums *x = series_of(&key);
+		if (!x)
+			continue;
+		if (len_ns) {
+			double n = (double)(sum.count - x->before), l = (double)len_ns;
+			x->n += n;
+			x->nn += n * n;
+			x->nl += n * l;
+		}
+		x->before = sum.count;
+	}
+}
+
 static void counted_now(__u64 *out, __u64 *tracer_ns)
 {
 	memset(out, 0, sizeof(__u64) * (FST_NR_REQ_KINDS + 1));
@@ -268,6 +316,7 @@ static void open_window(__u64 now)
 	w.seq += 2;	/* odd: a window (tasks.bpf.c); calibration ran under 0 */
 	w.tsk->bss->window_seq = w.seq | 1;	/* before either hook: a late end of an earlier window's request is not ours */
 	counted_now(w.counted_before, &w.tracer_before);
+	series_note(w.req_agg_fd, w.agg_keys_fd, 0);
 	w.syscalls_before = percpu_u64(w.syscalls_fd, 0);
 	w.busy_before = busy_ns_now();
 	memset(&w.cur, 0, sizeof(w.cur));
@@ -304,6 +353,10 @@ static void close_exit(void)
 	for (int k = 0; k <= FST_NR_REQ_KINDS; k++)
 		x->counted[k] = counted[k] - w.counted_before[k];
 	w.in_windows_ns += x->enter_closed - x->open;
+	double len = (double)(x->enter_closed - x->open);
+	series_note(w.req_agg_fd, w.agg_keys_fd, x->enter_closed - x->open);
+	w.sum_l += len;
+	w.sum_ll += len * len;
 	w.nwins_total++;
 	if (w.nwins < MAX_WINDOWS) {
 		if (!(w.nwins & (w.nwins - 1))) {	/* grown at each power of two */
@@ -367,6 +420,37 @@ void window_finish(struct tracer *t, __u64 now)
 }
 
 bool window_active(void) { return w.active; }
+
+/* two-sided 95 % Student t quantile for df degrees of freedom (the analysis's table, analysis/summary.py t95) */
+static double t95(unsigned df)
+{
+	static const double t[] = { 12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+				    2.201,  2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+				    2.080,  2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042 };
+	return df >= 1 && df <= (unsigned)N(t) ? t[df - 1] : 1.96;
+}
+
+bool window_estimate(__u32 sdev, __u16 kind, __u64 now, double *est, double *lo, double *hi)
+{
+	struct fst_req_agg_key key = { .sdev = sdev, .kind = kind };
+	unsigned k = w.nwins_total;
+	if (!w.active || k < 2 || w.sum_l <= 0 || now <= w.t_start)
+		return false;
+	struct series_sums zero = { .key = key }, *x = &zero;
+	for (int i = 0; i < w.nr_series; i++)
+		if (w.series[i].key.sdev == sdev && w.series[i].key.kind == kind)
+			x = &w.series[i];
+	double span = (double)(now - w.t_start), rate = x->n / w.sum_l;
+	*est = rate * span;
+	/* the ratio estimator's variance from the windows' spread, finite-population corrected (as the analysis) */
+	double ss = x->nn - 2 * rate * x->nl + rate * rate * w.sum_ll;
+	double mean_l = w.sum_l / k, fpc = 1 - w.sum_l / span;
+	double var_rate = (ss > 0 ? ss : 0) / (k - 1) / k / (mean_l * mean_l);
+	double half = t95(k - 1) * sqrt(var_rate * (fpc > 0 ? fpc : 0)) * span;
+	*lo = *est - half > x->n ? *est - half : x->n;
+	*hi = *est + half;
+	return true;
+}
 unsigned window_count(void) { return w.nwins_total; }
 
 double window_fraction(__u64 now)

@@ -27,5 +27,8 @@ json *window_header(__u64 t_start, __u64 t_end);
 double window_fraction(__u64 now);
 unsigned window_count(void);
 bool window_active(void);
+/* serve: the requests of (sdev, kind) since the start estimated from the windows so far, with a 95 % interval
+ * (as the analysis's request_windows); false while there is no estimate (windows off, or fewer than two) */
+bool window_estimate(__u32 sdev, __u16 kind, __u64 now, double *est, double *lo, double *hi);
 
 #endif
