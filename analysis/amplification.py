@@ -26,7 +26,7 @@ def uncompressed(run):
     if fs in ("ext4", "xfs"):
         return "%s does not compress" % fs
     if opts is not None and opts.get("compress") == "none":
-        return "uncompressed image (%s)" % run.get("label")
+        return "uncompressed image"
     return None
 
 
@@ -35,7 +35,7 @@ def device_levels(s, received):
     issued there for the workload, charge "loop"): bytes read and bytes per byte received; the kernel's own
     count where the device is the image's alone (loop)."""
     out = {}
-    for name, d in (s.get("devices") or {}).items():
+    for name, d in sorted((s.get("devices") or {}).items(), key=lambda kv: kv[1].get("level") != "loop"):
         level = d.get("level")
         if level == "loop":
             n = d.get("bytes", 0)

@@ -24,6 +24,8 @@ def row_from_summary(s):
         "label": s["run"]["label"], "fs": s["run"]["fs"], "workload": s["run"]["workload"],
         "storage": (s["run"].get("storage") or {}).get("name"),
         "wall_s": s["wall_s"], "read_bytes": s["reads"]["bytes"], "requests": s["reads"]["count"],
+        "write_bytes": (s.get("writes") or {}).get("bytes"),
+        "workload_bw_bytes": (s.get("ground_truth") or {}).get("bw_bytes"),  # fio's own bandwidth
         "io_wait_share": shares.get("io_wait_ns"), "oncpu_share": shares.get("oncpu_ns"),
         "other_share": None if None in other else sum(other),
         "lock_share": shares.get("lock_ns"),
@@ -81,6 +83,34 @@ def group(doc):
     for r in doc["rows"]:
         out.setdefault((r["workload"], r["label"]), []).append(r)
     return out
+
+
+CAUSE_SHARES = (("io_wait_share", "I/O wait"), ("oncpu_share", "on-CPU"), ("kworker_share", "kworker"),
+                ("lock_share", "lock"), ("other_share", "other"))
+
+
+def cause(r):
+    """The cause column of a seed table: the part of request time that dominates, and the figures that go with it
+    (device requests and bytes per byte received, decompression) from one run's row."""
+    shares = [(r.get(k), name) for k, name in CAUSE_SHARES if r.get(k) is not None]
+    out = []
+    if shares:
+        v, name = max(shares)
+        out.append("%s %.0f%%" % (name, 100 * v))
+    if r.get("decompression_share") is not None:
+        out.append("decomp %.0f%%%s" % (100 * r["decompression_share"], "" if r.get("decompression_note") is None
+                                         else " (sampled)"))
+    if r.get("loop_requests"):
+        out.append("%d dev %s, %.1f KiB mean" % (r["loop_requests"], "writes" if r.get("loop_op") == "write"
+                                                 else "reads", (r.get("loop_mean_bytes") or 0) / 1024))
+    if r.get("loop_read_per_received") is not None:
+        out.append("dev/B %.2f" % r["loop_read_per_received"])
+    dec = amplification.decompressed_text(r)
+    if dec not in ("-", "n/a"):
+        out.append("dec/B %s" % dec)
+    if r.get("reread_share"):
+        out.append("reread %.0f%%" % (100 * r["reread_share"]))
+    return ", ".join(out)
 
 
 def _pct(x):
