@@ -161,44 +161,49 @@ def decompressed_text(r):
 
 
 def lines(s):
-    """The verdict's amplification line(s), as texts (the verdict folds them)."""
+    """The verdict's amplification line (one logical line; the verdict folds it): device bytes per level and bytes
+    decompressed per byte received, how often each compressed unit was looked up and read, the share re-read."""
     a = s.get("amplification")
     if not a:
         return []
     from analysis.verdict import size
     received = a["received_bytes"]
-    per = "per byte received (%s)" % size(received) if received else "(the workload received no bytes)"
     items = []
     for level, lv in a[DEVICE_READ].items():
-        txt = "%s %s" % (level, size(lv["bytes"]))
-        if lv["per_received"] is not None:
-            txt += " = %.2f" % lv["per_received"]
-        items.append(txt)
+        items.append("%s %s" % (level, "%.2f" % lv["per_received"] if lv["per_received"] is not None
+                                else size(lv["bytes"])))
+    txt = "  read amplification %s: %s" % (
+        "per byte received (%s)" % size(received) if received else "(nothing received; device bytes)",
+        ", ".join(items))
     dec = a[DECOMPRESSED]
     if dec.get("applies") is False:
-        items.append("decompressed: none (%s)" % dec["why"].split(":")[0])
+        txt += "; decompressed: none (%s)" % dec["why"].split(":")[0]
     elif dec.get("available"):
         v = dec["per_received"]
-        items.append("decompressed %s%s%s" % ("at most " if dec["method"] == "bound" else "", size(dec["bytes"]),
-                                              " = %.2f" % v if v is not None else "") +
-                     (" (bound: lookups x length mapped)" if dec["method"] == "bound" else " (exact)"))
+        txt += "; decompressed %s (%s)" % (("<=%.2f" if dec["method"] == "bound" else "%.2f") % v if v is not None
+                                          else size(dec["bytes"]),
+                                          "bound" if dec["method"] == "bound" else "exact")
     else:
-        items.append("decompressed: unavailable")
-    out = ["  device read %s: %s" % (per, ", ".join(items))]
+        txt += "; decompressed: unavailable"
     lk, rd = a[UNIT_LOOKUPS], a[UNIT_READS]
-    if lk.get("available"):
-        t = "  units: %d compressed units" % lk["units"]
+    if lk.get("available") and lk["units"]:
+        txt += "; %d units" % lk["units"]
         if "times" in lk:
-            t += ", looked up %s" % _times(lk["times"])
+            txt += " looked up %.2fx" % mean_times(lk["times"])
         else:
-            t += ", %d decompressed more than once" % lk["more_than_once"]
+            txt += ", %d decompressed again" % lk["more_than_once"]
         if rd.get("available"):
-            t += "; read from the device %s" % _times(rd["times"])
-        out.append(t)
+            txt += ", read %.2fx" % mean_times(rd["times"])
     rr = a[REREAD]
-    if rr.get("available") and rr["bytes"]:
-        out[-1] += "; %.1f %% of the image's device bytes were read again" % (100 * rr["share"])
-    return out
+    if rr.get("available"):
+        txt += "; re-read %.1f %%" % (100 * rr["share"])
+    return [txt]
+
+
+def mean_times(hist):
+    """Mean of a {times: units} histogram: how many times a unit was looked up (read), on average."""
+    n = sum(hist.values())
+    return sum(int(k) * v for k, v in hist.items()) / n if n else 0.0
 
 
 def _times(hist):
