@@ -51,7 +51,7 @@ def test_uncompressed_image_has_no_decompression_figure(erofs_none_rand):
     assert a[amplification.UNIT_LOOKUPS]["applies"] is False
     row = amplification.row(a)
     assert row["decompressed_per_received"] is None and row["decompressed_method"] == "n/a"
-    text = fstrace("report", str(erofs_none_rand[0])).stdout
+    text = " ".join(l.strip() for l in fstrace("report", str(erofs_none_rand[0])).stdout.splitlines())
     assert "decompressed: none (uncompressed image)" in text
 
 
@@ -192,3 +192,31 @@ def test_preset_seed004(tmp_path):
         assert len(r) == 6 and "-" not in r[1:]
     assert re.search(r"^sata-ssd +\S+ +\S+ +\S+ +\S+$", text, re.M)
     _not_reproduced(text, "seed004")
+
+
+def test_seed000_tables_keep_the_seeds_shape():
+    """seed000's tables from a bench document: image sizes largest first, times slowest first, fio bandwidth
+    (fio's own) fastest first, each row with its run's cause."""
+    from analysis import seeds, tables
+    cfgs = [("erofs", {"compress": "none", "cluster": 4096}, "erofs-none"),
+            ("squashfs", {"compress": "lz4hc", "block": 4096}, "squashfs-lz4hc-b4096")]
+
+    def row(label, fs, wl, part, wall, bw=None):
+        return {"label": label, "fs": fs, "workload": wl, "part": part, "wall_s": wall, "run": 1,
+                "workload_bw_bytes": bw, "io_wait_share": 0.7, "oncpu_share": 0.2, "loop_requests": 10,
+                "loop_mean_bytes": 4096, "loop_read_per_received": 1.5, "decompressed_method": "n/a"}
+    doc = {"configs": [{"fs": f, "options": o, "label": lb} for f, o, lb in cfgs], "runs": 1,
+           "images": [{"part": p, "fs": f, "label": lb, "bytes": n, "build_options": "-b 4096"}
+                      for p in ("tree", "single") for (f, _, lb), n in zip(cfgs, (100, 50))],
+           "rows": [row("erofs-none", "erofs", "tar-data", "tree", 0.5), row("squashfs-lz4hc-b4096", "squashfs",
+                                                                             "tar-data", "tree", 2.0),
+                    row("erofs-none", "erofs", "randread", "single", 1.0, 30 << 20),
+                    row("squashfs-lz4hc-b4096", "squashfs", "randread", "single", 1.0, 10 << 20)]}
+    text = seeds.render("seed000", [("cloud-3000iops", doc)], ["x"])
+    lines = text.splitlines()
+    tar = lines[lines.index("tar-data") + 3:lines.index("tar-data") + 5]
+    assert tar[0].startswith("| squashfs | 4096 | 2.000 s") and tar[1].startswith("| erofs | uncompressed | 500.0 ms")
+    rr = lines[lines.index("randread") + 3:lines.index("randread") + 5]
+    assert rr[0].startswith("| erofs | uncompressed | 30.0 MiB/s") and rr[1].startswith("| squashfs | 4096 | 10.0 MiB/s")
+    assert all(tables.cause(doc["rows"][0]) in l for l in tar[1:])
+    assert "| 100 | erofs | uncompressed | -b 4096 |" in text and "(storage: cloud-3000iops)" in text
