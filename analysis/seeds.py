@@ -226,4 +226,4 @@ def render(preset, docs, not_reproduced):
     out = ["fstrace bench --preset %s: the seed's tables with this machine's values" % preset, ""]
     out += RENDER[preset](docs)
     out += ["", "Not reproduced here:"] + ["  - " + x for x in not_reproduced]
-    return "\n".join(out) + "\n"
+    return "\n".join(line.rstrip() for line in out) + "\n"

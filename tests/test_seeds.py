@@ -95,7 +95,11 @@ def test_compare_two_configurations(erofs_none_rand, erofs_64k_rand):
     assert set(rows) == set(pa)
     for p, (_, a, b, d) in rows.items():
         assert (a, b, d) == ("%.1f" % (pa[p] / 1e6), "%.1f" % (pb[p] / 1e6), "%+.1f" % ((pb[p] - pa[p]) / 1e6))
-    assert "<=" in text.split("read amplification")[1]  # B's decompression bound, A's n/a
+    amp = text.split("\nread amplification (")[1].split("\n\n")[0].splitlines()
+    assert amp[2].split()[:4] == ["A", "%.2f" % sa["amplification"]["device_read_per_received"]["loop"]["per_received"],
+                                  "%.2f" % sa["amplification"]["device_read_per_received"]["backing"]["per_received"],
+                                  "n/a"]
+    assert amp[3].split()[3] == "<=%.2f" % sb["amplification"]["decompressed_per_received"]["per_received"]
     assert "most of the" in text or "no difference" in text
 
 
