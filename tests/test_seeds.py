@@ -144,7 +144,8 @@ def test_storage_and_iops_cap_refused_together(tmp_path):
 
 def _preset(tmp_path, name, *extra):
     out = tmp_path / name
-    p = fstrace("bench", "--preset", name, "--runs", "1", "--scale", SCALE, "--cache", CACHE, "-o", str(out), *extra)
+    p = fstrace("bench", "--preset", name, "--runs", "1", "--no-baseline", "--scale", SCALE, "--cache", CACHE,
+                "-o", str(out), *extra)
     return out, p.stdout
 
 
