@@ -7,7 +7,7 @@ results do not hold; tests recompute every fact from bench.json and compare.
 """
 import re
 
-from analysis import tables
+from analysis import amplification, tables
 
 
 def _count(n):
@@ -50,7 +50,11 @@ def rank(doc, mix, parts):
     for label in dict.fromkeys(r["label"] for r in doc["rows"]):
         per = {wl: med[(wl, label)]["wall_s"] for wl, _ in mix}
         times = {wl: [r["wall_s"] for r in runs[(wl, label)]] for wl, _ in mix}
-        out.append({"label": label, "fs": med[(mix[0][0], label)]["fs"], "bytes": sizes[label],
+        first = med[(mix[0][0], label)]
+        out.append({"label": label, "fs": first["fs"], "bytes": sizes[label],
+                    # read amplification on the mix's first workload (median run)
+                    "amplification": {k: first.get(k) for k in ("loop_read_per_received", "decompressed_per_received",
+                                                                 "decompressed_method", "reread_share")},
                     "weighted_s": sum(w * per[wl] for wl, w in mix), "seconds": per,
                     # the weighted time of the fastest and of the slowest runs: how far apart run-to-run noise
                     # puts the same candidate
@@ -209,21 +213,27 @@ def flips(uncapped, capped):
     return [(c["label"], c["rank"], pos[c["label"]]) for c in uncapped if pos.get(c["label"]) != c["rank"]]
 
 
-def render(adv, mix, capped=None, iops_cap=None):
+def render(adv, mix, capped=None, iops_cap=None, storage=None):
     """The terminal table and the advice."""
     out = []
     w = out.append
     mix_text = ", ".join("%s x%g" % (wl, wt) for wl, wt in mix)
-    sets = [("uncapped", adv)] + ([("IOPS cap %d" % iops_cap, capped)] if capped else [])
+    sets = [("storage %s" % storage if storage else "uncapped", adv)] + (
+        [("IOPS cap %d" % iops_cap, capped)] if capped else [])
     for name, a in sets:
         w("ranking (%s), mix %s: weighted time = sum of weight x median run time" % (name, mix_text))
-        w("  %3s %-28s %10s %12s  %s  %s" % ("#", "config", "image MiB", "weighted s", "pareto",
-                                             "  ".join("%10s" % wl[:10] for wl, _ in mix)))
+        w("  %3s %-28s %10s %12s  %s  %s  %6s %7s" % ("#", "config", "image MiB", "weighted s", "pareto",
+                                                      "  ".join("%10s" % wl[:10] for wl, _ in mix), "dev/B", "dec/B"))
         for c in a["ranking"]:
-            w("  %3d %-28s %10.1f %12.3f  %-6s  %s" % (c["rank"], c["label"], c["bytes"] / (1 << 20), c["weighted_s"],
-                                                    "*" if c["pareto"] else "",
-                                                    "  ".join("%10.3f" % c["seconds"][wl] for wl, _ in mix)))
+            amp = c.get("amplification") or {}
+            w("  %3d %-28s %10.1f %12.3f  %-6s  %s  %6s %7s" % (
+                c["rank"], c["label"], c["bytes"] / (1 << 20), c["weighted_s"], "*" if c["pareto"] else "",
+                "  ".join("%10.3f" % c["seconds"][wl] for wl, _ in mix),
+                amplification.ratio_text(amp.get("loop_read_per_received")), amplification.decompressed_text(amp)))
         w("")
+    w("dev/B, dec/B: bytes read from the image's device and bytes decompressed per byte received, on %s (median "
+      "run; <=: a bound, n/a: uncompressed, -: not measurable here)" % mix[0][0])
+    w("")
     top = adv["ranking"][0]
     w("advice: %s is fastest for this mix." % top["label"])
     noise(adv["ranking"], w)

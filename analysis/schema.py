@@ -57,6 +57,22 @@ PART_MEANING = {p: m for p, (_, _, m) in PART_INFO.items()}
 def parts_in(group):
     """The parts the bench tables sum into one column (records.h FST_PARTS' group)."""
     return tuple(p for p in PARTS if PART_GROUP[p] == group)
+
+def _amplification():
+    """{figure id: meaning} of FST_AMPLIFICATION, in value order."""
+    m = re.search(r"#define FST_AMPLIFICATION\(E\)((?:.*\\\n)*.*)", _TEXT)
+    rows = re.findall(r'E\((\w+),\s*(\d+),\s*"(\w+)",\s*"([^"]*)"\)', m.group(1))
+    return {name: meaning for _, _, name, meaning in sorted(rows, key=lambda r: int(r[1]))}
+
+
+AMPLIFICATION = _amplification()  # read amplification figures (summary "amplification"), by id
+
+
+def amp(name):
+    """An amplification figure id (records.h FST_AMPLIFICATION), checked: a typo is an error."""
+    if name not in AMPLIFICATION:
+        raise KeyError("bpf/records.h FST_AMPLIFICATION has no figure %s" % name)
+    return name
 LAT_SUB_BITS = constant("FST_LAT_SUB_BITS")
 LAT_SLOTS = constant("FST_LAT_SLOTS")
 HIST_SLOTS = constant("FST_HIST_SLOTS")

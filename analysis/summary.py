@@ -7,7 +7,7 @@ kept here.
 import math
 import numpy as np
 
-from analysis import results, sampling, schema
+from analysis import amplification, results, sampling, schema
 from analysis.hist import linear_slots, loglin_bounds, log2_slots, merged_percentiles, percentiles
 
 SCHEMA_VERSION = 1
@@ -305,7 +305,20 @@ def io_stats(io, unit):
         "size_hist_log2_bytes": log2_slots(nbytes),
         "q2c_hist_log2_us": log2_slots(q2c.astype(np.uint64)),
         "issued_before_tracing": int((~known).sum()),
+        "reread_bytes": int(nbytes.sum()) - union_bytes(start, end),
     }
+
+
+def union_bytes(starts, ends):
+    """Bytes covered by the union of the intervals [starts, ends): what was read at least once."""
+    if not len(starts):
+        return 0
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order].astype(np.int64), ends[order].astype(np.int64)
+    reach = np.maximum.accumulate(e)
+    # an interval adds what lies beyond the furthest end of those that start before it
+    prev = np.concatenate([[s[0]], reach[:-1]])
+    return int(np.maximum(e - np.maximum(s, prev), 0).sum())
 
 
 def device_stats(res):
@@ -485,6 +498,12 @@ def overlap_counts(starts, ends, qs, qe):
     return np.searchsorted(s, qe, side="left") - np.searchsorted(e, qs, side="right")
 
 
+def times_hist(counts):
+    """{times: how many units} of per-unit counts, keys as strings (a JSON object)."""
+    v, n = np.unique(np.asarray(counts, dtype=np.int64), return_counts=True)
+    return {str(int(a)): int(b) for a, b in zip(v, n)}
+
+
 def records_in_requests(reqs, pids, ts):
     """Index into reqs of the request each (pid, ts) event fell in, -1 outside any request."""
     out = np.full(len(ts), -1, dtype=np.int64)
@@ -515,8 +534,8 @@ def erofs_events(res, reqs):
     pcl = maps[((maps["map_flags"] & enc) != 0) & (maps["plen"] > 0)]
     out = {"events": ev, "extent_lookups": int(len(maps)), "pcluster_lookups": int(len(pcl))}
     if len(pcl):
-        keys, first = np.unique(np.stack([pcl["dev"].astype(np.uint64), pcl["pa"]], axis=1), axis=0,
-                                return_index=True)
+        keys, first, lookups = np.unique(np.stack([pcl["dev"].astype(np.uint64), pcl["pa"]], axis=1), axis=0,
+                                         return_index=True, return_counts=True)
         pa, plen, dev = pcl["pa"][first], pcl["plen"][first], pcl["dev"][first]
         io = res.records.get("io")
         reads = np.zeros(len(pa), dtype=np.int64)
@@ -532,6 +551,10 @@ def erofs_events(res, reqs):
             "pclusters": int(len(pa)), "pcluster_bytes": int(plen.astype(np.uint64).sum()),
             "pclusters_read_once": int((reads == 1).sum()), "pclusters_reread": int((reads > 1).sum()),
             "pclusters_without_device_read": int((reads == 0).sum()),
+            # per pcluster: how many times the reads looked it up (each lookup decompresses it, up to the length
+            # mapped) and how many block requests read it; {times: pclusters}
+            "lookups_per_pcluster": times_hist(lookups), "device_reads_per_pcluster": times_hist(reads),
+            "mapped_bytes": int(pcl["llen"].astype(np.uint64).sum()),
             "plen_hist_log2_bytes": log2_slots(plen),
         })
     idx = records_in_requests(reqs, e["pid"], e["ts_ns"])
@@ -779,7 +802,7 @@ def summarize(res, ground_truth=None):
     rs = request_stats(reads, reads_cnt)
     attribution_all = dict(attribution(all_fs, counted_requests(res, kinds=all_kinds)), kinds=list(all_kinds))
     devices = device_stats(res)
-    return {
+    s = {
         "schema_version": SCHEMA_VERSION,
         "run": {
             "mode": cfg.get("mode", "run"), "mounts": cfg.get("mounts"),
@@ -787,7 +810,8 @@ def summarize(res, ground_truth=None):
             "dataset_id": cfg.get("dataset_id"), "cache": cfg.get("cache"), "loop_direct_io": cfg.get("loop_direct_io"),
             "image_bytes": cfg.get("image", {}).get("bytes"), "kernel": h["kernel"]["release"],
             "mkfs_argv": cfg.get("image", {}).get("mkfs_argv"),  # the exact command that built the image
-            "iops_cap": cfg.get("iops_cap"),
+            "iops_cap": cfg.get("iops_cap"), "storage": cfg.get("storage"),
+            "options": cfg.get("options"),  # the image's options (compress "none": nothing to decompress)
             "collector": h["collector"], "tools": cfg.get("tools"), "workload_exit_status": wl.get("exit_status"),
         },
         "wall_s": wall_ns / 1e9,
@@ -833,3 +857,5 @@ def summarize(res, ground_truth=None):
         "bad_records": h.get("bad_records", 0),
         "ground_truth": ground_truth or {},
     }
+    s["amplification"] = amplification.figures(s)
+    return s

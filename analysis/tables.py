@@ -5,7 +5,7 @@ import json
 import os
 import statistics
 
-from analysis import schema
+from analysis import amplification, schema
 
 SCHEMA_VERSION = 1
 
@@ -19,9 +19,13 @@ def row_from_summary(s):
     wrote = bool(s.get("writes", {}).get("count")) and not s["reads"]["count"]
     other_parts = schema.parts_in("other")  # kworker, lock and tracer parts have their own columns
     other = [shares.get(k) for k in other_parts]
-    return {
+    amp = amplification.row(s.get("amplification") or amplification.figures(s))
+    return dict(amp, **{
         "label": s["run"]["label"], "fs": s["run"]["fs"], "workload": s["run"]["workload"],
+        "storage": (s["run"].get("storage") or {}).get("name"),
         "wall_s": s["wall_s"], "read_bytes": s["reads"]["bytes"], "requests": s["reads"]["count"],
+        "write_bytes": (s.get("writes") or {}).get("bytes"),
+        "workload_bw_bytes": (s.get("ground_truth") or {}).get("bw_bytes"),  # fio's own bandwidth
         "io_wait_share": shares.get("io_wait_ns"), "oncpu_share": shares.get("oncpu_ns"),
         "other_share": None if None in other else sum(other),
         "lock_share": shares.get("lock_ns"),
@@ -44,7 +48,7 @@ def row_from_summary(s):
         "untraced_wall_s": (s.get("baseline") or {}).get("wall_s"),
         "untraced_throughput_bytes_per_s": (s.get("baseline") or {}).get("throughput_bytes_per_s"),
         "traced_ratio": (s.get("baseline") or {}).get("traced_ratio"),
-    }
+    })
 
 
 def attribution_of(s):
@@ -81,6 +85,34 @@ def group(doc):
     return out
 
 
+CAUSE_SHARES = (("io_wait_share", "I/O wait"), ("oncpu_share", "on-CPU"), ("kworker_share", "kworker"),
+                ("lock_share", "lock"), ("other_share", "other"))
+
+
+def cause(r):
+    """The cause column of a seed table: the part of request time that dominates, and the figures that go with it
+    (device requests and bytes per byte received, decompression) from one run's row."""
+    shares = [(r.get(k), name) for k, name in CAUSE_SHARES if r.get(k) is not None]
+    out = []
+    if shares:
+        v, name = max(shares)
+        out.append("%s %.0f%%" % (name, 100 * v))
+    if r.get("decompression_share") is not None:
+        out.append("decomp %.0f%%%s" % (100 * r["decompression_share"], "" if r.get("decompression_note") is None
+                                         else " (sampled)"))
+    if r.get("loop_requests"):
+        out.append("%d dev %s, %.1f KiB mean" % (r["loop_requests"], "writes" if r.get("loop_op") == "write"
+                                                 else "reads", (r.get("loop_mean_bytes") or 0) / 1024))
+    if r.get("loop_read_per_received") is not None:
+        out.append("dev/B %.2f" % r["loop_read_per_received"])
+    dec = amplification.decompressed_text(r)
+    if dec not in ("-", "n/a"):
+        out.append("dec/B %s" % dec)
+    if r.get("reread_share"):
+        out.append("reread %.0f%%" % (100 * r["reread_share"]))
+    return ", ".join(out)
+
+
 def _pct(x):
     return "  n/a" if x is None else "%4.0f%%" % (100 * x)
 
@@ -106,16 +138,16 @@ def render_bench(doc):
     for wl in dict.fromkeys(r["workload"] for r in doc["rows"]):
         w("")
         w("%s" % wl)
-        w("  %-26s %-23s %6s %6s %6s %6s %6s %7s %9s %8s %7s %9s" % (
+        w("  %-26s %-23s %6s %6s %6s %6s %6s %7s %9s %8s %7s %9s %6s %7s %6s" % (
             "config", "time s min/med/max", "ioWait", "onCPU", "kwork", "lock", "other", "decomp", "loop req",
             "mean KiB",
-            "4K-al", "pc miss"))
+            "4K-al", "pc miss", "dev/B", "dec/B", "reread"))
         keyed = [(k, v) for k, v in groups.items() if k[0] == wl]
         keyed.sort(key=lambda kv: statistics.median(r["wall_s"] for r in kv[1]))
         for (_, label), rows in keyed:
             times = [r["wall_s"] for r in rows]
             m = _median_row(rows)
-            w("  %-26s %7s %7s %7s %6s %6s %6s %6s %6s %7s %9s %8s %7s %9s" % (
+            w("  %-26s %7s %7s %7s %6s %6s %6s %6s %6s %7s %9s %8s %7s %9s %6s %7s %6s" % (
                 label, _time(min(times)), _time(statistics.median(times)), _time(max(times)),
                 _pct(m["io_wait_share"]), _pct(m["oncpu_share"]), _pct(m.get("kworker_share")),
                 _pct(m.get("lock_share")), _pct(m["other_share"]),
@@ -123,7 +155,8 @@ def render_bench(doc):
                 m["loop_requests"] if m["loop_requests"] is not None else "-",
                 "%.1f" % (m["loop_mean_bytes"] / 1024) if m["loop_mean_bytes"] else "-",
                 "%.0f%%" % m["loop_aligned_4k_pct"] if m["loop_aligned_4k_pct"] is not None else "-",
-                m["pagecache_misses"]))
+                m["pagecache_misses"], amplification.ratio_text(m.get("loop_read_per_received")),
+                amplification.decompressed_text(m), _pct(m.get("reread_share"))))
     costs = [(k, [r.get("traced_ratio") for r in v]) for k, v in groups.items()]
     costs = [(k, [x for x in v if x is not None]) for k, v in costs]
     if any(v for _, v in costs):
@@ -141,14 +174,18 @@ def render_bench(doc):
       "request (erofs decompression, btrfs end-io), or waited to run it; lock: asleep on a contended mutex/rwsem; "
       "decomp: "
       "share of it decompressing in the requesting thread (n/a: no fentry/kprobe on this kernel); loop req: block requests on the image's loop device; "
-      "pc miss: page-cache folios added during the workload's requests.")
+      "pc miss: page-cache folios added during the workload's requests; dev/B: bytes read from the image's "
+      "loop device per byte the workload received; dec/B: bytes decompressed per byte received (<=: a bound from "
+      "the units looked up, n/a: uncompressed image, -: not measurable here); reread: share of the loop device's "
+      "bytes read more than once.")
     return "\n".join(out) + "\n"
 
 
 CSV_FIELDS = ["workload", "label", "fs", "run", "wall_s", "read_bytes", "requests", "loop_op", "io_wait_share",
               "oncpu_share",
               "other_share", "kworker_share", "lock_share", "io_wait_s", "oncpu_s", "other_s", "decompression_share", "loop_requests", "loop_mean_bytes", "loop_aligned_4k_pct",
-              "loop_unseen_requests", "pagecache_misses", "dir"]
+              "loop_unseen_requests", "pagecache_misses", "loop_read_per_received", "backing_read_per_received",
+              "decompressed_per_received", "decompressed_method", "reread_share", "storage", "dir"]
 
 
 def render_csv(doc):

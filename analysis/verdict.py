@@ -9,6 +9,8 @@ summary.json as it is (tests/test_verdict.py reads them back); parts are the sum
 import re
 import textwrap
 
+from analysis import amplification
+
 WIDTH = 100  # wrapped lines (tiers, unavailable figures) fit a terminal of this many columns
 
 
@@ -257,6 +259,8 @@ def lines(s):
     out += attribution_lines(s)
     for name, d in s["devices"].items():
         out += fold(device_line(name, d))
+    for line in amplification.lines(s):
+        out += fold(line)
     for extra in (decompression_line(s), tracer_line(s)):
         if extra:
             out += fold(extra)

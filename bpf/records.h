@@ -211,6 +211,19 @@
 	E(FST_FIG_BTRFS_COMPRESS, 20, "btrfs_compress_write")	/* compression on write, per chunk */ \
 	FST_DECOMP_FIGURES(E)
 
+/*
+ * Read amplification: figures the analysis derives per run from the records above (summary "amplification",
+ * the verdict, bench rows, compare and advise all name them by these ids).  No program writes them; they are
+ * here so that every figure id has one definition.  The last column says what the figure is, for people.
+ */
+#define FST_AMPLIFICATION(E)                                                   \
+	E(FST_AMP_DEVICE_READ, 1, "device_read_per_received", "bytes read from the device level per byte the workload received") \
+	E(FST_AMP_DECOMPRESSED, 2, "decompressed_per_received", "bytes decompressed per byte the workload received") \
+	E(FST_AMP_UNIT_LOOKUPS, 3, "unit_lookups", "how many times each compressed unit was looked up (decompressed)") \
+	E(FST_AMP_UNIT_READS, 4, "unit_device_reads", "how many times each compressed unit was read from the device") \
+	E(FST_AMP_REREAD, 5, "device_reread_share", "share of the device bytes read that had been read before in the run") \
+	E(FST_AMP_UNNEEDED, 6, "device_unneeded_share", "share of the device bytes read that belong to blocks the request did not need")
+
 #define FST_ENUM_MEMBER(c, v, n) c = v,
 enum fst_rec_type { FST_REC_TYPES(FST_ENUM_MEMBER) };
 enum fst_req_kind { FST_REQ_KINDS(FST_ENUM_MEMBER) };

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from analysis import report, results, timeline, verdict
+from analysis import amplification, report, results, timeline, verdict
 from conftest import fstrace, timeline_flows
 
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?")  # not the 50 of p50
@@ -34,7 +34,7 @@ def test_verdict_numbers_are_the_summarys(erofs_randread):
     out, res, s = erofs_randread
     text = report.render(s, full=False)
     lines = logical_lines(text)
-    assert len(text.splitlines()) <= 20 and max(len(l) for l in text.splitlines()) <= verdict.WIDTH
+    assert len(text.splitlines()) <= 22 and max(len(l) for l in text.splitlines()) <= verdict.WIDTH
     by = {re.match(r"\s*(device \S+|[^:(]+)", l).group(1).strip(): l for l in lines}
     run = s["run"]
     assert lines[0] == "fstrace: %s on %s (cold cache), dataset %s, kernel %s" % (
@@ -87,6 +87,16 @@ def test_verdict_numbers_are_the_summarys(erofs_randread):
               est["time_every"], round(100 * smp["share"], 1), 95,
               round(100 * smp["share_95"][0], 1), round(100 * smp["share_95"][1], 1)]
     assert numbers(by["tracer"]) == pytest.approx(expect, abs=0.051), by["tracer"]
+    # read amplification: device bytes per level and decompressed bytes (a bound on this tier) per byte received
+    amp = s["amplification"]
+    line = by["read amplification per byte received"]
+    levels = amp["device_read_per_received"]
+    expect = [mag(s["reads"]["bytes"])] + [round(levels[lv]["per_received"], 2) for lv in levels] + \
+        [round(amp["decompressed_per_received"]["per_received"], 2), amp["unit_lookups"]["units"],
+         round(amplification.mean_times(amp["unit_lookups"]["times"]), 2),
+         round(amplification.mean_times(amp["unit_device_reads"]["times"]), 2),
+         round(100 * amp["device_reread_share"]["share"], 1)]
+    assert numbers(line) == pytest.approx(expect, abs=0.0051), (line, expect)
     # lost and unavailable, one line each
     lost = [l for l in lines if l.strip().lower().startswith("lost")]
     assert len(lost) == 1

@@ -11,7 +11,7 @@ import sys
 
 from analysis.load import load_results
 from analysis.render import write_html
-from user import bench
+from user import bench, storage
 from user.system import FstraceError, progress
 
 # The named mixes: how a root filesystem is read, as seed workloads (workloads/catalog.py) and weights.
@@ -109,15 +109,16 @@ def cmd_advise(args):
         raise FstraceError("--runs must be at least 1, got %d" % args.runs)
     if args.iops_cap is not None and args.iops_cap <= 0:
         raise FstraceError("--iops-cap must be positive, got %d" % args.iops_cap)
+    throttle = storage.check(args)
     results, droot, manifest, cache = bench.prepare("advise", args)
     with results as outdir:
-        text = _advise(args, mix, workloads, configs, droot, manifest, cache, outdir)
+        text = _advise(args, mix, workloads, configs, droot, manifest, cache, outdir, throttle)
     sys.stdout.write(text)
     progress("advice in %s" % results.outdir)
     return 0
 
 
-def _advise(args, mix, workloads, configs, droot, manifest, cache, outdir):
+def _advise(args, mix, workloads, configs, droot, manifest, cache, outdir, throttle=None):
     from analysis import advice
     from workloads import images
     parts = sorted({w.part for w in workloads})
@@ -146,12 +147,12 @@ def _advise(args, mix, workloads, configs, droot, manifest, cache, outdir):
         sub = "uncapped" if cap is None else "iops-%d" % cap
         os.makedirs(os.path.join(outdir, sub))
         docs[sub] = bench.measure(configs, workloads, droot, manifest, cache, os.path.join(outdir, sub), args.runs,
-                                  iops_cap=cap, imgs=imgs, clock=clock, baseline=False)
+                                  iops_cap=cap, imgs=imgs, clock=clock, baseline=False, storage=throttle)
     adv = advice.advise(docs["uncapped"], mix, parts)
     capped = advice.advise(docs["iops-%d" % args.iops_cap], mix, parts) if args.iops_cap else None
-    text = advice.render(adv, mix, capped, args.iops_cap)
+    text = advice.render(adv, mix, capped, args.iops_cap, storage=throttle["name"] if throttle else None)
     doc = {"kind": "fstrace-advice", "dataset_id": manifest["id"], "mix": [list(m) for m in mix], "parts": parts,
-           "runs": args.runs, "budget_bytes": args.budget_bytes,
+           "runs": args.runs, "budget_bytes": args.budget_bytes, "storage": throttle,
            "over_budget": [{"label": label, "bytes": s} for s, label in over],
            "uncapped": dict(adv, bench="uncapped"),
            "capped": dict(capped, bench="iops-%d" % args.iops_cap, iops_cap=args.iops_cap) if capped else None,
@@ -209,6 +210,7 @@ def add_arguments(p, default_cache):
     p.add_argument("--budget-bytes", type=int, help="leave out candidates whose image is larger")
     p.add_argument("--iops-cap", type=int, help="also run capped at this many IOPS (3000: seed 000's cloud disk) "
                    "and say where the ranking changes")
+    storage.add_argument(p)
     p.add_argument("--runs", type=int, default=3, help="runs of each (default %(default)s)")
     p.add_argument("--fs", help="comma-separated filesystems (the grid as for bench)")
     p.add_argument("--compress", help="comma-separated compressors (narrow the grid)")

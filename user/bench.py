@@ -10,8 +10,11 @@ import sys
 import time
 
 from analysis.render import sets_html, write_html
+from analysis.seeds import SEED002_COMPRESSORS
 from user.runner import check_ready, check_workload_ok, resolve_dataset, run_once, tool_versions
 from user.system import FstraceError, ResultsDir, progress
+
+SEED001_SIZES = [4096 << i for i in range(9)]  # the seed's block sizes, 4 KiB to 1 MiB
 
 PRESETS = {
     # seed 000: erofs vs squashfs, uncompressed and LZ4HC at 4K/16K/64K/128K, all tree and fio workloads
@@ -22,6 +25,60 @@ PRESETS = {
         "erofs_features": ["fragments"],
         "workloads": ["tar-data", "tar-meta", "cat-500", "stat-500", "cat-all", "stat-all", "seqread", "randread",
                       "randread-10m"],
+        "storage": ["cloud-3000iops"],
+        "not_reproduced": [
+            "the seed's data (a Debian docker rootfs; silesia.tar): fstrace's generated tree and silesia.bin stand "
+            "in, so sizes and times are of other bytes",
+            "its cloud disk's latency: io.max caps requests at 3000 IOPS and 125 MB/s but cannot add the network "
+            "round trip of each request",
+            "its machine and versions (2-vCPU Xeon 8369B, Linux 6.2, erofs-utils 1.6, squashfs-tools 4.5.1): "
+            "this machine's kernel and tools are in every result",
+            "hyperfine's mean +- sigma over many runs: the table gives min/median/max of --runs"],
+    },
+    # seed 001: squashfs gzip/lzo/xz x block 4 KiB-1 MiB: size, ratio, build time, whole-image read time; and what
+    # it asked for: small random reads per block size and decompression per block
+    "seed001": {
+        "configs": [("squashfs", {"compress": c, "block": b}) for c in ("gzip", "lzo", "xz") for b in SEED001_SIZES],
+        "workloads": ["tar-data", "randread-10m"],
+        "storage": [None],
+        "not_reproduced": [
+            "the seed's image (Ubuntu 14.04.2 desktop, 2.9 GB): fstrace's generated tree stands in",
+            "UTIME as the seed took it (its script unpacked each image with unsquashfs): here it is reading every "
+            "file through the kernel's squashfs (tar-data, caches dropped), the way a system reads it",
+            "CTIME on its 4-thread laptop: mksquashfs uses this machine's CPUs (2 here), and an image built once "
+            "is cached with its build time"],
+    },
+    # seed 002: erofs vs squashfs 128 KiB vs squashfs 4 KiB x none/LZ4/LZ4HC/XZ, tar of usr/bin from an SD card
+    "seed002": {
+        "configs": [(fs, o) for _, sq, er in SEED002_COMPRESSORS for fs, o in (
+            ("squashfs", {"compress": sq, "block": 131072}), ("squashfs", {"compress": sq, "block": 4096}),
+            ("erofs", {"compress": er}))],
+        "workloads": ["tar-usrbin"],
+        "storage": ["sdcard"],
+        "not_reproduced": [
+            "the Raspberry Pi 3's CPU (4x Cortex-A53 at 1.2 GHz): decompression costs several times less here, "
+            "so XZ's CPU-bound times are not the seed's",
+            "the SD card's own latency per request: the sdcard profile caps bandwidth (20 MiB/s) and IOPS (1500) "
+            "but cannot add a card's access time",
+            "the seed's data (Debian 10.2 Xfce live image, tar2sqfs from squashfs-tools-ng): fstrace's generated "
+            "tree and mksquashfs stand in",
+            "worst of 5 runs: the table gives the worst of --runs"],
+    },
+    # seed 004: btrfs none/lzo/zlib/zstd against ext4 and xfs: write (cp -a && sync) and read (tar, cp -a to RAM),
+    # ranked per storage medium
+    "seed004": {
+        "configs": [("btrfs", {"compress": c}) for c in ("none", "lzo", "zlib", "zstd:1", "zstd:3")] +
+                   [("ext4", {}), ("xfs", {})],
+        "workloads": ["write-small", "write-large", "tar-data", "cp-ram"],
+        "storage": ["sata-ssd", "nvme", "hdd"],
+        "not_reproduced": [
+            "the seed's data (ffmpeg and boost build directories, 1.5k files/2.7 GiB and 149k files/2 GiB): "
+            "fstrace's generated tree (many small files) and single file (one large) stand in",
+            "its disks: the profiles cap bandwidth and IOPS to each medium's, but a hard disk's seek (time "
+            "growing with distance) and an SSD's write cache cannot be imitated by throttling",
+            "fstrim before each write and a remount before each read: the image is fresh for writes and the "
+            "caches are dropped before reads",
+            "xfs.0/xfs.1 and ext4.0/ext4.1 (the seed ran each twice): --runs repeats every configuration"],
     },
 }
 
@@ -37,6 +94,8 @@ def plan_configs(args):
         if args.preset not in PRESETS:
             raise FstraceError("unknown preset %r (choose from %s)" % (args.preset, ", ".join(PRESETS)))
         p = PRESETS[args.preset]
+        if "configs" in p:
+            return [(fs, images.normalize(fs, o)) for fs, o in p["configs"]]
         fss, variants, erofs_features = p["fs"], p["variants"], p.get("erofs_features")
     else:
         fss = _split(args.fs)
@@ -90,7 +149,12 @@ def image_table(configs, parts, droot, manifest, cache):
                 base[fs] = images.ensure_image(fs, none, ctx["source"], "%s/%s" % (manifest["id"], part), cache,
                                                progress)
             size_key = "bytes" if fs in ("erofs", "squashfs") else "allocated_bytes"
+            argv = rec.get("mkfs_argv") or []
             rows.append({"part": part, "fs": fs, "label": rec["label"], "bytes": rec[size_key],
+                         "source_bytes": rec.get("source_bytes"),
+                         # the options as the seeds write them: mkfs's argv less the tool, image and source paths
+                         "build_options": " ".join(a for a in argv[1:] if a not in (rec["path"] + ".partial",
+                                                                                    ctx["source"])) or None,
                          "ratio_to_uncompressed": rec[size_key] / base[fs][size_key],
                          "build_seconds": rec["build_seconds"], "tool": rec["tool"],
                          "verified": rec.get("verified")})
@@ -107,12 +171,27 @@ def prepare(command, args):
     return results, droot, manifest, os.path.abspath(args.cache)
 
 
+def plan_storage(args):
+    """The storage profiles to run on (None: unthrottled): --storage, else --iops-cap's unprofiled device, else the
+    preset's media, else none."""
+    from user import storage
+    given = storage.check(args)
+    if given:
+        return [given]
+    if args.preset and not args.iops_cap:
+        return [storage.profile(n) if n else None for n in PRESETS[args.preset]["storage"]]
+    return [None]
+
+
 def cmd_bench(args):
     configs = plan_configs(args)
     workloads = plan_workloads(args)
+    media = plan_storage(args)
+    if args.runs < 1:
+        raise FstraceError("--runs must be at least 1, got %d" % args.runs)
     results, droot, manifest, cache = prepare("bench", args)
     with results as outdir:
-        _bench(args, configs, workloads, droot, manifest, cache, outdir)
+        _bench(args, configs, workloads, media, droot, manifest, cache, outdir)
     progress("bench results in %s" % results.outdir)
     return 0
 
@@ -136,7 +215,7 @@ def _duration(s):
 
 
 def measure(configs, workloads, droot, manifest, cache, outdir, runs, warm=False, iops_cap=None, imgs=None,
-            clock=None, baseline=True):
+            clock=None, baseline=True, storage=None):
     """Every workload on every configuration, runs times, into the bench directory outdir (bench.json, bench.csv,
     tables.txt and one results directory per run); returns the bench document.  imgs: the image table, if the
     caller has built it already; clock: a RunClock shared by several matrices (advise's uncapped and capped);
@@ -152,17 +231,19 @@ def measure(configs, workloads, droot, manifest, cache, outdir, runs, warm=False
     for wl, run, fs, opts in plan:
         label = images.label(fs, opts)
         progress("bench %s %s on %s, run %d/%d%s" % (clock.next(), wl.name, label, run, runs,
-                                                     ", IOPS cap %d" % iops_cap if iops_cap else ""))
+                                                     ", IOPS cap %d" % iops_cap if iops_cap else
+                                                     ", storage %s" % storage["name"] if storage else ""))
         rundir = os.path.join(outdir, label, wl.name, "run-%d" % run)
         s = run_once(fs, opts, wl, droot, manifest, cache, ResultsDir(rundir), warm=warm,
-                     tools=tool_versions(fs, wl), iops=iops_cap,
+                     tools=tool_versions(fs, wl), iops=iops_cap, storage=storage,
                      baseline=("before" if run % 2 else "after") if baseline else None)
         # the time of a run whose reads failed (a corrupt image) is the time of errors: no row, no ranking
         check_workload_ok(s, "%s on %s, run %d: stopped, nothing kept" % (wl.name, label, run))
-        rows.append(dict(tables.row_from_summary(s), run=run, dir=os.path.relpath(rundir, outdir)))
+        rows.append(dict(tables.row_from_summary(s), run=run, part=wl.part, dir=os.path.relpath(rundir, outdir)))
     doc = {"schema_version": tables.SCHEMA_VERSION, "kind": "fstrace-bench", "dataset_id": manifest["id"],
-           "runs": runs, "cache": "warm" if warm else "cold", "iops_cap": iops_cap,
+           "runs": runs, "cache": "warm" if warm else "cold", "iops_cap": iops_cap, "storage": storage,
            "images": imgs, "rows": rows,
+           "configs": [{"fs": fs, "options": opts, "label": images.label(fs, opts)} for fs, opts in configs],
            "kernel": os.uname().release}
     tmp = os.path.join(outdir, "bench.json.tmp")
     with open(tmp, "w") as f:
@@ -175,12 +256,35 @@ def measure(configs, workloads, droot, manifest, cache, outdir, runs, warm=False
     return doc
 
 
-def _bench(args, configs, workloads, droot, manifest, cache, outdir):
-    """The bench into outdir (the bench directory's .partial: it is complete only once renamed)."""
-    progress("bench: %d configurations x %d workloads x %d runs" % (len(configs), len(workloads), args.runs))
-    measure(configs, workloads, droot, manifest, cache, outdir, args.runs, warm=args.warm, iops_cap=args.iops_cap,
-            baseline=not getattr(args, "no_baseline", False))
-    with open(os.path.join(outdir, "tables.txt")) as f:
-        sys.stdout.write(f.read())
+def _bench(args, configs, workloads, media, droot, manifest, cache, outdir):
+    """The bench into outdir (the bench directory's .partial: it is complete only once renamed).  On several
+    storage media (a preset's), one bench directory per medium under it, and the seed's tables across them."""
+    from analysis import seeds
+    progress("bench: %d configurations x %d workloads x %d runs%s" % (
+        len(configs), len(workloads), args.runs,
+        " x %d storage profiles (%s)" % (len(media), ", ".join(m["name"] for m in media)) if len(media) > 1 else
+        ", storage %s" % media[0]["name"] if media[0] else ""))
+    clock = RunClock(len(configs) * len(workloads) * args.runs * len(media))
+    imgs = image_table(configs, sorted({w.part for w in workloads if not w.writes}), droot, manifest, cache)
+    docs, dirs = [], []
+    for medium in media:
+        d = outdir if len(media) == 1 else os.path.join(outdir, medium["name"])
+        os.makedirs(d, exist_ok=True)
+        doc = measure(configs, workloads, droot, manifest, cache, d, args.runs, warm=args.warm,
+                      iops_cap=args.iops_cap, imgs=imgs, clock=clock, storage=medium,
+                      baseline=not getattr(args, "no_baseline", False))
+        docs.append((medium["name"] if medium else None, doc))
+        dirs.append((medium["name"] if medium and len(media) > 1 else "", d))
+    text = "".join(open(os.path.join(d, "tables.txt")).read() for _, d in dirs)
+    if args.preset:
+        p = PRESETS[args.preset]
+        seed = seeds.render(args.preset, docs, p["not_reproduced"])
+        with open(os.path.join(outdir, "seed-tables.txt"), "w") as f:
+            f.write(seed)
+        with open(os.path.join(outdir, "preset.json"), "w") as f:
+            json.dump({"preset": args.preset, "storage": [n for n, _ in docs], "not_reproduced": p["not_reproduced"],
+                       "benches": [os.path.relpath(d, outdir) for _, d in dirs]}, f, indent=1)
+        text = seed + "\n" + text
+    sys.stdout.write(text)
     write_html(os.path.join(outdir, "report.html"), sets_html("fstrace bench: dataset %s" % manifest["id"],
-                                                              [("", outdir)], None))
+                                                              dirs, text if args.preset else None))

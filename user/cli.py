@@ -41,6 +41,7 @@ def parse_image_opts(args):
 
 
 def cmd_run(args):
+    from user import storage
     from workloads import catalog, images
 
     try:
@@ -49,6 +50,7 @@ def cmd_run(args):
         raise FstraceError(e.args[0])
     if args.fs not in images.FILESYSTEMS:
         raise FstraceError("unknown filesystem %r (choose from %s)" % (args.fs, ", ".join(images.FILESYSTEMS)))
+    throttle = storage.check(args)
     check_ready("fstrace run")
     opts = images.normalize(args.fs, parse_image_opts(args))
     label = images.label(args.fs, opts)
@@ -57,7 +59,8 @@ def cmd_run(args):
     droot, manifest = resolve_dataset(args)
     summary = run_once(args.fs, opts, wl, droot, manifest, os.path.abspath(args.cache), outdir,
                        warm=args.warm, direct_io=not args.no_direct_io, tools=tools, iops=args.iops_cap,
-                       trace_opts=tracing_options(args), baseline=None if args.no_baseline else "before")
+                       trace_opts=tracing_options(args), baseline=None if args.no_baseline else "before",
+                       storage=throttle)
     sys.stdout.write(render_summary(summary, full=False))
     warn_if_nothing_seen(summary)
     check_workload_ok(summary, "results (of a failing run) in %s" % outdir.outdir)
@@ -238,8 +241,33 @@ def cmd_report(args):
     return 0
 
 
+def median_summary(d, rows):
+    """The summary of the median run of rows (one configuration and workload) in the bench or run directory d."""
+    from analysis import results, tables
+    m = tables._median_row(rows)
+    rundir = in_dir(d, m["dir"], os.path.join(d, "bench.json")) if m.get("dir") else d
+    return load_doc(os.path.join(rundir, "summary.json"), results.SUMMARY_SCHEMA)
+
+
+def config_pairs(a, rows_a, b, rows_b):
+    """Two result sets with no (workload, configuration) in common: per workload both ran with one configuration
+    each, the median runs' summaries [(A's, B's)]; none when a workload has several configurations on a side
+    (which to pair with which would be a guess)."""
+    from analysis import tables
+    ga, gb = tables.group({"rows": rows_a}), tables.group({"rows": rows_b})
+    out = []
+    for wl in dict.fromkeys(k[0] for k in ga):
+        la, lb = [k for k in ga if k[0] == wl], [k for k in gb if k[0] == wl]
+        if len(la) == 1 and len(lb) == 1:
+            out.append((median_summary(a, ga[la[0]]), median_summary(b, gb[lb[0]])))
+        elif la and lb:
+            raise FstraceError("workload %s has %d configurations in %s and %d in %s: compare one against one "
+                               "(a run directory, or a bench with one configuration)" % (wl, len(la), a, len(lb), b))
+    return out
+
+
 def cmd_compare(args):
-    from analysis import report, results, sampling, tables
+    from analysis import compare, report, results, sampling, tables
     docs = []
     for d in (args.a, args.b):
         bench, summ = os.path.join(d, "bench.json"), os.path.join(d, "summary.json")
@@ -252,7 +280,13 @@ def cmd_compare(args):
         else:
             raise FstraceError("%s holds neither bench.json nor summary.json" % d)
     try:
-        text = tables.render_compare(tables.compare(tables.load_rows(args.a), tables.load_rows(args.b)))
+        rows_a, rows_b = tables.load_rows(args.a), tables.load_rows(args.b)
+        same = tables.compare(rows_a, rows_b)
+        pairs = [] if same else config_pairs(args.a, rows_a, args.b, rows_b)
+        if same or not pairs:
+            text = tables.render_compare(same)
+        else:
+            text = "\n".join(compare.render(compare.pair(sa, sb), sa, sb) for sa, sb in pairs)
     except (ArithmeticError, KeyError, TypeError, ValueError) as e:
         raise error(" or ".join(docs), "not what fstrace writes there, or damaged (%s: %s)"
                      % (type(e).__name__, str(e)[:100]))
@@ -294,7 +328,7 @@ def add_filter_arguments(p):
 
 
 def build_parser():
-    from user import bench
+    from user import bench, storage
     from workloads import catalog, images
     p = argparse.ArgumentParser(prog="fstrace", description="Explain why reads on erofs, squashfs and btrfs "
                                 "are as fast or slow as they are.")
@@ -317,6 +351,7 @@ def build_parser():
     r.add_argument("--no-direct-io", action="store_true", help="buffered loop device (backing file cached too)")
     r.add_argument("--iops-cap", type=int, help="cap the image device at this many IOPS (block throttling), "
                    "e.g. 3000 for seed 000's cloud disk")
+    storage.add_argument(r)
     r.add_argument("-o", "--out", help="results directory (default: fstrace-results/<time>-<config>-<workload>)")
     add_tracing_arguments(r)
     r.add_argument("--cache", default=os.environ.get("FSTRACE_CACHE", DEFAULT_CACHE),
@@ -346,6 +381,7 @@ def build_parser():
     b.add_argument("--no-baseline", action="store_true",
                    help="skip each run's untraced twin (its order alternates: before the traced run, then after)")
     b.add_argument("--iops-cap", type=int, help="cap the image device at this many IOPS")
+    storage.add_argument(b)
     b.add_argument("--dataset", help="directory or tarball instead of the built-in dataset")
     b.add_argument("--scale", type=float, default=1.0, help=argparse.SUPPRESS)
     b.add_argument("-o", "--out", help="bench directory (default: fstrace-results/<time>-bench)")
@@ -356,7 +392,8 @@ def build_parser():
                         "ranking, Pareto front, causes")
     advise.add_arguments(ad, os.environ.get("FSTRACE_CACHE", DEFAULT_CACHE))
     ad.set_defaults(func=advise.cmd_advise)
-    c = sub.add_parser("compare", help="what changed between two result sets (bench or run directories)")
+    c = sub.add_parser("compare", help="what changed between two result sets (bench or run directories), or between two "
+                       "configurations of one workload: verdicts side by side, parts, read amplification")
     c.add_argument("a")
     c.add_argument("b")
     c.add_argument("--flamegraph", help="also write a differential on-CPU flamegraph SVG (two run directories)")

@@ -14,7 +14,7 @@ import time
 
 from analysis.render import failed_requests, flamegraph_specs, run_html, write_html
 from user.system import (Cleanup, FstraceError, Interrupted, backing_block_device, delayacct_sweep, dev_numbers,
-                         drop_caches, in_cgroup, iops_cap, kdev, losetup, make_tmpdir, mount, mount_of, proc_start,
+                         drop_caches, in_cgroup, io_throttle, iops_cap, kdev, losetup, make_tmpdir, mount, mount_of, proc_start,
                          progress, read_ahead_kb, run_cgroup, run_process_group, signals_held, write_json_atomic,
                          sdev_arg, writing)
 
@@ -228,9 +228,10 @@ def compare_with_baseline(base, s):
 
 
 def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io=True, tools=None, iops=None,
-             trace_opts=None, baseline="before"):
+             trace_opts=None, baseline="before", storage=None):
     """Build (or reuse) the image, mount it, run one workload under tracing; returns its summary.
 
+    iops: an IOPS cap on the image's device; storage: a storage profile (user/storage.py) to throttle it to.
     baseline: "before" or "after" the traced run, the same workload runs once untraced in the same cache state
     (run_untraced; summary "baseline"); None: not (its reason is in the summary).
 
@@ -267,9 +268,12 @@ def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io
             if backing:
                 devs += ["-d", "%d:%d:4096" % backing]
             wl_argv = wl.prepare(mnt, partial, ctx)
-            # the run's own cgroup (ended as a whole at cleanup) and the --iops-cap one
+            # the run's own cgroup (ended as a whole at cleanup) and the one throttling the image's device
+            # (--iops-cap, --storage)
             own = run_cgroup(c)
-            cgroups = [d for d in (own, iops_cap([loop], iops, c) if iops else None) if d]
+            throttle = (iops_cap([loop], iops, c) if iops else
+                        io_throttle([loop], storage, c) if storage else None)
+            cgroups = [d for d in (own, throttle) if d]
             argv = in_cgroup(wl_argv, cgroups) if cgroups else wl_argv
             if own is None:  # no cgroup v2: its process group is ended at cleanup instead
                 argv = run_process_group(argv, tmp, c)
@@ -282,7 +286,8 @@ def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io
                 "loop_direct_io": dio, "backing_kdev": kdev(*backing) if backing else None,
                 "backing_note": None if backing else "image is not on a block device: backing level not traced",
                 "cache": "source in page cache" if wl.writes else ("warm" if warm else "cold"),
-                "alignment_unit_bytes": unit, "iops_cap": iops, "loop_read_ahead_kb": read_ahead_kb(dev),
+                "alignment_unit_bytes": unit, "iops_cap": iops, "storage": storage,
+                "loop_read_ahead_kb": read_ahead_kb(dev),
             }
             meta_path = os.path.join(tmp, "meta.json")
             with open(meta_path, "w") as f:

@@ -362,7 +362,18 @@ def end_process_group(pgid_file, grace_s=1.0, limit_s=10.0):
 
 
 def iops_cap(devs, iops, cleanup):
-    """A cgroup whose reads and writes on devs are capped at iops (block throttling); returns its directory.
+    """A cgroup whose reads and writes on devs are capped at iops (block throttling); returns its directory."""
+    return io_throttle(devs, {"riops": iops, "wiops": iops}, cleanup)
+
+
+# cgroup v1 blkio's file for each io.max key
+_V1_THROTTLE = {"rbps": "read_bps_device", "wbps": "write_bps_device", "riops": "read_iops_device",
+                "wiops": "write_iops_device"}
+
+
+def io_throttle(devs, limits, cleanup):
+    """A cgroup whose I/O on devs is throttled to limits ({rbps, wbps, riops, wiops}: io.max's keys, bytes/s and
+    requests/s; a key left out is not limited); returns its directory.
 
     cgroup v2 io.max where the io controller is available, else cgroup v1 blkio throttling."""
     name = "fstrace-%d" % os.getpid()
@@ -371,6 +382,7 @@ def iops_cap(devs, iops, cleanup):
     if root:
         with open(os.path.join(root, "cgroup.controllers")) as f:
             controllers = f.read().split()
+    keys = [k for k in _V1_THROTTLE if limits.get(k)]
     if "io" in controllers:
         with open(os.path.join(root, "cgroup.subtree_control"), "w") as f:
             f.write("+io")
@@ -379,18 +391,19 @@ def iops_cap(devs, iops, cleanup):
         cleanup.push("remove cgroup " + d, remove_cgroup, d, record={"kind": "cgroup", "path": d})
         with open(os.path.join(d, "io.max"), "w") as f:
             for ma, mi in devs:
-                f.write("%d:%d riops=%d wiops=%d\n" % (ma, mi, iops, iops))
+                f.write("%d:%d %s\n" % (ma, mi, " ".join("%s=%d" % (k, limits[k]) for k in keys)))
         return d
     v1 = "/sys/fs/cgroup/blkio"
     if not os.path.exists(os.path.join(v1, "blkio.throttle.read_iops_device")):
-        raise FstraceError("cannot cap IOPS: no cgroup v2 io controller and no cgroup v1 blkio throttling")
+        raise FstraceError("cannot throttle the image's device: no cgroup v2 io controller and no cgroup v1 blkio "
+                           "throttling")
     d = os.path.join(v1, name)
     os.mkdir(d)
     cleanup.push("remove cgroup " + d, remove_cgroup, d, record={"kind": "cgroup", "path": d})
     for ma, mi in devs:
-        for knob in ("read", "write"):
-            with open(os.path.join(d, "blkio.throttle.%s_iops_device" % knob), "w") as f:
-                f.write("%d:%d %d\n" % (ma, mi, iops))
+        for k in keys:
+            with open(os.path.join(d, "blkio.throttle." + _V1_THROTTLE[k]), "w") as f:
+                f.write("%d:%d %d\n" % (ma, mi, limits[k]))
     return d
 
 

@@ -1,0 +1,137 @@
+"""fstrace compare of two runs of one workload, whatever their configurations (erofs against squashfs, a cluster
+size against another, a storage profile against none): both verdicts side by side, the difference in every
+attribution part, the read amplification of each, and the parts that account for most of the difference.
+
+Pure functions over two summaries (summary.json); every number is one summary's, or B's minus A's.
+"""
+import textwrap
+
+from analysis import amplification, schema, tables, verdict
+
+SIDE_WIDTH = 72  # each verdict's column: two side by side fit 150 columns
+
+
+def _run_name(s):
+    r = s["run"]
+    extra = []
+    if (r.get("storage") or {}).get("name"):
+        extra.append("storage " + r["storage"]["name"])
+    if r.get("iops_cap"):
+        extra.append("IOPS cap %d" % r["iops_cap"])
+    return "%s%s" % (r.get("label") or "?", " (%s)" % ", ".join(extra) if extra else "")
+
+
+def pair(a, b):
+    """The comparison of summary b against summary a: per part A, B and B - A (ns), the same for time in
+    requests and wall time, both runs' amplification rows, and the parts that account for most of the
+    difference."""
+    pa, pb = tables.attribution_of(a), tables.attribution_of(b)
+    parts = [p for p in schema.PARTS if p in pa["parts_ns"] or p in pb["parts_ns"]]
+    rows = [{"part": p[:-3], "a_ns": pa["parts_ns"].get(p), "b_ns": pb["parts_ns"].get(p),
+             "delta_ns": (pb["parts_ns"][p] - pa["parts_ns"][p])
+             if p in pa["parts_ns"] and p in pb["parts_ns"] else None} for p in parts]
+    delta_wall = pb["wall_ns"] - pa["wall_ns"]
+    amp_a = a.get("amplification") or amplification.figures(a)
+    amp_b = b.get("amplification") or amplification.figures(b)
+    return {"a": _run_name(a), "b": _run_name(b), "workload": a["run"].get("workload"),
+            "same_workload": a["run"].get("workload") == b["run"].get("workload"),
+            "wall_s": (a["wall_s"], b["wall_s"]), "requests_ns": (pa["wall_ns"], pb["wall_ns"]),
+            "requests_delta_ns": delta_wall, "parts": rows,
+            "amplification": (amplification.row(amp_a), amplification.row(amp_b)),
+            "amplification_detail": (amp_a, amp_b),
+            "received_bytes": (amp_a["received_bytes"], amp_b["received_bytes"]),
+            "accounts_for": accounts_for(rows, delta_wall)}
+
+
+def accounts_for(rows, delta_ns):
+    """The one or two parts that account for most of the change in time in requests: the part that moved most
+    in the direction of the change, and the next one too when the first covers less than two thirds of it."""
+    if not delta_ns:
+        return []
+    sign = 1 if delta_ns > 0 else -1
+    moved = sorted((r for r in rows if r["delta_ns"] and r["delta_ns"] * sign > 0),
+                   key=lambda r: -abs(r["delta_ns"]))
+    out = []
+    for r in moved[:2]:
+        out.append({"part": r["part"], "delta_ns": r["delta_ns"], "share_of_change": r["delta_ns"] / delta_ns})
+        if r["delta_ns"] / delta_ns >= 2 / 3:
+            break
+    return out
+
+
+def _side_by_side(left, right, width=SIDE_WIDTH):
+    def rewrap(lines):
+        joined = []
+        for line in lines:  # a verdict line's continuations (4+ columns in) back onto it, then wrapped anew
+            if joined and line.startswith("    "):
+                joined[-1] += " " + line.strip()
+            else:
+                joined.append(line)
+        return [p for line in joined for p in (textwrap.wrap(line, width, subsequent_indent="      ",
+                                                              break_on_hyphens=False, break_long_words=True)
+                                                or [""])]
+    left, right = rewrap(left), rewrap(right)
+    n = max(len(left), len(right))
+    left += [""] * (n - len(left))
+    right += [""] * (n - len(right))
+    return ["%-*s | %s" % (width, a, b) for a, b in zip(left, right)]
+
+
+def _ms(ns):
+    return "-" if ns is None else "%.1f" % (ns / 1e6)
+
+
+def _amp_cells(r):
+    return [amplification.ratio_text(r.get("loop_read_per_received")),
+            amplification.ratio_text(r.get("backing_read_per_received")), amplification.decompressed_text(r),
+            "-" if r.get("reread_share") is None else "%.1f %%" % (100 * r["reread_share"])]
+
+
+def render(c, sa, sb, name_a="A", name_b="B"):
+    """The text of a pair comparison (sa, sb: the two summaries, for their verdicts)."""
+    out = ["compare: %s %s  vs  %s %s%s" % (name_a, c["a"], name_b, c["b"],
+                                           "" if c["same_workload"] else "  (different workloads!)"), ""]
+    out += _side_by_side(["%s: %s" % (name_a, c["a"])] + verdict.lines(sa),
+                         ["%s: %s" % (name_b, c["b"])] + verdict.lines(sb))
+    out += ["", "time per part of the requests (ms; %s - %s = difference)" % (name_b, name_a),
+            "  %-12s %12s %12s %12s" % ("part", name_a, name_b, "difference")]
+    for r in c["parts"]:
+        out.append("  %-12s %12s %12s %12s" % (r["part"], _ms(r["a_ns"]), _ms(r["b_ns"]),
+                                               "-" if r["delta_ns"] is None else "%+.1f" % (r["delta_ns"] / 1e6)))
+    out.append("  %-12s %12s %12s %+12.1f" % ("in requests", _ms(c["requests_ns"][0]), _ms(c["requests_ns"][1]),
+                                             c["requests_delta_ns"] / 1e6))
+    out.append("  %-12s %12.1f %12.1f %+12.1f" % ("wall", 1e3 * c["wall_s"][0], 1e3 * c["wall_s"][1],
+                                                  1e3 * (c["wall_s"][1] - c["wall_s"][0])))
+    out += ["", "read amplification (per byte received: %s by %s, %s by %s)" % (
+        verdict.size(c["received_bytes"][0]), name_a, verdict.size(c["received_bytes"][1]), name_b),
+            "  %-6s %10s %10s %10s %10s" % ("", "loop/B", "backing/B", "decomp/B", "re-read")]
+    for name, r in zip((name_a, name_b), c["amplification"]):
+        out.append("  %-6s %10s %10s %10s %10s" % ((name,) + tuple(_amp_cells(r))))
+    if c["accounts_for"]:
+        said = ["%s %+.1f ms (%.0f %% of it)" % (x["part"], x["delta_ns"] / 1e6, 100 * x["share_of_change"])
+                for x in c["accounts_for"]]
+        out += ["", "most of the %s of %.1f ms in requests: %s" % (
+            "increase" if c["requests_delta_ns"] > 0 else "decrease", abs(c["requests_delta_ns"]) / 1e6,
+            ", ".join(said))]
+        out += ["  with it: " + w for w in companions(c, name_a, name_b)]
+    else:
+        out += ["", "no difference in time in requests"]
+    return "\n".join(out) + "\n"
+
+
+def companions(c, name_a, name_b):
+    """The amplification figures that go with the parts that moved: device bytes beside I/O wait, decompression
+    beside on-CPU time."""
+    ra, rb = c["amplification"]
+    parts = {x["part"] for x in c["accounts_for"]}
+    out = []
+    if parts & {"io_wait", "dsleep"}:
+        for key, what in (("loop_read_per_received", "loop device bytes per byte received"),
+                          ("backing_read_per_received", "backing device bytes per byte received")):
+            if ra.get(key) is not None and rb.get(key) is not None:
+                out.append("%s %.2f (%s) -> %.2f (%s)" % (what, ra[key], name_a, rb[key], name_b))
+                break
+    if parts & {"oncpu", "kworker", "worker", "worker_wait"}:
+        out.append("decompressed bytes per byte received %s (%s) -> %s (%s)" % (
+            amplification.decompressed_text(ra), name_a, amplification.decompressed_text(rb), name_b))
+    return out
