@@ -76,6 +76,8 @@ MAN8DIR := $(PREFIX)/share/man/man8
 COMPLETIONDIR := $(PREFIX)/share/bash-completion/completions
 PYTHON ?= /usr/bin/python3
 PY_PACKAGES := analysis common user workloads
+# the package's files: its modules and what they read beside them (analysis/flamegraph.js)
+PACKAGE_FILES := $(foreach d,$(PY_PACKAGES),$(wildcard $(d)/*.py $(d)/*.js))
 MAN_PAGES := man/fstrace.8 man/fstrace-collect.8
 
 # the completion is generated from the command line's parser (scripts/completion.py): it offers what it takes
@@ -87,7 +89,7 @@ install: $(OUT)/fstrace-collect $(OUT)/fstrace.bash
 		$(DESTDIR)$(COMPLETIONDIR)
 	install -m 755 $(OUT)/fstrace-collect $(DESTDIR)$(BINDIR)/fstrace-collect
 	install -m 755 scripts/fstrace-installed $(DESTDIR)$(BINDIR)/fstrace
-	for d in $(PY_PACKAGES); do install -d $(DESTDIR)$(LIBDIR)/$$d && install -m 644 $$d/*.py $(DESTDIR)$(LIBDIR)/$$d/ || exit 1; done
+	for f in $(PACKAGE_FILES); do install -D -m 644 $$f $(DESTDIR)$(LIBDIR)/$$f || exit 1; done
 	install -m 644 bpf/records.h $(DESTDIR)$(LIBDIR)/bpf/records.h
 	ln -sfn ../../../bin/fstrace-collect $(DESTDIR)$(LIBDIR)/build/fstrace-collect
 	install -m 644 $(MAN_PAGES) $(DESTDIR)$(MAN8DIR)/

@@ -323,6 +323,13 @@ def test_make_install_puts_everything_under_destdir(tmp_path):
                 "share/bash-completion/completions/fstrace"):
         assert (prefix / rel).is_file(), "make install did not install %s" % rel
     assert os.access(prefix / "bin" / "fstrace", os.X_OK) and os.access(prefix / "bin" / "fstrace-collect", os.X_OK)
+    # every file of the package's directories that is not the collector's C source: modules and the data they read
+    tracked = subprocess.run(["git", "-C", ROOT, "ls-files", "analysis", "common", "user", "workloads"],
+                             stdout=subprocess.PIPE, text=True, check=True).stdout.split()
+    package = [f for f in tracked if not f.endswith((".c", ".h"))]
+    assert "analysis/flamegraph.js" in package
+    missing = [f for f in package if not (prefix / "lib" / "fstrace" / f).is_file()]
+    assert not missing, "make install left out %s" % ", ".join(missing)
     # the package's collector is the installed one, reached by a link that stays inside the prefix
     link = prefix / "lib" / "fstrace" / "build" / "fstrace-collect"
     assert not os.path.isabs(os.readlink(link))
