@@ -99,7 +99,8 @@ def test_no_run_logs_or_history(path):
     """User documentation says what is, with the command and machine behind each number: no commit ids, no
     narration of how the code got here."""
     text = read(path)
-    for pattern in (r"\b(?:at|commit|since|before|round)\s+[0-9a-f]{7,40}\b", r"\bthis round\b",
+    commit_id = r"(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b"  # hex with letters and digits, not a number
+    for pattern in (r"\b(?:at|commit|since|before|round)\s+" + commit_id, r"\bthis round\b",
                     r"\bearlier this\b", r"\bprevious round\b", r"\bthe issue's targets\b"):
         m = re.search(pattern, text, re.I)
         assert not m, "%s: %r reads as a run log or history" % (os.path.basename(path), m.group(0))
