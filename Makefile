@@ -17,8 +17,8 @@ USER_HDRS := $(wildcard user/*.h)
 
 BPF_CFLAGS := -g -O2 -Wall -target bpf -mcpu=v3 -D__TARGET_ARCH_$(ARCH) -Ivmlinux/$(ARCH) -Ibpf
 USER_CFLAGS := -g -O2 -Wall -Wextra -Wno-unused-parameter -I$(OUT) -Ibpf
-# Static so the collector can be copied to a target box that has no libbpf (README "Collector on a target
-# box"); the results header records which it is. A failed static link is an error, not a silent dynamic
+# Static so the collector can be copied to a target box that has no libbpf (docs/usage.md, "The collector on
+# a target box"); the results header records which it is. A failed static link is an error, not a silent dynamic
 # collector: `make STATIC=0` asks for a dynamic one explicitly.
 STATIC ?= 1
 ifeq ($(STATIC),0)
@@ -29,7 +29,7 @@ LINK_LIBS := -static -ljson-c -lbpf -lelf -lz -lzstd -lm
 STATIC_FLAG := 1
 endif
 
-.PHONY: all clean vmlinux test bench-overhead bench-helpers vmtest FORCE
+.PHONY: all clean vmlinux test install bench-overhead bench-helpers vmtest FORCE
 all: $(OUT)/fstrace-collect
 
 $(OUT):
@@ -65,11 +65,41 @@ vmlinux:
 clean:
 	rm -rf $(OUT)
 
+# `make install [PREFIX=/usr/local] [DESTDIR=]`: the collector, the fstrace command (scripts/fstrace-installed,
+# which runs the Python package installed under $(LIBDIR) with Debian's Python), the manual pages and the bash
+# completion. The package keeps the source tree's layout (user/cli.py, bpf/records.h, build/fstrace-collect), so
+# it runs unchanged; its collector is a relative link to the installed one.
+PREFIX ?= /usr/local
+BINDIR := $(PREFIX)/bin
+LIBDIR := $(PREFIX)/lib/fstrace
+MAN8DIR := $(PREFIX)/share/man/man8
+COMPLETIONDIR := $(PREFIX)/share/bash-completion/completions
+PYTHON ?= /usr/bin/python3
+PY_PACKAGES := analysis common user workloads
+# the package's files: its modules and what they read beside them (analysis/flamegraph.js)
+PACKAGE_FILES := $(foreach d,$(PY_PACKAGES),$(wildcard $(d)/*.py $(d)/*.js))
+MAN_PAGES := man/fstrace.8 man/fstrace-collect.8
+
+# the completion is generated from the command line's parser (scripts/completion.py): it offers what it takes
+$(OUT)/fstrace.bash: scripts/completion.py $(foreach d,$(PY_PACKAGES),$(wildcard $(d)/*.py)) | $(OUT)
+	$(PYTHON) scripts/completion.py > $@.tmp && mv $@.tmp $@
+
+install: $(OUT)/fstrace-collect $(OUT)/fstrace.bash
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/bpf $(DESTDIR)$(LIBDIR)/build $(DESTDIR)$(MAN8DIR) \
+		$(DESTDIR)$(COMPLETIONDIR)
+	install -m 755 $(OUT)/fstrace-collect $(DESTDIR)$(BINDIR)/fstrace-collect
+	install -m 755 scripts/fstrace-installed $(DESTDIR)$(BINDIR)/fstrace
+	for f in $(PACKAGE_FILES); do install -D -m 644 $$f $(DESTDIR)$(LIBDIR)/$$f || exit 1; done
+	install -m 644 bpf/records.h $(DESTDIR)$(LIBDIR)/bpf/records.h
+	ln -sfn ../../../bin/fstrace-collect $(DESTDIR)$(LIBDIR)/build/fstrace-collect
+	install -m 644 $(MAN_PAGES) $(DESTDIR)$(MAN8DIR)/
+	install -m 644 $(OUT)/fstrace.bash $(DESTDIR)$(COMPLETIONDIR)/fstrace
+
 test:
 	./scripts/test.sh
 
 # Benchmarks (not tests): tracing overhead, events/s, analysis speed. Writes bench-results/*.json.
-# what each helper and map operation the handlers use costs here (README "Overhead benchmark")
+# what each helper and map operation the handlers use costs (docs/overhead.md)
 bench-helpers:
 	./scripts/setup.sh collector
 	$(MAKE) $(OUT)/bench-helpers

@@ -30,10 +30,11 @@ VENV_PACKAGES="perfetto==0.59.1 protobuf==7.36.2"
 # and PIL to check the HTML report renders; strace to see that bad collector options load nothing; prometheus
 # (the server and promtool) to scrape fstrace serve and lint its exposition (where systemd runs, Debian also
 # starts its own prometheus service on :9090; the tests start theirs on 127.0.0.1 and never use that one);
-# python3-prometheus-client (0.16 in bookworm) for its OpenMetrics parser, which validates serve's OpenMetrics text
+# python3-prometheus-client (0.16 in bookworm) for its OpenMetrics parser, which validates serve's OpenMetrics text;
+# groff-base and man-db to render the manual pages (man/) as tests/test_docs.py checks them
 # building erofs-utils 1.8.6 from Debian trixie's source (scripts/build-erofs-utils.sh, part of workloads)
 EROFS_BUILD="dpkg-dev autoconf automake libtool pkg-config make gcc liblz4-dev liblzma-dev libzstd-dev libdeflate-dev zlib1g-dev uuid-dev libxxhash-dev"
-TEST="python3-pytest qemu-system-x86 busybox-static kmod cpio chromium python3-pil strace prometheus python3-prometheus-client"
+TEST="python3-pytest qemu-system-x86 busybox-static kmod cpio chromium python3-pil strace prometheus python3-prometheus-client groff-base man-db"
 
 if [ "${1:-}" = "--test" ]; then
 	set -- collector workloads analysis test

@@ -136,11 +136,11 @@ def diskstat(dev):
 
 
 def readme_promql():
-    """The PromQL queries of README's "Always on: fstrace serve" section (its code block after "in PromQL:")."""
-    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")) as f:
+    """The PromQL queries docs/serve.md gives as the seeds' questions (its code block after "in PromQL")."""
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "serve.md")) as f:
         text = f.read()
-    block = text[text.index("## Always on: fstrace serve"):]
-    block = block[block.index("in PromQL:"):]
+    block = text[text.index("## Scraping and querying"):]
+    block = block[block.index("in PromQL"):]
     block = block[block.index("```") + 3:]
     block = block[:block.index("```")]
     queries, cur = [], []

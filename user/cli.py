@@ -327,6 +327,60 @@ def add_filter_arguments(p):
     p.add_argument("--window-duty", type=float, help=argparse.SUPPRESS)
 
 
+# the EXAMPLES section of `fstrace --help` and of each command's --help (man/fstrace.8 has the same and more)
+EXAMPLES = {
+    None: """examples:
+  sudo fstrace run --fs erofs --workload randread       build an image, trace fio random reads, report
+  sudo fstrace attach --fs squashfs --duration 60       trace the squashfs mounts of a live system
+  sudo fstrace serve --fs erofs                         Prometheus metrics on 127.0.0.1:9464/metrics
+  sudo fstrace bench --preset seed000                   seed 000's matrix, with causes
+  sudo fstrace advise --dataset rootfs.tar --mix boot   which image for this tree
+  fstrace compare DIR_A DIR_B                           what changed between two result sets
+  fstrace report DIR --full                             a results directory again, on any machine
+
+In a source tree the command is ./fstrace. See man fstrace (man -l man/fstrace.8) and docs/.""",
+    "run": """examples:
+  sudo fstrace run --fs erofs --workload randread
+  sudo fstrace run --fs erofs --compress zstd --cluster 16384 --features fragments --workload tar-data
+  sudo fstrace run --fs squashfs --compress xz --cluster 131072 --workload cat-all-p4 --iops-cap 3000
+  sudo fstrace run --fs btrfs --compress zstd:3 --workload write-small
+  sudo fstrace run --fs erofs --workload cat-500 --dataset rootfs.tar --warm -o results/cat-warm""",
+    "attach": """examples:
+  sudo fstrace attach --fs erofs --duration 60
+  sudo fstrace attach --mount /usr --pid 1234 --interval 5
+  sudo fstrace attach --cgroup /sys/fs/cgroup/system.slice/app.service -o results/app""",
+    "serve": """examples:
+  sudo fstrace serve --fs squashfs
+  sudo fstrace serve --mount /opt/app --listen 0.0.0.0:9464 --per-comm
+  sudo fstrace serve --fs erofs --textfile /var/lib/node_exporter/textfile/fstrace.prom
+  curl -s 127.0.0.1:9464/metrics | grep fstrace_request_time_seconds_total""",
+    "bench": """examples:
+  sudo fstrace bench --preset seed000 --runs 3
+  sudo fstrace bench --fs erofs,squashfs --compress none,lz4hc --cluster 4096,131072 --workload tar-data,randread
+  sudo fstrace bench --fs erofs --compress lz4hc,lzma,deflate,zstd --features fragments --workload randread
+  sudo fstrace bench --fs btrfs,ext4,xfs --compress none,zstd:1 --workload write-small --iops-cap 3000""",
+    "advise": """examples:
+  sudo fstrace advise --mix boot
+  sudo fstrace advise --dataset rootfs.tar --mix app --iops-cap 3000 --runs 5
+  sudo fstrace advise --dataset /srv/tree --mix tar-data=1,cat-500=5 --budget-bytes 100000000
+  sudo fstrace advise --dataset /srv/tree --fs erofs,squashfs --compress lz4hc,zstd --cluster 16384,131072""",
+    "compare": """examples:
+  fstrace compare fstrace-results/BENCH_A fstrace-results/BENCH_B
+  fstrace compare RUN_A RUN_B --flamegraph diff.svg --html compare.html""",
+    "report": """examples:
+  fstrace report fstrace-results/RUN_DIR
+  fstrace report fstrace-results/RUN_DIR --full --html report.html
+  fstrace report run.fst                    a results file from fstrace-collect""",
+}
+
+
+def add_examples(parser, commands):
+    """The EXAMPLES epilog of the parser and of each of its commands (an add_subparsers() result), kept as
+    written: line breaks and alignment."""
+    for name, p in [(None, parser)] + list(commands.choices.items()):
+        p.epilog, p.formatter_class = EXAMPLES[name], argparse.RawDescriptionHelpFormatter
+
+
 def build_parser():
     from user import bench, storage
     from workloads import catalog, images
@@ -405,6 +459,7 @@ def build_parser():
     rep.add_argument("--full", action="store_true", help="the detail under headings after the verdict "
                      "(histograms, per device, decompression, caches, tiers)")
     rep.set_defaults(func=cmd_report)
+    add_examples(p, sub)
     return p
 
 

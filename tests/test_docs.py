@@ -1,0 +1,355 @@
+"""The user documentation: README, docs/, the manual pages, `make install`, the bash completion and the EXAMPLES
+of --help.  Each is checked against what it describes (bpf/records.h, the argument parser, the collector's own
+--help, the installed tree), not against a copy kept here.  None of these tests loads BPF or mounts anything."""
+import glob
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import COLLECTOR, ROOT
+from forge import forge
+
+README = os.path.join(ROOT, "README.md")
+DOCS = os.path.join(ROOT, "docs")
+MAN_PAGES = [os.path.join(ROOT, "man", "fstrace.8"), os.path.join(ROOT, "man", "fstrace-collect.8")]
+RECORDS_H = os.path.join(ROOT, "bpf", "records.h")
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def markdown_files():
+    return [README] + sorted(glob.glob(os.path.join(DOCS, "*.md")))
+
+
+def parser():
+    from user import cli
+    return cli.build_parser()
+
+
+def commands(p):
+    import argparse
+    return next(a for a in p._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+def option_strings(p):
+    import argparse
+    return [o for a in p._actions if a.help != argparse.SUPPRESS for o in a.option_strings]
+
+
+# ---- README and docs/ ----
+
+def test_readme_fits_on_one_screen_and_a_half():
+    n = len(read(README).splitlines())
+    assert n <= 200, "README.md has %d lines; at most 200 (the rest belongs in docs/)" % n
+
+
+def anchors(path):
+    """The anchors GitHub gives a markdown file's headings: lowercased, punctuation other than '-' and '_'
+    dropped, spaces as '-', a repeated heading numbered -1, -2, ..."""
+    seen, out = {}, set()
+    in_code = False
+    for line in read(path).splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        m = None if in_code else re.match(r"#{1,6} (.*)", line)
+        if not m:
+            continue
+        slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else "%s-%d" % (slug, n))
+    return out
+
+
+def local_links(path):
+    """(target, anchor) of every link of a markdown file that is not a URL."""
+    text = re.sub(r"```.*?```", "", read(path), flags=re.S)
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue
+        file, _, anchor = target.partition("#")
+        yield file, anchor
+
+
+@pytest.mark.parametrize("path", markdown_files(), ids=os.path.basename)
+def test_links_resolve_to_files_and_anchors(path):
+    links = list(local_links(path))
+    if path == README:
+        assert any(f.startswith("docs/") for f, _ in links), "README links into docs/"
+    for file, anchor in links:
+        target = os.path.normpath(os.path.join(os.path.dirname(path), file)) if file else path
+        assert os.path.exists(target), "%s links to %s, which does not exist" % (os.path.basename(path), file)
+        if anchor:
+            assert target.endswith(".md"), "%s: anchor #%s into a file that is not markdown" % (path, anchor)
+            assert anchor in anchors(target), "%s links to %s#%s: no such heading there (has: %s)" % (
+                os.path.basename(path), file or "itself", anchor, ", ".join(sorted(anchors(target))))
+
+
+@pytest.mark.parametrize("path", markdown_files(), ids=os.path.basename)
+def test_no_run_logs_or_history(path):
+    """User documentation says what is, with the command and machine behind each number: no commit ids, no
+    narration of how the code got here."""
+    text = read(path)
+    commit_id = r"(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b"  # hex with letters and digits, not a number
+    for pattern in (r"\b(?:at|commit|since|before|round)\s+" + commit_id, r"\bthis round\b",
+                    r"\bearlier this\b", r"\bprevious round\b", r"\bthe issue's targets\b"):
+        m = re.search(pattern, text, re.I)
+        assert not m, "%s: %r reads as a run log or history" % (os.path.basename(path), m.group(0))
+
+
+def xmacro_fields(name):
+    """[(C type, field name, size)] of `#define name(F, S)` in bpf/records.h, in order."""
+    m = re.search(r"#define %s\(F, S\)((?:.*\\\n)*.*)" % re.escape(name), read(RECORDS_H))
+    assert m, "bpf/records.h has no X-macro %s" % name
+    sizes = {"__u8": 1, "__s8": 1, "__u16": 2, "__s16": 2, "__u32": 4, "__s32": 4, "__u64": 8, "__s64": 8}
+    out = []
+    for kind, args in re.findall(r"\b([FS])\(([^)]*)\)", m.group(1)):
+        a, b = (x.strip() for x in args.split(","))
+        out.append((a, b, sizes[a]) if kind == "F" else ("char", a, int(b)))
+    return out
+
+
+def c_layout(fields):
+    """[(offset, size, type, name)] as a C compiler lays the fields out (natural alignment)."""
+    off, out = 0, []
+    for ctype, name, size in fields:
+        align = 1 if ctype == "char" else size
+        off += -off % align
+        out.append((off, size, ctype, name))
+        off += size
+    return out
+
+
+def record_types():
+    from analysis import schema
+    return [(n, v) for _, v, n in schema.xmacro("FST_REC_TYPES")]
+
+
+def doc_record_table(text, name, value):
+    m = re.search(r"^### %s \(type %d\).*?\n((?:.*\n)*?)(?=^#|\Z)" % (re.escape(name), value), text, re.M)
+    assert m, "docs/results-format.md has no section '### %s (type %d)'" % (name, value)
+    rows = re.findall(r"^\| (\d+) \| (\d+) \| `(\w+)` \| `(\w+)` \|", m.group(1), re.M)
+    return [(int(o), int(s), t, n) for o, s, t, n in rows]
+
+
+@pytest.mark.parametrize("name,value", record_types())
+def test_results_format_record_tables_match_records_h(name, value):
+    """Each record type's table in docs/results-format.md is its layout as bpf/records.h defines it."""
+    want = c_layout(xmacro_fields("FST_REC_HEADER") + xmacro_fields("FST_%s_FIELDS" % name.upper()))[2:]
+    got = doc_record_table(read(os.path.join(DOCS, "results-format.md")), name, value)
+    assert got == want, "docs/results-format.md's %s table differs from bpf/records.h:\n doc %s\n  .h %s" % (
+        name, got, want)
+
+
+def test_measuring_describes_every_part_and_figure():
+    from analysis import schema
+    text = read(os.path.join(DOCS, "measuring.md"))
+    parts = re.findall(r"^\| \w+ \| `(\w+_ns)` \|", text, re.M)
+    assert parts == list(schema.PARTS), "docs/measuring.md's parts table, in order, is FST_PARTS"
+    figures = set(re.findall(r"^\| `(\w+)` \| `", text, re.M))
+    assert figures == set(schema.FIGURES), "docs/measuring.md's figures table is FST_FIGURES: missing %s, extra %s" % (
+        sorted(set(schema.FIGURES) - figures), sorted(figures - set(schema.FIGURES)))
+
+
+def test_results_format_reader_reads_what_the_reference_reader_reads(tmp_path):
+    """The minimal reader docs/results-format.md gives reads a format 2 file as analysis/results.py does."""
+    from analysis import results, schema
+    text = read(os.path.join(DOCS, "results-format.md"))
+    code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    layout = c_layout(xmacro_fields("FST_REC_HEADER") + xmacro_fields("FST_REQ_FIELDS"))
+    size = layout[-1][0] + layout[-1][1]
+    size += -size % 8
+    n = 5
+    data = np.random.default_rng(7).integers(0, 256, n * size, dtype=np.uint8).tobytes()
+    enums = {e: {str(v): name for _, v, name in schema.xmacro(x)}
+             for e, x in (("req_kind", "FST_REQ_KINDS"), ("charge", "FST_CHARGES"))}
+    import zlib
+    header = {"format": "fstrace-results", "kernel": {"release": "test"}, "collector": {},
+              "time": {"start_ns": 0, "end_ns": 1}, "enums": enums,
+              "records": {"req": {"type": 1, "size": size, "fields": [
+                  {"name": nm, "type": t, "offset": o, "size": s} for o, s, t, nm in layout]}},
+              "sections": [{"record": "req", "offset": 0, "count": n, "size": size, "crc32": zlib.crc32(data)}]}
+    path = tmp_path / "forged.fst"
+    path.write_bytes(forge(header, data))
+    ns = {}
+    exec(code, ns)
+    doc_header, doc_records = ns["read"](str(path))
+    ref = results.load(str(path))
+    assert doc_header["sections"] == ref.header["sections"]
+    assert doc_records["req"].tobytes() == ref["req"].tobytes() == data
+    for field in ("ts_start_ns", "ret", "kind", "comm"):
+        assert (doc_records["req"][field] == ref["req"][field]).all()
+
+
+# ---- manual pages ----
+
+@pytest.mark.parametrize("page", MAN_PAGES, ids=os.path.basename)
+def test_man_page_renders_without_warnings(page):
+    g = subprocess.run(["groff", "-man", "-Tutf8", "-ww", "-z", page], stderr=subprocess.PIPE, text=True)
+    assert g.returncode == 0 and not g.stderr, "groff warns on %s:\n%s" % (page, g.stderr)
+    m = subprocess.run(["man", "--warnings", "-l", page], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, env=dict(os.environ, MANWIDTH="100"))
+    assert m.returncode == 0 and not m.stderr, "man -l %s: %s" % (page, m.stderr)
+    for section in ("NAME", "SYNOPSIS", "DESCRIPTION", "EXIT STATUS", "EXAMPLES", "SEE ALSO"):
+        assert re.search(r"^%s$" % section, m.stdout, re.M), "%s has no %s section" % (page, section)
+
+
+def man_text(page):
+    """A manual page's source with roff's escaped '-' and '\\' as plain characters and font changes dropped."""
+    return re.sub(r"\\f[BIRP]", "", read(page)).replace("\\-", "-").replace("\\e", "\\")
+
+
+def test_fstrace_man_page_describes_every_command_and_option():
+    text = man_text(MAN_PAGES[0])
+    p = parser()
+    for name, sub in commands(p).items():
+        assert re.search(r"^\.SS %s$" % name, text, re.M), "man/fstrace.8 has no section for %s" % name
+        for opt in option_strings(sub):
+            if opt not in ("-h", "--help"):
+                assert re.search(r"(?<![\w-])%s(?![\w-])" % re.escape(opt), text), \
+                    "man/fstrace.8 does not describe %s %s" % (name, opt)
+
+
+def test_collect_man_page_describes_every_collector_option():
+    out = subprocess.run([COLLECTOR, "--help"], stdout=subprocess.PIPE, text=True, check=True).stdout
+    options = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]+|-[a-zA-Z])\b", out))
+    assert "--records" in options and "-o" in options
+    text = man_text(MAN_PAGES[1])
+    missing = sorted(o for o in options if not re.search(r"(?<![\w-])%s(?![\w-])" % re.escape(o), text))
+    assert not missing, "man/fstrace-collect.8 does not describe %s" % ", ".join(missing)
+
+
+# ---- examples: in --help, the man pages and the README, each parses ----
+
+def example_argvs(text, prefixes):
+    """The argv (after the command name) of every example line of text that starts with one of prefixes; a
+    description after two or more spaces, and line continuations, are not part of it."""
+    text = re.sub(r"\s*\\\n\s*", " ", text)
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        for prefix in prefixes:
+            if line.startswith(prefix + " "):
+                out.append(shlex.split(re.split(r"\s{2,}", line[len(prefix):].strip())[0]))
+    return out
+
+
+def parses(argv):
+    try:
+        parser().parse_args(argv)
+    except SystemExit as e:
+        return "fstrace %s: does not parse (exit %s)" % (" ".join(argv), e.code)
+    return None
+
+
+def test_help_has_examples_that_parse():
+    from user import cli
+    p = parser()
+    helps = [p.format_help()] + [sub.format_help() for sub in commands(p).values()]
+    for name, text in zip([None] + list(commands(p)), helps):
+        assert "\nexamples:\n" in text, "fstrace %s --help has no examples" % (name or "")
+        argvs = example_argvs(text, ("sudo fstrace", "fstrace"))
+        assert argvs, "fstrace %s --help: no example of the command" % (name or "")
+        if name:
+            assert all(a[0] == name for a in argvs), "fstrace %s --help shows other commands" % name
+        bad = [e for e in map(parses, argvs) if e]
+        assert not bad, "\n".join(bad)
+    assert set(cli.EXAMPLES) == {None} | set(commands(p))
+
+
+def test_man_and_readme_examples_parse():
+    examples = man_text(MAN_PAGES[0]).split("\n.SH EXAMPLES\n")[1].split("\n.SH ")[0]
+    argvs = example_argvs(examples, ("sudo fstrace", "fstrace"))
+    argvs += example_argvs(read(README), ("sudo ./fstrace",))
+    assert len(argvs) >= 8
+    bad = [e for e in map(parses, argvs) if e]
+    assert not bad, "\n".join(bad)
+
+
+# ---- bash completion ----
+
+@pytest.fixture(scope="module")
+def completion(tmp_path_factory):
+    path = tmp_path_factory.mktemp("completion") / "fstrace.bash"
+    with open(path, "w") as f:
+        subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "completion.py")], stdout=f, check=True)
+    return str(path)
+
+
+def complete(script, *words):
+    """What the completion offers for `fstrace WORDS...` with the cursor on the last word."""
+    words = ("fstrace",) + words
+    cmd = "source %s; COMP_WORDS=(%s); COMP_CWORD=%d; _fstrace; printf '%%s\\n' \"${COMPREPLY[@]}\"" % (
+        shlex.quote(script), " ".join(shlex.quote(w) for w in words), len(words) - 1)
+    return subprocess.run(["bash", "-c", cmd], stdout=subprocess.PIPE, text=True, check=True).stdout.split()
+
+
+def test_completion_parses(completion):
+    r = subprocess.run(["bash", "-n", completion], stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 0 and not r.stderr, r.stderr
+
+
+def test_completion_completes_commands_options_and_values(completion):
+    from workloads import catalog, images
+    p = parser()
+    assert set(complete(completion, "")) == set(commands(p)) | {"-h", "--help"}
+    assert set(complete(completion, "r")) == {c for c in commands(p) if c.startswith("r")}
+    for name, sub in commands(p).items():
+        assert set(complete(completion, name, "-")) == set(option_strings(sub)), name
+    assert set(complete(completion, "run", "--workload", "")) == set(catalog.WORKLOADS)
+    assert set(complete(completion, "run", "--fs", "e")) == {f for f in images.FILESYSTEMS if f.startswith("e")}
+    assert complete(completion, "run", "--fs", "erofs", "--rec") == ["--records"]
+
+
+# ---- make install ----
+
+def test_make_install_puts_everything_under_destdir(tmp_path):
+    dest = tmp_path / "dest"
+    r = subprocess.run(["make", "-s", "-C", ROOT, "install", "DESTDIR=%s" % dest, "PREFIX=/usr"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert r.returncode == 0, r.stdout
+    prefix = dest / "usr"
+    for rel in ("bin/fstrace", "bin/fstrace-collect", "lib/fstrace/user/cli.py", "lib/fstrace/analysis/results.py",
+                "lib/fstrace/workloads/catalog.py", "lib/fstrace/common/system.py", "lib/fstrace/bpf/records.h",
+                "share/man/man8/fstrace.8", "share/man/man8/fstrace-collect.8",
+                "share/bash-completion/completions/fstrace"):
+        assert (prefix / rel).is_file(), "make install did not install %s" % rel
+    assert os.access(prefix / "bin" / "fstrace", os.X_OK) and os.access(prefix / "bin" / "fstrace-collect", os.X_OK)
+    # every file of the package's directories that is not the collector's C source: modules and the data they read
+    tracked = subprocess.run(["git", "-C", ROOT, "ls-files", "analysis", "common", "user", "workloads"],
+                             stdout=subprocess.PIPE, text=True, check=True).stdout.split()
+    package = [f for f in tracked if not f.endswith((".c", ".h"))]
+    assert "analysis/flamegraph.js" in package
+    missing = [f for f in package if not (prefix / "lib" / "fstrace" / f).is_file()]
+    assert not missing, "make install left out %s" % ", ".join(missing)
+    # the package's collector is the installed one, reached by a link that stays inside the prefix
+    link = prefix / "lib" / "fstrace" / "build" / "fstrace-collect"
+    assert not os.path.isabs(os.readlink(link))
+    assert os.path.samefile(link, prefix / "bin" / "fstrace-collect")
+    with open(COLLECTOR, "rb") as a, open(prefix / "bin" / "fstrace-collect", "rb") as b:
+        assert a.read() == b.read()
+    # nothing outside DESTDIR: every installed file is under the prefix
+    assert {p.name for p in dest.iterdir()} == {"usr"}
+    help_ = subprocess.run([str(prefix / "bin" / "fstrace"), "--help"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    assert help_.returncode == 0 and "usage: fstrace" in help_.stdout and "examples:" in help_.stdout, help_.stderr
+    for name in ("run", "report"):
+        sub = subprocess.run([str(prefix / "bin" / "fstrace"), name, "--help"], stdout=subprocess.PIPE, text=True)
+        assert sub.returncode == 0 and "usage: fstrace %s" % name in sub.stdout
+    collect = subprocess.run([str(prefix / "bin" / "fstrace-collect"), "--help"], stdout=subprocess.PIPE, text=True)
+    assert collect.returncode == 0 and "usage: fstrace-collect" in collect.stdout
+    man = subprocess.run(["man", "-l", str(prefix / "share" / "man" / "man8" / "fstrace.8")], stdout=subprocess.PIPE,
+                         text=True, env=dict(os.environ, MANWIDTH="80"))
+    assert "fstrace - explain why reads" in man.stdout
+    installed = (prefix / "share" / "bash-completion" / "completions" / "fstrace").read_text()
+    assert "complete -F _fstrace fstrace" in installed
+    shutil.rmtree(dest)
