@@ -71,6 +71,7 @@ static struct {
 	double slow_ns;			/* the slow path's price per syscall, hooks attached vs not */
 	double attach_cpu_ns;		/* CPU time of one attach + detach of both hooks (the thread walks) */
 	double cost_on;			/* share of busy CPU time the hooks cost while attached (estimate) */
+	double busy_per_s0;		/* the system's busy CPU ns per second before the first window */
 	bool cost_known;
 	double duty;			/* share of time in windows this period */
 	enum { W_CLOSED, W_OPEN, W_GRACE } phase;
@@ -196,7 +197,7 @@ static int cmp_double(const void *a, const void *b)
 
 /* the slow path's price per syscall and one attach + detach's CPU time, median of three alternations; also a
  * first estimate of the cost while attached, from the syscalls others made during the calibration */
-static int calibrate(__u64 busy0, __u64 t_busy0)
+static int calibrate(__u64 busy0, __u64 t_busy0, __u64 cpu0)
 {
 	double d[3], a[3];
 	__u64 others = 0, on_ns = 0;
@@ -220,10 +221,13 @@ static int calibrate(__u64 busy0, __u64 t_busy0)
 	qsort(a, 3, sizeof(a[0]), cmp_double);
 	w.slow_ns = d[1] > 0 ? d[1] : 0;
 	w.attach_cpu_ns = a[1] > 0 ? a[1] : 0;
-	/* busy CPU per second since the collector started, less this thread's calibration loops */
-	__u64 t = now_ns(CLOCK_MONOTONIC), busy = busy_ns_now() - busy0;
+	/* busy CPU per second since the first look, less this thread's calibration loops (they are not the
+	 * system's work: counted in, they would make the hooks' share look smaller) */
+	__u64 t = now_ns(CLOCK_MONOTONIC), busy = busy_ns_now() - busy0, own = thread_cpu_ns() - cpu0;
+	busy = busy > own ? busy - own : 0;
 	double busy_per_s = t > t_busy0 ? busy / ((t - t_busy0) / 1e9) : 0;
 	double rate = on_ns ? others / (on_ns / 1e9) : 0;
+	w.busy_per_s0 = busy_per_s;
 	if (busy_per_s > 0) {
 		w.cost_on = rate * w.slow_ns / busy_per_s;
 		w.cost_known = true;
@@ -296,17 +300,17 @@ void window_init(struct tracer *t, __u64 t_start)
 	w.syscalls_fd = bpf_map__fd(t->tsk->maps.syscalls_seen);
 	__u64 seed = now_ns(CLOCK_REALTIME) ^ ((__u64)getpid() << 16);
 	memcpy(w.rng, &seed, sizeof(w.rng));
-	__u64 busy0 = busy_ns_now(), t0 = now_ns(CLOCK_MONOTONIC);
+	__u64 busy0 = busy_ns_now(), t0 = now_ns(CLOCK_MONOTONIC), cpu0 = thread_cpu_ns();
 	hook_detach(w.enter);
 	hook_detach(w.exit);
 	usleep(100000);	/* a first look at the system's busy time before the calibration adds to it */
-	int err = calibrate(busy0, t0);
+	int err = calibrate(busy0, t0, cpu0);
 	if (err)
 		die("--budget: attaching the syscall hooks for calibration: %s", strerror(-err));
 	w.active = true;
 	w.period_start = t_start;
 	w.period_len = 0;
-	size_duty(t0 < now_ns(CLOCK_MONOTONIC) ? (busy_ns_now() - busy0) / ((now_ns(CLOCK_MONOTONIC) - t0) / 1e9) : 0);
+	size_duty(w.busy_per_s0);
 	schedule(now_ns(CLOCK_MONOTONIC));
 	w.t_start = t_start;
 }
