@@ -143,9 +143,10 @@ def test_user_stacks_stop_where_the_walk_stops(erofs_randread):
         fio = [st for st in stacks if st[0] == "[fio]"]
         assert fio, name
         for st in fio:
-            # the user frames end where the kernel was entered: a syscall, or an exception or interrupt taken in
-            # user mode (a page fault's readahead, a timer): kernel frames, BPF programs among them, follow
-            entry = next((i for i, f in enumerate(st) if f.startswith(KERNEL_ENTRIES)), None)
+            # the user frames end where the kernel was entered (a syscall, or an exception or interrupt taken in
+            # user mode), or where a sample inside fstrace's own programs is folded under its tracer frame
+            entry = next((i for i, f in enumerate(st)
+                          if f.startswith(KERNEL_ENTRIES + (res.header["tracer_frame_prefix"],))), None)
             user = st[1:entry]
             assert all(not f.startswith("[") for f in user), st  # trusted frames: named functions
     smp = res.header["sampling"]
