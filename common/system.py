@@ -53,7 +53,7 @@ def run(argv, **kw):
 
 def progress(msg):
     """One line of progress (or a warning) for the user, on stderr."""
-    print("fstrace: " + msg, file=sys.stderr, flush=True)
+    print("fstrace: " + shown(msg), file=sys.stderr, flush=True)
 
 
 class Cleanup:
@@ -111,6 +111,16 @@ def signals_held():
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def writing(path):
+    """An OSError while writing path as one line naming it: a full disk's ENOSPC comes from write() or
+    close() and carries no file name."""
+    try:
+        yield
+    except OSError as e:
+        raise FstraceError("cannot write %s: %s" % (e.filename or path, e.strerror or e))
 
 
 def write_json_atomic(path, doc, **dump_args):

@@ -39,3 +39,16 @@ def test_unsupported_compressor_is_named():
 def test_report_of_missing_dir():
     line = one_line_error(fstrace("report", "/nonexistent/run", check=False))
     assert "no results file" in line
+
+
+def test_control_characters_of_a_path_are_escaped_in_its_one_line(tmp_path):
+    """A path holding a newline or an escape sequence is named as escapes: the error stays one line and drives
+    nothing on the terminal."""
+    bad = str(tmp_path / "no\nsuch\x1b[2J")
+    shown = str(tmp_path / "no\\nsuch\\x1b[2J")
+    for argv, says in ((["report", bad], "%s: no results file there" % shown),
+                       (["attach", "--mount", bad], "--mount %s: no such path" % shown),
+                       (["run", "--fs", "erofs", "--workload", "randread", "--dataset", bad, "--scale", "0.05",
+                         "-o", str(tmp_path / "out")], "--dataset %s: no such file or directory" % shown)):
+        line = one_line_error(fstrace(*argv, check=False))
+        assert line == "fstrace: error: " + says, line

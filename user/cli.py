@@ -17,7 +17,7 @@ from user.runner import (COLLECTOR, DEFAULT_BUDGET_PCT, add_tracing_arguments, c
                          check_workload_ok, resolve_dataset, run_collector, run_once, tool_versions, tracing_options, write_summary)
 from user.system import (Cleanup, FstraceError, Interrupted, ResultsDir, block_devices_of_mount,  # noqa: E402
                          install_signal_handlers, is_cgroup2_dir, kdev, make_tmpdir, mount_of, mounts, proc_start,
-                         progress, recorded_run, sdev_arg)
+                         progress, recorded_run, sdev_arg, shown)
 
 DEFAULT_CACHE = "/var/cache/fstrace"
 # the longest --duration/--interval the collector accepts (MAX_SECONDS in user/collect.c)
@@ -473,12 +473,13 @@ def main(argv=None):
             with recorded_run():
                 return args.func(args)
         return args.func(args)
-    except FstraceError as e:
-        print("fstrace: error: %s" % e, file=sys.stderr)
+    except FstraceError as e:  # a path or name from the command line may hold a newline: one line still
+        print("fstrace: error: %s" % shown(e), file=sys.stderr)
         return 1
     except OSError as e:  # a vanished directory: one line, everything already undone.  Files fstrace writes
         # are named by writing(); an error without a file name (ENOSPC) still says what it came from
-        print("fstrace: error: %s: %s" % (e.filename or "in " + command, e.strerror or e), file=sys.stderr)
+        print("fstrace: error: %s" % shown("%s: %s" % (e.filename or "in " + command, e.strerror or e)),
+              file=sys.stderr)
         return 1
     except (Interrupted, KeyboardInterrupt):
         print("fstrace: interrupted; cleaned up, no results written", file=sys.stderr)

@@ -14,7 +14,8 @@ import signal
 import time
 
 from common.system import (STATE_DIR, Cleanup, FstraceError, forget_recorded, lock_path, losetup, mount,  # noqa: F401
-                           proc_start, progress, recording, retry, run, signals_held, stat_fields, write_json_atomic)
+                           proc_start, progress, recording, retry, run, signals_held, stat_fields, shown,
+                           write_json_atomic, writing)
 
 
 class Interrupted(Exception):
@@ -35,16 +36,6 @@ def install_signal_handlers(keep_ignored=False):
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         if not keep_ignored or signal.getsignal(sig) != signal.SIG_IGN:
             signal.signal(sig, _raise_interrupted)
-
-
-@contextlib.contextmanager
-def writing(path):
-    """An OSError while writing path as one line naming it: a full disk's ENOSPC comes from write() or
-    close() and carries no file name."""
-    try:
-        yield
-    except OSError as e:
-        raise FstraceError("cannot write %s: %s" % (e.filename or path, e.strerror or e))
 
 
 def _cmdline(pid):
