@@ -200,6 +200,23 @@ def test_full_disk_while_writing_results(tmp_path, clean_machine):
     assert left == []  # neither the results directory nor its .partial
 
 
+def test_full_cache_disk_while_generating_the_dataset(tmp_path, clean_machine):
+    """The cache fills up while the default dataset is written into it: one line naming the file it could not
+    write, and the half-written dataset removed (a full disk is not left full)."""
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(small)], check=True)
+    try:
+        p = fs_run(tmp_path, cache=small)
+        left = [str(f.relative_to(small)) for f in small.rglob("*")]
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
+    one_line_failure(p, "cannot write %s/datasets/default-v1-s%s.partial/" % (small, SCALE))
+    assert p.stderr.splitlines()[-1].endswith(": No space left on device"), p.stderr
+    assert left == ["datasets"], left
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
+
+
 @pytest.mark.parametrize("args,expect", [
     (["--pid", "999999"], "--pid 999999: no such process"),
     (["--cgroup", "/nonexistent"], "--cgroup /nonexistent: not a cgroup v2 directory"),

@@ -19,7 +19,7 @@ import random
 import shutil
 import stat
 
-from common.system import FstraceError, cache_lock, shown
+from common.system import FstraceError, cache_lock, shown, writing
 from workloads.catalog import tree_files
 
 GENERATOR_VERSION = 1
@@ -144,11 +144,12 @@ def plan_tree(gen, nfiles):
 
 
 def _write(path, data, mode):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(data)
-    os.chmod(path, mode)
-    os.utime(path, (FIXED_MTIME, FIXED_MTIME))
+    with writing(path):  # a full cache disk: one line naming the file (ENOSPC carries no name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+        os.chmod(path, mode)
+        os.utime(path, (FIXED_MTIME, FIXED_MTIME))
 
 
 def _fix_dir_times(root):
@@ -184,10 +185,21 @@ def tree_id(root):
 
 def generate(dest, scale=1.0, progress=None):
     """Write the dataset into dest/{tree,single}; returns its manifest (dict)."""
-    gen = Generator()
-    nfiles = max(40, int(8000 * scale))
     tmp = dest + ".partial"
     shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        manifest = _generate(tmp, scale, progress)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a full disk is not left full of half a dataset
+        raise
+    shutil.rmtree(dest, ignore_errors=True)
+    os.rename(tmp, dest)
+    return manifest
+
+
+def _generate(tmp, scale, progress):
+    gen = Generator()
+    nfiles = max(40, int(8000 * scale))
     plan = plan_tree(gen, nfiles)
     total = 0
     for i, (rel, kind, size, mode) in enumerate(plan):
@@ -220,10 +232,8 @@ def generate(dest, scale=1.0, progress=None):
         "single_id": tree_id(os.path.join(tmp, "single")),
     }
     manifest["id"] = hashlib.sha256((manifest["tree_id"] + manifest["single_id"]).encode()).hexdigest()[:16]
-    with open(os.path.join(tmp, "manifest.json"), "w") as f:
+    with writing(os.path.join(tmp, "manifest.json")), open(os.path.join(tmp, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1, sort_keys=True)
-    shutil.rmtree(dest, ignore_errors=True)
-    os.rename(tmp, dest)
     return manifest
 
 
