@@ -97,6 +97,52 @@ def test_empty_tarball_leaves_no_dataset(tmp_path, clean_machine, members):
     one_line_failure(fs_run(tmp_path, "--dataset", str(tb), cache=cache), "holds no files with data")
 
 
+# run's options that cannot work or mean nothing for the filesystem: (arguments, the one line says)
+BAD_RUN_OPTIONS = [
+    (["--cluster", "0"], "erofs cluster size must be a power of two >= 4096, got 0"),
+    (["--fs", "erofs", "--compress", "none", "--cluster", "8192"], "--cluster means nothing with --compress none"),
+    (["--fs", "btrfs", "--compress", "zstd:99"], "btrfs zstd level must be in 1..15, got 99"),
+    (["--fs", "btrfs", "--compress", "zlib:10"], "btrfs zlib level must be in 1..9, got 10"),
+    (["--fs", "btrfs", "--cluster", "8192"], "--cluster is erofs's pcluster size or squashfs's block size: btrfs"),
+    (["--fs", "btrfs", "--level", "3"], "--level is for --fs erofs (btrfs takes its level in --compress"),
+    (["--fs", "squashfs", "--level", "3"], "--level is for --fs erofs"),
+    (["--fs", "ext4", "--compress", "lz4"], "--compress is not for --fs ext4: it compresses nothing"),
+    (["--fs", "xfs", "--cluster", "4096"], "--cluster is not for --fs xfs"),
+    (["--sample-hz", "-1"], "--sample-hz wants a whole number from 0 to 100000, got '-1'"),
+    (["--sample-hz", "1000000000"], "--sample-hz wants a whole number from 0 to 100000, got '1000000000'"),
+    (["--offcpu-sample-us", "-3"], "--offcpu-sample-us wants a whole number from 0 to 4000000, got '-3'"),
+    (["--iops-cap", "-5"], "--iops-cap must be positive, got -5"),
+    (["--iops-cap", "0"], "--iops-cap must be positive, got 0"),
+]
+
+
+@pytest.mark.parametrize("args,says", BAD_RUN_OPTIONS, ids=[" ".join(a) for a, _ in BAD_RUN_OPTIONS])
+def test_bad_run_options_are_refused_before_any_work(tmp_path, clean_machine, args, says):
+    """One line and nothing else: no dataset generated, no image built, nothing mounted or loaded."""
+    cache = tmp_path / "cache"
+    p = fs_run(tmp_path, *args, cache=cache)
+    one_line_failure(p, says)
+    assert p.stderr.splitlines() == [l for l in p.stderr.splitlines() if l.startswith("fstrace: error:")], p.stderr
+    assert not cache.exists() or not any(cache.rglob("*"))
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--runs", "0"], "--runs must be at least 1, got 0"),
+    (["--runs", "-1"], "--runs must be at least 1, got -1"),
+    (["--iops-cap", "-5"], "--iops-cap must be positive, got -5"),
+    (["--cluster", "0"], "erofs cluster size must be a power of two >= 4096, got 0"),
+])
+def test_bad_bench_options_are_refused_before_any_work(tmp_path, clean_machine, args, says):
+    cache = tmp_path / "cache"
+    p = run("bench", "--fs", "erofs", "--workload", "randread", "--scale", SCALE, "--cache", str(cache),
+            "-o", str(tmp_path / "b"), *args)
+    one_line_failure(p, says)
+    assert p.stderr.splitlines() == [l for l in p.stderr.splitlines() if l.startswith("fstrace: error:")], p.stderr
+    assert not cache.exists() or not any(cache.rglob("*"))
+    assert not (tmp_path / "b").exists() and not (tmp_path / "b.partial").exists()
+
+
 def test_output_under_proc(tmp_path, clean_machine):
     one_line_failure(fs_run(tmp_path, out="/proc/fstrace-out"), "cannot write results under /proc")
 
@@ -230,6 +276,9 @@ def test_full_cache_disk_while_generating_the_dataset(tmp_path, clean_machine):
     (["--duration", "1e9"], "--duration must be at most 1e+08 seconds"),
     (["--duration", "inf"], "--duration must be at most 1e+08 seconds"),
     (["--interval", "1e9"], "--interval must be at most 1e+08 seconds"),
+    (["--interval", "-1"], "--interval must be 0 (no live view) or more seconds, got -1"),
+    (["--comm", "a" * 300], "--comm 'aaaaaaaaaaaaaaa...' (300 bytes): a task name has 1 to 15 characters"),
+    (["--sample-hz", "-1"], "--sample-hz wants a whole number from 0 to 100000, got '-1'"),
 ])
 def test_attach_bad_filters_fail_before_attaching(tmp_path, clean_machine, args, expect):
     plain = tmp_path / "plain"
@@ -254,11 +303,13 @@ def test_attach_refuses_a_cgroup_v1_directory(tmp_path, clean_machine):
 
 def test_attach_says_attached_only_once_the_collector_is(tmp_path, clean_machine):
     """"attached" comes from the collector's --ready-fd: when it shows, the programs are attached; a collector
-    that fails first (here on a task name too long, which only it checks) never lets it show."""
-    p = run("attach", "-o", str(tmp_path / "bad"), "--comm", "a-name-of-16-chr", "--duration", "1")
+    that fails first (here too few file descriptors for its programs) never lets it show."""
+    p = subprocess.run(["prlimit", "--nofile=48", FSTRACE, "attach", "-o", str(tmp_path / "bad"), "--comm",
+                        "nothing-x", "--duration", "1", "--interval", "0"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=600)
     assert p.returncode == 1, p.stderr
     assert "attached" not in p.stderr, p.stderr
-    assert "a task name has 1 to 15 characters" in p.stderr, p.stderr
+    assert "Too many open files" in p.stderr, p.stderr
     assert not (tmp_path / "bad").exists() and not (tmp_path / "bad.partial").exists()
     q = subprocess.Popen([FSTRACE, "attach", "-o", str(tmp_path / "out"), "--comm", "nothing-x", "--duration", "3",
                           "--interval", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

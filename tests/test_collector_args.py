@@ -73,6 +73,9 @@ BAD = [
     (["-g", "/tmp"], "not a cgroup v2 directory"),  # a directory, of another filesystem
     (["-c", "a" * 16], "a task name has 1 to 15 characters"),
     (["--comm", ""], "a task name has 1 to 15 characters"),
+    (["--comm", "a" * 300], "--comm 'aaaaaaaaaaaaaaa...' (300 bytes): a task name has 1 to 15 characters"),
+    (["--offcpu-sample-us", "-3"], "--offcpu-sample-us wants a whole number from 0 to 4000000"),
+    (["--sample-hz", "1000000000"], "--sample-hz wants a whole number from 0 to 100000"),
     (["--bogus"], "unknown option --bogus"),
     (["-x"], "unknown option -x"),
     (["--duration"], "--duration needs a value"),
@@ -92,6 +95,26 @@ def test_bad_option_is_one_line_and_loads_nothing(tmp_path, args, says):
     assert len(lines) == 1 and lines[0].startswith("fstrace-collect: ") and says in lines[0], p.stderr
     assert bpf_calls == []
     assert not out.exists()
+
+
+@pytest.mark.parametrize("args,says", [b for b in BAD if not b[1].endswith("needs a value")],
+                         ids=[" ".join(a if isinstance(a, str) else a.__name__ for a in b[0])
+                              for b in BAD if not b[1].endswith("needs a value")])
+def test_check_says_what_a_run_would(tmp_path, args, says):
+    """--check (what fstrace asks before it sets anything up) refuses what a run refuses, with the same line,
+    and loads nothing."""
+    args = [a if isinstance(a, str) else a() for a in args]
+    p, bpf_calls = traced(tmp_path, ["--check"] + args)
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    assert p.returncode == 2 and len(lines) == 1 and says in lines[0], p.stderr
+    assert bpf_calls == []
+
+
+def test_check_of_good_options_is_silent_and_loads_nothing(tmp_path):
+    p, bpf_calls = traced(tmp_path, ["--check", "--comm", "x", "--sample-hz", "997", "--offcpu-sample-us", "0",
+                                     "-d", a_block_device(), "--cgroup", a_cgroup2_directory()])
+    assert p.returncode == 0 and p.stdout == "" and p.stderr == "", p.stderr
+    assert bpf_calls == []
 
 
 def test_results_file_is_required(tmp_path):

@@ -105,10 +105,7 @@ def cmd_advise(args):
     configs = plan_configs(args)
     if args.budget_bytes is not None and args.budget_bytes <= 0:
         raise FstraceError("--budget-bytes must be positive, got %d" % args.budget_bytes)
-    if args.runs < 1:
-        raise FstraceError("--runs must be at least 1, got %d" % args.runs)
-    if args.iops_cap is not None and args.iops_cap <= 0:
-        raise FstraceError("--iops-cap must be positive, got %d" % args.iops_cap)
+    bench.check_counts(args)
     throttle = storage.check(args)
     results, droot, manifest, cache = bench.prepare("advise", args)
     with results as outdir:

@@ -11,7 +11,7 @@ import time
 
 from analysis.render import sets_html, write_html
 from analysis.seeds import SEED002_COMPRESSORS
-from user.runner import check_ready, check_workload_ok, resolve_dataset, run_once, tool_versions
+from user.runner import check_iops_cap, check_ready, check_workload_ok, resolve_dataset, run_once, tool_versions
 from user.system import FstraceError, ResultsDir, progress
 
 SEED001_SIZES = [4096 << i for i in range(9)]  # the seed's block sizes, 4 KiB to 1 MiB
@@ -183,12 +183,18 @@ def plan_storage(args):
     return [None]
 
 
+def check_counts(args):
+    """--runs and --iops-cap of bench and advise, before any work: a bench of no runs is no bench."""
+    if args.runs < 1:
+        raise FstraceError("--runs must be at least 1, got %d" % args.runs)
+    check_iops_cap(args.iops_cap)
+
+
 def cmd_bench(args):
+    check_counts(args)
     configs = plan_configs(args)
     workloads = plan_workloads(args)
     media = plan_storage(args)
-    if args.runs < 1:
-        raise FstraceError("--runs must be at least 1, got %d" % args.runs)
     results, droot, manifest, cache = prepare("bench", args)
     with results as outdir:
         _bench(args, configs, workloads, media, droot, manifest, cache, outdir)

@@ -13,8 +13,9 @@ sys.path.insert(0, ROOT)
 
 from analysis.load import error, in_dir, load_doc, load_results, note_unverified  # noqa: E402
 from analysis.render import analyse, render_summary, run_html, sets_html, write_html  # noqa: E402
-from user.runner import (COLLECTOR, DEFAULT_BUDGET_PCT, add_tracing_arguments, check_ready,  # noqa: E402
-                         check_workload_ok, resolve_dataset, run_collector, run_once, tool_versions, tracing_options, write_summary)
+from user.runner import (COLLECTOR, DEFAULT_BUDGET_PCT, add_tracing_arguments, check_collector_options,  # noqa: E402
+                         check_iops_cap, check_ready, check_workload_ok, resolve_dataset, run_collector, run_once,
+                         tool_versions, tracing_options, write_summary)
 from user.system import (Cleanup, FstraceError, Interrupted, ResultsDir, block_devices_of_mount,  # noqa: E402
                          install_signal_handlers, is_cgroup2_dir, kdev, make_tmpdir, mount_of, mounts, proc_start,
                          progress, recorded_run, sdev_arg, shown)
@@ -30,6 +31,20 @@ def default_outdir(label, workload):
 
 
 def parse_image_opts(args):
+    """run's image options; one that means nothing for the filesystem is refused (bench's matrices leave each
+    filesystem the options it has: see bench.plan_configs)."""
+    given = [name for name, v in (("--compress", args.compress), ("--level", args.level),
+                                  ("--cluster", args.cluster)) if v is not None]
+    if args.fs not in ("erofs", "squashfs", "btrfs") and given:
+        raise FstraceError("%s is not for --fs %s: it compresses nothing" % (" and ".join(given), args.fs))
+    if args.cluster is not None and args.fs == "btrfs":
+        raise FstraceError("--cluster is erofs's pcluster size or squashfs's block size: btrfs has none")
+    if args.level is not None and args.fs != "erofs":
+        raise FstraceError("--level is for --fs erofs%s" % (
+            " (btrfs takes its level in --compress: zlib:N, zstd:N)" if args.fs == "btrfs" else ""))
+    if args.fs == "erofs" and args.compress == "none" and (args.cluster is not None or args.level is not None):
+        raise FstraceError("%s means nothing with --compress none: an uncompressed erofs image has no "
+                           "clusters" % " and ".join(n for n in given if n != "--compress"))
     opts = {"compress": args.compress, "level": args.level}
     if getattr(args, "features", None):
         if args.fs != "erofs":
@@ -52,6 +67,8 @@ def cmd_run(args):
         raise FstraceError("unknown filesystem %r (choose from %s)" % (args.fs, ", ".join(images.FILESYSTEMS)))
     throttle = storage.check(args)
     check_ready("fstrace run")
+    check_iops_cap(args.iops_cap)
+    check_collector_options(tracing_options(args))
     opts = images.normalize(args.fs, parse_image_opts(args))
     label = images.label(args.fs, opts)
     outdir = ResultsDir(args.out or default_outdir(label, wl.name))  # checked before any work
@@ -140,9 +157,12 @@ def cmd_attach(args):
     # checked here, as the collector checks them (parse_seconds): refused there, "attached" never shows
     if args.duration is not None and not args.duration > 0:
         raise FstraceError("--duration must be more than 0 seconds, got %g" % args.duration)
+    if not args.interval >= 0:
+        raise FstraceError("--interval must be 0 (no live view) or more seconds, got %g" % args.interval)
     for name, v in (("--duration", args.duration), ("--interval", args.interval)):
         if v is not None and not v <= MAX_SECONDS:
             raise FstraceError("%s must be at most %g seconds, got %g" % (name, MAX_SECONDS, v))
+    check_collector_options(attach_argv(args, chosen, devs))
     outdir = ResultsDir(args.out or default_outdir("attach", args.fs or "all"))
     with outdir as partial:
         summary = _attach(args, partial, chosen, sdevs, devs)
@@ -152,13 +172,18 @@ def cmd_attach(args):
     return 0
 
 
-def _attach(args, partial, chosen, sdevs, devs):
-    argv = [COLLECTOR, "-o", os.path.join(partial, "results.fst")] + filter_argv(args, chosen, devs)
+def attach_argv(args, chosen, devs):
+    """The collector options of attach: its filters, duration, live view and what it records."""
+    argv = filter_argv(args, chosen, devs)
     if args.duration:
         argv += ["--duration", str(args.duration)]
     if args.interval > 0:
         argv += ["--interval", str(args.interval)]
-    argv += tracing_options(args)
+    return argv + tracing_options(args)
+
+
+def _attach(args, partial, chosen, sdevs, devs):
+    argv = [COLLECTOR, "-o", os.path.join(partial, "results.fst")] + attach_argv(args, chosen, devs)
     meta = {"mode": "attach", "label": "attach", "workload": "attach", "fs": args.fs,
             "mounts": [m[0] for m in chosen], "fs_kdevs": [kdev(*d) for d in sdevs] or None,
             "devices_note": "alignment measured against 4 KiB (image cluster size unknown when attaching)",
@@ -182,7 +207,9 @@ def cmd_serve(args):
 
     def resolve():
         chosen, sdevs, devs = resolve_filters(args)
-        return chosen, [COLLECTOR] + filter_argv(args, chosen, devs)
+        argv = filter_argv(args, chosen, devs)
+        check_collector_options(argv + serve.COLLECTOR_OPTIONS)
+        return chosen, [COLLECTOR] + argv
     return serve.serve(listen, resolve, args, progress)
 
 

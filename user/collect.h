@@ -41,6 +41,7 @@ struct options {
 	double duration;
 	int ready_fd;
 	bool progress;
+	bool check;		/* --check: parse and check the options, then exit */
 	bool no_btf_tp;
 	bool block_only;
 	bool empty_programs;	/* bench: the same hooks, programs that do nothing */

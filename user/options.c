@@ -49,6 +49,8 @@ static void usage(FILE *f)
 		"Task filters combine; with none, every task on the system is traced.\n"
 		"  -D, --duration SEC      stop after SEC seconds (default: command exit or Ctrl-C)\n"
 		"      --ready-fd FD       write \"ready\\n\" to FD once tracing is attached\n"
+		"      --check             check the options and exit (0: all good) without loading anything;\n"
+		"                          -o is not needed\n"
 		"      --progress          print record counts to stderr every second\n"
 		"      --no-tp-btf         use raw_tp where tp_btf would do (testing the fallback tier)\n"
 		"      --block-only        block devices only: no requests, no attribution (cheapest)\n"
@@ -190,6 +192,7 @@ void parse_args(int argc, char **argv)
 		{ "exposition-interval", required_argument, 0, 'e' }, { "per-comm", no_argument, 0, 'C' },
 		{ "budget", required_argument, 0, 'Q' },  { "window-duty", required_argument, 0, 'W' },
 		{ "empty-programs", no_argument, 0, 'Z' }, { "openmetrics", required_argument, 0, 'M' },
+		{ "check", no_argument, 0, 'K' },
 		{ 0 },
 	};
 	int c;
@@ -212,6 +215,7 @@ void parse_args(int argc, char **argv)
 				die("--ready-fd %s: not an open file descriptor", optarg);
 			break;
 		case 'P': opt.progress = true; break;
+		case 'K': opt.check = true; break;
 		case 'B': opt.no_btf_tp = true; break;
 		case 'b': opt.block_only = true; break;
 		case 'Z': opt.empty_programs = true; break;
@@ -221,8 +225,9 @@ void parse_args(int argc, char **argv)
 		/* perf's default perf_event_max_sample_rate; the kernel may allow less, which the header reports */
 		case 'S': opt.sample_hz = parse_long("--sample-hz", optarg, 0, 100000); break;
 		case 'c':
-			if (!*optarg || strlen(optarg) > 15)
-				die("--comm '%s': a task name has 1 to 15 characters", optarg);
+			if (!*optarg || strlen(optarg) > 15)	/* a long one shown in part: the message is one line */
+				die("--comm '%.15s%s' (%zu bytes): a task name has 1 to 15 characters", optarg,
+				    strlen(optarg) > 15 ? "..." : "", strlen(optarg));
 			opt.comm = optarg;
 			break;
 		case 'i': opt.interval = parse_seconds("--interval", optarg); break;
@@ -297,11 +302,14 @@ void parse_args(int argc, char **argv)
 		die("--openmetrics needs --exposition (it is the same figures in another format)");
 	if (opt.per_comm && !opt.records_none)
 		die("--per-comm needs --records none (it counts every request; recorded ones have their comm)");
-	if (!opt.out && !opt.exposition)
+	if (!opt.out && !opt.exposition && !opt.check)
 		die("-o FILE is required (see --help)");	/* or --exposition FILE */
 	/* the floor is the hooks' cost: sampling is a timer fstrace adds, not a hook its programs sit on */
 	if (opt.empty_programs)
 		opt.sample_hz = 0;
+	/* fstrace checks the options it will run the collector with before it sets anything up (a mount) */
+	if (opt.check)
+		exit(0);
 	if (optind < argc)
 		opt.cmd = argv + optind;
 	if (!opt.cmd && !opt.nr_pids && !opt.cgroup && !opt.comm)

@@ -45,6 +45,22 @@ def check_ready(what):
         raise FstraceError("collector not built: run make (or ./fstrace, which builds it)")
 
 
+def check_collector_options(argv):
+    """The collector's own checks of the options it is to run with (its --check, which loads nothing), made
+    before anything is set up: one line naming what is wrong, not a collector's line after a mount and ours."""
+    p = subprocess.run([COLLECTOR, "--check"] + list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True, errors="replace")
+    if p.returncode != 0:
+        said = p.stderr.strip().splitlines()
+        raise FstraceError(said[-1].removeprefix("fstrace-collect: ") if said
+                           else "the collector refused its options (exit %d)" % p.returncode)
+
+
+def check_iops_cap(iops):
+    if iops is not None and iops <= 0:
+        raise FstraceError("--iops-cap must be positive, got %d" % iops)
+
+
 def tool_versions(fs, wl):
     from workloads import images
     tools = {"mkfs": images.tool_version(fs)}

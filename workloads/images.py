@@ -231,7 +231,7 @@ def normalize(fs, opts):
                     else "no %s flag in the superblock" % EROFS_FEATURES[f]))
         if not o["features"]:
             del o["features"]  # images built before features existed keep their cache key
-        if o.get("cluster") and (o["cluster"] < 4096 or o["cluster"] & (o["cluster"] - 1)):
+        if o.get("cluster") is not None and (o["cluster"] < 4096 or o["cluster"] & (o["cluster"] - 1)):
             raise FstraceError("erofs cluster size must be a power of two >= 4096, got %d" % o["cluster"])
         if o["compress"] == "lz4":
             o.pop("level", None)
@@ -244,8 +244,14 @@ def normalize(fs, opts):
         if b < 4096 or b > 1 << 20 or b & (b - 1):
             raise FstraceError("squashfs block size must be a power of two in 4K..1M, got %d" % b)
     elif fs == "btrfs":
-        if not re.fullmatch(r"none|lzo|zlib(:\d+)?|zstd(:\d+)?", o["compress"]):
+        m = re.fullmatch(r"none|lzo|(zlib|zstd)(?::(\d+))?", o["compress"])
+        if not m:
             raise FstraceError("btrfs compress must be none, lzo, zlib[:N] or zstd[:N], got %r" % o["compress"])
+        # btrfs's levels (zlib 1..9, zstd 1..15): the kernel bounds a higher one to its highest without a word,
+        # and the image would be labelled by a level it was never compressed at
+        top = {"zlib": 9, "zstd": 15}.get(m.group(1))
+        if m.group(2) is not None and not 1 <= int(m.group(2)) <= top:
+            raise FstraceError("btrfs %s level must be in 1..%d, got %s" % (m.group(1), top, m.group(2)))
     else:  # ext4 and xfs compress nothing: a baseline has no options
         o = {}
     return o
