@@ -96,7 +96,7 @@ HEADER_SCHEMA = {
     "kernel": {"release": str},
     "collector": ANY,
     "time": {"start_ns": INT, "end_ns": INT},
-    "workload": Opt({"start_ns": INT_OPT, "end_ns": INT_OPT, "exit_status": INT_OPT}),
+    "workload": Opt({"start_ns": INT_OPT, "end_ns": INT_OPT, "exit_status": INT_OPT, "signal": INT_OPT}),
     # "figure": the records.h FST_FIGURES id the analysis finds probes by (LEGACY_FIGURES before it existed)
     "probes": Opt(ListOf({"probe": str, "tier": str, "figure": Opt(str), "measures": str, "why": str,
                           "runs": Opt(COUNT), "run_ns": Opt(COUNT)})),

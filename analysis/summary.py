@@ -813,6 +813,7 @@ def summarize(res, ground_truth=None):
             "iops_cap": cfg.get("iops_cap"), "storage": cfg.get("storage"),
             "options": cfg.get("options"),  # the image's options (compress "none": nothing to decompress)
             "collector": h["collector"], "tools": cfg.get("tools"), "workload_exit_status": wl.get("exit_status"),
+            "workload_signal": wl.get("signal") or None,
         },
         "wall_s": wall_ns / 1e9,
         "reads": rs,

@@ -4,6 +4,7 @@ the collector and its BPF programs, kernel.task_delayacct, temp and .partial dir
 import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -207,6 +208,37 @@ def test_collector_killed_ends_workload_and_says_so(tmp_path, delayacct_off):
         lines = [l for l in err.splitlines() if "error" in l]
         assert lines == ["fstrace: error: collector killed by SIGKILL; no results"], err
         assert "see its message above" not in err
+        assert_clean(p.pid, coll, progs, work, out, 0)
+    finally:
+        kill_all(work)
+
+
+def parent_of(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def test_workload_killed_by_a_signal_is_one_line(tmp_path, delayacct_off):
+    """fio SIGKILLed mid-run never writes its JSON (the run's ground truth): the run fails with one line saying
+    how its workload ended, and its results, kept as a failing run's, say it too and claim no ground truth."""
+    out = tmp_path / "out"
+    p = start_run(out, workload="randread")
+    coll, fios = wait_tracing(p, want=("fio",))
+    progs = prog_ids_of(coll)
+    work = children(coll)
+    (fio,) = [f for f in fios if parent_of(f) == coll]  # the workload itself: its job is fio's child
+    try:
+        os.kill(fio, signal.SIGKILL)
+        err = finish(p)
+        assert p.returncode == 1, err
+        assert "Traceback" not in err, err
+        errors = [l for l in err.splitlines() if "error" in l]
+        assert errors == ["fstrace: error: workload killed by signal 9 (SIGKILL); results (of a failing run) "
+                          "in %s" % out], err
+        s = json.loads((out / "summary.json").read_text())
+        assert s["run"]["workload_signal"] == 9 and s["run"]["workload_exit_status"] == -1
+        assert s["ground_truth"] == {}
+        shutil.rmtree(out)  # what assert_clean looks for: nothing else left
         assert_clean(p.pid, coll, progs, work, out, 0)
     finally:
         kill_all(work)

@@ -356,7 +356,9 @@ def write_summary(resdir, wl=None, ctx=None, baseline=None):
     baseline: run_untraced's measurement (or why there is none), compared with the traced run."""
     from analysis import flamegraph, results, summary, timeline
     res = results.load(os.path.join(resdir, "results.fst"))
-    gt = wl.ground_truth(resdir, ctx) if wl else None
+    # a workload killed by a signal never said what it read (fio writes its JSON as it ends)
+    killed = (res.header.get("workload") or {}).get("signal")
+    gt = wl.ground_truth(resdir, ctx) if wl and not killed else None
     s = summary.summarize(res, gt)
     s["failed_requests"] = failed_requests(res)
     if baseline is not None:
@@ -376,13 +378,21 @@ def write_summary(resdir, wl=None, ctx=None, baseline=None):
     return s
 
 
+def signal_name(sig):
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return "an unknown signal"
+
+
 def check_workload_ok(s, then):
     """A run whose workload failed, or whose reads failed, is reported but does not succeed (its timings
     are those of errors).  then: what the error line ends with (where the results are, or are not)."""
     failed = s.get("failed_requests") or {}
-    status = s["run"].get("workload_exit_status")
-    if failed or status not in (0, None):
+    status, sig = s["run"].get("workload_exit_status"), s["run"].get("workload_signal")
+    if failed or status not in (0, None) or sig:
         raise FstraceError("workload %s%s; %s" % (
+            "killed by signal %d (%s)" % (sig, signal_name(sig)) if sig else
             "exited with status %s" % status if status not in (0, None) else "ended",
             ", failed requests: " + ", ".join("%s x%d" % kv for kv in sorted(failed.items())) if failed else "",
             then))
