@@ -31,6 +31,11 @@ FORMAT = 2           # what the collector writes (user/results.h): checksummed h
 OLDEST_FORMAT = 1    # still read, as unverified: no checksums
 PREAMBLE = 16        # magic, format, header length
 MAX_RECORD_SIZE = 1 << 20
+# what is read whole (not mapped) from a results or bench directory is bounded, far above what fstrace writes
+# (a header: at most FST_MAX_STACKS stacks of FST_MAX_STACK_DEPTH frames per kind, tens of MB; a summary or
+# bench.json: well under 1 MB): a file grown or crafted to gigabytes is refused, never read into memory
+MAX_HEADER_BYTES = 256 << 20
+MAX_JSON_BYTES = 64 << 20
 
 _CTYPES = {
     "__u8": "u1", "__s8": "i1", "__u16": "u2", "__s16": "i2",
@@ -399,6 +404,9 @@ def read_header(fp, size=None):
         raise ResultsError("results format %d is not supported (this reader knows %d to %d)"
                            % (fmt, OLDEST_FORMAT, FORMAT))
     crc_len = 4 if fmt >= 2 else 0
+    if hlen > MAX_HEADER_BYTES:
+        raise ResultsError("header of %d bytes: more than any collector writes (at most %d); refused"
+                           % (hlen, MAX_HEADER_BYTES))
     if PREAMBLE + crc_len + hlen > size:
         raise ResultsError("truncated in the header (it says %d bytes, the file has %d in all)" % (hlen, size))
     stored = struct.unpack("<I", fp.read(4))[0] if crc_len else None
@@ -498,7 +506,14 @@ SUMMARY_SCHEMA = {"ground_truth": Opt(Null({"read_bytes": Opt(Int(0)), "write_by
                                         "throughput_bytes_per_s": Opt(Null(float)),
                                         "traced_throughput_bytes_per_s": Opt(Null(float)),
                                         "latency_us": Opt(Null({"p50": float, "p99": float}))}))}
-BENCH_SCHEMA = {"rows": ListOf({"dir": str, "run": INT, "workload": str, "label": str}),
+SHARE = Null(float)
+# a bench row: every figure the tables (analysis/tables.py render_bench, compare) read from it
+BENCH_ROW = {"dir": str, "run": INT, "workload": str, "label": str, "wall_s": float,
+             "io_wait_share": SHARE, "oncpu_share": SHARE, "other_share": SHARE, "decompression_share": SHARE,
+             "kworker_share": Opt(SHARE), "lock_share": Opt(SHARE), "io_wait_s": float, "oncpu_s": float,
+             "other_s": float, "loop_requests": Null(COUNT), "loop_mean_bytes": Null(float),
+             "loop_aligned_4k_pct": Null(float), "pagecache_misses": COUNT}
+BENCH_SCHEMA = {"rows": ListOf(BENCH_ROW),
                 "dataset_id": Null(str), "cache": Null(str), "runs": INT, "kernel": Null(str),
                 "images": ListOf({"part": str, "label": str, "bytes": INT, "ratio_to_uncompressed": float,
                                   "build_seconds": float})}
@@ -508,7 +523,13 @@ def load_json(path, schema=None):
     """A JSON object from a file of a results or bench directory, checked against schema; ResultsError
     saying what is wrong when it is damaged (the caller names the file)."""
     with open_regular(path) as f:
-        raw = f.read()
+        size = os.fstat(f.fileno()).st_size
+        if size > MAX_JSON_BYTES:
+            raise ResultsError("%d bytes: more than fstrace writes there (at most %d); refused"
+                               % (size, MAX_JSON_BYTES))
+        raw = f.read(MAX_JSON_BYTES + 1)
+    if len(raw) > MAX_JSON_BYTES:  # grown since it was measured
+        raise ResultsError("more than %d bytes: more than fstrace writes there; refused" % MAX_JSON_BYTES)
     try:
         doc = json.loads(raw)
     except (ValueError, RecursionError) as e:  # ValueError: also bytes that are not UTF-8

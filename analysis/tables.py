@@ -1,7 +1,6 @@
 """Seed-style tables with causes: pure functions from run summaries (and bench documents) to rows and text."""
 import csv
 import io
-import json
 import os
 import statistics
 
@@ -198,13 +197,13 @@ def render_csv(doc):
 
 
 def load_rows(path):
-    """Rows of a bench directory (bench.json) or of a single run directory (summary.json)."""
+    """Rows of a bench directory (bench.json) or of a single run directory (summary.json): read as every file of
+    a results directory is (results.load_json: a regular file, bounded in size)."""
+    from analysis import results
     bench = os.path.join(path, "bench.json")
     if os.path.exists(bench):
-        with open(bench) as f:
-            return json.load(f)["rows"]
-    with open(os.path.join(path, "summary.json")) as f:
-        return [dict(row_from_summary(json.load(f)), run=1)]
+        return results.load_json(bench)["rows"]
+    return [dict(row_from_summary(results.load_json(os.path.join(path, "summary.json"))), run=1)]
 
 
 COMPONENTS = ("io_wait_s", "oncpu_s", "other_s")

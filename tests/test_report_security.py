@@ -185,3 +185,68 @@ def test_json_files_linked_out_of_the_directory_are_refused(real, tmp_path, vict
     for p in (fstrace("report", bench), fstrace("compare", bench, run)):
         line = one_line_error(p)
         assert line == "fstrace: error: %s/bench.json leads outside %s; refused" % (bench, bench)
+
+
+@pytest.fixture
+def shared_dir():
+    """A directory everyone may read and write (as nobody runs report on it too)."""
+    d = tempfile.mkdtemp(prefix="fstrace-shared-")
+    os.chmod(d, 0o777)
+    yield d
+    shutil.rmtree(d)
+
+
+BENCH_FIELDS = ["io_wait_share", "oncpu_share", "other_share", "kworker_share", "lock_share", "decompression_share",
+                "wall_s", "io_wait_s", "loop_requests", "loop_mean_bytes", "pagecache_misses"]
+
+
+@pytest.mark.parametrize("field", BENCH_FIELDS)
+def test_bench_figure_of_wrong_type_is_one_line(real, shared_dir, field):
+    """bench.json's figures are checked before a table is drawn from them: one line naming the field, in the text
+    report, the HTML report and a comparison, as root and as an unprivileged user."""
+    b = bench_dir(os.path.join(shared_dir, "b"), ["r/run-1"], real[0])
+    results_dir(os.path.join(b, "r", "run-1"), real[1], json.dumps({"ground_truth": {}}))
+    for value in ("x", [1], {"a": 1}, True):
+        with open(os.path.join(b, "bench.json")) as f:
+            doc = json.load(f)
+        doc["rows"][0][field] = value
+        with open(os.path.join(b, "bench.json"), "w") as f:
+            json.dump(doc, f)
+        html = os.path.join(shared_dir, "r.html")
+        for who in ([], NOBODY):
+            for argv in (["report", b], ["report", b, "--html", html], ["compare", b, b]):
+                p = subprocess.run(who + [FSTRACE] + argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   timeout=300)
+                line = one_line_error(p)
+                assert "bench.json: field rows[0].%s: expected" % field in line, (who, argv, line)
+        assert not os.path.exists(html)
+
+
+@pytest.mark.parametrize("name,size", [("summary.json", 1 << 31), ("summary.json", 1 << 40), ("bench.json", 1 << 33)])
+def test_json_file_grown_huge_is_refused_unread(real, shared_dir, name, size):
+    """A JSON file of a results or bench directory grown (sparse) to gigabytes: one line saying so, not a
+    MemoryError or minutes spent reading it."""
+    d = bench_dir(os.path.join(shared_dir, "b"), ["r/run-1"], real[0])
+    run = results_dir(os.path.join(d, "r", "run-1"), real[1], json.dumps({"ground_truth": {}}))
+    if name == "summary.json":
+        d = run
+    os.truncate(os.path.join(d, name), size)
+    for who in ([], NOBODY):
+        line = one_line_error(subprocess.run(who + [FSTRACE, "report", d], stdout=subprocess.PIPE,
+                                             stderr=subprocess.PIPE, text=True, timeout=120))
+        assert line == "fstrace: error: %s/%s: %d bytes: more than fstrace writes there (at most %d); refused" % (
+            d, name, size, results.MAX_JSON_BYTES), line
+
+
+def test_header_length_beyond_the_bound_is_refused_unread(real, tmp_path):
+    """A results file whose preamble claims a header of gigabytes (the file sparse to that size): refused from the
+    preamble, the header never read."""
+    raw = real[1]
+    hlen = 1 << 31
+    f = tmp_path / "results.fst"
+    f.write_bytes(raw[:12] + hlen.to_bytes(4, "little") + raw[16:])
+    os.truncate(f, hlen + len(raw))
+    line = one_line_error(subprocess.run([FSTRACE, "report", str(tmp_path)], stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True, timeout=120))
+    assert line == "fstrace: error: %s: header of %d bytes: more than any collector writes (at most %d); refused" \
+        % (f, hlen, results.MAX_HEADER_BYTES), line

@@ -314,7 +314,7 @@ def cmd_compare(args):
             text = tables.render_compare(same)
         else:
             text = "\n".join(compare.render(compare.pair(sa, sb), sa, sb) for sa, sb in pairs)
-    except (ArithmeticError, KeyError, TypeError, ValueError) as e:
+    except (ArithmeticError, KeyError, TypeError, ValueError, results.ResultsError) as e:
         raise error(" or ".join(docs), "not what fstrace writes there, or damaged (%s: %s)"
                      % (type(e).__name__, str(e)[:100]))
     sys.stdout.write(report.terminal_safe(text))
