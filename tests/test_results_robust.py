@@ -162,6 +162,9 @@ def test_header_value_of_wrong_type_is_named(real, tmp_path, where, value, named
     _, header, data = split(raw)
     if where[0] == "devices" and not header["devices"]:
         pytest.skip("the fixture traced no block device here")
+    if where[:2] == ("sampling", "folded"):
+        # a row of the right shape to spoil: a run this short does not always take an on-CPU sample
+        header["sampling"]["folded"] = [["vfs_read;filemap_read", 3]]
     _set(header, where, value)
     f = tmp_path / "typed.fst"
     f.write_bytes(forge(header, data))
