@@ -85,26 +85,29 @@ fi
 if [ -n "$erofs" ]; then
 	"$here/scripts/build-erofs-utils.sh"
 fi
-if [ -n "$venv" ] && [ "$(cat "$here/build/venv/fstrace-packages" 2>/dev/null)" != "$VENV_PACKAGES" ]; then
+# build/$1 holds the pinned packages $2 (its fstrace-packages file says which) or is made by the command after them
+pinned() {
+	dir=$1 want=$2
+	shift 2
+	[ "$(cat "$here/build/$dir/fstrace-packages" 2>/dev/null)" = "$want" ] && return 0
 	if [ "$(id -u)" -ne 0 ]; then
-		echo "fstrace: build/venv is missing or out of date (run as root to make it)" >&2
+		echo "fstrace: build/$dir is missing or out of date (run as root to make it)" >&2
 		exit 1
 	fi
-	echo "fstrace: making build/venv: $VENV_PACKAGES" >&2
-	mkdir -p "$here/build"
+	echo "fstrace: making build/$dir: $want" >&2
+	mkdir -p "$here/build/$dir"
+	"$@"
+	echo "$want" > "$here/build/$dir/fstrace-packages"
+}
+make_venv() {
 	/usr/bin/python3 -m venv --system-site-packages "$here/build/venv"
 	# shellcheck disable=SC2086
 	"$here/build/venv/bin/pip" install -q --disable-pip-version-check $VENV_PACKAGES >&2
-	echo "$VENV_PACKAGES" > "$here/build/venv/fstrace-packages"
+}
+if [ -n "$venv" ]; then
+	pinned venv "$VENV_PACKAGES" make_venv
 fi
-if [ -n "$viewer" ] && [ "$(cat "$here/build/speedscope/fstrace-packages" 2>/dev/null)" != "$SPEEDSCOPE" ]; then
-	if [ "$(id -u)" -ne 0 ]; then
-		echo "fstrace: build/speedscope is missing or out of date (run as root to install it)" >&2
-		exit 1
-	fi
-	echo "fstrace: installing $SPEEDSCOPE into build/speedscope" >&2
-	mkdir -p "$here/build/speedscope"
-	npm install --prefix "$here/build/speedscope" --no-save --no-package-lock --no-audit --no-fund --ignore-scripts \
-		--loglevel=error "$SPEEDSCOPE" >&2
-	echo "$SPEEDSCOPE" > "$here/build/speedscope/fstrace-packages"
+if [ -n "$viewer" ]; then
+	pinned speedscope "$SPEEDSCOPE" npm install --prefix "$here/build/speedscope" --no-save --no-package-lock \
+		--no-audit --no-fund --ignore-scripts --loglevel=error "$SPEEDSCOPE" >&2
 fi

@@ -5,14 +5,13 @@ writes; what it returns agrees with fio's and the block layer's own counts where
 import json
 import os
 import re
-import subprocess
 import time
 
 import pytest
 
 from conftest import ROOT
 from test_attach import drop_caches, mounted_erofs  # noqa: F401 (a fixture)
-from test_serve import Prometheus, diskstat, fresh_scrape, parse, start_serve, stop, value
+from test_serve import Prometheus, diskstat, fio_randread, fresh_scrape, parse, start_serve, stop, value
 
 DASHBOARD = os.path.join(ROOT, "dashboards", "fstrace.json")
 METRIC = re.compile(r"\b(fstrace_[a-z0-9_]+)\b")
@@ -84,15 +83,17 @@ def test_every_panel_query_returns_series_for_a_traced_erofs_mount(mounted_erofs
         time.sleep(1.5)  # Prometheus holds a sample of the counters as they were before the workload
         ds0 = diskstat(dev)
         t0 = time.time()
-        fio = subprocess.run(["fio", "--name=x", "--filename=" + os.path.join(mnt, "big.bin"), "--rw=randread",
-                              "--bs=4k", "--ioengine=psync", "--readonly", "--io_size=2m", "--output-format=json"],
-                             stdout=subprocess.PIPE, text=True, check=True)
-        job = json.loads(fio.stdout[fio.stdout.index("{"):])["jobs"][0]["read"]
-        time.sleep(0.5)  # readahead fio started has completed
+        job = fio_randread(mnt)
         ds1 = diskstat(dev)
         after = parse(fresh_scrape(port))
         prom.wait_for('sum(fstrace_requests_total{kind="read",mount="%s"})' % mnt,
                       value(after, "fstrace_requests_total", kind="read", mount=mnt))
+        # a series the workload brought (a device's alignment counters come with its first request) has a rate
+        # once Prometheus holds two samples of it: two scrapes (1 s apart) after the workload
+        end = time.time()
+        deadline = end + 20
+        while (prom.query("timestamp(fstrace_start_time_seconds)") or 0) < end + 1.1 and time.time() < deadline:
+            time.sleep(0.2)
         window = int(time.time() - t0) + 3
         instance = "127.0.0.1:%d" % port
         subst = {"$instance": promql_regex(instance), "$mount": promql_regex(mnt), "$device": promql_regex(loop),

@@ -9,20 +9,12 @@ import pytest
 
 from analysis import flamegraph
 from browser import open_in_browser, file_url
-from conftest import fstrace
+from conftest import fstrace, read_folded
 
 # a graph's folded file, by the start of its title (flamegraph_specs, flamegraph.differential)
 FOLDED_OF = [("wall-clock", "wallclock"), ("on-CPU", "oncpu"), ("off-CPU", "offcpu"),
              ("differential on-CPU", "oncpu")]
 SEARCHES = ["_read", "/^z_erofs_|decompress/"]  # nested matches (vfs_read > filemap_read) count once
-
-
-def read_folded(path):
-    out = {}
-    for line in open(path):
-        st, n = line.rsplit(" ", 1)
-        out[st] = int(n)
-    return out
 
 
 def folded_share(folded, query):

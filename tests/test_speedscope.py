@@ -16,20 +16,12 @@ import pytest
 
 from analysis import results, speedscope
 from browser import open_in_browser
-from conftest import ROOT, fstrace
+from conftest import ROOT, fstrace, read_folded
 from forge import forge, real, results_dir, split  # noqa: F401 (real: a fixture)
 from test_cli import one_line_error
 
 RELEASE = os.path.join(ROOT, "build", "speedscope", "node_modules", "speedscope", "dist", "release")
 GRAPHS = ["wallclock", "oncpu", "offcpu"]  # the export's first profiles, in this order
-
-
-def read_folded(path):
-    out = {}
-    for line in open(path):
-        st, n = line.rsplit(" ", 1)
-        out[st] = int(n)
-    return out
 
 
 def stacks_of(doc, profile):
