@@ -34,14 +34,19 @@ VENV_PACKAGES="perfetto==0.59.1 protobuf==7.36.2"
 # groff-base and man-db to render the manual pages (man/) as tests/test_docs.py checks them
 # building erofs-utils 1.8.6 from Debian trixie's source (scripts/build-erofs-utils.sh, part of workloads)
 EROFS_BUILD="dpkg-dev autoconf automake libtool pkg-config make gcc liblz4-dev liblzma-dev libzstd-dev libdeflate-dev zlib1g-dev uuid-dev libxxhash-dev"
-TEST="python3-pytest qemu-system-x86 busybox-static kmod cpio chromium python3-pil strace prometheus python3-prometheus-client groff-base man-db"
+# python3-websocket: the tests drive headless Chromium over its DevTools protocol (click, type, read back);
+# python3-jsonschema: they check exported profiles against the viewer's own schema
+TEST="python3-pytest qemu-system-x86 busybox-static kmod cpio chromium python3-pil strace prometheus python3-prometheus-client groff-base man-db python3-websocket python3-jsonschema"
+# The speedscope viewer the tests open exported profiles in, pinned, from the npm registry into build/speedscope
+# (npm from Debian's nodejs and npm packages where no npm is installed yet)
+SPEEDSCOPE="speedscope@1.25.0"
 
 if [ "${1:-}" = "--test" ]; then
 	set -- collector workloads analysis test
 elif [ $# -eq 0 ]; then
 	set -- collector workloads analysis
 fi
-PKGS="" build="" erofs="" venv=""
+PKGS="" build="" erofs="" venv="" viewer=""
 for part in "$@"; do
 	case "$part" in
 	collector) PKGS="$PKGS $COLLECTOR" build=1 ;;
@@ -49,12 +54,15 @@ for part in "$@"; do
 	cli) PKGS="$PKGS $CLI" ;;
 	numpy) PKGS="$PKGS $CLI $NUMPY" venv=1 ;;
 	plots | analysis) PKGS="$PKGS $CLI $NUMPY $PLOTS" venv=1 ;;  # plots.py draws numpy arrays
-	test) PKGS="$PKGS $TEST" ;;
+	test) PKGS="$PKGS $TEST" viewer=1 ;;
 	*) echo "setup.sh: unknown part '$part' (collector, workloads, cli, numpy, plots, analysis, test or --test)" >&2
 		exit 2 ;;
 	esac
 done
 
+if [ -n "$viewer" ] && ! command -v npm >/dev/null 2>&1; then
+	PKGS="$PKGS nodejs npm"
+fi
 missing=""
 for p in $PKGS; do
 	case " $missing " in *" $p "*) continue ;; esac  # parts share packages (numpy and plots: python3)
@@ -78,15 +86,29 @@ fi
 if [ -n "$erofs" ]; then
 	"$here/scripts/build-erofs-utils.sh"
 fi
-if [ -n "$venv" ] && [ "$(cat "$here/build/venv/fstrace-packages" 2>/dev/null)" != "$VENV_PACKAGES" ]; then
+# build/$1 holds the pinned packages $2 (its fstrace-packages file says which) or is made by the command after them
+pinned() {
+	dir=$1 want=$2
+	shift 2
+	[ "$(cat "$here/build/$dir/fstrace-packages" 2>/dev/null)" = "$want" ] && return 0
 	if [ "$(id -u)" -ne 0 ]; then
-		echo "fstrace: build/venv is missing or out of date (run as root to make it)" >&2
+		echo "fstrace: build/$dir is missing or out of date (run as root to make it)" >&2
 		exit 1
 	fi
-	echo "fstrace: making build/venv: $VENV_PACKAGES" >&2
-	mkdir -p "$here/build"
+	echo "fstrace: making build/$dir: $want" >&2
+	mkdir -p "$here/build/$dir"
+	"$@"
+	echo "$want" > "$here/build/$dir/fstrace-packages"
+}
+make_venv() {
 	/usr/bin/python3 -m venv --system-site-packages "$here/build/venv"
 	# shellcheck disable=SC2086
 	"$here/build/venv/bin/pip" install -q --disable-pip-version-check $VENV_PACKAGES >&2
-	echo "$VENV_PACKAGES" > "$here/build/venv/fstrace-packages"
+}
+if [ -n "$venv" ]; then
+	pinned venv "$VENV_PACKAGES" make_venv
+fi
+if [ -n "$viewer" ]; then
+	pinned speedscope "$SPEEDSCOPE" npm install --prefix "$here/build/speedscope" --no-save --no-package-lock \
+		--no-audit --no-fund --ignore-scripts --loglevel=error "$SPEEDSCOPE" >&2
 fi

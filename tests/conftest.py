@@ -69,6 +69,16 @@ def erofs_tar_16k(tmp_path_factory):
                         "--io-stacks", "all")
 
 
+def read_folded(path):
+    """{stack: weight} of a folded-stacks file (flamegraph.py folded_text)."""
+    out = {}
+    with open(path) as f:
+        for line in f:
+            st, n = line.rsplit(" ", 1)
+            out[st] = int(n)
+    return out
+
+
 def leftovers():
     """State a run must not leave behind: our loop devices and erofs/squashfs mounts (by our own paths)."""
     loops = subprocess.run(["losetup", "-a"], stdout=subprocess.PIPE, text=True).stdout

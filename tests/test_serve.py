@@ -135,6 +135,16 @@ def diskstat(dev):
     raise AssertionError("%s not in /proc/diskstats" % dev)
 
 
+def fio_randread(mnt):
+    """fio's read figures of 512 random 4 KiB reads of big.bin on mnt, once the readahead they started is done."""
+    fio = subprocess.run(["fio", "--name=x", "--filename=" + os.path.join(mnt, "big.bin"), "--rw=randread",
+                          "--bs=4k", "--ioengine=psync", "--readonly", "--io_size=2m", "--output-format=json"],
+                         stdout=subprocess.PIPE, text=True, check=True)
+    job = json.loads(fio.stdout[fio.stdout.index("{"):])["jobs"][0]["read"]
+    time.sleep(0.5)  # readahead fio started has completed
+    return job
+
+
 def readme_promql():
     """The PromQL queries docs/serve.md gives as the seeds' questions (its code block after "in PromQL")."""
     with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "serve.md")) as f:
@@ -225,11 +235,7 @@ def test_serve_counts_every_read_and_prometheus_agrees(mounted_erofs):  # noqa: 
         ds0 = diskstat(dev)
         time.sleep(1.5)  # Prometheus holds a sample of the counters as they were before the workload
         t0 = time.time()
-        fio = subprocess.run(["fio", "--name=x", "--filename=" + os.path.join(mnt, "big.bin"), "--rw=randread",
-                              "--bs=4k", "--ioengine=psync", "--readonly", "--io_size=2m", "--output-format=json"],
-                             stdout=subprocess.PIPE, text=True, check=True)
-        job = json.loads(fio.stdout[fio.stdout.index("{"):])["jobs"][0]["read"]
-        time.sleep(0.5)  # readahead fio started has completed
+        job = fio_randread(mnt)
         ds1 = diskstat(dev)
         text = fresh_scrape(port)
         after = parse(text)

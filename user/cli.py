@@ -12,7 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from analysis.load import error, in_dir, load_doc, load_results, note_unverified  # noqa: E402
-from analysis.render import analyse, render_summary, run_html, sets_html, write_html  # noqa: E402
+from analysis.render import analyse, flamegraph_specs, render_summary, run_html, sets_html, write_html  # noqa: E402
 from user.runner import (COLLECTOR, DEFAULT_BUDGET_PCT, add_tracing_arguments, check_collector_options,  # noqa: E402
                          check_iops_cap, check_ready, check_workload_ok, resolve_dataset, run_collector, run_once,
                          tool_versions, tracing_options, write_summary)
@@ -249,6 +249,10 @@ def cmd_report(args):
     from analysis import results
     path = args.dir
     if os.path.isdir(path) and os.path.exists(os.path.join(path, "bench.json")):
+        if args.speedscope:
+            from analysis import speedscope
+            raise FstraceError("--speedscope exports one run's stacks; %s is a bench directory (each run directory "
+                               "in it has %s)" % (path, speedscope.NAME))
         rc = report_bench(path)
         if args.html:
             write_html(args.html, sets_html("fstrace bench: %s" % path, [("", path)], None))
@@ -265,6 +269,13 @@ def cmd_report(args):
     if args.html:
         write_html(args.html, run_html(s, res))
         progress("HTML report in %s" % args.html)
+    if args.speedscope:
+        from analysis import speedscope
+        specs = flamegraph_specs(res)
+        if not specs:
+            raise FstraceError("--speedscope: %s holds no stacks (sampling and off-CPU stacks were off)" % fst)
+        write_html(args.speedscope, speedscope.text(res, specs))
+        progress("speedscope profile in %s" % args.speedscope)
     return 0
 
 
@@ -332,7 +343,8 @@ def cmd_compare(args):
             res = load_results(fst)
             note_unverified(res, fst)
             folded.append(sampling.folded(res.header, kworkers=True))
-        write_html(args.flamegraph, flamegraph.differential(folded[0], folded[1], "%s vs %s" % (args.b, args.a)))
+        write_html(args.flamegraph, flamegraph.standalone(
+            flamegraph.differential(folded[0], folded[1], "%s vs %s" % (args.b, args.a))))
         progress("differential flamegraph in %s" % args.flamegraph)
     return 0
 
@@ -483,6 +495,8 @@ def build_parser():
     rep = sub.add_parser("report", help="print the report of a run or bench directory (no root, no BPF)")
     rep.add_argument("dir")
     rep.add_argument("--html", help="also write the run's self-contained HTML report to this file")
+    rep.add_argument("--speedscope", metavar="FILE", help="also write the run's wall-clock, on-CPU and off-CPU "
+                     "stacks (on-CPU also per thread) in speedscope's file format to FILE")
     rep.add_argument("--full", action="store_true", help="the detail under headings after the verdict "
                      "(histograms, per device, decompression, caches, tiers)")
     rep.set_defaults(func=cmd_report)

@@ -352,9 +352,10 @@ def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io
 
 
 def write_summary(resdir, wl=None, ctx=None, baseline=None):
-    """summary.json, the on-CPU flamegraph (SVG + folded) and the Perfetto timeline of a results directory.
-    baseline: run_untraced's measurement (or why there is none), compared with the traced run."""
-    from analysis import flamegraph, results, summary, timeline
+    """summary.json, the flamegraphs (SVG + folded), their speedscope file, the Perfetto timeline and the HTML
+    report of a results directory.  baseline: run_untraced's measurement (or why there is none), compared with
+    the traced run."""
+    from analysis import flamegraph, results, speedscope, summary, timeline
     res = results.load(os.path.join(resdir, "results.fst"))
     # a workload killed by a signal never said what it read (fio writes its JSON as it ends)
     killed = (res.header.get("workload") or {}).get("signal")
@@ -366,9 +367,12 @@ def write_summary(resdir, wl=None, ctx=None, baseline=None):
     # a full disk here is one line naming the file (ENOSPC names none); the directory is removed after it
     with writing(os.path.join(resdir, "summary.json")):
         write_json_atomic(os.path.join(resdir, "summary.json"), s, indent=1, sort_keys=True)
-    for name, stacks, title, subtitle, unit in flamegraph_specs(res):
+    specs = flamegraph_specs(res)
+    for name, stacks, title, subtitle, unit in specs:
         with writing(os.path.join(resdir, name + ".svg")):
             flamegraph.write(resdir, name, stacks, title, subtitle, unit=unit)
+    if specs:
+        write_html(os.path.join(resdir, speedscope.NAME), speedscope.text(res, specs))
     try:
         with writing(os.path.join(resdir, timeline.NAME)):
             timeline.write(res, os.path.join(resdir, timeline.NAME))
