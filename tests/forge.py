@@ -10,8 +10,6 @@ import struct
 import subprocess
 import zlib
 
-import pytest
-
 from conftest import COLLECTOR
 
 
@@ -73,9 +71,9 @@ def results_dir(d, raw, summary=None):
     return d
 
 
-@pytest.fixture(scope="module")
-def real(tmp_path_factory):
-    """(path, bytes) of a real results file (real_results)."""
-    path = real_results(str(tmp_path_factory.mktemp("real")))
-    with open(path, "rb") as f:
-        return path, f.read()
+if __name__ == "__main__":
+    # tests/data/real.fst (tests/data/README.md): python3 tests/forge.py tests/data/real.fst, as root
+    import sys
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        shutil.copyfile(real_results(d), sys.argv[1])

@@ -23,6 +23,7 @@ SQUASHFS_CACHED_BLKS = 8
 STAT_SCALE = "0.1"
 
 
+@pytest.mark.unit
 def test_pareto_front_pure():
     pts = [("a", 10, 5.0), ("b", 8, 6.0), ("c", 12, 4.0), ("d", 11, 6.0), ("e", 8, 7.0), ("f", 10, 5.0)]
     # d is beaten by a (smaller and faster), e by b (same size, faster); a and f tie and both stay
@@ -36,6 +37,7 @@ def _row(wall, io, cpu, other, requests, mean_bytes):
             "oncpu_share": cpu / wall, "decompression_share": None, "decompression_note": "unavailable"}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("slower,says,never", [
     # more I/O wait on more requests, less CPU (the boot mix's top two on the default dataset looked like this):
     # the cause is the requests, not the CPU time it spends less of
@@ -59,6 +61,7 @@ def test_cause_is_a_part_where_the_slower_spends_more(slower, says, never):
     assert advice.numbers(c["text"], {"A", "B", "tar-data"}) == [c["facts"][i]["text"] for i in c["order"]]
 
 
+@pytest.mark.unit
 def test_a_lead_inside_run_to_run_noise_is_said():
     def cand(rank, label, spread):
         return {"rank": rank, "label": label, "bytes": 1 << 20, "weighted_s": sum(spread) / 2, "pareto": True,
@@ -71,6 +74,7 @@ def test_a_lead_inside_run_to_run_noise_is_said():
     assert "noise" not in clear
 
 
+@pytest.mark.bpf
 def test_unknown_mix_entry_and_fs_are_one_line(tmp_path):
     for args, want in [(["--mix", "nosuch=1"], "unknown workload 'nosuch'"),
                        (["--mix", "cat-500=0"], "weight of cat-500 must be a positive number"),
@@ -136,6 +140,7 @@ def _squashfs_4k_layout(scale):
     return images.squashfs_layout(rec["path"])
 
 
+@pytest.mark.bpf
 def test_stat_all_ranks_erofs_4k_above_squashfs_4k_once_tables_outgrow_squashfs_cache(tmp_path):
     out = tmp_path / "adv"
     fstrace("advise", "--mix", "stat-all=1", "--fs", "erofs,squashfs", "--compress", "lz4hc", "--cluster", "4096",
@@ -160,6 +165,7 @@ def test_stat_all_ranks_erofs_4k_above_squashfs_4k_once_tables_outgrow_squashfs_
     assert rows[SQUASHFS_4K]["loop_requests"] > 4 * rows[EROFS_4K]["loop_requests"]
 
 
+@pytest.mark.bpf
 def test_advise_stat_all_real_run(tmp_path):
     out = tmp_path / "adv"
     p = fstrace("advise", "--mix", "stat-all=1", "--fs", "erofs,squashfs", "--compress", "lz4hc", "--cluster",

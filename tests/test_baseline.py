@@ -3,7 +3,11 @@ the traced run's ratio to it."""
 import os
 import re
 
+import pytest
+
 from conftest import ROOT, fstrace, run_summary
+
+pytestmark = pytest.mark.bpf
 
 
 def _collector_program_names():

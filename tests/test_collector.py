@@ -12,6 +12,8 @@ from analysis import results
 from analysis import summary as S
 from conftest import COLLECTOR
 
+pytestmark = pytest.mark.bpf
+
 
 def collect(tmp_path, *args, cmd):
     """The collector alone, a record for every request (these tests check requests one by one)."""

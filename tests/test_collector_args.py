@@ -9,6 +9,8 @@ import pytest
 from analysis import results
 from conftest import COLLECTOR
 
+pytestmark = pytest.mark.bpf
+
 
 def traced(tmp_path, argv):
     """Run the collector under strace, recording only its bpf() calls: (process, bpf calls made)."""

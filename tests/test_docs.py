@@ -47,6 +47,7 @@ def option_strings(p):
 
 # ---- README and docs/ ----
 
+@pytest.mark.unit
 def test_readme_fits_on_one_screen_and_a_half():
     n = len(read(README).splitlines())
     assert n <= 200, "README.md has %d lines; at most 200 (the rest belongs in docs/)" % n
@@ -80,6 +81,7 @@ def local_links(path):
         yield file, anchor
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("path", markdown_files(), ids=os.path.basename)
 def test_links_resolve_to_files_and_anchors(path):
     links = list(local_links(path))
@@ -94,6 +96,7 @@ def test_links_resolve_to_files_and_anchors(path):
                 os.path.basename(path), file or "itself", anchor, ", ".join(sorted(anchors(target))))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("path", markdown_files(), ids=os.path.basename)
 def test_no_run_logs_or_history(path):
     """User documentation says what is, with the command and machine behind each number: no commit ids, no
@@ -141,6 +144,7 @@ def doc_record_table(text, name, value):
     return [(int(o), int(s), t, n) for o, s, t, n in rows]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name,value", record_types())
 def test_results_format_record_tables_match_records_h(name, value):
     """Each record type's table in docs/results-format.md is its layout as bpf/records.h defines it."""
@@ -150,6 +154,7 @@ def test_results_format_record_tables_match_records_h(name, value):
         name, got, want)
 
 
+@pytest.mark.unit
 def test_measuring_describes_every_part_and_figure():
     from analysis import schema
     text = read(os.path.join(DOCS, "measuring.md"))
@@ -160,6 +165,7 @@ def test_measuring_describes_every_part_and_figure():
         sorted(set(schema.FIGURES) - figures), sorted(figures - set(schema.FIGURES)))
 
 
+@pytest.mark.unit
 def test_results_format_reader_reads_what_the_reference_reader_reads(tmp_path):
     """The minimal reader docs/results-format.md gives reads a format 2 file as analysis/results.py does."""
     from analysis import results, schema
@@ -192,6 +198,7 @@ def test_results_format_reader_reads_what_the_reference_reader_reads(tmp_path):
 
 # ---- manual pages ----
 
+@pytest.mark.unit
 @pytest.mark.parametrize("page", MAN_PAGES, ids=os.path.basename)
 def test_man_page_renders_without_warnings(page):
     g = subprocess.run(["groff", "-man", "-Tutf8", "-ww", "-z", page], stderr=subprocess.PIPE, text=True)
@@ -208,6 +215,7 @@ def man_text(page):
     return re.sub(r"\\f[BIRP]", "", read(page)).replace("\\-", "-").replace("\\e", "\\")
 
 
+@pytest.mark.unit
 def test_fstrace_man_page_describes_every_command_and_option():
     text = man_text(MAN_PAGES[0])
     p = parser()
@@ -219,6 +227,7 @@ def test_fstrace_man_page_describes_every_command_and_option():
                     "man/fstrace.8 does not describe %s %s" % (name, opt)
 
 
+@pytest.mark.bpf
 def test_collect_man_page_describes_every_collector_option():
     out = subprocess.run([COLLECTOR, "--help"], stdout=subprocess.PIPE, text=True, check=True).stdout
     options = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]+|-[a-zA-Z])\b", out))
@@ -251,6 +260,7 @@ def parses(argv):
     return None
 
 
+@pytest.mark.unit
 def test_help_has_examples_that_parse():
     from user import cli
     p = parser()
@@ -266,6 +276,7 @@ def test_help_has_examples_that_parse():
     assert set(cli.EXAMPLES) == {None} | set(commands(p))
 
 
+@pytest.mark.unit
 def test_man_and_readme_examples_parse():
     examples = man_text(MAN_PAGES[0]).split("\n.SH EXAMPLES\n")[1].split("\n.SH ")[0]
     argvs = example_argvs(examples, ("sudo fstrace", "fstrace"))
@@ -293,11 +304,13 @@ def complete(script, *words):
     return subprocess.run(["bash", "-c", cmd], stdout=subprocess.PIPE, text=True, check=True).stdout.split()
 
 
+@pytest.mark.unit
 def test_completion_parses(completion):
     r = subprocess.run(["bash", "-n", completion], stderr=subprocess.PIPE, text=True)
     assert r.returncode == 0 and not r.stderr, r.stderr
 
 
+@pytest.mark.unit
 def test_completion_completes_commands_options_and_values(completion):
     from workloads import catalog, images
     p = parser()
@@ -312,6 +325,7 @@ def test_completion_completes_commands_options_and_values(completion):
 
 # ---- make install ----
 
+@pytest.mark.bpf
 def test_make_install_puts_everything_under_destdir(tmp_path):
     dest = tmp_path / "dest"
     r = subprocess.run(["make", "-s", "-C", ROOT, "install", "DESTDIR=%s" % dest, "PREFIX=/usr"],

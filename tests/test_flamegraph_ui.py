@@ -11,6 +11,8 @@ from analysis import flamegraph
 from browser import open_in_browser, file_url
 from conftest import fstrace, read_folded
 
+pytestmark = pytest.mark.bpf
+
 # a graph's folded file, by the start of its title (flamegraph_specs, flamegraph.differential)
 FOLDED_OF = [("wall-clock", "wallclock"), ("on-CPU", "oncpu"), ("off-CPU", "offcpu"),
              ("differential on-CPU", "oncpu")]

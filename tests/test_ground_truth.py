@@ -4,6 +4,8 @@ import numpy as np
 
 from analysis import summary as S
 
+pytestmark = pytest.mark.bpf
+
 
 def fio_file_reads(res):
     """read-type requests on the fio file: the file fio was told to read, on the mounted image."""

@@ -4,8 +4,12 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from conftest import CACHE, FSTRACE, bpf_objects_left, bpf_objects_of, collector_under, leftovers, \
     settled_leftovers
+
+pytestmark = pytest.mark.bpf
 
 
 def workload_started(collector):

@@ -14,6 +14,8 @@ import pytest
 
 from conftest import CACHE, COLLECTOR, FSTRACE, SCALE
 
+pytestmark = pytest.mark.bpf
+
 DELAYACCT = "/proc/sys/kernel/task_delayacct"
 STATE = "/run/fstrace"
 

@@ -13,8 +13,7 @@ import pytest
 from analysis import hist, results, sampling, schema
 from analysis import summary as S
 from analysis.summary import enum_value
-from conftest import COLLECTOR, offcpu_by_reason, run_workload
-from test_attach import drop_caches, mounted_erofs  # noqa: F401 (a fixture)
+from conftest import COLLECTOR, drop_caches, offcpu_by_reason, run_workload
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +43,7 @@ def exact_partition(res):
             assert sum(row["part_hist"][p]) <= row["count"] and (sum(row["part_hist"][p]) > 0) == (v > 0)
 
 
+@pytest.mark.bpf
 def test_warm_randread_every_io_recorded_or_counted_none_dropped(warm_randread):
     _, res, s = warm_randread
     gt = s["ground_truth"]
@@ -70,6 +70,7 @@ def test_warm_randread_every_io_recorded_or_counted_none_dropped(warm_randread):
     assert a["requests_counted_in_kernel"] >= cnt["count"]
 
 
+@pytest.mark.bpf
 def test_requests_beyond_the_counted_aggregate_are_recorded(tmp_path):
     """req_agg has FST_REQ_AGG_MAX entries, one per (filesystem, kind) as its first request is counted: with every
     filesystem traced, a process that opens and reads a file on each of more tmpfs mounts than that uses them all
@@ -117,6 +118,7 @@ def test_requests_beyond_the_counted_aggregate_are_recorded(tmp_path):
     exact_partition(res)
 
 
+@pytest.mark.bpf
 def test_records_all_streams_every_read_without_drops(warm_randread_all):
     """--records all: one record per read at the warm rate, and still nothing dropped (the reader is woken by
     the fill level and its own timer, never per record)."""
@@ -130,6 +132,7 @@ def test_records_all_streams_every_read_without_drops(warm_randread_all):
     exact_partition(res)
 
 
+@pytest.mark.bpf
 def test_counted_latencies_agree_with_recorded_ones(warm_randread, warm_randread_all):
     """The same warm workload, counted vs recorded: the counted requests' histogram-based p50 lies within the
     slot error (1/16) of what a recorded run measures, up to run-to-run spread (a factor of 2 either way)."""
@@ -138,6 +141,7 @@ def test_counted_latencies_agree_with_recorded_ones(warm_randread, warm_randread
     assert 0.5 * p_recorded <= p_counted <= 2 * p_recorded
 
 
+@pytest.mark.unit
 def test_merged_percentiles_within_a_sixteenth():
     """The log-linear slots (records.h FST_LAT_SLOTS) locate any percentile within 1/16 of its value."""
     rng = np.random.default_rng(7)
@@ -157,6 +161,7 @@ def test_merged_percentiles_within_a_sixteenth():
     assert abs(est["mean"] - ns.mean() / 1e3) < 1e-6
 
 
+@pytest.mark.bpf
 def test_tracer_part_in_summary_and_figures(erofs_randread):
     """The tracer's time is its own part, taken out of on-CPU; where samples landed in its programs, the on-CPU
     flamegraph names them and the wall-clock stacks end them in the tracer's frame."""
@@ -175,7 +180,8 @@ def test_tracer_part_in_summary_and_figures(erofs_randread):
         assert sampling.WALL_TRACER in (out / "wallclock.folded").read_text()
 
 
-def test_tracer_programs_named_in_stacks(tmp_path, mounted_erofs):  # noqa: F811
+@pytest.mark.bpf
+def test_tracer_programs_named_in_stacks(tmp_path, mounted_erofs):
     """A thread reading a cached file in a tight loop for a second, sampled at 4999 Hz: its requests are short
     and fstrace's programs a good share of them, so hundreds of samples land in them; each such frame is labelled
     with the tracer's prefix and names a program behind one of the probes the header lists."""
@@ -198,6 +204,7 @@ def test_tracer_programs_named_in_stacks(tmp_path, mounted_erofs):  # noqa: F811
     assert any("sys_e" in fr for fr in frames), frames
 
 
+@pytest.mark.bpf
 def test_task_storage_and_pid_hash_agree(tmp_path):
     """Per-task state in task-local storage (chosen here: tp_btf and the map type exist) and in the pid-hash
     fallback (--no-tp-btf) record the same requests of a deterministic workload, each an exact partition."""
@@ -223,6 +230,7 @@ def empty_program_ids():
     return {p["id"] for p in json.loads(out or "[]") if p.get("name") == "fst_empty"}
 
 
+@pytest.mark.bpf
 def test_floor_takes_exactly_the_hooks_of_the_shipped_configuration(tmp_path):
     """make bench-overhead's fstrace-floor (--empty-programs) is only a floor if it sits on the same hooks as the
     configuration it is the floor of: same probes, same tiers, one do-nothing program per hook while it runs,
@@ -255,6 +263,7 @@ def test_floor_takes_exactly_the_hooks_of_the_shipped_configuration(tmp_path):
     assert attached["floor"] == attached["full"]
 
 
+@pytest.mark.bpf
 def test_io_stack_sampling_reconciles(erofs_randread, erofs_tar_16k):
     """Rate-limited bio stacks (the default) and every bio's (--io-stacks all): origins cover every request."""
     for _, res, s in (erofs_randread, erofs_tar_16k):
@@ -284,6 +293,7 @@ def inode_devices(paths):
     return out
 
 
+@pytest.mark.bpf
 def test_file_identity_is_right_when_struct_files_are_reused(tmp_path):
     """sys_enter keeps the last inode's device and type per thread; struct files (and their addresses) are
     reused as soon as they are closed, across filesystems: every read must still name its own file."""
@@ -306,7 +316,8 @@ def test_file_identity_is_right_when_struct_files_are_reused(tmp_path):
         assert expected[ino] == sdev, (ino, sdev)
 
 
-def test_descriptor_paths_and_task_names(tmp_path, mounted_erofs):  # noqa: F811
+@pytest.mark.bpf
+def test_descriptor_paths_and_task_names(tmp_path, mounted_erofs):
     """sys_enter reads a descriptor's file through typed loads while the thread's descriptors are in the table
     embedded in its files_struct (the first 64), and through helper reads once that table has grown (a
     descriptor past 64, and one under 64 in the grown table): each read names its own file, device and position.
@@ -348,6 +359,7 @@ def test_descriptor_paths_and_task_names(tmp_path, mounted_erofs):  # noqa: F811
     assert not any(n.startswith(b"fst-") and n not in (b"fst-small", b"fst-high", b"fst-low") for n in names)
 
 
+@pytest.mark.bpf
 def test_tracer_part_sampled_timing_reconciles(erofs_randread):
     """The tracer part is measured on 1 in FST_TRACER_TIME_EVERY handler runs chosen at random (the rest charged
     their site's mean): the header's per-site sums account for every nanosecond in the requests' tracer parts, the
@@ -373,6 +385,7 @@ def test_tracer_part_sampled_timing_reconciles(erofs_randread):
     assert set(est["sites"]) == set(ts["sites"])
 
 
+@pytest.mark.bpf
 def test_offcpu_stacks_as_shipped_are_walked_at_the_switch_in(erofs_randread):
     """What run ships: off-CPU stacks threshold-sampled at 1 ms, said so in the header and the summary."""
     _, res, summary = erofs_randread
@@ -386,6 +399,7 @@ def test_offcpu_stacks_as_shipped_are_walked_at_the_switch_in(erofs_randread):
     assert "threshold-sampled" in summary["offcpu"]["method"]
 
 
+@pytest.mark.bpf
 def test_offcpu_stacks_estimate_every_offcpu_nanosecond(tmp_path_factory):
     """Threshold-sampled off-CPU stacks estimate the measured off-CPU parts without bias: each reason's stack
     total lies within 6 standard errors (at most sqrt(T x its time)) plus one threshold of the attribution's
@@ -407,7 +421,8 @@ def test_offcpu_stacks_estimate_every_offcpu_nanosecond(tmp_path_factory):
         assert exact < 20 * t or est > 0, reason  # missed whole only with probability about exp(-exact/t)
 
 
-def test_block_only_charges_every_block_request_to_its_reader(tmp_path, mounted_erofs):  # noqa: F811
+@pytest.mark.bpf
+def test_block_only_charges_every_block_request_to_its_reader(tmp_path, mounted_erofs):
     """--block-only (fstrace-block in the bench) loads no request tracing, and its block handlers skip the
     per-task state: every block request is still recorded, charged to the thread that queued it, and the
     loop device's count is /proc/diskstats' (or the shortfall is reported as unseen)."""
@@ -432,7 +447,8 @@ def test_block_only_charges_every_block_request_to_its_reader(tmp_path, mounted_
     assert sum(res.header["drops"].values()) == 0
 
 
-def test_path_based_stat_calls_are_placed_on_their_filesystem(tmp_path, mounted_erofs):  # noqa: F811
+@pytest.mark.bpf
+def test_path_based_stat_calls_are_placed_on_their_filesystem(tmp_path, mounted_erofs):
     """A stat call by path has no descriptor: its file is placed by what the kernel wrote into the caller's
     buffer (struct stat for newfstatat, struct statx for statx).  With a filesystem filter (--sdev) only the
     calls on that filesystem are kept, each with its file's device and inode; a failed call, or one on another
@@ -465,6 +481,7 @@ def test_path_based_stat_calls_are_placed_on_their_filesystem(tmp_path, mounted_
     assert len(nrs) == 2, nrs  # both layouts: newfstatat and statx
 
 
+@pytest.mark.bpf
 def test_work_functions_found_by_the_kernel_and_by_kallsyms_alike(tmp_path):
     """The work functions the programs are configured with, asked of the kernel (bpf_kallsyms_lookup_name, which
     keeps /proc/kallsyms out of load+attach), are found exactly where /proc/kallsyms lists them, as the fallback
@@ -492,6 +509,7 @@ def test_work_functions_found_by_the_kernel_and_by_kallsyms_alike(tmp_path):
         assert there == (name in text), name
 
 
+@pytest.mark.unit
 def test_bench_median_interval_is_the_order_statistic_one():
     """make bench-overhead decides each target from the median's distribution-free 95 % interval: the order
     statistics (x_(k), x_(n+1-k)) with the largest k whose binomial coverage is still at least 95 %."""
@@ -550,6 +568,7 @@ def loop_backing(dev):
         return None
 
 
+@pytest.mark.bpf
 @pytest.mark.parametrize("config,child", [("fstrace-full", "fstrace-collect"), ("biolatency", "biolatency")])
 def test_bench_overhead_interrupted_leaves_nothing(tmp_path, config, child):
     """make bench-overhead killed (SIGTERM) while a tracer runs: one line, its exit status, and nothing left of it --
@@ -560,7 +579,7 @@ def test_bench_overhead_interrupted_leaves_nothing(tmp_path, config, child):
     if child == "biolatency" and not shutil.which("biolatency"):
         pytest.skip("libbpf-tools' biolatency is not installed (make bench-overhead installs it)")
     from conftest import CACHE, ROOT, SCALE, bpf_objects_left, bpf_objects_of
-    from test_interrupt_more import alive, children
+    from conftest import alive, descendants
     bench = subprocess.Popen([os.path.join(ROOT, "build", "venv", "bin", "python3"),
                               os.path.join(ROOT, "scripts", "bench_overhead.py"), "--reps", "50", "--configs", config,
                               "--cache", CACHE, "--scale", SCALE, "--out", str(tmp_path / "o.json")],
@@ -571,7 +590,7 @@ def test_bench_overhead_interrupted_leaves_nothing(tmp_path, config, child):
         while True:
             assert bench.poll() is None, bench.stderr.read()
             assert time.monotonic() < deadline
-            kids = children(bench.pid)
+            kids = descendants(bench.pid)
             tracer = [p for p in kids if comm(p) == child]
             objs = bpf_objects_of(tracer[0]) if tracer else set()
             mounts = bench_mounts(kids)

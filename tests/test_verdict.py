@@ -30,8 +30,17 @@ def logical_lines(text):
     return out
 
 
+@pytest.mark.unit
+def test_verdict_numbers_are_a_stored_summarys(erofs_randread_summary):
+    verdict_numbers_are_the_summarys(erofs_randread_summary)
+
+
+@pytest.mark.bpf
 def test_verdict_numbers_are_the_summarys(erofs_randread):
-    out, res, s = erofs_randread
+    verdict_numbers_are_the_summarys(erofs_randread[2])
+
+
+def verdict_numbers_are_the_summarys(s):
     text = report.render(s, full=False)
     lines = logical_lines(text)
     assert len(text.splitlines()) <= 22 and max(len(l) for l in text.splitlines()) <= verdict.WIDTH
@@ -113,6 +122,7 @@ def test_verdict_numbers_are_the_summarys(erofs_randread):
     assert "fstrace report DIR --full" in text
 
 
+@pytest.mark.bpf
 def test_full_report_keeps_the_verdict_first_and_groups_tiers(erofs_randread):
     out, _, s = erofs_randread
     short = fstrace("report", str(out)).stdout
@@ -131,6 +141,7 @@ def test_full_report_keeps_the_verdict_first_and_groups_tiers(erofs_randread):
 KERNEL_ENTRIES = ("entry_SYSCALL_64", "asm_exc_", "asm_sysvec_", "asm_common_interrupt", "ret_from_fork")
 
 
+@pytest.mark.bpf
 def test_user_stacks_stop_where_the_walk_stops(erofs_randread):
     """fio is built without frame pointers: its stacks end (at the root) in one [fio] frame, never a run of
     [unknown]; the frames kept under it are functions by name."""
@@ -153,6 +164,7 @@ def test_user_stacks_stop_where_the_walk_stops(erofs_randread):
     assert not any("[unknown];[unknown]" in st for st, _ in smp["folded"])
 
 
+@pytest.mark.bpf
 def test_timeline_is_a_perfetto_trace_of_every_request(erofs_randread):
     out, res, _ = erofs_randread
     path = out / timeline.NAME
