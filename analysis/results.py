@@ -191,6 +191,7 @@ def _fill_figures(header):
         if "figure" not in p:
             p["figure"] = LEGACY_FIGURES.get(p["probe"], "probe:" + p["probe"])
 
+
 _KIND = {str: "a string", bool: "true or false", float: "a number"}
 
 

@@ -44,7 +44,8 @@ def _parts():
     """{field: (table group, colour, meaning)} of FST_PARTS, in index order."""
     m = re.search(r"#define FST_PARTS\(E\)((?:.*\\\n)*.*)", _TEXT)
     rows = re.findall(r'E\((\w+),\s*(\d+),\s*(\w+),\s*"(\w+)",\s*"(#[0-9a-fA-F]{6})",\s*"([^"]*)"\)', m.group(1))
-    return {field: (group, colour, meaning) for _, _, field, group, colour, meaning in sorted(rows, key=lambda r: int(r[1]))}
+    return {field: (group, colour, meaning)
+            for _, _, field, group, colour, meaning in sorted(rows, key=lambda r: int(r[1]))}
 
 
 PART_INFO = _parts()
@@ -57,6 +58,7 @@ PART_MEANING = {p: m for p, (_, _, m) in PART_INFO.items()}
 def parts_in(group):
     """The parts the bench tables sum into one column (records.h FST_PARTS' group)."""
     return tuple(p for p in PARTS if PART_GROUP[p] == group)
+
 
 def _amplification():
     """{figure id: meaning} of FST_AMPLIFICATION, in value order."""
@@ -73,6 +75,8 @@ def amp(name):
     if name not in AMPLIFICATION:
         raise KeyError("bpf/records.h FST_AMPLIFICATION has no figure %s" % name)
     return name
+
+
 LAT_SUB_BITS = constant("FST_LAT_SUB_BITS")
 LAT_SLOTS = constant("FST_LAT_SLOTS")
 HIST_SLOTS = constant("FST_HIST_SLOTS")

@@ -172,7 +172,8 @@ def render_bench(doc):
       "in their stat calls, all paths); kwork: asleep while a kworker ran filesystem work that woke the "
       "request (erofs decompression, btrfs end-io), or waited to run it; lock: asleep on a contended mutex/rwsem; "
       "decomp: "
-      "share of it decompressing in the requesting thread (n/a: no fentry/kprobe on this kernel); loop req: block requests on the image's loop device; "
+      "share of it decompressing in the requesting thread (n/a: no fentry/kprobe on this kernel); "
+      "loop req: block requests on the image's loop device; "
       "pc miss: page-cache folios added during the workload's requests; dev/B: bytes read from the image's "
       "loop device per byte the workload received; dec/B: bytes decompressed per byte received (<=: a bound from "
       "the units looked up, n/a: uncompressed image, -: not measurable here); reread: share of the loop device's "
@@ -182,7 +183,8 @@ def render_bench(doc):
 
 CSV_FIELDS = ["workload", "label", "fs", "run", "wall_s", "read_bytes", "requests", "loop_op", "io_wait_share",
               "oncpu_share",
-              "other_share", "kworker_share", "lock_share", "io_wait_s", "oncpu_s", "other_s", "decompression_share", "loop_requests", "loop_mean_bytes", "loop_aligned_4k_pct",
+              "other_share", "kworker_share", "lock_share", "io_wait_s", "oncpu_s", "other_s", "decompression_share",
+              "loop_requests", "loop_mean_bytes", "loop_aligned_4k_pct",
               "loop_unseen_requests", "pagecache_misses", "loop_read_per_received", "backing_read_per_received",
               "decompressed_per_received", "decompressed_method", "reread_share", "storage", "dir"]
 

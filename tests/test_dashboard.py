@@ -39,7 +39,8 @@ def test_dashboard_is_templated_by_instance_and_mount():
     variables = {v["name"]: v for v in doc["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
     for name in ("instance", "mount", "device"):
-        assert variables[name]["includeAll"] and variables[name]["multi"] and "fstrace_" in variables[name]["definition"]
+        v = variables[name]
+        assert v["includeAll"] and v["multi"] and "fstrace_" in v["definition"]
     assert '$instance' in variables["mount"]["definition"] and '$instance' in variables["device"]["definition"]
     found = targets(doc)
     assert len(found) >= 12

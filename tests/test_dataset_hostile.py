@@ -66,7 +66,8 @@ HOSTILE = {
     "symlink-chain": lambda o: [_file("ok.txt"), ({"name": "sub/s", "type": tarfile.SYMTYPE, "linkname": ".."}, None),
                                 ({"name": "sub/t", "type": tarfile.SYMTYPE, "linkname": "s/../.."}, None)],
     # a link inside, then a member beneath it: tar would write through it
-    "beneath-symlink": lambda o: [_file("sub/ok.txt"), ({"name": "d", "type": tarfile.SYMTYPE, "linkname": "sub"}, None),
+    "beneath-symlink": lambda o: [_file("sub/ok.txt"),
+                                  ({"name": "d", "type": tarfile.SYMTYPE, "linkname": "sub"}, None),
                                   _file("d/WRITTEN")],
     "char-device": lambda o: [_file("ok.txt"), ({"name": "null", "type": tarfile.CHRTYPE, "devmajor": 1,
                                                  "devminor": 3}, None)],

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import CACHE, COLLECTOR, FSTRACE, SCALE
+from conftest import CACHE, COLLECTOR, FSTRACE
 
 pytestmark = pytest.mark.bpf
 

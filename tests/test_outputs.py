@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from analysis import flamegraph, results, sampling
+from analysis import flamegraph, results
 from conftest import CACHE, SCALE, fstrace, timeline_flows
 
 SVG = "{http://www.w3.org/2000/svg}"

@@ -200,7 +200,8 @@ def test_tracer_programs_named_in_stacks(tmp_path, mounted_erofs):
     assert sum(n for st, n in folded.items() if sampling.is_tracer(st, prefix)) >= 20, frames
     loaded = {pr["probe"] for pr in res.header["probes"] if pr["tier"] != "unavailable"}
     # every labelled frame is one of the programs behind the probes the header lists (or the sampler's own)
-    assert all(any(fr[len(prefix):].startswith(name[:10]) for name in loaded) or "sample" in fr for fr in frames), frames
+    assert all(any(fr[len(prefix):].startswith(name[:10]) for name in loaded) or "sample" in fr
+               for fr in frames), frames
     assert any("sys_e" in fr for fr in frames), frames
 
 
@@ -534,7 +535,6 @@ def test_bench_median_interval_is_the_order_statistic_one():
     assert B.verdict([0.98, 0.99], 0.97, 0.75).startswith("undecided")
 
 
-
 def comm(pid):
     try:
         with open("/proc/%s/comm" % pid) as f:
@@ -575,7 +575,6 @@ def test_bench_overhead_interrupted_leaves_nothing(tmp_path, config, child):
     no mount, no loop device, no tracer process, no BPF program.  Only what this bench made is looked for: on a
     shared machine other tracers and benches come and go meanwhile."""
     import shutil
-    import sys
     if child == "biolatency" and not shutil.which("biolatency"):
         pytest.skip("libbpf-tools' biolatency is not installed (make bench-overhead installs it)")
     from conftest import CACHE, ROOT, SCALE, bpf_objects_left, bpf_objects_of

@@ -60,8 +60,8 @@ def value(samples, name, **labels):
 def start_serve(*args):
     # --budget 100: these tests check exact counts, so the request hooks stay attached (test_budget.py
     # checks the windows)
-    p = subprocess.Popen([FSTRACE, "serve", "--listen", "127.0.0.1:0", "--update-interval", "0.2", "--budget", "100"] + list(args),
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen([FSTRACE, "serve", "--listen", "127.0.0.1:0", "--update-interval", "0.2", "--budget", "100"]
+                         + list(args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     seen = ""
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -596,7 +596,8 @@ def test_textfile_is_what_is_served(tmp_path, mounted_erofs):
         for accept in ("*/*", "text/plain", "application/openmetrics-text;q=0.1,text/plain;q=0.5"):
             req = urllib.request.Request("http://127.0.0.1:%d/metrics" % port, headers={"Accept": accept})
             with urllib.request.urlopen(req, timeout=10) as r:
-                assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4") and r.read().decode() == classic
+                assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+                assert r.read().decode() == classic
         out.unlink()
         p.send_signal(signal.SIGHUP)
         deadline = time.time() + 10
@@ -936,7 +937,8 @@ def test_counters_never_shrink_and_memory_stays_flat_over_1000_scrapes(mounted_e
         for i in range(1000):
             om = i % 2 == 1
             if om and i % 100 != 1:  # the OpenMetrics parser checks one in 100; the rest are read the same way
-                req = urllib.request.Request("http://127.0.0.1:%d/metrics" % port, headers={"Accept": PROMETHEUS_ACCEPT})
+                req = urllib.request.Request("http://127.0.0.1:%d/metrics" % port,
+                                             headers={"Accept": PROMETHEUS_ACCEPT})
                 with urllib.request.urlopen(req, timeout=10) as r:
                     text = r.read().decode()
             else:

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from analysis import amplification, report, results, timeline, verdict
+from analysis import amplification, report, timeline, verdict
 from conftest import fstrace, timeline_flows
 
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?")  # not the 50 of p50

@@ -14,8 +14,9 @@ import time
 
 from analysis.render import failed_requests, flamegraph_specs, run_html, write_html
 from user.system import (Cleanup, FstraceError, Interrupted, backing_block_device, delayacct_sweep, dev_numbers,
-                         drop_caches, in_cgroup, io_throttle, iops_cap, kdev, losetup, make_tmpdir, mount, mount_of, proc_start,
-                         progress, read_ahead_kb, run, run_cgroup, run_process_group, signals_held, write_json_atomic,
+                         drop_caches, in_cgroup, io_throttle, iops_cap, kdev, losetup, make_tmpdir, mount, mount_of,
+                         proc_start, progress, read_ahead_kb, run, run_cgroup, run_process_group, signals_held,
+                         write_json_atomic,
                          sdev_arg, writing)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

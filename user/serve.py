@@ -242,7 +242,8 @@ def start_collector(collector_argv, path, om_path, args, stop):
     """The collector, aggregate-only, rewriting path and om_path; None if told to stop while it started."""
     r, w = os.pipe()
     argv = collector_argv + COLLECTOR_OPTIONS + (["--per-comm"] if args.per_comm else []) + [
-        "--exposition", path, "--openmetrics", om_path, "--exposition-interval", str(args.update_interval), "--ready-fd", str(w)]
+        "--exposition", path, "--openmetrics", om_path, "--exposition-interval", str(args.update_interval),
+        "--ready-fd", str(w)]
     # should this process be SIGKILLed, the collector is told (SIGTERM: it detaches and exits), and the next
     # fstrace start kills it should it still be there (it is recorded as a run's collector is)
     proc = subprocess.Popen(argv, pass_fds=(w,), start_new_session=True, stdin=subprocess.DEVNULL,

@@ -215,7 +215,6 @@ def drop_caches():
         f.write("3\n")
 
 
-
 def mounts():
     """[(mountpoint, fstype, source, (major, minor) of the superblock)] from /proc/self/mountinfo."""
     out = []
@@ -517,4 +516,3 @@ class ResultsDir:
         finally:
             self._lock.close()
         return False
-
