@@ -47,7 +47,7 @@ struct {
 /* exact byte and time sums per (device, op) beside the histograms (records.h struct fst_io_sum) */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, FST_MAX_TRACED_DEVS * FST_IO_SUBS);
+	__uint(max_entries, (FST_MAX_TRACED_DEVS * FST_IO_SUBS));
 	__type(key, struct fst_io_sum_key);
 	__type(value, struct fst_io_sum);
 } io_sums SEC(".maps");

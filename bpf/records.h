@@ -20,6 +20,8 @@
 
 #define FST_RECORDS_VERSION 1
 
+/* the X-macro tables from here on are laid out by hand, an entry a line: clang-format leaves them */
+/* clang-format off */
 /* Every record starts with this, so one ring buffer carries all kinds. */
 #define FST_REC_HEADER(F, S) \
 	F(__u32, rec_type)    \
@@ -463,6 +465,7 @@ enum fst_part { FST_PARTS(FST_PART_ENUM_MEMBER) };
 	F(__u16, tier)           \
 	S(comm, 16)
 
+/* clang-format on */
 #define FST_DECLARE_FIELD(t, n) t n;
 #define FST_DECLARE_STRING(n, len) char n[len];
 
@@ -551,6 +554,7 @@ struct fst_rq_start {
  * Entries the kernel side could not keep, by what was full (the per-CPU map `losses`, summed into the header's
  * "losses"): each is work that went untraced, counted instead of silent.
  */
+/* clang-format off */
 #define FST_LOSSES(E)                                                          \
 	E(FST_LOSS_BIO_TABLE, 0, "bio_table_full")	/* bios in flight: their block request is not charged */ \
 	E(FST_LOSS_RQ_TABLE, 1, "request_table_full")	/* block requests in flight: no queue/issue times */ \
@@ -558,6 +562,7 @@ struct fst_rq_start {
 	E(FST_LOSS_TASK_STATE, 3, "task_state_full")	/* a thread's request state: its requests are not traced */
 #define FST_NR_LOSSES 4
 enum fst_loss { FST_LOSSES(FST_ENUM_MEMBER) };
+/* clang-format on */
 
 /*
  * Where fstrace's handlers charge their own run time to the request they ran in (the tracer part), results
@@ -567,6 +572,7 @@ enum fst_loss { FST_LOSSES(FST_ENUM_MEMBER) };
  * site on its CPU so far.  The sums below let the analysis give the estimate's error.  The sampling program
  * (rare, and costly) times every run.
  */
+/* clang-format off */
 #define FST_TRACER_SITES(E)                                                    \
 	E(FST_SITE_SYS_ENTER, 0, "sys_enter")                                  \
 	E(FST_SITE_SWITCH_IN, 1, "sched_switch")                               \
@@ -581,6 +587,7 @@ enum fst_loss { FST_LOSSES(FST_ENUM_MEMBER) };
 	E(FST_SITE_SAMPLE, 10, "perf_event sampling")
 #define FST_NR_TRACER_SITES 11
 enum fst_tracer_site_id { FST_TRACER_SITES(FST_ENUM_MEMBER) };
+/* clang-format on */
 #define FST_TRACER_TIME_EVERY 16
 
 /* per CPU and site (common.bpf.h tracer_charge) */
@@ -763,6 +770,7 @@ struct fst_dev_io {
 };
 
 /* off-CPU time per (kernel stack, reason), accumulated in the kernel */
+/* clang-format off */
 #define FST_OFFCPU_REASONS(E)                     \
 	E(FST_OFF_IO, 1, "io_wait")               \
 	E(FST_OFF_DSLEEP, 2, "dsleep")            \
@@ -771,6 +779,7 @@ struct fst_dev_io {
 	E(FST_OFF_LOCK, 5, "lock_wait")
 
 enum fst_offcpu_reason { FST_OFFCPU_REASONS(FST_ENUM_MEMBER) };
+/* clang-format on */
 #define FST_MAX_OFFCPU_REASONS 8
 
 /* frames kept of a sampled user stack (each a struct bpf_stack_build_id) */

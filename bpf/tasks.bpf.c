@@ -52,7 +52,7 @@ static __always_inline __u8 agg_entry_of(__u32 sdev, __u16 kind)
 static __always_inline __u8 *kept_entry(struct file_keep *k, __u16 kind)
 {
 	__u64 i = (__u64)kind - 1;
-	asm volatile("" : "+r"(i));
+	barrier_var(i);
 	return i < FST_NR_REQ_KINDS ? &k->agg_entry[i] : NULL;
 }
 
@@ -87,8 +87,14 @@ static __always_inline struct file *fd_file_btf(struct task_struct *cur, long fd
 	if (!files || files->fdt != &files->fdtab)	/* grown past the embedded table */
 		return NULL;
 	switch (fd) {
-	FST_FD_CASE8(0) FST_FD_CASE8(8) FST_FD_CASE8(16) FST_FD_CASE8(24)
-	FST_FD_CASE8(32) FST_FD_CASE8(40) FST_FD_CASE8(48) FST_FD_CASE8(56)
+	FST_FD_CASE8(0)
+	FST_FD_CASE8(8)
+	FST_FD_CASE8(16)
+	FST_FD_CASE8(24)
+	FST_FD_CASE8(32)
+	FST_FD_CASE8(40)
+	FST_FD_CASE8(48)
+	FST_FD_CASE8(56)
 	}
 	return NULL;
 }
@@ -352,7 +358,7 @@ static __always_inline bool req_is_countable(struct task_req *r, long ret, __u64
  */
 static __always_inline void slot_inc(__u64 *slots, __u32 slot, __u32 nslots)
 {
-	asm volatile("" : "+r"(slot));
+	barrier_var(slot);
 	if (slot < nslots)
 		slots[slot]++;
 }
@@ -369,7 +375,7 @@ static __always_inline bool req_count(struct task_req *r, long ret, __u64 wall)
 {
 	if (!r->agg_entry) {	/* not kept with its file (the first of its kind there, a path-based stat, a sync) */
 		r->agg_entry = agg_entry_of(r->sdev, r->kind);
-		struct file_keep *k = r->keep_file == 1 ? &r->keep.files[0] : r->keep_file == 2 ? &r->keep.files[1] : NULL;
+		struct file_keep *k = r->keep_file == 1 ? &r->keep.files[0] : (r->keep_file == 2 ? &r->keep.files[1] : NULL);
 		__u8 *e = k ? kept_entry(k, r->kind) : NULL;
 		if (e && r->agg_entry != FST_AGG_ENTRY_NONE)	/* none may be a race for the last entry: asked again */
 			*e = r->agg_entry;
@@ -488,11 +494,11 @@ struct kstack_walk {
 };
 
 /* the frame index as a 64-bit register: a __u32 is checked on its zero-extended copy and indexed with the
- * original, which the verifier rejects as unbounded (and the asm keeps clang from doing that anyway) */
+ * original, which the verifier rejects as unbounded (and barrier_var keeps clang from doing that anyway) */
 static int kstack_hash_frame(__u32 i, struct kstack_walk *w)
 {
 	__u64 j = i;
-	asm volatile("" : "+r"(j));
+	barrier_var(j);
 	if (j >= MAX_STACK_DEPTH)
 		return 1;
 	__u64 ip = w->st->ips[j];
@@ -503,7 +509,7 @@ static int kstack_hash_frame(__u32 i, struct kstack_walk *w)
 static int kstack_cmp_frame(__u32 i, struct kstack_walk *w)
 {
 	__u64 j = i;
-	asm volatile("" : "+r"(j));
+	barrier_var(j);
 	if (j >= MAX_STACK_DEPTH)
 		return 1;
 	if (w->st->ips[j] != w->kept->ips[j]) {

@@ -414,7 +414,7 @@ static void decompressions(struct jbuf *b)
 			if (f == 2)
 				jb_add(b, "%.9f\n", s->ns / 1e9);
 			else
-				jb_add(b, "%llu\n", f == 0 ? s->n : f == 1 ? s->errors : f == 3 ? s->in_bytes : s->out_bytes);
+				jb_add(b, "%llu\n", f == 0 ? s->n : (f == 1 ? s->errors : (f == 3 ? s->in_bytes : s->out_bytes)));
 		}
 	}
 	family(b, "fstrace_decompress_unsummed_total", "counter",

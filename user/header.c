@@ -307,7 +307,7 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 	jset(o, "was", ji64(ri->delayacct_was));
 	jset(o, "enabled_for_tracing", jbool(delayacct_held && ri->delayacct_was == 0));
 	o = jset(h, "task_state", jobj());
-	jset(o, "store", jstr(opt.block_only ? "none" : t->task_storage_on ? "task_storage" : "pid_hash"));
+	jset(o, "store", jstr(opt.block_only ? "none" : (t->task_storage_on ? "task_storage" : "pid_hash")));
 	jset(o, "why", jstr(opt.block_only ? "--block-only: no requests" : t->task_state_why));
 	o = jset(h, "work_functions", jobj());	/* how the work functions the programs tell apart were found */
 	jset(o, "found_by", jstr(t->ksyms_asked ? "bpf_kallsyms_lookup_name" : "/proc/kallsyms"));
@@ -317,10 +317,10 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 	for (int i = 0; i < NR_WORK_FNS; i++)
 		jset(found, work_fn_names[i], jbool(t->work_fn_addrs[i] != 0));
 	o = jset(h, "request_records", jobj());
-	jset(o, "mode", jstr(opt.records_all ? "all" : opt.records_none ? "none" : "slow"));
+	jset(o, "mode", jstr(opt.records_all ? "all" : (opt.records_none ? "none" : "slow")));
 	jset(o, "record_over_ns", ju64((__u64)(opt.record_over_us * 1000.0)));
 	o = jset(h, "io_stack_sampling", jobj());
-	jset(o, "mode", jstr(!opt.sample_hz ? "off" : opt.io_stacks_all ? "all" : "sampled"));
+	jset(o, "mode", jstr(!opt.sample_hz ? "off" : (opt.io_stacks_all ? "all" : "sampled")));
 	jset(o, "every_ns", ju64(FST_IO_STACK_EVERY_NS));
 	jset(o, "unsampled_id", ji64(FST_STACK_UNSAMPLED));
 	o = jset(h, "reader", jobj());

@@ -118,7 +118,7 @@ static int cmp_wait(const void *a, const void *b)
 	const struct top_entry *x = a, *y = b;
 	if (x->used != y->used)
 		return y->used - x->used;
-	return x->io_wait_ns < y->io_wait_ns ? 1 : x->io_wait_ns > y->io_wait_ns ? -1 : 0;
+	return x->io_wait_ns < y->io_wait_ns ? 1 : (x->io_wait_ns > y->io_wait_ns ? -1 : 0);
 }
 
 void live_print(FILE *out, double interval_s, unsigned long long drops, int clear)
