@@ -15,7 +15,7 @@
 #define FSTRACE_RECORDS_H
 
 #ifndef __VMLINUX_H__
-#include <linux/types.h>	/* user space; BPF objects get the types from vmlinux.h */
+#include <linux/types.h> /* user space; BPF objects get the types from vmlinux.h */
 #endif
 
 #define FST_RECORDS_VERSION 1
@@ -514,11 +514,11 @@ struct fst_compress {
 /* a bio queued on a traced device, until the request carrying it is issued */
 struct fst_bio_start {
 	__u64 ts_queue;
-	__u32 pid;		/* charged traced thread, 0 = none */
-	__u32 queue_pid;	/* thread that queued the bio */
+	__u32 pid;	 /* charged traced thread, 0 = none */
+	__u32 queue_pid; /* thread that queued the bio */
 	__u16 charge;
 	__u16 pad;
-	__s32 stack;		/* kernel stack at queueing, -1 = not taken */
+	__s32 stack; /* kernel stack at queueing, -1 = not taken */
 	char comm[16];
 };
 
@@ -529,7 +529,7 @@ struct fst_rq_start {
 	__u32 pid;
 	__u32 queue_pid;
 	__u32 nr_bios;
-	__u32 charged_bios;	/* bios counted in task_inflight[pid] */
+	__u32 charged_bios; /* bios counted in task_inflight[pid] */
 	__u16 charge;
 	__u16 pad;
 	__s32 stack;
@@ -592,13 +592,13 @@ enum fst_tracer_site_id { FST_TRACER_SITES(FST_ENUM_MEMBER) };
 
 /* per CPU and site (common.bpf.h tracer_charge) */
 struct fst_tracer_site {
-	__u64 runs;		/* handler runs charged to a request */
-	__u64 timed;		/* of them timed */
-	__u64 timed_ns;		/* their run times' sum */
-	__u64 timed_sq_ns;	/* and sum of squares (ns^2), for the estimate's error */
-	__u64 charged_ns;	/* what was charged to requests in all: timed runs' times plus the means */
-	__u64 mean_ns;		/* timed_ns / timed, charged to an untimed run */
-	__u32 rng;		/* xorshift state choosing the timed runs */
+	__u64 runs;	   /* handler runs charged to a request */
+	__u64 timed;	   /* of them timed */
+	__u64 timed_ns;	   /* their run times' sum */
+	__u64 timed_sq_ns; /* and sum of squares (ns^2), for the estimate's error */
+	__u64 charged_ns;  /* what was charged to requests in all: timed runs' times plus the means */
+	__u64 mean_ns;	   /* timed_ns / timed, charged to an untimed run */
+	__u32 rng;	   /* xorshift state choosing the timed runs */
 	__u32 pad;
 };
 
@@ -611,9 +611,9 @@ struct fst_tracer_site {
  * flight at once.
  */
 #define FST_FLIGHT_WAYS 4
-#define FST_BIO_BUCKETS 16384		/* 65536 bios */
-#define FST_RQ_BUCKETS 4096		/* 16384 block requests */
-#define FST_WORKER_BUCKETS 512		/* 2048 kworkers or work items */
+#define FST_BIO_BUCKETS 16384  /* 65536 bios */
+#define FST_RQ_BUCKETS 4096    /* 16384 block requests */
+#define FST_WORKER_BUCKETS 512 /* 2048 kworkers or work items */
 
 /* ---- in-kernel aggregates, read by the collector at the end ---- */
 
@@ -630,14 +630,13 @@ struct fst_tracer_site {
  * instructions the verifier inlines, where the hash's took 2 % of a warm 4 KiB read.
  */
 #define FST_REQ_AGG_MAX 64
-#define FST_NR_REQ_KINDS 6	/* FST_REQ_KINDS, numbered from 1 */
+#define FST_NR_REQ_KINDS 6 /* FST_REQ_KINDS, numbered from 1 */
 _Static_assert(FST_REQ_SYNC == FST_NR_REQ_KINDS, "FST_NR_REQ_KINDS: the kinds are numbered 1..FST_NR_REQ_KINDS");
-
 
 struct fst_hist_key {
 	__u32 metric;
-	__u32 dev;	/* device for IO metrics, 0 otherwise */
-	__u32 sub;	/* IO metrics: op (FST_IO_OPS: 0 read, 1 write, 2 other); requests: kind */
+	__u32 dev; /* device for IO metrics, 0 otherwise */
+	__u32 sub; /* IO metrics: op (FST_IO_OPS: 0 read, 1 write, 2 other); requests: kind */
 };
 
 struct fst_hist {
@@ -669,12 +668,29 @@ struct fst_req_agg_key {
 static inline __u32 fst_log2(__u64 v)
 {
 	__u32 r = 0;
-	if (v >> 32) { v >>= 32; r += 32; }
-	if (v >> 16) { v >>= 16; r += 16; }
-	if (v >> 8) { v >>= 8; r += 8; }
-	if (v >> 4) { v >>= 4; r += 4; }
-	if (v >> 2) { v >>= 2; r += 2; }
-	if (v >> 1) { r += 1; }
+	if (v >> 32) {
+		v >>= 32;
+		r += 32;
+	}
+	if (v >> 16) {
+		v >>= 16;
+		r += 16;
+	}
+	if (v >> 8) {
+		v >>= 8;
+		r += 8;
+	}
+	if (v >> 4) {
+		v >>= 4;
+		r += 4;
+	}
+	if (v >> 2) {
+		v >>= 2;
+		r += 2;
+	}
+	if (v >> 1) {
+		r += 1;
+	}
 	return r;
 }
 
@@ -690,14 +706,14 @@ static inline __u32 fst_loglin_slot(__u64 ns)
 
 struct fst_req_agg {
 	__u64 count;
-	__u64 bytes;		/* sum of positive return values */
+	__u64 bytes; /* sum of positive return values */
 	__u64 wall_ns;
 	__u64 part_ns[FST_NR_PARTS];
 	__u64 wall_ns_loglin[FST_LAT_SLOTS];
 	__u64 wall_hist[FST_HIST_SLOTS];
-	__u64 part_hist[FST_NR_PARTS][FST_HIST_SLOTS];	/* over the requests with any of that part */
-	__u64 pcache_adds;	/* folios they added to the page cache (0 unless cfg.records_none: a counted
-				 * request otherwise added none) */
+	__u64 part_hist[FST_NR_PARTS][FST_HIST_SLOTS]; /* over the requests with any of that part */
+	__u64 pcache_adds;			       /* folios they added to the page cache (0 unless cfg.records_none: a counted
+							* request otherwise added none) */
 };
 
 /*
@@ -706,12 +722,12 @@ struct fst_req_agg {
  */
 struct fst_io_sum_key {
 	__u32 dev;
-	__u32 op;	/* FST_IO_OPS (as fst_hist_key.sub) */
+	__u32 op; /* FST_IO_OPS (as fst_hist_key.sub) */
 };
 
 struct fst_io_sum {
 	__u64 bytes;
-	__u64 q2c_ns;	/* over the requests whose queueing was seen (the q2c histogram's) */
+	__u64 q2c_ns; /* over the requests whose queueing was seen (the q2c histogram's) */
 	__u64 d2c_ns;
 };
 
@@ -739,18 +755,18 @@ struct fst_comm_agg {
 /* alignment of completed block requests per device, counted in the kernel */
 struct fst_align {
 	__u64 nr;
-	__u64 start_4k;		/* start offset % 4096 == 0 */
-	__u64 end_4k;		/* end offset % 4096 == 0 */
-	__u64 start_unit;	/* start offset % unit == 0 (unit = fs block/cluster size) */
+	__u64 start_4k;	  /* start offset % 4096 == 0 */
+	__u64 end_4k;	  /* end offset % 4096 == 0 */
+	__u64 start_unit; /* start offset % unit == 0 (unit = fs block/cluster size) */
 	__u64 end_unit;
-	__u64 cross_unit;	/* [start, end) spans a unit boundary it does not start on */
+	__u64 cross_unit; /* [start, end) spans a unit boundary it does not start on */
 };
 
 /* per traced device configuration, keyed by kernel dev_t */
 struct fst_dev_cfg {
-	__u32 unit_bytes;	/* fs block/cluster size for alignment (0 = 4096) */
+	__u32 unit_bytes; /* fs block/cluster size for alignment (0 = 4096) */
 	__u32 is_loop;
-	__u32 io_slot;		/* its entry in dev_io (< FST_MAX_TRACED_DEVS) */
+	__u32 io_slot; /* its entry in dev_io (< FST_MAX_TRACED_DEVS) */
 	__u32 pad0;
 };
 
@@ -789,9 +805,9 @@ enum fst_offcpu_reason { FST_OFFCPU_REASONS(FST_ENUM_MEMBER) };
 struct fst_sample_key {
 	__u32 pid;
 	__u32 tgid;
-	__s32 stack_id;		/* kernel stack; negative: it could not be recorded */
-	__s32 user_stack_id;	/* user stack of a traced thread; negative: none (kworker) or not recorded */
-	__u32 work_kind;	/* 0: a traced thread in a request; else the work kind its kworker was running */
+	__s32 stack_id;	     /* kernel stack; negative: it could not be recorded */
+	__s32 user_stack_id; /* user stack of a traced thread; negative: none (kworker) or not recorded */
+	__u32 work_kind;     /* 0: a traced thread in a request; else the work kind its kworker was running */
 };
 
 struct fst_offcpu_key {
@@ -805,8 +821,8 @@ struct fst_offcpu_key {
 /* a kernel function the collector asks the kernel's address of (ksyms.bpf.c), for fst_cfg's work functions */
 #define FST_KSYM_QUERIES 16
 struct fst_ksym_query {
-	char name[64];		/* zero-padded: its last byte is always 0 */
-	__u64 addr;		/* 0 = no such function */
+	char name[64]; /* zero-padded: its last byte is always 0 */
+	__u64 addr;    /* 0 = no such function */
 };
 
 /*
@@ -814,42 +830,42 @@ struct fst_ksym_query {
  * (a task must pass every one that is on); with none on, every task is traced.
  */
 struct fst_cfg {
-	__u64 loop_rootcg_workfn;	/* kernel addresses of loop work functions (kallsyms), 0 = unknown */
+	__u64 loop_rootcg_workfn; /* kernel addresses of loop work functions (kallsyms), 0 = unknown */
 	__u64 loop_workfn;
-	__u64 erofs_decomp_workfn;	/* z_erofs_decompressqueue_work, 0 = not in this kernel */
-	__u64 btrfs_endio_workfn;	/* simple_end_io_work (6.18) or btrfs_end_bio_work (6.1) */
-	__u64 btrfs_work_helper;	/* the work function of every btrfs_work; the real one is btrfs_work->func */
-	__u64 btrfs_compress_fn;	/* btrfs_work->func of write compression: async_cow_start (6.1) or
-					 * compress_file_range (6.5+) */
-	__u64 filter_cgroup_id;		/* cgroup v2 id, 0 = off */
-	__u8 filter_pids;		/* task must be in traced_pids (a process tree) */
-	__u8 filter_comm;		/* task comm must equal comm */
-	__u8 filter_sdev;		/* requests only on files of the superblocks in traced_sdevs */
-	__u8 offcpu_stacks;		/* record the kernel stack of every off-CPU interval in a request */
+	__u64 erofs_decomp_workfn; /* z_erofs_decompressqueue_work, 0 = not in this kernel */
+	__u64 btrfs_endio_workfn;  /* simple_end_io_work (6.18) or btrfs_end_bio_work (6.1) */
+	__u64 btrfs_work_helper;   /* the work function of every btrfs_work; the real one is btrfs_work->func */
+	__u64 btrfs_compress_fn;   /* btrfs_work->func of write compression: async_cow_start (6.1) or
+				    * compress_file_range (6.5+) */
+	__u64 filter_cgroup_id;	   /* cgroup v2 id, 0 = off */
+	__u8 filter_pids;	   /* task must be in traced_pids (a process tree) */
+	__u8 filter_comm;	   /* task comm must equal comm */
+	__u8 filter_sdev;	   /* requests only on files of the superblocks in traced_sdevs */
+	__u8 offcpu_stacks;	   /* record the kernel stack of every off-CPU interval in a request */
 	/* argument positions of btrfs_compress_folios/_pages, looked up by name in its BTF: the signature
 	 * changed twice (6.1: type_level, mapping, start, pages, out_pages, total_in, total_out; 6.18: type,
 	 * level, inode, start, folios, ...); -1 = unknown */
-	__s8 btrfs_compress_arg_owner;	/* "mapping" (address_space) or "inode" (btrfs_inode) */
+	__s8 btrfs_compress_arg_owner; /* "mapping" (address_space) or "inode" (btrfs_inode) */
 	__s8 btrfs_compress_arg_start;
 	__s8 btrfs_compress_arg_total_in;
 	__s8 btrfs_compress_arg_total_out;
 	__u8 btrfs_compress_owner_is_inode;
-	__u8 task_storage;		/* per-task state in BPF_MAP_TYPE_TASK_STORAGE (else a pid-keyed hash) */
-	__u8 records_all;		/* record every request (else page-cache hits are only counted) */
-	__u8 io_stacks_all;		/* every bio's queue stack (else at most one per FST_IO_STACK_EVERY_NS per CPU) */
-	__u32 wakeup_bytes;		/* wake the reader when this much is waiting in the ring buffer */
-	__u8 records_none;		/* count every request in req_agg, record none (fstrace serve) */
-	__u8 no_io_records;		/* block requests only in the histograms, sums and alignment counters */
-	__u8 io_sums;			/* keep io_sums (the collector writes an exposition) */
-	__u8 per_comm;			/* with records_none: also count requests per task name (comm_agg) */
-	__u64 record_over_ns;		/* a request this slow is recorded even when it was a page-cache hit */
-	__u8 windowed;			/* --budget: the syscall hooks are attached in windows (tasks.bpf.c window_seq) */
+	__u8 task_storage;    /* per-task state in BPF_MAP_TYPE_TASK_STORAGE (else a pid-keyed hash) */
+	__u8 records_all;     /* record every request (else page-cache hits are only counted) */
+	__u8 io_stacks_all;   /* every bio's queue stack (else at most one per FST_IO_STACK_EVERY_NS per CPU) */
+	__u32 wakeup_bytes;   /* wake the reader when this much is waiting in the ring buffer */
+	__u8 records_none;    /* count every request in req_agg, record none (fstrace serve) */
+	__u8 no_io_records;   /* block requests only in the histograms, sums and alignment counters */
+	__u8 io_sums;	      /* keep io_sums (the collector writes an exposition) */
+	__u8 per_comm;	      /* with records_none: also count requests per task name (comm_agg) */
+	__u64 record_over_ns; /* a request this slow is recorded even when it was a page-cache hit */
+	__u8 windowed;	      /* --budget: the syscall hooks are attached in windows (tasks.bpf.c window_seq) */
 	char comm[16];
-	__u8 offcpu_at_switch_in;	/* off-CPU stacks walked at the switch back in (tp_btf), threshold-sampled */
-	__u8 requests;			/* tasks.bpf.c is loaded: requests are traced (not --block-only) */
+	__u8 offcpu_at_switch_in; /* off-CPU stacks walked at the switch back in (tp_btf), threshold-sampled */
+	__u8 requests;		  /* tasks.bpf.c is loaded: requests are traced (not --block-only) */
 	__u8 pad_cfg[2];
-	__u32 offcpu_sample_ns;		/* with it: intervals this long always walked; shorter ones with probability
-					 * length / offcpu_sample_ns, credited offcpu_sample_ns (0: every interval) */
+	__u32 offcpu_sample_ns; /* with it: intervals this long always walked; shorter ones with probability
+				 * length / offcpu_sample_ns, credited offcpu_sample_ns (0: every interval) */
 };
 
 #endif

@@ -40,8 +40,7 @@ json *header_meta(const char *path)
 	enum json_tokener_error err = json_tokener_success;
 	json *meta = json_tokener_parse_verbose(b.s, &err);
 	if (!meta || !json_object_is_type(meta, json_type_object))
-		die("--meta %s: not a JSON object (%s)", path, meta ? "another JSON value" :
-		    json_tokener_error_desc(err));
+		die("--meta %s: not a JSON object (%s)", path, meta ? "another JSON value" : json_tokener_error_desc(err));
 	free(b.s);
 	return meta;
 }
@@ -87,7 +86,7 @@ static json *json_tracer_sites(struct block_bpf *blk)
 	jset(o, "time_every", ju64(FST_TRACER_TIME_EVERY));
 	json *sites = jset(o, "sites", jobj());
 	for (__u32 k = 0; k < FST_NR_TRACER_SITES; k++) {
-		struct fst_tracer_site sum;	/* its counters summed (mean_ns and rng too, which mean nothing summed) */
+		struct fst_tracer_site sum; /* its counters summed (mean_ns and rng too, which mean nothing summed) */
 		if (percpu_sum_value(bpf_map__fd(blk->maps.tracer_sites), &k, &sum, sizeof(sum)) || !sum.runs)
 			continue;
 		json *s = jset(sites, names[k], jobj());
@@ -309,7 +308,7 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 	o = jset(h, "task_state", jobj());
 	jset(o, "store", jstr(opt.block_only ? "none" : (t->task_storage_on ? "task_storage" : "pid_hash")));
 	jset(o, "why", jstr(opt.block_only ? "--block-only: no requests" : t->task_state_why));
-	o = jset(h, "work_functions", jobj());	/* how the work functions the programs tell apart were found */
+	o = jset(h, "work_functions", jobj()); /* how the work functions the programs tell apart were found */
 	jset(o, "found_by", jstr(t->ksyms_asked ? "bpf_kallsyms_lookup_name" : "/proc/kallsyms"));
 	/* which of them this kernel has, not where: a kernel address would give away its KASLR offset, and results
 	 * files are made to be copied to other machines */

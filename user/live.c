@@ -13,7 +13,7 @@
 #define TOP_SHOWN 5
 
 struct top_entry {
-	uint64_t key;		/* tgid, or sdev << 40 ^ ino */
+	uint64_t key; /* tgid, or sdev << 40 ^ ino */
 	uint64_t io_wait_ns;
 	uint64_t requests;
 	uint32_t sdev;
@@ -43,7 +43,7 @@ static struct top_entry *top_slot(struct top_entry *t, uint64_t key)
 		if (e->key == key)
 			return e;
 	}
-	return NULL;	/* table full for this interval: the tail is not shown */
+	return NULL; /* table full for this interval: the tail is not shown */
 }
 
 void live_add(const void *data, size_t size)
@@ -195,7 +195,7 @@ void live_counted(int fd, int keys_fd)
 		while (i < nlast && memcmp(&last[i].key, &key, sizeof(key)))
 			i++;
 		if (i == FST_REQ_AGG_MAX)
-			continue;	/* more keys than the map holds: cannot happen */
+			continue; /* more keys than the map holds: cannot happen */
 		if (i == nlast) {
 			memset(&last[nlast], 0, sizeof(last[0]));
 			last[nlast++].key = key;

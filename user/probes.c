@@ -24,9 +24,11 @@
 #include "btrfs.skel.h"
 #include "sample.skel.h"
 
-#define P(nm, fig, what, btf, raw, req)                                                                   \
-	{ .name = nm, .figure = fig, .measures = what, .progs = { [TIER_TP_BTF] = btf, [TIER_RAW_TP] = raw }, \
-	  .required = req }
+#define P(nm, fig, what, btf, raw, req)                                                                             \
+	{                                                                                                           \
+		.name = nm, .figure = fig, .measures = what, .progs = { [TIER_TP_BTF] = btf, [TIER_RAW_TP] = raw }, \
+		.required = req                                                                                     \
+	}
 
 static struct probe block_probes[] = {
 	P("block_bio_queue", FST_FIG_BIO_QUEUE, "bio queue time, owner", "block_bio_queue_btf", "block_bio_queue_raw",
@@ -63,10 +65,13 @@ static struct probe task_probes[] = {
 };
 
 /* decompression: fentry/fexit, or kprobe/kretprobe; no tracepoint tier can time it exactly */
-#define D(fn, fig, what)                                                                            \
-	{ .name = #fn, .figure = fig, .measures = what,                                             \
-	  .progs = { [TIER_FENTRY] = #fn "_fentry", [TIER_KPROBE] = #fn "_kprobe" },               \
-	  .exit_progs = { [TIER_FENTRY] = #fn "_fexit", [TIER_KPROBE] = #fn "_kretprobe" } }
+#define D(fn, fig, what)                                                                   \
+	{                                                                                  \
+		.name = #fn, .figure = fig, .measures = what,                              \
+		.progs = { [TIER_FENTRY] = #fn "_fentry", [TIER_KPROBE] = #fn "_kprobe" }, \
+		.exit_progs = { [TIER_FENTRY] = #fn "_fexit",                              \
+				[TIER_KPROBE] = #fn "_kretprobe" }                         \
+	}
 
 static struct probe erofs_probes[] = {
 	D(z_erofs_lz4_decompress, FST_FIG_EROFS_LZ4, "erofs lz4 pcluster decompression time and sizes"),
@@ -90,9 +95,12 @@ static struct probe erofs_probes[] = {
 };
 
 /* entry only: fentry, or kprobe */
-#define FE(fn, fig, what)                                                                           \
-	{ .name = #fn, .figure = fig, .measures = what,                                             \
-	  .progs = { [TIER_FENTRY] = #fn "_fentry", [TIER_KPROBE] = #fn "_kprobe" } }
+#define FE(fn, fig, what)                                     \
+	{                                                     \
+		.name = #fn, .figure = fig, .measures = what, \
+		.progs = { [TIER_FENTRY] = #fn "_fentry",     \
+			   [TIER_KPROBE] = #fn "_kprobe" }    \
+	}
 
 static struct probe squashfs_probes[] = {
 	D(squashfs_decompress, FST_FIG_SQUASHFS_DECOMPRESS, "squashfs block decompression time and sizes"),
@@ -112,16 +120,21 @@ static struct probe btrfs_probes[] = {
 };
 
 const struct probe_group probe_groups[] = {
-	{ block_probes, N(block_probes) },   { task_probes, N(task_probes) },
-	{ erofs_probes, N(erofs_probes) },   { squashfs_probes, N(squashfs_probes) },
+	{ block_probes, N(block_probes) },
+	{ task_probes, N(task_probes) },
+	{ erofs_probes, N(erofs_probes) },
+	{ squashfs_probes, N(squashfs_probes) },
 	{ btrfs_probes, N(btrfs_probes) },
 };
 const int nr_probe_groups = N(probe_groups);
 
-#define FIGURE_CASE(c, v, n) case c: return n;
+#define FIGURE_CASE(c, v, n) \
+	case c: return n;
 const char *figure_name(enum fst_figure f)
 {
-	switch (f) { FST_FIGURES(FIGURE_CASE) }
+	switch (f) {
+		FST_FIGURES(FIGURE_CASE)
+	}
 	return "unknown";
 }
 
@@ -137,12 +150,15 @@ static bool offcpu_at_switch_in(void)
 }
 
 const char *const work_fn_names[NR_WORK_FNS] = {
-	[WF_LOOP_ROOTCG] = "loop_rootcg_workfn", [WF_LOOP] = "loop_workfn",
+	[WF_LOOP_ROOTCG] = "loop_rootcg_workfn",
+	[WF_LOOP] = "loop_workfn",
 	[WF_EROFS_DECOMP] = "z_erofs_decompressqueue_work",
-	[WF_BTRFS_ENDIO] = "simple_end_io_work", [WF_BTRFS_ENDIO_61] = "btrfs_end_bio_work",
+	[WF_BTRFS_ENDIO] = "simple_end_io_work",
+	[WF_BTRFS_ENDIO_61] = "btrfs_end_bio_work",
 	[WF_BTRFS_WORK_HELPER] = "btrfs_work_helper",
 	/* the btrfs_work->func of write compression: async_cow_start on 6.1, compress_file_range since 6.5 */
-	[WF_BTRFS_COMPRESS_61] = "async_cow_start", [WF_BTRFS_COMPRESS] = "compress_file_range",
+	[WF_BTRFS_COMPRESS_61] = "async_cow_start",
+	[WF_BTRFS_COMPRESS] = "compress_file_range",
 };
 
 /* the same frozen configuration for every object; computed once (BTF lookups, a BPF program run) */
@@ -166,7 +182,8 @@ static void fill_cfg(struct fst_cfg *out)
 	c->btrfs_work_helper = a[WF_BTRFS_WORK_HELPER];
 	c->btrfs_compress_fn = a[WF_BTRFS_COMPRESS_61] ? a[WF_BTRFS_COMPRESS_61] : a[WF_BTRFS_COMPRESS];
 	const char *compress_fn = func_param_index("btrfs_compress_folios", "total_out") >= 0 ?
-				  "btrfs_compress_folios" : "btrfs_compress_pages";
+				      "btrfs_compress_folios" :
+				      "btrfs_compress_pages";
 	c->btrfs_compress_owner_is_inode = func_param_index(compress_fn, "inode") >= 0;
 	c->btrfs_compress_arg_owner = func_param_index(compress_fn, c->btrfs_compress_owner_is_inode ? "inode" : "mapping");
 	c->btrfs_compress_arg_start = func_param_index(compress_fn, "start");
@@ -193,7 +210,7 @@ static void fill_cfg(struct fst_cfg *out)
 	c->wakeup_bytes = FST_RINGBUF_BYTES / 4;
 	done = true;
 	*out = cached;
-	out->task_storage = T->task_storage_on;	/* decided per load attempt, after the cache was filled */
+	out->task_storage = T->task_storage_on; /* decided per load attempt, after the cache was filled */
 	out->offcpu_at_switch_in = offcpu_at_switch_in();
 }
 
@@ -201,7 +218,7 @@ static void fill_cfg(struct fst_cfg *out)
 static void reuse_maps(struct bpf_object *owner, struct bpf_object *obj)
 {
 	struct bpf_map *m;
-	bpf_object__for_each_map(m, obj) {
+	bpf_object__for_each_map (m, obj) {
 		if (bpf_map__is_internal(m))
 			continue;
 		struct bpf_map *o = bpf_object__find_map_by_name(owner, bpf_map__name(m));
@@ -243,7 +260,7 @@ static void setup_task_state_map(struct bpf_object *obj)
 {
 	struct bpf_map *k = bpf_object__find_map_by_name(obj, "offcpu_kstacks");
 	if (k && !offcpu_at_switch_in() && bpf_map__set_max_entries(k, 1))
-		die("sizing offcpu_kstacks: %s", strerror(errno));	/* 8 MiB preallocated, unused without storage */
+		die("sizing offcpu_kstacks: %s", strerror(errno)); /* 8 MiB preallocated, unused without storage */
 	struct bpf_map *m = bpf_object__find_map_by_name(obj, "task_reqs");
 	if (!m || T->task_storage_on)
 		return;
@@ -256,33 +273,34 @@ static void setup_task_state_map(struct bpf_object *obj)
  * open+load a skeleton with the best tiers; if the kernel refuses tp_btf, fall back to raw_tp (with
  * attempts = 1, no fallback: skel is left NULL instead of dying)
  */
-#define LOAD_SKEL_TRY(type, skel, probes, owner, attempts)                                          \
-	do {                                                                                        \
-		for (int attempt = 0; attempt < 2; attempt++) {                                     \
-			skel = type##__open();                                                      \
-			if (!skel)                                                                  \
-				die("opening " #type ": %s", strerror(errno));                     \
-			fill_cfg((struct fst_cfg *)&skel->rodata->cfg);                             \
-			if (owner)                                                                  \
-				reuse_maps(owner, skel->obj);                                       \
-			else                                                                        \
-				setup_task_state_map(skel->obj);                                    \
-			tiers_select(skel->obj, probes, N(probes), opt.no_btf_tp || attempt, opt.no_fentry); \
-			if (!type##__load(skel))                                                    \
-				break;                                                              \
-			int err_ = errno;                                                           \
-			type##__destroy(skel);                                                      \
-			skel = NULL;                                                                \
-			if (attempt + 1 >= (attempts)) {                                            \
-				if ((attempts) > 1)                                                 \
-					die("loading " #type ": %s", strerror(err_));              \
+#define LOAD_SKEL_TRY(type, skel, probes, owner, attempts)                                                    \
+	do {                                                                                                  \
+		for (int attempt = 0; attempt < 2; attempt++) {                                               \
+			skel = type##__open();                                                                \
+			if (!skel)                                                                            \
+				die("opening " #type ": %s", strerror(errno));                                \
+			fill_cfg((struct fst_cfg *)&skel->rodata->cfg);                                       \
+			if (owner)                                                                            \
+				reuse_maps(owner, skel->obj);                                                 \
+			else                                                                                  \
+				setup_task_state_map(skel->obj);                                              \
+			tiers_select(skel->obj, probes, N(probes), opt.no_btf_tp || attempt, opt.no_fentry);  \
+			if (!type##__load(skel))                                                              \
+				break;                                                                        \
+			int err_ = errno;                                                                     \
+			type##__destroy(skel);                                                                \
+			skel = NULL;                                                                          \
+			if (attempt + 1 >= (attempts)) {                                                      \
+				if ((attempts) > 1)                                                           \
+					die("loading " #type ": %s", strerror(err_));                         \
 				fprintf(stderr, "fstrace-collect: " #type " did not load with tp_btf (%s)\n", \
-					strerror(err_));                                            \
-				break;                                                              \
-			}                                                                           \
-			fprintf(stderr, "fstrace-collect: " #type " did not load with tp_btf (%s); "  \
-					"retrying with raw_tp\n", strerror(err_));                  \
-		}                                                                                   \
+					strerror(err_));                                                      \
+				break;                                                                        \
+			}                                                                                     \
+			fprintf(stderr, "fstrace-collect: " #type " did not load with tp_btf (%s); "          \
+					"retrying with raw_tp\n",                                             \
+				strerror(err_));                                                              \
+		}                                                                                             \
 	} while (0)
 #define LOAD_SKEL(type, skel, probes, owner) LOAD_SKEL_TRY(type, skel, probes, owner, 2)
 
@@ -312,26 +330,26 @@ static void mark_unavailable(struct probe *probes, int n, const char *why)
  * probe has a tier.  A load failure makes them unavailable (with the reason)
  * instead of ending the run.
  */
-#define LOAD_OPTIONAL_SKEL(type, skel, probes, owner)                                               \
-	do {                                                                                        \
-		skel = type##__open();                                                              \
-		if (!skel)                                                                          \
-			die("opening " #type ": %s", strerror(errno));                             \
-		fill_cfg((struct fst_cfg *)&skel->rodata->cfg);                                     \
-		reuse_maps(owner, skel->obj);                                                       \
-		tiers_select(skel->obj, probes, N(probes), opt.no_btf_tp, opt.no_fentry);           \
-		if (!any_tier(probes, N(probes)) || opt.block_only) {                               \
-			if (opt.block_only)                                                         \
-				mark_unavailable(probes, N(probes), "not loaded: --block-only");   \
-			type##__destroy(skel);                                                      \
-			skel = NULL;                                                                \
-		} else if (type##__load(skel)) {                                                    \
-			char why_[128];                                                             \
-			snprintf(why_, sizeof(why_), "load failed: %s", strerror(errno));           \
-			mark_unavailable(probes, N(probes), why_);                                  \
-			type##__destroy(skel);                                                      \
-			skel = NULL;                                                                \
-		}                                                                                   \
+#define LOAD_OPTIONAL_SKEL(type, skel, probes, owner)                                            \
+	do {                                                                                     \
+		skel = type##__open();                                                           \
+		if (!skel)                                                                       \
+			die("opening " #type ": %s", strerror(errno));                           \
+		fill_cfg((struct fst_cfg *)&skel->rodata->cfg);                                  \
+		reuse_maps(owner, skel->obj);                                                    \
+		tiers_select(skel->obj, probes, N(probes), opt.no_btf_tp, opt.no_fentry);        \
+		if (!any_tier(probes, N(probes)) || opt.block_only) {                            \
+			if (opt.block_only)                                                      \
+				mark_unavailable(probes, N(probes), "not loaded: --block-only"); \
+			type##__destroy(skel);                                                   \
+			skel = NULL;                                                             \
+		} else if (type##__load(skel)) {                                                 \
+			char why_[128];                                                          \
+			snprintf(why_, sizeof(why_), "load failed: %s", strerror(errno));        \
+			mark_unavailable(probes, N(probes), why_);                               \
+			type##__destroy(skel);                                                   \
+			skel = NULL;                                                             \
+		}                                                                                \
 	} while (0)
 
 void tracer_load(struct tracer *t)

@@ -46,14 +46,14 @@ static void field(json *a, const char *name, const char *type, size_t offset, si
 }
 #define FIELD_JSON(t, n) field(a, #n, #t, offsetof(rec_t, n), sizeof(((rec_t *)0)->n));
 #define STRING_JSON(n, len) field(a, #n, "char", offsetof(rec_t, n), len);
-#define DEFINE_LAYOUT(lname, rstruct, FIELDS)                                 \
-	static json *layout_##lname(void)                                       \
-	{                                                                       \
-		typedef rstruct rec_t;                                          \
-		json *a = jarr();                                               \
-		FST_REC_HEADER(FIELD_JSON, STRING_JSON)                         \
-		FIELDS(FIELD_JSON, STRING_JSON)                                 \
-		return a;                                                       \
+#define DEFINE_LAYOUT(lname, rstruct, FIELDS)           \
+	static json *layout_##lname(void)               \
+	{                                               \
+		typedef rstruct rec_t;                  \
+		json *a = jarr();                       \
+		FST_REC_HEADER(FIELD_JSON, STRING_JSON) \
+		FIELDS(FIELD_JSON, STRING_JSON)         \
+		return a;                               \
 	}
 
 DEFINE_LAYOUT(req, struct fst_req, FST_REQ_FIELDS)
@@ -89,10 +89,10 @@ static void enum_value(json *e, int v, const char *name)
 	jset(e, k, jstr(name));
 }
 #define ENUM_JSON(c, v, n) enum_value(e, v, n);
-#define ENUM_OBJ(name, X)                         \
-	do {                                      \
-		json *e = jset(o, name, jobj());  \
-		X(ENUM_JSON)                      \
+#define ENUM_OBJ(name, X)                        \
+	do {                                     \
+		json *e = jset(o, name, jobj()); \
+		X(ENUM_JSON)                     \
 	} while (0)
 
 /* the enumerations in records.h: {"req_kind": {"1": "read", ...}, ...} */
@@ -124,11 +124,12 @@ static json *enums_json(void)
 	return o;
 }
 
-#define REC_NAME_CASE(c, v, n) case c: return n;
+#define REC_NAME_CASE(c, v, n) \
+	case c: return n;
 static const char *rec_name(int type)
 {
 	switch (type) {
-	FST_REC_TYPES(REC_NAME_CASE)
+		FST_REC_TYPES(REC_NAME_CASE)
 	}
 	return NULL;
 }
@@ -280,7 +281,7 @@ int results_finish(struct results *r, json *header)
 	static const char pad[8];
 	size_t head = sizeof(pre) + 4 + h.len;
 	if (!err && (fwrite(pre, sizeof(pre), 1, out) != 1 || fwrite(&hcrc, 4, 1, out) != 1 ||
-	    fwrite(h.s, h.len, 1, out) != 1 || (head % 8 && fwrite(pad, 8 - head % 8, 1, out) != 1)))
+		     fwrite(h.s, h.len, 1, out) != 1 || (head % 8 && fwrite(pad, 8 - head % 8, 1, out) != 1)))
 		err = -errno;
 	free(h.s);
 	for (int t = 1; !err && t < FST_MAX_REC_TYPES; t++)

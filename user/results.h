@@ -34,13 +34,13 @@ struct spool {
 	FILE *f;
 	uint64_t count;
 	uint32_t rec_size;
-	uint32_t crc;	/* CRC32 of the spooled records, once finished */
+	uint32_t crc; /* CRC32 of the spooled records, once finished */
 };
 
 struct results {
 	const char *path;
 	struct spool spools[FST_MAX_REC_TYPES];
-	uint64_t bad_records;	/* records whose size did not match their type */
+	uint64_t bad_records; /* records whose size did not match their type */
 };
 
 int results_open(struct results *r, const char *path);

@@ -149,9 +149,9 @@ static bool fentry_can_attach(const char *func, char *why, size_t why_len)
 		if (link_fd < 0)
 			err = -errno;
 	}
-	if (err == -524)	/* ENOTSUPP, kernel-internal: strerror has no name for it */
+	if (err == -524) /* ENOTSUPP, kernel-internal: strerror has no name for it */
 		snprintf(why, why_len, "fentry: test %s of %s failed: not supported for this function by the "
-			 "kernel (ENOTSUPP; trampolines before 6.6 take at most 6 arguments)",
+				       "kernel (ENOTSUPP; trampolines before 6.6 take at most 6 arguments)",
 			 prog_fd < 0 ? "load" : "attach", func);
 	else if (err)
 		snprintf(why, why_len, "fentry: test %s of %s failed: %s", prog_fd < 0 ? "load" : "attach",
@@ -242,7 +242,7 @@ void tiers_select(struct bpf_object *obj, struct probe *probes, int n, bool no_b
 				continue;
 			struct bpf_program *prog = bpf_object__find_program_by_name(obj, p->progs[t]);
 			struct bpf_program *exit_prog =
-				p->exit_progs[t] ? bpf_object__find_program_by_name(obj, p->exit_progs[t]) : NULL;
+			    p->exit_progs[t] ? bpf_object__find_program_by_name(obj, p->exit_progs[t]) : NULL;
 			if (!prog)
 				continue;
 			bpf_program__set_autoload(prog, false);
@@ -340,7 +340,7 @@ int tiers_attach_empty(struct probe *probes, int n)
 			if (!progs[k])
 				continue;
 			int link = attach_empty_like(progs[k], &p->empty_fd[k]);
-			if (link < 0 && k == 1) {	/* no exit twin: the entry twin goes too */
+			if (link < 0 && k == 1) { /* no exit twin: the entry twin goes too */
 				close(p->empty_link_fd[0]);
 				close(p->empty_fd[0]);
 				p->empty_link_fd[0] = p->empty_fd[0] = 0;

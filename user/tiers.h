@@ -18,21 +18,21 @@ enum tier {
 };
 
 struct probe {
-	const char *name;		/* kernel function or tracepoint */
-	enum fst_figure figure;		/* the figure it measures (records.h FST_FIGURES): how it is found */
-	const char *measures;		/* that figure in words, for people */
-	const char *progs[TIER_MAX];	/* program name in the object per tier, NULL = no such variant */
-	const char *exit_progs[TIER_MAX];	/* its exit twin (fexit, kretprobe), if the tier needs one */
-	bool required;			/* the run cannot go on without it */
+	const char *name;		  /* kernel function or tracepoint */
+	enum fst_figure figure;		  /* the figure it measures (records.h FST_FIGURES): how it is found */
+	const char *measures;		  /* that figure in words, for people */
+	const char *progs[TIER_MAX];	  /* program name in the object per tier, NULL = no such variant */
+	const char *exit_progs[TIER_MAX]; /* its exit twin (fexit, kretprobe), if the tier needs one */
+	bool required;			  /* the run cannot go on without it */
 	/* filled by tier selection and attach */
 	enum tier tier;
-	char why[256];			/* why better tiers were not used, or why it is unavailable */
+	char why[256]; /* why better tiers were not used, or why it is unavailable */
 	struct bpf_program *prog, *exit_prog;
 	struct bpf_link *link, *exit_link;
-	int empty_fd[2], empty_link_fd[2];	/* tiers_attach_empty: programs and links, 0 = none */
-	unsigned long long misses;	/* runs the kernel skipped (recursion guard), read at the end */
-	unsigned long long runs;	/* runs, counted only with kernel.bpf_stats_enabled=1 */
-	unsigned long long run_ns;	/* time in the program over those runs (same condition) */
+	int empty_fd[2], empty_link_fd[2]; /* tiers_attach_empty: programs and links, 0 = none */
+	unsigned long long misses;	   /* runs the kernel skipped (recursion guard), read at the end */
+	unsigned long long runs;	   /* runs, counted only with kernel.bpf_stats_enabled=1 */
+	unsigned long long run_ns;	   /* time in the program over those runs (same condition) */
 };
 
 const char *tier_name(enum tier t);
