@@ -16,7 +16,7 @@ WORKLOAD_PKGS = {"fio", "erofs-utils", "squashfs-tools", "btrfs-progs", "xfsprog
                  "libdeflate-dev", "liblz4-dev", "autoconf"}
 CLI_PKGS = {"python3"}
 ANALYSIS_PKGS = {"python3-numpy", "python3-matplotlib"}
-TEST_PKGS = {"python3-pytest", "qemu-system-x86", "chromium"}
+TEST_PKGS = {"python3-pytest", "clang-format", "qemu-system-x86", "chromium"}
 
 
 @pytest.fixture
