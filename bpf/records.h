@@ -48,6 +48,7 @@
 	E(FST_REQ_GETDENTS, 4, "getdents")	/* getdents64 */      \
 	E(FST_REQ_WRITE, 5, "write")	/* write, pwrite64, writev, pwritev, pwritev2 */ \
 	E(FST_REQ_SYNC, 6, "sync")	/* fsync, fdatasync, sync, syncfs */
+#define FST_NR_REQ_KINDS 6	/* numbered from 1 */
 
 /* how a block request was charged to a traced task */
 #define FST_CHARGES(E)                                                         \
@@ -243,6 +244,36 @@ enum fst_io_op { FST_IO_OPS(FST_ENUM_MEMBER) };
 enum fst_figure { FST_FIGURES(FST_ENUM_MEMBER) };
 #define FST_PART_ENUM_MEMBER(c, v, field, ...) c = v,
 enum fst_part { FST_PARTS(FST_PART_ENUM_MEMBER) };
+
+/*
+ * The tables checked where they are compiled (BPF objects and collector alike): values below 64 and each once,
+ * and a count kept beside a table equal to its entries, numbered from 0 (or 1) without a gap, so an entry added
+ * without its count, or a value given twice or skipped, does not compile.
+ */
+#define FST_ONE(c, v, ...) +1
+#define FST_BIT(c, v, ...) | (1ull << (v))
+#define FST_ASSERT_DISTINCT(list) \
+	_Static_assert((0 list(FST_ONE)) == __builtin_popcountll(0ull list(FST_BIT)), #list ": a value twice, or one above 63")
+#define FST_ASSERT_NUMBERED(list, first, n) \
+	_Static_assert((0 list(FST_ONE)) == (n) && (0ull list(FST_BIT)) == ((1ull << (n)) - 1) << (first), \
+		       #list ": the values " #first " to " #first " + " #n " - 1, each once")
+#define FST_ASSERT_BELOW(list, n) _Static_assert((0ull list(FST_BIT)) < (1ull << (n)), #list ": every value below " #n)
+FST_ASSERT_DISTINCT(FST_REC_TYPES);
+FST_ASSERT_NUMBERED(FST_REQ_KINDS, 1, FST_NR_REQ_KINDS);
+FST_ASSERT_DISTINCT(FST_CHARGES);
+FST_ASSERT_DISTINCT(FST_HIST_METRICS);
+FST_ASSERT_DISTINCT(FST_FILESYSTEMS);
+FST_ASSERT_DISTINCT(FST_ALGS);
+FST_ASSERT_DISTINCT(FST_CONTEXTS);
+FST_ASSERT_DISTINCT(FST_TIERS);
+FST_ASSERT_DISTINCT(FST_WORK_KINDS);
+FST_ASSERT_DISTINCT(FST_EROFS_EVENTS);
+FST_ASSERT_DISTINCT(FST_FS_CACHES);
+FST_ASSERT_DISTINCT(FST_EROFS_MAP_FLAGS);
+FST_ASSERT_NUMBERED(FST_PARTS, 0, FST_NR_PARTS);
+FST_ASSERT_NUMBERED(FST_IO_OPS, 0, FST_IO_SUBS);
+FST_ASSERT_DISTINCT(FST_FIGURES);
+FST_ASSERT_DISTINCT(FST_AMPLIFICATION);
 
 /*
  * Request: wall time [ts_start_ns, ts_end_ns] is partitioned into
@@ -562,6 +593,7 @@ struct fst_rq_start {
 	E(FST_LOSS_TASK_STATE, 3, "task_state_full")	/* a thread's request state: its requests are not traced */
 #define FST_NR_LOSSES 4
 enum fst_loss { FST_LOSSES(FST_ENUM_MEMBER) };
+FST_ASSERT_NUMBERED(FST_LOSSES, 0, FST_NR_LOSSES);
 /* clang-format on */
 
 /*
@@ -587,6 +619,7 @@ enum fst_loss { FST_LOSSES(FST_ENUM_MEMBER) };
 	E(FST_SITE_SAMPLE, 10, "perf_event sampling")
 #define FST_NR_TRACER_SITES 11
 enum fst_tracer_site_id { FST_TRACER_SITES(FST_ENUM_MEMBER) };
+FST_ASSERT_NUMBERED(FST_TRACER_SITES, 0, FST_NR_TRACER_SITES);
 /* clang-format on */
 #define FST_TRACER_TIME_EVERY 16
 
@@ -630,8 +663,6 @@ struct fst_tracer_site {
  * instructions the verifier inlines, where the hash's took 2 % of a warm 4 KiB read.
  */
 #define FST_REQ_AGG_MAX 64
-#define FST_NR_REQ_KINDS 6 /* FST_REQ_KINDS, numbered from 1 */
-_Static_assert(FST_REQ_SYNC == FST_NR_REQ_KINDS, "FST_NR_REQ_KINDS: the kinds are numbered 1..FST_NR_REQ_KINDS");
 
 struct fst_hist_key {
 	__u32 metric;
@@ -797,6 +828,8 @@ struct fst_dev_io {
 enum fst_offcpu_reason { FST_OFFCPU_REASONS(FST_ENUM_MEMBER) };
 /* clang-format on */
 #define FST_MAX_OFFCPU_REASONS 8
+FST_ASSERT_DISTINCT(FST_OFFCPU_REASONS);
+FST_ASSERT_BELOW(FST_OFFCPU_REASONS, FST_MAX_OFFCPU_REASONS);
 
 /* frames kept of a sampled user stack (each a struct bpf_stack_build_id) */
 #define FST_USER_STACK_DEPTH 32
@@ -817,6 +850,7 @@ struct fst_offcpu_key {
 
 /* drop counters, one per record type (index = enum fst_rec_type) */
 #define FST_MAX_REC_TYPES 16
+FST_ASSERT_BELOW(FST_REC_TYPES, FST_MAX_REC_TYPES);
 
 /* a kernel function the collector asks the kernel's address of (ksyms.bpf.c), for fst_cfg's work functions */
 #define FST_KSYM_QUERIES 16
