@@ -86,6 +86,25 @@ def test_unknown_mix_entry_and_fs_are_one_line(tmp_path):
         assert not os.path.exists(tmp_path / "o")
 
 
+# how a fact's text states its value, and how far from the value the rounding to that text may take it
+SAID_AS = {"count": 1, "seconds": 1, "pct": 100, "pct100": 1, "ratio": 1, "kib": 1 / 1024, "mib": 1 / (1 << 20)}
+SAID_WITHIN = {
+    "count": lambda v: 500 if v >= 10000 else 0.5,        # thousands as "N k"
+    "seconds": lambda v: 0.0005 if v < 10 else 0.005,
+    "pct": lambda v: 0.005,                               # a share, to a whole per cent
+    "pct100": lambda v: 0.5,
+    "ratio": lambda v: 0.05 if v < 10 else 0.5,
+    "kib": lambda v: 0.05 * 1024,
+    "mib": lambda v: 0.05 * (1 << 20),
+}
+
+
+def said(text, fmt):
+    """The value a fact's text states, in the figure's own unit."""
+    n = float(text[:-2]) * 1000 if text.endswith(" k") else float(text)
+    return n / SAID_AS[fmt]
+
+
 def _check_sentences(out, doc_key, bench_sub):
     adv = json.loads((out / "advice.json").read_text())[doc_key]
     bench = json.loads((out / bench_sub / "bench.json").read_text())
@@ -103,12 +122,17 @@ def _check_sentences(out, doc_key, bench_sub):
                 assert f["value"] == sizes[f["label"]]
             else:
                 assert f["value"] == med[(f["workload"], f["label"])][f["figure"]]
-            assert f["text"] == advice.FORMATS[f["format"]](f["value"])
+            within = SAID_WITHIN[f["format"]](f["value"]) * (1 + 1e-9)  # half a unit of the last digit, inclusive
+            assert said(f["text"], f["format"]) == pytest.approx(f["value"], abs=within), f
         assert sorted(c["order"]) == list(range(len(facts)))
         assert advice.numbers(c["text"], names) == [facts[i]["text"] for i in c["order"]]
-    # the ranking and the front are the pure functions of the measured points
-    pts = [(c["label"], c["bytes"], c["weighted_s"]) for c in adv["ranking"]]
-    assert [c["label"] for c in adv["ranking"] if c["pareto"]] == advice.pareto(pts)
+    # the front: the candidates no other is at least as small and as fast as, and better in one
+    ranking = adv["ranking"]
+
+    def beaten(c):
+        return any(o["bytes"] <= c["bytes"] and o["weighted_s"] <= c["weighted_s"] and
+                   (o["bytes"], o["weighted_s"]) != (c["bytes"], c["weighted_s"]) for o in ranking)
+    assert [c["pareto"] for c in ranking] == [not beaten(c) for c in ranking]
     for c in adv["ranking"]:
         assert c["weighted_s"] == med[("stat-all", c["label"])]["wall_s"]
         times = [r["wall_s"] for r in bench["rows"] if r["label"] == c["label"]]

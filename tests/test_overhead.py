@@ -171,8 +171,9 @@ def test_tracer_part_in_summary_and_figures(erofs_randread):
     assert s["tracer"]["part_ns"] == s["attribution"]["parts_ns"]["tracer_ns"]
     prefix = res.header["tracer_frame_prefix"]
     sm = s["tracer"]["sampled"]
+    # a sample is the tracer's when its stack passes through one of fstrace's programs (a frame with the prefix)
     assert sm["tracer_samples"] == sum(n for st, n in sampling.folded(res.header).items()
-                                       if sampling.is_tracer(st, prefix))
+                                       if any(f.startswith(prefix) for f in st.split(";")))
     # a short cold run may see none (the programs take a few per cent of a small on-CPU time):
     # test_tracer_programs_named_in_stacks makes sure of some
     if sm["tracer_samples"]:
@@ -197,7 +198,7 @@ def test_tracer_programs_named_in_stacks(tmp_path, mounted_erofs):
     prefix = res.header["tracer_frame_prefix"]
     folded = sampling.folded(res.header)
     frames = {fr for st in folded for fr in st.split(";") if fr.startswith(prefix)}
-    assert sum(n for st, n in folded.items() if sampling.is_tracer(st, prefix)) >= 20, frames
+    assert sum(n for st, n in folded.items() if any(f.startswith(prefix) for f in st.split(";"))) >= 20, frames
     loaded = {pr["probe"] for pr in res.header["probes"] if pr["tier"] != "unavailable"}
     # every labelled frame is one of the programs behind the probes the header lists (or the sampler's own)
     assert all(any(fr[len(prefix):].startswith(name[:10]) for name in loaded) or "sample" in fr
@@ -382,7 +383,10 @@ def test_tracer_part_sampled_timing_reconciles(erofs_randread):
             mean, sd = site["runs"] / every, (site["runs"] * (1 / every) * (1 - 1 / every)) ** 0.5
             assert abs(site["timed"] - mean) <= 6 * sd + os.cpu_count(), (name, site)
     est = s["tracer"]["estimate"]
-    assert est["time_every"] == every and est["error_ns_95"] >= 0 and "1 in 16" in est["method"]
+    assert est["time_every"] == every and "1 in 16" in est["method"]
+    # untimed runs charged a mean of timed runs that vary: the estimate has an error, and it is under the part
+    # itself (each site's mean is over hundreds of timed runs here)
+    assert 0 < est["error_ns_95"] < part
     assert set(est["sites"]) == set(ts["sites"])
 
 
