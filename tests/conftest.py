@@ -323,3 +323,39 @@ def alive(pid):
             return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
     except OSError:
         return False
+
+
+def task_comm(pid):
+    """A process's name (/proc/PID/comm); None once it has gone."""
+    try:
+        with open("/proc/%s/comm" % pid) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def trace_python(tmp_path, name, script, args, *options):
+    """The collector around `python3 -c script args`, --records all (and options); its loaded results."""
+    from analysis import results
+    f = tmp_path / (name + ".fst")
+    subprocess.run([COLLECTOR, "-o", str(f), "--records", "all", *options, "--", "/usr/bin/python3", "-c", script]
+                   + list(args), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return results.load(str(f))
+
+
+def assert_exact_partition(res):
+    """Every recorded request's parts sum to its wall time; every counted key's parts to its wall time."""
+    import numpy as np
+    from analysis import summary as S
+    req = res["req"]
+    wall = (req["ts_end_ns"] - req["ts_start_ns"]).astype(np.int64)
+    parts = sum(req[p].astype(np.int64) for p in S.ATTRIBUTION_PARTS)
+    assert np.array_equal(wall, parts)
+    for row in res.header["kernel_aggregates"]["requests_counted"]:
+        assert sum(row["part_ns"].values()) == row["wall_ns"]
+        assert set(row["part_ns"]) == set(S.ATTRIBUTION_PARTS)
+        # counted requests never left the CPU: only on-CPU work and the tracer's
+        assert {p for p, v in row["part_ns"].items() if v} <= {"oncpu_ns", "tracer_ns"}
+        assert sum(row["wall_hist"]) == sum(row["wall_ns_loglin"]) == row["count"]
+        for p, v in row["part_ns"].items():
+            assert sum(row["part_hist"][p]) <= row["count"] and (sum(row["part_hist"][p]) > 0) == (v > 0)

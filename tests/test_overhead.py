@@ -13,7 +13,7 @@ import pytest
 from analysis import hist, results, sampling, schema
 from analysis import summary as S
 from analysis.summary import enum_value
-from conftest import COLLECTOR, drop_caches, offcpu_by_reason, run_workload
+from conftest import COLLECTOR, assert_exact_partition, drop_caches, offcpu_by_reason, run_workload, trace_python
 
 
 @pytest.fixture(scope="module")
@@ -25,22 +25,6 @@ def warm_randread(tmp_path_factory):
 @pytest.fixture(scope="module")
 def warm_randread_all(tmp_path_factory):
     return run_workload(tmp_path_factory, "erofs", "randread", "--warm", "--records", "all")
-
-
-def exact_partition(res):
-    """Every recorded request's parts sum to its wall time; every counted key's parts to its wall time."""
-    req = res["req"]
-    wall = (req["ts_end_ns"] - req["ts_start_ns"]).astype(np.int64)
-    parts = sum(req[p].astype(np.int64) for p in S.ATTRIBUTION_PARTS)
-    assert np.array_equal(wall, parts)
-    for row in res.header["kernel_aggregates"]["requests_counted"]:
-        assert sum(row["part_ns"].values()) == row["wall_ns"]
-        assert set(row["part_ns"]) == set(S.ATTRIBUTION_PARTS)
-        # counted requests never left the CPU: only on-CPU work and the tracer's
-        assert {p for p, v in row["part_ns"].items() if v} <= {"oncpu_ns", "tracer_ns"}
-        assert sum(row["wall_hist"]) == sum(row["wall_ns_loglin"]) == row["count"]
-        for p, v in row["part_ns"].items():
-            assert sum(row["part_hist"][p]) <= row["count"] and (sum(row["part_hist"][p]) > 0) == (v > 0)
 
 
 @pytest.mark.bpf
@@ -63,7 +47,7 @@ def test_warm_randread_every_io_recorded_or_counted_none_dropped(warm_randread):
         (reads["ra_windows"] == 0) & (reads["nr_missed_events"] == 0) & (reads["ret"] >= 0) & \
         ((reads["ts_end_ns"] - reads["ts_start_ns"]) < slow)
     assert not plain.any()
-    exact_partition(res)
+    assert_exact_partition(res)
     # the summary's attribution adds the counted parts to the recorded ones, exactly
     a = s["attribution"]
     assert a["unaccounted_ns"] == 0
@@ -115,7 +99,7 @@ def test_requests_beyond_the_counted_aggregate_are_recorded(tmp_path):
     # the mounts read first had entries; the last ones found none left and were recorded whole
     assert counted.get(kdevs[0], 0) > 0
     assert kdevs[-1] not in counted
-    exact_partition(res)
+    assert_exact_partition(res)
 
 
 @pytest.mark.bpf
@@ -129,7 +113,7 @@ def test_records_all_streams_every_read_without_drops(warm_randread_all):
     reads = S.reads_of(res)
     assert len(reads) == gt["ios"] == s["reads"]["count"]
     assert S.counted_requests(res, kinds=("read",)) is None
-    exact_partition(res)
+    assert_exact_partition(res)
 
 
 @pytest.mark.bpf
@@ -194,7 +178,7 @@ def test_tracer_programs_named_in_stacks(tmp_path, mounted_erofs):
               "while time.monotonic() < end:\n"
               "    for _ in range(200):\n"
               "        os.pread(fd, 64, 0)\n")
-    res = run_python_traced(tmp_path, "busy", script, [path], "--sample-hz", "4999")
+    res = trace_python(tmp_path, "busy", script, [path], "--sample-hz", "4999")
     prefix = res.header["tracer_frame_prefix"]
     folded = sampling.folded(res.header)
     frames = {fr for st in folded for fr in st.split(";") if fr.startswith(prefix)}
@@ -204,27 +188,6 @@ def test_tracer_programs_named_in_stacks(tmp_path, mounted_erofs):
     assert all(any(fr[len(prefix):].startswith(name[:10]) for name in loaded) or "sample" in fr
                for fr in frames), frames
     assert any("sys_e" in fr for fr in frames), frames
-
-
-@pytest.mark.bpf
-def test_task_storage_and_pid_hash_agree(tmp_path):
-    """Per-task state in task-local storage (chosen here: tp_btf and the map type exist) and in the pid-hash
-    fallback (--no-tp-btf) record the same requests of a deterministic workload, each an exact partition."""
-    from analysis import results
-    n = {}
-    for mode, extra in (("task_storage", []), ("pid_hash", ["--no-tp-btf"])):
-        f = tmp_path / (mode + ".fst")
-        subprocess.run([COLLECTOR, "-o", str(f), "--records", "all"] + extra +
-                       ["--", "sh", "-c", "for i in 1 2 3 4 5 6 7 8; do cat /etc/passwd; done > /dev/null"],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        res = results.load(str(f))
-        assert res.header["task_state"]["store"] == mode, res.header["task_state"]
-        exact_partition(res)
-        req = res["req"]
-        passwd = req[req["ino"] == os.stat("/etc/passwd").st_ino]
-        n[mode] = int(((passwd["kind"] == S.enum_value(res.header, "req_kind", "read")) & (passwd["ret"] > 0)).sum())
-    # each cat reads /etc/passwd in one read that returns data (then one that returns 0)
-    assert n["task_storage"] == n["pid_hash"] == 8
 
 
 def empty_program_ids():
@@ -275,90 +238,6 @@ def test_io_stack_sampling_reconciles(erofs_randread, erofs_tar_16k):
     assert erofs_tar_16k[1].header["io_stack_sampling"]["mode"] == "all"
     assert "not sampled" not in [d for d in erofs_tar_16k[2]["devices"].values()
                                  if d["level"] == "loop"][0]["by_origin"]
-
-
-def run_python_traced(tmp_path, name, script, args, *options):
-    """The collector around `python3 -c script args`, --records all (and options); its loaded results."""
-    from analysis import results
-    f = tmp_path / (name + ".fst")
-    subprocess.run([COLLECTOR, "-o", str(f), "--records", "all", *options, "--", "/usr/bin/python3", "-c", script]
-                   + list(args), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    return results.load(str(f))
-
-
-def inode_devices(paths):
-    """{inode number: superblock device in the kernel's encoding} of files, as their reads must name them."""
-    out = {}
-    for p in paths:
-        st = os.stat(p)
-        out[st.st_ino] = os.major(st.st_dev) << 20 | os.minor(st.st_dev)
-    return out
-
-
-@pytest.mark.bpf
-def test_file_identity_is_right_when_struct_files_are_reused(tmp_path):
-    """sys_enter keeps the last inode's device and type per thread; struct files (and their addresses) are
-    reused as soon as they are closed, across filesystems: every read must still name its own file."""
-    paths = ["/etc/passwd", "/proc/cpuinfo", "/sys/kernel/mm/transparent_hugepage/enabled", "/etc/services",
-             "/proc/version", "/etc/hostname"]
-    paths = [p for p in paths if os.path.exists(p)]
-    script = ("import sys\n"
-              "for i in range(20):\n"
-              "    for p in sys.argv[1:]:\n"
-              "        with open(p, 'rb', buffering=0) as f:\n"
-              "            f.read(64)\n")
-    res = run_python_traced(tmp_path, "files", script, paths)
-    req = res["req"]
-    read = S.enum_value(res.header, "req_kind", "read")
-    expected = inode_devices(paths)
-    reads = req[(req["kind"] == read) & np.isin(req["ino"], list(expected)) & (req["count"] == 64)]
-    # 20 rounds of one 64-byte read per file, each attributed to its own inode on its own device
-    assert len(reads) == 20 * len(paths)
-    for ino, sdev in zip(reads["ino"].tolist(), reads["sdev"].tolist()):
-        assert expected[ino] == sdev, (ino, sdev)
-
-
-@pytest.mark.bpf
-def test_descriptor_paths_and_task_names(tmp_path, mounted_erofs):
-    """sys_enter reads a descriptor's file through typed loads while the thread's descriptors are in the table
-    embedded in its files_struct (the first 64), and through helper reads once that table has grown (a
-    descriptor past 64, and one under 64 in the grown table): each read names its own file, device and position.
-    Records carry the task's name as it is now, clipped at its end after a rename to a shorter one."""
-    mnt, _ = mounted_erofs
-    files = sorted(os.path.join(d, n) for d, _, ns in os.walk(mnt) for n in ns)[:4]
-    assert files
-    script = ("import ctypes, os, sys\n"
-              "prctl = ctypes.CDLL(None).prctl\n"
-              "def rounds():\n"
-              "    for p in sys.argv[1:]:\n"
-              "        fd = os.open(p, os.O_RDONLY)\n"
-              "        os.pread(fd, 64, 3)\n"
-              "        os.lseek(fd, 5, 0)\n"
-              "        os.read(fd, 32)\n"
-              "        os.close(fd)\n"
-              "prctl(15, b'fst-a-long-name', 0, 0, 0)\n"
-              "prctl(15, b'fst-small', 0, 0, 0)\n"
-              "rounds()\n"
-              "held = [os.open('/dev/null', os.O_RDONLY) for _ in range(100)]\n"
-              "prctl(15, b'fst-high', 0, 0, 0)\n"
-              "rounds()\n"
-              "os.close(held[10])\n"
-              "prctl(15, b'fst-low', 0, 0, 0)\n"
-              "rounds()\n")
-    res = run_python_traced(tmp_path, "fds", script, files)
-    req = res["req"]
-    read = S.enum_value(res.header, "req_kind", "read")
-    want = inode_devices(files)
-    for phase in (b"fst-small", b"fst-high", b"fst-low"):
-        mine = req[(req["comm"] == phase) & (req["kind"] == read)]
-        reads = mine[np.isin(mine["ino"], list(want))]
-        # per file a pread of 64 bytes at 3 and a read of 32 at the file position 5, each on its own file
-        assert sorted(zip(reads["count"].tolist(), reads["pos"].tolist())) == sorted([(64, 3), (32, 5)] * len(files))
-        assert all(want[i] == d for i, d in zip(reads["ino"].tolist(), reads["sdev"].tolist()))
-    # no record under the old long name's leftovers: every name is one the script set, or python's own
-    names = set(req["comm"].tolist())
-    assert {b"fst-small", b"fst-high", b"fst-low"} <= names
-    assert not any(n.startswith(b"fst-") and n not in (b"fst-small", b"fst-high", b"fst-low") for n in names)
 
 
 @pytest.mark.bpf
@@ -452,68 +331,6 @@ def test_block_only_charges_every_block_request_to_its_reader(tmp_path, mounted_
     assert sum(res.header["drops"].values()) == 0
 
 
-@pytest.mark.bpf
-def test_path_based_stat_calls_are_placed_on_their_filesystem(tmp_path, mounted_erofs):
-    """A stat call by path has no descriptor: its file is placed by what the kernel wrote into the caller's
-    buffer (struct stat for newfstatat, struct statx for statx).  With a filesystem filter (--sdev) only the
-    calls on that filesystem are kept, each with its file's device and inode; a failed call, or one on another
-    filesystem, is not."""
-    mnt, _ = mounted_erofs
-    files = sorted(os.path.join(mnt, n) for n in os.listdir(mnt))
-    sdev = os.stat(mnt).st_dev
-    want = inode_devices(files)
-    script = ("import os, subprocess, sys\n"
-              "for p in sys.argv[1:]:\n"
-              "    os.stat(p)\n"                               # newfstatat: struct stat
-              "subprocess.run(['stat', '-c', '%i'] + sys.argv[1:] + ['/etc/hostname'], stdout=subprocess.DEVNULL)\n"
-              "try:\n"
-              "    os.stat(sys.argv[1] + '.missing')\n"
-              "except FileNotFoundError:\n"
-              "    pass\n")
-    res = run_python_traced(tmp_path, "stat", script, files, "--sdev",
-                            "%d:%d" % (os.major(sdev), os.minor(sdev)))
-    req = res["req"]
-    stat = req[req["kind"] == S.enum_value(res.header, "req_kind", "stat")]
-    assert res.header["stat_calls_placed"] is True
-    # every kept stat call is on the filesystem, on one of its files: two per file (python's and stat's statx)
-    assert set(stat["sdev"].tolist()) == {os.major(sdev) << 20 | os.minor(sdev)}
-    by_ino = {}
-    for ino in stat["ino"].tolist():
-        by_ino[ino] = by_ino.get(ino, 0) + 1
-    assert {i: n for i, n in by_ino.items() if i in want} == {i: 2 for i in want}, by_ino
-    assert stat["ret"].min() == 0  # the failed call (ENOENT) has nothing to place it by: not kept
-    nrs = set(stat["syscall_nr"].tolist())
-    assert len(nrs) == 2, nrs  # both layouts: newfstatat and statx
-
-
-@pytest.mark.bpf
-def test_work_functions_found_by_the_kernel_and_by_kallsyms_alike(tmp_path):
-    """The work functions the programs are configured with, asked of the kernel (bpf_kallsyms_lookup_name, which
-    keeps /proc/kallsyms out of load+attach), are found exactly where /proc/kallsyms lists them, as the fallback
-    that reads that file finds them.  (Their addresses stay out of the header: they would give away the kernel's
-    KASLR offset.  That they are right shows in the loop and erofs work the other tests see charged and named.)"""
-    text = {}
-    with open("/proc/kallsyms") as f:
-        for line in f:
-            addr, kind, name = line.split()[:3]
-            if kind in "tTwW" and int(addr, 16):
-                text.setdefault(name, int(addr, 16))
-    found = {}
-    for how, env in (("bpf_kallsyms_lookup_name", {}), ("/proc/kallsyms", {"FSTRACE_KSYMS_FROM_PROC": "1"})):
-        out = tmp_path / ("%d.fst" % len(found))
-        subprocess.run([COLLECTOR, "-o", str(out), "--", "true"], check=True, env=dict(os.environ, **env),
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wf = results.load(str(out)).header["work_functions"]
-        assert wf["found_by"] == how
-        found[how] = wf["found"]
-    asked, read = found["bpf_kallsyms_lookup_name"], found["/proc/kallsyms"]
-    assert asked == read
-    assert asked["loop_workfn"] and asked["z_erofs_decompressqueue_work"]  # built into this kernel
-    assert len(asked) == 8
-    for name, there in asked.items():
-        assert there == (name in text), name
-
-
 @pytest.mark.unit
 def test_bench_median_interval_is_the_order_statistic_one():
     """make bench-overhead decides each target from the median's distribution-free 95 % interval: the order
@@ -537,14 +354,6 @@ def test_bench_median_interval_is_the_order_statistic_one():
     assert B.verdict([0.90, 0.96], 0.97, 0.96) == "not met"
     assert B.verdict([0.96, 0.99], 0.97, 0.96).startswith("undecided")
     assert B.verdict([0.98, 0.99], 0.97, 0.75).startswith("undecided")
-
-
-def comm(pid):
-    try:
-        with open("/proc/%s/comm" % pid) as f:
-            return f.read().strip()
-    except OSError:
-        return ""
 
 
 def bench_mounts(pids):
@@ -582,7 +391,7 @@ def test_bench_overhead_interrupted_leaves_nothing(tmp_path, config, child):
     if child == "biolatency" and not shutil.which("biolatency"):
         pytest.skip("libbpf-tools' biolatency is not installed (make bench-overhead installs it)")
     from conftest import CACHE, ROOT, SCALE, bpf_objects_left, bpf_objects_of
-    from conftest import alive, descendants
+    from conftest import alive, descendants, task_comm as comm
     bench = subprocess.Popen([os.path.join(ROOT, "build", "venv", "bin", "python3"),
                               os.path.join(ROOT, "scripts", "bench_overhead.py"), "--reps", "50", "--configs", config,
                               "--cache", CACHE, "--scale", SCALE, "--out", str(tmp_path / "o.json")],
