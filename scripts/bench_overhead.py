@@ -55,11 +55,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from analysis import results, summary  # noqa: E402
-from user.runner import DEFAULT_BUDGET_PCT, die_with_parent, stop_process, tracing_options  # noqa: E402
+from user.runner import DEFAULT_BUDGET_PCT, die_with_parent, tracing_options  # noqa: E402
 from user.serve import COLLECTOR_OPTIONS as SERVE_OPTIONS  # noqa: E402
 from user.system import (Cleanup, FstraceError, Interrupted, backing_block_device, dev_numbers,  # noqa: E402
                          drop_caches, ensure_tracefs, install_signal_handlers, losetup, mount, mount_of,
-                         sdev_arg, signals_held, write_json_atomic)
+                         sdev_arg, signals_held, stop_process, write_json_atomic)
 from workloads import catalog, dataset, images  # noqa: E402
 
 COLLECTOR = os.path.join(ROOT, "build", "fstrace-collect")
