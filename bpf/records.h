@@ -85,10 +85,17 @@
 	E(FST_CTX_KWORKER, 3, "kworker")	/* in a workqueue worker */ \
 	E(FST_CTX_KTHREAD, 4, "kernel thread")	/* in another kernel thread (ksoftirqd, ...) */
 
-/* which tier measured a record (same order as the collector's tiers) */
-#define FST_TIERS(E)                 \
-	E(FST_TIER_FENTRY, 1, "fentry") \
-	E(FST_TIER_KPROBE, 2, "kprobe")
+/*
+ * The ways a probe is attached, best first: the collector takes, per probe, the first the kernel offers (the
+ * results header's probes name it), and a decompression record says which of the first two measured it.
+ */
+#define FST_TIERS(E)                                                                       \
+	E(FST_TIER_NONE, 0, "unavailable")	/* not attached (the probe's "why" says why) */ \
+	E(FST_TIER_FENTRY, 1, "fentry")		/* fentry/fexit */                             \
+	E(FST_TIER_KPROBE, 2, "kprobe")		/* kprobe/kretprobe */                         \
+	E(FST_TIER_TP_BTF, 3, "tp_btf")		/* BTF-typed tracepoint */                     \
+	E(FST_TIER_RAW_TP, 4, "raw_tp")		/* raw tracepoint */
+#define FST_NR_TIERS 5
 
 /* filesystem work done asynchronously in kworkers, recognised by work function */
 #define FST_WORK_KINDS(E)                                                      \
@@ -265,7 +272,7 @@ FST_ASSERT_DISTINCT(FST_HIST_METRICS);
 FST_ASSERT_DISTINCT(FST_FILESYSTEMS);
 FST_ASSERT_DISTINCT(FST_ALGS);
 FST_ASSERT_DISTINCT(FST_CONTEXTS);
-FST_ASSERT_DISTINCT(FST_TIERS);
+FST_ASSERT_NUMBERED(FST_TIERS, 0, FST_NR_TIERS);
 FST_ASSERT_DISTINCT(FST_WORK_KINDS);
 FST_ASSERT_DISTINCT(FST_EROFS_EVENTS);
 FST_ASSERT_DISTINCT(FST_FS_CACHES);

@@ -388,17 +388,6 @@ static const char *alg_name(unsigned v)
 	return "unknown";
 }
 
-static const char *decomp_tier_name(unsigned v)
-{
-	switch (v) {
-#define TIER_CASE(c, val, n) \
-	case val: return n;
-		FST_TIERS(TIER_CASE)
-#undef TIER_CASE
-	}
-	return "unknown";
-}
-
 static void decompressions(struct jbuf *b)
 {
 	static const struct {
@@ -415,7 +404,7 @@ static void decompressions(struct jbuf *b)
 		for (int i = 0; i < nr_decomp_sums; i++) {
 			const struct decomp_sum *s = &decomp_sums[i];
 			jb_add(b, "%s{device=\"%u:%u\",fs=\"%s\",alg=\"%s\",tier=\"%s\"} ", fams[f].name, FST_KDEV_MAJOR(s->dev),
-			       FST_KDEV_MINOR(s->dev), fs_type_name(s->fs), alg_name(s->alg), decomp_tier_name(s->tier));
+			       FST_KDEV_MINOR(s->dev), fs_type_name(s->fs), alg_name(s->alg), tier_name(s->tier));
 			if (f == 2)
 				jb_add(b, "%.9f\n", s->ns / 1e9);
 			else
@@ -710,7 +699,7 @@ static void drops_and_probes(struct jbuf *b, const struct expose_maps *m, const 
 	for (int g = 0; g < ngroups; g++)
 		for (int i = 0; i < groups[g].n; i++) {
 			const struct probe *p = &groups[g].probes[i];
-			if (p->tier == TIER_NONE || !p->prog)
+			if (p->tier == FST_TIER_NONE || !p->prog)
 				continue;
 			unsigned long long missed = 0;
 			struct bpf_program *progs[2] = { p->prog, p->exit_prog };

@@ -24,99 +24,99 @@
 #include "btrfs.skel.h"
 #include "sample.skel.h"
 
-#define P(nm, fig, what, btf, raw, req)                                                                             \
-	{                                                                                                           \
-		.name = nm, .figure = fig, .measures = what, .progs = { [TIER_TP_BTF] = btf, [TIER_RAW_TP] = raw }, \
-		.required = req                                                                                     \
+/*
+ * The probes of each object, its skeleton named first: a probe's programs are fields of that skeleton (tiers.h
+ * PROBE_PROG), named after the probe, so a program the object lacks does not compile.  P: a tracepoint with
+ * programs NAME_btf (tp_btf) and NAME_raw (raw_tp); PR: one with NAME_raw alone; D: a function timed by
+ * NAME_fentry/NAME_fexit or NAME_kprobe/NAME_kretprobe; FE: a function's entry alone, NAME_fentry or NAME_kprobe.
+ */
+#define P(skel, nm, fig, what, req)                                            \
+	{                                                                      \
+		.name = #nm, .figure = fig, .measures = what, .required = req, \
+		.prog_at = { [FST_TIER_TP_BTF] = PROBE_PROG(skel, nm##_btf),   \
+			     [FST_TIER_RAW_TP] = PROBE_PROG(skel, nm##_raw) }  \
+	}
+#define PR(skel, nm, fig, what, req)                                           \
+	{                                                                      \
+		.name = #nm, .figure = fig, .measures = what, .required = req, \
+		.prog_at = { [FST_TIER_RAW_TP] = PROBE_PROG(skel, nm##_raw) }  \
+	}
+#define D(skel, fn, fig, what)                                                           \
+	{                                                                                \
+		.name = #fn, .figure = fig, .measures = what,                            \
+		.prog_at = { [FST_TIER_FENTRY] = PROBE_PROG(skel, fn##_fentry),          \
+			     [FST_TIER_KPROBE] = PROBE_PROG(skel, fn##_kprobe) },        \
+		.exit_prog_at = { [FST_TIER_FENTRY] = PROBE_PROG(skel, fn##_fexit),      \
+				  [FST_TIER_KPROBE] = PROBE_PROG(skel, fn##_kretprobe) } \
+	}
+#define FE(skel, fn, fig, what)                                                  \
+	{                                                                        \
+		.name = #fn, .figure = fig, .measures = what,                    \
+		.prog_at = { [FST_TIER_FENTRY] = PROBE_PROG(skel, fn##_fentry),  \
+			     [FST_TIER_KPROBE] = PROBE_PROG(skel, fn##_kprobe) } \
 	}
 
 static struct probe block_probes[] = {
-	P("block_bio_queue", FST_FIG_BIO_QUEUE, "bio queue time, owner", "block_bio_queue_btf", "block_bio_queue_raw",
-	  true),
-	P("block_split", FST_FIG_BIO_SPLIT, "owner of split bios", "block_split_btf", "block_split_raw", false),
-	P("block_rq_issue", FST_FIG_RQ_ISSUE, "issue time, merges", "block_rq_issue_btf", "block_rq_issue_raw", true),
-	P("block_rq_complete", FST_FIG_RQ_COMPLETE, "completion, size, alignment", "block_rq_complete_btf",
-	  "block_rq_complete_raw", true),
-	P("workqueue_execute_start", FST_FIG_WORK_EXEC, "loop worker -> reader charging; filesystem work items",
-	  "workqueue_execute_start_btf", "workqueue_execute_start_raw", false),
-	P("workqueue_execute_end", FST_FIG_WORK_EXEC, "loop worker -> reader charging; filesystem work items",
-	  "workqueue_execute_end_btf", "workqueue_execute_end_raw", false),
-	P("workqueue_queue_work", FST_FIG_WORK_QUEUE, "queueing delay of filesystem work items",
-	  "workqueue_queue_work_btf", "workqueue_queue_work_raw", false),
+	P(block_bpf, block_bio_queue, FST_FIG_BIO_QUEUE, "bio queue time, owner", true),
+	P(block_bpf, block_split, FST_FIG_BIO_SPLIT, "owner of split bios", false),
+	P(block_bpf, block_rq_issue, FST_FIG_RQ_ISSUE, "issue time, merges", true),
+	P(block_bpf, block_rq_complete, FST_FIG_RQ_COMPLETE, "completion, size, alignment", true),
+	P(block_bpf, workqueue_execute_start, FST_FIG_WORK_EXEC, "loop worker -> reader charging; filesystem work items",
+	  false),
+	P(block_bpf, workqueue_execute_end, FST_FIG_WORK_EXEC, "loop worker -> reader charging; filesystem work items",
+	  false),
+	P(block_bpf, workqueue_queue_work, FST_FIG_WORK_QUEUE, "queueing delay of filesystem work items", false),
 };
 
 static struct probe task_probes[] = {
-	P("sys_enter", FST_FIG_REQ_START, "request start, file", "sys_enter_btf", "sys_enter_raw", true),
-	P("sys_exit", FST_FIG_REQ_END, "request end, bytes", "sys_exit_btf", "sys_exit_raw", true),
-	P("sched_switch", FST_FIG_CPU_SPLIT, "on-CPU / off-CPU split", "sched_switch_btf", "sched_switch_raw", true),
-	P("sched_wakeup", FST_FIG_WAKEUP, "sleep vs runqueue split", "sched_wakeup_btf", "sched_wakeup_raw", false),
-	P("sched_process_fork", FST_FIG_PROCESS_TREE, "process tree", "sched_process_fork_btf",
-	  "sched_process_fork_raw", true),
-	P("sched_process_exit", FST_FIG_PROCESS_TREE, "process tree", "sched_process_exit_btf",
-	  "sched_process_exit_raw", false),
-	P("mm_filemap_add_to_page_cache", FST_FIG_PCACHE_MISSES, "page-cache misses per request",
-	  "mm_filemap_add_to_page_cache_btf", "mm_filemap_add_to_page_cache_raw", false),
-	P("contention_begin", FST_FIG_LOCK_WAIT, "lock wait per request", "contention_begin_btf",
-	  "contention_begin_raw", false),
-	P("contention_end", FST_FIG_LOCK_WAIT, "lock wait per request", "contention_end_btf", "contention_end_raw",
-	  false),
-	P("page_cache_ra_order", FST_FIG_READAHEAD, "readahead window sizes per request", "page_cache_ra_order_btf",
-	  "page_cache_ra_order_raw", false),
+	P(tasks_bpf, sys_enter, FST_FIG_REQ_START, "request start, file", true),
+	P(tasks_bpf, sys_exit, FST_FIG_REQ_END, "request end, bytes", true),
+	P(tasks_bpf, sched_switch, FST_FIG_CPU_SPLIT, "on-CPU / off-CPU split", true),
+	P(tasks_bpf, sched_wakeup, FST_FIG_WAKEUP, "sleep vs runqueue split", false),
+	P(tasks_bpf, sched_process_fork, FST_FIG_PROCESS_TREE, "process tree", true),
+	P(tasks_bpf, sched_process_exit, FST_FIG_PROCESS_TREE, "process tree", false),
+	P(tasks_bpf, mm_filemap_add_to_page_cache, FST_FIG_PCACHE_MISSES, "page-cache misses per request", false),
+	P(tasks_bpf, contention_begin, FST_FIG_LOCK_WAIT, "lock wait per request", false),
+	P(tasks_bpf, contention_end, FST_FIG_LOCK_WAIT, "lock wait per request", false),
+	P(tasks_bpf, page_cache_ra_order, FST_FIG_READAHEAD, "readahead window sizes per request", false),
 };
 
 /* decompression: fentry/fexit, or kprobe/kretprobe; no tracepoint tier can time it exactly */
-#define D(fn, fig, what)                                                                   \
-	{                                                                                  \
-		.name = #fn, .figure = fig, .measures = what,                              \
-		.progs = { [TIER_FENTRY] = #fn "_fentry", [TIER_KPROBE] = #fn "_kprobe" }, \
-		.exit_progs = { [TIER_FENTRY] = #fn "_fexit",                              \
-				[TIER_KPROBE] = #fn "_kretprobe" }                         \
-	}
-
 static struct probe erofs_probes[] = {
-	D(z_erofs_lz4_decompress, FST_FIG_EROFS_LZ4, "erofs lz4 pcluster decompression time and sizes"),
-	D(z_erofs_lzma_decompress, FST_FIG_EROFS_LZMA, "erofs lzma pcluster decompression time and sizes"),
-	D(z_erofs_deflate_decompress, FST_FIG_EROFS_DEFLATE, "erofs deflate pcluster decompression time and sizes"),
-	D(z_erofs_zstd_decompress, FST_FIG_EROFS_ZSTD, "erofs zstd pcluster decompression time and sizes"),
-	D(z_erofs_transform_plain, FST_FIG_EROFS_PLAIN, "erofs uncompressed-pcluster copy time and sizes"),
-	P("erofs_map_blocks_exit", FST_FIG_EROFS_EXTENTS, "erofs extents mapped per request (pclusters needed)",
-	  "erofs_map_blocks_exit_btf", "erofs_map_blocks_exit_raw", false),
+	D(erofs_bpf, z_erofs_lz4_decompress, FST_FIG_EROFS_LZ4, "erofs lz4 pcluster decompression time and sizes"),
+	D(erofs_bpf, z_erofs_lzma_decompress, FST_FIG_EROFS_LZMA, "erofs lzma pcluster decompression time and sizes"),
+	D(erofs_bpf, z_erofs_deflate_decompress, FST_FIG_EROFS_DEFLATE,
+	  "erofs deflate pcluster decompression time and sizes"),
+	D(erofs_bpf, z_erofs_zstd_decompress, FST_FIG_EROFS_ZSTD, "erofs zstd pcluster decompression time and sizes"),
+	D(erofs_bpf, z_erofs_transform_plain, FST_FIG_EROFS_PLAIN, "erofs uncompressed-pcluster copy time and sizes"),
+	P(erofs_bpf, erofs_map_blocks_exit, FST_FIG_EROFS_EXTENTS, "erofs extents mapped per request (pclusters needed)",
+	  false),
 	/* the same figures from the tracepoints' 6.1 names: one attached twin suffices */
-	P("z_erofs_map_blocks_iter_exit", FST_FIG_EROFS_EXTENTS, "erofs extents mapped per request (pclusters needed)",
-	  NULL, "z_erofs_map_blocks_iter_exit_raw", false),
-	P("erofs_readahead", FST_FIG_EROFS_READAHEAD, "erofs readahead calls per request", "erofs_readahead_btf",
-	  "erofs_readahead_raw", false),
-	P("erofs_readpages", FST_FIG_EROFS_READAHEAD, "erofs readahead calls per request", NULL,
-	  "erofs_readpages_raw", false),
-	P("erofs_read_folio", FST_FIG_EROFS_READ_FOLIO, "erofs single-folio reads per request", "erofs_read_folio_btf",
-	  "erofs_read_folio_raw", false),
-	P("erofs_readpage", FST_FIG_EROFS_READ_FOLIO, "erofs single-folio reads per request", NULL,
-	  "erofs_readpage_raw", false),
+	PR(erofs_bpf, z_erofs_map_blocks_iter_exit, FST_FIG_EROFS_EXTENTS,
+	   "erofs extents mapped per request (pclusters needed)", false),
+	P(erofs_bpf, erofs_readahead, FST_FIG_EROFS_READAHEAD, "erofs readahead calls per request", false),
+	PR(erofs_bpf, erofs_readpages, FST_FIG_EROFS_READAHEAD, "erofs readahead calls per request", false),
+	P(erofs_bpf, erofs_read_folio, FST_FIG_EROFS_READ_FOLIO, "erofs single-folio reads per request", false),
+	PR(erofs_bpf, erofs_readpage, FST_FIG_EROFS_READ_FOLIO, "erofs single-folio reads per request", false),
 };
 
-/* entry only: fentry, or kprobe */
-#define FE(fn, fig, what)                                     \
-	{                                                     \
-		.name = #fn, .figure = fig, .measures = what, \
-		.progs = { [TIER_FENTRY] = #fn "_fentry",     \
-			   [TIER_KPROBE] = #fn "_kprobe" }    \
-	}
-
 static struct probe squashfs_probes[] = {
-	D(squashfs_decompress, FST_FIG_SQUASHFS_DECOMPRESS, "squashfs block decompression time and sizes"),
-	D(squashfs_cache_get, FST_FIG_SQUASHFS_CACHE, "squashfs metadata/fragment/data cache lookups and their time"),
-	FE(squashfs_read_data, FST_FIG_SQUASHFS_CACHE_MISS, "squashfs cache misses (the block read under a lookup)"),
+	D(squashfs_bpf, squashfs_decompress, FST_FIG_SQUASHFS_DECOMPRESS, "squashfs block decompression time and sizes"),
+	D(squashfs_bpf, squashfs_cache_get, FST_FIG_SQUASHFS_CACHE,
+	  "squashfs metadata/fragment/data cache lookups and their time"),
+	FE(squashfs_bpf, squashfs_read_data, FST_FIG_SQUASHFS_CACHE_MISS,
+	   "squashfs cache misses (the block read under a lookup)"),
 };
 
 #define BTRFS_COMPRESS_WHAT "btrfs compression on write: time and sizes per chunk, and the thread that ran it"
 
 static struct probe btrfs_probes[] = {
-	D(zstd_decompress_bio, FST_FIG_BTRFS_ZSTD, "btrfs zstd extent decompression time and sizes"),
-	D(lzo_decompress_bio, FST_FIG_BTRFS_LZO, "btrfs lzo extent decompression time and sizes"),
-	D(zlib_decompress_bio, FST_FIG_BTRFS_ZLIB, "btrfs zlib extent decompression time and sizes"),
+	D(btrfs_bpf, zstd_decompress_bio, FST_FIG_BTRFS_ZSTD, "btrfs zstd extent decompression time and sizes"),
+	D(btrfs_bpf, lzo_decompress_bio, FST_FIG_BTRFS_LZO, "btrfs lzo extent decompression time and sizes"),
+	D(btrfs_bpf, zlib_decompress_bio, FST_FIG_BTRFS_ZLIB, "btrfs zlib extent decompression time and sizes"),
 	/* one name per kernel generation: one attached twin suffices */
-	D(btrfs_compress_folios, FST_FIG_BTRFS_COMPRESS, BTRFS_COMPRESS_WHAT),
-	D(btrfs_compress_pages, FST_FIG_BTRFS_COMPRESS, BTRFS_COMPRESS_WHAT),
+	D(btrfs_bpf, btrfs_compress_folios, FST_FIG_BTRFS_COMPRESS, BTRFS_COMPRESS_WHAT),
+	D(btrfs_bpf, btrfs_compress_pages, FST_FIG_BTRFS_COMPRESS, BTRFS_COMPRESS_WHAT),
 };
 
 const struct probe_group probe_groups[] = {
@@ -284,7 +284,7 @@ static void setup_task_state_map(struct bpf_object *obj)
 				reuse_maps(owner, skel->obj);                                                 \
 			else                                                                                  \
 				setup_task_state_map(skel->obj);                                              \
-			tiers_select(skel->obj, probes, N(probes), opt.no_btf_tp || attempt, opt.no_fentry);  \
+			tiers_select(skel, probes, N(probes), opt.no_btf_tp || attempt, opt.no_fentry);       \
 			if (!type##__load(skel))                                                              \
 				break;                                                                        \
 			int err_ = errno;                                                                     \
@@ -307,7 +307,7 @@ static void setup_task_state_map(struct bpf_object *obj)
 static bool any_tier(struct probe *probes, int n)
 {
 	for (int i = 0; i < n; i++)
-		if (probes[i].tier != TIER_NONE)
+		if (probes[i].tier != FST_TIER_NONE)
 			return true;
 	return false;
 }
@@ -315,12 +315,12 @@ static bool any_tier(struct probe *probes, int n)
 static void mark_unavailable(struct probe *probes, int n, const char *why)
 {
 	for (int i = 0; i < n; i++) {
-		if (probes[i].tier == TIER_NONE)
+		if (probes[i].tier == FST_TIER_NONE)
 			continue;
 		size_t l = strlen(probes[i].why);
 		snprintf(probes[i].why + l, sizeof(probes[i].why) - l, "%s%s: %s", l ? "; " : "",
 			 tier_name(probes[i].tier), why);
-		probes[i].tier = TIER_NONE;
+		probes[i].tier = FST_TIER_NONE;
 		probes[i].prog = probes[i].exit_prog = NULL;
 	}
 }
@@ -337,7 +337,7 @@ static void mark_unavailable(struct probe *probes, int n, const char *why)
 			die("opening " #type ": %s", strerror(errno));                           \
 		fill_cfg((struct fst_cfg *)&skel->rodata->cfg);                                  \
 		reuse_maps(owner, skel->obj);                                                    \
-		tiers_select(skel->obj, probes, N(probes), opt.no_btf_tp, opt.no_fentry);        \
+		tiers_select(skel, probes, N(probes), opt.no_btf_tp, opt.no_fentry);             \
 		if (!any_tier(probes, N(probes)) || opt.block_only) {                            \
 			if (opt.block_only)                                                      \
 				mark_unavailable(probes, N(probes), "not loaded: --block-only"); \
@@ -372,7 +372,7 @@ void tracer_load(struct tracer *t)
 	}
 	if (opt.block_only) {
 		for (int i = 0; i < N(task_probes); i++) {
-			task_probes[i].tier = TIER_NONE;
+			task_probes[i].tier = FST_TIER_NONE;
 			snprintf(task_probes[i].why, sizeof(task_probes[i].why), "not loaded: --block-only");
 		}
 	}

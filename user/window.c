@@ -292,7 +292,7 @@ void window_init(struct tracer *t, __u64 t_start)
 					       "taxes every syscall, so nothing is windowed");
 		return;
 	}
-	if (w.enter->tier != TIER_TP_BTF && w.enter->tier != TIER_RAW_TP) {
+	if (w.enter->tier != FST_TIER_TP_BTF && w.enter->tier != FST_TIER_RAW_TP) {
 		snprintf(w.why, sizeof(w.why), "requests are bounded by %s, which costs only the hooked functions",
 			 tier_name(w.enter->tier));
 		return;
