@@ -31,7 +31,7 @@ import zlib
 
 import numpy as np
 
-from analysis.summary import ATTRIBUTION_PARTS, dev_name, enum_name, records_in_requests
+from analysis.summary import dev_name, enum_name, records_in_requests
 
 SEQ = 1               # the one packet sequence of the trace
 CLOCK = 64            # its incremental clock (sequence-scoped clock ids start at 64)
@@ -260,7 +260,7 @@ def slices(res, w, uuids):
     def requests():
         if req is None or not len(req):
             return
-        parts = [p for p in ATTRIBUTION_PARTS if p in req.dtype.names]
+        parts = [p for p in res.schema.parts if p in req.dtype.names]
         for i in np.argsort(req["ts_start_ns"], kind="stable"):
             r = req[i]
             s, e = int(r["ts_start_ns"]), max(int(r["ts_end_ns"]), int(r["ts_start_ns"]))

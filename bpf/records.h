@@ -138,8 +138,8 @@
  * Attribution parts of a request: each is a field of the req record (and of the in-kernel aggregate of the
  * requests that are counted rather than recorded) and they partition the request's wall time exactly.  The
  * value is the part's index in fst_req_agg.part_ns (from 0), the name its record field.  The last three
- * columns are for the analysis (analysis/schema.py reads them): the bench tables' column a part is summed
- * into (oncpu, tracer, io_wait, kworker, lock, other), its colour in plots, and what it means.
+ * columns are for the analysis (the results header's "schema" carries them to it): the bench tables' column a
+ * part is summed into (oncpu, tracer, io_wait, kworker, lock, other), its colour in plots, and what it means.
  */
 #define FST_PARTS(E)                                                           \
 	E(FST_PART_ONCPU, 0, oncpu_ns, "oncpu", "#5aaa5a", "on-CPU in the request (syscall work, page-cache copy, in-task decompression)") \

@@ -24,7 +24,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from analysis import results, sampling, schema, summary, timeline  # noqa: E402
+from analysis import results, sampling, summary, timeline  # noqa: E402
 from workloads import dataset, images  # noqa: E402
 
 COLLECTOR = os.path.join(ROOT, "build", "fstrace-collect")
@@ -260,7 +260,7 @@ def check_squashfs_caches(name, mode, res, layout, fail, lines):
     h = res.header
     c = res.records.get("fs_cache")
     if c is None or not len(c):
-        figures = {schema.figure("squashfs_cache_lookups"), schema.figure("squashfs_cache_misses")}
+        figures = {res.schema.figure("squashfs_cache_lookups"), res.schema.figure("squashfs_cache_misses")}
         fail("%s %s: no squashfs cache lookups (probes: %s)" % (name, mode, probe_states(h, figures)))
         return
     meta = c[c["cache"] == summary.enum_value(h, "fs_cache", "squashfs metadata")]
@@ -300,11 +300,11 @@ def check_write_compression(name, mode, res, src, fail, lines, kver="?"):
     c = res.records.get("compress")
     if c is None or not len(c):
         fail("%s %s: no compression records (probes: %s)"
-             % (name, mode, probe_states(h, {schema.figure("btrfs_compress_write")})))
+             % (name, mode, probe_states(h, {res.schema.figure("btrfs_compress_write")})))
         return
     # the tier must be the one asked for, unless the probe says why the better one could not be used (6.1's
     # trampolines take at most 6 arguments: btrfs_compress_pages has 7 and goes to its kprobe twin)
-    probe = [p for p in h["probes"] if p["figure"] == schema.figure("btrfs_compress_write") and
+    probe = [p for p in h["probes"] if p["figure"] == res.schema.figure("btrfs_compress_write") and
              p["tier"] != "unavailable"]
     tier = probe[0]["tier"] if probe else "unavailable"
     before_6_6 = kver == "?" or kver_tuple(kver) < (6, 6)
@@ -387,7 +387,8 @@ def check_image(outdir, name, fs, opts, alg, image_path, fail, lines):
         mine = d[(d["fs"] == fs_id)] if d is not None else []
         used = {p["probe"]: p["tier"] for p in h["probes"] if p["tier"] == tier}
         if not len(mine):
-            fail("%s %s: no decompression records (probes: %s)" % (name, mode, probe_states(h, schema.DECOMP_FIGURES)))
+            fail("%s %s: no decompression records (probes: %s)"
+                 % (name, mode, probe_states(h, res.schema.decomp_figures)))
             continue
         if set(mine["tier"].tolist()) != {tier_id}:
             fail("%s %s: records from tiers %s" % (name, mode, sorted(set(mine["tier"].tolist()))))

@@ -346,16 +346,26 @@ def trace_python(tmp_path, name, script, args, *options):
 def assert_exact_partition(res):
     """Every recorded request's parts sum to its wall time; every counted key's parts to its wall time."""
     import numpy as np
-    from analysis import summary as S
     req = res["req"]
     wall = (req["ts_end_ns"] - req["ts_start_ns"]).astype(np.int64)
-    parts = sum(req[p].astype(np.int64) for p in S.ATTRIBUTION_PARTS)
+    parts = sum(req[p].astype(np.int64) for p in res.schema.parts)
     assert np.array_equal(wall, parts)
     for row in res.header["kernel_aggregates"]["requests_counted"]:
         assert sum(row["part_ns"].values()) == row["wall_ns"]
-        assert set(row["part_ns"]) == set(S.ATTRIBUTION_PARTS)
+        assert set(row["part_ns"]) == set(res.schema.parts)
         # counted requests never left the CPU: only on-CPU work and the tracer's
         assert {p for p, v in row["part_ns"].items() if v} <= {"oncpu_ns", "tracer_ns"}
         assert sum(row["wall_hist"]) == sum(row["wall_ns_loglin"]) == row["count"]
         for p, v in row["part_ns"].items():
             assert sum(row["part_hist"][p]) <= row["count"] and (sum(row["part_hist"][p]) > 0) == (v > 0)
+
+
+@pytest.fixture(scope="session")
+def collector_header(tmp_path_factory):
+    """The results header of today's collector (a run of `true`): records.h's names and layouts as it writes
+    them (its "schema", "enums", "losses", ...), for the tests that need them before or without a run."""
+    from analysis import results
+    out = tmp_path_factory.mktemp("header") / "true.fst"
+    subprocess.run([COLLECTOR, "-o", str(out), "--", "true"], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    return results.load(str(out)).header

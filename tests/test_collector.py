@@ -91,7 +91,7 @@ def test_raw_tp_tier_gives_the_same_answer(tmp_path, payload):
     assert int(reads["ret"].sum()) == size
     assert len(reads) == (size + 4095) // 4096 + 1
     wall = (reads["ts_end_ns"] - reads["ts_start_ns"]).astype(np.int64)
-    parts = sum(reads[p].astype(np.int64) for p in S.ATTRIBUTION_PARTS)
+    parts = sum(reads[p].astype(np.int64) for p in res.schema.parts)
     assert np.all(wall == parts)
 
 

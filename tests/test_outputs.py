@@ -89,7 +89,6 @@ def test_timeline_holds_every_request_and_block_request(xz_run):
     from analysis import timeline
     tracks, sl = timeline.read(str(xz_run / timeline.NAME))
     res = results.load(str(xz_run / "results.fst"))
-    from analysis import summary as S
     kinds = set(res.header["enums"]["req_kind"].values())
     top = [s for s in sl if s["depth"] == 0]
     assert sum(1 for s in top if s["name"] in kinds) == len(res["req"])
@@ -98,13 +97,13 @@ def test_timeline_holds_every_request_and_block_request(xz_run):
     ends = sorted(f for s in sl for f in s["ends"])
     assert starts == ends and len(starts) > 0
     # a request's parts are nested inside it and add up to its wall time (the timeline drops none)
-    parts = {p[:-3] for p in S.ATTRIBUTION_PARTS}
+    parts = {p[:-3] for p in res.schema.parts}
     req_total = sum(s["end"] - s["start"] for s in top if s["name"] in kinds)
     part_total = sum(s["end"] - s["start"] for s in sl if s["depth"] == 1 and s["name"] in parts)
     req = res["req"]
     assert req_total == int((req["ts_end_ns"] - req["ts_start_ns"]).sum())
     # (a part that would run past the request's end is cut there: parts can exceed wall time by a few ns)
-    assert part_total == pytest.approx(sum(int(req[p].sum()) for p in S.ATTRIBUTION_PARTS), rel=1e-3)
+    assert part_total == pytest.approx(sum(int(req[p].sum()) for p in res.schema.parts), rel=1e-3)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from analysis import hist, results, sampling, schema
+from analysis import hist, results, sampling
 from analysis import summary as S
 from analysis.summary import enum_value
 from conftest import COLLECTOR, assert_exact_partition, drop_caches, offcpu_by_reason, run_workload, trace_python
@@ -55,12 +55,13 @@ def test_warm_randread_every_io_recorded_or_counted_none_dropped(warm_randread):
 
 
 @pytest.mark.bpf
-def test_requests_beyond_the_counted_aggregate_are_recorded(tmp_path):
+def test_requests_beyond_the_counted_aggregate_are_recorded(tmp_path, collector_header):
     """req_agg has FST_REQ_AGG_MAX entries, one per (filesystem, kind) as its first request is counted: with every
     filesystem traced, a process that opens and reads a file on each of more tmpfs mounts than that uses them all
     up; the reads on the mounts left without an entry are recorded instead, and every mount's recorded + counted
     reads are exactly the reads done on it."""
-    n_fs = schema.REQ_AGG_MAX // 2 + 4  # an open and a read entry each: more than there are
+    agg_max = collector_header["schema"]["req_agg_max"]
+    n_fs = agg_max // 2 + 4  # an open and a read entry each: more than there are
     reads_each = 20
     mounts = []
     try:
@@ -70,7 +71,8 @@ def test_requests_beyond_the_counted_aggregate_are_recorded(tmp_path):
             subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "fstrace-agg", str(m)], check=True)
             mounts.append(m)
             (m / "f").write_bytes(os.urandom(16384))
-        kdevs = [os.major(os.stat(m).st_dev) << schema.MINORBITS | os.minor(os.stat(m).st_dev) for m in mounts]
+        bits = collector_header["dev_encoding"]["minor_bits"]
+        kdevs = [os.major(os.stat(m).st_dev) << bits | os.minor(os.stat(m).st_dev) for m in mounts]
         script = ("import os, sys\n"
                   "for p in sys.argv[1:]:\n"
                   "    fd = os.open(p, os.O_RDONLY)\n"
@@ -90,7 +92,7 @@ def test_requests_beyond_the_counted_aggregate_are_recorded(tmp_path):
     rows = res.header["kernel_aggregates"]["requests_counted"]
     # every entry given, each to one (filesystem, kind): none wasted, as the workload is one thread (CPUs racing
     # for the same key can waste one)
-    assert len(rows) == schema.REQ_AGG_MAX
+    assert len(rows) == agg_max
     assert len({(r["sdev"], r["kind"]) for r in rows}) == len(rows)
     counted = {r["sdev"]: r["count"] for r in rows if r["kind"] == read}
     for kdev in kdevs:
@@ -126,19 +128,21 @@ def test_counted_latencies_agree_with_recorded_ones(warm_randread, warm_randread
 
 
 @pytest.mark.unit
-def test_merged_percentiles_within_a_sixteenth():
-    """The log-linear slots (records.h FST_LAT_SLOTS) locate any percentile within 1/16 of its value."""
+def test_merged_percentiles_within_a_sixteenth(real):
+    """The log-linear slots (records.h FST_LAT_SLOTS, as a results file describes them) locate any percentile
+    within 1/16 of its value."""
+    sch = results.load(real[0]).schema
     rng = np.random.default_rng(7)
     ns = np.concatenate([rng.lognormal(8, 1.2, 5000), rng.lognormal(11, 0.5, 500)]).astype(np.int64)
-    slots = np.zeros(schema.LAT_SLOTS, dtype=np.int64)
+    slots = np.zeros(sch.lat_slots, dtype=np.int64)
     for v in ns:
-        sub = 1 << schema.LAT_SUB_BITS
+        sub = 1 << sch.lat_sub_bits
         e = int(v).bit_length() - 1
-        slot = int(v) if v < sub else (e - 2) * sub + ((int(v) >> (e - schema.LAT_SUB_BITS)) & (sub - 1))
-        lo, hi = hist.loglin_bounds(slot, schema.LAT_SUB_BITS)
+        slot = int(v) if v < sub else (e - 2) * sub + ((int(v) >> (e - sch.lat_sub_bits)) & (sub - 1))
+        lo, hi = hist.loglin_bounds(slot, sch.lat_sub_bits)
         assert lo <= v < hi  # the Python bounds invert the kernel's slot function
         slots[slot] += 1
-    est = hist.merged_percentiles([], slots, schema.LAT_SUB_BITS, ns.sum() / 1e3)
+    est = hist.merged_percentiles([], slots, sch.lat_sub_bits, ns.sum() / 1e3)
     for p in (50, 90, 99):
         true = np.percentile(ns, p, method="inverted_cdf") / 1e3
         assert abs(est["p%g" % p] - true) <= true / 16 + 1e-3

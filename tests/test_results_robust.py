@@ -11,7 +11,7 @@ import zlib
 import numpy as np
 import pytest
 
-from analysis import report, results, summary
+from analysis import report, results, schema, summary
 from analysis.render import analyse
 from conftest import FSTRACE, one_line_error
 from forge import forge, real_results, results_dir, split
@@ -378,3 +378,28 @@ def test_device_in_the_directory_does_not_hang(real, tmp_path):
     os.mknod(os.path.join(d, "summary.json"), 0o600 | stat.S_IFCHR, os.makedev(1, 5))
     line = one_line_error(report_of(d))
     assert "summary.json: not a regular file" in line
+
+
+@pytest.mark.unit
+def test_format_3_is_analysed_with_the_names_its_header_carries(real, tmp_path):
+    """From format 3 on the header carries records.h's parts (and figures, histogram layout): the analysis reads
+    them there, not from today's sources; a format 2 file is read with what format 2 collectors had."""
+    _, header, data = split(real[1])
+    old = results.load(real[0])
+    assert old.format == 2 and "schema" not in old.header and old.schema.parts == schema.FORMAT_2_SCHEMA.parts
+    header["schema"] = json.loads(json.dumps(schema.FORMAT_2))
+    io_wait = next(p for p in header["schema"]["parts"] if p["field"] == "io_wait_ns")
+    io_wait["meaning"] = "waiting for the device, in the words of this file's collector"
+    f = tmp_path / "format3.fst"
+    f.write_bytes(forge(header, data, fmt=3))
+    res = results.load(str(f))
+    assert res.format == 3 and res.verified
+    assert res.schema.part_meaning["io_wait_ns"] == io_wait["meaning"]
+    s = summary.summarize(res)
+    assert s["attribution"]["part_info"] == header["schema"]["parts"]
+    assert io_wait["meaning"] in report.render(s, full=True)
+    assert io_wait["meaning"] not in report.render(summary.summarize(old), full=True)
+    # a format 3 header must say it
+    del header["schema"]
+    f.write_bytes(forge(header, data, fmt=3))
+    assert outcome(str(f)) == ("damaged", "header field schema is missing")

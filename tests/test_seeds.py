@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import CACHE, SCALE, fstrace, run_workload
-from analysis import amplification, schema
+from analysis import amplification
 from analysis import summary as S
 from user import storage
 from workloads import images
@@ -92,7 +92,7 @@ def test_compare_two_configurations(erofs_none_rand, erofs_64k_rand):
     table = text.split("time per part of the requests")[1].split("read amplification")[0]
     for line in table.splitlines()[2:]:
         f = line.split()
-        if len(f) == 4 and f[0] + "_ns" in schema.PARTS:
+        if len(f) == 4 and f[0] + "_ns" in sa["attribution"]["parts_ns"]:
             rows[f[0] + "_ns"] = f
     pa, pb = sa["attribution"]["parts_ns"], sb["attribution"]["parts_ns"]
     assert set(rows) == set(pa)

@@ -19,8 +19,6 @@ import urllib.request
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from analysis import schema
-from analysis.schema import xmacro
 from conftest import COLLECTOR, FSTRACE, bpf_objects_left, bpf_objects_of, collector_under, drop_caches
 from user.serve import wants_openmetrics
 from user.system import kdev
@@ -223,7 +221,7 @@ class Prometheus:
 
 
 @pytest.mark.bpf
-def test_serve_counts_every_read_and_prometheus_agrees(mounted_erofs):
+def test_serve_counts_every_read_and_prometheus_agrees(mounted_erofs, collector_header):
     mnt, dev = mounted_erofs
     p, port, rest = start_serve("--mount", mnt)
     prom = None
@@ -257,7 +255,8 @@ def test_serve_counts_every_read_and_prometheus_agrees(mounted_erofs):
         # the parts of each request partition its wall time, so their sums do too (printed to the ns)
         parts = {ls for n, ls in after if n == "fstrace_request_time_seconds_total"}
         names = {v for ls in parts for k, v in ls if k == "part"}
-        assert {p[:-3] for p in schema.PARTS} == names  # every part of records.h FST_PARTS, no other
+        # every part of records.h FST_PARTS, no other (as the collector's results header lists them)
+        assert {p["field"][:-3] for p in collector_header["schema"]["parts"]} == names
         assert abs(inc("fstrace_request_time_seconds_total") - inc("fstrace_request_duration_seconds_sum")) < 1e-6
         io_wait = inc("fstrace_request_time_seconds_total", part="io_wait")
         wall = inc("fstrace_request_duration_seconds_sum")
@@ -288,7 +287,7 @@ def test_serve_counts_every_read_and_prometheus_agrees(mounted_erofs):
         assert blk(after, "fstrace_block_requests_unseen_total") == 0
         assert blk(after, "fstrace_block_requests_beyond_diskstats_total") == 0
         assert {dict(ls)["what"]: v for (n, ls), v in after.items() if n == "fstrace_losses_total"} == \
-            {name: 0 for _, _, name in xmacro("FST_LOSSES")}
+            {name: 0 for name in collector_header["losses"]}
 
         # Prometheus asked for OpenMetrics and got it: only that format has the counters' _created samples
         assert prom.query('count(fstrace_requests_created{mount="%s"})' % mnt) > 0

@@ -23,12 +23,14 @@
  *            the sections back to back in header order, nothing after them
  * Results travel between machines: the checksums let a reader say that a
  * damaged file is damaged instead of reporting wrong figures.  Format 1 was
- * the same without the header CRC and the sections' crc32.
+ * the same without the header CRC and the sections' crc32; format 2 the same
+ * without the header's "schema" (records.h's parts, decompression figures and counted-histogram layout, which
+ * readers of format 2 keep as those collectors had them).
  * The file is created unlinked and linked into place only when complete, so a
  * crash or Ctrl-C never leaves a half-written results file.
  */
 #define FST_RESULTS_MAGIC "FSTRACE"
-#define FST_RESULTS_FORMAT 2
+#define FST_RESULTS_FORMAT 3
 
 struct spool {
 	FILE *f;
