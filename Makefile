@@ -29,7 +29,7 @@ LINK_LIBS := -static -ljson-c -lbpf -lelf -lz -lzstd -lm
 STATIC_FLAG := 1
 endif
 
-.PHONY: all clean vmlinux test install bench-overhead bench-helpers vmtest FORCE
+.PHONY: all clean vmlinux test test-unit install bench-overhead bench-helpers vmtest FORCE
 all: $(OUT)/fstrace-collect
 
 $(OUT):
@@ -97,6 +97,10 @@ install: $(OUT)/fstrace-collect $(OUT)/fstrace.bash
 
 test:
 	./scripts/test.sh
+
+# the unit lane alone (stored results and fixtures, no root, no BPF): what a change to the analysis needs first
+test-unit:
+	./scripts/test.sh --lane unit
 
 # Benchmarks (not tests): tracing overhead, events/s, analysis speed. Writes bench-results/*.json.
 # what each helper and map operation the handlers use costs (docs/overhead.md)

@@ -25,7 +25,6 @@ FORMATS = {
 }
 
 
-
 def medians(doc):
     """{(workload, label): the median run's row}: the run whose figures a table shows beside its times."""
     return {k: tables._median_row(v) for k, v in tables.group(doc).items()}

@@ -2,18 +2,19 @@
 
 Pure functions over a summary (analysis/summary.py builds the figures it reads: devices, decompression, erofs
 lookups, squashfs cache lookups), so a comparison or a bench row can recompute them from summary.json.  The
-figure ids are records.h's FST_AMPLIFICATION (analysis/schema.py AMPLIFICATION); a figure that this run could
-not measure is {"available": False, "why": ...}, and one that does not apply (nothing to decompress on an
-uncompressed image) is {"applies": False, "why": ...}: never a zero standing in for either.
+figure ids are records.h's FST_AMPLIFICATION (a results file's schema lists them: figures() checks them there); a
+figure that this run could not measure is {"available": False, "why": ...}, and one that does not apply (nothing to
+decompress on an uncompressed image) is {"applies": False, "why": ...}: never a zero standing in for either.
 """
 from analysis import schema
 
-DEVICE_READ = schema.amp("device_read_per_received")
-DECOMPRESSED = schema.amp("decompressed_per_received")
-UNIT_LOOKUPS = schema.amp("unit_lookups")
-UNIT_READS = schema.amp("unit_device_reads")
-REREAD = schema.amp("device_reread_share")
-UNNEEDED = schema.amp("device_unneeded_share")
+# the figures computed here, by records.h FST_AMPLIFICATION id
+DEVICE_READ = "device_read_per_received"
+DECOMPRESSED = "decompressed_per_received"
+UNIT_LOOKUPS = "unit_lookups"
+UNIT_READS = "unit_device_reads"
+REREAD = "device_reread_share"
+UNNEEDED = "device_unneeded_share"
 
 
 def _ratio(n, received):
@@ -108,8 +109,12 @@ def unit_counts(s):
     return {"available": False, "why": why}, {"available": False, "why": why}
 
 
-def figures(s):
-    """The amplification figures of a summary, by FST_AMPLIFICATION id."""
+def figures(s, sch=None):
+    """The amplification figures of a summary, by FST_AMPLIFICATION id (each checked against sch: the results'
+    schema; a summary's own, or format 2's, when only the summary is at hand)."""
+    sch = sch or schema.of_summary(s)
+    for figure in (DEVICE_READ, DECOMPRESSED, UNIT_LOOKUPS, UNIT_READS, REREAD, UNNEEDED):
+        sch.amp(figure)
     received = s["reads"]["bytes"]
     levels = device_levels(s, received)
     lookups, reads = unit_counts(s)

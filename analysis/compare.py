@@ -26,7 +26,10 @@ def pair(a, b):
     requests and wall time, both runs' amplification rows, and the parts that account for most of the
     difference."""
     pa, pb = tables.attribution_of(a), tables.attribution_of(b)
-    parts = [p for p in schema.PARTS if p in pa["parts_ns"] or p in pb["parts_ns"]]
+    # the parts as each run's collector had them, A's order first
+    order = list(schema.of_summary(a).parts) + [p for p in schema.of_summary(b).parts
+                                                if p not in schema.of_summary(a).parts]
+    parts = [p for p in order if p in pa["parts_ns"] or p in pb["parts_ns"]]
     rows = [{"part": p[:-3], "a_ns": pa["parts_ns"].get(p), "b_ns": pb["parts_ns"].get(p),
              "delta_ns": (pb["parts_ns"][p] - pa["parts_ns"][p])
              if p in pa["parts_ns"] and p in pb["parts_ns"] else None} for p in parts]

@@ -6,11 +6,10 @@ kernel-side and record-side histograms can be compared slot by slot.
 """
 import numpy as np
 
-from analysis import schema
 
-
-def log2_slots(values, nslots=schema.HIST_SLOTS):
-    """Counts per log2 slot of non-negative integer values."""
+def log2_slots(values, nslots):
+    """Counts per log2 slot of non-negative integer values, nslots of them (the last takes every larger value;
+    a results file's Results.schema.hist_slots, as its kernel-side histograms have)."""
     v = np.asarray(values, dtype=np.uint64)
     if v.size == 0:
         return [0] * nslots

@@ -3,11 +3,6 @@ import io
 
 import numpy as np
 
-from analysis import schema
-
-# one colour per attribution part (records.h FST_PARTS)
-PART_COLOURS = schema.PART_COLOUR
-
 
 def _pyplot():
     import matplotlib
@@ -43,18 +38,19 @@ def latency_cdf(series, title):
     return _svg(fig)
 
 
-def attribution_bars(rows, parts, title):
-    """rows: [(label, {part: ns})]: one horizontal bar per configuration, stacked by share of wall time."""
+def attribution_bars(rows, sch, title):
+    """rows: [(label, {part: ns})]: one horizontal bar per configuration, stacked by share of wall time, parts in
+    the order and colours of sch (analysis/schema.py: the results', or a summary's)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 0.6 + 0.45 * max(len(rows), 1)))
     labels = [label for label, _ in rows]
     left = np.zeros(len(rows))
-    for p in parts:
+    for p in sch.parts:
         vals = np.array([float(d.get(p, 0)) for _, d in rows])
         totals = np.array([float(sum(d.values())) or 1.0 for _, d in rows])
         share = vals / totals
         if share.any():
-            ax.barh(labels, share, left=left, color=PART_COLOURS.get(p), label=p[:-3])
+            ax.barh(labels, share, left=left, color=sch.part_colour.get(p), label=p[:-3])
         left += share
     ax.set_xlim(0, 1)
     ax.set_xlabel("share of the time spent in requests")

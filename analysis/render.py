@@ -109,8 +109,8 @@ def run_html(s, res):
     from analysis import flamegraph, html, plots, report, summary, tables
     label = s["run"].get("label") or "run"
     figs = [("Latency CDF", plots.latency_cdf([(label, summary.latencies_us(res))], "request latency")),
-            ("Attribution", plots.attribution_bars([(label, s["attribution"]["parts_ns"])],
-                                                   summary.ATTRIBUTION_PARTS, "where request time went"))]
+            ("Attribution", plots.attribution_bars([(label, s["attribution"]["parts_ns"])], res.schema,
+                                                   "where request time went"))]
     drawn = {name: flamegraph.render(stacks, title, subtitle, unit=unit)
              for name, stacks, title, subtitle, unit in flamegraph_specs(res)}
     flames = [(heading, drawn[name], note) for name, heading, note in FLAMEGRAPHS if name in drawn]
@@ -125,8 +125,8 @@ def run_html(s, res):
 def sets_html(title, sets, head_text):
     """HTML of result sets side by side (a comparison, or one bench): latency CDF and attribution per
     configuration, and the sets' tables.  sets: [(name prefix, run or bench directory)]."""
-    from analysis import flamegraph, html, plots, results, sampling, summary, tables
-    cdf, bars, texts = [], [], []
+    from analysis import flamegraph, html, plots, results, sampling, schema, summary, tables
+    cdf, bars, texts, schemas = [], [], [], []
     stacks = []  # per set: {(workload, label) or None: on-CPU folded stacks}, for the differential flamegraphs
     for side, d in sets:
         stacks.append({})
@@ -149,11 +149,14 @@ def sets_html(title, sets, head_text):
             note_unverified(res, fst)
             cdf.append((label, summary.latencies_us(res)))
             bars.append((label, summary.attribution(summary.fs_requests(
-                res, kinds=("read", "write", "open", "getdents")))["parts_ns"]))
+                res, kinds=("read", "write", "open", "getdents")), None, res.schema)["parts_ns"]))
+            schemas.append(res.schema)
             stacks[-1][key] = sampling.folded(res.header, kworkers=True)
     figs = [("Latency CDF per configuration", plots.latency_cdf(cdf, "request latency")),
-            ("Attribution per configuration", plots.attribution_bars(bars, summary.ATTRIBUTION_PARTS,
-                                                                     "where request time went"))]
+            # the parts of the newest collector among them (an older one's file lacks the parts added since)
+            ("Attribution per configuration", plots.attribution_bars(
+                bars, max(schemas, key=lambda x: len(x.parts), default=schema.FORMAT_2_SCHEMA),
+                "where request time went"))]
     if len(sets) == 2:  # a comparison: B against A, per configuration both have
         for key in [k for k in stacks[0] if k in stacks[1]]:
             what = " ".join(key) if key else "%s vs %s" % (sets[1][1], sets[0][1])

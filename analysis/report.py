@@ -1,9 +1,8 @@
 """Terminal report of one run, rendered from its summary (a pure function: summary -> text)."""
 import re
 
-from analysis import verdict
+from analysis import schema, verdict
 from analysis.hist import format_linear_counts, format_log2
-from analysis.summary import ATTRIBUTION_MEANING, ATTRIBUTION_PARTS
 
 # C0 controls but the newline, DEL, C1 controls (0x9b is CSI on its own) and the Unicode format
 # characters that reorder or hide text (bidi overrides, zero-width): what could drive or fool a terminal
@@ -60,14 +59,15 @@ def render(s, full=True):
     a = s["attribution"]
     heading(w, "where request time went")
     w("  where request time went (%d ms in requests; first-cut model)" % (a["wall_ns"] // 1000000))
-    for p in ATTRIBUTION_PARTS:
+    sch = schema.of_summary(s)
+    for p in sch.parts:
         if p not in a["parts_ns"]:  # results from a collector without that part
             continue
         if p == "lock_ns" and not (s.get("lock_wait") or {}).get("available"):
             w("    %-11s unavailable: %s" % ("lock", (s.get("lock_wait") or {}).get("why", "not measured")))
             continue
         w("    %-11s %9.1f ms  %s  %s" % (p[:-3], a["parts_ns"][p] / 1e6, _pct(a["shares"][p]),
-                                        ATTRIBUTION_MEANING[p]))
+                                        sch.part_meaning[p]))
     if a["wall_ns"]:
         w("    parts sum to %.2f %% of request wall time; %d requests had a context switch the kernel did not"
           " report to fstrace" % (100.0 * (a["wall_ns"] - a["unaccounted_ns"]) / a["wall_ns"],

@@ -7,12 +7,14 @@ keeps its own copy of a layout.  A results file copied from another machine
 is read the same way, without root and without BPF.
 
 Results come from other machines and are read by root, so nothing in the file
-is trusted: format 2 files carry a CRC32 of the header and of every record
-section (checked before anything is used), the header is checked against
+is trusted: format 2 and later files carry a CRC32 of the header and of every
+record section (checked before anything is used), the header is checked against
 HEADER_SCHEMA (the types of every field the analysis reads), and every count
 and offset is bounded by the file's size.  Any damage is one ResultsError
 naming the file's part and what is wrong.  Format 1 files (no checksums) are
 still read; Results.verified says the damage they may carry went unchecked.
+From format 3 on the header also carries what the analysis reads of records.h
+beyond layouts and enumerations (Results.schema; analysis/schema.py).
 """
 import json
 import math
@@ -27,8 +29,8 @@ import numpy as np
 from analysis import schema
 
 MAGIC = b"FSTRACE\0"
-FORMAT = 2           # what the collector writes (user/results.h): checksummed header and sections
-OLDEST_FORMAT = 1    # still read, as unverified: no checksums
+FORMAT = 3           # what the collector writes (user/results.h): checksummed, records.h's schema in the header
+OLDEST_FORMAT = 1    # still read: format 2 without the schema (analysis/schema.py FORMAT_2), 1 also unverified
 PREAMBLE = 16        # magic, format, header length
 MAX_RECORD_SIZE = 1 << 20
 # what is read whole (not mapped) from a results or bench directory is bounded, far above what fstrace writes
@@ -142,6 +144,11 @@ HEADER_SCHEMA = {
                    "image": Opt({"bytes": INT_OPT}), "fs_kdevs": Opt(Null(ListOf(COUNT))), "fs_kdev": INT_OPT,
                    "loop_read_ahead_kb": INT_OPT}),
     "records": MapOf(LAYOUT),
+    # records.h's attribution parts, decompression figures and counted-histogram layout (format 3 on)
+    "schema": Opt({"parts": ListOf({"field": str, "group": str, "colour": str, "meaning": str}),
+                   "decomp_figures": ListOf(str), "lat_sub_bits": Int(1, 16), "lat_slots": Int(1, 1 << 16),
+                   "hist_slots": Int(1, 64), "req_agg_max": COUNT,
+                   "amplification": ListOf({"name": str, "meaning": str})}),
     "enums": dict({"req_kind": ENUM, "charge": ENUM},
                   **{e: Opt(ENUM) for e in ("hist_metric", "context", "tier", "work_kind", "offcpu_reason",
                                             "erofs_event", "erofs_map_flag", "alg", "fs", "fs_cache", "io_op",
@@ -190,6 +197,7 @@ def _fill_figures(header):
     for p in header.get("probes") or ():
         if "figure" not in p:
             p["figure"] = LEGACY_FIGURES.get(p["probe"], "probe:" + p["probe"])
+
 
 _KIND = {str: "a string", bool: "true or false", float: "a number"}
 
@@ -273,12 +281,15 @@ def validate_header(header, fmt=FORMAT):
             raise ResultsError("header field sections[%d].crc32 is missing" % i)
     if "req" not in names:
         raise ResultsError("header: no section of requests (req)")
+    if fmt >= 3 and "schema" not in header:
+        raise ResultsError("header field schema is missing")
+    sch = schema.of(header)
     # the counted requests' histograms are added slot by slot: every row's must have the kernel's slot counts
     counted = (header.get("kernel_aggregates") or {}).get("requests_counted") or []
     for i, row in enumerate(counted):
         where = "header field kernel_aggregates.requests_counted[%d]" % i
-        if len(row["wall_hist"]) != schema.HIST_SLOTS or len(row["wall_ns_loglin"]) != schema.LAT_SLOTS or \
-                any(len(h) != schema.HIST_SLOTS for h in row["part_hist"].values()):
+        if len(row["wall_hist"]) != sch.hist_slots or len(row["wall_ns_loglin"]) != sch.lat_slots or \
+                any(len(h) != sch.hist_slots for h in row["part_hist"].values()):
             raise ResultsError("%s: histograms of the wrong number of slots" % where)
         if set(row["part_ns"]) != set(row["part_hist"]):
             raise ResultsError("%s: parts and their histograms disagree" % where)
@@ -338,7 +349,7 @@ def select(records, mask):
 class Results:
     """A loaded results file: .header (dict) and .records[name] (numpy structured arrays).
 
-    .verified: the file carried checksums (format 2) and they matched; False for format 1 files,
+    .verified: the file carried checksums (format 2 on) and they matched; False for format 1 files,
     whose damage could not have been detected."""
 
     def __init__(self, header, records, path=None, verified=False, fmt=FORMAT):
@@ -347,6 +358,7 @@ class Results:
         self.path = path
         self.verified = verified
         self.format = fmt
+        self.schema = schema.of(header)  # records.h's parts, figures and layouts as this file was written with
 
     def __getitem__(self, name):
         return self.records[name]

@@ -154,7 +154,8 @@ def wallclock_folded(header):
     On-CPU time comes from the samples (each worth 1/hz; an estimate), off-CPU time from the switch-out
     stacks weighted by the measured time blocked.  Each stack ends in a category frame ([cpu],
     [cpu: decompression], [cpu: lock spin], [io_wait], [lock_wait], ...) so a renderer can colour the categories apart.
-    [cpu: lock spin] is on-CPU spinning for a contended lock.  Runqueue time has no stack of its own and is not in the graph."""
+    [cpu: lock spin] is on-CPU spinning for a contended lock.  Runqueue time has no stack of its own and is not in the
+    graph."""
     out = {}
     hz = (header.get("sampling") or {}).get("hz") or 0
     if hz:

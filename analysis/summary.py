@@ -12,10 +12,6 @@ from analysis.hist import linear_slots, loglin_bounds, log2_slots, merged_percen
 
 SCHEMA_VERSION = 1
 
-# defined once, in bpf/records.h (FST_PARTS); results files from before a part existed simply lack its field
-ATTRIBUTION_PARTS = schema.PARTS
-ATTRIBUTION_MEANING = schema.PART_MEANING
-
 
 def enum_value(header, enum, name):
     for k, v in header["enums"][enum].items():
@@ -107,11 +103,12 @@ def counted_requests(res, kinds=("read", "getdents", "open"), any_fs=False):
     return out
 
 
-def counted_latencies_us(cnt):
-    """The counted requests' latencies as their log-linear slots' midpoints (within 1/16 of each value)."""
+def counted_latencies_us(cnt, sch):
+    """The counted requests' latencies as their log-linear slots' midpoints (within 1/16 of each value); sch: the
+    results' schema (Results.schema)."""
     if not cnt:
         return np.zeros(0)
-    mids = [sum(loglin_bounds(i, schema.LAT_SUB_BITS)) / 2e3 for i in range(len(cnt["wall_ns_loglin"]))]
+    mids = [sum(loglin_bounds(i, sch.lat_sub_bits)) / 2e3 for i in range(len(cnt["wall_ns_loglin"]))]
     return np.repeat(np.array(mids), cnt["wall_ns_loglin"])
 
 
@@ -131,16 +128,17 @@ def latencies_us(res):
         kinds = ("read", "write", "open", "getdents", "stat")
         r = fs_requests(res, kinds=kinds)
     exact = (r["ts_end_ns"] - r["ts_start_ns"]).astype(np.int64) / 1e3
-    return np.concatenate([exact, counted_latencies_us(counted_requests(res, kinds))])
+    return np.concatenate([exact, counted_latencies_us(counted_requests(res, kinds), res.schema)])
 
 
-def request_stats(reqs, cnt=None):
-    """Counts, bytes, latency of recorded requests plus the counted ones (cnt: counted_requests())."""
+def request_stats(reqs, cnt, sch):
+    """Counts, bytes, latency of recorded requests plus the counted ones (cnt: counted_requests(); sch: the
+    results' schema)."""
     lat_ns = (reqs["ts_end_ns"] - reqs["ts_start_ns"]).astype(np.int64)
     ok = reqs["ret"] > 0
-    hist = log2_slots(lat_ns // 1000)
+    hist = log2_slots(lat_ns // 1000, sch.hist_slots)
     if cnt:
-        lat = merged_percentiles(lat_ns / 1e3, cnt["wall_ns_loglin"], schema.LAT_SUB_BITS, cnt["wall_ns"] / 1e3)
+        lat = merged_percentiles(lat_ns / 1e3, cnt["wall_ns_loglin"], sch.lat_sub_bits, cnt["wall_ns"] / 1e3)
         hist = (np.array(hist) + cnt["wall_hist"][:len(hist)]).tolist()
     else:
         lat = percentiles(lat_ns / 1e3)
@@ -159,13 +157,13 @@ def request_stats(reqs, cnt=None):
     return out
 
 
-def attribution(reqs, cnt=None):
-    """Sum of each part over the requests (recorded and counted), their shares, and how far parts miss the
-    wall time."""
+def attribution(reqs, cnt, sch):
+    """Sum of each part (sch: the results' schema; a file from before a part existed lacks its field) over the
+    requests (recorded and counted), their shares, and how far parts miss the wall time."""
     names = reqs.dtype.names
     wall = int((reqs["ts_end_ns"] - reqs["ts_start_ns"]).sum()) if len(reqs) else 0
-    parts = {p: int(reqs[p].sum()) if len(reqs) else 0 for p in ATTRIBUTION_PARTS if p in names}
-    hists = {p: np.array(log2_slots(reqs[p][reqs[p] > 0] // 1000)) for p in parts}
+    parts = {p: int(reqs[p].sum()) if len(reqs) else 0 for p in sch.parts if p in names}
+    hists = {p: np.array(log2_slots(reqs[p][reqs[p] > 0] // 1000, sch.hist_slots)) for p in parts}
     if cnt:
         wall += cnt["wall_ns"]
         for p in parts:
@@ -245,7 +243,7 @@ def readahead(res, reqs):
                 "why": (p or {}).get("why") or "this collector has no readahead probe"}
     fs_devs = fs_devices(res)
     metric = enum_value(res.header, "hist_metric", "ra_window_pages")
-    slots = [0] * schema.HIST_SLOTS
+    slots = [0] * res.schema.hist_slots
     for h in res.header.get("kernel_aggregates", {}).get("histograms", []):
         if h["metric"] == metric and (fs_devs is None or h["dev"] in fs_devs):
             slots = [a + b for a, b in zip(slots, h["slots"])]
@@ -275,8 +273,8 @@ def lock_wait(res, reqs):
                       "from samples"}
 
 
-def io_stats(io, unit):
-    """Block requests of one device: counts, sizes, alignment, latency."""
+def io_stats(io, unit, hist_slots):
+    """Block requests of one device: counts, sizes, alignment, latency (log2 histograms of hist_slots)."""
     if len(io) == 0:
         return {"requests": 0}
     start = io["sector"].astype(np.uint64) * np.uint64(512)
@@ -302,8 +300,8 @@ def io_stats(io, unit):
         "cross_unit_pct": 100.0 * float(crosses.mean()),
         "q2c_us": percentiles(q2c),
         "d2c_us": percentiles(d2c),
-        "size_hist_log2_bytes": log2_slots(nbytes),
-        "q2c_hist_log2_us": log2_slots(q2c.astype(np.uint64)),
+        "size_hist_log2_bytes": log2_slots(nbytes, hist_slots),
+        "q2c_hist_log2_us": log2_slots(q2c.astype(np.uint64), hist_slots),
         "issued_before_tracing": int((~known).sum()),
         "reread_bytes": int(nbytes.sum()) - union_bytes(start, end),
     }
@@ -329,7 +327,7 @@ def device_stats(res):
     for d in res.header.get("devices", []):
         rows = io[io["dev"] == d["dev"]] if io is not None else io
         reads = rows[res.io_ops(rows) == read_op]
-        st = io_stats(reads, d["unit_bytes"])
+        st = io_stats(reads, d["unit_bytes"], res.schema.hist_slots)
         st["level"] = "loop" if d["is_loop"] else "backing"
         st["all_ops_requests"] = int(len(rows))
         charge_none = enum_value(res.header, "charge", "none")
@@ -385,7 +383,7 @@ def tiers(res):
 
 def decompression_probes(res):
     """The probes that time decompression (or the copy of uncompressed units) per unit, by figure id."""
-    return [p for p in res.header.get("probes", []) if p["figure"] in schema.DECOMP_FIGURES]
+    return [p for p in res.header.get("probes", []) if p["figure"] in res.schema.decomp_figures]
 
 
 def decompression_in_requests(reqs, d):
@@ -418,8 +416,8 @@ def decompression(res, reqs):
                 "in_bytes": int(g["in_bytes"].astype(np.uint64).sum()),
                 "out_bytes": int(g["out_bytes"].astype(np.uint64).sum()),
                 "ns": int(dur.sum()), "unit_us": percentiles(dur / 1e3),
-                "unit_hist_log2_us": log2_slots(dur // 1000),
-                "in_hist_log2_bytes": log2_slots(g["in_bytes"]),
+                "unit_hist_log2_us": log2_slots(dur // 1000, res.schema.hist_slots),
+                "in_hist_log2_bytes": log2_slots(g["in_bytes"], res.schema.hist_slots),
                 "contexts": by_context(h, g, dur, "units"),
                 "tiers": sorted({enum_name(h, "tier", t) for t in np.unique(g["tier"])}),
             })
@@ -555,7 +553,7 @@ def erofs_events(res, reqs):
             # mapped) and how many block requests read it; {times: pclusters}
             "lookups_per_pcluster": times_hist(lookups), "device_reads_per_pcluster": times_hist(reads),
             "mapped_bytes": int(pcl["llen"].astype(np.uint64).sum()),
-            "plen_hist_log2_bytes": log2_slots(plen),
+            "plen_hist_log2_bytes": log2_slots(plen, res.schema.hist_slots),
         })
     idx = records_in_requests(reqs, e["pid"], e["ts_ns"])
     per = {}
@@ -622,7 +620,7 @@ def fs_caches(res, reqs):
 def write_compression(res):
     """Compression on write (btrfs): chunks, sizes, ratio, time, and the threads that ran it; or why it could
     not be measured.  None when the collector has no such probe."""
-    probes = [p for p in res.header.get("probes", []) if p["figure"] == schema.figure("btrfs_compress_write")]
+    probes = [p for p in res.header.get("probes", []) if p["figure"] == res.schema.figure("btrfs_compress_write")]
     if not probes:
         return None
     attached = [p for p in probes if p["tier"] != "unavailable"]
@@ -643,7 +641,7 @@ def write_compression(res):
                 "compressed": int(ok.sum()), "not_compressed": int((~ok).sum()),
                 "in_bytes": in_ok, "out_bytes": out_ok, "ratio": out_ok / in_ok if in_ok else None,
                 "ns": int(dur.sum()), "chunk_us": percentiles(dur / 1e3),
-                "chunk_hist_log2_us": log2_slots(dur // 1000),
+                "chunk_hist_log2_us": log2_slots(dur // 1000, res.schema.hist_slots),
                 "mb_per_s": in_ok / (dur[ok].sum() / 1e3) if dur[ok].sum() else None,
                 "contexts": by_context(h, g, dur, "chunks"), "by_thread": by_thread(g, dur)[:8],
                 "tiers": sorted({enum_name(h, "tier", t) for t in np.unique(g["tier"])}),
@@ -799,8 +797,11 @@ def summarize(res, ground_truth=None):
         stat_note = "stat is path-based: counted for all paths the workload stat'ed"
         all_kinds = ("read", "write") + meta_kinds
     all_fs = fs_requests(res, kinds=all_kinds)
-    rs = request_stats(reads, reads_cnt)
-    attribution_all = dict(attribution(all_fs, counted_requests(res, kinds=all_kinds)), kinds=list(all_kinds))
+    sch = res.schema
+    rs = request_stats(reads, reads_cnt, sch)
+    # the parts as records.h had them when the file was written, for readers of the summary alone (tables, plots)
+    attribution_all = dict(attribution(all_fs, counted_requests(res, kinds=all_kinds), sch), kinds=list(all_kinds),
+                           part_info=sch.part_info())
     devices = device_stats(res)
     s = {
         "schema_version": SCHEMA_VERSION,
@@ -819,14 +820,14 @@ def summarize(res, ground_truth=None):
         "reads": rs,
         "request_windows": request_windows(res),
         "read_latency_linear_us": linear_slots(np.concatenate([
-            (reads["ts_end_ns"] - reads["ts_start_ns"]).astype(np.int64) / 1e3, counted_latencies_us(reads_cnt)])),
+            (reads["ts_end_ns"] - reads["ts_start_ns"]).astype(np.int64) / 1e3, counted_latencies_us(reads_cnt, sch)])),
         "throughput_bytes_per_s": rs["bytes"] / (wall_ns / 1e9) if wall_ns > 0 else None,
-        "writes": request_stats(fs_requests(res, kinds=("write",)), counted_requests(res, kinds=("write",))),
+        "writes": request_stats(fs_requests(res, kinds=("write",)), counted_requests(res, kinds=("write",)), sch),
         "sync": dict(request_stats(res["req"][res["req"]["kind"] == enum_value(h, "req_kind", "sync")],
-                                   counted_requests(res, kinds=("sync",), any_fs=True)),
+                                   counted_requests(res, kinds=("sync",), any_fs=True), sch),
                      note="sync is counted for every fsync/fdatasync/sync/syncfs of the workload"),
-        "metadata": {"open_getdents": request_stats(meta, counted_requests(res, kinds=meta_kinds)),
-                     "stat": dict(request_stats(stats, stats_cnt), attribution=attribution(stats, stats_cnt),
+        "metadata": {"open_getdents": request_stats(meta, counted_requests(res, kinds=meta_kinds), sch),
+                     "stat": dict(request_stats(stats, stats_cnt, sch), attribution=attribution(stats, stats_cnt, sch),
                                   note=stat_note)},
         "attribution": attribution_all,
         "request_records": dict(h.get("request_records") or {"mode": "all"},
@@ -858,5 +859,5 @@ def summarize(res, ground_truth=None):
         "bad_records": h.get("bad_records", 0),
         "ground_truth": ground_truth or {},
     }
-    s["amplification"] = amplification.figures(s)
+    s["amplification"] = amplification.figures(s, sch)
     return s

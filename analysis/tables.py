@@ -16,7 +16,8 @@ def row_from_summary(s):
     loop = [d for d in s["devices"].values() if d.get("level") == "loop"]
     loop = loop[0] if loop else {}
     wrote = bool(s.get("writes", {}).get("count")) and not s["reads"]["count"]
-    other_parts = schema.parts_in("other")  # kworker, lock and tracer parts have their own columns
+    sch = schema.of_summary(s)
+    other_parts = sch.parts_in("other")  # kworker, lock and tracer parts have their own columns
     other = [shares.get(k) for k in other_parts]
     amp = amplification.row(s.get("amplification") or amplification.figures(s))
     return dict(amp, **{
@@ -28,8 +29,8 @@ def row_from_summary(s):
         "io_wait_share": shares.get("io_wait_ns"), "oncpu_share": shares.get("oncpu_ns"),
         "other_share": None if None in other else sum(other),
         "lock_share": shares.get("lock_ns"),
-        "kworker_share": (None if not set(schema.parts_in("kworker")) <= set(a["parts_ns"]) or not a["wall_ns"] else
-                          sum(a["parts_ns"][k] for k in schema.parts_in("kworker")) / a["wall_ns"]),
+        "kworker_share": (None if not set(sch.parts_in("kworker")) <= set(a["parts_ns"]) or not a["wall_ns"] else
+                          sum(a["parts_ns"][k] for k in sch.parts_in("kworker")) / a["wall_ns"]),
         "io_wait_s": a["parts_ns"]["io_wait_ns"] / 1e9, "oncpu_s": a["parts_ns"]["oncpu_ns"] / 1e9,
         "other_s": sum(a["parts_ns"][k] for k in other_parts) / 1e9,
         "decompression_share": _decompression_share(s.get("decompression", {}), a["wall_ns"]),
@@ -172,7 +173,8 @@ def render_bench(doc):
       "in their stat calls, all paths); kwork: asleep while a kworker ran filesystem work that woke the "
       "request (erofs decompression, btrfs end-io), or waited to run it; lock: asleep on a contended mutex/rwsem; "
       "decomp: "
-      "share of it decompressing in the requesting thread (n/a: no fentry/kprobe on this kernel); loop req: block requests on the image's loop device; "
+      "share of it decompressing in the requesting thread (n/a: no fentry/kprobe on this kernel); "
+      "loop req: block requests on the image's loop device; "
       "pc miss: page-cache folios added during the workload's requests; dev/B: bytes read from the image's "
       "loop device per byte the workload received; dec/B: bytes decompressed per byte received (<=: a bound from "
       "the units looked up, n/a: uncompressed image, -: not measurable here); reread: share of the loop device's "
@@ -182,7 +184,8 @@ def render_bench(doc):
 
 CSV_FIELDS = ["workload", "label", "fs", "run", "wall_s", "read_bytes", "requests", "loop_op", "io_wait_share",
               "oncpu_share",
-              "other_share", "kworker_share", "lock_share", "io_wait_s", "oncpu_s", "other_s", "decompression_share", "loop_requests", "loop_mean_bytes", "loop_aligned_4k_pct",
+              "other_share", "kworker_share", "lock_share", "io_wait_s", "oncpu_s", "other_s", "decompression_share",
+              "loop_requests", "loop_mean_bytes", "loop_aligned_4k_pct",
               "loop_unseen_requests", "pagecache_misses", "loop_read_per_received", "backing_read_per_received",
               "decompressed_per_received", "decompressed_method", "reread_share", "storage", "dir"]
 

@@ -31,7 +31,7 @@ import zlib
 
 import numpy as np
 
-from analysis.summary import ATTRIBUTION_PARTS, dev_name, enum_name, enum_value, records_in_requests
+from analysis.summary import dev_name, enum_name, records_in_requests
 
 SEQ = 1               # the one packet sequence of the trace
 CLOCK = 64            # its incremental clock (sequence-scoped clock ids start at 64)
@@ -260,7 +260,7 @@ def slices(res, w, uuids):
     def requests():
         if req is None or not len(req):
             return
-        parts = [p for p in ATTRIBUTION_PARTS if p in req.dtype.names]
+        parts = [p for p in res.schema.parts if p in req.dtype.names]
         for i in np.argsort(req["ts_start_ns"], kind="stable"):
             r = req[i]
             s, e = int(r["ts_start_ns"]), max(int(r["ts_end_ns"]), int(r["ts_start_ns"]))
@@ -277,7 +277,9 @@ def slices(res, w, uuids):
         devices = {}
         read_op = res.io_op("read")
         ops = res.io_ops(io) if io is not None and len(io) else ()
-        start_of = (lambda b: int(b["ts_queue_ns"]) or int(b["ts_complete_ns"]))
+
+        def start_of(b):
+            return int(b["ts_queue_ns"]) or int(b["ts_complete_ns"])
         for i in (np.argsort(np.where(io["ts_queue_ns"] > 0, io["ts_queue_ns"], io["ts_complete_ns"]), kind="stable")
                   if len(ops) else ()):
             b = io[i]
@@ -317,6 +319,7 @@ def slices(res, w, uuids):
         if comp is not None and len(comp):
             kinds.append((_sorted(comp, "ts_start_ns"), lambda c: "compress %s %s" % (
                 enum_name(h, "fs", c["fs"]), enum_name(h, "alg", c["alg"]))))
+
         def stream(n, recs, label):  # binds n and label now: a generator in the comprehension saw the last kind's
             return ((int(r["ts_start_ns"]), n, r, label) for r in recs)
         streams = [stream(n, recs, label) for n, (recs, label) in enumerate(kinds)]

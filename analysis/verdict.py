@@ -169,7 +169,9 @@ def device_line(name, d):
 def decompression_line(s):
     dec = s.get("decompression") or {}
     wall = s["attribution"]["wall_ns"]
-    share = (lambda ns: " = %s" % pct(ns / wall) if wall else "")
+
+    def share(ns):
+        return " = %s" % pct(ns / wall) if wall else ""
     kworkers = (s.get("async_work") or {}).get("erofs decompression")
     kw = "; in kworkers: %.1f ms (%d work items)" % (kworkers["ns"] / 1e6, kworkers["items"]) if kworkers else ""
     if dec.get("available"):

@@ -47,14 +47,14 @@ struct {
 /* exact byte and time sums per (device, op) beside the histograms (records.h struct fst_io_sum) */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, FST_MAX_TRACED_DEVS * FST_IO_SUBS);
+	__uint(max_entries, (FST_MAX_TRACED_DEVS * FST_IO_SUBS));
 	__type(key, struct fst_io_sum_key);
 	__type(value, struct fst_io_sum);
 } io_sums SEC(".maps");
 
 static __always_inline __u32 bio_dev(struct bio *bio, bool btf)
 {
-	struct block_device *bdev = FST_FIELD(btf, bio, bi_bdev);	/* FST_FIELD does not nest */
+	struct block_device *bdev = FST_FIELD(btf, bio, bi_bdev); /* FST_FIELD does not nest */
 	return FST_FIELD(btf, bdev, bd_dev);
 }
 
@@ -134,7 +134,7 @@ static __always_inline int handle_bio_queue(void *ctx, struct bio *bio, bool btf
 	charge_current(&s, st);
 	struct bio_starts_slot *slot = bio_starts_claim((__u64)bio);
 	if (!slot)
-		return 0;	/* counted: its request will not be charged */
+		return 0; /* counted: its request will not be charged */
 	slot->v = s;
 	inflight_add(s.pid, 1);
 	tracer_charge(st && st->in_req ? st : NULL, FST_SITE_BIO_QUEUE, s.ts_queue);
@@ -222,7 +222,7 @@ static __always_inline int handle_rq_issue(struct request *rq, bool btf)
 	__u64 now = bpf_ktime_get_ns();
 
 	struct rq_starts_slot *old = rq_starts_find((__u64)rq);
-	if (old) {	/* requeued: keep its bios' accounting, take the new issue time */
+	if (old) { /* requeued: keep its bios' accounting, take the new issue time */
 		old->v.ts_issue = now;
 		return 0;
 	}
@@ -241,7 +241,7 @@ static __always_inline int handle_rq_issue(struct request *rq, bool btf)
 	struct rq_starts_slot *slot = rq_starts_claim((__u64)rq);
 	if (slot)
 		slot->v = r;
-	else	/* counted; its bios' in-flight counts would never be taken back */
+	else /* counted; its bios' in-flight counts would never be taken back */
 		inflight_add(r.pid, -(__s64)r.charged_bios);
 
 	if (dc->is_loop && r.pid) {
@@ -295,8 +295,8 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 	 * took 100 ms to load, a third of load and attach).  Partial completions keep the request.
 	 */
 	struct fst_rq_start rs, *r = NULL;
-	__u64 rq_addr = 0;	/* the slot's key, a number: the pointer itself kept to the end made clang hash it with
-				 * 32-bit arithmetic on the pointer register, which the verifier refuses */
+	__u64 rq_addr = 0; /* the slot's key, a number: the pointer itself kept to the end made clang hash it with
+			    * 32-bit arithmetic on the pointer register, which the verifier refuses */
 	struct rq_starts_slot *slot = rq_starts_find((__u64)rq);
 	if (slot) {
 		rs = slot->v;
@@ -329,7 +329,7 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 			rec->charge = r->charge;
 			rec->queue_stack = r->stack;
 			__builtin_memcpy(rec->comm, r->comm, sizeof(rec->comm));
-		} else {	/* issued before tracing started */
+		} else { /* issued before tracing started */
 			rec->ts_queue_ns = 0;
 			rec->ts_issue_ns = 0;
 			rec->nr_bios = 0;
@@ -345,7 +345,7 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 	__u32 op = cmd_flags & FST_OP_MASK;
 	__u32 sub = FST_IO_SUB(op);
 	__u32 io_slot = dc->io_slot;
-	struct fst_dev_io *io = bpf_map_lookup_elem(&dev_io, &io_slot);	/* an array: no hashing */
+	struct fst_dev_io *io = bpf_map_lookup_elem(&dev_io, &io_slot); /* an array: no hashing */
 	if (io) {
 		slot_count(io->bytes[sub], log2_slot(nr_bytes));
 		count_alignment(&io->align, dc, sector, nr_bytes);
@@ -391,7 +391,7 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 /* a known filesystem work item queued and not yet running */
 struct work_queued {
 	__u64 ts_queue;
-	struct io_cause io;	/* the block request whose completion queued it, 0s = none */
+	struct io_cause io; /* the block request whose completion queued it, 0s = none */
 };
 
 /* known filesystem work items: queued -> struct work_queued by work pointer (running ones: common.bpf.h) */
@@ -427,7 +427,7 @@ static __always_inline void work_queued_by_completion(struct io_cause *io, __u16
 		return;
 	struct completing_rq *c = completion_running();
 	if (c)
-		*io = c->io;	/* dev names the traced device; ts_complete is 0 when its io record was not written */
+		*io = c->io; /* dev names the traced device; ts_complete is 0 when its io record was not written */
 }
 
 static __always_inline int handle_work_queue(struct work_struct *work, bool btf)
@@ -447,7 +447,7 @@ static __always_inline int handle_work_queue(struct work_struct *work, bool btf)
 /* loop worker context: which loop device a kworker is serving right now; filesystem work: its timing */
 static __always_inline int handle_work_start(struct work_struct *work, bool btf)
 {
-	__u64 fn = (__u64)FST_FIELD(btf, work, func);	/* every work item of the system: a typed load where it can be */
+	__u64 fn = (__u64)FST_FIELD(btf, work, func); /* every work item of the system: a typed load where it can be */
 	struct loop_device *lo = NULL;
 
 	if (!fn)
@@ -456,7 +456,9 @@ static __always_inline int handle_work_start(struct work_struct *work, bool btf)
 	if (kind) {
 		struct work_queued_slot *q = work_queued_find((__u64)work);
 		struct work_start ws = {
-			.ts_start = bpf_ktime_get_ns(), .work = (__u64)work, .kind = kind,
+			.ts_start = bpf_ktime_get_ns(),
+			.work = (__u64)work,
+			.kind = kind,
 			.seq = __sync_fetch_and_add(&work_seq, 1) + 1,
 		};
 		if (q) {
@@ -535,10 +537,14 @@ int BPF_PROG(block_rq_issue_raw, struct request *rq) { return handle_rq_issue(rq
 
 SEC("tp_btf/block_rq_complete")
 int BPF_PROG(block_rq_complete_btf, struct request *rq, int error, unsigned int nr_bytes)
-{ return handle_rq_complete(rq, error, nr_bytes, true); }
+{
+	return handle_rq_complete(rq, error, nr_bytes, true);
+}
 SEC("raw_tp/block_rq_complete")
 int BPF_PROG(block_rq_complete_raw, struct request *rq, int error, unsigned int nr_bytes)
-{ return handle_rq_complete(rq, error, nr_bytes, false); }
+{
+	return handle_rq_complete(rq, error, nr_bytes, false);
+}
 
 SEC("tp_btf/workqueue_execute_start")
 int BPF_PROG(workqueue_execute_start_btf, struct work_struct *work) { return handle_work_start(work, true); }
@@ -547,10 +553,14 @@ int BPF_PROG(workqueue_execute_start_raw, struct work_struct *work) { return han
 
 SEC("tp_btf/workqueue_queue_work")
 int BPF_PROG(workqueue_queue_work_btf, int req_cpu, void *pwq, struct work_struct *work)
-{ return handle_work_queue(work, true); }
+{
+	return handle_work_queue(work, true);
+}
 SEC("raw_tp/workqueue_queue_work")
 int BPF_PROG(workqueue_queue_work_raw, int req_cpu, void *pwq, struct work_struct *work)
-{ return handle_work_queue(work, false); }
+{
+	return handle_work_queue(work, false);
+}
 
 SEC("tp_btf/workqueue_execute_end")
 int BPF_PROG(workqueue_execute_end_btf, struct work_struct *work) { return handle_work_end(); }
@@ -588,25 +598,26 @@ static __always_inline void expire_free(__u64 *key_at)
  * The bpf_loop callback expiring one bucket of a flight table: TS(v) is when a slot's entry began, DROP(v) gives
  * back what it held (its bios' in-flight counts), counter counts the expired entries.
  */
-#define EXPIRE_BUCKET(table, TS, DROP, counter)                                          \
-	static int table##_expire_bucket(__u32 i, struct expire_walk *w)                  \
-	{                                                                                 \
-		struct table##_bucket *bk = bpf_map_lookup_elem(&table, &i);              \
-		if (!bk)                                                                  \
-			return 1;                                                         \
-		_Pragma("unroll") for (int j = 0; j < FST_FLIGHT_WAYS; j++) {             \
-			struct table##_slot *slot = &bk->s[j];                            \
-			__u64 key = slot->key, ts = TS(slot->v);                          \
-			if (!key || !ts || w->now < ts + FST_STALE_NS)                    \
-				continue;                                                 \
-			if (!expire_take(&slot->key, key))                                \
-				continue;                                                 \
-			DROP(slot->v);                                                    \
-			__builtin_memset(&slot->v, 0, sizeof(slot->v));                   \
-			expire_free(&slot->key);                                          \
-			__sync_fetch_and_add(&counter, 1);                                \
-		}                                                                         \
-		return 0;                                                                 \
+#define EXPIRE_BUCKET(table, TS, DROP, counter)                              \
+	static int table##_expire_bucket(__u32 i, struct expire_walk *w)     \
+	{                                                                    \
+		struct table##_bucket *bk = bpf_map_lookup_elem(&table, &i); \
+		if (!bk)                                                     \
+			return 1;                                            \
+		_Pragma("unroll")                                            \
+		for (int j = 0; j < FST_FLIGHT_WAYS; j++) {                  \
+			struct table##_slot *slot = &bk->s[j];               \
+			__u64 key = slot->key, ts = TS(slot->v);             \
+			if (!key || !ts || w->now < ts + FST_STALE_NS)       \
+				continue;                                    \
+			if (!expire_take(&slot->key, key))                   \
+				continue;                                    \
+			DROP(slot->v);                                       \
+			__builtin_memset(&slot->v, 0, sizeof(slot->v));      \
+			expire_free(&slot->key);                             \
+			__sync_fetch_and_add(&counter, 1);                   \
+		}                                                            \
+		return 0;                                                    \
 	}
 
 #define BIO_TS(v) ((v).ts_queue)

@@ -44,7 +44,7 @@ struct compress_start {
 	__u64 ts;
 	__u64 file_pos;
 	__u64 ino;
-	__u64 total_in;		/* kernel addresses of the function's unsigned long results */
+	__u64 total_in; /* kernel addresses of the function's unsigned long results */
 	__u64 total_out;
 	__u32 dev;
 	__u16 alg;
@@ -82,8 +82,14 @@ static __always_inline void compress_begin(__u64 type, __u64 owner, __u64 start,
 		return;
 	__u32 pid = (__u32)bpf_get_current_pid_tgid();
 	struct compress_start c = {
-		.ts = bpf_ktime_get_ns(), .file_pos = start, .ino = BPF_CORE_READ(inode, i_ino),
-		.total_in = total_in, .total_out = total_out, .dev = dev, .alg = btrfs_alg(type), .tier = tier,
+		.ts = bpf_ktime_get_ns(),
+		.file_pos = start,
+		.ino = BPF_CORE_READ(inode, i_ino),
+		.total_in = total_in,
+		.total_out = total_out,
+		.dev = dev,
+		.alg = btrfs_alg(type),
+		.tier = tier,
 	};
 	bpf_map_update_elem(&compress_starts, &pid, &c, BPF_ANY);
 }
@@ -135,41 +141,41 @@ static __always_inline __u64 func_arg(void *ctx, int n)
 }
 
 /* ARG(ctx, n): the tier's way to read argument n */
-#define COMPRESS_BEGIN(ARG, tier)                                                                  \
-	do {                                                                                      \
-		if (compress_args_known())                                                        \
-			compress_begin(ARG(ctx, 0), ARG(ctx, cfg.btrfs_compress_arg_owner),        \
-				       ARG(ctx, cfg.btrfs_compress_arg_start),                      \
-				       ARG(ctx, cfg.btrfs_compress_arg_total_in),                   \
-				       ARG(ctx, cfg.btrfs_compress_arg_total_out), tier);           \
+#define COMPRESS_BEGIN(ARG, tier)                                                           \
+	do {                                                                                \
+		if (compress_args_known())                                                  \
+			compress_begin(ARG(ctx, 0), ARG(ctx, cfg.btrfs_compress_arg_owner), \
+				       ARG(ctx, cfg.btrfs_compress_arg_start),              \
+				       ARG(ctx, cfg.btrfs_compress_arg_total_in),           \
+				       ARG(ctx, cfg.btrfs_compress_arg_total_out), tier);   \
 	} while (0)
 
-#define BTRFS_COMPRESS_PROBES(fn)                                                                 \
-	SEC("fentry/" #fn)                                                                        \
-	int BPF_PROG(fn##_fentry)                                                                 \
-	{                                                                                         \
-		COMPRESS_BEGIN(func_arg, FST_TIER_FENTRY);                                        \
-		return 0;                                                                         \
-	}                                                                                         \
-	SEC("fexit/" #fn)                                                                         \
-	int BPF_PROG(fn##_fexit)                                                                  \
-	{                                                                                         \
-		__u64 ret = 0;                                                                    \
-		bpf_get_func_ret(ctx, &ret);                                                      \
-		compress_end((int)ret);                                                           \
-		return 0;                                                                         \
-	}                                                                                         \
-	SEC("kprobe/" #fn)                                                                        \
-	int fn##_kprobe(struct pt_regs *ctx)                                                      \
-	{                                                                                         \
-		COMPRESS_BEGIN(kprobe_arg, FST_TIER_KPROBE);                                      \
-		return 0;                                                                         \
-	}                                                                                         \
-	SEC("kretprobe/" #fn)                                                                     \
-	int BPF_KRETPROBE(fn##_kretprobe, int ret)                                                \
-	{                                                                                         \
-		compress_end(ret);                                                                \
-		return 0;                                                                         \
+#define BTRFS_COMPRESS_PROBES(fn)                            \
+	SEC("fentry/" #fn)                                   \
+	int BPF_PROG(fn##_fentry)                            \
+	{                                                    \
+		COMPRESS_BEGIN(func_arg, FST_TIER_FENTRY);   \
+		return 0;                                    \
+	}                                                    \
+	SEC("fexit/" #fn)                                    \
+	int BPF_PROG(fn##_fexit)                             \
+	{                                                    \
+		__u64 ret = 0;                               \
+		bpf_get_func_ret(ctx, &ret);                 \
+		compress_end((int)ret);                      \
+		return 0;                                    \
+	}                                                    \
+	SEC("kprobe/" #fn)                                   \
+	int fn##_kprobe(struct pt_regs *ctx)                 \
+	{                                                    \
+		COMPRESS_BEGIN(kprobe_arg, FST_TIER_KPROBE); \
+		return 0;                                    \
+	}                                                    \
+	SEC("kretprobe/" #fn)                                \
+	int BPF_KRETPROBE(fn##_kretprobe, int ret)           \
+	{                                                    \
+		compress_end(ret);                           \
+		return 0;                                    \
 	}
 
 BTRFS_COMPRESS_PROBES(btrfs_compress_folios)

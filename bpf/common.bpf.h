@@ -78,62 +78,64 @@ static __always_inline __u32 flight_bucket_index(__u64 key, __u32 nbuckets)
 	 * half (Knuth's multiplier): the product's upper half mixes all of its bits.
 	 */
 	__u32 lo = (__u32)key;
-	return ((lo * 2654435761u) >> 16) & (nbuckets - 1);	/* 32-bit operations only */
+	return ((lo * 2654435761u) >> 16) & (nbuckets - 1); /* 32-bit operations only */
 }
 
-#define FST_FLIGHT_TABLE(name, value_t, nbuckets, loss)                                  \
-	struct name##_slot {                                                              \
-		__u64 key;                                                                \
-		value_t v;                                                                \
-	};                                                                                \
-	struct name##_bucket {                                                            \
-		struct name##_slot s[FST_FLIGHT_WAYS];                                    \
-	};                                                                                \
-	struct {                                                                          \
-		__uint(type, BPF_MAP_TYPE_ARRAY);                                         \
-		__uint(max_entries, nbuckets);                                            \
-		__type(key, __u32);                                                       \
-		__type(value, struct name##_bucket);                                      \
-	} name SEC(".maps");                                                              \
-	static __always_inline struct name##_bucket *name##_bucket_of(__u64 key)          \
-	{                                                                                 \
-		__u32 b = flight_bucket_index(key, nbuckets);                             \
-		return bpf_map_lookup_elem(&name, &b);                                    \
-	}                                                                                 \
-	/* the slot holding key, NULL if none */                                          \
-	static __always_inline struct name##_slot *name##_find(__u64 key)                 \
-	{                                                                                 \
-		_Static_assert((nbuckets) <= 65536 && ((nbuckets) & ((nbuckets) - 1)) == 0, \
-			       "flight_bucket_index: a power of two, at most 16 bits");  \
-		struct name##_bucket *bk = key ? name##_bucket_of(key) : NULL;	/* 0: a free slot */ \
-		if (!bk)                                                                  \
-			return NULL;                                                      \
-		_Pragma("unroll") for (int i = 0; i < FST_FLIGHT_WAYS; i++)               \
-			if (bk->s[i].key == key)                                          \
-				return &bk->s[i];                                         \
-		return NULL;                                                              \
-	}                                                                                 \
-	/* the slot of key, claimed if it has none; NULL (and a loss counted) when its bucket is full */ \
-	static __always_inline struct name##_slot *name##_claim(__u64 key)                \
-	{                                                                                 \
-		struct name##_slot *held = name##_find(key);                              \
-		if (held || !key)                                                         \
-			return held;                                                      \
-		struct name##_bucket *bk = name##_bucket_of(key);	/* an array: inlined */	\
-		if (!bk)                                                                  \
-			return NULL;                                                      \
-		_Pragma("unroll") for (int i = 0; i < FST_FLIGHT_WAYS; i++)               \
-			if (!bk->s[i].key && __sync_val_compare_and_swap(&bk->s[i].key, 0, key) == 0) \
-				return &bk->s[i];                                         \
-		loss_count(loss);                                                         \
-		return NULL;                                                              \
-	}                                                                                 \
+#define FST_FLIGHT_TABLE(name, value_t, nbuckets, loss)                                                      \
+	struct name##_slot {                                                                                 \
+		__u64 key;                                                                                   \
+		value_t v;                                                                                   \
+	};                                                                                                   \
+	struct name##_bucket {                                                                               \
+		struct name##_slot s[FST_FLIGHT_WAYS];                                                       \
+	};                                                                                                   \
+	struct {                                                                                             \
+		__uint(type, BPF_MAP_TYPE_ARRAY);                                                            \
+		__uint(max_entries, nbuckets);                                                               \
+		__type(key, __u32);                                                                          \
+		__type(value, struct name##_bucket);                                                         \
+	} name SEC(".maps");                                                                                 \
+	static __always_inline struct name##_bucket *name##_bucket_of(__u64 key)                             \
+	{                                                                                                    \
+		__u32 b = flight_bucket_index(key, nbuckets);                                                \
+		return bpf_map_lookup_elem(&name, &b);                                                       \
+	}                                                                                                    \
+	/* the slot holding key, NULL if none */                                                             \
+	static __always_inline struct name##_slot *name##_find(__u64 key)                                    \
+	{                                                                                                    \
+		_Static_assert((nbuckets) <= 65536 && ((nbuckets) & ((nbuckets)-1)) == 0,                    \
+			       "flight_bucket_index: a power of two, at most 16 bits");                      \
+		struct name##_bucket *bk = key ? name##_bucket_of(key) : NULL; /* 0: a free slot */          \
+		if (!bk)                                                                                     \
+			return NULL;                                                                         \
+		_Pragma("unroll")                                                                            \
+		for (int i = 0; i < FST_FLIGHT_WAYS; i++)                                                    \
+			if (bk->s[i].key == key)                                                             \
+				return &bk->s[i];                                                            \
+		return NULL;                                                                                 \
+	}                                                                                                    \
+	/* the slot of key, claimed if it has none; NULL (and a loss counted) when its bucket is full */     \
+	static __always_inline struct name##_slot *name##_claim(__u64 key)                                   \
+	{                                                                                                    \
+		struct name##_slot *held = name##_find(key);                                                 \
+		if (held || !key)                                                                            \
+			return held;                                                                         \
+		struct name##_bucket *bk = name##_bucket_of(key); /* an array: inlined */                    \
+		if (!bk)                                                                                     \
+			return NULL;                                                                         \
+		_Pragma("unroll")                                                                            \
+		for (int i = 0; i < FST_FLIGHT_WAYS; i++)                                                    \
+			if (!bk->s[i].key && __sync_val_compare_and_swap(&bk->s[i].key, 0, key) == 0)        \
+				return &bk->s[i];                                                            \
+		loss_count(loss);                                                                            \
+		return NULL;                                                                                 \
+	}                                                                                                    \
 	/* free a slot found or claimed above: its value is zeroed first, so a slot just claimed again never \
-	 * shows expire_stale its previous holder's times */                              \
-	static __always_inline void name##_release(struct name##_slot *slot)              \
-	{                                                                                 \
-		__builtin_memset(&slot->v, 0, sizeof(slot->v));                           \
-		__atomic_exchange_n(&slot->key, 0, __ATOMIC_SEQ_CST);                    \
+	 * shows expire_stale its previous holder's times */                                                 \
+	static __always_inline void name##_release(struct name##_slot *slot)                                 \
+	{                                                                                                    \
+		__builtin_memset(&slot->v, 0, sizeof(slot->v));                                              \
+		__atomic_exchange_n(&slot->key, 0, __ATOMIC_SEQ_CST);                                        \
 	}
 
 /* the bytes of a little-endian word of a name before its first NUL, the rest zeroed; *ended once a NUL is seen
@@ -165,7 +167,7 @@ static __always_inline void current_comm(char *comm)
 	bool ended = false;
 	__u64 w0 = comm_word(*(__u64 *)&t->comm[0], &ended);
 	__u64 w1 = comm_word(*(__u64 *)&t->comm[8], &ended);
-	w1 &= 0x00ffffffffffffffull;	/* the last byte is always the terminator */
+	w1 &= 0x00ffffffffffffffull; /* the last byte is always the terminator */
 	__builtin_memcpy(comm, &w0, 8);
 	__builtin_memcpy(comm + 8, &w1, 8);
 }
@@ -217,7 +219,7 @@ struct work_start {
 	__u64 work;
 	__u16 kind;
 	__u16 pad;
-	__u32 seq;		/* its work record's seq: what a request it woke records as waker_seq */
+	__u32 seq; /* its work record's seq: what a request it woke records as waker_seq */
 	struct io_cause io;
 };
 
@@ -245,8 +247,8 @@ static __always_inline bool work_kind_from_completion(__u16 kind)
  * per completion, no hashing.
  */
 struct completing_rq {
-	__u64 rq;		/* struct request address, 0 = none (issued before tracing started) */
-	struct io_cause io;	/* its io record's identity; ts_complete 0 when no io record was written */
+	__u64 rq;	    /* struct request address, 0 = none (issued before tracing started) */
+	struct io_cause io; /* its io record's identity; ts_complete 0 when no io record was written */
 };
 
 struct {
@@ -373,8 +375,8 @@ struct file_keep {
 	__u64 ino;
 	__u32 sdev;
 	__u16 ftype;
-	__u8 sdev_traced;	/* sdev passes the filesystem filter (sdev_is_traced) */
-	__u8 agg_entry[FST_NR_REQ_KINDS];	/* per kind (from 1): req_agg entry + 1 (agg_entry_of), 0: not yet */
+	__u8 sdev_traced;		  /* sdev passes the filesystem filter (sdev_is_traced) */
+	__u8 agg_entry[FST_NR_REQ_KINDS]; /* per kind (from 1): req_agg entry + 1 (agg_entry_of), 0: not yet */
 	__u8 pad[3];
 };
 
@@ -383,31 +385,31 @@ struct task_keep {
 	/* the last two files: a thread that alternates between two (tar between a file and its pipe, cat between
 	 * a pipe and /dev/null) finds both; the one not used last is replaced */
 	struct file_keep files[2];
-	__u8 file_last;		/* files[file_last] was used last */
-	__u8 verdict;		/* FST_VERDICT_*: the task filters' answer, when it can be cached */
+	__u8 file_last; /* files[file_last] was used last */
+	__u8 verdict;	/* FST_VERDICT_*: the task filters' answer, when it can be cached */
 	__u8 pad2[2];
 	__s32 user_stack;
-	__u64 user_ip, user_sp;	/* user registers when user_stack was taken (sample.bpf.c); 0: none yet */
+	__u64 user_ip, user_sp; /* user registers when user_stack was taken (sample.bpf.c); 0: none yet */
 };
 
 struct task_req {
 	__u64 start;
-	__u64 last_on;		/* when the thread last went on-CPU during the request */
-	__u64 off_ts;		/* when it went off-CPU, 0 while running */
-	__u64 wake_ts;		/* first wakeup during the off-CPU interval */
+	__u64 last_on; /* when the thread last went on-CPU during the request */
+	__u64 off_ts;  /* when it went off-CPU, 0 while running */
+	__u64 wake_ts; /* first wakeup during the off-CPU interval */
 	/* the attribution parts (records.h FST_PARTS) so far; oncpu holds the tracer's time too until the end,
 	 * where the tracer's (part[FST_PART_TRACER], the handlers' own run time) is taken out of it */
 	__u64 part[FST_NR_PARTS];
-	__u64 waker_queue, waker_start;	/* the work item whose kworker woke it, 0 = not woken by one */
-	__u64 lock_addr;	/* the sleeping lock it is contending for, 0 = none */
+	__u64 waker_queue, waker_start; /* the work item whose kworker woke it, 0 = not woken by one */
+	__u64 lock_addr;		/* the sleeping lock it is contending for, 0 = none */
 	__u64 ino;
 	__u64 count;
 	__s64 pos;
 	__u64 io_bytes;
-	__u64 statbuf;		/* a path-based stat call's buffer (user address): the file's device is read from it */
+	__u64 statbuf; /* a path-based stat call's buffer (user address): the file's device is read from it */
 	__u32 off_state;
-	__s32 off_stack;	/* kernel stack where it went off-CPU (when cfg.offcpu_stacks) */
-	__s32 user_stack;	/* its user stack (sample.bpf.c), taken once: it cannot change inside a syscall */
+	__s32 off_stack;  /* kernel stack where it went off-CPU (when cfg.offcpu_stacks) */
+	__s32 user_stack; /* its user stack (sample.bpf.c), taken once: it cannot change inside a syscall */
 	__u32 sdev;
 	__u32 nr;
 	__u32 nr_ios;
@@ -416,19 +418,19 @@ struct task_req {
 	__u32 pcache_adds;
 	__u32 ra_windows, ra_pages, ra_max_pages;
 	__u32 nr_lock_waits;
-	__u32 waker_seq;	/* the last work item whose kworker woke it in this request (work record seq), 0 = none */
+	__u32 waker_seq; /* the last work item whose kworker woke it in this request (work record seq), 0 = none */
 	__u16 kind;
 	__u16 ftype;
 	__u8 off_preempted;
 	__u8 off_io;
-	__u8 off_lock;		/* switched out while waiting for a sleeping lock */
-	__u8 in_req;		/* the fields above describe a request in progress */
-	__u32 window_seq;	/* the request-hook window it began in (tasks.bpf.c window_seq) */
+	__u8 off_lock;	  /* switched out while waiting for a sleeping lock */
+	__u8 in_req;	  /* the fields above describe a request in progress */
+	__u32 window_seq; /* the request-hook window it began in (tasks.bpf.c window_seq) */
 	__u8 user_stack_taken;
-	__u8 sdev_traced;	/* sdev passes the filesystem filter: looked up once per request (or kept) */
-	__u8 agg_entry;		/* req_agg entry + 1 of (sdev, kind) (agg_entry_of), 0: not looked up yet */
-	__u8 keep_file;		/* keep.files index + 1 of its file, 0: none (a path-based stat call, a sync) */
-	struct task_keep keep;	/* not reset at a request's start */
+	__u8 sdev_traced;      /* sdev passes the filesystem filter: looked up once per request (or kept) */
+	__u8 agg_entry;	       /* req_agg entry + 1 of (sdev, kind) (agg_entry_of), 0: not looked up yet */
+	__u8 keep_file;	       /* keep.files index + 1 of its file, 0: none (a path-based stat call, a sync) */
+	struct task_keep keep; /* not reset at a request's start */
 };
 
 /* task-local storage; the collector turns it into a pid-keyed hash (max_entries set) where the kernel has none */
@@ -663,7 +665,7 @@ static __always_inline __u32 log2_slot(__u64 v)
 static __always_inline __u32 log2_slot_us(__u64 ns)
 {
 	if (ns < 2000)
-		return 0;	/* ns / 1000 is 0 or 1 */
+		return 0; /* ns / 1000 is 0 or 1 */
 	__u32 k = fst_log2(ns) - 9;
 	if ((1000ull << k) > ns)
 		k--;
@@ -673,7 +675,7 @@ static __always_inline __u32 log2_slot_us(__u64 ns)
 /* one more in slots[slot] of a histogram other CPUs add to as well */
 static __always_inline void slot_count(__u64 *slots, __u32 slot)
 {
-	asm volatile("" : "+r"(slot));	/* bound checked on the register that indexes (see tasks.bpf.c slot_inc) */
+	barrier_var(slot); /* bound checked on the register that indexes (see tasks.bpf.c slot_inc) */
 	if (slot < FST_HIST_SLOTS)
 		__sync_fetch_and_add(&slots[slot], 1);
 }
@@ -694,7 +696,7 @@ static __always_inline void hist_add(__u32 metric, __u32 dev, __u32 sub, __u64 v
 
 static __always_inline void inflight_add(__u32 pid, __s64 delta)
 {
-	if (!pid || !cfg.requests)	/* read only by sched_switch's I/O-wait test */
+	if (!pid || !cfg.requests) /* read only by sched_switch's I/O-wait test */
 		return;
 	__s64 *n = bpf_map_lookup_elem(&task_inflight, &pid);
 	if (n) {
@@ -809,15 +811,16 @@ static __always_inline __u16 current_context(bool traced)
 {
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	unsigned int flags = BPF_CORE_READ(task, flags);
-	return traced ? FST_CTX_TRACED :
+	return traced		      ? FST_CTX_TRACED :
 	       (flags & PF_WQ_WORKER) ? FST_CTX_KWORKER :
-	       (flags & PF_KTHREAD) ? FST_CTX_KTHREAD : FST_CTX_OTHER_TASK;
+	       (flags & PF_KTHREAD)   ? FST_CTX_KTHREAD :
+					FST_CTX_OTHER_TASK;
 }
 
 struct decomp_start {
 	__u64 ts;
 	__u32 in_bytes;
-	__u32 out_bytes;	/* known at entry (erofs, btrfs), else taken from the return value */
+	__u32 out_bytes; /* known at entry (erofs, btrfs), else taken from the return value */
 	__u32 dev;
 	__u16 fs;
 	__u16 alg;
@@ -837,8 +840,13 @@ static __always_inline void decomp_begin(__u16 fs, __u16 alg, __u32 in_bytes, __
 {
 	__u32 pid = (__u32)bpf_get_current_pid_tgid();
 	struct decomp_start d = {
-		.ts = bpf_ktime_get_ns(), .in_bytes = in_bytes, .out_bytes = out_bytes, .dev = dev,
-		.fs = fs, .alg = alg, .tier = tier,
+		.ts = bpf_ktime_get_ns(),
+		.in_bytes = in_bytes,
+		.out_bytes = out_bytes,
+		.dev = dev,
+		.fs = fs,
+		.alg = alg,
+		.tier = tier,
 	};
 	bpf_map_update_elem(&decomp_starts, &pid, &d, BPF_ANY);
 	tracer_charge(current_req(), FST_SITE_DECOMP, d.ts);
@@ -881,39 +889,39 @@ static __always_inline void decomp_end(long ret)
  * enables one).  The parameter list comes last; BEGIN is run at entry with
  * `tier` in scope.
  */
-#define ENTRY_PROBES(fn, BEGIN, ...)                                                      \
-	SEC("fentry/" #fn)                                                                \
-	int BPF_PROG(fn##_fentry, __VA_ARGS__)                                            \
-	{                                                                                 \
-		__u16 tier = FST_TIER_FENTRY;                                             \
-		(void)tier;                                                               \
-		BEGIN;                                                                    \
-		return 0;                                                                 \
-	}                                                                                 \
-	SEC("kprobe/" #fn)                                                                \
-	int BPF_KPROBE(fn##_kprobe, __VA_ARGS__)                                          \
-	{                                                                                 \
-		__u16 tier = FST_TIER_KPROBE;                                             \
-		(void)tier;                                                               \
-		BEGIN;                                                                    \
-		return 0;                                                                 \
+#define ENTRY_PROBES(fn, BEGIN, ...)             \
+	SEC("fentry/" #fn)                       \
+	int BPF_PROG(fn##_fentry, __VA_ARGS__)   \
+	{                                        \
+		__u16 tier = FST_TIER_FENTRY;    \
+		(void)tier;                      \
+		BEGIN;                           \
+		return 0;                        \
+	}                                        \
+	SEC("kprobe/" #fn)                       \
+	int BPF_KPROBE(fn##_kprobe, __VA_ARGS__) \
+	{                                        \
+		__u16 tier = FST_TIER_KPROBE;    \
+		(void)tier;                      \
+		BEGIN;                           \
+		return 0;                        \
 	}
 
 /* entry and exit: ENTRY_PROBES plus fexit and the kretprobe twin, END run with the return value `ret` (of
  * type RET_T) in scope */
-#define FUNC_PROBES(fn, BEGIN, END, RET_T, ...)                                           \
-	ENTRY_PROBES(fn, BEGIN, __VA_ARGS__)                                              \
-	SEC("fexit/" #fn)                                                                 \
-	int BPF_PROG(fn##_fexit, __VA_ARGS__, RET_T ret)                                  \
-	{                                                                                 \
-		END;                                                                      \
-		return 0;                                                                 \
-	}                                                                                 \
-	SEC("kretprobe/" #fn)                                                             \
-	int BPF_KRETPROBE(fn##_kretprobe, RET_T ret)                                      \
-	{                                                                                 \
-		END;                                                                      \
-		return 0;                                                                 \
+#define FUNC_PROBES(fn, BEGIN, END, RET_T, ...)          \
+	ENTRY_PROBES(fn, BEGIN, __VA_ARGS__)             \
+	SEC("fexit/" #fn)                                \
+	int BPF_PROG(fn##_fexit, __VA_ARGS__, RET_T ret) \
+	{                                                \
+		END;                                     \
+		return 0;                                \
+	}                                                \
+	SEC("kretprobe/" #fn)                            \
+	int BPF_KRETPROBE(fn##_kretprobe, RET_T ret)     \
+	{                                                \
+		END;                                     \
+		return 0;                                \
 	}
 
 /* a decompressor: RET turns `ret` into decomp_end()'s argument, negative on error */

@@ -19,8 +19,8 @@ static __always_inline void begin(struct z_erofs_decompress_req *rq, __u16 alg, 
 }
 
 /* 6.1 returns an int error, 6.18 a const char * (NULL on success): either way, non-zero is a failure */
-#define EROFS_PROBES(fn, alg)                                                            \
-	DECOMP_PROBES(fn, begin(rq, alg, tier), long, ret ? -1 : 0,                       \
+#define EROFS_PROBES(fn, alg)                                       \
+	DECOMP_PROBES(fn, begin(rq, alg, tier), long, ret ? -1 : 0, \
 		      struct z_erofs_decompress_req *rq, void *pagepool)
 
 EROFS_PROBES(z_erofs_lz4_decompress, FST_ALG_LZ4)
@@ -128,34 +128,50 @@ static __always_inline int handle_read_folio(struct inode *inode, unsigned long 
 SEC("tp_btf/erofs_map_blocks_exit")
 int BPF_PROG(erofs_map_blocks_exit_btf, struct inode *inode, struct erofs_map_blocks *map, unsigned int flags,
 	     int ret)
-{ return handle_map_exit(inode, map, flags, ret, true); }
+{
+	return handle_map_exit(inode, map, flags, ret, true);
+}
 SEC("raw_tp/erofs_map_blocks_exit")
 int BPF_PROG(erofs_map_blocks_exit_raw, struct inode *inode, struct erofs_map_blocks *map, unsigned int flags,
 	     int ret)
-{ return handle_map_exit(inode, map, flags, ret, false); }
+{
+	return handle_map_exit(inode, map, flags, ret, false);
+}
 /* 6.1: compressed files have their own map tracepoint (6.18 folded it into erofs_map_blocks_exit) */
 SEC("raw_tp/z_erofs_map_blocks_iter_exit")
 int BPF_PROG(z_erofs_map_blocks_iter_exit_raw, struct inode *inode, struct erofs_map_blocks *map,
 	     unsigned int flags, int ret)
-{ return handle_map_exit(inode, map, flags, ret, false); }
+{
+	return handle_map_exit(inode, map, flags, ret, false);
+}
 
 SEC("tp_btf/erofs_readahead")
 int BPF_PROG(erofs_readahead_btf, struct inode *inode, unsigned long start, unsigned int nrpage, bool raw)
-{ return handle_readahead(inode, start, nrpage, true); }
+{
+	return handle_readahead(inode, start, nrpage, true);
+}
 SEC("raw_tp/erofs_readahead")
 int BPF_PROG(erofs_readahead_raw, struct inode *inode, unsigned long start, unsigned int nrpage, bool raw)
-{ return handle_readahead(inode, start, nrpage, false); }
+{
+	return handle_readahead(inode, start, nrpage, false);
+}
 /* 6.1's name for the same event */
 SEC("raw_tp/erofs_readpages")
 int BPF_PROG(erofs_readpages_raw, struct inode *inode, unsigned long start, unsigned int nrpage, bool raw)
-{ return handle_readahead(inode, start, nrpage, false); }
+{
+	return handle_readahead(inode, start, nrpage, false);
+}
 
 SEC("tp_btf/erofs_read_folio")
 int BPF_PROG(erofs_read_folio_btf, struct folio *folio, bool raw)
-{ return handle_read_folio(folio->mapping->host, folio->index, true); }
+{
+	return handle_read_folio(folio->mapping->host, folio->index, true);
+}
 SEC("raw_tp/erofs_read_folio")
 int BPF_PROG(erofs_read_folio_raw, struct folio *folio, bool raw)
-{ return handle_read_folio(BPF_CORE_READ(folio, mapping, host), BPF_CORE_READ(folio, index), false); }
+{
+	return handle_read_folio(BPF_CORE_READ(folio, mapping, host), BPF_CORE_READ(folio, index), false);
+}
 /* 6.1: erofs_readpage(struct page *page, bool raw); struct page lost .index later (CO-RE flavour) */
 struct page___v61 {
 	struct address_space *mapping;

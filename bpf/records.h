@@ -15,11 +15,13 @@
 #define FSTRACE_RECORDS_H
 
 #ifndef __VMLINUX_H__
-#include <linux/types.h>	/* user space; BPF objects get the types from vmlinux.h */
+#include <linux/types.h> /* user space; BPF objects get the types from vmlinux.h */
 #endif
 
 #define FST_RECORDS_VERSION 1
 
+/* the X-macro tables from here on are laid out by hand, an entry a line: clang-format leaves them */
+/* clang-format off */
 /* Every record starts with this, so one ring buffer carries all kinds. */
 #define FST_REC_HEADER(F, S) \
 	F(__u32, rec_type)    \
@@ -46,6 +48,7 @@
 	E(FST_REQ_GETDENTS, 4, "getdents")	/* getdents64 */      \
 	E(FST_REQ_WRITE, 5, "write")	/* write, pwrite64, writev, pwritev, pwritev2 */ \
 	E(FST_REQ_SYNC, 6, "sync")	/* fsync, fdatasync, sync, syncfs */
+#define FST_NR_REQ_KINDS 6	/* numbered from 1 */
 
 /* how a block request was charged to a traced task */
 #define FST_CHARGES(E)                                                         \
@@ -82,10 +85,17 @@
 	E(FST_CTX_KWORKER, 3, "kworker")	/* in a workqueue worker */ \
 	E(FST_CTX_KTHREAD, 4, "kernel thread")	/* in another kernel thread (ksoftirqd, ...) */
 
-/* which tier measured a record (same order as the collector's tiers) */
-#define FST_TIERS(E)                 \
-	E(FST_TIER_FENTRY, 1, "fentry") \
-	E(FST_TIER_KPROBE, 2, "kprobe")
+/*
+ * The ways a probe is attached, best first: the collector takes, per probe, the first the kernel offers (the
+ * results header's probes name it), and a decompression record says which of the first two measured it.
+ */
+#define FST_TIERS(E)                                                                       \
+	E(FST_TIER_NONE, 0, "unavailable")	/* not attached (the probe's "why" says why) */ \
+	E(FST_TIER_FENTRY, 1, "fentry")		/* fentry/fexit */                             \
+	E(FST_TIER_KPROBE, 2, "kprobe")		/* kprobe/kretprobe */                         \
+	E(FST_TIER_TP_BTF, 3, "tp_btf")		/* BTF-typed tracepoint */                     \
+	E(FST_TIER_RAW_TP, 4, "raw_tp")		/* raw tracepoint */
+#define FST_NR_TIERS 5
 
 /* filesystem work done asynchronously in kworkers, recognised by work function */
 #define FST_WORK_KINDS(E)                                                      \
@@ -128,8 +138,8 @@
  * Attribution parts of a request: each is a field of the req record (and of the in-kernel aggregate of the
  * requests that are counted rather than recorded) and they partition the request's wall time exactly.  The
  * value is the part's index in fst_req_agg.part_ns (from 0), the name its record field.  The last three
- * columns are for the analysis (analysis/schema.py reads them): the bench tables' column a part is summed
- * into (oncpu, tracer, io_wait, kworker, lock, other), its colour in plots, and what it means.
+ * columns are for the analysis (the results header's "schema" carries them to it): the bench tables' column a
+ * part is summed into (oncpu, tracer, io_wait, kworker, lock, other), its colour in plots, and what it means.
  */
 #define FST_PARTS(E)                                                           \
 	E(FST_PART_ONCPU, 0, oncpu_ns, "oncpu", "#5aaa5a", "on-CPU in the request (syscall work, page-cache copy, in-task decompression)") \
@@ -241,6 +251,36 @@ enum fst_io_op { FST_IO_OPS(FST_ENUM_MEMBER) };
 enum fst_figure { FST_FIGURES(FST_ENUM_MEMBER) };
 #define FST_PART_ENUM_MEMBER(c, v, field, ...) c = v,
 enum fst_part { FST_PARTS(FST_PART_ENUM_MEMBER) };
+
+/*
+ * The tables checked where they are compiled (BPF objects and collector alike): values below 64 and each once,
+ * and a count kept beside a table equal to its entries, numbered from 0 (or 1) without a gap, so an entry added
+ * without its count, or a value given twice or skipped, does not compile.
+ */
+#define FST_ONE(c, v, ...) +1
+#define FST_BIT(c, v, ...) | (1ull << (v))
+#define FST_ASSERT_DISTINCT(list) \
+	_Static_assert((0 list(FST_ONE)) == __builtin_popcountll(0ull list(FST_BIT)), #list ": a value twice, or one above 63")
+#define FST_ASSERT_NUMBERED(list, first, n) \
+	_Static_assert((0 list(FST_ONE)) == (n) && (0ull list(FST_BIT)) == ((1ull << (n)) - 1) << (first), \
+		       #list ": the values " #first " to " #first " + " #n " - 1, each once")
+#define FST_ASSERT_BELOW(list, n) _Static_assert((0ull list(FST_BIT)) < (1ull << (n)), #list ": every value below " #n)
+FST_ASSERT_DISTINCT(FST_REC_TYPES);
+FST_ASSERT_NUMBERED(FST_REQ_KINDS, 1, FST_NR_REQ_KINDS);
+FST_ASSERT_DISTINCT(FST_CHARGES);
+FST_ASSERT_DISTINCT(FST_HIST_METRICS);
+FST_ASSERT_DISTINCT(FST_FILESYSTEMS);
+FST_ASSERT_DISTINCT(FST_ALGS);
+FST_ASSERT_DISTINCT(FST_CONTEXTS);
+FST_ASSERT_NUMBERED(FST_TIERS, 0, FST_NR_TIERS);
+FST_ASSERT_DISTINCT(FST_WORK_KINDS);
+FST_ASSERT_DISTINCT(FST_EROFS_EVENTS);
+FST_ASSERT_DISTINCT(FST_FS_CACHES);
+FST_ASSERT_DISTINCT(FST_EROFS_MAP_FLAGS);
+FST_ASSERT_NUMBERED(FST_PARTS, 0, FST_NR_PARTS);
+FST_ASSERT_NUMBERED(FST_IO_OPS, 0, FST_IO_SUBS);
+FST_ASSERT_DISTINCT(FST_FIGURES);
+FST_ASSERT_DISTINCT(FST_AMPLIFICATION);
 
 /*
  * Request: wall time [ts_start_ns, ts_end_ns] is partitioned into
@@ -463,6 +503,7 @@ enum fst_part { FST_PARTS(FST_PART_ENUM_MEMBER) };
 	F(__u16, tier)           \
 	S(comm, 16)
 
+/* clang-format on */
 #define FST_DECLARE_FIELD(t, n) t n;
 #define FST_DECLARE_STRING(n, len) char n[len];
 
@@ -511,11 +552,11 @@ struct fst_compress {
 /* a bio queued on a traced device, until the request carrying it is issued */
 struct fst_bio_start {
 	__u64 ts_queue;
-	__u32 pid;		/* charged traced thread, 0 = none */
-	__u32 queue_pid;	/* thread that queued the bio */
+	__u32 pid;	 /* charged traced thread, 0 = none */
+	__u32 queue_pid; /* thread that queued the bio */
 	__u16 charge;
 	__u16 pad;
-	__s32 stack;		/* kernel stack at queueing, -1 = not taken */
+	__s32 stack; /* kernel stack at queueing, -1 = not taken */
 	char comm[16];
 };
 
@@ -526,7 +567,7 @@ struct fst_rq_start {
 	__u32 pid;
 	__u32 queue_pid;
 	__u32 nr_bios;
-	__u32 charged_bios;	/* bios counted in task_inflight[pid] */
+	__u32 charged_bios; /* bios counted in task_inflight[pid] */
 	__u16 charge;
 	__u16 pad;
 	__s32 stack;
@@ -551,6 +592,7 @@ struct fst_rq_start {
  * Entries the kernel side could not keep, by what was full (the per-CPU map `losses`, summed into the header's
  * "losses"): each is work that went untraced, counted instead of silent.
  */
+/* clang-format off */
 #define FST_LOSSES(E)                                                          \
 	E(FST_LOSS_BIO_TABLE, 0, "bio_table_full")	/* bios in flight: their block request is not charged */ \
 	E(FST_LOSS_RQ_TABLE, 1, "request_table_full")	/* block requests in flight: no queue/issue times */ \
@@ -558,6 +600,8 @@ struct fst_rq_start {
 	E(FST_LOSS_TASK_STATE, 3, "task_state_full")	/* a thread's request state: its requests are not traced */
 #define FST_NR_LOSSES 4
 enum fst_loss { FST_LOSSES(FST_ENUM_MEMBER) };
+FST_ASSERT_NUMBERED(FST_LOSSES, 0, FST_NR_LOSSES);
+/* clang-format on */
 
 /*
  * Where fstrace's handlers charge their own run time to the request they ran in (the tracer part), results
@@ -567,6 +611,7 @@ enum fst_loss { FST_LOSSES(FST_ENUM_MEMBER) };
  * site on its CPU so far.  The sums below let the analysis give the estimate's error.  The sampling program
  * (rare, and costly) times every run.
  */
+/* clang-format off */
 #define FST_TRACER_SITES(E)                                                    \
 	E(FST_SITE_SYS_ENTER, 0, "sys_enter")                                  \
 	E(FST_SITE_SWITCH_IN, 1, "sched_switch")                               \
@@ -581,17 +626,19 @@ enum fst_loss { FST_LOSSES(FST_ENUM_MEMBER) };
 	E(FST_SITE_SAMPLE, 10, "perf_event sampling")
 #define FST_NR_TRACER_SITES 11
 enum fst_tracer_site_id { FST_TRACER_SITES(FST_ENUM_MEMBER) };
+FST_ASSERT_NUMBERED(FST_TRACER_SITES, 0, FST_NR_TRACER_SITES);
+/* clang-format on */
 #define FST_TRACER_TIME_EVERY 16
 
 /* per CPU and site (common.bpf.h tracer_charge) */
 struct fst_tracer_site {
-	__u64 runs;		/* handler runs charged to a request */
-	__u64 timed;		/* of them timed */
-	__u64 timed_ns;		/* their run times' sum */
-	__u64 timed_sq_ns;	/* and sum of squares (ns^2), for the estimate's error */
-	__u64 charged_ns;	/* what was charged to requests in all: timed runs' times plus the means */
-	__u64 mean_ns;		/* timed_ns / timed, charged to an untimed run */
-	__u32 rng;		/* xorshift state choosing the timed runs */
+	__u64 runs;	   /* handler runs charged to a request */
+	__u64 timed;	   /* of them timed */
+	__u64 timed_ns;	   /* their run times' sum */
+	__u64 timed_sq_ns; /* and sum of squares (ns^2), for the estimate's error */
+	__u64 charged_ns;  /* what was charged to requests in all: timed runs' times plus the means */
+	__u64 mean_ns;	   /* timed_ns / timed, charged to an untimed run */
+	__u32 rng;	   /* xorshift state choosing the timed runs */
 	__u32 pad;
 };
 
@@ -604,9 +651,9 @@ struct fst_tracer_site {
  * flight at once.
  */
 #define FST_FLIGHT_WAYS 4
-#define FST_BIO_BUCKETS 16384		/* 65536 bios */
-#define FST_RQ_BUCKETS 4096		/* 16384 block requests */
-#define FST_WORKER_BUCKETS 512		/* 2048 kworkers or work items */
+#define FST_BIO_BUCKETS 16384  /* 65536 bios */
+#define FST_RQ_BUCKETS 4096    /* 16384 block requests */
+#define FST_WORKER_BUCKETS 512 /* 2048 kworkers or work items */
 
 /* ---- in-kernel aggregates, read by the collector at the end ---- */
 
@@ -623,14 +670,11 @@ struct fst_tracer_site {
  * instructions the verifier inlines, where the hash's took 2 % of a warm 4 KiB read.
  */
 #define FST_REQ_AGG_MAX 64
-#define FST_NR_REQ_KINDS 6	/* FST_REQ_KINDS, numbered from 1 */
-_Static_assert(FST_REQ_SYNC == FST_NR_REQ_KINDS, "FST_NR_REQ_KINDS: the kinds are numbered 1..FST_NR_REQ_KINDS");
-
 
 struct fst_hist_key {
 	__u32 metric;
-	__u32 dev;	/* device for IO metrics, 0 otherwise */
-	__u32 sub;	/* IO metrics: op (FST_IO_OPS: 0 read, 1 write, 2 other); requests: kind */
+	__u32 dev; /* device for IO metrics, 0 otherwise */
+	__u32 sub; /* IO metrics: op (FST_IO_OPS: 0 read, 1 write, 2 other); requests: kind */
 };
 
 struct fst_hist {
@@ -662,12 +706,29 @@ struct fst_req_agg_key {
 static inline __u32 fst_log2(__u64 v)
 {
 	__u32 r = 0;
-	if (v >> 32) { v >>= 32; r += 32; }
-	if (v >> 16) { v >>= 16; r += 16; }
-	if (v >> 8) { v >>= 8; r += 8; }
-	if (v >> 4) { v >>= 4; r += 4; }
-	if (v >> 2) { v >>= 2; r += 2; }
-	if (v >> 1) { r += 1; }
+	if (v >> 32) {
+		v >>= 32;
+		r += 32;
+	}
+	if (v >> 16) {
+		v >>= 16;
+		r += 16;
+	}
+	if (v >> 8) {
+		v >>= 8;
+		r += 8;
+	}
+	if (v >> 4) {
+		v >>= 4;
+		r += 4;
+	}
+	if (v >> 2) {
+		v >>= 2;
+		r += 2;
+	}
+	if (v >> 1) {
+		r += 1;
+	}
 	return r;
 }
 
@@ -683,14 +744,14 @@ static inline __u32 fst_loglin_slot(__u64 ns)
 
 struct fst_req_agg {
 	__u64 count;
-	__u64 bytes;		/* sum of positive return values */
+	__u64 bytes; /* sum of positive return values */
 	__u64 wall_ns;
 	__u64 part_ns[FST_NR_PARTS];
 	__u64 wall_ns_loglin[FST_LAT_SLOTS];
 	__u64 wall_hist[FST_HIST_SLOTS];
-	__u64 part_hist[FST_NR_PARTS][FST_HIST_SLOTS];	/* over the requests with any of that part */
-	__u64 pcache_adds;	/* folios they added to the page cache (0 unless cfg.records_none: a counted
-				 * request otherwise added none) */
+	__u64 part_hist[FST_NR_PARTS][FST_HIST_SLOTS]; /* over the requests with any of that part */
+	__u64 pcache_adds;			       /* folios they added to the page cache (0 unless cfg.records_none: a counted
+							* request otherwise added none) */
 };
 
 /*
@@ -699,12 +760,12 @@ struct fst_req_agg {
  */
 struct fst_io_sum_key {
 	__u32 dev;
-	__u32 op;	/* FST_IO_OPS (as fst_hist_key.sub) */
+	__u32 op; /* FST_IO_OPS (as fst_hist_key.sub) */
 };
 
 struct fst_io_sum {
 	__u64 bytes;
-	__u64 q2c_ns;	/* over the requests whose queueing was seen (the q2c histogram's) */
+	__u64 q2c_ns; /* over the requests whose queueing was seen (the q2c histogram's) */
 	__u64 d2c_ns;
 };
 
@@ -732,18 +793,18 @@ struct fst_comm_agg {
 /* alignment of completed block requests per device, counted in the kernel */
 struct fst_align {
 	__u64 nr;
-	__u64 start_4k;		/* start offset % 4096 == 0 */
-	__u64 end_4k;		/* end offset % 4096 == 0 */
-	__u64 start_unit;	/* start offset % unit == 0 (unit = fs block/cluster size) */
+	__u64 start_4k;	  /* start offset % 4096 == 0 */
+	__u64 end_4k;	  /* end offset % 4096 == 0 */
+	__u64 start_unit; /* start offset % unit == 0 (unit = fs block/cluster size) */
 	__u64 end_unit;
-	__u64 cross_unit;	/* [start, end) spans a unit boundary it does not start on */
+	__u64 cross_unit; /* [start, end) spans a unit boundary it does not start on */
 };
 
 /* per traced device configuration, keyed by kernel dev_t */
 struct fst_dev_cfg {
-	__u32 unit_bytes;	/* fs block/cluster size for alignment (0 = 4096) */
+	__u32 unit_bytes; /* fs block/cluster size for alignment (0 = 4096) */
 	__u32 is_loop;
-	__u32 io_slot;		/* its entry in dev_io (< FST_MAX_TRACED_DEVS) */
+	__u32 io_slot; /* its entry in dev_io (< FST_MAX_TRACED_DEVS) */
 	__u32 pad0;
 };
 
@@ -763,6 +824,7 @@ struct fst_dev_io {
 };
 
 /* off-CPU time per (kernel stack, reason), accumulated in the kernel */
+/* clang-format off */
 #define FST_OFFCPU_REASONS(E)                     \
 	E(FST_OFF_IO, 1, "io_wait")               \
 	E(FST_OFF_DSLEEP, 2, "dsleep")            \
@@ -771,7 +833,10 @@ struct fst_dev_io {
 	E(FST_OFF_LOCK, 5, "lock_wait")
 
 enum fst_offcpu_reason { FST_OFFCPU_REASONS(FST_ENUM_MEMBER) };
+/* clang-format on */
 #define FST_MAX_OFFCPU_REASONS 8
+FST_ASSERT_DISTINCT(FST_OFFCPU_REASONS);
+FST_ASSERT_BELOW(FST_OFFCPU_REASONS, FST_MAX_OFFCPU_REASONS);
 
 /* frames kept of a sampled user stack (each a struct bpf_stack_build_id) */
 #define FST_USER_STACK_DEPTH 32
@@ -780,9 +845,9 @@ enum fst_offcpu_reason { FST_OFFCPU_REASONS(FST_ENUM_MEMBER) };
 struct fst_sample_key {
 	__u32 pid;
 	__u32 tgid;
-	__s32 stack_id;		/* kernel stack; negative: it could not be recorded */
-	__s32 user_stack_id;	/* user stack of a traced thread; negative: none (kworker) or not recorded */
-	__u32 work_kind;	/* 0: a traced thread in a request; else the work kind its kworker was running */
+	__s32 stack_id;	     /* kernel stack; negative: it could not be recorded */
+	__s32 user_stack_id; /* user stack of a traced thread; negative: none (kworker) or not recorded */
+	__u32 work_kind;     /* 0: a traced thread in a request; else the work kind its kworker was running */
 };
 
 struct fst_offcpu_key {
@@ -792,12 +857,13 @@ struct fst_offcpu_key {
 
 /* drop counters, one per record type (index = enum fst_rec_type) */
 #define FST_MAX_REC_TYPES 16
+FST_ASSERT_BELOW(FST_REC_TYPES, FST_MAX_REC_TYPES);
 
 /* a kernel function the collector asks the kernel's address of (ksyms.bpf.c), for fst_cfg's work functions */
 #define FST_KSYM_QUERIES 16
 struct fst_ksym_query {
-	char name[64];		/* zero-padded: its last byte is always 0 */
-	__u64 addr;		/* 0 = no such function */
+	char name[64]; /* zero-padded: its last byte is always 0 */
+	__u64 addr;    /* 0 = no such function */
 };
 
 /*
@@ -805,42 +871,42 @@ struct fst_ksym_query {
  * (a task must pass every one that is on); with none on, every task is traced.
  */
 struct fst_cfg {
-	__u64 loop_rootcg_workfn;	/* kernel addresses of loop work functions (kallsyms), 0 = unknown */
+	__u64 loop_rootcg_workfn; /* kernel addresses of loop work functions (kallsyms), 0 = unknown */
 	__u64 loop_workfn;
-	__u64 erofs_decomp_workfn;	/* z_erofs_decompressqueue_work, 0 = not in this kernel */
-	__u64 btrfs_endio_workfn;	/* simple_end_io_work (6.18) or btrfs_end_bio_work (6.1) */
-	__u64 btrfs_work_helper;	/* the work function of every btrfs_work; the real one is btrfs_work->func */
-	__u64 btrfs_compress_fn;	/* btrfs_work->func of write compression: async_cow_start (6.1) or
-					 * compress_file_range (6.5+) */
-	__u64 filter_cgroup_id;		/* cgroup v2 id, 0 = off */
-	__u8 filter_pids;		/* task must be in traced_pids (a process tree) */
-	__u8 filter_comm;		/* task comm must equal comm */
-	__u8 filter_sdev;		/* requests only on files of the superblocks in traced_sdevs */
-	__u8 offcpu_stacks;		/* record the kernel stack of every off-CPU interval in a request */
+	__u64 erofs_decomp_workfn; /* z_erofs_decompressqueue_work, 0 = not in this kernel */
+	__u64 btrfs_endio_workfn;  /* simple_end_io_work (6.18) or btrfs_end_bio_work (6.1) */
+	__u64 btrfs_work_helper;   /* the work function of every btrfs_work; the real one is btrfs_work->func */
+	__u64 btrfs_compress_fn;   /* btrfs_work->func of write compression: async_cow_start (6.1) or
+				    * compress_file_range (6.5+) */
+	__u64 filter_cgroup_id;	   /* cgroup v2 id, 0 = off */
+	__u8 filter_pids;	   /* task must be in traced_pids (a process tree) */
+	__u8 filter_comm;	   /* task comm must equal comm */
+	__u8 filter_sdev;	   /* requests only on files of the superblocks in traced_sdevs */
+	__u8 offcpu_stacks;	   /* record the kernel stack of every off-CPU interval in a request */
 	/* argument positions of btrfs_compress_folios/_pages, looked up by name in its BTF: the signature
 	 * changed twice (6.1: type_level, mapping, start, pages, out_pages, total_in, total_out; 6.18: type,
 	 * level, inode, start, folios, ...); -1 = unknown */
-	__s8 btrfs_compress_arg_owner;	/* "mapping" (address_space) or "inode" (btrfs_inode) */
+	__s8 btrfs_compress_arg_owner; /* "mapping" (address_space) or "inode" (btrfs_inode) */
 	__s8 btrfs_compress_arg_start;
 	__s8 btrfs_compress_arg_total_in;
 	__s8 btrfs_compress_arg_total_out;
 	__u8 btrfs_compress_owner_is_inode;
-	__u8 task_storage;		/* per-task state in BPF_MAP_TYPE_TASK_STORAGE (else a pid-keyed hash) */
-	__u8 records_all;		/* record every request (else page-cache hits are only counted) */
-	__u8 io_stacks_all;		/* every bio's queue stack (else at most one per FST_IO_STACK_EVERY_NS per CPU) */
-	__u32 wakeup_bytes;		/* wake the reader when this much is waiting in the ring buffer */
-	__u8 records_none;		/* count every request in req_agg, record none (fstrace serve) */
-	__u8 no_io_records;		/* block requests only in the histograms, sums and alignment counters */
-	__u8 io_sums;			/* keep io_sums (the collector writes an exposition) */
-	__u8 per_comm;			/* with records_none: also count requests per task name (comm_agg) */
-	__u64 record_over_ns;		/* a request this slow is recorded even when it was a page-cache hit */
-	__u8 windowed;			/* --budget: the syscall hooks are attached in windows (tasks.bpf.c window_seq) */
+	__u8 task_storage;    /* per-task state in BPF_MAP_TYPE_TASK_STORAGE (else a pid-keyed hash) */
+	__u8 records_all;     /* record every request (else page-cache hits are only counted) */
+	__u8 io_stacks_all;   /* every bio's queue stack (else at most one per FST_IO_STACK_EVERY_NS per CPU) */
+	__u32 wakeup_bytes;   /* wake the reader when this much is waiting in the ring buffer */
+	__u8 records_none;    /* count every request in req_agg, record none (fstrace serve) */
+	__u8 no_io_records;   /* block requests only in the histograms, sums and alignment counters */
+	__u8 io_sums;	      /* keep io_sums (the collector writes an exposition) */
+	__u8 per_comm;	      /* with records_none: also count requests per task name (comm_agg) */
+	__u64 record_over_ns; /* a request this slow is recorded even when it was a page-cache hit */
+	__u8 windowed;	      /* --budget: the syscall hooks are attached in windows (tasks.bpf.c window_seq) */
 	char comm[16];
-	__u8 offcpu_at_switch_in;	/* off-CPU stacks walked at the switch back in (tp_btf), threshold-sampled */
-	__u8 requests;			/* tasks.bpf.c is loaded: requests are traced (not --block-only) */
+	__u8 offcpu_at_switch_in; /* off-CPU stacks walked at the switch back in (tp_btf), threshold-sampled */
+	__u8 requests;		  /* tasks.bpf.c is loaded: requests are traced (not --block-only) */
 	__u8 pad_cfg[2];
-	__u32 offcpu_sample_ns;		/* with it: intervals this long always walked; shorter ones with probability
-					 * length / offcpu_sample_ns, credited offcpu_sample_ns (0: every interval) */
+	__u32 offcpu_sample_ns; /* with it: intervals this long always walked; shorter ones with probability
+				 * length / offcpu_sample_ns, credited offcpu_sample_ns (0: every interval) */
 };
 
 #endif

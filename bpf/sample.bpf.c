@@ -100,6 +100,6 @@ int sample_request_stack(struct bpf_perf_event_data *ctx)
 		__sync_fetch_and_add(n, 1);
 	else
 		bpf_map_update_elem(&samples, &key, &one, BPF_NOEXIST);
-	tracer_charge_from(r, FST_SITE_SAMPLE, t0);	/* every run timed: rare, and costly */
+	tracer_charge_from(r, FST_SITE_SAMPLE, t0); /* every run timed: rare, and costly */
 	return 0;
 }

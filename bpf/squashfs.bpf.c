@@ -76,7 +76,11 @@ static __always_inline void lookup_begin(struct super_block *sb, struct squashfs
 		return;
 	__u32 pid = (__u32)bpf_get_current_pid_tgid();
 	struct cache_lookup l = {
-		.ts = bpf_ktime_get_ns(), .block = block, .dev = dev, .cache = cache_kind(sb, cache), .tier = tier,
+		.ts = bpf_ktime_get_ns(),
+		.block = block,
+		.dev = dev,
+		.cache = cache_kind(sb, cache),
+		.tier = tier,
 	};
 	bpf_map_update_elem(&cache_lookups, &pid, &l, BPF_ANY);
 }

@@ -69,7 +69,7 @@ static __always_inline __u16 fst_syscall_kind(long nr)
 	case FST_NR_READV:
 	case FST_NR_PREADV:
 	case FST_NR_PREADV2:
-	case FST_NR_SENDFILE:	/* busybox cat reads files this way */
+	case FST_NR_SENDFILE: /* busybox cat reads files this way */
 		return FST_REQ_READ;
 	case FST_NR_FSTAT:
 	case FST_NR_NEWFSTATAT:

@@ -26,7 +26,7 @@ struct {
 	__type(value, __u32);
 } agg_keys SEC(".maps");
 
-__u32 agg_keys_given;	/* entries handed out (or tried: a lost race wastes one) */
+__u32 agg_keys_given; /* entries handed out (or tried: a lost race wastes one) */
 
 /* the req_agg entry + 1 of (sdev, kind) (task_req.agg_entry), FST_AGG_ENTRY_NONE once all FST_REQ_AGG_MAX are
  * given: such requests are then recorded, none counted.  A hash lookup: once per kind of request on a file a
@@ -43,7 +43,7 @@ static __always_inline __u8 agg_entry_of(__u32 sdev, __u16 kind)
 	__u32 next = __sync_fetch_and_add(&agg_keys_given, 1);
 	if (next < FST_REQ_AGG_MAX && !bpf_map_update_elem(&agg_keys, &key, &next, BPF_NOEXIST))
 		return next + 1;
-	n = bpf_map_lookup_elem(&agg_keys, &key);	/* another CPU gave it one first */
+	n = bpf_map_lookup_elem(&agg_keys, &key); /* another CPU gave it one first */
 	return n ? *n + 1 : FST_AGG_ENTRY_NONE;
 }
 
@@ -52,7 +52,7 @@ static __always_inline __u8 agg_entry_of(__u32 sdev, __u16 kind)
 static __always_inline __u8 *kept_entry(struct file_keep *k, __u16 kind)
 {
 	__u64 i = (__u64)kind - 1;
-	asm volatile("" : "+r"(i));
+	barrier_var(i);
 	return i < FST_NR_REQ_KINDS ? &k->agg_entry[i] : NULL;
 }
 
@@ -77,18 +77,26 @@ static __always_inline struct file *fd_file(long fd)
  * every field read behind it (five per request, about 26 ns each: two thirds of sys_enter).  fd_array[i] at
  * a constant i is a typed load, and so is every field behind it: the switch turns the descriptor into one.
  */
-#define FST_FD_CASE(i) case i: return files->fd_array[i];
+#define FST_FD_CASE(i) \
+	case i:        \
+		return files->fd_array[i];
 #define FST_FD_CASE8(i) FST_FD_CASE(i) FST_FD_CASE(i + 1) FST_FD_CASE(i + 2) FST_FD_CASE(i + 3) \
-	FST_FD_CASE(i + 4) FST_FD_CASE(i + 5) FST_FD_CASE(i + 6) FST_FD_CASE(i + 7)
+    FST_FD_CASE(i + 4) FST_FD_CASE(i + 5) FST_FD_CASE(i + 6) FST_FD_CASE(i + 7)
 static __always_inline struct file *fd_file_btf(struct task_struct *cur, long fd)
 {
 	struct files_struct *files = cur->files;
 	_Static_assert(sizeof(files->fd_array) / sizeof(files->fd_array[0]) == 64, "fd_array: 64 slots");
-	if (!files || files->fdt != &files->fdtab)	/* grown past the embedded table */
+	if (!files || files->fdt != &files->fdtab) /* grown past the embedded table */
 		return NULL;
 	switch (fd) {
-	FST_FD_CASE8(0) FST_FD_CASE8(8) FST_FD_CASE8(16) FST_FD_CASE8(24)
-	FST_FD_CASE8(32) FST_FD_CASE8(40) FST_FD_CASE8(48) FST_FD_CASE8(56)
+		FST_FD_CASE8(0)
+		FST_FD_CASE8(8)
+		FST_FD_CASE8(16)
+		FST_FD_CASE8(24)
+		FST_FD_CASE8(32)
+		FST_FD_CASE8(40)
+		FST_FD_CASE8(48)
+		FST_FD_CASE8(56)
 	}
 	return NULL;
 }
@@ -137,7 +145,7 @@ static __always_inline void note_file(struct task_req *r, struct file *f, bool b
 		k->sdev = r->sdev;
 		k->ftype = r->ftype;
 		k->sdev_traced = r->sdev_traced;
-		__builtin_memset(k->agg_entry, 0, sizeof(k->agg_entry));	/* found when first counted */
+		__builtin_memset(k->agg_entry, 0, sizeof(k->agg_entry)); /* found when first counted */
 		r->agg_entry = 0;
 	}
 	r->keep_file = keep->file_last + 1;
@@ -175,7 +183,7 @@ static __always_inline void note_statbuf(struct task_req *r)
 		/* new_encode_dev: the minor's low 8 bits, the major's 12, then the minor's upper 12 */
 		sdev = FST_KDEV((udev >> 8) & 0xfff, (udev & 0xff) | ((udev >> 12) & 0xfff00));
 	}
-	__u32 *sb = bpf_map_lookup_elem(&stat_devs, &sdev);	/* a btrfs subvolume's device: its superblock's */
+	__u32 *sb = bpf_map_lookup_elem(&stat_devs, &sdev); /* a btrfs subvolume's device: its superblock's */
 	r->sdev = sb ? *sb : sdev;
 	r->ino = ino;
 	r->ftype = (mode >> 12) & 0xf;
@@ -215,7 +223,7 @@ struct {
 
 static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
 {
-	if (cfg.windowed) {	/* load-time constant: no instruction at all when always on */
+	if (cfg.windowed) { /* load-time constant: no instruction at all when always on */
 		__u32 zero = 0;
 		__u64 *n = bpf_map_lookup_elem(&syscalls_seen, &zero);
 		if (n)
@@ -252,7 +260,7 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
 		r = bpf_map_lookup_elem(&task_reqs, &pid);
 	}
 	if (!r) {
-		loss_count(FST_LOSS_TASK_STATE);	/* storage or map full: the thread's requests are not traced */
+		loss_count(FST_LOSS_TASK_STATE); /* storage or map full: the thread's requests are not traced */
 		return 0;
 	}
 	/* a new request: everything but what is kept across requests starts at 0 */
@@ -284,7 +292,7 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
 	if (fst_syscall_has_fd(id, kind)) {
 		note_fd(r, cur, fd);
 		if (!r->sdev_traced)
-			return 0;	/* a pipe, /dev/null, another filesystem: no request, and no clock read */
+			return 0; /* a pipe, /dev/null, another filesystem: no request, and no clock read */
 	}
 	/* the request starts here: the lookups above are before it, in no request's time */
 	__u64 now = bpf_ktime_get_ns();
@@ -302,14 +310,14 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, FST_REQ_AGG_MAX);	/* 5.5 KiB each per CPU; the entry of each (superblock, kind): agg_keys */
+	__uint(max_entries, FST_REQ_AGG_MAX); /* 5.5 KiB each per CPU; the entry of each (superblock, kind): agg_keys */
 	__type(key, __u32);
 	__type(value, struct fst_req_agg);
 } req_agg SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, FST_COMM_AGG_MAX + 1);	/* + the key of every other name */
+	__uint(max_entries, FST_COMM_AGG_MAX + 1); /* + the key of every other name */
 	__type(key, struct fst_comm_agg_key);
 	__type(value, struct fst_comm_agg);
 } comm_agg SEC(".maps");
@@ -340,7 +348,7 @@ static __always_inline void comm_count(struct task_req *r, long ret, __u64 wall)
 
 static __always_inline bool req_is_countable(struct task_req *r, long ret, __u64 wall)
 {
-	if (cfg.records_none)	/* fstrace serve: every request is counted, none recorded */
+	if (cfg.records_none) /* fstrace serve: every request is counted, none recorded */
 		return true;
 	return !cfg.records_all && ret >= 0 && !r->nr_switches && !r->nr_missed && !r->nr_ios &&
 	       !r->pcache_adds && !r->ra_windows && wall < cfg.record_over_ns;
@@ -352,7 +360,7 @@ static __always_inline bool req_is_countable(struct task_req *r, long ret, __u64
  */
 static __always_inline void slot_inc(__u64 *slots, __u32 slot, __u32 nslots)
 {
-	asm volatile("" : "+r"(slot));
+	barrier_var(slot);
 	if (slot < nslots)
 		slots[slot]++;
 }
@@ -367,15 +375,15 @@ static __always_inline void agg_part(struct fst_req_agg *a, int part, __u64 ns)
 
 static __always_inline bool req_count(struct task_req *r, long ret, __u64 wall)
 {
-	if (!r->agg_entry) {	/* not kept with its file (the first of its kind there, a path-based stat, a sync) */
+	if (!r->agg_entry) { /* not kept with its file (the first of its kind there, a path-based stat, a sync) */
 		r->agg_entry = agg_entry_of(r->sdev, r->kind);
-		struct file_keep *k = r->keep_file == 1 ? &r->keep.files[0] : r->keep_file == 2 ? &r->keep.files[1] : NULL;
+		struct file_keep *k = r->keep_file == 1 ? &r->keep.files[0] : (r->keep_file == 2 ? &r->keep.files[1] : NULL);
 		__u8 *e = k ? kept_entry(k, r->kind) : NULL;
-		if (e && r->agg_entry != FST_AGG_ENTRY_NONE)	/* none may be a race for the last entry: asked again */
+		if (e && r->agg_entry != FST_AGG_ENTRY_NONE) /* none may be a race for the last entry: asked again */
 			*e = r->agg_entry;
 	}
 	if (r->agg_entry == FST_AGG_ENTRY_NONE)
-		return false;	/* every entry given: the request is recorded instead */
+		return false; /* every entry given: the request is recorded instead */
 	__u32 idx = r->agg_entry - 1;
 	struct fst_req_agg *a = bpf_map_lookup_elem(&req_agg, &idx);
 	if (!a)
@@ -441,7 +449,7 @@ static __always_inline int handle_sys_exit(long ret)
 	__u64 *part = r->part;
 	if (part[FST_PART_TRACER] > part[FST_PART_ONCPU])
 		part[FST_PART_TRACER] = part[FST_PART_ONCPU];
-	part[FST_PART_ONCPU] -= part[FST_PART_TRACER];	/* from here on, the workload's own on-CPU time */
+	part[FST_PART_ONCPU] -= part[FST_PART_TRACER]; /* from here on, the workload's own on-CPU time */
 	__u64 wall = now - r->start;
 	if (req_is_countable(r, ret, wall) && req_count(r, ret, wall))
 		return 0;
@@ -481,29 +489,29 @@ static __always_inline int handle_sys_exit(long ret)
 }
 
 struct kstack_walk {
-	struct fst_kstack *st;		/* the frames just taken */
-	struct fst_kstack *kept;	/* for a compare: the frames kept under the same hash */
+	struct fst_kstack *st;	 /* the frames just taken */
+	struct fst_kstack *kept; /* for a compare: the frames kept under the same hash */
 	__u32 h;
 	__u32 differs;
 };
 
 /* the frame index as a 64-bit register: a __u32 is checked on its zero-extended copy and indexed with the
- * original, which the verifier rejects as unbounded (and the asm keeps clang from doing that anyway) */
+ * original, which the verifier rejects as unbounded (and barrier_var keeps clang from doing that anyway) */
 static int kstack_hash_frame(__u32 i, struct kstack_walk *w)
 {
 	__u64 j = i;
-	asm volatile("" : "+r"(j));
+	barrier_var(j);
 	if (j >= MAX_STACK_DEPTH)
 		return 1;
 	__u64 ip = w->st->ips[j];
-	w->h = (w->h ^ (__u32)ip ^ (__u32)(ip >> 32)) * 16777619;	/* FNV-1a over the frames' halves */
+	w->h = (w->h ^ (__u32)ip ^ (__u32)(ip >> 32)) * 16777619; /* FNV-1a over the frames' halves */
 	return 0;
 }
 
 static int kstack_cmp_frame(__u32 i, struct kstack_walk *w)
 {
 	__u64 j = i;
-	asm volatile("" : "+r"(j));
+	barrier_var(j);
 	if (j >= MAX_STACK_DEPTH)
 		return 1;
 	if (w->st->ips[j] != w->kept->ips[j]) {
@@ -521,13 +529,13 @@ static __always_inline __s32 offcpu_kstack_of(struct task_struct *next)
 	struct fst_kstack *st = bpf_map_lookup_elem(&kstack_scratch, &zero);
 	if (!st)
 		return -1;
-	long bytes = bpf_get_task_stack(next, st->ips, sizeof(st->ips), 0);	/* zero-fills the rest */
+	long bytes = bpf_get_task_stack(next, st->ips, sizeof(st->ips), 0); /* zero-fills the rest */
 	if (bytes <= 0)
 		return -1;
 	__u32 nr = bytes / sizeof(__u64);
 	struct kstack_walk w = { .st = st, .h = 2166136261u };
 	bpf_loop(nr, kstack_hash_frame, &w, 0);
-	__u32 id = w.h & 0x7fffffff;	/* stack ids are >= 0: the negative ones mean "not taken" */
+	__u32 id = w.h & 0x7fffffff; /* stack ids are >= 0: the negative ones mean "not taken" */
 	w.kept = bpf_map_lookup_elem(&offcpu_kstacks, &id);
 	if (!w.kept) {
 		if (bpf_map_update_elem(&offcpu_kstacks, &id, st, BPF_NOEXIST))
@@ -582,7 +590,7 @@ static __always_inline int handle_switch(void *ctx, bool preempt, struct task_st
 	__u64 now = bpf_ktime_get_ns();
 
 	if (r) {
-		if (r->off_ts) {	/* its last switch in was never delivered */
+		if (r->off_ts) { /* its last switch in was never delivered */
 			r->part[FST_PART_MISSED] += now - r->off_ts;
 			r->nr_missed++;
 		} else {
@@ -677,7 +685,7 @@ static __always_inline int handle_wakeup(struct task_struct *p, bool btf)
 	if (ws && !completion_running()) {
 		r->waker_queue = ws->v.ts_queue;
 		r->waker_start = ws->v.ts_start;
-		r->waker_seq = ws->v.seq;	/* the timeline's flow from the work item to this request */
+		r->waker_seq = ws->v.seq; /* the timeline's flow from the work item to this request */
 	}
 	return 0;
 }
@@ -720,7 +728,7 @@ static __always_inline int handle_exit(void)
 	if (!cfg.task_storage)
 		bpf_map_delete_elem(&task_reqs, &pid);
 	bpf_map_delete_elem(&task_inflight, &pid);
-	if (cfg.task_storage && !bpf_map_delete_elem(&ios_pending, &pid))	/* never folded now */
+	if (cfg.task_storage && !bpf_map_delete_elem(&ios_pending, &pid)) /* never folded now */
 		ios_pending_entries_add(-1);
 	/* the pid stays in traced_pids: its block I/O may still complete, and pids are not reused that fast */
 	return 0;
@@ -802,10 +810,14 @@ static __always_inline int handle_ra_order(struct inode *inode, struct file_ra_s
 
 SEC("tp_btf/page_cache_ra_order")
 int BPF_PROG(page_cache_ra_order_btf, struct inode *inode, unsigned long index, struct file_ra_state *ra)
-{ return handle_ra_order(inode, ra); }
+{
+	return handle_ra_order(inode, ra);
+}
 SEC("raw_tp/page_cache_ra_order")
 int BPF_PROG(page_cache_ra_order_raw, struct inode *inode, unsigned long index, struct file_ra_state *ra)
-{ return handle_ra_order(inode, ra); }
+{
+	return handle_ra_order(inode, ra);
+}
 
 SEC("tp_btf/mm_filemap_add_to_page_cache")
 int BPF_PROG(mm_filemap_add_to_page_cache_btf, struct folio *folio) { return handle_pcache_add(); }
@@ -825,11 +837,15 @@ int BPF_PROG(sys_exit_raw, struct pt_regs *regs, long ret) { return handle_sys_e
 SEC("tp_btf/sched_switch")
 int BPF_PROG(sched_switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
-{ return handle_switch(ctx, preempt, prev, next, prev_state, true); }
+{
+	return handle_switch(ctx, preempt, prev, next, prev_state, true);
+}
 SEC("raw_tp/sched_switch")
 int BPF_PROG(sched_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
-{ return handle_switch(ctx, preempt, prev, next, prev_state, false); }
+{
+	return handle_switch(ctx, preempt, prev, next, prev_state, false);
+}
 
 SEC("tp_btf/sched_wakeup")
 int BPF_PROG(sched_wakeup_btf, struct task_struct *p) { return handle_wakeup(p, true); }
@@ -838,10 +854,14 @@ int BPF_PROG(sched_wakeup_raw, struct task_struct *p) { return handle_wakeup(p, 
 
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(sched_process_fork_btf, struct task_struct *parent, struct task_struct *child)
-{ return handle_fork(parent, child); }
+{
+	return handle_fork(parent, child);
+}
 SEC("raw_tp/sched_process_fork")
 int BPF_PROG(sched_process_fork_raw, struct task_struct *parent, struct task_struct *child)
-{ return handle_fork(parent, child); }
+{
+	return handle_fork(parent, child);
+}
 
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(sched_process_exit_btf, struct task_struct *p) { return handle_exit(); }

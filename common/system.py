@@ -265,4 +265,5 @@ def cache_lock(path):
 
 def lock_path(kind, path):
     os.makedirs(STATE_DIR, exist_ok=True)
-    return os.path.join(STATE_DIR, "%s-%s.lock" % (kind, hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:16]))
+    key = hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:16]
+    return os.path.join(STATE_DIR, "%s-%s.lock" % (kind, key))

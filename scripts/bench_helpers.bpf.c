@@ -16,7 +16,7 @@ char LICENSE[] SEC("license") = "GPL";
 #define N_CALLS 8
 const volatile __u32 tgid = 0;
 volatile __u64 sink;
-__u64 own_runs;		/* runs for this process: one program is attached at a time, and one thread makes them */
+__u64 own_runs; /* runs for this process: one program is attached at a time, and one thread makes them */
 
 struct value {
 	__u64 v[16];
@@ -56,17 +56,37 @@ struct {
 } ring SEC(".maps");
 
 /* key 1 is in both hashes (bench_helpers.c puts it there) */
-#define OURS() if ((bpf_get_current_pid_tgid() >> 32) != tgid) return 0; own_runs++
-#define TIMES(body) _Pragma("unroll") for (int i = 0; i < N_CALLS; i++) { body; } return 0
+#define OURS()                                          \
+	if ((bpf_get_current_pid_tgid() >> 32) != tgid) \
+		return 0;                               \
+	own_runs++
+#define TIMES(body)                         \
+	_Pragma("unroll")                   \
+	for (int i = 0; i < N_CALLS; i++) { \
+		body;                       \
+	}                                   \
+	return 0
 
 SEC("tp_btf/sys_enter")
-int BPF_PROG(empty) { OURS(); return 0; }
+int BPF_PROG(empty)
+{
+	OURS();
+	return 0;
+}
 
 SEC("tp_btf/sys_enter")
-int BPF_PROG(ktime_get_ns) { OURS(); TIMES(sink += bpf_ktime_get_ns()); }
+int BPF_PROG(ktime_get_ns)
+{
+	OURS();
+	TIMES(sink += bpf_ktime_get_ns());
+}
 
 SEC("tp_btf/sys_enter")
-int BPF_PROG(get_current_pid_tgid) { OURS(); TIMES(sink += bpf_get_current_pid_tgid()); }
+int BPF_PROG(get_current_pid_tgid)
+{
+	OURS();
+	TIMES(sink += bpf_get_current_pid_tgid());
+}
 
 SEC("tp_btf/sys_enter")
 int BPF_PROG(task_storage_get)
@@ -90,11 +110,15 @@ int BPF_PROG(typed_load)
 {
 	OURS();
 	struct task_struct *t = bpf_get_current_task_btf();
-	TIMES(sink += *(volatile int *)&t->pid);	/* volatile: one load per call, not hoisted */
+	TIMES(sink += *(volatile int *)&t->pid); /* volatile: one load per call, not hoisted */
 }
 
 SEC("tp_btf/sys_enter")
-int BPF_PROG(hash_lookup) { OURS(); TIMES(__u32 k = 1; struct value *p = bpf_map_lookup_elem(&hash, &k); if (p) sink += p->v[0]); }
+int BPF_PROG(hash_lookup)
+{
+	OURS();
+	TIMES(__u32 k = 1; struct value *p = bpf_map_lookup_elem(&hash, &k); if (p) sink += p->v[0]);
+}
 
 SEC("tp_btf/sys_enter")
 int BPF_PROG(percpu_hash_lookup)
@@ -118,10 +142,22 @@ int BPF_PROG(ringbuf_reserve_submit)
 }
 
 SEC("tp_btf/sys_enter")
-int BPF_PROG(ringbuf_query) { OURS(); TIMES(sink += bpf_ringbuf_query(&ring, BPF_RB_AVAIL_DATA)); }
+int BPF_PROG(ringbuf_query)
+{
+	OURS();
+	TIMES(sink += bpf_ringbuf_query(&ring, BPF_RB_AVAIL_DATA));
+}
 
 SEC("tp_btf/sys_enter")
-int BPF_PROG(get_current_comm) { OURS(); TIMES(char c[16]; bpf_get_current_comm(c, sizeof(c)); sink += c[0]); }
+int BPF_PROG(get_current_comm)
+{
+	OURS();
+	TIMES(char c[16]; bpf_get_current_comm(c, sizeof(c)); sink += c[0]);
+}
 
 SEC("tp_btf/sys_enter")
-int BPF_PROG(get_prandom_u32) { OURS(); TIMES(sink += bpf_get_prandom_u32()); }
+int BPF_PROG(get_prandom_u32)
+{
+	OURS();
+	TIMES(sink += bpf_get_prandom_u32());
+}

@@ -34,7 +34,7 @@ static double ns_per_run(struct bpf_program *p, int syscalls)
 		usleep(500000);
 	for (int i = 0; i < syscalls; i++) {
 		syscall(SYS_getppid);
-		if (i % 1024 == 0)	/* the ring read, so reservations keep succeeding (a full ring fails them) */
+		if (i % 1024 == 0) /* the ring read, so reservations keep succeeding (a full ring fails them) */
 			ring_buffer__consume(ring);
 	}
 	len = sizeof(b);
@@ -58,7 +58,7 @@ int main(void)
 		return 1;
 	}
 	__u32 one = 1;
-	static char zero[16 * 8 * 512];	/* a per-CPU value for up to 512 CPUs */
+	static char zero[16 * 8 * 512]; /* a per-CPU value for up to 512 CPUs */
 	bpf_map_update_elem(bpf_map__fd(s->maps.hash), &one, zero, BPF_ANY);
 	bpf_map_update_elem(bpf_map__fd(s->maps.percpu_hash), &one, zero, BPF_ANY);
 	ring = ring_buffer__new(bpf_map__fd(s->maps.ring), drop_record, NULL, NULL);
@@ -71,7 +71,7 @@ int main(void)
 	double base = ns_per_run(s->progs.empty, SYSCALLS);
 	printf("empty program on tp_btf/sys_enter: %.1f ns per run (the kernel's accounting included)\n", base);
 	struct bpf_program *p;
-	bpf_object__for_each_program(p, s->obj) {
+	bpf_object__for_each_program (p, s->obj) {
 		if (p == s->progs.empty)
 			continue;
 		double t = ns_per_run(p, SYSCALLS);

@@ -55,11 +55,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from analysis import results, summary  # noqa: E402
-from user.runner import DEFAULT_BUDGET_PCT, die_with_parent, stop_process, tracing_options  # noqa: E402
+from user.runner import DEFAULT_BUDGET_PCT, die_with_parent, tracing_options  # noqa: E402
 from user.serve import COLLECTOR_OPTIONS as SERVE_OPTIONS  # noqa: E402
 from user.system import (Cleanup, FstraceError, Interrupted, backing_block_device, dev_numbers,  # noqa: E402
                          drop_caches, ensure_tracefs, install_signal_handlers, losetup, mount, mount_of,
-                         sdev_arg, signals_held, write_json_atomic)
+                         sdev_arg, signals_held, stop_process, write_json_atomic)
 from workloads import catalog, dataset, images  # noqa: E402
 
 COLLECTOR = os.path.join(ROOT, "build", "fstrace-collect")
@@ -79,8 +79,8 @@ FSTRACE_CONFIGS = {
 }
 # the configurations whose request counts come from windows: their estimate is checked against fio's own count
 WINDOWED = ("fstrace-attach", "fstrace-serve-budget")
-CONFIGS = ["none", "fstrace-floor", "fstrace-full", "fstrace-nosample", "fstrace-records-all", "fstrace-block", "fstrace-serve",
-           "fstrace-attach", "fstrace-serve-budget", "fstrace-untraced", "bpftrace-hist", "biolatency"]
+CONFIGS = ["none", "fstrace-floor", "fstrace-full", "fstrace-nosample", "fstrace-records-all", "fstrace-block",
+           "fstrace-serve", "fstrace-attach", "fstrace-serve-budget", "fstrace-untraced", "bpftrace-hist", "biolatency"]
 BPFTRACE_HIST = "tracepoint:block:block_rq_complete { @bytes = hist(args->nr_sector * 512); }"
 
 
@@ -420,7 +420,8 @@ def targets(out):
         lo, hi = sm["share_95"]
         rows.append({"what": "tracer's share of in-request samples, main command", "target": "< 0.10",
                      "median": sm["share"], "interval": [lo, hi], "coverage": 0.95,
-                     "verdict": "met" if hi < 0.10 else "not met" if lo >= 0.10 else "undecided (the interval spans it)"})
+                     "verdict": ("met" if hi < 0.10 else "not met" if lo >= 0.10 else
+                                 "undecided (the interval spans it)")})
     return rows
 
 
@@ -561,8 +562,8 @@ def render(out):
     m = out.get("main_command")
     if m:
         sm = m["tracer"].get("sampled") or {}
-        lines.append("main command (%s): tracer part %.1f %% of request time (sampled timing); %.1f %% of on-CPU samples "
-                     "inside requests are fstrace's (95 %%: %.1f-%.1f %%)" % (
+        lines.append("main command (%s): tracer part %.1f %% of request time (sampled timing); %.1f %% of on-CPU "
+                     "samples inside requests are fstrace's (95 %%: %.1f-%.1f %%)" % (
                          m["command"], 100 * (m["tracer"]["part_share"] or 0), 100 * (sm.get("share") or 0),
                          100 * sm["share_95"][0] if sm.get("share_95") else 0,
                          100 * sm["share_95"][1] if sm.get("share_95") else 0))

@@ -3,8 +3,8 @@
 # Why not bcc/python3-bcc: bcc compiles its BPF C against kernel headers on the target at every start;
 # fstrace's CO-RE objects are compiled once and relocated by libbpf on any kernel with BTF.
 #
-#   setup.sh [PART...]   PART: collector, workloads, cli, numpy, plots, analysis (cli numpy plots), test;
-#                        none: collector workloads analysis
+#   setup.sh [PART...]   PART: collector, workloads, cli, numpy, plots, analysis (cli numpy plots), unit (the
+#                        analysis and what the unit test lane needs), test; none: collector workloads analysis
 #   setup.sh --test      all of them (the test command)
 # so that `fstrace attach` on a production box installs no fio, mkfs tools or test tools, and `fstrace serve`
 # no numpy or matplotlib either (see ./fstrace).
@@ -34,9 +34,15 @@ VENV_PACKAGES="perfetto==0.59.1 protobuf==7.36.2"
 # groff-base and man-db to render the manual pages (man/) as tests/test_docs.py checks them
 # building erofs-utils 1.8.6 from Debian trixie's source (scripts/build-erofs-utils.sh, part of workloads)
 EROFS_BUILD="dpkg-dev autoconf automake libtool pkg-config make gcc liblz4-dev liblzma-dev libzstd-dev libdeflate-dev zlib1g-dev uuid-dev libxxhash-dev"
+# the unit test lane (tests on stored results and the documentation, as any user): pytest, groff-base and man-db
+# to render the manual pages (man/) as tests/test_docs.py checks them, clang-format (14) for the C style check
+UNIT="python3-pytest groff-base man-db clang-format"
+# The Python linter the unit lane runs (tests/test_style.py; its configuration: ruff.toml), pinned, from PyPI into
+# a virtual environment of its own, build/lint (the tests', not the command line's)
+LINT_PACKAGES="ruff==0.17.6"
 # python3-websocket: the tests drive headless Chromium over its DevTools protocol (click, type, read back);
 # python3-jsonschema: they check exported profiles against the viewer's own schema
-TEST="python3-pytest qemu-system-x86 busybox-static kmod cpio chromium python3-pil strace prometheus python3-prometheus-client groff-base man-db python3-websocket python3-jsonschema"
+TEST="$UNIT qemu-system-x86 busybox-static kmod cpio chromium python3-pil strace prometheus python3-prometheus-client python3-websocket python3-jsonschema"
 # The speedscope viewer the tests open exported profiles in, pinned, from the npm registry into build/speedscope
 # (npm from Debian's nodejs and npm packages where no npm is installed yet)
 SPEEDSCOPE="speedscope@1.25.0"
@@ -46,7 +52,7 @@ if [ "${1:-}" = "--test" ]; then
 elif [ $# -eq 0 ]; then
 	set -- collector workloads analysis
 fi
-PKGS="" build="" erofs="" venv="" viewer=""
+PKGS="" build="" erofs="" venv="" viewer="" lint=""
 for part in "$@"; do
 	case "$part" in
 	collector) PKGS="$PKGS $COLLECTOR" build=1 ;;
@@ -54,8 +60,9 @@ for part in "$@"; do
 	cli) PKGS="$PKGS $CLI" ;;
 	numpy) PKGS="$PKGS $CLI $NUMPY" venv=1 ;;
 	plots | analysis) PKGS="$PKGS $CLI $NUMPY $PLOTS" venv=1 ;;  # plots.py draws numpy arrays
-	test) PKGS="$PKGS $TEST" viewer=1 ;;
-	*) echo "setup.sh: unknown part '$part' (collector, workloads, cli, numpy, plots, analysis, test or --test)" >&2
+	unit) PKGS="$PKGS $CLI $NUMPY $PLOTS $UNIT" venv=1 lint=1 ;;
+	test) PKGS="$PKGS $TEST" viewer=1 lint=1 ;;
+	*) echo "setup.sh: unknown part '$part' (collector, workloads, cli, numpy, plots, analysis, unit, test or --test)" >&2
 		exit 2 ;;
 	esac
 done
@@ -105,8 +112,16 @@ make_venv() {
 	# shellcheck disable=SC2086
 	"$here/build/venv/bin/pip" install -q --disable-pip-version-check $VENV_PACKAGES >&2
 }
+make_lint() {
+	/usr/bin/python3 -m venv "$here/build/lint"
+	# shellcheck disable=SC2086
+	"$here/build/lint/bin/pip" install -q --disable-pip-version-check $LINT_PACKAGES >&2
+}
 if [ -n "$venv" ]; then
 	pinned venv "$VENV_PACKAGES" make_venv
+fi
+if [ -n "$lint" ]; then
+	pinned lint "$LINT_PACKAGES" make_lint
 fi
 if [ -n "$viewer" ]; then
 	pinned speedscope "$SPEEDSCOPE" npm install --prefix "$here/build/speedscope" --no-save --no-package-lock \

@@ -24,7 +24,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from analysis import results, sampling, schema, summary, timeline  # noqa: E402
+from analysis import results, sampling, summary, timeline  # noqa: E402
 from workloads import dataset, images  # noqa: E402
 
 COLLECTOR = os.path.join(ROOT, "build", "fstrace-collect")
@@ -82,7 +82,8 @@ def kernel(cache, name):
     opts, lists = apt_options(cache, suite)
 
     def search():
-        out = subprocess.run(["apt-cache"] + opts + ["search", "--names-only", "^%s$" % pattern.replace(r"\d", "[0-9]")],
+        names = "^%s$" % pattern.replace(r"\d", "[0-9]")
+        out = subprocess.run(["apt-cache"] + opts + ["search", "--names-only", names],
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout
         return sorted(re.findall(r"^(%s)" % pattern, out, re.M), key=lambda x: int(x[1]))
 
@@ -172,7 +173,8 @@ run() {  # name disk fstype: every file read cold, once per tier, each on a fres
         echo "vmguest: $(cut -d' ' -f1 /proc/uptime) s: reading $1 ($mode)"
         mount -t $3 -o ro /dev/$2 /mnt/$1 || { echo "vmguest: mount $1 failed"; return; }
         echo 3 > /proc/sys/vm/drop_caches
-        collect $flag --sample-hz 4999 -o /out/$1-$mode.fst -d $dev:4096 -- sh -c "find /mnt/$1 -type f -exec cat {} + > /dev/null" \
+        collect $flag --sample-hz 4999 -o /out/$1-$mode.fst -d $dev:4096 -- \
+            sh -c "find /mnt/$1 -type f -exec cat {} + > /dev/null" \
             2>> /out/collector.log || echo "vmguest: collector $1 $mode failed" >> /out/collector.log
         umount /mnt/$1
     done
@@ -258,7 +260,7 @@ def check_squashfs_caches(name, mode, res, layout, fail, lines):
     h = res.header
     c = res.records.get("fs_cache")
     if c is None or not len(c):
-        figures = {schema.figure("squashfs_cache_lookups"), schema.figure("squashfs_cache_misses")}
+        figures = {res.schema.figure("squashfs_cache_lookups"), res.schema.figure("squashfs_cache_misses")}
         fail("%s %s: no squashfs cache lookups (probes: %s)" % (name, mode, probe_states(h, figures)))
         return
     meta = c[c["cache"] == summary.enum_value(h, "fs_cache", "squashfs metadata")]
@@ -297,11 +299,12 @@ def check_write_compression(name, mode, res, src, fail, lines, kver="?"):
     h = res.header
     c = res.records.get("compress")
     if c is None or not len(c):
-        fail("%s %s: no compression records (probes: %s)" % (name, mode, probe_states(h, {schema.figure("btrfs_compress_write")})))
+        fail("%s %s: no compression records (probes: %s)"
+             % (name, mode, probe_states(h, {res.schema.figure("btrfs_compress_write")})))
         return
     # the tier must be the one asked for, unless the probe says why the better one could not be used (6.1's
     # trampolines take at most 6 arguments: btrfs_compress_pages has 7 and goes to its kprobe twin)
-    probe = [p for p in h["probes"] if p["figure"] == schema.figure("btrfs_compress_write") and
+    probe = [p for p in h["probes"] if p["figure"] == res.schema.figure("btrfs_compress_write") and
              p["tier"] != "unavailable"]
     tier = probe[0]["tier"] if probe else "unavailable"
     before_6_6 = kver == "?" or kver_tuple(kver) < (6, 6)
@@ -348,7 +351,8 @@ def check_write_compression(name, mode, res, src, fail, lines, kver="?"):
         return
     inside = 0
     for r, d in zip(c, dur):
-        m = (items["pid"] == r["pid"]) & (items["ts_start_ns"] <= r["ts_start_ns"]) & (items["ts_end_ns"] >= r["ts_end_ns"])
+        m = (items["pid"] == r["pid"]) & (items["ts_start_ns"] <= r["ts_start_ns"]) & \
+            (items["ts_end_ns"] >= r["ts_end_ns"])
         inside += int(d) if m.any() else 0
     work_ns = int((items["ts_end_ns"] - items["ts_start_ns"]).sum())
     lines.append("%-6s %-7s workqueue tier: %d compression work items, %.1f ms; %.1f ms of compression inside them"
@@ -383,7 +387,8 @@ def check_image(outdir, name, fs, opts, alg, image_path, fail, lines):
         mine = d[(d["fs"] == fs_id)] if d is not None else []
         used = {p["probe"]: p["tier"] for p in h["probes"] if p["tier"] == tier}
         if not len(mine):
-            fail("%s %s: no decompression records (probes: %s)" % (name, mode, probe_states(h, schema.DECOMP_FIGURES)))
+            fail("%s %s: no decompression records (probes: %s)"
+                 % (name, mode, probe_states(h, res.schema.decomp_figures)))
             continue
         if set(mine["tier"].tolist()) != {tier_id}:
             fail("%s %s: records from tiers %s" % (name, mode, sorted(set(mine["tier"].tolist()))))
@@ -573,7 +578,8 @@ def choose_accel(asked, vmlinuz, cache=None):
         return "tcg", "max", "asked"
     key = None
     if cache:
-        qemu = subprocess.run(["qemu-system-x86_64", "--version"], stdout=subprocess.PIPE, text=True).stdout.split("\n")[0]
+        qemu = subprocess.run(["qemu-system-x86_64", "--version"], stdout=subprocess.PIPE,
+                              text=True).stdout.split("\n")[0]
         key = "%s | %s | %s" % (os.uname().release, qemu, os.path.basename(vmlinuz))
         path = os.path.join(cache, "kvm-probe.json")
         try:
@@ -624,8 +630,8 @@ def run_guest(kname, vmlinuz, moddir, images_run, paths, src, work, smp, accel, 
     log("%s: booting %s with %d modules, %d vCPUs under %s (%s), guest mode %s" % (
         kname, os.path.basename(vmlinuz), len(order), smp, acc.upper(), why, mode))
     console = os.path.join(work, "console.log")
-    run = {"kernel": kname, "mode": mode, "vmlinuz": os.path.basename(vmlinuz), "smp": smp, "accel": acc, "accel_why": why,
-           "console": console, "outdir": os.path.join(work, "out"), "images": images_run}
+    run = {"kernel": kname, "mode": mode, "vmlinuz": os.path.basename(vmlinuz), "smp": smp, "accel": acc,
+           "accel_why": why, "console": console, "outdir": os.path.join(work, "out"), "images": images_run}
     t0 = time.monotonic()
     monitor = os.path.join(work, "monitor.sock")
     with open(console, "w") as con:
@@ -723,7 +729,8 @@ def run_guest_retrying(kname, vmlinuz, moddir, images_run, paths, src, work, smp
     """run_guest, once more (in a fresh directory) after a TCG text-poke stall; the run says it was retried.
     deadline (time.monotonic()): no guest runs past it, and there is no second boot unless a whole guest's
     timeout still fits before it (the test suite's budget for all its guests, so CI stays bounded)."""
-    left = lambda: timeout if deadline is None else min(timeout, deadline - time.monotonic())
+    def left():
+        return timeout if deadline is None else min(timeout, deadline - time.monotonic())
     if left() < 60:
         return {"kernel": kname, "finished": False, "lockup": [], "qemu_exit": "not booted: the guests' time budget "
                 "is spent", "seconds": 0, "console": os.devnull, "accel": accel[0], "images": images_run,
@@ -801,7 +808,9 @@ def format_table(rows):
     head = ("kernel", "probe", "asked", "tier chosen", "fired", "checked")
     cells = [head] + [tuple(str(c) for c in r) for r in rows]
     w = [max(len(r[i]) for r in cells) for i in range(len(head))]
-    fmt = lambda r: "| " + " | ".join(c.ljust(w[i]) for i, c in enumerate(r)) + " |"
+
+    def fmt(r):
+        return "| " + " | ".join(c.ljust(w[i]) for i, c in enumerate(r)) + " |"
     return "\n".join([fmt(head), "|" + "|".join("-" * (x + 2) for x in w) + "|"] + [fmt(r) for r in cells[1:]])
 
 

@@ -1,4 +1,7 @@
-"""Shared fixtures: the project is set up and built once; tests run as root on real kernels."""
+"""Shared fixtures and helpers, and the test lanes (pytest.ini): every test is marked unit, bpf or vm.
+
+unit tests run as any user on stored results (tests/data/) and fixtures; bpf tests run as root on this machine
+(the project set up and built once per session); vm tests boot QEMU guests of other kernels."""
 import json
 import os
 import re
@@ -11,20 +14,44 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 FSTRACE = os.path.join(ROOT, "fstrace")
 COLLECTOR = os.path.join(ROOT, "build", "fstrace-collect")
+# results and summaries kept in the repository for the unit lane (tests/data/README.md: how each was made)
+DATA = os.path.join(ROOT, "tests", "data")
 # datasets and images are cached between test runs on one machine; a fresh machine builds them once
 CACHE = os.environ.get("FSTRACE_TEST_CACHE", "/var/cache/fstrace-tests")
 SCALE = "0.05"  # ~400 files, ~10 MB tree and a 6.4 MiB single file: fast, and still real I/O
+LANES = ("unit", "bpf", "vm")
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 
-def pytest_configure(config):
+def lanes_of(item):
+    return [m.name for m in item.iter_markers() if m.name in LANES]
+
+
+@pytest.hookimpl(trylast=True)  # after -m has deselected: only the tests that will run are checked
+def pytest_collection_modifyitems(config, items):
+    wrong = ["%s (%s)" % (item.nodeid, ", ".join(lanes_of(item)) or "no lane") for item in items
+             if len(lanes_of(item)) != 1]
+    if wrong:
+        raise pytest.UsageError("every test belongs to exactly one lane of %s (pytest.ini); these do not:\n  %s"
+                                % ("/".join(LANES), "\n  ".join(wrong)))
     if os.geteuid() != 0:
-        pytest.exit("the fstrace tests load BPF programs and mount images: run them as root", returncode=2)
+        privileged = [item.nodeid for item in items if lanes_of(item) != ["unit"]]
+        if privileged:
+            raise pytest.UsageError(
+                "%d selected tests load BPF programs, mount images or boot guests (e.g. %s): run them as root "
+                "(sudo ./scripts/test.sh), or the unit lane alone as any user (./scripts/test.sh --lane unit)"
+                % (len(privileged), privileged[0]))
 
 
-@pytest.fixture(scope="session", autouse=True)
-def built():
-    subprocess.run([os.path.join(ROOT, "scripts", "setup.sh"), "--test"], check=True)
-    assert os.access(COLLECTOR, os.X_OK)
+_built = []
+
+
+def pytest_runtest_setup(item):
+    """The collector built and the packages installed, once, before the first test that runs them."""
+    if lanes_of(item) != ["unit"] and not _built:
+        subprocess.run([os.path.join(ROOT, "scripts", "setup.sh"), "--test"], check=True)
+        assert os.access(COLLECTOR, os.X_OK)
+        _built.append(True)
 
 
 def fstrace(*args, check=True, **kw):
@@ -207,3 +234,138 @@ def timeline_flows(res, slices):
         return ("request" if s["name"] in requests else "block request" if re.match(r"[RW] \d+ KiB$", s["name"])
                 else "work item" if s["name"] in work else s["name"])
     return {f: (starts[f], ends[f], (kind(starts[f]), kind(ends[f]))) for f in starts}
+
+
+def one_line_error(p):
+    """The one line a command that refused its input printed (it failed, with that line alone on stderr)."""
+    assert p.returncode != 0
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, p.stderr
+    assert lines[0].startswith("fstrace: error:"), p.stderr
+    return lines[0]
+
+
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def descendants(pid):
+    """Every descendant of pid, from /proc (ppid links)."""
+    kids = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError):
+                continue
+            kids.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            out.append(k)
+            todo.append(k)
+    return out
+
+
+@pytest.fixture(scope="session")
+def real():
+    """(path, bytes) of a small real results file kept in tests/data (a collector's format 2 file of direct reads
+    of a 512 KiB file: requests, block requests, folded stacks, device figures; forge.real_results made it)."""
+    path = os.path.join(DATA, "real.fst")
+    with open(path, "rb") as f:
+        return path, f.read()
+
+
+@pytest.fixture(scope="session")
+def erofs_randread_summary():
+    """summary.json of a cold erofs randread run kept in tests/data (tests/data/README.md)."""
+    with open(os.path.join(DATA, "erofs-randread-summary.json")) as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="module")
+def mounted_erofs(tmp_path_factory):
+    """(mount point, loop device) of a small compressed erofs image: big.bin (4 MiB random, 4 MiB zeros) and
+    small.txt (14 KB of text)."""
+    d = tmp_path_factory.mktemp("erofs")
+    src = d / "src"
+    src.mkdir()
+    (src / "big.bin").write_bytes(os.urandom(4 << 20) + bytes(4 << 20))
+    (src / "small.txt").write_bytes(b"hello fstrace\n" * 1000)
+    img = str(d / "img.erofs")
+    subprocess.run(["mkfs.erofs", "-zlz4hc", "-C16384", "-T0", img, str(src)], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    dev = subprocess.run(["losetup", "-f", "--show", "-r", img], check=True, stdout=subprocess.PIPE,
+                         text=True).stdout.strip()
+    mnt = str(d / "mnt")
+    os.mkdir(mnt)
+    subprocess.run(["mount", "-t", "erofs", "-o", "ro", dev, mnt], check=True)
+    yield mnt, dev
+    subprocess.run(["umount", mnt], check=True)
+    subprocess.run(["losetup", "-d", dev], check=True)
+
+
+@pytest.fixture(scope="session")
+def default_tree():
+    """(directory, manifest) of the default dataset's tree at the test scale, generated once per cache."""
+    from workloads import dataset
+    root, manifest = dataset.ensure_default(CACHE, float(SCALE))
+    return os.path.join(root, "tree"), manifest
+
+
+def alive(pid):
+    """Whether process pid runs (a zombie does not)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def task_comm(pid):
+    """A process's name (/proc/PID/comm); None once it has gone."""
+    try:
+        with open("/proc/%s/comm" % pid) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def trace_python(tmp_path, name, script, args, *options):
+    """The collector around `python3 -c script args`, --records all (and options); its loaded results."""
+    from analysis import results
+    f = tmp_path / (name + ".fst")
+    subprocess.run([COLLECTOR, "-o", str(f), "--records", "all", *options, "--", "/usr/bin/python3", "-c", script]
+                   + list(args), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return results.load(str(f))
+
+
+def assert_exact_partition(res):
+    """Every recorded request's parts sum to its wall time; every counted key's parts to its wall time."""
+    import numpy as np
+    req = res["req"]
+    wall = (req["ts_end_ns"] - req["ts_start_ns"]).astype(np.int64)
+    parts = sum(req[p].astype(np.int64) for p in res.schema.parts)
+    assert np.array_equal(wall, parts)
+    for row in res.header["kernel_aggregates"]["requests_counted"]:
+        assert sum(row["part_ns"].values()) == row["wall_ns"]
+        assert set(row["part_ns"]) == set(res.schema.parts)
+        # counted requests never left the CPU: only on-CPU work and the tracer's
+        assert {p for p, v in row["part_ns"].items() if v} <= {"oncpu_ns", "tracer_ns"}
+        assert sum(row["wall_hist"]) == sum(row["wall_ns_loglin"]) == row["count"]
+        for p, v in row["part_ns"].items():
+            assert sum(row["part_hist"][p]) <= row["count"] and (sum(row["part_hist"][p]) > 0) == (v > 0)
+
+
+@pytest.fixture(scope="session")
+def collector_header(tmp_path_factory):
+    """The results header of today's collector (a run of `true`): records.h's names and layouts as it writes
+    them (its "schema", "enums", "losses", ...), for the tests that need them before or without a run."""
+    from analysis import results
+    out = tmp_path_factory.mktemp("header") / "true.fst"
+    subprocess.run([COLLECTOR, "-o", str(out), "--", "true"], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    return results.load(str(out)).header

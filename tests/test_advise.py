@@ -23,6 +23,7 @@ SQUASHFS_CACHED_BLKS = 8
 STAT_SCALE = "0.1"
 
 
+@pytest.mark.unit
 def test_pareto_front_pure():
     pts = [("a", 10, 5.0), ("b", 8, 6.0), ("c", 12, 4.0), ("d", 11, 6.0), ("e", 8, 7.0), ("f", 10, 5.0)]
     # d is beaten by a (smaller and faster), e by b (same size, faster); a and f tie and both stay
@@ -36,6 +37,7 @@ def _row(wall, io, cpu, other, requests, mean_bytes):
             "oncpu_share": cpu / wall, "decompression_share": None, "decompression_note": "unavailable"}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("slower,says,never", [
     # more I/O wait on more requests, less CPU (the boot mix's top two on the default dataset looked like this):
     # the cause is the requests, not the CPU time it spends less of
@@ -59,6 +61,7 @@ def test_cause_is_a_part_where_the_slower_spends_more(slower, says, never):
     assert advice.numbers(c["text"], {"A", "B", "tar-data"}) == [c["facts"][i]["text"] for i in c["order"]]
 
 
+@pytest.mark.unit
 def test_a_lead_inside_run_to_run_noise_is_said():
     def cand(rank, label, spread):
         return {"rank": rank, "label": label, "bytes": 1 << 20, "weighted_s": sum(spread) / 2, "pareto": True,
@@ -71,6 +74,7 @@ def test_a_lead_inside_run_to_run_noise_is_said():
     assert "noise" not in clear
 
 
+@pytest.mark.bpf
 def test_unknown_mix_entry_and_fs_are_one_line(tmp_path):
     for args, want in [(["--mix", "nosuch=1"], "unknown workload 'nosuch'"),
                        (["--mix", "cat-500=0"], "weight of cat-500 must be a positive number"),
@@ -80,6 +84,25 @@ def test_unknown_mix_entry_and_fs_are_one_line(tmp_path):
         assert p.returncode == 1 and p.stdout == "", p.stderr
         assert p.stderr.count("\n") == 1 and want in p.stderr, p.stderr
         assert not os.path.exists(tmp_path / "o")
+
+
+# how a fact's text states its value, and how far from the value the rounding to that text may take it
+SAID_AS = {"count": 1, "seconds": 1, "pct": 100, "pct100": 1, "ratio": 1, "kib": 1 / 1024, "mib": 1 / (1 << 20)}
+SAID_WITHIN = {
+    "count": lambda v: 500 if v >= 10000 else 0.5,        # thousands as "N k"
+    "seconds": lambda v: 0.0005 if v < 10 else 0.005,
+    "pct": lambda v: 0.005,                               # a share, to a whole per cent
+    "pct100": lambda v: 0.5,
+    "ratio": lambda v: 0.05 if v < 10 else 0.5,
+    "kib": lambda v: 0.05 * 1024,
+    "mib": lambda v: 0.05 * (1 << 20),
+}
+
+
+def said(text, fmt):
+    """The value a fact's text states, in the figure's own unit."""
+    n = float(text[:-2]) * 1000 if text.endswith(" k") else float(text)
+    return n / SAID_AS[fmt]
 
 
 def _check_sentences(out, doc_key, bench_sub):
@@ -99,12 +122,17 @@ def _check_sentences(out, doc_key, bench_sub):
                 assert f["value"] == sizes[f["label"]]
             else:
                 assert f["value"] == med[(f["workload"], f["label"])][f["figure"]]
-            assert f["text"] == advice.FORMATS[f["format"]](f["value"])
+            within = SAID_WITHIN[f["format"]](f["value"]) * (1 + 1e-9)  # half a unit of the last digit, inclusive
+            assert said(f["text"], f["format"]) == pytest.approx(f["value"], abs=within), f
         assert sorted(c["order"]) == list(range(len(facts)))
         assert advice.numbers(c["text"], names) == [facts[i]["text"] for i in c["order"]]
-    # the ranking and the front are the pure functions of the measured points
-    pts = [(c["label"], c["bytes"], c["weighted_s"]) for c in adv["ranking"]]
-    assert [c["label"] for c in adv["ranking"] if c["pareto"]] == advice.pareto(pts)
+    # the front: the candidates no other is at least as small and as fast as, and better in one
+    ranking = adv["ranking"]
+
+    def beaten(c):
+        return any(o["bytes"] <= c["bytes"] and o["weighted_s"] <= c["weighted_s"] and
+                   (o["bytes"], o["weighted_s"]) != (c["bytes"], c["weighted_s"]) for o in ranking)
+    assert [c["pareto"] for c in ranking] == [not beaten(c) for c in ranking]
     for c in adv["ranking"]:
         assert c["weighted_s"] == med[("stat-all", c["label"])]["wall_s"]
         times = [r["wall_s"] for r in bench["rows"] if r["label"] == c["label"]]
@@ -136,6 +164,7 @@ def _squashfs_4k_layout(scale):
     return images.squashfs_layout(rec["path"])
 
 
+@pytest.mark.bpf
 def test_stat_all_ranks_erofs_4k_above_squashfs_4k_once_tables_outgrow_squashfs_cache(tmp_path):
     out = tmp_path / "adv"
     fstrace("advise", "--mix", "stat-all=1", "--fs", "erofs,squashfs", "--compress", "lz4hc", "--cluster", "4096",
@@ -160,6 +189,7 @@ def test_stat_all_ranks_erofs_4k_above_squashfs_4k_once_tables_outgrow_squashfs_
     assert rows[SQUASHFS_4K]["loop_requests"] > 4 * rows[EROFS_4K]["loop_requests"]
 
 
+@pytest.mark.bpf
 def test_advise_stat_all_real_run(tmp_path):
     out = tmp_path / "adv"
     p = fstrace("advise", "--mix", "stat-all=1", "--fs", "erofs,squashfs", "--compress", "lz4hc", "--cluster",

@@ -7,8 +7,11 @@ block (max(1 KiB, logical block size)), so its requests are 1 KiB aligned but
 mostly not 4 KiB aligned.
 """
 import numpy as np
+import pytest
 
 from analysis import summary as S
+
+pytestmark = pytest.mark.bpf
 
 
 def loop_stats(summary):

@@ -10,33 +10,10 @@ import pytest
 
 from analysis import results
 from analysis import summary as S
-from conftest import COLLECTOR, FSTRACE, bpf_objects_left, bpf_objects_of, collector_under, settled_leftovers
+from conftest import COLLECTOR, FSTRACE, NOBODY, bpf_objects_left, bpf_objects_of, collector_under, drop_caches, \
+    settled_leftovers
 
-
-@pytest.fixture(scope="module")
-def mounted_erofs(tmp_path_factory):
-    d = tmp_path_factory.mktemp("attach")
-    src = d / "src"
-    src.mkdir()
-    (src / "big.bin").write_bytes(os.urandom(4 << 20) + bytes(4 << 20))
-    (src / "small.txt").write_bytes(b"hello fstrace\n" * 1000)
-    img = str(d / "img.erofs")
-    subprocess.run(["mkfs.erofs", "-zlz4hc", "-C16384", "-T0", img, str(src)], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    dev = subprocess.run(["losetup", "-f", "--show", "-r", img], check=True, stdout=subprocess.PIPE,
-                         text=True).stdout.strip()
-    mnt = str(d / "mnt")
-    os.mkdir(mnt)
-    subprocess.run(["mount", "-t", "erofs", "-o", "ro", dev, mnt], check=True)
-    yield mnt, dev
-    subprocess.run(["umount", mnt], check=True)
-    subprocess.run(["losetup", "-d", dev], check=True)
-
-
-def drop_caches():
-    os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
+pytestmark = pytest.mark.bpf
 
 
 def start_attach(out, *args):
@@ -133,8 +110,8 @@ def test_collector_alone_then_offline_report(tmp_path, mounted_erofs):
         shutil.copy(str(f), elsewhere)
         copy = os.path.join(elsewhere, "box.fst")
         os.chmod(copy, 0o644)
-        p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", FSTRACE, "report",
-                            copy], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = subprocess.run(NOBODY + [FSTRACE, "report", copy], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
     finally:
         shutil.rmtree(elsewhere)
     assert p.returncode == 0, p.stderr

@@ -7,6 +7,8 @@ import pytest
 
 from conftest import fstrace, settled_leftovers
 
+pytestmark = pytest.mark.bpf
+
 
 def test_image_that_fails_to_mount(tmp_path):
     cache = str(tmp_path / "cache")

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from analysis import results
 from conftest import CACHE, FSTRACE, SCALE, bpf_objects_of, collector_under, settled_leftovers
 
 
@@ -43,11 +44,13 @@ def fs_run(tmp_path, *args, out=None, cache=CACHE):
                "-o", str(out or tmp_path / "out"), *args)
 
 
+@pytest.mark.bpf
 def test_dataset_missing(tmp_path, clean_machine):
     one_line_failure(fs_run(tmp_path, "--dataset", str(tmp_path / "nope")), "no such file or directory")
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.bpf
 def test_dataset_not_a_tarball(tmp_path, clean_machine):
     bad = tmp_path / "data.tar"
     bad.write_bytes(b"this is not a tarball\n" * 100)
@@ -58,12 +61,14 @@ def test_dataset_not_a_tarball(tmp_path, clean_machine):
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
 
 
+@pytest.mark.bpf
 def test_dataset_empty_directory(tmp_path, clean_machine):
     empty = tmp_path / "empty"
     (empty / "sub").mkdir(parents=True)
     one_line_failure(fs_run(tmp_path, "--dataset", str(empty)), "holds no files")
 
 
+@pytest.mark.bpf
 @pytest.mark.parametrize("kind", ["zero-byte files", "symlinks only"])
 def test_dataset_without_data(tmp_path, clean_machine, kind):
     tree = tmp_path / "tree"
@@ -80,6 +85,7 @@ def test_dataset_without_data(tmp_path, clean_machine, kind):
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
 
 
+@pytest.mark.bpf
 @pytest.mark.parametrize("members", [0, 1])
 def test_empty_tarball_leaves_no_dataset(tmp_path, clean_machine, members):
     """An empty tarball, or one holding only an empty file: refused, and nothing left in the cache's datasets
@@ -116,6 +122,7 @@ BAD_RUN_OPTIONS = [
 ]
 
 
+@pytest.mark.bpf
 @pytest.mark.parametrize("args,says", BAD_RUN_OPTIONS, ids=[" ".join(a) for a, _ in BAD_RUN_OPTIONS])
 def test_bad_run_options_are_refused_before_any_work(tmp_path, clean_machine, args, says):
     """One line and nothing else: no dataset generated, no image built, nothing mounted or loaded."""
@@ -127,6 +134,7 @@ def test_bad_run_options_are_refused_before_any_work(tmp_path, clean_machine, ar
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
 
 
+@pytest.mark.bpf
 @pytest.mark.parametrize("args,says", [
     (["--runs", "0"], "--runs must be at least 1, got 0"),
     (["--runs", "-1"], "--runs must be at least 1, got -1"),
@@ -143,10 +151,12 @@ def test_bad_bench_options_are_refused_before_any_work(tmp_path, clean_machine, 
     assert not (tmp_path / "b").exists() and not (tmp_path / "b.partial").exists()
 
 
+@pytest.mark.bpf
 def test_output_under_proc(tmp_path, clean_machine):
     one_line_failure(fs_run(tmp_path, out="/proc/fstrace-out"), "cannot write results under /proc")
 
 
+@pytest.mark.bpf
 def test_output_on_read_only_filesystem(tmp_path, clean_machine):
     ro = tmp_path / "ro"
     ro.mkdir()
@@ -159,6 +169,7 @@ def test_output_on_read_only_filesystem(tmp_path, clean_machine):
     assert "running" not in p.stderr and "image:" not in p.stderr  # checked before any work
 
 
+@pytest.mark.bpf
 def test_output_symlink_to_directory_refused_before_work(tmp_path, clean_machine):
     real = tmp_path / "real"
     real.mkdir()
@@ -170,6 +181,7 @@ def test_output_symlink_to_directory_refused_before_work(tmp_path, clean_machine
     assert os.listdir(real) == []
 
 
+@pytest.mark.bpf
 def test_existing_partial_with_user_files_is_kept(tmp_path, clean_machine):
     partial = tmp_path / "out.partial"
     partial.mkdir()
@@ -196,6 +208,7 @@ def fill(d):
             pass
 
 
+@pytest.mark.bpf
 def test_full_disk_while_writing_the_report_files(tmp_path, clean_machine):
     """The disk fills up once the collector has written results.fst, while fstrace analyses it: writing
     summary.json (the first report file) fails on the Python side.  One line naming that file, no results
@@ -229,6 +242,7 @@ def test_full_disk_while_writing_the_report_files(tmp_path, clean_machine):
     assert left == ["filler"]  # neither the results directory nor its .partial
 
 
+@pytest.mark.bpf
 def test_full_disk_while_writing_results(tmp_path, clean_machine):
     """A small tmpfs as -o: results.fst fits, the report files do not (or the collector runs out first)."""
     small = tmp_path / "small"
@@ -246,6 +260,7 @@ def test_full_disk_while_writing_results(tmp_path, clean_machine):
     assert left == []  # neither the results directory nor its .partial
 
 
+@pytest.mark.bpf
 def test_full_cache_disk_while_generating_the_dataset(tmp_path, clean_machine):
     """The cache fills up while the default dataset is written into it: one line naming the file it could not
     write, and the half-written dataset removed (a full disk is not left full)."""
@@ -263,6 +278,7 @@ def test_full_cache_disk_while_generating_the_dataset(tmp_path, clean_machine):
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
 
 
+@pytest.mark.bpf
 @pytest.mark.parametrize("args,expect", [
     (["--pid", "999999"], "--pid 999999: no such process"),
     (["--cgroup", "/nonexistent"], "--cgroup /nonexistent: not a cgroup v2 directory"),
@@ -291,6 +307,7 @@ def test_attach_bad_filters_fail_before_attaching(tmp_path, clean_machine, args,
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
 
 
+@pytest.mark.bpf
 def test_attach_refuses_a_cgroup_v1_directory(tmp_path, clean_machine):
     """A v1 cgroup has a cgroup.procs too; the collector's filter takes only v2 (statfs magic)."""
     v1 = [m.split()[1] for m in open("/proc/mounts") if m.split()[2] == "cgroup"]
@@ -301,6 +318,7 @@ def test_attach_refuses_a_cgroup_v1_directory(tmp_path, clean_machine):
     assert "attached" not in p.stderr
 
 
+@pytest.mark.bpf
 def test_attach_says_attached_only_once_the_collector_is(tmp_path, clean_machine):
     """"attached" comes from the collector's --ready-fd: when it shows, the programs are attached; a collector
     that fails first (here too few file descriptors for its programs) never lets it show."""
@@ -329,6 +347,7 @@ def cgroup2_root():
     return next((m.split()[1] for m in open("/proc/mounts") if m.split()[2] == "cgroup2"), None)
 
 
+@pytest.mark.bpf
 @pytest.mark.parametrize("what", ["mount", "cgroup"])
 def test_attach_mount_point_and_cgroup2_accepted(tmp_path, clean_machine, what):
     """The checks above do not refuse real mount points (here /) nor a cgroup v2 directory (its root)."""
@@ -340,23 +359,21 @@ def test_attach_mount_point_and_cgroup2_accepted(tmp_path, clean_machine, what):
     assert (tmp_path / "out" / "summary.json").exists()
 
 
-def test_shared_device_never_gives_a_negative_unseen_count(erofs_randread):
+@pytest.mark.unit
+def test_shared_device_never_gives_a_negative_unseen_count(real):
     """Two runs on one backing disk: the other run's completions at the window's edges make fstrace trace
     more requests than the kernel's diskstats difference.  Replayed on a real results file by lowering the
     kernel's end count below what was traced: nothing is unseen, and the excess is named."""
-    from analysis import report, summary
-    _, res, _ = erofs_randread
+    from analysis import report, results, summary
+    res = results.load(real[0])
     natural = summary.summarize(res)["traced_beyond_diskstats"] or {}  # the real run's own, on other devices
     stats = summary.device_stats(res)
     dev = next(d for d in res.header["devices"] if stats[summary.dev_name(d["dev"])].get("requests_in_window"))
     name = summary.dev_name(dev["dev"])
     traced = stats[name]["requests_in_window"]
-    saved = dev["diskstats_end"]
-    dev["diskstats_end"] = dict(saved, reads=dev["diskstats_start"]["reads"] + traced - 3)
-    try:
-        s = summary.summarize(res)
-    finally:
-        dev["diskstats_end"] = saved  # the fixture's results are shared with other tests
+    assert traced > 3
+    dev["diskstats_end"] = dict(dev["diskstats_end"], reads=dev["diskstats_start"]["reads"] + traced - 3)
+    s = summary.summarize(res)
     st = s["devices"][name]
     assert st["unseen_requests"] == 0 and st["traced_beyond_diskstats"] == 3
     assert name not in (s.get("unseen_block_requests") or {})
@@ -368,6 +385,18 @@ def test_shared_device_never_gives_a_negative_unseen_count(erofs_randread):
     assert "losses there cannot be ruled out): %s 3" % name in text
 
 
+def traced_sectors_in_window(res, name):
+    """Sectors of the reads traced on device `name` that completed between the kernel's two snapshots."""
+    from analysis.summary import dev_name
+    io = res["io"]
+    t = res.header["time"]
+    dev = next(d["dev"] for d in res.header["devices"] if dev_name(d["dev"], res.minor_bits) == name)
+    rows = io[(io["dev"] == dev) & (res.io_ops(io) == res.io_op("read")) & (io["ts_complete_ns"] >= t["start_ns"]) &
+              (io["ts_complete_ns"] <= t["end_ns"])]
+    return int(rows["bytes"].astype("int64").sum()) // 512
+
+
+@pytest.mark.bpf
 def test_two_runs_on_one_backing_disk_at_once(tmp_path_factory, clean_machine):
     """Two real runs at the same time, their images' loop devices on the same backing disk: each one's
     window holds the other's I/O there.  No count is negative, in summary.json or in the report; what is unseen
@@ -386,6 +415,7 @@ def test_two_runs_on_one_backing_disk_at_once(tmp_path_factory, clean_machine):
         text = subprocess.run([FSTRACE, "report", "--full", str(out)], stdout=subprocess.PIPE, text=True,
                               check=True).stdout
         s = json.loads((out / "summary.json").read_text())
+        res = results.load(str(out / "results.fst"))
         backing = s["devices"]  # the loop device and the disk under it
         shared = [n for n, d in backing.items() if d["level"] == "backing"]
         assert len(shared) == 1, backing
@@ -393,9 +423,12 @@ def test_two_runs_on_one_backing_disk_at_once(tmp_path_factory, clean_machine):
         for name, d in backing.items():
             if "diskstats_delta" not in d:
                 continue
-            assert d["unseen_requests"] >= 0 and d["unseen_sectors"] >= 0 and d["traced_beyond_diskstats"] >= 0
-            assert d["unseen_requests"] - d["traced_beyond_diskstats"] == \
-                d["diskstats_delta"]["reads"] - d["requests_in_window"]
+            # the kernel's difference against what was traced in the window: a shortfall is unseen, an excess
+            # (the other run's completions at the window's edges) traced beyond; never both, never negative
+            short = d["diskstats_delta"]["reads"] - d["requests_in_window"]
+            assert (d["unseen_requests"], d["traced_beyond_diskstats"]) == (max(short, 0), max(-short, 0)), d
+            traced = traced_sectors_in_window(res, name)
+            assert d["unseen_sectors"] == max(d["diskstats_delta"]["sectors_read"] - traced, 0), (d, traced)
             if d["traced_beyond_diskstats"]:
                 assert s["traced_beyond_diskstats"][name] == d["traced_beyond_diskstats"]
                 assert "traced beyond the kernel's count" in text and "records match" not in text, text

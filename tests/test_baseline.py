@@ -3,7 +3,11 @@ the traced run's ratio to it."""
 import os
 import re
 
+import pytest
+
 from conftest import ROOT, fstrace, run_summary
+
+pytestmark = pytest.mark.bpf
 
 
 def _collector_program_names():
@@ -39,7 +43,8 @@ def test_fio_run_reports_untraced_and_traced(erofs_randread):
     verdict = fstrace("report", str(out)).stdout.splitlines()
     first = [i for i, line in enumerate(verdict) if re.match(r"  \S", line)][0]  # past the folded headline
     assert verdict[first].startswith("  untraced: %s" % _mib(b["throughput_bytes_per_s"]))
-    assert "= %.3f of untraced (tracing cost" % b["traced_ratio"] in " ".join(" ".join(verdict[first:first + 3]).split())
+    said = " ".join(" ".join(verdict[first:first + 3]).split())
+    assert "= %.3f of untraced (tracing cost" % b["traced_ratio"] in said
     assert verdict.index([x for x in verdict if x.startswith("  reads:")][0]) > first
 
 

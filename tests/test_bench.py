@@ -1,19 +1,14 @@
 """Images, workloads and the bench matrix: options really applied, fair inputs, tables that add up."""
 import csv
 import json
-import os
 import subprocess
 
 import pytest
 
 from conftest import CACHE, SCALE, fstrace
-from workloads import dataset, images
+from workloads import images
 
-
-@pytest.fixture(scope="module")
-def tree():
-    root, manifest = dataset.ensure_default(CACHE, float(SCALE))
-    return os.path.join(root, "tree"), manifest
+pytestmark = pytest.mark.bpf
 
 
 @pytest.mark.parametrize("fs,opts", [
@@ -22,8 +17,8 @@ def tree():
     ("erofs", {"compress": "lz4hc", "cluster": 16384}),
     ("erofs", {"compress": "none"}),
 ])
-def test_image_options_are_applied(tree, fs, opts):
-    src, manifest = tree
+def test_image_options_are_applied(default_tree, fs, opts):
+    src, manifest = default_tree
     rec = images.ensure_image(fs, opts, src, manifest["id"] + "/tree", CACHE)
     assert rec["verified"]["checked"] is True
     if fs == "squashfs":

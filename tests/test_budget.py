@@ -12,6 +12,8 @@ from analysis import results
 from analysis import summary as S
 from conftest import FSTRACE
 
+pytestmark = pytest.mark.bpf
+
 
 @pytest.fixture(scope="module")
 def mounted(tmp_path_factory):

@@ -1,46 +1,45 @@
 """Bad input: one clear line on stderr and a non-zero exit, before anything is set up."""
 import subprocess
 
-from conftest import FSTRACE, fstrace
+import pytest
+
+from conftest import FSTRACE, NOBODY, fstrace, one_line_error
 
 
-def one_line_error(p):
-    assert p.returncode != 0
-    lines = [l for l in p.stderr.splitlines() if l.strip()]
-    assert len(lines) == 1, p.stderr
-    assert lines[0].startswith("fstrace: error:"), p.stderr
-    return lines[0]
-
-
+@pytest.mark.bpf
 def test_unknown_fs():
     line = one_line_error(fstrace("run", "--fs", "ntfs", "--workload", "randread", check=False))
     assert "unknown filesystem 'ntfs'" in line and "erofs" in line
 
 
+@pytest.mark.bpf
 def test_unknown_workload():
     line = one_line_error(fstrace("run", "--fs", "erofs", "--workload", "bonnie", check=False))
     assert "unknown workload 'bonnie'" in line and "randread" in line
 
 
+@pytest.mark.bpf
 def test_not_root():
-    p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", FSTRACE, "run",
-                        "--fs", "erofs", "--workload", "randread"], stdout=subprocess.PIPE,
+    p = subprocess.run(NOBODY + [FSTRACE, "run", "--fs", "erofs", "--workload", "randread"], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True)
     line = one_line_error(p)
     assert "must run as root" in line and "sudo ./fstrace run" in line
 
 
+@pytest.mark.bpf
 def test_unsupported_compressor_is_named():
     line = one_line_error(fstrace("run", "--fs", "erofs", "--workload", "randread", "--compress", "brotli",
                                   "--scale", "0.05", check=False))
     assert "cannot compress with brotli" in line
 
 
+@pytest.mark.unit
 def test_report_of_missing_dir():
     line = one_line_error(fstrace("report", "/nonexistent/run", check=False))
     assert "no results file" in line
 
 
+@pytest.mark.bpf
 def test_control_characters_of_a_path_are_escaped_in_its_one_line(tmp_path):
     """A path holding a newline or an escape sequence is named as escapes: the error stays one line and drives
     nothing on the terminal."""

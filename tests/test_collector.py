@@ -10,7 +10,9 @@ import pytest
 
 from analysis import results
 from analysis import summary as S
-from conftest import COLLECTOR
+from conftest import COLLECTOR, assert_exact_partition
+
+pytestmark = pytest.mark.bpf
 
 
 def collect(tmp_path, *args, cmd):
@@ -89,7 +91,7 @@ def test_raw_tp_tier_gives_the_same_answer(tmp_path, payload):
     assert int(reads["ret"].sum()) == size
     assert len(reads) == (size + 4095) // 4096 + 1
     wall = (reads["ts_end_ns"] - reads["ts_start_ns"]).astype(np.int64)
-    parts = sum(reads[p].astype(np.int64) for p in S.ATTRIBUTION_PARTS)
+    parts = sum(reads[p].astype(np.int64) for p in res.schema.parts)
     assert np.all(wall == parts)
 
 
@@ -178,3 +180,50 @@ def test_stale_in_flight_entries_are_expired_and_counted(tmp_path):
         assert proc.wait(timeout=30) == 0, proc.stderr.read()
     ex = results.load(str(f)).header["expired_in_flight"]
     assert (ex["bios"], ex["requests"], ex["work_items"]) == (1, 1, 1), ex
+
+
+def test_task_storage_and_pid_hash_agree(tmp_path):
+    """Per-task state in task-local storage (chosen here: tp_btf and the map type exist) and in the pid-hash
+    fallback (--no-tp-btf) record the same requests of a deterministic workload, each an exact partition."""
+    from analysis import results
+    n = {}
+    for mode, extra in (("task_storage", []), ("pid_hash", ["--no-tp-btf"])):
+        f = tmp_path / (mode + ".fst")
+        subprocess.run([COLLECTOR, "-o", str(f), "--records", "all"] + extra +
+                       ["--", "sh", "-c", "for i in 1 2 3 4 5 6 7 8; do cat /etc/passwd; done > /dev/null"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        res = results.load(str(f))
+        assert res.header["task_state"]["store"] == mode, res.header["task_state"]
+        assert_exact_partition(res)
+        req = res["req"]
+        passwd = req[req["ino"] == os.stat("/etc/passwd").st_ino]
+        n[mode] = int(((passwd["kind"] == S.enum_value(res.header, "req_kind", "read")) & (passwd["ret"] > 0)).sum())
+    # each cat reads /etc/passwd in one read that returns data (then one that returns 0)
+    assert n["task_storage"] == n["pid_hash"] == 8
+
+
+def test_work_functions_found_by_the_kernel_and_by_kallsyms_alike(tmp_path):
+    """The work functions the programs are configured with, asked of the kernel (bpf_kallsyms_lookup_name, which
+    keeps /proc/kallsyms out of load+attach), are found exactly where /proc/kallsyms lists them, as the fallback
+    that reads that file finds them.  (Their addresses stay out of the header: they would give away the kernel's
+    KASLR offset.  That they are right shows in the loop and erofs work the other tests see charged and named.)"""
+    text = {}
+    with open("/proc/kallsyms") as f:
+        for line in f:
+            addr, kind, name = line.split()[:3]
+            if kind in "tTwW" and int(addr, 16):
+                text.setdefault(name, int(addr, 16))
+    found = {}
+    for how, env in (("bpf_kallsyms_lookup_name", {}), ("/proc/kallsyms", {"FSTRACE_KSYMS_FROM_PROC": "1"})):
+        out = tmp_path / ("%d.fst" % len(found))
+        subprocess.run([COLLECTOR, "-o", str(out), "--", "true"], check=True, env=dict(os.environ, **env),
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wf = results.load(str(out)).header["work_functions"]
+        assert wf["found_by"] == how
+        found[how] = wf["found"]
+    asked, read = found["bpf_kallsyms_lookup_name"], found["/proc/kallsyms"]
+    assert asked == read
+    assert asked["loop_workfn"] and asked["z_erofs_decompressqueue_work"]  # built into this kernel
+    assert len(asked) == 8
+    for name, there in asked.items():
+        assert there == (name in text), name

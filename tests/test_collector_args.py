@@ -9,6 +9,8 @@ import pytest
 from analysis import results
 from conftest import COLLECTOR
 
+pytestmark = pytest.mark.bpf
+
 
 def traced(tmp_path, argv):
     """Run the collector under strace, recording only its bpf() calls: (process, bpf calls made)."""
@@ -143,7 +145,8 @@ def test_every_advertised_option_is_parsed(tmp_path):
     """Each option of the usage text, with a valid value, is accepted (then --help ends the parse)."""
     meta = tmp_path / "meta.json"
     meta.write_text("{}")
-    valid = {"FILE": str(meta), "PID": str(os.getpid()), "PATH": a_cgroup2_directory(), "NAME": "x", "MAJ:MIN": "0:1", "MAJ:MIN[=SMAJ:SMIN]": "0:39=0:40",
+    valid = {"FILE": str(meta), "PID": str(os.getpid()), "PATH": a_cgroup2_directory(), "NAME": "x", "MAJ:MIN": "0:1",
+             "MAJ:MIN[=SMAJ:SMIN]": "0:39=0:40",
              "SEC": "1", "FD": "1", "HZ": "0", "MAJ:MIN[:UNIT[:loop]]": a_block_device() + ":4096",
              "US": "1000", "MODE": "all", "PCT": "1", "F": "0.5"}
     for opt, metavar in usage_options():

@@ -9,8 +9,7 @@ import time
 
 import pytest
 
-from conftest import ROOT
-from test_attach import drop_caches, mounted_erofs  # noqa: F401 (a fixture)
+from conftest import ROOT, drop_caches
 from test_serve import Prometheus, diskstat, fio_randread, fresh_scrape, parse, start_serve, stop, value
 
 DASHBOARD = os.path.join(ROOT, "dashboards", "fstrace.json")
@@ -34,12 +33,14 @@ def family(metric):
     return re.sub(r"_(bucket|sum|count)$", "", metric)
 
 
+@pytest.mark.unit
 def test_dashboard_is_templated_by_instance_and_mount():
     doc = load()
     variables = {v["name"]: v for v in doc["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
     for name in ("instance", "mount", "device"):
-        assert variables[name]["includeAll"] and variables[name]["multi"] and "fstrace_" in variables[name]["definition"]
+        v = variables[name]
+        assert v["includeAll"] and v["multi"] and "fstrace_" in v["definition"]
     assert '$instance' in variables["mount"]["definition"] and '$instance' in variables["device"]["definition"]
     found = targets(doc)
     assert len(found) >= 12
@@ -68,7 +69,8 @@ def promql_regex(s):
     return re.escape(s).replace("\\", "\\\\")
 
 
-def test_every_panel_query_returns_series_for_a_traced_erofs_mount(mounted_erofs):  # noqa: F811
+@pytest.mark.bpf
+def test_every_panel_query_returns_series_for_a_traced_erofs_mount(mounted_erofs):
     mnt, dev = mounted_erofs
     rdev = os.stat(dev).st_rdev
     loop = "%d:%d" % (os.major(rdev), os.minor(rdev))

@@ -1,5 +1,9 @@
 """The default dataset is the same bytes everywhere."""
+import pytest
+
 from workloads import dataset
+
+pytestmark = pytest.mark.unit
 
 # id of the dataset at scale 0.02, generated on the development machine; a change here means the
 # generator no longer produces the same bytes (bump GENERATOR_VERSION and README's hash with it)

@@ -66,7 +66,8 @@ HOSTILE = {
     "symlink-chain": lambda o: [_file("ok.txt"), ({"name": "sub/s", "type": tarfile.SYMTYPE, "linkname": ".."}, None),
                                 ({"name": "sub/t", "type": tarfile.SYMTYPE, "linkname": "s/../.."}, None)],
     # a link inside, then a member beneath it: tar would write through it
-    "beneath-symlink": lambda o: [_file("sub/ok.txt"), ({"name": "d", "type": tarfile.SYMTYPE, "linkname": "sub"}, None),
+    "beneath-symlink": lambda o: [_file("sub/ok.txt"),
+                                  ({"name": "d", "type": tarfile.SYMTYPE, "linkname": "sub"}, None),
                                   _file("d/WRITTEN")],
     "char-device": lambda o: [_file("ok.txt"), ({"name": "null", "type": tarfile.CHRTYPE, "devmajor": 1,
                                                  "devminor": 3}, None)],
@@ -78,6 +79,7 @@ HOSTILE = {
 }
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_hostile_tarball_is_refused_and_writes_nothing_outside(tmp_path, outside, case):
     o, cache = outside
@@ -95,6 +97,7 @@ def test_hostile_tarball_is_refused_and_writes_nothing_outside(tmp_path, outside
     assert _everything_under(str(tmp_path)) - before <= {"cache", "cache/datasets"}
 
 
+@pytest.mark.unit
 def test_member_name_with_a_newline_is_shown_on_one_line(tmp_path, outside):
     o, cache = outside
     tarball = _tar(tmp_path / "evil.tar", [_file("ok.txt"), ({"name": "dev\nnull", "type": tarfile.CHRTYPE}, None)])
@@ -103,6 +106,7 @@ def test_member_name_with_a_newline_is_shown_on_one_line(tmp_path, outside):
     assert "\n" not in str(e.value) and "dev\\nnull" in str(e.value)
 
 
+@pytest.mark.unit
 def test_a_well_formed_tarball_unpacks_with_its_links_inside(tmp_path, outside):
     o, cache = outside
     tarball = _tar(tmp_path / "good.tar", [
@@ -129,6 +133,7 @@ def test_a_well_formed_tarball_unpacks_with_its_links_inside(tmp_path, outside):
     assert dataset.from_user(tarball, str(cache)) == (root, m)
 
 
+@pytest.mark.bpf
 def test_a_private_tarball_unpacks_where_others_cannot_look(tmp_path, outside):
     o, cache = outside
     tarball = _tar(tmp_path / "mine.tar", [_file("a.txt", b"x" * 1000)], mode=0o600)
@@ -150,6 +155,7 @@ def open_dir():
     shutil.rmtree(d)
 
 
+@pytest.mark.bpf
 @pytest.mark.parametrize("fs", ["erofs", "squashfs"])
 def test_image_of_a_private_tree_is_private(open_dir, fs):
     """A tree with one file only its owner may read gives an image only root may read; a public tree, a public
@@ -177,6 +183,7 @@ def test_image_of_a_private_tree_is_private(open_dir, fs):
     assert stat.S_IMODE(os.stat(rec["path"]).st_mode) == 0o600
 
 
+@pytest.mark.bpf
 def test_directory_with_a_fifo_or_device_is_refused(tmp_path):
     d = tmp_path / "tree"
     d.mkdir()
@@ -198,6 +205,7 @@ def test_directory_with_a_fifo_or_device_is_refused(tmp_path):
     assert "su has a set-user-id" in str(e.value)
 
 
+@pytest.mark.unit
 def test_directory_symlink_out_is_not_followed(tmp_path):
     """A link to a file outside the tree is hashed as a link (its target's name), never read: the dataset's id
     does not change with the outside file, and a link to a FIFO outside does not hang the hash."""
@@ -215,6 +223,7 @@ def test_directory_symlink_out_is_not_followed(tmp_path):
     assert m1["id"] == m2["id"]
 
 
+@pytest.mark.unit
 def test_images_mount_nosuid_nodev():
     for fs in ("erofs", "squashfs", "btrfs"):
         for writable in (False, True):

@@ -47,6 +47,7 @@ def option_strings(p):
 
 # ---- README and docs/ ----
 
+@pytest.mark.unit
 def test_readme_fits_on_one_screen_and_a_half():
     n = len(read(README).splitlines())
     assert n <= 200, "README.md has %d lines; at most 200 (the rest belongs in docs/)" % n
@@ -80,6 +81,7 @@ def local_links(path):
         yield file, anchor
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("path", markdown_files(), ids=os.path.basename)
 def test_links_resolve_to_files_and_anchors(path):
     links = list(local_links(path))
@@ -94,6 +96,7 @@ def test_links_resolve_to_files_and_anchors(path):
                 os.path.basename(path), file or "itself", anchor, ", ".join(sorted(anchors(target))))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("path", markdown_files(), ids=os.path.basename)
 def test_no_run_logs_or_history(path):
     """User documentation says what is, with the command and machine behind each number: no commit ids, no
@@ -129,9 +132,20 @@ def c_layout(fields):
     return out
 
 
+def xmacro(name):
+    """[(C name, value, name)] of the X-macro `#define name(E) E(C, v, "n") ...` in bpf/records.h (or E(C, v, n),
+    n an identifier, as FST_PARTS has), in value order: what the documentation describes."""
+    m = re.search(r"#define %s\(E\)((?:.*\\\n)*.*)" % re.escape(name), read(RECORDS_H))
+    assert m, "bpf/records.h has no X-macro %s" % name
+    body = re.sub(r"/\*.*?\*/", "", m.group(1), flags=re.S)
+    rows = [(c, int(v, 0), n) for c, v, n in re.findall(r'E\((\w+),\s*([0-9a-fA-Fx]+),\s*"?(\w[^",)]*)"?', body)]
+    for nested in re.findall(r"\b(FST_\w+)\(E\)", body):  # an X-macro that includes another
+        rows += xmacro(nested)
+    return sorted(rows, key=lambda r: r[1])
+
+
 def record_types():
-    from analysis import schema
-    return [(n, v) for _, v, n in schema.xmacro("FST_REC_TYPES")]
+    return [(n, v) for _, v, n in xmacro("FST_REC_TYPES")]
 
 
 def doc_record_table(text, name, value):
@@ -141,6 +155,7 @@ def doc_record_table(text, name, value):
     return [(int(o), int(s), t, n) for o, s, t, n in rows]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name,value", record_types())
 def test_results_format_record_tables_match_records_h(name, value):
     """Each record type's table in docs/results-format.md is its layout as bpf/records.h defines it."""
@@ -150,19 +165,21 @@ def test_results_format_record_tables_match_records_h(name, value):
         name, got, want)
 
 
+@pytest.mark.unit
 def test_measuring_describes_every_part_and_figure():
-    from analysis import schema
     text = read(os.path.join(DOCS, "measuring.md"))
     parts = re.findall(r"^\| \w+ \| `(\w+_ns)` \|", text, re.M)
-    assert parts == list(schema.PARTS), "docs/measuring.md's parts table, in order, is FST_PARTS"
+    assert parts == [n for _, _, n in xmacro("FST_PARTS")], "docs/measuring.md's parts table, in order, is FST_PARTS"
+    want = {n for _, _, n in xmacro("FST_FIGURES")}
     figures = set(re.findall(r"^\| `(\w+)` \| `", text, re.M))
-    assert figures == set(schema.FIGURES), "docs/measuring.md's figures table is FST_FIGURES: missing %s, extra %s" % (
-        sorted(set(schema.FIGURES) - figures), sorted(figures - set(schema.FIGURES)))
+    assert figures == want, "docs/measuring.md's figures table is FST_FIGURES: missing %s, extra %s" % (
+        sorted(want - figures), sorted(figures - want))
 
 
+@pytest.mark.unit
 def test_results_format_reader_reads_what_the_reference_reader_reads(tmp_path):
     """The minimal reader docs/results-format.md gives reads a format 2 file as analysis/results.py does."""
-    from analysis import results, schema
+    from analysis import results
     text = read(os.path.join(DOCS, "results-format.md"))
     code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
     layout = c_layout(xmacro_fields("FST_REC_HEADER") + xmacro_fields("FST_REQ_FIELDS"))
@@ -170,7 +187,7 @@ def test_results_format_reader_reads_what_the_reference_reader_reads(tmp_path):
     size += -size % 8
     n = 5
     data = np.random.default_rng(7).integers(0, 256, n * size, dtype=np.uint8).tobytes()
-    enums = {e: {str(v): name for _, v, name in schema.xmacro(x)}
+    enums = {e: {str(v): name for _, v, name in xmacro(x)}
              for e, x in (("req_kind", "FST_REQ_KINDS"), ("charge", "FST_CHARGES"))}
     import zlib
     header = {"format": "fstrace-results", "kernel": {"release": "test"}, "collector": {},
@@ -192,6 +209,7 @@ def test_results_format_reader_reads_what_the_reference_reader_reads(tmp_path):
 
 # ---- manual pages ----
 
+@pytest.mark.unit
 @pytest.mark.parametrize("page", MAN_PAGES, ids=os.path.basename)
 def test_man_page_renders_without_warnings(page):
     g = subprocess.run(["groff", "-man", "-Tutf8", "-ww", "-z", page], stderr=subprocess.PIPE, text=True)
@@ -208,6 +226,7 @@ def man_text(page):
     return re.sub(r"\\f[BIRP]", "", read(page)).replace("\\-", "-").replace("\\e", "\\")
 
 
+@pytest.mark.unit
 def test_fstrace_man_page_describes_every_command_and_option():
     text = man_text(MAN_PAGES[0])
     p = parser()
@@ -219,6 +238,7 @@ def test_fstrace_man_page_describes_every_command_and_option():
                     "man/fstrace.8 does not describe %s %s" % (name, opt)
 
 
+@pytest.mark.bpf
 def test_collect_man_page_describes_every_collector_option():
     out = subprocess.run([COLLECTOR, "--help"], stdout=subprocess.PIPE, text=True, check=True).stdout
     options = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]+|-[a-zA-Z])\b", out))
@@ -251,6 +271,7 @@ def parses(argv):
     return None
 
 
+@pytest.mark.unit
 def test_help_has_examples_that_parse():
     from user import cli
     p = parser()
@@ -266,6 +287,7 @@ def test_help_has_examples_that_parse():
     assert set(cli.EXAMPLES) == {None} | set(commands(p))
 
 
+@pytest.mark.unit
 def test_man_and_readme_examples_parse():
     examples = man_text(MAN_PAGES[0]).split("\n.SH EXAMPLES\n")[1].split("\n.SH ")[0]
     argvs = example_argvs(examples, ("sudo fstrace", "fstrace"))
@@ -293,11 +315,13 @@ def complete(script, *words):
     return subprocess.run(["bash", "-c", cmd], stdout=subprocess.PIPE, text=True, check=True).stdout.split()
 
 
+@pytest.mark.unit
 def test_completion_parses(completion):
     r = subprocess.run(["bash", "-n", completion], stderr=subprocess.PIPE, text=True)
     assert r.returncode == 0 and not r.stderr, r.stderr
 
 
+@pytest.mark.unit
 def test_completion_completes_commands_options_and_values(completion):
     from workloads import catalog, images
     p = parser()
@@ -312,6 +336,7 @@ def test_completion_completes_commands_options_and_values(completion):
 
 # ---- make install ----
 
+@pytest.mark.bpf
 def test_make_install_puts_everything_under_destdir(tmp_path):
     dest = tmp_path / "dest"
     r = subprocess.run(["make", "-s", "-C", ROOT, "install", "DESTDIR=%s" % dest, "PREFIX=/usr"],

@@ -8,6 +8,8 @@ from analysis import results
 from analysis import summary as S
 from conftest import CACHE, COLLECTOR, SCALE, fstrace
 
+pytestmark = pytest.mark.bpf
+
 
 def test_cold_read_fetches_every_needed_pcluster_once(erofs_tar_16k):
     """Cold tar of compressed erofs: the pclusters erofs mapped are exactly the compressed data read."""

@@ -3,7 +3,6 @@ restores the graph, a search marks exactly the frames whose names match and prin
 against the folded files the run wrote -- in report.html, in compare's HTML and in the standalone SVG files;
 and the report's Content-Security-Policy stops script the page did not bring."""
 import re
-import subprocess
 
 import pytest
 
@@ -11,6 +10,10 @@ from analysis import flamegraph
 from browser import open_in_browser, file_url
 from conftest import fstrace, read_folded
 
+pytestmark = pytest.mark.bpf
+
+# every element's name on the page, as the browser built it
+ELEMENT_NAMES = 'Array.prototype.map.call(document.querySelectorAll("*"), function (e) { return e.localName; })'
 # a graph's folded file, by the start of its title (flamegraph_specs, flamegraph.differential)
 FOLDED_OF = [("wall-clock", "wallclock"), ("on-CPU", "oncpu"), ("off-CPU", "offcpu"),
              ("differential on-CPU", "oncpu")]
@@ -169,7 +172,7 @@ def test_frame_names_stay_text_when_zoomed_and_searched(tmp_path):
     path.write_text(flamegraph.standalone(flamegraph.render(stacks, "t")))
     b, page = open_in_browser(file_url(path))
     try:
-        tags = set(page.js('Array.prototype.map.call(document.querySelectorAll("*"), function (e) { return e.localName; })'))
+        tags = set(page.js(ELEMENT_NAMES))
         assert tags == {"svg", "rect", "text", "g", "title", "script"}
         exercise(page, "document.documentElement", stacks)
         page.answer_prompt("<img")
@@ -181,7 +184,7 @@ def test_frame_names_stay_text_when_zoomed_and_searched(tmp_path):
         labels = page.js('Array.prototype.map.call(document.querySelectorAll("g.frame text"), '
                          'function (t) { return t.textContent; })')
         assert any(l.startswith("<img src=x") for l in labels), labels
-        tags = set(page.js('Array.prototype.map.call(document.querySelectorAll("*"), function (e) { return e.localName; })'))
+        tags = set(page.js(ELEMENT_NAMES))
         assert tags == {"svg", "rect", "text", "g", "title", "script"}
         assert page.errors == []  # an alert would be here as a dialog
     finally:

@@ -1,5 +1,9 @@
 """Filesystem figures from the tracepoint tier on this kernel (no fentry, no kprobes)."""
+import pytest
+
 from conftest import CACHE, SCALE, run_summary as run
+
+pytestmark = pytest.mark.bpf
 
 
 def test_erofs_async_decompression_is_timed_by_the_workqueue(tmp_path):

@@ -7,6 +7,8 @@ import pytest
 from analysis import results, sampling
 from conftest import offcpu_by_reason, run_summary
 
+pytestmark = pytest.mark.bpf
+
 # the slow paths of the sleeping locks: where a thread waiting for one goes off-CPU
 SLEEPING_LOCK = re.compile(r"^(__mutex_lock\S*|mutex_lock\S*|rwsem_down_\S+|__down\S*|rt_mutex\S*|percpu_down\S*|"
                            r"__percpu_down\S*)$")

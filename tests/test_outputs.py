@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from analysis import flamegraph, results, sampling
+from analysis import flamegraph, results
 from conftest import CACHE, SCALE, fstrace, timeline_flows
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -25,6 +25,7 @@ def frames(svg_text):
     return out
 
 
+@pytest.mark.unit
 def test_flamegraph_widths_are_proportional_to_samples():
     stacks = {"a;b": 3, "a;c": 1, "d": 4, "a;b;squashfs_decompress": 2}
     f = frames(flamegraph.render(stacks, "t"))
@@ -38,6 +39,7 @@ def test_flamegraph_widths_are_proportional_to_samples():
     assert flamegraph.folded_text(stacks).count("\n") == 4
 
 
+@pytest.mark.unit
 def test_differential_flamegraph_colours_the_change():
     a = {"x;y": 10, "x;z": 10}
     b = {"x;y": 30, "x;z": 10}
@@ -55,6 +57,7 @@ def xz_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.bpf
 def test_run_writes_an_oncpu_flamegraph_showing_decompression(xz_run):
     svg = (xz_run / "oncpu.svg").read_text()
     f = frames(svg)
@@ -64,6 +67,7 @@ def test_run_writes_an_oncpu_flamegraph_showing_decompression(xz_run):
     assert sum(int(l.rsplit(" ", 1)[1]) for l in folded) >= total > 0
 
 
+@pytest.mark.bpf
 def test_oncpu_stacks_carry_the_user_frames_that_made_the_syscall(xz_run):
     """tar and cat read through libc: the frame under the syscall entry is a libc function, by name."""
     res = results.load(str(xz_run / "results.fst"))
@@ -80,11 +84,11 @@ def test_oncpu_stacks_carry_the_user_frames_that_made_the_syscall(xz_run):
     assert any(re.search(r"read|write", f) for f in named), callers
 
 
+@pytest.mark.bpf
 def test_timeline_holds_every_request_and_block_request(xz_run):
     from analysis import timeline
     tracks, sl = timeline.read(str(xz_run / timeline.NAME))
     res = results.load(str(xz_run / "results.fst"))
-    from analysis import summary as S
     kinds = set(res.header["enums"]["req_kind"].values())
     top = [s for s in sl if s["depth"] == 0]
     assert sum(1 for s in top if s["name"] in kinds) == len(res["req"])
@@ -93,13 +97,13 @@ def test_timeline_holds_every_request_and_block_request(xz_run):
     ends = sorted(f for s in sl for f in s["ends"])
     assert starts == ends and len(starts) > 0
     # a request's parts are nested inside it and add up to its wall time (the timeline drops none)
-    parts = {p[:-3] for p in S.ATTRIBUTION_PARTS}
+    parts = {p[:-3] for p in res.schema.parts}
     req_total = sum(s["end"] - s["start"] for s in top if s["name"] in kinds)
     part_total = sum(s["end"] - s["start"] for s in sl if s["depth"] == 1 and s["name"] in parts)
     req = res["req"]
     assert req_total == int((req["ts_end_ns"] - req["ts_start_ns"]).sum())
     # (a part that would run past the request's end is cut there: parts can exceed wall time by a few ns)
-    assert part_total == pytest.approx(sum(int(req[p].sum()) for p in S.ATTRIBUTION_PARTS), rel=1e-3)
+    assert part_total == pytest.approx(sum(int(req[p].sum()) for p in res.schema.parts), rel=1e-3)
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +114,7 @@ def erofs_tar_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.bpf
 def test_timeline_flows_lead_from_a_read_through_its_bios_and_decompression_back_to_it(erofs_tar_run):
     """Request -> block request -> the decompression work item its completion queued -> the request that work
     woke: each link from the identity the records carry, every flow with both ends, source first."""
@@ -153,6 +158,7 @@ def test_timeline_flows_lead_from_a_read_through_its_bios_and_decompression_back
     assert chains > 0
 
 
+@pytest.mark.bpf
 def test_offcpu_flamegraph_is_trimmed_at_the_scheduler(xz_run):
     """The off-CPU graph's roots are the reasons, and no scheduler or BPF frame is drawn."""
     svg = (xz_run / "offcpu.svg").read_text()
@@ -161,6 +167,7 @@ def test_offcpu_flamegraph_is_trimmed_at_the_scheduler(xz_run):
     assert "schedule" not in f and not any(n.startswith("bpf_prog_") for n in f)  # trimmed at the scheduler
 
 
+@pytest.mark.bpf
 def test_wallclock_flamegraph_colours_io_decompression_and_cpu_apart(xz_run):
     """One graph of requests' wall time: sampled on-CPU time plus measured off-CPU time, by category."""
     res = results.load(str(xz_run / "results.fst"))
@@ -199,6 +206,7 @@ def chromium(html_path, png_path):
     return dom.stdout, console, png_path.exists()
 
 
+@pytest.mark.bpf
 def test_the_console_check_catches_a_broken_page(tmp_path):
     bad = tmp_path / "bad.html"
     bad.write_text("<html><body><script>undefinedFunction();</script>x</body></html>")
@@ -206,6 +214,7 @@ def test_the_console_check_catches_a_broken_page(tmp_path):
     assert any("undefinedFunction" in l for l in console)
 
 
+@pytest.mark.bpf
 def test_html_report_renders_in_a_browser(xz_run, tmp_path):
     """The run's self-contained report: every figure laid out, no console message, a non-blank page."""
     from PIL import Image
@@ -226,6 +235,7 @@ def test_html_report_renders_in_a_browser(xz_run, tmp_path):
     assert white < 0.95
 
 
+@pytest.mark.bpf
 def test_offline_report_and_compare_write_html(xz_run, tmp_path):
     out = tmp_path / "r.html"
     fstrace("report", str(xz_run), "--html", str(out))
@@ -238,6 +248,7 @@ def test_offline_report_and_compare_write_html(xz_run, tmp_path):
     assert 'data-rendered-figures="3"' in dom and "What changed" in dom and "Differential on-CPU flamegraph" in dom
 
 
+@pytest.mark.unit
 def test_linear_histogram_counts_every_value_and_keeps_the_tail():
     from analysis import hist
     values = list(range(0, 1000)) + [50000]  # p99 near 990: the outlier lands in the last row
@@ -249,6 +260,7 @@ def test_linear_histogram_counts_every_value_and_keeps_the_tail():
     assert text.count("\n") == len(lin["counts"]) + 1 and "+ :" in text
 
 
+@pytest.mark.bpf
 def test_part_histograms_count_the_requests_that_had_the_part(xz_run):
     res = results.load(str(xz_run / "results.fst"))
     s = json.loads((xz_run / "summary.json").read_text())

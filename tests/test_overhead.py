@@ -10,11 +10,10 @@ import time
 import numpy as np
 import pytest
 
-from analysis import hist, results, sampling, schema
+from analysis import hist, results, sampling
 from analysis import summary as S
 from analysis.summary import enum_value
-from conftest import COLLECTOR, offcpu_by_reason, run_workload
-from test_attach import drop_caches, mounted_erofs  # noqa: F401 (a fixture)
+from conftest import COLLECTOR, assert_exact_partition, drop_caches, offcpu_by_reason, run_workload, trace_python
 
 
 @pytest.fixture(scope="module")
@@ -28,22 +27,7 @@ def warm_randread_all(tmp_path_factory):
     return run_workload(tmp_path_factory, "erofs", "randread", "--warm", "--records", "all")
 
 
-def exact_partition(res):
-    """Every recorded request's parts sum to its wall time; every counted key's parts to its wall time."""
-    req = res["req"]
-    wall = (req["ts_end_ns"] - req["ts_start_ns"]).astype(np.int64)
-    parts = sum(req[p].astype(np.int64) for p in S.ATTRIBUTION_PARTS)
-    assert np.array_equal(wall, parts)
-    for row in res.header["kernel_aggregates"]["requests_counted"]:
-        assert sum(row["part_ns"].values()) == row["wall_ns"]
-        assert set(row["part_ns"]) == set(S.ATTRIBUTION_PARTS)
-        # counted requests never left the CPU: only on-CPU work and the tracer's
-        assert {p for p, v in row["part_ns"].items() if v} <= {"oncpu_ns", "tracer_ns"}
-        assert sum(row["wall_hist"]) == sum(row["wall_ns_loglin"]) == row["count"]
-        for p, v in row["part_ns"].items():
-            assert sum(row["part_hist"][p]) <= row["count"] and (sum(row["part_hist"][p]) > 0) == (v > 0)
-
-
+@pytest.mark.bpf
 def test_warm_randread_every_io_recorded_or_counted_none_dropped(warm_randread):
     _, res, s = warm_randread
     gt = s["ground_truth"]
@@ -63,19 +47,21 @@ def test_warm_randread_every_io_recorded_or_counted_none_dropped(warm_randread):
         (reads["ra_windows"] == 0) & (reads["nr_missed_events"] == 0) & (reads["ret"] >= 0) & \
         ((reads["ts_end_ns"] - reads["ts_start_ns"]) < slow)
     assert not plain.any()
-    exact_partition(res)
+    assert_exact_partition(res)
     # the summary's attribution adds the counted parts to the recorded ones, exactly
     a = s["attribution"]
     assert a["unaccounted_ns"] == 0
     assert a["requests_counted_in_kernel"] >= cnt["count"]
 
 
-def test_requests_beyond_the_counted_aggregate_are_recorded(tmp_path):
+@pytest.mark.bpf
+def test_requests_beyond_the_counted_aggregate_are_recorded(tmp_path, collector_header):
     """req_agg has FST_REQ_AGG_MAX entries, one per (filesystem, kind) as its first request is counted: with every
     filesystem traced, a process that opens and reads a file on each of more tmpfs mounts than that uses them all
     up; the reads on the mounts left without an entry are recorded instead, and every mount's recorded + counted
     reads are exactly the reads done on it."""
-    n_fs = schema.REQ_AGG_MAX // 2 + 4  # an open and a read entry each: more than there are
+    agg_max = collector_header["schema"]["req_agg_max"]
+    n_fs = agg_max // 2 + 4  # an open and a read entry each: more than there are
     reads_each = 20
     mounts = []
     try:
@@ -85,7 +71,8 @@ def test_requests_beyond_the_counted_aggregate_are_recorded(tmp_path):
             subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "fstrace-agg", str(m)], check=True)
             mounts.append(m)
             (m / "f").write_bytes(os.urandom(16384))
-        kdevs = [os.major(os.stat(m).st_dev) << schema.MINORBITS | os.minor(os.stat(m).st_dev) for m in mounts]
+        bits = collector_header["dev_encoding"]["minor_bits"]
+        kdevs = [os.major(os.stat(m).st_dev) << bits | os.minor(os.stat(m).st_dev) for m in mounts]
         script = ("import os, sys\n"
                   "for p in sys.argv[1:]:\n"
                   "    fd = os.open(p, os.O_RDONLY)\n"
@@ -105,7 +92,7 @@ def test_requests_beyond_the_counted_aggregate_are_recorded(tmp_path):
     rows = res.header["kernel_aggregates"]["requests_counted"]
     # every entry given, each to one (filesystem, kind): none wasted, as the workload is one thread (CPUs racing
     # for the same key can waste one)
-    assert len(rows) == schema.REQ_AGG_MAX
+    assert len(rows) == agg_max
     assert len({(r["sdev"], r["kind"]) for r in rows}) == len(rows)
     counted = {r["sdev"]: r["count"] for r in rows if r["kind"] == read}
     for kdev in kdevs:
@@ -114,9 +101,10 @@ def test_requests_beyond_the_counted_aggregate_are_recorded(tmp_path):
     # the mounts read first had entries; the last ones found none left and were recorded whole
     assert counted.get(kdevs[0], 0) > 0
     assert kdevs[-1] not in counted
-    exact_partition(res)
+    assert_exact_partition(res)
 
 
+@pytest.mark.bpf
 def test_records_all_streams_every_read_without_drops(warm_randread_all):
     """--records all: one record per read at the warm rate, and still nothing dropped (the reader is woken by
     the fill level and its own timer, never per record)."""
@@ -127,9 +115,10 @@ def test_records_all_streams_every_read_without_drops(warm_randread_all):
     reads = S.reads_of(res)
     assert len(reads) == gt["ios"] == s["reads"]["count"]
     assert S.counted_requests(res, kinds=("read",)) is None
-    exact_partition(res)
+    assert_exact_partition(res)
 
 
+@pytest.mark.bpf
 def test_counted_latencies_agree_with_recorded_ones(warm_randread, warm_randread_all):
     """The same warm workload, counted vs recorded: the counted requests' histogram-based p50 lies within the
     slot error (1/16) of what a recorded run measures, up to run-to-run spread (a factor of 2 either way)."""
@@ -138,25 +127,29 @@ def test_counted_latencies_agree_with_recorded_ones(warm_randread, warm_randread
     assert 0.5 * p_recorded <= p_counted <= 2 * p_recorded
 
 
-def test_merged_percentiles_within_a_sixteenth():
-    """The log-linear slots (records.h FST_LAT_SLOTS) locate any percentile within 1/16 of its value."""
+@pytest.mark.unit
+def test_merged_percentiles_within_a_sixteenth(real):
+    """The log-linear slots (records.h FST_LAT_SLOTS, as a results file describes them) locate any percentile
+    within 1/16 of its value."""
+    sch = results.load(real[0]).schema
     rng = np.random.default_rng(7)
     ns = np.concatenate([rng.lognormal(8, 1.2, 5000), rng.lognormal(11, 0.5, 500)]).astype(np.int64)
-    slots = np.zeros(schema.LAT_SLOTS, dtype=np.int64)
+    slots = np.zeros(sch.lat_slots, dtype=np.int64)
     for v in ns:
-        sub = 1 << schema.LAT_SUB_BITS
+        sub = 1 << sch.lat_sub_bits
         e = int(v).bit_length() - 1
-        slot = int(v) if v < sub else (e - 2) * sub + ((int(v) >> (e - schema.LAT_SUB_BITS)) & (sub - 1))
-        lo, hi = hist.loglin_bounds(slot, schema.LAT_SUB_BITS)
+        slot = int(v) if v < sub else (e - 2) * sub + ((int(v) >> (e - sch.lat_sub_bits)) & (sub - 1))
+        lo, hi = hist.loglin_bounds(slot, sch.lat_sub_bits)
         assert lo <= v < hi  # the Python bounds invert the kernel's slot function
         slots[slot] += 1
-    est = hist.merged_percentiles([], slots, schema.LAT_SUB_BITS, ns.sum() / 1e3)
+    est = hist.merged_percentiles([], slots, sch.lat_sub_bits, ns.sum() / 1e3)
     for p in (50, 90, 99):
         true = np.percentile(ns, p, method="inverted_cdf") / 1e3
         assert abs(est["p%g" % p] - true) <= true / 16 + 1e-3
     assert abs(est["mean"] - ns.mean() / 1e3) < 1e-6
 
 
+@pytest.mark.bpf
 def test_tracer_part_in_summary_and_figures(erofs_randread):
     """The tracer's time is its own part, taken out of on-CPU; where samples landed in its programs, the on-CPU
     flamegraph names them and the wall-clock stacks end them in the tracer's frame."""
@@ -166,8 +159,9 @@ def test_tracer_part_in_summary_and_figures(erofs_randread):
     assert s["tracer"]["part_ns"] == s["attribution"]["parts_ns"]["tracer_ns"]
     prefix = res.header["tracer_frame_prefix"]
     sm = s["tracer"]["sampled"]
+    # a sample is the tracer's when its stack passes through one of fstrace's programs (a frame with the prefix)
     assert sm["tracer_samples"] == sum(n for st, n in sampling.folded(res.header).items()
-                                       if sampling.is_tracer(st, prefix))
+                                       if any(f.startswith(prefix) for f in st.split(";")))
     # a short cold run may see none (the programs take a few per cent of a small on-CPU time):
     # test_tracer_programs_named_in_stacks makes sure of some
     if sm["tracer_samples"]:
@@ -175,7 +169,8 @@ def test_tracer_part_in_summary_and_figures(erofs_randread):
         assert sampling.WALL_TRACER in (out / "wallclock.folded").read_text()
 
 
-def test_tracer_programs_named_in_stacks(tmp_path, mounted_erofs):  # noqa: F811
+@pytest.mark.bpf
+def test_tracer_programs_named_in_stacks(tmp_path, mounted_erofs):
     """A thread reading a cached file in a tight loop for a second, sampled at 4999 Hz: its requests are short
     and fstrace's programs a good share of them, so hundreds of samples land in them; each such frame is labelled
     with the tracer's prefix and names a program behind one of the probes the header lists."""
@@ -187,35 +182,16 @@ def test_tracer_programs_named_in_stacks(tmp_path, mounted_erofs):  # noqa: F811
               "while time.monotonic() < end:\n"
               "    for _ in range(200):\n"
               "        os.pread(fd, 64, 0)\n")
-    res = run_python_traced(tmp_path, "busy", script, [path], "--sample-hz", "4999")
+    res = trace_python(tmp_path, "busy", script, [path], "--sample-hz", "4999")
     prefix = res.header["tracer_frame_prefix"]
     folded = sampling.folded(res.header)
     frames = {fr for st in folded for fr in st.split(";") if fr.startswith(prefix)}
-    assert sum(n for st, n in folded.items() if sampling.is_tracer(st, prefix)) >= 20, frames
+    assert sum(n for st, n in folded.items() if any(f.startswith(prefix) for f in st.split(";"))) >= 20, frames
     loaded = {pr["probe"] for pr in res.header["probes"] if pr["tier"] != "unavailable"}
     # every labelled frame is one of the programs behind the probes the header lists (or the sampler's own)
-    assert all(any(fr[len(prefix):].startswith(name[:10]) for name in loaded) or "sample" in fr for fr in frames), frames
+    assert all(any(fr[len(prefix):].startswith(name[:10]) for name in loaded) or "sample" in fr
+               for fr in frames), frames
     assert any("sys_e" in fr for fr in frames), frames
-
-
-def test_task_storage_and_pid_hash_agree(tmp_path):
-    """Per-task state in task-local storage (chosen here: tp_btf and the map type exist) and in the pid-hash
-    fallback (--no-tp-btf) record the same requests of a deterministic workload, each an exact partition."""
-    from analysis import results
-    n = {}
-    for mode, extra in (("task_storage", []), ("pid_hash", ["--no-tp-btf"])):
-        f = tmp_path / (mode + ".fst")
-        subprocess.run([COLLECTOR, "-o", str(f), "--records", "all"] + extra +
-                       ["--", "sh", "-c", "for i in 1 2 3 4 5 6 7 8; do cat /etc/passwd; done > /dev/null"],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        res = results.load(str(f))
-        assert res.header["task_state"]["store"] == mode, res.header["task_state"]
-        exact_partition(res)
-        req = res["req"]
-        passwd = req[req["ino"] == os.stat("/etc/passwd").st_ino]
-        n[mode] = int(((passwd["kind"] == S.enum_value(res.header, "req_kind", "read")) & (passwd["ret"] > 0)).sum())
-    # each cat reads /etc/passwd in one read that returns data (then one that returns 0)
-    assert n["task_storage"] == n["pid_hash"] == 8
 
 
 def empty_program_ids():
@@ -223,6 +199,7 @@ def empty_program_ids():
     return {p["id"] for p in json.loads(out or "[]") if p.get("name") == "fst_empty"}
 
 
+@pytest.mark.bpf
 def test_floor_takes_exactly_the_hooks_of_the_shipped_configuration(tmp_path):
     """make bench-overhead's fstrace-floor (--empty-programs) is only a floor if it sits on the same hooks as the
     configuration it is the floor of: same probes, same tiers, one do-nothing program per hook while it runs,
@@ -255,6 +232,7 @@ def test_floor_takes_exactly_the_hooks_of_the_shipped_configuration(tmp_path):
     assert attached["floor"] == attached["full"]
 
 
+@pytest.mark.bpf
 def test_io_stack_sampling_reconciles(erofs_randread, erofs_tar_16k):
     """Rate-limited bio stacks (the default) and every bio's (--io-stacks all): origins cover every request."""
     for _, res, s in (erofs_randread, erofs_tar_16k):
@@ -266,88 +244,7 @@ def test_io_stack_sampling_reconciles(erofs_randread, erofs_tar_16k):
                                  if d["level"] == "loop"][0]["by_origin"]
 
 
-def run_python_traced(tmp_path, name, script, args, *options):
-    """The collector around `python3 -c script args`, --records all (and options); its loaded results."""
-    from analysis import results
-    f = tmp_path / (name + ".fst")
-    subprocess.run([COLLECTOR, "-o", str(f), "--records", "all", *options, "--", "/usr/bin/python3", "-c", script]
-                   + list(args), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    return results.load(str(f))
-
-
-def inode_devices(paths):
-    """{inode number: superblock device in the kernel's encoding} of files, as their reads must name them."""
-    out = {}
-    for p in paths:
-        st = os.stat(p)
-        out[st.st_ino] = os.major(st.st_dev) << 20 | os.minor(st.st_dev)
-    return out
-
-
-def test_file_identity_is_right_when_struct_files_are_reused(tmp_path):
-    """sys_enter keeps the last inode's device and type per thread; struct files (and their addresses) are
-    reused as soon as they are closed, across filesystems: every read must still name its own file."""
-    paths = ["/etc/passwd", "/proc/cpuinfo", "/sys/kernel/mm/transparent_hugepage/enabled", "/etc/services",
-             "/proc/version", "/etc/hostname"]
-    paths = [p for p in paths if os.path.exists(p)]
-    script = ("import sys\n"
-              "for i in range(20):\n"
-              "    for p in sys.argv[1:]:\n"
-              "        with open(p, 'rb', buffering=0) as f:\n"
-              "            f.read(64)\n")
-    res = run_python_traced(tmp_path, "files", script, paths)
-    req = res["req"]
-    read = S.enum_value(res.header, "req_kind", "read")
-    expected = inode_devices(paths)
-    reads = req[(req["kind"] == read) & np.isin(req["ino"], list(expected)) & (req["count"] == 64)]
-    # 20 rounds of one 64-byte read per file, each attributed to its own inode on its own device
-    assert len(reads) == 20 * len(paths)
-    for ino, sdev in zip(reads["ino"].tolist(), reads["sdev"].tolist()):
-        assert expected[ino] == sdev, (ino, sdev)
-
-
-def test_descriptor_paths_and_task_names(tmp_path, mounted_erofs):  # noqa: F811
-    """sys_enter reads a descriptor's file through typed loads while the thread's descriptors are in the table
-    embedded in its files_struct (the first 64), and through helper reads once that table has grown (a
-    descriptor past 64, and one under 64 in the grown table): each read names its own file, device and position.
-    Records carry the task's name as it is now, clipped at its end after a rename to a shorter one."""
-    mnt, _ = mounted_erofs
-    files = sorted(os.path.join(d, n) for d, _, ns in os.walk(mnt) for n in ns)[:4]
-    assert files
-    script = ("import ctypes, os, sys\n"
-              "prctl = ctypes.CDLL(None).prctl\n"
-              "def rounds():\n"
-              "    for p in sys.argv[1:]:\n"
-              "        fd = os.open(p, os.O_RDONLY)\n"
-              "        os.pread(fd, 64, 3)\n"
-              "        os.lseek(fd, 5, 0)\n"
-              "        os.read(fd, 32)\n"
-              "        os.close(fd)\n"
-              "prctl(15, b'fst-a-long-name', 0, 0, 0)\n"
-              "prctl(15, b'fst-small', 0, 0, 0)\n"
-              "rounds()\n"
-              "held = [os.open('/dev/null', os.O_RDONLY) for _ in range(100)]\n"
-              "prctl(15, b'fst-high', 0, 0, 0)\n"
-              "rounds()\n"
-              "os.close(held[10])\n"
-              "prctl(15, b'fst-low', 0, 0, 0)\n"
-              "rounds()\n")
-    res = run_python_traced(tmp_path, "fds", script, files)
-    req = res["req"]
-    read = S.enum_value(res.header, "req_kind", "read")
-    want = inode_devices(files)
-    for phase in (b"fst-small", b"fst-high", b"fst-low"):
-        mine = req[(req["comm"] == phase) & (req["kind"] == read)]
-        reads = mine[np.isin(mine["ino"], list(want))]
-        # per file a pread of 64 bytes at 3 and a read of 32 at the file position 5, each on its own file
-        assert sorted(zip(reads["count"].tolist(), reads["pos"].tolist())) == sorted([(64, 3), (32, 5)] * len(files))
-        assert all(want[i] == d for i, d in zip(reads["ino"].tolist(), reads["sdev"].tolist()))
-    # no record under the old long name's leftovers: every name is one the script set, or python's own
-    names = set(req["comm"].tolist())
-    assert {b"fst-small", b"fst-high", b"fst-low"} <= names
-    assert not any(n.startswith(b"fst-") and n not in (b"fst-small", b"fst-high", b"fst-low") for n in names)
-
-
+@pytest.mark.bpf
 def test_tracer_part_sampled_timing_reconciles(erofs_randread):
     """The tracer part is measured on 1 in FST_TRACER_TIME_EVERY handler runs chosen at random (the rest charged
     their site's mean): the header's per-site sums account for every nanosecond in the requests' tracer parts, the
@@ -369,10 +266,14 @@ def test_tracer_part_sampled_timing_reconciles(erofs_randread):
             mean, sd = site["runs"] / every, (site["runs"] * (1 / every) * (1 - 1 / every)) ** 0.5
             assert abs(site["timed"] - mean) <= 6 * sd + os.cpu_count(), (name, site)
     est = s["tracer"]["estimate"]
-    assert est["time_every"] == every and est["error_ns_95"] >= 0 and "1 in 16" in est["method"]
+    assert est["time_every"] == every and "1 in 16" in est["method"]
+    # untimed runs charged a mean of timed runs that vary: the estimate has an error, and it is under the part
+    # itself (each site's mean is over hundreds of timed runs here)
+    assert 0 < est["error_ns_95"] < part
     assert set(est["sites"]) == set(ts["sites"])
 
 
+@pytest.mark.bpf
 def test_offcpu_stacks_as_shipped_are_walked_at_the_switch_in(erofs_randread):
     """What run ships: off-CPU stacks threshold-sampled at 1 ms, said so in the header and the summary."""
     _, res, summary = erofs_randread
@@ -386,6 +287,7 @@ def test_offcpu_stacks_as_shipped_are_walked_at_the_switch_in(erofs_randread):
     assert "threshold-sampled" in summary["offcpu"]["method"]
 
 
+@pytest.mark.bpf
 def test_offcpu_stacks_estimate_every_offcpu_nanosecond(tmp_path_factory):
     """Threshold-sampled off-CPU stacks estimate the measured off-CPU parts without bias: each reason's stack
     total lies within 6 standard errors (at most sqrt(T x its time)) plus one threshold of the attribution's
@@ -407,7 +309,8 @@ def test_offcpu_stacks_estimate_every_offcpu_nanosecond(tmp_path_factory):
         assert exact < 20 * t or est > 0, reason  # missed whole only with probability about exp(-exact/t)
 
 
-def test_block_only_charges_every_block_request_to_its_reader(tmp_path, mounted_erofs):  # noqa: F811
+@pytest.mark.bpf
+def test_block_only_charges_every_block_request_to_its_reader(tmp_path, mounted_erofs):
     """--block-only (fstrace-block in the bench) loads no request tracing, and its block handlers skip the
     per-task state: every block request is still recorded, charged to the thread that queued it, and the
     loop device's count is /proc/diskstats' (or the shortfall is reported as unseen)."""
@@ -432,66 +335,7 @@ def test_block_only_charges_every_block_request_to_its_reader(tmp_path, mounted_
     assert sum(res.header["drops"].values()) == 0
 
 
-def test_path_based_stat_calls_are_placed_on_their_filesystem(tmp_path, mounted_erofs):  # noqa: F811
-    """A stat call by path has no descriptor: its file is placed by what the kernel wrote into the caller's
-    buffer (struct stat for newfstatat, struct statx for statx).  With a filesystem filter (--sdev) only the
-    calls on that filesystem are kept, each with its file's device and inode; a failed call, or one on another
-    filesystem, is not."""
-    mnt, _ = mounted_erofs
-    files = sorted(os.path.join(mnt, n) for n in os.listdir(mnt))
-    sdev = os.stat(mnt).st_dev
-    want = inode_devices(files)
-    script = ("import os, subprocess, sys\n"
-              "for p in sys.argv[1:]:\n"
-              "    os.stat(p)\n"                               # newfstatat: struct stat
-              "subprocess.run(['stat', '-c', '%i'] + sys.argv[1:] + ['/etc/hostname'], stdout=subprocess.DEVNULL)\n"
-              "try:\n"
-              "    os.stat(sys.argv[1] + '.missing')\n"
-              "except FileNotFoundError:\n"
-              "    pass\n")
-    res = run_python_traced(tmp_path, "stat", script, files, "--sdev",
-                            "%d:%d" % (os.major(sdev), os.minor(sdev)))
-    req = res["req"]
-    stat = req[req["kind"] == S.enum_value(res.header, "req_kind", "stat")]
-    assert res.header["stat_calls_placed"] is True
-    # every kept stat call is on the filesystem, on one of its files: two per file (python's and stat's statx)
-    assert set(stat["sdev"].tolist()) == {os.major(sdev) << 20 | os.minor(sdev)}
-    by_ino = {}
-    for ino in stat["ino"].tolist():
-        by_ino[ino] = by_ino.get(ino, 0) + 1
-    assert {i: n for i, n in by_ino.items() if i in want} == {i: 2 for i in want}, by_ino
-    assert stat["ret"].min() == 0  # the failed call (ENOENT) has nothing to place it by: not kept
-    nrs = set(stat["syscall_nr"].tolist())
-    assert len(nrs) == 2, nrs  # both layouts: newfstatat and statx
-
-
-def test_work_functions_found_by_the_kernel_and_by_kallsyms_alike(tmp_path):
-    """The work functions the programs are configured with, asked of the kernel (bpf_kallsyms_lookup_name, which
-    keeps /proc/kallsyms out of load+attach), are found exactly where /proc/kallsyms lists them, as the fallback
-    that reads that file finds them.  (Their addresses stay out of the header: they would give away the kernel's
-    KASLR offset.  That they are right shows in the loop and erofs work the other tests see charged and named.)"""
-    text = {}
-    with open("/proc/kallsyms") as f:
-        for line in f:
-            addr, kind, name = line.split()[:3]
-            if kind in "tTwW" and int(addr, 16):
-                text.setdefault(name, int(addr, 16))
-    found = {}
-    for how, env in (("bpf_kallsyms_lookup_name", {}), ("/proc/kallsyms", {"FSTRACE_KSYMS_FROM_PROC": "1"})):
-        out = tmp_path / ("%d.fst" % len(found))
-        subprocess.run([COLLECTOR, "-o", str(out), "--", "true"], check=True, env=dict(os.environ, **env),
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wf = results.load(str(out)).header["work_functions"]
-        assert wf["found_by"] == how
-        found[how] = wf["found"]
-    asked, read = found["bpf_kallsyms_lookup_name"], found["/proc/kallsyms"]
-    assert asked == read
-    assert asked["loop_workfn"] and asked["z_erofs_decompressqueue_work"]  # built into this kernel
-    assert len(asked) == 8
-    for name, there in asked.items():
-        assert there == (name in text), name
-
-
+@pytest.mark.unit
 def test_bench_median_interval_is_the_order_statistic_one():
     """make bench-overhead decides each target from the median's distribution-free 95 % interval: the order
     statistics (x_(k), x_(n+1-k)) with the largest k whose binomial coverage is still at least 95 %."""
@@ -514,15 +358,6 @@ def test_bench_median_interval_is_the_order_statistic_one():
     assert B.verdict([0.90, 0.96], 0.97, 0.96) == "not met"
     assert B.verdict([0.96, 0.99], 0.97, 0.96).startswith("undecided")
     assert B.verdict([0.98, 0.99], 0.97, 0.75).startswith("undecided")
-
-
-
-def comm(pid):
-    try:
-        with open("/proc/%s/comm" % pid) as f:
-            return f.read().strip()
-    except OSError:
-        return ""
 
 
 def bench_mounts(pids):
@@ -550,17 +385,17 @@ def loop_backing(dev):
         return None
 
 
+@pytest.mark.bpf
 @pytest.mark.parametrize("config,child", [("fstrace-full", "fstrace-collect"), ("biolatency", "biolatency")])
 def test_bench_overhead_interrupted_leaves_nothing(tmp_path, config, child):
     """make bench-overhead killed (SIGTERM) while a tracer runs: one line, its exit status, and nothing left of it --
     no mount, no loop device, no tracer process, no BPF program.  Only what this bench made is looked for: on a
     shared machine other tracers and benches come and go meanwhile."""
     import shutil
-    import sys
     if child == "biolatency" and not shutil.which("biolatency"):
         pytest.skip("libbpf-tools' biolatency is not installed (make bench-overhead installs it)")
     from conftest import CACHE, ROOT, SCALE, bpf_objects_left, bpf_objects_of
-    from test_interrupt_more import alive, children
+    from conftest import alive, descendants, task_comm as comm
     bench = subprocess.Popen([os.path.join(ROOT, "build", "venv", "bin", "python3"),
                               os.path.join(ROOT, "scripts", "bench_overhead.py"), "--reps", "50", "--configs", config,
                               "--cache", CACHE, "--scale", SCALE, "--out", str(tmp_path / "o.json")],
@@ -571,7 +406,7 @@ def test_bench_overhead_interrupted_leaves_nothing(tmp_path, config, child):
         while True:
             assert bench.poll() is None, bench.stderr.read()
             assert time.monotonic() < deadline
-            kids = children(bench.pid)
+            kids = descendants(bench.pid)
             tracer = [p for p in kids if comm(p) == child]
             objs = bpf_objects_of(tracer[0]) if tracer else set()
             mounts = bench_mounts(kids)

@@ -1,6 +1,6 @@
-"""`report` run by root on results from other machines: nothing in a results or bench directory, and no
-link an unprivileged user plants, makes it write or read elsewhere, run script in the HTML report's
-viewer, or drive the terminal."""
+"""`report` on results from other machines: nothing in a results or bench directory, and (when root runs it) no
+link an unprivileged user plants, makes it write or read elsewhere, run script in the HTML report's viewer, or
+drive the terminal."""
 import json
 import os
 import shutil
@@ -11,11 +11,8 @@ import pytest
 
 from analysis import flamegraph, results, summary, tables
 from analysis.render import flamegraph_specs
-from conftest import FSTRACE
-from forge import forge, real, results_dir, split  # noqa: F401 (real: a fixture)
-from test_cli import one_line_error
-
-NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+from conftest import FSTRACE, NOBODY, one_line_error
+from forge import forge, results_dir, split
 
 
 @pytest.fixture
@@ -52,6 +49,7 @@ def plant_link(target, link):
     assert os.lstat(link).st_uid == 65534
 
 
+@pytest.mark.bpf
 def test_html_target_symlink_is_refused(real, tmp_path, victim, users_dir):
     run = results_dir(str(tmp_path / "run"), real[1])
     html = os.path.join(users_dir, "report.html")
@@ -63,6 +61,7 @@ def test_html_target_symlink_is_refused(real, tmp_path, victim, users_dir):
     assert sorted(os.listdir(users_dir)) == ["report.html"]
 
 
+@pytest.mark.bpf
 def test_planted_tmp_symlink_is_not_followed(real, tmp_path, victim, users_dir):
     """The old FILE.tmp name, planted as a link: the report goes to a fresh temporary of its own."""
     run = results_dir(str(tmp_path / "run"), real[1])
@@ -78,6 +77,7 @@ def test_planted_tmp_symlink_is_not_followed(real, tmp_path, victim, users_dir):
     assert sorted(os.listdir(users_dir)) == ["report.html", "report.html.tmp"]
 
 
+@pytest.mark.unit
 def test_svgs_of_the_results_directory_never_reach_the_html(real, tmp_path, victim):
     run = results_dir(str(tmp_path / "run"), real[1])
     with open(os.path.join(run, "oncpu.svg"), "w") as f:
@@ -101,6 +101,7 @@ def test_svgs_of_the_results_directory_never_reach_the_html(real, tmp_path, vict
         assert svg[svg.index("<svg"):] in page
 
 
+@pytest.mark.unit
 def test_markup_in_header_strings_is_escaped_in_the_html(real, tmp_path):
     _, header, data = split(real[1])
     header["config"] = {"label": "<script>alert(3)</script>", "workload": "<img src=x onerror=alert(4)>",
@@ -116,6 +117,7 @@ def test_markup_in_header_strings_is_escaped_in_the_html(real, tmp_path):
         assert bad not in page, bad
 
 
+@pytest.mark.unit
 def test_escape_sequences_in_header_strings_are_not_printed_raw(real, tmp_path):
     _, header, data = split(real[1])
     header["kernel"]["release"] = "6.18\x1b]0;owned\x07\x1b[2J"
@@ -149,6 +151,7 @@ def bench_dir(d, dirs, fst):
     return d
 
 
+@pytest.mark.unit
 def test_bench_json_paths_resolve_only_inside_the_directory(real, tmp_path):
     outside = results_dir(str(tmp_path / "outside"), real[1], json.dumps({"ground_truth": {}}))
     # a bench whose run is inside it reports (the check does not refuse what is legitimate)
@@ -166,6 +169,7 @@ def test_bench_json_paths_resolve_only_inside_the_directory(real, tmp_path):
         assert not os.path.exists(tmp_path / "c.html")
 
 
+@pytest.mark.unit
 def test_symlinked_results_file_out_of_the_directory_is_refused(real, tmp_path, victim):
     run = str(tmp_path / "run")
     os.makedirs(run)
@@ -174,6 +178,7 @@ def test_symlinked_results_file_out_of_the_directory_is_refused(real, tmp_path, 
     assert "leads outside" in line and victim[1] not in line
 
 
+@pytest.mark.unit
 def test_json_files_linked_out_of_the_directory_are_refused(real, tmp_path, victim):
     run = results_dir(str(tmp_path / "run"), real[1])
     os.symlink(victim[0], os.path.join(run, "summary.json"))
@@ -200,6 +205,7 @@ BENCH_FIELDS = ["io_wait_share", "oncpu_share", "other_share", "kworker_share", 
                 "wall_s", "io_wait_s", "loop_requests", "loop_mean_bytes", "pagecache_misses"]
 
 
+@pytest.mark.bpf
 @pytest.mark.parametrize("field", BENCH_FIELDS)
 def test_bench_figure_of_wrong_type_is_one_line(real, shared_dir, field):
     """bench.json's figures are checked before a table is drawn from them: one line naming the field, in the text
@@ -222,6 +228,7 @@ def test_bench_figure_of_wrong_type_is_one_line(real, shared_dir, field):
         assert not os.path.exists(html)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name,size", [("summary.json", 1 << 31), ("summary.json", 1 << 40), ("bench.json", 1 << 33)])
 def test_json_file_grown_huge_is_refused_unread(real, shared_dir, name, size):
     """A JSON file of a results or bench directory grown (sparse) to gigabytes: one line saying so, not a
@@ -238,6 +245,7 @@ def test_json_file_grown_huge_is_refused_unread(real, shared_dir, name, size):
             d, name, size, results.MAX_JSON_BYTES), line
 
 
+@pytest.mark.unit
 def test_header_length_beyond_the_bound_is_refused_unread(real, tmp_path):
     """A results file whose preamble claims a header of gigabytes (the file sparse to that size): refused from the
     preamble, the header never read."""

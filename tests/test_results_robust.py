@@ -11,20 +11,37 @@ import zlib
 import numpy as np
 import pytest
 
-from analysis import report, results, summary
+from analysis import report, results, schema, summary
 from analysis.render import analyse
-from conftest import FSTRACE
-from forge import forge, real, results_dir, split  # noqa: F401 (real: a fixture)
-from test_cli import one_line_error
+from conftest import FSTRACE, one_line_error
+from forge import forge, real_results, results_dir, split
 from user.system import FstraceError
 
 TRIALS = 300
 
 
-def test_real_file_is_verified(real):
+@pytest.mark.unit
+def test_stored_file_is_verified(real):
     res = results.load(real[0])
-    assert res.verified and res.format == results.FORMAT
+    assert res.verified and res.format == 2
     assert len(res["req"]) > 0 and res.header["offcpu"]["folded"]  # direct reads wait for the device
+
+
+@pytest.mark.bpf
+def test_collectors_file_is_verified_and_of_the_current_format(tmp_path):
+    """The stored file the other tests damage is an older collector's: today's writes the current format,
+    checksummed, and reads back whole; forged again, it reads the same (the forger writes what it does)."""
+    path = real_results(str(tmp_path))
+    res = results.load(path)
+    assert res.verified and res.format == results.FORMAT
+    assert len(res["req"]) > 0 and res.header["offcpu"]["folded"]
+    with open(path, "rb") as f:
+        raw = f.read()
+    fmt, header, data = split(raw)
+    assert fmt == results.FORMAT
+    copy = tmp_path / "copy.fst"
+    copy.write_bytes(forge(header, data, fmt=fmt))
+    assert outcome(str(copy)) == outcome(path)
 
 
 class Hang(Exception):
@@ -73,6 +90,7 @@ def part_of(raw, pos):
     raise AssertionError("byte %d is in no part" % pos)
 
 
+@pytest.mark.unit
 def test_real_file_reads_and_forged_copy_reads_the_same(real, tmp_path):
     path, raw = real
     fmt, header, data = split(raw)
@@ -83,6 +101,7 @@ def test_real_file_reads_and_forged_copy_reads_the_same(real, tmp_path):
     assert outcome(path)[0] == "ok"
 
 
+@pytest.mark.unit
 def test_every_byte_flip_is_detected(real, tmp_path):
     """A fixed-seed fuzzer: a random byte XORed with a random non-zero value, anywhere in the file, is
     refused with a line naming the part it hit; every section is hit, not only the header."""
@@ -113,6 +132,7 @@ def test_every_byte_flip_is_detected(real, tmp_path):
     assert {"preamble", "header"} <= hit
 
 
+@pytest.mark.unit
 def test_truncations_are_refused(real, tmp_path):
     _, raw = real
     _, header, data = split(raw)
@@ -155,6 +175,7 @@ def _set(doc, where, value):
     doc[where[-1]] = value
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("where,value,named", WRONG_TYPES, ids=[".".join(map(str, w[0])) for w in WRONG_TYPES])
 def test_header_value_of_wrong_type_is_named(real, tmp_path, where, value, named):
     """With checksums that match (a crafted file): the schema names the field, nothing crashes."""
@@ -172,6 +193,7 @@ def test_header_value_of_wrong_type_is_named(real, tmp_path, where, value, named
     assert kind == "damaged" and named in msg, msg
 
 
+@pytest.mark.unit
 def test_bounds_of_counts_and_layouts(real, tmp_path):
     _, raw = real
     _, header, data = split(raw)
@@ -207,6 +229,7 @@ def _leaves(doc, where=()):
     yield where
 
 
+@pytest.mark.unit
 def test_header_type_fuzz_never_crashes(real, tmp_path):
     """A fixed-seed fuzzer over every value of the header (checksums recomputed): a value of another type
     is either refused by the schema or does not matter to the analysis, which then completes."""
@@ -232,6 +255,7 @@ def test_header_type_fuzz_never_crashes(real, tmp_path):
     assert refused > TRIALS // 10  # the fuzzer reaches fields the analysis reads
 
 
+@pytest.mark.unit
 def test_format_1_is_read_unverified_and_damage_in_it_never_crashes(real, tmp_path):
     """Files written before checksums still read (marked unverified); flips in them either are caught
     (shape, bounds, schema) or give a report, or one line from `report`: never an exception or a hang."""
@@ -259,6 +283,7 @@ def report_of(d):
                           timeout=120)
 
 
+@pytest.mark.unit
 def test_report_on_damaged_directories(real, tmp_path):
     """`fstrace report DIR` on damage: one line naming the file, the part and what is wrong; exit 1."""
     _, raw = real
@@ -302,6 +327,7 @@ def test_report_on_damaged_directories(real, tmp_path):
     assert p.returncode == 0 and "reads:" in p.stdout and "512.0 KiB read" in p.stdout and not p.stderr, p.stderr
 
 
+@pytest.mark.unit
 def test_report_says_format_1_is_unverified(real, tmp_path):
     _, raw = real
     _, header, data = split(raw)
@@ -312,6 +338,7 @@ def test_report_says_format_1_is_unverified(real, tmp_path):
                        "be detected\n" % d
 
 
+@pytest.mark.unit
 def test_crc_matches_zlib(real):
     """The collector's CRC32 is zlib's: the header checksum covers the preamble and the header."""
     _, raw = real
@@ -323,6 +350,7 @@ def test_crc_matches_zlib(real):
     assert os.path.getsize(real[0]) == len(raw)
 
 
+@pytest.mark.unit
 def test_enum_names_the_analysis_looks_up_are_required(real, tmp_path):
     _, raw = real
     _, header, data = split(raw)
@@ -332,15 +360,46 @@ def test_enum_names_the_analysis_looks_up_are_required(real, tmp_path):
     assert outcome(str(f)) == ("damaged", "header field enums.req_kind lacks stat")
 
 
-def test_fifo_or_device_in_the_directory_does_not_hang(real, tmp_path):
-    """A FIFO blocks on open and /dev/zero never ends: both are refused at once."""
-    _, raw = real
+@pytest.mark.unit
+def test_fifo_in_the_directory_does_not_hang(tmp_path):
+    """A FIFO blocks on open: it is refused at once."""
     d = str(tmp_path / "fifo")
     os.makedirs(d)
     os.mkfifo(os.path.join(d, "results.fst"))
     line = one_line_error(report_of(d))
     assert "results.fst: not a regular file" in line
+
+
+@pytest.mark.bpf
+def test_device_in_the_directory_does_not_hang(real, tmp_path):
+    """/dev/zero never ends: a character device (made by root) as summary.json is refused at once."""
+    _, raw = real
     d = results_dir(str(tmp_path / "zero"), raw)
     os.mknod(os.path.join(d, "summary.json"), 0o600 | stat.S_IFCHR, os.makedev(1, 5))
     line = one_line_error(report_of(d))
     assert "summary.json: not a regular file" in line
+
+
+@pytest.mark.unit
+def test_format_3_is_analysed_with_the_names_its_header_carries(real, tmp_path):
+    """From format 3 on the header carries records.h's parts (and figures, histogram layout): the analysis reads
+    them there, not from today's sources; a format 2 file is read with what format 2 collectors had."""
+    _, header, data = split(real[1])
+    old = results.load(real[0])
+    assert old.format == 2 and "schema" not in old.header and old.schema.parts == schema.FORMAT_2_SCHEMA.parts
+    header["schema"] = json.loads(json.dumps(schema.FORMAT_2))
+    io_wait = next(p for p in header["schema"]["parts"] if p["field"] == "io_wait_ns")
+    io_wait["meaning"] = "waiting for the device, in the words of this file's collector"
+    f = tmp_path / "format3.fst"
+    f.write_bytes(forge(header, data, fmt=3))
+    res = results.load(str(f))
+    assert res.format == 3 and res.verified
+    assert res.schema.part_meaning["io_wait_ns"] == io_wait["meaning"]
+    s = summary.summarize(res)
+    assert s["attribution"]["part_info"] == header["schema"]["parts"]
+    assert io_wait["meaning"] in report.render(s, full=True)
+    assert io_wait["meaning"] not in report.render(summary.summarize(old), full=True)
+    # a format 3 header must say it
+    del header["schema"]
+    f.write_bytes(forge(header, data, fmt=3))
+    assert outcome(str(f)) == ("damaged", "header field schema is missing")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import CACHE, SCALE, fstrace, run_workload
-from analysis import amplification, results, schema
+from analysis import amplification
 from analysis import summary as S
 from user import storage
 from workloads import images
@@ -42,6 +42,7 @@ def _check_levels(s):
     assert lv["backing"]["bytes"] == lv["loop"]["bytes"]
 
 
+@pytest.mark.bpf
 def test_uncompressed_image_has_no_decompression_figure(erofs_none_rand):
     _, _, s = erofs_none_rand
     _check_levels(s)
@@ -55,6 +56,7 @@ def test_uncompressed_image_has_no_decompression_figure(erofs_none_rand):
     assert "decompressed: none (uncompressed image)" in text
 
 
+@pytest.mark.bpf
 def test_large_cluster_decompresses_more_than_it_returns(erofs_64k_rand):
     out, res, s = erofs_64k_rand
     _check_levels(s)
@@ -80,6 +82,7 @@ def test_large_cluster_decompresses_more_than_it_returns(erofs_64k_rand):
     assert sum(int(k) * v for k, v in lookups["times"].items()) == len(maps)
 
 
+@pytest.mark.bpf
 def test_compare_two_configurations(erofs_none_rand, erofs_64k_rand):
     (da, _, sa), (db, _, sb) = erofs_none_rand, erofs_64k_rand
     text = fstrace("compare", str(da), str(db)).stdout
@@ -89,7 +92,7 @@ def test_compare_two_configurations(erofs_none_rand, erofs_64k_rand):
     table = text.split("time per part of the requests")[1].split("read amplification")[0]
     for line in table.splitlines()[2:]:
         f = line.split()
-        if len(f) == 4 and f[0] + "_ns" in schema.PARTS:
+        if len(f) == 4 and f[0] + "_ns" in sa["attribution"]["parts_ns"]:
             rows[f[0] + "_ns"] = f
     pa, pb = sa["attribution"]["parts_ns"], sb["attribution"]["parts_ns"]
     assert set(rows) == set(pa)
@@ -117,6 +120,7 @@ def big_file_dataset(tmp_path_factory):
     return d
 
 
+@pytest.mark.bpf
 @pytest.mark.parametrize("workload,limit", [("seqread", "rbps"), ("randread-10m", "riops")])
 def test_storage_profile_throttle_holds(tmp_path, big_file_dataset, workload, limit):
     """The sdcard profile on the image's device: bytes/s (sequential reads) and IOPS (4 KiB random reads) the
@@ -133,6 +137,7 @@ def test_storage_profile_throttle_holds(tmp_path, big_file_dataset, workload, li
     assert abs(measured - prof[limit]) <= 0.1 * prof[limit], (measured, prof[limit], delta, t)
 
 
+@pytest.mark.bpf
 def test_storage_and_iops_cap_refused_together(tmp_path):
     p = fstrace("run", "--fs", "erofs", "--workload", "cat-500", "--storage", "sdcard", "--iops-cap", "300",
                 "--scale", SCALE, "--cache", CACHE, "-o", str(tmp_path / "x"), check=False)
@@ -156,6 +161,7 @@ def _not_reproduced(text, name):
         assert x in text
 
 
+@pytest.mark.bpf
 def test_preset_seed001(tmp_path):
     out, text = _preset(tmp_path, "seed001")
     doc = json.loads((out / "bench.json").read_text())
@@ -171,6 +177,7 @@ def test_preset_seed001(tmp_path):
     _not_reproduced(text, "seed001")
 
 
+@pytest.mark.bpf
 def test_preset_seed002(tmp_path):
     out, text = _preset(tmp_path, "seed002")
     doc = json.loads((out / "bench.json").read_text())
@@ -185,6 +192,7 @@ def test_preset_seed002(tmp_path):
     _not_reproduced(text, "seed002")
 
 
+@pytest.mark.bpf
 def test_preset_seed004(tmp_path):
     out, text = _preset(tmp_path, "seed004", "--storage", "sata-ssd")
     doc = json.loads((out / "bench.json").read_text())
@@ -199,6 +207,7 @@ def test_preset_seed004(tmp_path):
     _not_reproduced(text, "seed004")
 
 
+@pytest.mark.unit
 def test_seed000_tables_keep_the_seeds_shape():
     """seed000's tables from a bench document: image sizes largest first, times slowest first, fio bandwidth
     (fio's own) fastest first, each row with its run's cause."""
@@ -222,6 +231,7 @@ def test_seed000_tables_keep_the_seeds_shape():
     tar = lines[lines.index("tar-data") + 3:lines.index("tar-data") + 5]
     assert tar[0].startswith("| squashfs | 4096 | 2.000 s") and tar[1].startswith("| erofs | uncompressed | 500.0 ms")
     rr = lines[lines.index("randread") + 3:lines.index("randread") + 5]
-    assert rr[0].startswith("| erofs | uncompressed | 30.0 MiB/s") and rr[1].startswith("| squashfs | 4096 | 10.0 MiB/s")
+    assert rr[0].startswith("| erofs | uncompressed | 30.0 MiB/s")
+    assert rr[1].startswith("| squashfs | 4096 | 10.0 MiB/s")
     assert all(tables.cause(doc["rows"][0]) in l for l in tar[1:])
     assert "| 100 | erofs | uncompressed | -b 4096 |" in text and "(storage: cloud-3000iops)" in text

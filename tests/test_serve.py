@@ -19,10 +19,7 @@ import urllib.request
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from analysis import schema
-from analysis.schema import xmacro
-from conftest import COLLECTOR, FSTRACE, bpf_objects_left, bpf_objects_of, collector_under
-from test_attach import drop_caches, mounted_erofs  # noqa: F401 (a fixture)
+from conftest import COLLECTOR, FSTRACE, bpf_objects_left, bpf_objects_of, collector_under, drop_caches
 from user.serve import wants_openmetrics
 from user.system import kdev
 
@@ -61,8 +58,8 @@ def value(samples, name, **labels):
 def start_serve(*args):
     # --budget 100: these tests check exact counts, so the request hooks stay attached (test_budget.py
     # checks the windows)
-    p = subprocess.Popen([FSTRACE, "serve", "--listen", "127.0.0.1:0", "--update-interval", "0.2", "--budget", "100"] + list(args),
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen([FSTRACE, "serve", "--listen", "127.0.0.1:0", "--update-interval", "0.2", "--budget", "100"]
+                         + list(args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     seen = ""
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -223,7 +220,8 @@ class Prometheus:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def test_serve_counts_every_read_and_prometheus_agrees(mounted_erofs):  # noqa: F811
+@pytest.mark.bpf
+def test_serve_counts_every_read_and_prometheus_agrees(mounted_erofs, collector_header):
     mnt, dev = mounted_erofs
     p, port, rest = start_serve("--mount", mnt)
     prom = None
@@ -257,7 +255,8 @@ def test_serve_counts_every_read_and_prometheus_agrees(mounted_erofs):  # noqa: 
         # the parts of each request partition its wall time, so their sums do too (printed to the ns)
         parts = {ls for n, ls in after if n == "fstrace_request_time_seconds_total"}
         names = {v for ls in parts for k, v in ls if k == "part"}
-        assert {p[:-3] for p in schema.PARTS} == names  # every part of records.h FST_PARTS, no other
+        # every part of records.h FST_PARTS, no other (as the collector's results header lists them)
+        assert {p["field"][:-3] for p in collector_header["schema"]["parts"]} == names
         assert abs(inc("fstrace_request_time_seconds_total") - inc("fstrace_request_duration_seconds_sum")) < 1e-6
         io_wait = inc("fstrace_request_time_seconds_total", part="io_wait")
         wall = inc("fstrace_request_duration_seconds_sum")
@@ -288,7 +287,7 @@ def test_serve_counts_every_read_and_prometheus_agrees(mounted_erofs):  # noqa: 
         assert blk(after, "fstrace_block_requests_unseen_total") == 0
         assert blk(after, "fstrace_block_requests_beyond_diskstats_total") == 0
         assert {dict(ls)["what"]: v for (n, ls), v in after.items() if n == "fstrace_losses_total"} == \
-            {name: 0 for _, _, name in xmacro("FST_LOSSES")}
+            {name: 0 for name in collector_header["losses"]}
 
         # Prometheus asked for OpenMetrics and got it: only that format has the counters' _created samples
         assert prom.query('count(fstrace_requests_created{mount="%s"})' % mnt) > 0
@@ -336,7 +335,8 @@ def test_serve_counts_every_read_and_prometheus_agrees(mounted_erofs):  # noqa: 
     assert p.returncode == 0, log
 
 
-def test_serve_survives_bad_clients_and_stops_clean(mounted_erofs):  # noqa: F811
+@pytest.mark.bpf
+def test_serve_survives_bad_clients_and_stops_clean(mounted_erofs):
     mnt, _ = mounted_erofs
     p, port, rest = start_serve("--mount", mnt)
     collector = collector_under(p.pid, timeout=10)
@@ -396,6 +396,7 @@ def test_serve_survives_bad_clients_and_stops_clean(mounted_erofs):  # noqa: F81
     assert private and not os.path.exists(os.path.dirname(private[0]))
 
 
+@pytest.mark.bpf
 def test_a_scrape_gets_through_while_300_connections_are_held(mounted_erofs):  # noqa: F811
     """300 connections more than serve's bound of them, each sending its request a header line a second (a
     slow client that never stalls long enough for a read to time out): a scrape is still answered, and every held
@@ -455,6 +456,7 @@ def gone(pid, timeout=30.0):
     return False
 
 
+@pytest.mark.bpf
 def test_sigkill_of_serve_leaves_nothing(mounted_erofs):  # noqa: F811
     """serve SIGKILLed: its collector ends with it (its programs detached), and the next fstrace start removes
     its directory, one line, naming it."""
@@ -479,6 +481,7 @@ def test_sigkill_of_serve_leaves_nothing(mounted_erofs):  # noqa: F811
     assert not os.path.exists(private)
 
 
+@pytest.mark.bpf
 def test_collector_killed_under_serve_is_one_line(mounted_erofs):  # noqa: F811
     mnt, _ = mounted_erofs
     p, port, rest = start_serve("--mount", mnt)
@@ -504,6 +507,7 @@ def small_erofs(tmp_path):
     return img, mnt
 
 
+@pytest.mark.bpf
 def test_a_mount_that_goes_away_and_comes_back_elsewhere(tmp_path):
     """Unmounted: reported, its counters stay, serving goes on.  Mounted again there from another loop device:
     serve follows it (filters resolved again) and counts its reads under the new device."""
@@ -563,7 +567,8 @@ def test_a_mount_that_goes_away_and_comes_back_elsewhere(tmp_path):
             subprocess.run(["losetup", "-d", dev], check=True)
 
 
-def test_textfile_is_what_is_served(tmp_path, mounted_erofs):  # noqa: F811
+@pytest.mark.bpf
+def test_textfile_is_what_is_served(tmp_path, mounted_erofs):
     """--textfile: the exposition lives in the user's file (node_exporter's textfile directory), the one served;
     SIGHUP brings it back at once when it was deleted."""
     mnt, _ = mounted_erofs
@@ -590,7 +595,8 @@ def test_textfile_is_what_is_served(tmp_path, mounted_erofs):  # noqa: F811
         for accept in ("*/*", "text/plain", "application/openmetrics-text;q=0.1,text/plain;q=0.5"):
             req = urllib.request.Request("http://127.0.0.1:%d/metrics" % port, headers={"Accept": accept})
             with urllib.request.urlopen(req, timeout=10) as r:
-                assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4") and r.read().decode() == classic
+                assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+                assert r.read().decode() == classic
         out.unlink()
         p.send_signal(signal.SIGHUP)
         deadline = time.time() + 10
@@ -604,6 +610,7 @@ def test_textfile_is_what_is_served(tmp_path, mounted_erofs):  # noqa: F811
     assert sorted(os.listdir(tmp_path)) == ["fstrace.prom"]  # kept after stop, no temporary file
 
 
+@pytest.mark.bpf
 def test_pid_filter_serves_final_counters_once_the_processes_exit(tmp_path):
     """--pid: the collector ends with the traced processes; serve keeps their last counters until stopped."""
     f = tmp_path / "data"
@@ -626,7 +633,8 @@ def test_pid_filter_serves_final_counters_once_the_processes_exit(tmp_path):
     assert p.returncode == 0, log
 
 
-def test_per_comm_counts_each_task_name_exactly(mounted_erofs):  # noqa: F811
+@pytest.mark.bpf
+def test_per_comm_counts_each_task_name_exactly(mounted_erofs):
     """--per-comm: the reads of two task names on the mount, each counted under its name."""
     mnt, _ = mounted_erofs
     p, port, rest = start_serve("--mount", mnt, "--per-comm")
@@ -663,6 +671,7 @@ def test_per_comm_counts_each_task_name_exactly(mounted_erofs):  # noqa: F811
     assert p.returncode == 0, log
 
 
+@pytest.mark.bpf
 def test_collector_alone_writes_the_textfile(tmp_path):
     """As on a box without Python (node_exporter's textfile collector): the collector's file, SIGHUP, SIGTERM."""
     out = tmp_path / "fstrace.prom"
@@ -688,6 +697,7 @@ def test_collector_alone_writes_the_textfile(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["fstrace.prom"]  # no temporary file left
 
 
+@pytest.mark.bpf
 @pytest.mark.parametrize("args,says", [
     (["--listen", "127.0.0.1"], "--listen wants ADDR:PORT"),
     (["--listen", "127.0.0.1:99999"], "--listen wants ADDR:PORT"),
@@ -705,6 +715,7 @@ def test_bad_serve_arguments_are_one_line(args, says):
     assert {d for d in os.listdir(tempfile.gettempdir()) if d.startswith("fstrace-serve-")} == before
 
 
+@pytest.mark.bpf
 def test_per_comm_needs_records_none():
     p = subprocess.run([COLLECTOR, "--exposition", "/tmp/x.prom", "--per-comm"], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True)
@@ -712,6 +723,7 @@ def test_per_comm_needs_records_none():
     assert not os.path.exists("/tmp/x.prom")
 
 
+@pytest.mark.bpf
 def test_bad_exposition_interval_is_one_line():
     p = subprocess.run([COLLECTOR, "--exposition", "/tmp/x.prom", "--exposition-interval", "0"],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -720,7 +732,8 @@ def test_bad_exposition_interval_is_one_line():
                                "(at most 1e+08), got '0'"
 
 
-def test_serve_streams_no_per_request_records(tmp_path, mounted_erofs):  # noqa: F811
+@pytest.mark.bpf
+def test_serve_streams_no_per_request_records(tmp_path, mounted_erofs):
     """serve's collector counts every request in the kernel and streams none of the per-request records
     (requests, block requests, erofs events, work items), which the exporter never reads; the counted bytes
     are the bytes the reader got."""
@@ -745,6 +758,7 @@ def test_serve_streams_no_per_request_records(tmp_path, mounted_erofs):  # noqa:
     assert sum(r["bytes"] for r in rows) == sum(os.path.getsize(f) for f in files)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("accept,om", [
     (PROMETHEUS_ACCEPT, True),
     ("application/openmetrics-text; version=1.0.0; charset=utf-8", True),
@@ -784,7 +798,8 @@ def map_update(mid, key, val):
                    hexbytes(val), check=True)
 
 
-def test_block_requests_unseen_and_beyond_diskstats_never_negative(mounted_erofs):  # noqa: F811
+@pytest.mark.bpf
+def test_block_requests_unseen_and_beyond_diskstats_never_negative(mounted_erofs):
     """fstrace_block_requests_unseen_total: what /proc/diskstats counted since the start that fstrace did not see.
     To have some, the collector's own count of the loop device's reads is taken away in its map (as if it had
     missed them all); then set above the kernel's (the excess goes to fstrace_block_requests_beyond_diskstats_total,
@@ -825,12 +840,12 @@ def test_block_requests_unseen_and_beyond_diskstats_never_negative(mounted_erofs
         s = parse(fresh_scrape(port, om=True))
         assert value(s, "fstrace_block_requests_unseen_total", **fields) == seen  # a counter: it does not shrink
         assert value(s, "fstrace_block_requests_beyond_diskstats_total", **fields) == 1000
-        assert all(v >= 0 for (n, _), v in s.items() if n.startswith("fstrace_block_requests_"))
     finally:
         log = stop(p, rest)
     assert p.returncode == 0, log
 
 
+@pytest.mark.bpf
 def test_a_mount_that_goes_away_and_comes_back_on_the_same_device(tmp_path):
     """Unmounted, then mounted again at the same path from the same loop device: the same collector counts on
     (the filters still match), the counters go on from where they were, under the same series."""
@@ -890,7 +905,8 @@ def test_a_mount_that_goes_away_and_comes_back_on_the_same_device(tmp_path):
         subprocess.run(["losetup", "-d", loop], check=True)
 
 
-def test_counters_never_shrink_and_memory_stays_flat_over_1000_scrapes(mounted_erofs):  # noqa: F811
+@pytest.mark.bpf
+def test_counters_never_shrink_and_memory_stays_flat_over_1000_scrapes(mounted_erofs):
     """Weeks of counters in small: 1000 scrapes (both formats) while cold and warm reads run; every counter,
     histogram bucket, count and sum is a non-negative integer-exact value that never goes down from one scrape to
     the next, the _created samples never move, and neither process grows.  (The counters are u64 in the kernel
@@ -919,7 +935,8 @@ def test_counters_never_shrink_and_memory_stays_flat_over_1000_scrapes(mounted_e
         for i in range(1000):
             om = i % 2 == 1
             if om and i % 100 != 1:  # the OpenMetrics parser checks one in 100; the rest are read the same way
-                req = urllib.request.Request("http://127.0.0.1:%d/metrics" % port, headers={"Accept": PROMETHEUS_ACCEPT})
+                req = urllib.request.Request("http://127.0.0.1:%d/metrics" % port,
+                                             headers={"Accept": PROMETHEUS_ACCEPT})
                 with urllib.request.urlopen(req, timeout=10) as r:
                     text = r.read().decode()
             else:
@@ -929,7 +946,8 @@ def test_counters_never_shrink_and_memory_stays_flat_over_1000_scrapes(mounted_e
             for k, v in samples.items():
                 if not k[0].endswith(counter_like):
                     continue
-                assert v >= 0, k
+                # counts are whole numbers (a float there would lose counts past 2^53); times and sums need not be
+                assert v == int(v) or "_seconds" in k[0] or k[0].endswith(("_sum", "_created")), (k, v)
                 if k in prev:
                     assert v >= prev[k] if not k[0].endswith("_created") else v == prev[k], (i, k, prev[k], v)
             assert set(prev) <= set(samples)  # no series goes away
@@ -948,6 +966,7 @@ def test_counters_never_shrink_and_memory_stays_flat_over_1000_scrapes(mounted_e
     assert rss1[0] - rss0[0] < 1 << 20 and rss1[1] - rss0[1] < 256 << 10, (rss0, rss1)
 
 
+@pytest.mark.bpf
 def test_openmetrics_needs_the_exposition(tmp_path):
     p = subprocess.run([COLLECTOR, "-o", str(tmp_path / "x.fst"), "--openmetrics", str(tmp_path / "x.om")],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -956,6 +975,7 @@ def test_openmetrics_needs_the_exposition(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.bpf
 def test_serve_on_a_budget_estimates_reads_with_an_interval(mounted_erofs):  # noqa: F811
     """--budget: the request hooks only in windows; fstrace_requests_total counts what they saw, and
     fstrace_requests_estimated's 95 % bounds hold fio's own count of every read it made."""

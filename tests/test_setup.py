@@ -1,12 +1,14 @@
 """Each fstrace command installs only what it uses: attach on a production box gets no fio, mkfs tools or
 test tools, serve not even numpy or matplotlib.  apt-get, dpkg-query and make are replaced by stand-ins that
-record what they were asked."""
+record what they were asked.  And the unit test lane needs no privileges."""
 import os
+import re
 import subprocess
+import sys
 
 import pytest
 
-from conftest import FSTRACE, ROOT
+from conftest import FSTRACE, NOBODY, ROOT
 
 COLLECTOR_PKGS = {"clang", "libbpf-dev", "bpftool"}
 # libdeflate-dev, liblz4-dev, autoconf: building erofs-utils 1.8.6 (scripts/build-erofs-utils.sh), not on attach boxes
@@ -14,7 +16,7 @@ WORKLOAD_PKGS = {"fio", "erofs-utils", "squashfs-tools", "btrfs-progs", "xfsprog
                  "libdeflate-dev", "liblz4-dev", "autoconf"}
 CLI_PKGS = {"python3"}
 ANALYSIS_PKGS = {"python3-numpy", "python3-matplotlib"}
-TEST_PKGS = {"python3-pytest", "qemu-system-x86", "chromium"}
+TEST_PKGS = {"python3-pytest", "clang-format", "qemu-system-x86", "chromium"}
 
 
 @pytest.fixture
@@ -43,6 +45,7 @@ def installed(log):
     return pkgs, any(l.startswith("make ") for l in lines)
 
 
+@pytest.mark.bpf
 @pytest.mark.parametrize("command,wanted,unwanted,builds", [
     ("attach", COLLECTOR_PKGS | ANALYSIS_PKGS, WORKLOAD_PKGS | TEST_PKGS, True),
     ("serve", COLLECTOR_PKGS | CLI_PKGS, ANALYSIS_PKGS | WORKLOAD_PKGS | TEST_PKGS, True),
@@ -62,11 +65,12 @@ def test_each_command_installs_what_it_uses(fresh_machine, command, wanted, unwa
     assert built == builds
 
 
+@pytest.mark.bpf
 @pytest.mark.parametrize("command", ["run", "bench", "advise", "attach", "serve"])
 def test_root_commands_refuse_other_users_before_installing(fresh_machine, command):
     """Commands that load BPF say so at once for another user, before any setup (which could not install)."""
     env, log = fresh_machine
-    p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", FSTRACE, command, "--help"],
+    p = subprocess.run(NOBODY + [FSTRACE, command, "--help"],
                        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert p.returncode == 1 and p.stderr == \
         "fstrace: error: '%s' must run as root (try: sudo ./fstrace %s --help)\n" % (command, command)
@@ -81,6 +85,7 @@ def without_numpy(tmp_path, env):
     return dict(env, PYTHONPATH=str(fake.parent))
 
 
+@pytest.mark.bpf
 def test_serve_and_help_run_without_numpy(fresh_machine, tmp_path):
     """serve (and the help of every command) need no numpy; attach and report do, and say so in one line."""
     env, _ = fresh_machine
@@ -95,6 +100,7 @@ def test_serve_and_help_run_without_numpy(fresh_machine, tmp_path):
             "fstrace: error: python3-numpy is missing (run: sudo ./fstrace setup)", p.stderr
 
 
+@pytest.mark.bpf
 def test_the_test_command_installs_everything(fresh_machine):
     env, log = fresh_machine
     subprocess.run([os.path.join(ROOT, "scripts", "setup.sh"), "--test"], env=env, check=True)
@@ -102,6 +108,7 @@ def test_the_test_command_installs_everything(fresh_machine):
     assert COLLECTOR_PKGS | WORKLOAD_PKGS | ANALYSIS_PKGS | TEST_PKGS <= pkgs and built
 
 
+@pytest.mark.unit
 def test_help_and_unknown_commands_install_nothing(fresh_machine):
     env, log = fresh_machine
     subprocess.run([FSTRACE, "--help"], env=env, stdout=subprocess.PIPE, check=True)
@@ -110,10 +117,31 @@ def test_help_and_unknown_commands_install_nothing(fresh_machine):
     assert installed(log) == (set(), False)
 
 
+@pytest.mark.unit
 def test_unknown_setup_part_is_refused(fresh_machine):
     env, log = fresh_machine
     p = subprocess.run([os.path.join(ROOT, "scripts", "setup.sh"), "everything"], env=env, stderr=subprocess.PIPE,
                        text=True)
     assert p.returncode == 2 and p.stderr.strip() == \
-        "setup.sh: unknown part 'everything' (collector, workloads, cli, numpy, plots, analysis, test or --test)"
+        "setup.sh: unknown part 'everything' (collector, workloads, cli, numpy, plots, analysis, unit, test or --test)"
     assert installed(log) == (set(), False)
+
+
+@pytest.mark.bpf
+def test_the_unit_lane_runs_as_an_unprivileged_user():
+    """./scripts/test.sh --lane unit as nobody: every unit test runs and passes without privileges (none is
+    skipped for want of them); the whole suite, as nobody, is refused in one line before any test runs."""
+    test_sh = os.path.join(ROOT, "scripts", "test.sh")
+    as_nobody = ["runuser", "-u", "nobody", "--"]
+    if subprocess.run(as_nobody + ["test", "-r", test_sh]).returncode != 0:
+        pytest.skip("this checkout (%s) is not readable by nobody" % ROOT)
+    unit = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "unit", "--collect-only",
+                           "-q"], cwd=ROOT, stdout=subprocess.PIPE, text=True, check=True).stdout
+    n = int(re.search(r"^(\d+)/\d+ tests collected", unit, re.M).group(1))
+    p = subprocess.run(as_nobody + [test_sh, "--lane", "unit", "-q"], cwd="/", stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert re.search(r"^%d passed, \d+ deselected in" % n, p.stdout.splitlines()[-1]), p.stdout
+    q = subprocess.run(as_nobody + [test_sh, "-q"], cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True)
+    assert q.returncode == 1 and q.stdout == "" and q.stderr.startswith("fstrace tests: must run as root"), q.stderr

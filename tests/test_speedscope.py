@@ -16,9 +16,8 @@ import pytest
 
 from analysis import results, speedscope
 from browser import open_in_browser
-from conftest import ROOT, fstrace, read_folded
-from forge import forge, real, results_dir, split  # noqa: F401 (real: a fixture)
-from test_cli import one_line_error
+from conftest import ROOT, fstrace, one_line_error, read_folded
+from forge import forge, results_dir, split
 
 RELEASE = os.path.join(ROOT, "build", "speedscope", "node_modules", "speedscope", "dist", "release")
 GRAPHS = ["wallclock", "oncpu", "offcpu"]  # the export's first profiles, in this order
@@ -39,6 +38,7 @@ def run(erofs_randread):
     return erofs_randread[0]
 
 
+@pytest.mark.bpf
 def test_export_holds_the_folded_stacks_in_time_units_and_per_thread(run, tmp_path):
     doc = json.loads((run / speedscope.NAME).read_text())
     with open(os.path.join(RELEASE, "file-format-schema.json")) as f:
@@ -133,6 +133,7 @@ def microseconds(shown):
     return float(m.group(1)) * unit, 0.005 * unit
 
 
+@pytest.mark.bpf
 def test_speedscope_opens_the_run_and_shows_the_folded_totals(run, tmp_path):
     doc = json.loads((run / speedscope.NAME).read_text())
     res = results.load(str(run / "results.fst"))
@@ -146,6 +147,7 @@ def test_speedscope_opens_the_run_and_shows_the_folded_totals(run, tmp_path):
         assert abs(value - total) <= rounding + 1e-9, (name, shown, total)
 
 
+@pytest.mark.bpf
 def test_the_viewer_check_catches_a_profile_speedscope_refuses(tmp_path):
     """A frame index past the frame table: speedscope fails to import it, and the check says so."""
     bad = {"$schema": speedscope.SCHEMA, "shared": {"frames": [{"name": "a"}]},
@@ -155,6 +157,7 @@ def test_the_viewer_check_catches_a_profile_speedscope_refuses(tmp_path):
     assert rows == [] and any("Failed to load" in p for p in problems), problems
 
 
+@pytest.mark.unit
 def test_a_run_without_stacks_or_with_a_bench_is_one_line(real, tmp_path):
     _, header, data = split(real[1])
     out = tmp_path / "p.json"
@@ -172,6 +175,7 @@ def test_a_run_without_stacks_or_with_a_bench_is_one_line(real, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.unit
 def test_threads_that_do_not_fit_the_stacks_are_refused(real, tmp_path):
     _, header, data = split(real[1])
     assert len(header["sampling"]["tids"]) == len(header["sampling"]["folded"])

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from analysis import amplification, report, results, timeline, verdict
+from analysis import report, timeline, verdict
 from conftest import fstrace, timeline_flows
 
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?")  # not the 50 of p50
@@ -14,9 +14,23 @@ def numbers(text):
     return [float(x) for x in NUMBER.findall(text)]
 
 
+def size_text(n):
+    """n bytes as people read them: in the largest of GiB, MiB and KiB that n is at least one of, to a tenth
+    (bytes below 1 KiB, whole)."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return "%.1f %s" % (n / scale, unit)
+    return "%d B" % n
+
+
 def mag(n):
-    """A byte count as the verdict writes it (its number, in the unit verdict.size picks)."""
-    return float(verdict.size(n).split()[0])
+    return float(size_text(n).split()[0])
+
+
+def mean_times(hist):
+    """The mean of a {times: units} histogram (how often a unit was looked up or read, on average)."""
+    units = sum(hist.values())
+    return sum(int(times) * n for times, n in hist.items()) / units if units else 0.0
 
 
 def logical_lines(text):
@@ -30,8 +44,17 @@ def logical_lines(text):
     return out
 
 
+@pytest.mark.unit
+def test_verdict_numbers_are_a_stored_summarys(erofs_randread_summary):
+    verdict_numbers_are_the_summarys(erofs_randread_summary)
+
+
+@pytest.mark.bpf
 def test_verdict_numbers_are_the_summarys(erofs_randread):
-    out, res, s = erofs_randread
+    verdict_numbers_are_the_summarys(erofs_randread[2])
+
+
+def verdict_numbers_are_the_summarys(s):
     text = report.render(s, full=False)
     lines = logical_lines(text)
     assert len(text.splitlines()) <= 22 and max(len(l) for l in text.splitlines()) <= verdict.WIDTH
@@ -46,6 +69,8 @@ def test_verdict_numbers_are_the_summarys(erofs_randread):
         [round(x, 1 if x < 1000 else 2) for x in lat]
     got = numbers(by["reads"])
     assert got == pytest.approx(expect, abs=0.051), (by["reads"], expect)
+    assert "%s in" % size_text(r["bytes"]) in by["reads"] and "= %s/s" % size_text(s["throughput_bytes_per_s"]) \
+        in by["reads"], by["reads"]
     # time in requests: the summary's parts by share, the largest named dominant, the rest named
     a = s["attribution"]
     att = by["time in requests"]
@@ -65,7 +90,7 @@ def test_verdict_numbers_are_the_summarys(erofs_randread):
         expect = [d["requests"], mag(d["mean_bytes"]), 4, round(d["aligned_4k_pct"], 1)] + \
             [round(x, 1) if x < 1000 else round(x / 1000, 2) for x in q]
         assert numbers(line.split("): ", 1)[1]) == pytest.approx(expect, abs=0.051), (line, expect)
-        assert "(%s)" % d["level"] in line
+        assert "(%s)" % d["level"] in line and "mean %s" % size_text(d["mean_bytes"]) in line, line
     assert {d["level"] for d in s["devices"].values()} == {"loop", "backing"}
     # decompression: sampled on this tier, its share of request time and the kworkers' part
     dec = s["decompression"]
@@ -93,8 +118,8 @@ def test_verdict_numbers_are_the_summarys(erofs_randread):
     levels = amp["device_read_per_received"]
     expect = [mag(s["reads"]["bytes"])] + [round(levels[lv]["per_received"], 2) for lv in levels] + \
         [round(amp["decompressed_per_received"]["per_received"], 2), amp["unit_lookups"]["units"],
-         round(amplification.mean_times(amp["unit_lookups"]["times"]), 2),
-         round(amplification.mean_times(amp["unit_device_reads"]["times"]), 2),
+         round(mean_times(amp["unit_lookups"]["times"]), 2),
+         round(mean_times(amp["unit_device_reads"]["times"]), 2),
          round(100 * amp["device_reread_share"]["share"], 1)]
     assert numbers(line) == pytest.approx(expect, abs=0.0051), (line, expect)
     # lost and unavailable, one line each
@@ -109,10 +134,13 @@ def test_verdict_numbers_are_the_summarys(erofs_randread):
     un = [l for l in lines if l.startswith("  unavailable")]
     assert len(un) == (1 if s["unavailable"] else 0)
     for u in s["unavailable"]:
-        assert verdict.short_figure(u["figure"]) in un[0]
+        # named without its explanation (what follows a colon or an opening parenthesis)
+        name = re.split(r": | \(", u["figure"])[0]
+        assert name in un[0] and (name == u["figure"] or u["figure"][len(name):] not in un[0]), (name, un[0])
     assert "fstrace report DIR --full" in text
 
 
+@pytest.mark.bpf
 def test_full_report_keeps_the_verdict_first_and_groups_tiers(erofs_randread):
     out, _, s = erofs_randread
     short = fstrace("report", str(out)).stdout
@@ -121,8 +149,18 @@ def test_full_report_keeps_the_verdict_first_and_groups_tiers(erofs_randread):
     assert full.startswith(head)
     body = full[len(head):]
     assert "== where request time went" in body and "== tiers, losses and what could not be measured" in body
-    for tier, probes in verdict.tier_groups(s).items():
-        assert "probes at tier %s" % tier.split(" (")[0] in body
+    # every probe listed once, under the heading of its own tier
+    listed, tier = {}, None
+    for l in body.splitlines():
+        m = re.match(r"  probes at tier (\w+)", l)
+        if m:
+            tier = m.group(1)
+        elif not l.startswith("      "):
+            tier = None
+        elif tier and re.fullmatch(r" +\w+(, \w+)*,?", l):  # its probes, six columns in (a long title wraps)
+            for probe in l.strip().rstrip(",").split(", "):
+                listed.setdefault(probe, []).append(tier)
+    assert listed == {probe: [t["tier"]] for probe, t in s["tiers"].items()}, listed
     # the tiers are lines of at most WIDTH columns, never one line of all probes
     tier_lines = [l for l in body.splitlines() if "block_rq_issue" in l]
     assert tier_lines and all(len(l) <= verdict.WIDTH for l in tier_lines)
@@ -131,6 +169,7 @@ def test_full_report_keeps_the_verdict_first_and_groups_tiers(erofs_randread):
 KERNEL_ENTRIES = ("entry_SYSCALL_64", "asm_exc_", "asm_sysvec_", "asm_common_interrupt", "ret_from_fork")
 
 
+@pytest.mark.bpf
 def test_user_stacks_stop_where_the_walk_stops(erofs_randread):
     """fio is built without frame pointers: its stacks end (at the root) in one [fio] frame, never a run of
     [unknown]; the frames kept under it are functions by name."""
@@ -153,6 +192,7 @@ def test_user_stacks_stop_where_the_walk_stops(erofs_randread):
     assert not any("[unknown];[unknown]" in st for st, _ in smp["folded"])
 
 
+@pytest.mark.bpf
 def test_timeline_is_a_perfetto_trace_of_every_request(erofs_randread):
     out, res, _ = erofs_randread
     path = out / timeline.NAME

@@ -62,6 +62,7 @@ def guest(vm_host, request):
     return run
 
 
+@pytest.mark.vm
 @pytest.mark.parametrize("kname", KERNELS)
 def test_guest_finished(guest, kname):
     """The guest ran every step with no soft lockup, RCU stall or hung task on its console, on the kernel asked."""
@@ -71,6 +72,7 @@ def test_guest_finished(guest, kname):
     assert vmtest.guest_kernel(guest["outdir"]).startswith(kname + "."), vmtest.guest_kernel(guest["outdir"])
 
 
+@pytest.mark.vm
 @pytest.mark.parametrize("image", READS)
 @pytest.mark.parametrize("kname", KERNELS)
 def test_read_probes(guest, kname, image, vm_host):
@@ -89,6 +91,7 @@ def test_read_probes(guest, kname, image, vm_host):
     assert len(counted) == 2, lines  # one decompression line per tier, each with records (else a failure above)
 
 
+@pytest.mark.vm
 @pytest.mark.parametrize("kname", KERNELS)
 def test_write_compression(guest, kname, vm_host):
     """btrfs compression on write, both tiers, against the files copied and the work items the tracepoint tier
@@ -130,6 +133,7 @@ MID_RUN_INT3 = """vmguest: 120.4 s: reading squashfs (kprobe)
 """
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("text,accel,retried", [
     (STALL, "tcg", True),
     (STALL, "kvm", False),  # not the emulator's: fails at once

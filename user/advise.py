@@ -168,7 +168,7 @@ def page(doc, docs, text, outdir):
     """advice.html: the ranking and advice, the size/time scatter per device model (Pareto front highlighted),
     and for the two fastest candidates the differential flamegraph and attribution bars on the workload that
     separates them most."""
-    from analysis import advice, flamegraph, html, plots, sampling, summary, tables
+    from analysis import advice, flamegraph, html, plots, sampling, tables
     sets = [("uncapped", doc["uncapped"])] + ([("IOPS cap %d" % doc["capped"]["iops_cap"], doc["capped"])]
                                               if doc["capped"] else [])
     sections = [("Ranking and advice", html.pre(text)),
@@ -186,7 +186,7 @@ def page(doc, docs, text, outdir):
             with open(os.path.join(rundir, "summary.json")) as f:
                 bars.append((label, tables.attribution_of(json.load(f))["parts_ns"]))
         sections.append(("Attribution on %s: %s vs %s" % (wl, labels[0], labels[1]), html.inline_svg(
-            plots.attribution_bars(bars, summary.ATTRIBUTION_PARTS, "where request time went (median runs)"))))
+            plots.attribution_bars(bars, res.schema, "where request time went (median runs)"))))
         if folded[0] or folded[1]:
             svg = flamegraph.render(folded[1], "differential on-CPU flamegraph on %s: %s vs %s" % (wl, labels[1],
                                                                                                    labels[0]),

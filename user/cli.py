@@ -485,8 +485,8 @@ def build_parser():
                         "ranking, Pareto front, causes")
     advise.add_arguments(ad, os.environ.get("FSTRACE_CACHE", DEFAULT_CACHE))
     ad.set_defaults(func=advise.cmd_advise)
-    c = sub.add_parser("compare", help="what changed between two result sets (bench or run directories), or between two "
-                       "configurations of one workload: verdicts side by side, parts, read amplification")
+    c = sub.add_parser("compare", help="what changed between two result sets (bench or run directories), or between "
+                       "two configurations of one workload: verdicts side by side, parts, read amplification")
     c.add_argument("a")
     c.add_argument("b")
     c.add_argument("--flamegraph", help="also write a differential on-CPU flamegraph SVG (two run directories)")

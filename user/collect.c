@@ -42,7 +42,7 @@ static void on_signal(int sig) { stop_signal = sig; }
 static volatile sig_atomic_t hup_signal;
 static void on_hup(int sig) { hup_signal = 1; }
 /* only here so SIGCHLD interrupts ring_buffer__poll and the exit time is taken promptly */
-static void on_child(int sig) { }
+static void on_child(int sig) {}
 
 static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args)
 {
@@ -61,7 +61,7 @@ static int handle_record(void *ctx, void *data, size_t size)
 	struct results *r = ctx;
 	if (opt.exposition)
 		expose_note_record(data, size);
-	if (!r) {	/* --exposition without -o: nothing is kept; a request here is missing from the counters */
+	if (!r) { /* --exposition without -o: nothing is kept; a request here is missing from the counters */
 		if (((const __u32 *)data)[0] == FST_REC_REQ)
 			expose_unaggregated_requests++;
 		return 0;
@@ -110,13 +110,13 @@ static pid_t start_command(int *go)
 		signal(SIGINT, SIG_DFL);
 		signal(SIGTERM, SIG_DFL);
 		if (read(p[0], &c, 1) != 1)
-			_exit(126);	/* collector gave up before tracing started */
+			_exit(126); /* collector gave up before tracing started */
 		execvp(opt.cmd[0], opt.cmd);
 		fprintf(stderr, "fstrace-collect: cannot run %s: %s\n", opt.cmd[0], strerror(errno));
 		_exit(127);
 	}
 	close(p[0]);
-	setpgid(child, child);	/* either side may run first */
+	setpgid(child, child); /* either side may run first */
 	*go = p[1];
 	return child;
 }
@@ -144,12 +144,14 @@ static void exposer_init(struct exposer *x, struct tracer *t, __u64 t_start_real
 {
 	x->in.maps = (struct expose_maps){
 		.req_agg = t->tsk ? bpf_map__fd(t->tsk->maps.req_agg) : -1,
-		.agg_keys = t->tsk ? bpf_map__fd(t->tsk->maps.agg_keys) : -1, .dev_io = bpf_map__fd(t->blk->maps.dev_io),
-		.drops = bpf_map__fd(t->blk->maps.drops), .io_sums = bpf_map__fd(t->blk->maps.io_sums),
+		.agg_keys = t->tsk ? bpf_map__fd(t->tsk->maps.agg_keys) : -1,
+		.dev_io = bpf_map__fd(t->blk->maps.dev_io),
+		.drops = bpf_map__fd(t->blk->maps.drops),
+		.io_sums = bpf_map__fd(t->blk->maps.io_sums),
 		.comm_agg = t->tsk && opt.per_comm ? bpf_map__fd(t->tsk->maps.comm_agg) : -1,
 		.losses = bpf_map__fd(t->blk->maps.losses),
 	};
-	if (x->in.maps.comm_agg >= 0) {	/* the key every name beyond the map's room is counted under (tasks.bpf.c) */
+	if (x->in.maps.comm_agg >= 0) { /* the key every name beyond the map's room is counted under (tasks.bpf.c) */
 		struct fst_comm_agg_key other = {};
 		struct fst_comm_agg *zero = calloc(libbpf_num_possible_cpus(), sizeof(*zero));
 		if (!zero || bpf_map_update_elem(x->in.maps.comm_agg, &other, zero, BPF_NOEXIST))
@@ -241,7 +243,7 @@ static void trace(struct tracer *t, struct ring_buffer *rb, struct results *res,
 		}
 		if (ri->child > 0 && child_done)
 			break;
-		if (ri->child <= 0 && opt.nr_pids) {	/* --pid: stop once every traced process is gone */
+		if (ri->child <= 0 && opt.nr_pids) { /* --pid: stop once every traced process is gone */
 			bool any = false;
 			for (int i = 0; i < opt.nr_pids && !any; i++)
 				any = pid_alive(opt.pids[i]);
@@ -253,7 +255,7 @@ static void trace(struct tracer *t, struct ring_buffer *rb, struct results *res,
 	}
 	ri->interrupted = stop_signal != 0;
 	if (!child_done) {
-		kill(-ri->child, SIGTERM);	/* the whole workload tree, not only its shell */
+		kill(-ri->child, SIGTERM); /* the whole workload tree, not only its shell */
 		waitpid(ri->child, &ri->wstatus, 0);
 		ri->t_child_exit = now_ns(CLOCK_MONOTONIC);
 	}
@@ -294,7 +296,7 @@ int main(int argc, char **argv)
 	bool wants_delayacct = !opt.block_only && opt.out;
 	ri.delayacct_was = wants_delayacct ? delayacct_ref(true) : delayacct_set(-1);
 	delayacct_held = wants_delayacct;
-	atexit(delayacct_release);	/* every exit, die() included */
+	atexit(delayacct_release); /* every exit, die() included */
 	ri.t_load0 = now_ns(CLOCK_MONOTONIC);
 	struct tracer t = {};
 	tracer_load(&t);
@@ -322,7 +324,7 @@ int main(int argc, char **argv)
 		read_diskstat(&opt.devs[i], &ds_start[i]);
 	ri.ds_start = ds_start;
 	ri.ds_end = ds_end;
-	window_init(&t, ri.t_start);	/* --budget: the syscall hooks detached until the first window */
+	window_init(&t, ri.t_start); /* --budget: the syscall hooks detached until the first window */
 
 	static struct exposer x;
 	exposer_init(&x, &t, ri.t_start_real, ds_start);
@@ -330,7 +332,8 @@ int main(int argc, char **argv)
 	if (opt.exposition && (err = expose(&x)))
 		die("writing --exposition %s: %s", opt.exposition, strerror(-err));
 	if (opt.ready_fd >= 0) {
-		if (write(opt.ready_fd, "ready\n", 6) != 6) { /* the reader went away: keep tracing */ }
+		if (write(opt.ready_fd, "ready\n", 6) != 6) { /* the reader went away: keep tracing */
+		}
 		close(opt.ready_fd);
 	}
 	if (ri.child > 0) {
@@ -354,9 +357,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "fstrace-collect: writing %s: %s\n", opt.exposition, strerror(-err));
 	if (ri.expired.run_failures)
 		fprintf(stderr, "fstrace-collect: expiring stale in-flight block state failed %llu times (header "
-			"expired_in_flight.run_failures): a task may look as if waiting for its own I/O\n",
+				"expired_in_flight.run_failures): a task may look as if waiting for its own I/O\n",
 			ri.expired.run_failures);
-	if (!opt.out) {	/* an exporter: its file is the exposition, already final */
+	if (!opt.out) { /* an exporter: its file is the exposition, already final */
 		tracer_destroy(&t, rb);
 		json_object_put(meta);
 		fprintf(stderr, "fstrace-collect: detached\n");

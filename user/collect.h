@@ -31,7 +31,7 @@ struct options {
 	const char *cgroup;
 	const char *comm;
 	unsigned sdevs[MAX_DEVS][2];
-	unsigned stat_devs[MAX_DEVS][2];	/* per sdev: the device stat() reports for its files, {0, 0} = the same */
+	unsigned stat_devs[MAX_DEVS][2]; /* per sdev: the device stat() reports for its files, {0, 0} = the same */
 	int nr_sdevs;
 	double interval;
 	struct dev_arg devs[MAX_DEVS];
@@ -41,10 +41,10 @@ struct options {
 	double duration;
 	int ready_fd;
 	bool progress;
-	bool check;		/* --check: parse and check the options, then exit */
+	bool check; /* --check: parse and check the options, then exit */
 	bool no_btf_tp;
 	bool block_only;
-	bool empty_programs;	/* bench: the same hooks, programs that do nothing */
+	bool empty_programs; /* bench: the same hooks, programs that do nothing */
 	bool no_fentry;
 	int sample_hz;
 	bool records_all;
@@ -57,8 +57,8 @@ struct options {
 	const char *exposition;
 	const char *openmetrics;
 	double exposition_interval;
-	double budget_pct;	/* --budget: the syscall hooks' time-average cost (window.c), 100 = always on */
-	double window_duty;	/* --window-duty: a fixed share of time in windows instead of the budget's, 0 = none */
+	double budget_pct;  /* --budget: the syscall hooks' time-average cost (window.c), 100 = always on */
+	double window_duty; /* --window-duty: a fixed share of time in windows instead of the budget's, 0 = none */
 	char **cmd;
 };
 

@@ -27,7 +27,7 @@ unsigned long long expose_expired_bios, expose_expired_requests;
 
 int percpu_sum_value(int fd, const void *key, void *sum, size_t size)
 {
-	static __u64 *per_cpu;	/* grown to the largest value read, kept: no allocation per scrape */
+	static __u64 *per_cpu; /* grown to the largest value read, kept: no allocation per scrape */
 	static size_t have;
 	int ncpu = libbpf_num_possible_cpus();
 	if (have < size) {
@@ -43,7 +43,7 @@ int percpu_sum_value(int fd, const void *key, void *sum, size_t size)
 	size_t words = size / sizeof(__u64);
 	memset(sum, 0, size);
 	for (int c = 0; c < ncpu; c++)
-		for (size_t i = 0; i < words; i++)	/* the kernel rounds each CPU's value up to 8 bytes */
+		for (size_t i = 0; i < words; i++) /* the kernel rounds each CPU's value up to 8 bytes */
 			dst[i] += per_cpu[c * words + i];
 	return 0;
 }
@@ -189,7 +189,8 @@ static void family(struct jbuf *b, const char *name, const char *type, const cha
 static const char *op_name(__u32 sub)
 {
 	switch (sub) {
-#define OP_CASE(c, v, n) case v: return n;
+#define OP_CASE(c, v, n) \
+	case v: return n;
 		FST_IO_OPS(OP_CASE)
 #undef OP_CASE
 	}
@@ -200,7 +201,8 @@ static const char *op_name(__u32 sub)
 static const char *kind_name(unsigned kind)
 {
 	switch (kind) {
-#define KIND_CASE(c, v, n) case v: return n;
+#define KIND_CASE(c, v, n) \
+	case v: return n;
 		FST_REQ_KINDS(KIND_CASE)
 #undef KIND_CASE
 	}
@@ -276,7 +278,7 @@ static void requests(struct jbuf *b, int fd, int keys_fd, const __u32 *sdevs, in
 	}
 	refresh_fs_labels();
 	struct jbuf l = {};
-	static char lab[MAX_AGG_KEYS][1024];	/* a mount label is at most 255 bytes, 510 escaped */
+	static char lab[MAX_AGG_KEYS][1024]; /* a mount label is at most 255 bytes, 510 escaped */
 	for (int i = 0; i < n; i++) {
 		l.len = 0;
 		jb_add(&l, "kind=\"%s\",", kind_name(rows[i].key.kind));
@@ -367,7 +369,8 @@ void expose_note_record(const void *data, size_t size)
 static const char *fs_type_name(unsigned v)
 {
 	switch (v) {
-#define FS_CASE(c, val, n) case val: return n;
+#define FS_CASE(c, val, n) \
+	case val: return n;
 		FST_FILESYSTEMS(FS_CASE)
 #undef FS_CASE
 	}
@@ -377,19 +380,10 @@ static const char *fs_type_name(unsigned v)
 static const char *alg_name(unsigned v)
 {
 	switch (v) {
-#define ALG_CASE(c, val, n) case val: return n;
+#define ALG_CASE(c, val, n) \
+	case val: return n;
 		FST_ALGS(ALG_CASE)
 #undef ALG_CASE
-	}
-	return "unknown";
-}
-
-static const char *decomp_tier_name(unsigned v)
-{
-	switch (v) {
-#define TIER_CASE(c, val, n) case val: return n;
-		FST_TIERS(TIER_CASE)
-#undef TIER_CASE
 	}
 	return "unknown";
 }
@@ -410,11 +404,11 @@ static void decompressions(struct jbuf *b)
 		for (int i = 0; i < nr_decomp_sums; i++) {
 			const struct decomp_sum *s = &decomp_sums[i];
 			jb_add(b, "%s{device=\"%u:%u\",fs=\"%s\",alg=\"%s\",tier=\"%s\"} ", fams[f].name, FST_KDEV_MAJOR(s->dev),
-			       FST_KDEV_MINOR(s->dev), fs_type_name(s->fs), alg_name(s->alg), decomp_tier_name(s->tier));
+			       FST_KDEV_MINOR(s->dev), fs_type_name(s->fs), alg_name(s->alg), tier_name(s->tier));
 			if (f == 2)
 				jb_add(b, "%.9f\n", s->ns / 1e9);
 			else
-				jb_add(b, "%llu\n", f == 0 ? s->n : f == 1 ? s->errors : f == 3 ? s->in_bytes : s->out_bytes);
+				jb_add(b, "%llu\n", f == 0 ? s->n : (f == 1 ? s->errors : (f == 3 ? s->in_bytes : s->out_bytes)));
 		}
 	}
 	family(b, "fstrace_decompress_unsummed_total", "counter",
@@ -447,7 +441,8 @@ static void per_comm(struct jbuf *b, int fd)
 				       "fstrace_comm_request_seconds_total", "fstrace_comm_io_wait_seconds_total" };
 	static const char *helps[] = {
 		"Requests per task name (at most 64 name x filesystem x kind series; later ones under comm=\"\" alone).",
-		"Bytes the requests returned, per task name.", "Wall time in requests, per task name.",
+		"Bytes the requests returned, per task name.",
+		"Wall time in requests, per task name.",
 		"I/O wait in requests, per task name.",
 	};
 	for (int f = 0; f < 4; f++) {
@@ -492,7 +487,8 @@ const __u64 *dev_io_hist(const struct fst_dev_io *io, __u32 metric, __u32 sub)
 	if (sub >= FST_IO_SUBS)
 		return NULL;
 	return metric == FST_H_IO_BYTES ? io->bytes[sub] : metric == FST_H_IO_Q2C_US ? io->q2c_us[sub] :
-	       metric == FST_H_IO_D2C_US ? io->d2c_us[sub] : NULL;
+						       metric == FST_H_IO_D2C_US     ? io->d2c_us[sub] :
+										       NULL;
 }
 
 struct hist_row {
@@ -512,8 +508,7 @@ struct hist_row {
  * traced-but-not-counted ones (completed between attach and the first snapshot) the same way.  Both are
  * kept as high-water marks, so a counter never shrinks, and neither goes negative.
  */
-static const int diskstat_field[FST_IO_SUBS] = { [FST_IO_READ] = DISKSTAT_READS, [FST_IO_WRITE] = DISKSTAT_WRITES,
-						 [FST_IO_OTHER] = -1 };
+static const int diskstat_field[FST_IO_SUBS] = { [FST_IO_READ] = DISKSTAT_READS, [FST_IO_WRITE] = DISKSTAT_WRITES, [FST_IO_OTHER] = -1 };
 
 static unsigned long long requests_of(const struct fst_dev_io *io, __u32 sub)
 {
@@ -621,8 +616,9 @@ static void block(struct jbuf *b, const struct expose_input *in)
 			struct fst_io_sum_key sk = { .dev = rows[i].key.dev, .op = rows[i].key.sub };
 			struct fst_io_sum s = {};
 			bpf_map_lookup_elem(m->io_sums, &sk, &s);
-			double sum = fams[f].metric == FST_H_IO_BYTES ? (double)s.bytes :
-				     fams[f].metric == FST_H_IO_Q2C_US ? s.q2c_ns / 1e9 : s.d2c_ns / 1e9;
+			double sum = fams[f].metric == FST_H_IO_BYTES  ? (double)s.bytes :
+				     fams[f].metric == FST_H_IO_Q2C_US ? s.q2c_ns / 1e9 :
+									 s.d2c_ns / 1e9;
 			char lab[64];
 			snprintf(lab, sizeof(lab), "device=\"%u:%u\",op=\"%s\"", FST_KDEV_MAJOR(rows[i].key.dev),
 				 FST_KDEV_MINOR(rows[i].key.dev), op_name(rows[i].key.sub));
@@ -633,7 +629,7 @@ static void block(struct jbuf *b, const struct expose_input *in)
 	struct jbuf al = {}, au = {}, ac = {};
 	for (int d = 0; d < nr_devs; d++) {
 		const struct fst_align a = io[d].align;
-		if (!a.nr)	/* as the counters come: a device's once it completed a request */
+		if (!a.nr) /* as the counters come: a device's once it completed a request */
 			continue;
 		unsigned ma = FST_KDEV_MAJOR(devs[d]), mi = FST_KDEV_MINOR(devs[d]);
 		jb_add(&al, "fstrace_block_aligned_4k_total{device=\"%u:%u\",edge=\"start\"} %llu\n", ma, mi,
@@ -703,7 +699,7 @@ static void drops_and_probes(struct jbuf *b, const struct expose_maps *m, const 
 	for (int g = 0; g < ngroups; g++)
 		for (int i = 0; i < groups[g].n; i++) {
 			const struct probe *p = &groups[g].probes[i];
-			if (p->tier == TIER_NONE || !p->prog)
+			if (p->tier == FST_TIER_NONE || !p->prog)
 				continue;
 			unsigned long long missed = 0;
 			struct bpf_program *progs[2] = { p->prog, p->exit_prog };
@@ -799,7 +795,7 @@ static void openmetrics_of(struct jbuf *om, const char *text, size_t len, double
 		}
 		if (n > 7 && !strncmp(line, "# TYPE ", 7)) {
 			if (sscanf(line + 7, "%127s %15s", name, type) != 2)
-				abort();	/* family() wrote it */
+				abort(); /* family() wrote it */
 			size_t nlen = strlen(name);
 			const char *omtype = type;
 			if (!strcmp(type, "counter") && nlen > 6 && !strcmp(name + nlen - 6, "_total"))
@@ -813,7 +809,7 @@ static void openmetrics_of(struct jbuf *om, const char *text, size_t len, double
 				jb_add(om, "# UNIT %s seconds\n", fam);
 			else if (nlen > 6 && !strcmp(fam + nlen - 6, "_bytes"))
 				jb_add(om, "# UNIT %s bytes\n", fam);
-			if (help) {	/* "# HELP <classic name> <text>" */
+			if (help) { /* "# HELP <classic name> <text>" */
 				const char *t = memchr(help + 7, ' ', help_len - 7);
 				jb_add(om, "# HELP %s ", fam);
 				for (t = t ? t + 1 : help + help_len; t < help + help_len; t++)
@@ -828,13 +824,13 @@ static void openmetrics_of(struct jbuf *om, const char *text, size_t len, double
 		while (sp > line && sp[-1] != ' ')
 			sp--;
 		size_t name_len = strcspn(line, "{ ");
-		const char *labels_end = sp - 1;	/* the space before the value */
+		const char *labels_end = sp - 1; /* the space before the value */
 		bool counter = !strcmp(type, "counter"), histogram = !strcmp(type, "histogram");
 		size_t flen = strlen(fam);
 		const char *suffix = line + (name_len >= flen ? flen : name_len);
 		const char *le = NULL;
 		if (histogram && !strncmp(suffix, "_bucket{", 8)) {
-			for (const char *p = labels_end - 2; p > line + name_len; p--)	/* le is the last label */
+			for (const char *p = labels_end - 2; p > line + name_len; p--) /* le is the last label */
 				if (!strncmp(p, "le=\"", 4)) {
 					le = p;
 					break;
@@ -856,7 +852,7 @@ static void openmetrics_of(struct jbuf *om, const char *text, size_t len, double
 
 int expose_write(const char *path, const char *om_path, const struct expose_input *in)
 {
-	static struct jbuf b, om;	/* reused: their sizes settle at the exposition's, so memory stays flat */
+	static struct jbuf b, om; /* reused: their sizes settle at the exposition's, so memory stays flat */
 	b.len = 0;
 	requests(&b, in->maps.req_agg, in->maps.agg_keys, in->sdevs, in->nr_sdevs);
 	per_comm(&b, in->maps.comm_agg);

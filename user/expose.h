@@ -17,11 +17,11 @@
 struct diskstat;
 
 struct expose_maps {
-	int req_agg;	/* tasks.bpf.c req_agg (per CPU), -1 without request tracing (--block-only) */
-	int agg_keys;	/* tasks.bpf.c agg_keys: the (superblock, kind) of each of req_agg's entries */
-	int dev_io, drops, io_sums;	/* dev_io: block.bpf.c, indexed by the devices' order in devs */
-	int comm_agg;	/* tasks.bpf.c comm_agg (per CPU), -1 without --per-comm */
-	int losses;	/* block.bpf.c losses (per CPU, records.h FST_LOSSES) */
+	int req_agg;		    /* tasks.bpf.c req_agg (per CPU), -1 without request tracing (--block-only) */
+	int agg_keys;		    /* tasks.bpf.c agg_keys: the (superblock, kind) of each of req_agg's entries */
+	int dev_io, drops, io_sums; /* dev_io: block.bpf.c, indexed by the devices' order in devs */
+	int comm_agg;		    /* tasks.bpf.c comm_agg (per CPU), -1 without --per-comm */
+	int losses;		    /* block.bpf.c losses (per CPU, records.h FST_LOSSES) */
 };
 
 struct expose_probes {
@@ -44,12 +44,12 @@ struct expose_input {
 	struct expose_maps maps;
 	const struct expose_probes *groups;
 	int ngroups;
-	const __u32 *sdevs;	/* the filesystems filtered on (kernel dev_t): their series are there from the start */
+	const __u32 *sdevs; /* the filesystems filtered on (kernel dev_t): their series are there from the start */
 	int nr_sdevs;
-	const __u32 *devs;	/* the traced block devices (kernel dev_t), whose series are there from the start */
+	const __u32 *devs; /* the traced block devices (kernel dev_t), whose series are there from the start */
 	int nr_devs;
-	const struct diskstat *ds_start;	/* each device's /proc/diskstats when tracing began (NULL: none) */
-	double start_time_s;	/* the collector's start (realtime): counters start at 0 then */
+	const struct diskstat *ds_start; /* each device's /proc/diskstats when tracing began (NULL: none) */
+	double start_time_s;		 /* the collector's start (realtime): counters start at 0 then */
 };
 
 /* Write path now, in the classic text format, and om_path (unless NULL) in OpenMetrics 1.0 text; 0, or a
@@ -58,14 +58,14 @@ int expose_write(const char *path, const char *om_path, const struct expose_inpu
 
 /* helpers the collector shares with its results header */
 #define DEV_IO_METRICS 3
-extern const __u32 dev_io_metrics[DEV_IO_METRICS];	/* FST_H_IO_*: the histograms of struct fst_dev_io */
+extern const __u32 dev_io_metrics[DEV_IO_METRICS]; /* FST_H_IO_*: the histograms of struct fst_dev_io */
 const __u64 *dev_io_hist(const struct fst_dev_io *io, __u32 metric, __u32 sub);
 /* a walk over tasks.bpf.c req_agg's entries that have counted a request (the array holds no keys: an entry's key
  * is the (superblock, kind) agg_keys gave it to) */
 struct req_agg_iter {
 	int fd;
 	__u32 pos;					/* the next entry */
-	struct fst_req_agg_key key_of[FST_REQ_AGG_MAX];	/* agg_keys inverted, as it was at the start */
+	struct fst_req_agg_key key_of[FST_REQ_AGG_MAX]; /* agg_keys inverted, as it was at the start */
 	bool given[FST_REQ_AGG_MAX];
 };
 void req_agg_start(struct req_agg_iter *it, int fd, int keys_fd);

@@ -40,8 +40,7 @@ json *header_meta(const char *path)
 	enum json_tokener_error err = json_tokener_success;
 	json *meta = json_tokener_parse_verbose(b.s, &err);
 	if (!meta || !json_object_is_type(meta, json_type_object))
-		die("--meta %s: not a JSON object (%s)", path, meta ? "another JSON value" :
-		    json_tokener_error_desc(err));
+		die("--meta %s: not a JSON object (%s)", path, meta ? "another JSON value" : json_tokener_error_desc(err));
 	free(b.s);
 	return meta;
 }
@@ -87,7 +86,7 @@ static json *json_tracer_sites(struct block_bpf *blk)
 	jset(o, "time_every", ju64(FST_TRACER_TIME_EVERY));
 	json *sites = jset(o, "sites", jobj());
 	for (__u32 k = 0; k < FST_NR_TRACER_SITES; k++) {
-		struct fst_tracer_site sum;	/* its counters summed (mean_ns and rng too, which mean nothing summed) */
+		struct fst_tracer_site sum; /* its counters summed (mean_ns and rng too, which mean nothing summed) */
 		if (percpu_sum_value(bpf_map__fd(blk->maps.tracer_sites), &k, &sum, sizeof(sum)) || !sum.runs)
 			continue;
 		json *s = jset(sites, names[k], jobj());
@@ -307,9 +306,9 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 	jset(o, "was", ji64(ri->delayacct_was));
 	jset(o, "enabled_for_tracing", jbool(delayacct_held && ri->delayacct_was == 0));
 	o = jset(h, "task_state", jobj());
-	jset(o, "store", jstr(opt.block_only ? "none" : t->task_storage_on ? "task_storage" : "pid_hash"));
+	jset(o, "store", jstr(opt.block_only ? "none" : (t->task_storage_on ? "task_storage" : "pid_hash")));
 	jset(o, "why", jstr(opt.block_only ? "--block-only: no requests" : t->task_state_why));
-	o = jset(h, "work_functions", jobj());	/* how the work functions the programs tell apart were found */
+	o = jset(h, "work_functions", jobj()); /* how the work functions the programs tell apart were found */
 	jset(o, "found_by", jstr(t->ksyms_asked ? "bpf_kallsyms_lookup_name" : "/proc/kallsyms"));
 	/* which of them this kernel has, not where: a kernel address would give away its KASLR offset, and results
 	 * files are made to be copied to other machines */
@@ -317,10 +316,10 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 	for (int i = 0; i < NR_WORK_FNS; i++)
 		jset(found, work_fn_names[i], jbool(t->work_fn_addrs[i] != 0));
 	o = jset(h, "request_records", jobj());
-	jset(o, "mode", jstr(opt.records_all ? "all" : opt.records_none ? "none" : "slow"));
+	jset(o, "mode", jstr(opt.records_all ? "all" : (opt.records_none ? "none" : "slow")));
 	jset(o, "record_over_ns", ju64((__u64)(opt.record_over_us * 1000.0)));
 	o = jset(h, "io_stack_sampling", jobj());
-	jset(o, "mode", jstr(!opt.sample_hz ? "off" : opt.io_stacks_all ? "all" : "sampled"));
+	jset(o, "mode", jstr(!opt.sample_hz ? "off" : (opt.io_stacks_all ? "all" : "sampled")));
 	jset(o, "every_ns", ju64(FST_IO_STACK_EVERY_NS));
 	jset(o, "unsampled_id", ji64(FST_STACK_UNSAMPLED));
 	o = jset(h, "reader", jobj());

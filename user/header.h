@@ -15,13 +15,13 @@
 
 /* how the run went, as main saw it */
 struct run_info {
-	__u64 t_load0, t_attached;	/* CLOCK_MONOTONIC: load started, everything attached */
-	__u64 t_start, t_end, t_start_real;	/* the traced interval (and its start in CLOCK_REALTIME) */
-	pid_t child;			/* the command's pid, or <= 0 */
+	__u64 t_load0, t_attached;	    /* CLOCK_MONOTONIC: load started, everything attached */
+	__u64 t_start, t_end, t_start_real; /* the traced interval (and its start in CLOCK_REALTIME) */
+	pid_t child;			    /* the command's pid, or <= 0 */
 	int wstatus;
 	__u64 t_child_exit;
 	bool interrupted;
-	const struct diskstat *ds_start, *ds_end;	/* per traced device */
+	const struct diskstat *ds_start, *ds_end; /* per traced device */
 	struct expired expired;
 	int delayacct_was;
 	int poll_ms;

@@ -27,7 +27,7 @@ static inline json *jarr(void) { return jchk(json_object_new_array()); }
 static inline json *ju64(uint64_t v) { return jchk(json_object_new_uint64(v)); }
 static inline json *ji64(int64_t v) { return jchk(json_object_new_int64(v)); }
 static inline json *jstr(const char *s) { return jchk(json_object_new_string(s)); }
-static inline json *jstr_or_null(const char *s) { return s ? jstr(s) : NULL; }	/* NULL is JSON null */
+static inline json *jstr_or_null(const char *s) { return s ? jstr(s) : NULL; } /* NULL is JSON null */
 static inline json *jbool(bool v) { return jchk(json_object_new_boolean(v)); }
 
 /* o[key] = v (v NULL: null); keys are written in the order they are set */

@@ -73,7 +73,7 @@ void add_bpf_ksyms(struct bpf_object **objs, int nobjs)
 		struct bpf_program *p;
 		if (!objs[i])
 			continue;
-		bpf_object__for_each_program(p, objs[i]) {
+		bpf_object__for_each_program (p, objs[i]) {
 			struct bpf_prog_info info = {};
 			__u32 len = sizeof(info);
 			int fd = bpf_program__fd(p);

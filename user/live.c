@@ -13,7 +13,7 @@
 #define TOP_SHOWN 5
 
 struct top_entry {
-	uint64_t key;		/* tgid, or sdev << 40 ^ ino */
+	uint64_t key; /* tgid, or sdev << 40 ^ ino */
 	uint64_t io_wait_ns;
 	uint64_t requests;
 	uint32_t sdev;
@@ -43,7 +43,7 @@ static struct top_entry *top_slot(struct top_entry *t, uint64_t key)
 		if (e->key == key)
 			return e;
 	}
-	return NULL;	/* table full for this interval: the tail is not shown */
+	return NULL; /* table full for this interval: the tail is not shown */
 }
 
 void live_add(const void *data, size_t size)
@@ -118,7 +118,7 @@ static int cmp_wait(const void *a, const void *b)
 	const struct top_entry *x = a, *y = b;
 	if (x->used != y->used)
 		return y->used - x->used;
-	return x->io_wait_ns < y->io_wait_ns ? 1 : x->io_wait_ns > y->io_wait_ns ? -1 : 0;
+	return x->io_wait_ns < y->io_wait_ns ? 1 : (x->io_wait_ns > y->io_wait_ns ? -1 : 0);
 }
 
 void live_print(FILE *out, double interval_s, unsigned long long drops, int clear)
@@ -195,7 +195,7 @@ void live_counted(int fd, int keys_fd)
 		while (i < nlast && memcmp(&last[i].key, &key, sizeof(key)))
 			i++;
 		if (i == FST_REQ_AGG_MAX)
-			continue;	/* more keys than the map holds: cannot happen */
+			continue; /* more keys than the map holds: cannot happen */
 		if (i == nlast) {
 			memset(&last[nlast], 0, sizeof(last[0]));
 			last[nlast++].key = key;

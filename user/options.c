@@ -17,8 +17,7 @@
 #include <unistd.h>
 #include "collect.h"
 
-struct options opt = { .ready_fd = -1, .record_over_us = 1000, .offcpu_sample_us = 1000, .exposition_interval = 5,
-			.budget_pct = 100 };
+struct options opt = { .ready_fd = -1, .record_over_us = 1000, .offcpu_sample_us = 1000, .exposition_interval = 5, .budget_pct = 100 };
 
 void die(const char *fmt, ...)
 {
@@ -118,7 +117,7 @@ static double parse_seconds(const char *what, const char *s)
 	char *end;
 	errno = 0;
 	double v = strtod(s, &end);
-	if (errno || end == s || *end || !(v > 0) || v > MAX_SECONDS)	/* !(v > 0) also rejects nan */
+	if (errno || end == s || *end || !(v > 0) || v > MAX_SECONDS) /* !(v > 0) also rejects nan */
 		die("%s wants a number of seconds above 0 (at most %g), got '%s'", what, MAX_SECONDS, s);
 	return v;
 }
@@ -152,7 +151,7 @@ static const char *parse_majmin(const char *s, unsigned *major, unsigned *minor)
 static void parse_dev(const char *arg, struct dev_arg *d)
 {
 	const char *s = parse_majmin(arg, &d->major, &d->minor);
-	d->unit = 0;	/* 0: the block side measures alignment against 4 KiB */
+	d->unit = 0; /* 0: the block side measures alignment against 4 KiB */
 	d->is_loop = false;
 	if (s && *s == ':') {
 		s = dev_field(s + 1, (1ul << 30) + 1, &d->unit);
@@ -163,11 +162,12 @@ static void parse_dev(const char *arg, struct dev_arg *d)
 		d->is_loop = !strcmp(s + 1, "loop");
 		s = d->is_loop ? "" : NULL;
 	}
-	if (s && *s)	/* anything after the fields ('=' ends a number for --sdev only) */
+	if (s && *s) /* anything after the fields ('=' ends a number for --sdev only) */
 		s = NULL;
 	if (!s)
 		die("--dev wants MAJ:MIN[:UNIT[:loop]] (major < 4096, minor < 1048576, UNIT 512 to 1073741824 "
-		    "bytes), got '%s'", arg);
+		    "bytes), got '%s'",
+		    arg);
 	char sys[64];
 	snprintf(sys, sizeof(sys), "/sys/dev/block/%u:%u", d->major, d->minor);
 	if (access(sys, F_OK))
@@ -178,26 +178,40 @@ static void parse_dev(const char *arg, struct dev_arg *d)
 void parse_args(int argc, char **argv)
 {
 	static struct option longopts[] = {
-		{ "out", required_argument, 0, 'o' },	   { "meta", required_argument, 0, 'm' },
-		{ "dev", required_argument, 0, 'd' },	   { "pid", required_argument, 0, 'p' },
-		{ "cgroup", required_argument, 0, 'g' },   { "duration", required_argument, 0, 'D' },
-		{ "ready-fd", required_argument, 0, 'r' }, { "progress", no_argument, 0, 'P' },
-		{ "no-tp-btf", no_argument, 0, 'B' },	   { "help", no_argument, 0, 'h' },
-		{ "block-only", no_argument, 0, 'b' },	   { "comm", required_argument, 0, 'c' },
-		{ "no-fentry", no_argument, 0, 'F' },	   { "sample-hz", required_argument, 0, 'S' },
-		{ "sdev", required_argument, 0, 's' },	   { "interval", required_argument, 0, 'i' },
-		{ "records", required_argument, 0, 'R' },  { "record-over-us", required_argument, 0, 'U' },
-		{ "io-stacks", required_argument, 0, 'I' },  { "offcpu-sample-us", required_argument, 0, 'O' },
-		{ "no-io-records", no_argument, 0, 'N' },  { "exposition", required_argument, 0, 'E' },
-		{ "exposition-interval", required_argument, 0, 'e' }, { "per-comm", no_argument, 0, 'C' },
-		{ "budget", required_argument, 0, 'Q' },  { "window-duty", required_argument, 0, 'W' },
-		{ "empty-programs", no_argument, 0, 'Z' }, { "openmetrics", required_argument, 0, 'M' },
+		{ "out", required_argument, 0, 'o' },
+		{ "meta", required_argument, 0, 'm' },
+		{ "dev", required_argument, 0, 'd' },
+		{ "pid", required_argument, 0, 'p' },
+		{ "cgroup", required_argument, 0, 'g' },
+		{ "duration", required_argument, 0, 'D' },
+		{ "ready-fd", required_argument, 0, 'r' },
+		{ "progress", no_argument, 0, 'P' },
+		{ "no-tp-btf", no_argument, 0, 'B' },
+		{ "help", no_argument, 0, 'h' },
+		{ "block-only", no_argument, 0, 'b' },
+		{ "comm", required_argument, 0, 'c' },
+		{ "no-fentry", no_argument, 0, 'F' },
+		{ "sample-hz", required_argument, 0, 'S' },
+		{ "sdev", required_argument, 0, 's' },
+		{ "interval", required_argument, 0, 'i' },
+		{ "records", required_argument, 0, 'R' },
+		{ "record-over-us", required_argument, 0, 'U' },
+		{ "io-stacks", required_argument, 0, 'I' },
+		{ "offcpu-sample-us", required_argument, 0, 'O' },
+		{ "no-io-records", no_argument, 0, 'N' },
+		{ "exposition", required_argument, 0, 'E' },
+		{ "exposition-interval", required_argument, 0, 'e' },
+		{ "per-comm", no_argument, 0, 'C' },
+		{ "budget", required_argument, 0, 'Q' },
+		{ "window-duty", required_argument, 0, 'W' },
+		{ "empty-programs", no_argument, 0, 'Z' },
+		{ "openmetrics", required_argument, 0, 'M' },
 		{ "check", no_argument, 0, 'K' },
 		{ 0 },
 	};
 	int c;
 	struct statfs fs;
-	opterr = 0;	/* its messages come on top of ours: one line, from die() */
+	opterr = 0; /* its messages come on top of ours: one line, from die() */
 	while ((c = getopt_long(argc, argv, "+:o:m:d:p:g:c:s:i:D:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'o': opt.out = optarg; break;
@@ -225,7 +239,7 @@ void parse_args(int argc, char **argv)
 		/* perf's default perf_event_max_sample_rate; the kernel may allow less, which the header reports */
 		case 'S': opt.sample_hz = parse_long("--sample-hz", optarg, 0, 100000); break;
 		case 'c':
-			if (!*optarg || strlen(optarg) > 15)	/* a long one shown in part: the message is one line */
+			if (!*optarg || strlen(optarg) > 15) /* a long one shown in part: the message is one line */
 				die("--comm '%.15s%s' (%zu bytes): a task name has 1 to 15 characters", optarg,
 				    strlen(optarg) > 15 ? "..." : "", strlen(optarg));
 			opt.comm = optarg;
@@ -303,7 +317,7 @@ void parse_args(int argc, char **argv)
 	if (opt.per_comm && !opt.records_none)
 		die("--per-comm needs --records none (it counts every request; recorded ones have their comm)");
 	if (!opt.out && !opt.exposition && !opt.check)
-		die("-o FILE is required (see --help)");	/* or --exposition FILE */
+		die("-o FILE is required (see --help)"); /* or --exposition FILE */
 	/* the floor is the hooks' cost: sampling is a timer fstrace adds, not a hook its programs sit on */
 	if (opt.empty_programs)
 		opt.sample_hz = 0;
@@ -315,4 +329,3 @@ void parse_args(int argc, char **argv)
 	if (!opt.cmd && !opt.nr_pids && !opt.cgroup && !opt.comm)
 		fprintf(stderr, "fstrace-collect: no command, pid, comm or cgroup filter: tracing every task\n");
 }
-

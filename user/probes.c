@@ -24,104 +24,117 @@
 #include "btrfs.skel.h"
 #include "sample.skel.h"
 
-#define P(nm, fig, what, btf, raw, req)                                                                   \
-	{ .name = nm, .figure = fig, .measures = what, .progs = { [TIER_TP_BTF] = btf, [TIER_RAW_TP] = raw }, \
-	  .required = req }
+/*
+ * The probes of each object, its skeleton named first: a probe's programs are fields of that skeleton (tiers.h
+ * PROBE_PROG), named after the probe, so a program the object lacks does not compile.  P: a tracepoint with
+ * programs NAME_btf (tp_btf) and NAME_raw (raw_tp); PR: one with NAME_raw alone; D: a function timed by
+ * NAME_fentry/NAME_fexit or NAME_kprobe/NAME_kretprobe; FE: a function's entry alone, NAME_fentry or NAME_kprobe.
+ */
+#define P(skel, nm, fig, what, req)                                            \
+	{                                                                      \
+		.name = #nm, .figure = fig, .measures = what, .required = req, \
+		.prog_at = { [FST_TIER_TP_BTF] = PROBE_PROG(skel, nm##_btf),   \
+			     [FST_TIER_RAW_TP] = PROBE_PROG(skel, nm##_raw) }  \
+	}
+#define PR(skel, nm, fig, what, req)                                           \
+	{                                                                      \
+		.name = #nm, .figure = fig, .measures = what, .required = req, \
+		.prog_at = { [FST_TIER_RAW_TP] = PROBE_PROG(skel, nm##_raw) }  \
+	}
+#define D(skel, fn, fig, what)                                                           \
+	{                                                                                \
+		.name = #fn, .figure = fig, .measures = what,                            \
+		.prog_at = { [FST_TIER_FENTRY] = PROBE_PROG(skel, fn##_fentry),          \
+			     [FST_TIER_KPROBE] = PROBE_PROG(skel, fn##_kprobe) },        \
+		.exit_prog_at = { [FST_TIER_FENTRY] = PROBE_PROG(skel, fn##_fexit),      \
+				  [FST_TIER_KPROBE] = PROBE_PROG(skel, fn##_kretprobe) } \
+	}
+#define FE(skel, fn, fig, what)                                                  \
+	{                                                                        \
+		.name = #fn, .figure = fig, .measures = what,                    \
+		.prog_at = { [FST_TIER_FENTRY] = PROBE_PROG(skel, fn##_fentry),  \
+			     [FST_TIER_KPROBE] = PROBE_PROG(skel, fn##_kprobe) } \
+	}
 
 static struct probe block_probes[] = {
-	P("block_bio_queue", FST_FIG_BIO_QUEUE, "bio queue time, owner", "block_bio_queue_btf", "block_bio_queue_raw",
-	  true),
-	P("block_split", FST_FIG_BIO_SPLIT, "owner of split bios", "block_split_btf", "block_split_raw", false),
-	P("block_rq_issue", FST_FIG_RQ_ISSUE, "issue time, merges", "block_rq_issue_btf", "block_rq_issue_raw", true),
-	P("block_rq_complete", FST_FIG_RQ_COMPLETE, "completion, size, alignment", "block_rq_complete_btf",
-	  "block_rq_complete_raw", true),
-	P("workqueue_execute_start", FST_FIG_WORK_EXEC, "loop worker -> reader charging; filesystem work items",
-	  "workqueue_execute_start_btf", "workqueue_execute_start_raw", false),
-	P("workqueue_execute_end", FST_FIG_WORK_EXEC, "loop worker -> reader charging; filesystem work items",
-	  "workqueue_execute_end_btf", "workqueue_execute_end_raw", false),
-	P("workqueue_queue_work", FST_FIG_WORK_QUEUE, "queueing delay of filesystem work items",
-	  "workqueue_queue_work_btf", "workqueue_queue_work_raw", false),
+	P(block_bpf, block_bio_queue, FST_FIG_BIO_QUEUE, "bio queue time, owner", true),
+	P(block_bpf, block_split, FST_FIG_BIO_SPLIT, "owner of split bios", false),
+	P(block_bpf, block_rq_issue, FST_FIG_RQ_ISSUE, "issue time, merges", true),
+	P(block_bpf, block_rq_complete, FST_FIG_RQ_COMPLETE, "completion, size, alignment", true),
+	P(block_bpf, workqueue_execute_start, FST_FIG_WORK_EXEC, "loop worker -> reader charging; filesystem work items",
+	  false),
+	P(block_bpf, workqueue_execute_end, FST_FIG_WORK_EXEC, "loop worker -> reader charging; filesystem work items",
+	  false),
+	P(block_bpf, workqueue_queue_work, FST_FIG_WORK_QUEUE, "queueing delay of filesystem work items", false),
 };
 
 static struct probe task_probes[] = {
-	P("sys_enter", FST_FIG_REQ_START, "request start, file", "sys_enter_btf", "sys_enter_raw", true),
-	P("sys_exit", FST_FIG_REQ_END, "request end, bytes", "sys_exit_btf", "sys_exit_raw", true),
-	P("sched_switch", FST_FIG_CPU_SPLIT, "on-CPU / off-CPU split", "sched_switch_btf", "sched_switch_raw", true),
-	P("sched_wakeup", FST_FIG_WAKEUP, "sleep vs runqueue split", "sched_wakeup_btf", "sched_wakeup_raw", false),
-	P("sched_process_fork", FST_FIG_PROCESS_TREE, "process tree", "sched_process_fork_btf",
-	  "sched_process_fork_raw", true),
-	P("sched_process_exit", FST_FIG_PROCESS_TREE, "process tree", "sched_process_exit_btf",
-	  "sched_process_exit_raw", false),
-	P("mm_filemap_add_to_page_cache", FST_FIG_PCACHE_MISSES, "page-cache misses per request",
-	  "mm_filemap_add_to_page_cache_btf", "mm_filemap_add_to_page_cache_raw", false),
-	P("contention_begin", FST_FIG_LOCK_WAIT, "lock wait per request", "contention_begin_btf",
-	  "contention_begin_raw", false),
-	P("contention_end", FST_FIG_LOCK_WAIT, "lock wait per request", "contention_end_btf", "contention_end_raw",
-	  false),
-	P("page_cache_ra_order", FST_FIG_READAHEAD, "readahead window sizes per request", "page_cache_ra_order_btf",
-	  "page_cache_ra_order_raw", false),
+	P(tasks_bpf, sys_enter, FST_FIG_REQ_START, "request start, file", true),
+	P(tasks_bpf, sys_exit, FST_FIG_REQ_END, "request end, bytes", true),
+	P(tasks_bpf, sched_switch, FST_FIG_CPU_SPLIT, "on-CPU / off-CPU split", true),
+	P(tasks_bpf, sched_wakeup, FST_FIG_WAKEUP, "sleep vs runqueue split", false),
+	P(tasks_bpf, sched_process_fork, FST_FIG_PROCESS_TREE, "process tree", true),
+	P(tasks_bpf, sched_process_exit, FST_FIG_PROCESS_TREE, "process tree", false),
+	P(tasks_bpf, mm_filemap_add_to_page_cache, FST_FIG_PCACHE_MISSES, "page-cache misses per request", false),
+	P(tasks_bpf, contention_begin, FST_FIG_LOCK_WAIT, "lock wait per request", false),
+	P(tasks_bpf, contention_end, FST_FIG_LOCK_WAIT, "lock wait per request", false),
+	P(tasks_bpf, page_cache_ra_order, FST_FIG_READAHEAD, "readahead window sizes per request", false),
 };
 
 /* decompression: fentry/fexit, or kprobe/kretprobe; no tracepoint tier can time it exactly */
-#define D(fn, fig, what)                                                                            \
-	{ .name = #fn, .figure = fig, .measures = what,                                             \
-	  .progs = { [TIER_FENTRY] = #fn "_fentry", [TIER_KPROBE] = #fn "_kprobe" },               \
-	  .exit_progs = { [TIER_FENTRY] = #fn "_fexit", [TIER_KPROBE] = #fn "_kretprobe" } }
-
 static struct probe erofs_probes[] = {
-	D(z_erofs_lz4_decompress, FST_FIG_EROFS_LZ4, "erofs lz4 pcluster decompression time and sizes"),
-	D(z_erofs_lzma_decompress, FST_FIG_EROFS_LZMA, "erofs lzma pcluster decompression time and sizes"),
-	D(z_erofs_deflate_decompress, FST_FIG_EROFS_DEFLATE, "erofs deflate pcluster decompression time and sizes"),
-	D(z_erofs_zstd_decompress, FST_FIG_EROFS_ZSTD, "erofs zstd pcluster decompression time and sizes"),
-	D(z_erofs_transform_plain, FST_FIG_EROFS_PLAIN, "erofs uncompressed-pcluster copy time and sizes"),
-	P("erofs_map_blocks_exit", FST_FIG_EROFS_EXTENTS, "erofs extents mapped per request (pclusters needed)",
-	  "erofs_map_blocks_exit_btf", "erofs_map_blocks_exit_raw", false),
+	D(erofs_bpf, z_erofs_lz4_decompress, FST_FIG_EROFS_LZ4, "erofs lz4 pcluster decompression time and sizes"),
+	D(erofs_bpf, z_erofs_lzma_decompress, FST_FIG_EROFS_LZMA, "erofs lzma pcluster decompression time and sizes"),
+	D(erofs_bpf, z_erofs_deflate_decompress, FST_FIG_EROFS_DEFLATE,
+	  "erofs deflate pcluster decompression time and sizes"),
+	D(erofs_bpf, z_erofs_zstd_decompress, FST_FIG_EROFS_ZSTD, "erofs zstd pcluster decompression time and sizes"),
+	D(erofs_bpf, z_erofs_transform_plain, FST_FIG_EROFS_PLAIN, "erofs uncompressed-pcluster copy time and sizes"),
+	P(erofs_bpf, erofs_map_blocks_exit, FST_FIG_EROFS_EXTENTS, "erofs extents mapped per request (pclusters needed)",
+	  false),
 	/* the same figures from the tracepoints' 6.1 names: one attached twin suffices */
-	P("z_erofs_map_blocks_iter_exit", FST_FIG_EROFS_EXTENTS, "erofs extents mapped per request (pclusters needed)",
-	  NULL, "z_erofs_map_blocks_iter_exit_raw", false),
-	P("erofs_readahead", FST_FIG_EROFS_READAHEAD, "erofs readahead calls per request", "erofs_readahead_btf",
-	  "erofs_readahead_raw", false),
-	P("erofs_readpages", FST_FIG_EROFS_READAHEAD, "erofs readahead calls per request", NULL,
-	  "erofs_readpages_raw", false),
-	P("erofs_read_folio", FST_FIG_EROFS_READ_FOLIO, "erofs single-folio reads per request", "erofs_read_folio_btf",
-	  "erofs_read_folio_raw", false),
-	P("erofs_readpage", FST_FIG_EROFS_READ_FOLIO, "erofs single-folio reads per request", NULL,
-	  "erofs_readpage_raw", false),
+	PR(erofs_bpf, z_erofs_map_blocks_iter_exit, FST_FIG_EROFS_EXTENTS,
+	   "erofs extents mapped per request (pclusters needed)", false),
+	P(erofs_bpf, erofs_readahead, FST_FIG_EROFS_READAHEAD, "erofs readahead calls per request", false),
+	PR(erofs_bpf, erofs_readpages, FST_FIG_EROFS_READAHEAD, "erofs readahead calls per request", false),
+	P(erofs_bpf, erofs_read_folio, FST_FIG_EROFS_READ_FOLIO, "erofs single-folio reads per request", false),
+	PR(erofs_bpf, erofs_readpage, FST_FIG_EROFS_READ_FOLIO, "erofs single-folio reads per request", false),
 };
 
-/* entry only: fentry, or kprobe */
-#define FE(fn, fig, what)                                                                           \
-	{ .name = #fn, .figure = fig, .measures = what,                                             \
-	  .progs = { [TIER_FENTRY] = #fn "_fentry", [TIER_KPROBE] = #fn "_kprobe" } }
-
 static struct probe squashfs_probes[] = {
-	D(squashfs_decompress, FST_FIG_SQUASHFS_DECOMPRESS, "squashfs block decompression time and sizes"),
-	D(squashfs_cache_get, FST_FIG_SQUASHFS_CACHE, "squashfs metadata/fragment/data cache lookups and their time"),
-	FE(squashfs_read_data, FST_FIG_SQUASHFS_CACHE_MISS, "squashfs cache misses (the block read under a lookup)"),
+	D(squashfs_bpf, squashfs_decompress, FST_FIG_SQUASHFS_DECOMPRESS, "squashfs block decompression time and sizes"),
+	D(squashfs_bpf, squashfs_cache_get, FST_FIG_SQUASHFS_CACHE,
+	  "squashfs metadata/fragment/data cache lookups and their time"),
+	FE(squashfs_bpf, squashfs_read_data, FST_FIG_SQUASHFS_CACHE_MISS,
+	   "squashfs cache misses (the block read under a lookup)"),
 };
 
 #define BTRFS_COMPRESS_WHAT "btrfs compression on write: time and sizes per chunk, and the thread that ran it"
 
 static struct probe btrfs_probes[] = {
-	D(zstd_decompress_bio, FST_FIG_BTRFS_ZSTD, "btrfs zstd extent decompression time and sizes"),
-	D(lzo_decompress_bio, FST_FIG_BTRFS_LZO, "btrfs lzo extent decompression time and sizes"),
-	D(zlib_decompress_bio, FST_FIG_BTRFS_ZLIB, "btrfs zlib extent decompression time and sizes"),
+	D(btrfs_bpf, zstd_decompress_bio, FST_FIG_BTRFS_ZSTD, "btrfs zstd extent decompression time and sizes"),
+	D(btrfs_bpf, lzo_decompress_bio, FST_FIG_BTRFS_LZO, "btrfs lzo extent decompression time and sizes"),
+	D(btrfs_bpf, zlib_decompress_bio, FST_FIG_BTRFS_ZLIB, "btrfs zlib extent decompression time and sizes"),
 	/* one name per kernel generation: one attached twin suffices */
-	D(btrfs_compress_folios, FST_FIG_BTRFS_COMPRESS, BTRFS_COMPRESS_WHAT),
-	D(btrfs_compress_pages, FST_FIG_BTRFS_COMPRESS, BTRFS_COMPRESS_WHAT),
+	D(btrfs_bpf, btrfs_compress_folios, FST_FIG_BTRFS_COMPRESS, BTRFS_COMPRESS_WHAT),
+	D(btrfs_bpf, btrfs_compress_pages, FST_FIG_BTRFS_COMPRESS, BTRFS_COMPRESS_WHAT),
 };
 
 const struct probe_group probe_groups[] = {
-	{ block_probes, N(block_probes) },   { task_probes, N(task_probes) },
-	{ erofs_probes, N(erofs_probes) },   { squashfs_probes, N(squashfs_probes) },
+	{ block_probes, N(block_probes) },
+	{ task_probes, N(task_probes) },
+	{ erofs_probes, N(erofs_probes) },
+	{ squashfs_probes, N(squashfs_probes) },
 	{ btrfs_probes, N(btrfs_probes) },
 };
 const int nr_probe_groups = N(probe_groups);
 
-#define FIGURE_CASE(c, v, n) case c: return n;
+#define FIGURE_CASE(c, v, n) \
+	case c: return n;
 const char *figure_name(enum fst_figure f)
 {
-	switch (f) { FST_FIGURES(FIGURE_CASE) }
+	switch (f) {
+		FST_FIGURES(FIGURE_CASE)
+	}
 	return "unknown";
 }
 
@@ -137,12 +150,15 @@ static bool offcpu_at_switch_in(void)
 }
 
 const char *const work_fn_names[NR_WORK_FNS] = {
-	[WF_LOOP_ROOTCG] = "loop_rootcg_workfn", [WF_LOOP] = "loop_workfn",
+	[WF_LOOP_ROOTCG] = "loop_rootcg_workfn",
+	[WF_LOOP] = "loop_workfn",
 	[WF_EROFS_DECOMP] = "z_erofs_decompressqueue_work",
-	[WF_BTRFS_ENDIO] = "simple_end_io_work", [WF_BTRFS_ENDIO_61] = "btrfs_end_bio_work",
+	[WF_BTRFS_ENDIO] = "simple_end_io_work",
+	[WF_BTRFS_ENDIO_61] = "btrfs_end_bio_work",
 	[WF_BTRFS_WORK_HELPER] = "btrfs_work_helper",
 	/* the btrfs_work->func of write compression: async_cow_start on 6.1, compress_file_range since 6.5 */
-	[WF_BTRFS_COMPRESS_61] = "async_cow_start", [WF_BTRFS_COMPRESS] = "compress_file_range",
+	[WF_BTRFS_COMPRESS_61] = "async_cow_start",
+	[WF_BTRFS_COMPRESS] = "compress_file_range",
 };
 
 /* the same frozen configuration for every object; computed once (BTF lookups, a BPF program run) */
@@ -166,7 +182,8 @@ static void fill_cfg(struct fst_cfg *out)
 	c->btrfs_work_helper = a[WF_BTRFS_WORK_HELPER];
 	c->btrfs_compress_fn = a[WF_BTRFS_COMPRESS_61] ? a[WF_BTRFS_COMPRESS_61] : a[WF_BTRFS_COMPRESS];
 	const char *compress_fn = func_param_index("btrfs_compress_folios", "total_out") >= 0 ?
-				  "btrfs_compress_folios" : "btrfs_compress_pages";
+				      "btrfs_compress_folios" :
+				      "btrfs_compress_pages";
 	c->btrfs_compress_owner_is_inode = func_param_index(compress_fn, "inode") >= 0;
 	c->btrfs_compress_arg_owner = func_param_index(compress_fn, c->btrfs_compress_owner_is_inode ? "inode" : "mapping");
 	c->btrfs_compress_arg_start = func_param_index(compress_fn, "start");
@@ -193,7 +210,7 @@ static void fill_cfg(struct fst_cfg *out)
 	c->wakeup_bytes = FST_RINGBUF_BYTES / 4;
 	done = true;
 	*out = cached;
-	out->task_storage = T->task_storage_on;	/* decided per load attempt, after the cache was filled */
+	out->task_storage = T->task_storage_on; /* decided per load attempt, after the cache was filled */
 	out->offcpu_at_switch_in = offcpu_at_switch_in();
 }
 
@@ -201,7 +218,7 @@ static void fill_cfg(struct fst_cfg *out)
 static void reuse_maps(struct bpf_object *owner, struct bpf_object *obj)
 {
 	struct bpf_map *m;
-	bpf_object__for_each_map(m, obj) {
+	bpf_object__for_each_map (m, obj) {
 		if (bpf_map__is_internal(m))
 			continue;
 		struct bpf_map *o = bpf_object__find_map_by_name(owner, bpf_map__name(m));
@@ -243,7 +260,7 @@ static void setup_task_state_map(struct bpf_object *obj)
 {
 	struct bpf_map *k = bpf_object__find_map_by_name(obj, "offcpu_kstacks");
 	if (k && !offcpu_at_switch_in() && bpf_map__set_max_entries(k, 1))
-		die("sizing offcpu_kstacks: %s", strerror(errno));	/* 8 MiB preallocated, unused without storage */
+		die("sizing offcpu_kstacks: %s", strerror(errno)); /* 8 MiB preallocated, unused without storage */
 	struct bpf_map *m = bpf_object__find_map_by_name(obj, "task_reqs");
 	if (!m || T->task_storage_on)
 		return;
@@ -256,40 +273,41 @@ static void setup_task_state_map(struct bpf_object *obj)
  * open+load a skeleton with the best tiers; if the kernel refuses tp_btf, fall back to raw_tp (with
  * attempts = 1, no fallback: skel is left NULL instead of dying)
  */
-#define LOAD_SKEL_TRY(type, skel, probes, owner, attempts)                                          \
-	do {                                                                                        \
-		for (int attempt = 0; attempt < 2; attempt++) {                                     \
-			skel = type##__open();                                                      \
-			if (!skel)                                                                  \
-				die("opening " #type ": %s", strerror(errno));                     \
-			fill_cfg((struct fst_cfg *)&skel->rodata->cfg);                             \
-			if (owner)                                                                  \
-				reuse_maps(owner, skel->obj);                                       \
-			else                                                                        \
-				setup_task_state_map(skel->obj);                                    \
-			tiers_select(skel->obj, probes, N(probes), opt.no_btf_tp || attempt, opt.no_fentry); \
-			if (!type##__load(skel))                                                    \
-				break;                                                              \
-			int err_ = errno;                                                           \
-			type##__destroy(skel);                                                      \
-			skel = NULL;                                                                \
-			if (attempt + 1 >= (attempts)) {                                            \
-				if ((attempts) > 1)                                                 \
-					die("loading " #type ": %s", strerror(err_));              \
+#define LOAD_SKEL_TRY(type, skel, probes, owner, attempts)                                                    \
+	do {                                                                                                  \
+		for (int attempt = 0; attempt < 2; attempt++) {                                               \
+			skel = type##__open();                                                                \
+			if (!skel)                                                                            \
+				die("opening " #type ": %s", strerror(errno));                                \
+			fill_cfg((struct fst_cfg *)&skel->rodata->cfg);                                       \
+			if (owner)                                                                            \
+				reuse_maps(owner, skel->obj);                                                 \
+			else                                                                                  \
+				setup_task_state_map(skel->obj);                                              \
+			tiers_select(skel, probes, N(probes), opt.no_btf_tp || attempt, opt.no_fentry);       \
+			if (!type##__load(skel))                                                              \
+				break;                                                                        \
+			int err_ = errno;                                                                     \
+			type##__destroy(skel);                                                                \
+			skel = NULL;                                                                          \
+			if (attempt + 1 >= (attempts)) {                                                      \
+				if ((attempts) > 1)                                                           \
+					die("loading " #type ": %s", strerror(err_));                         \
 				fprintf(stderr, "fstrace-collect: " #type " did not load with tp_btf (%s)\n", \
-					strerror(err_));                                            \
-				break;                                                              \
-			}                                                                           \
-			fprintf(stderr, "fstrace-collect: " #type " did not load with tp_btf (%s); "  \
-					"retrying with raw_tp\n", strerror(err_));                  \
-		}                                                                                   \
+					strerror(err_));                                                      \
+				break;                                                                        \
+			}                                                                                     \
+			fprintf(stderr, "fstrace-collect: " #type " did not load with tp_btf (%s); "          \
+					"retrying with raw_tp\n",                                             \
+				strerror(err_));                                                              \
+		}                                                                                             \
 	} while (0)
 #define LOAD_SKEL(type, skel, probes, owner) LOAD_SKEL_TRY(type, skel, probes, owner, 2)
 
 static bool any_tier(struct probe *probes, int n)
 {
 	for (int i = 0; i < n; i++)
-		if (probes[i].tier != TIER_NONE)
+		if (probes[i].tier != FST_TIER_NONE)
 			return true;
 	return false;
 }
@@ -297,12 +315,12 @@ static bool any_tier(struct probe *probes, int n)
 static void mark_unavailable(struct probe *probes, int n, const char *why)
 {
 	for (int i = 0; i < n; i++) {
-		if (probes[i].tier == TIER_NONE)
+		if (probes[i].tier == FST_TIER_NONE)
 			continue;
 		size_t l = strlen(probes[i].why);
 		snprintf(probes[i].why + l, sizeof(probes[i].why) - l, "%s%s: %s", l ? "; " : "",
 			 tier_name(probes[i].tier), why);
-		probes[i].tier = TIER_NONE;
+		probes[i].tier = FST_TIER_NONE;
 		probes[i].prog = probes[i].exit_prog = NULL;
 	}
 }
@@ -312,26 +330,26 @@ static void mark_unavailable(struct probe *probes, int n, const char *why)
  * probe has a tier.  A load failure makes them unavailable (with the reason)
  * instead of ending the run.
  */
-#define LOAD_OPTIONAL_SKEL(type, skel, probes, owner)                                               \
-	do {                                                                                        \
-		skel = type##__open();                                                              \
-		if (!skel)                                                                          \
-			die("opening " #type ": %s", strerror(errno));                             \
-		fill_cfg((struct fst_cfg *)&skel->rodata->cfg);                                     \
-		reuse_maps(owner, skel->obj);                                                       \
-		tiers_select(skel->obj, probes, N(probes), opt.no_btf_tp, opt.no_fentry);           \
-		if (!any_tier(probes, N(probes)) || opt.block_only) {                               \
-			if (opt.block_only)                                                         \
-				mark_unavailable(probes, N(probes), "not loaded: --block-only");   \
-			type##__destroy(skel);                                                      \
-			skel = NULL;                                                                \
-		} else if (type##__load(skel)) {                                                    \
-			char why_[128];                                                             \
-			snprintf(why_, sizeof(why_), "load failed: %s", strerror(errno));           \
-			mark_unavailable(probes, N(probes), why_);                                  \
-			type##__destroy(skel);                                                      \
-			skel = NULL;                                                                \
-		}                                                                                   \
+#define LOAD_OPTIONAL_SKEL(type, skel, probes, owner)                                            \
+	do {                                                                                     \
+		skel = type##__open();                                                           \
+		if (!skel)                                                                       \
+			die("opening " #type ": %s", strerror(errno));                           \
+		fill_cfg((struct fst_cfg *)&skel->rodata->cfg);                                  \
+		reuse_maps(owner, skel->obj);                                                    \
+		tiers_select(skel, probes, N(probes), opt.no_btf_tp, opt.no_fentry);             \
+		if (!any_tier(probes, N(probes)) || opt.block_only) {                            \
+			if (opt.block_only)                                                      \
+				mark_unavailable(probes, N(probes), "not loaded: --block-only"); \
+			type##__destroy(skel);                                                   \
+			skel = NULL;                                                             \
+		} else if (type##__load(skel)) {                                                 \
+			char why_[128];                                                          \
+			snprintf(why_, sizeof(why_), "load failed: %s", strerror(errno));        \
+			mark_unavailable(probes, N(probes), why_);                               \
+			type##__destroy(skel);                                                   \
+			skel = NULL;                                                             \
+		}                                                                                \
 	} while (0)
 
 void tracer_load(struct tracer *t)
@@ -354,7 +372,7 @@ void tracer_load(struct tracer *t)
 	}
 	if (opt.block_only) {
 		for (int i = 0; i < N(task_probes); i++) {
-			task_probes[i].tier = TIER_NONE;
+			task_probes[i].tier = FST_TIER_NONE;
 			snprintf(task_probes[i].why, sizeof(task_probes[i].why), "not loaded: --block-only");
 		}
 	}

@@ -15,8 +15,15 @@ struct ring_buffer;
 /* the work functions the programs tell apart (fst_cfg): a _61 one is the same function's name on older kernels,
  * used where the first is absent */
 enum work_fn {
-	WF_LOOP_ROOTCG, WF_LOOP, WF_EROFS_DECOMP, WF_BTRFS_ENDIO, WF_BTRFS_ENDIO_61, WF_BTRFS_WORK_HELPER,
-	WF_BTRFS_COMPRESS_61, WF_BTRFS_COMPRESS, NR_WORK_FNS
+	WF_LOOP_ROOTCG,
+	WF_LOOP,
+	WF_EROFS_DECOMP,
+	WF_BTRFS_ENDIO,
+	WF_BTRFS_ENDIO_61,
+	WF_BTRFS_WORK_HELPER,
+	WF_BTRFS_COMPRESS_61,
+	WF_BTRFS_COMPRESS,
+	NR_WORK_FNS
 };
 extern const char *const work_fn_names[NR_WORK_FNS];
 
@@ -28,11 +35,11 @@ struct tracer {
 	struct squashfs_bpf *sqf;
 	struct btrfs_bpf *btr;
 	struct sample_bpf *smp;
-	char sample_why[160];		/* why sampling is off */
-	bool task_storage_on;		/* per-task state in task-local storage (else a pid hash) */
+	char sample_why[160]; /* why sampling is off */
+	bool task_storage_on; /* per-task state in task-local storage (else a pid hash) */
 	char task_state_why[160];
-	bool ksyms_asked;		/* the work functions' addresses came from the kernel (ksym_addrs) */
-	unsigned long long work_fn_addrs[NR_WORK_FNS];	/* of work_fn_names, 0 = not in this kernel */
+	bool ksyms_asked;			       /* the work functions' addresses came from the kernel (ksym_addrs) */
+	unsigned long long work_fn_addrs[NR_WORK_FNS]; /* of work_fn_names, 0 = not in this kernel */
 };
 
 struct probe_group {

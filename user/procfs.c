@@ -24,7 +24,7 @@ __u64 cgroup_id(const char *path)
 	struct stat st;
 	if (stat(path, &st))
 		die("cgroup %s: %s", path, strerror(errno));
-	return st.st_ino;	/* cgroup v2 id is the kernfs inode number */
+	return st.st_ino; /* cgroup v2 id is the kernfs inode number */
 }
 
 void read_diskstat(const struct dev_arg *d, struct diskstat *s)
@@ -79,7 +79,7 @@ void add_pid_tree(int map_fd, int pid)
 	while ((e = readdir(d))) {
 		if (e->d_name[0] == '.')
 			continue;
-		key = atoi(e->d_name);	/* /proc's own names: always a number */
+		key = atoi(e->d_name); /* /proc's own names: always a number */
 		if (bpf_map_update_elem(map_fd, &key, &one, BPF_ANY))
 			die("--pid %d: adding its thread %u to the traced pids: %s", pid, key, strerror(errno));
 	}
@@ -97,7 +97,7 @@ bool pid_alive(int pid)
 	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
 	fclose(f);
 	buf[n] = 0;
-	char *paren = strrchr(buf, ')');	/* comm may contain spaces and parentheses */
+	char *paren = strrchr(buf, ')'); /* comm may contain spaces and parentheses */
 	return paren && paren[1] == ' ' && paren[2] != 'Z' && paren[2] != 'X';
 }
 
@@ -134,14 +134,14 @@ static bool is_collector(pid_t pid)
 		return false;
 	bool ok = fgets(comm, sizeof(comm), f) && !strcmp(comm, "fstrace-collect\n");
 	fclose(f);
-	return ok && pid_alive(pid);	/* a zombie holds nothing */
+	return ok && pid_alive(pid); /* a zombie holds nothing */
 }
 
 int delayacct_ref(bool acquire)
 {
 	mkdir("/run/fstrace", 0755);
 	int fd = open(DELAYACCT_REFS, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	if (fd < 0 || flock(fd, LOCK_EX)) {	/* no /run: unshared, as before */
+	if (fd < 0 || flock(fd, LOCK_EX)) { /* no /run: unshared, as before */
 		if (fd >= 0)
 			close(fd);
 		return delayacct_set(acquire ? 1 : -1);
@@ -166,12 +166,12 @@ int delayacct_ref(bool acquire)
 	} else if (n == 0 && restore >= 0) {
 		delayacct_set(restore);
 	}
-	if (ftruncate(fd, 0) == 0 && lseek(fd, 0, SEEK_SET) == 0 && n > 0) {	/* the read moved the shared offset */
+	if (ftruncate(fd, 0) == 0 && lseek(fd, 0, SEEK_SET) == 0 && n > 0) { /* the read moved the shared offset */
 		dprintf(fd, "%d\n", restore);
 		for (int i = 0; i < n; i++)
 			dprintf(fd, "%d\n", holders[i]);
 	}
-	close(fd);	/* releases the flock */
+	close(fd); /* releases the flock */
 	return was;
 }
 
@@ -198,4 +198,3 @@ void expire_stale(struct block_bpf *blk, struct expired *ex)
 	ex->requests = blk->bss->expired_requests;
 	ex->work_items = blk->bss->expired_work;
 }
-

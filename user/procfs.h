@@ -15,8 +15,8 @@ struct diskstat {
 	unsigned long long v[17];
 };
 /* fields of v (Documentation/admin-guide/iostats.rst, from its 4th column) */
-#define DISKSTAT_READS 0	/* reads completed */
-#define DISKSTAT_WRITES 4	/* writes completed */
+#define DISKSTAT_READS 0  /* reads completed */
+#define DISKSTAT_WRITES 4 /* writes completed */
 void read_diskstat(const struct dev_arg *d, struct diskstat *s);
 /* requests the device has in flight now (sysfs inflight) */
 unsigned long long dev_inflight(const struct dev_arg *d);
@@ -36,8 +36,8 @@ extern bool delayacct_held;
 
 /* in-flight block state expired so far */
 struct expired {
-	unsigned long long bios, requests, work_items;	/* work items queued and never run */
-	unsigned long long run_failures;	/* runs of the expiry program that failed: stale entries stay */
+	unsigned long long bios, requests, work_items; /* work items queued and never run */
+	unsigned long long run_failures;	       /* runs of the expiry program that failed: stale entries stay */
 };
 struct block_bpf;
 /* expire bios (bio_starts) and requests (rq_starts) older than FST_STALE_NS, releasing task_inflight */

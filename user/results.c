@@ -46,14 +46,14 @@ static void field(json *a, const char *name, const char *type, size_t offset, si
 }
 #define FIELD_JSON(t, n) field(a, #n, #t, offsetof(rec_t, n), sizeof(((rec_t *)0)->n));
 #define STRING_JSON(n, len) field(a, #n, "char", offsetof(rec_t, n), len);
-#define DEFINE_LAYOUT(lname, rstruct, FIELDS)                                 \
-	static json *layout_##lname(void)                                       \
-	{                                                                       \
-		typedef rstruct rec_t;                                          \
-		json *a = jarr();                                               \
-		FST_REC_HEADER(FIELD_JSON, STRING_JSON)                         \
-		FIELDS(FIELD_JSON, STRING_JSON)                                 \
-		return a;                                                       \
+#define DEFINE_LAYOUT(lname, rstruct, FIELDS)           \
+	static json *layout_##lname(void)               \
+	{                                               \
+		typedef rstruct rec_t;                  \
+		json *a = jarr();                       \
+		FST_REC_HEADER(FIELD_JSON, STRING_JSON) \
+		FIELDS(FIELD_JSON, STRING_JSON)         \
+		return a;                               \
 	}
 
 DEFINE_LAYOUT(req, struct fst_req, FST_REQ_FIELDS)
@@ -89,10 +89,10 @@ static void enum_value(json *e, int v, const char *name)
 	jset(e, k, jstr(name));
 }
 #define ENUM_JSON(c, v, n) enum_value(e, v, n);
-#define ENUM_OBJ(name, X)                         \
-	do {                                      \
-		json *e = jset(o, name, jobj());  \
-		X(ENUM_JSON)                      \
+#define ENUM_OBJ(name, X)                        \
+	do {                                     \
+		json *e = jset(o, name, jobj()); \
+		X(ENUM_JSON)                     \
 	} while (0)
 
 /* the enumerations in records.h: {"req_kind": {"1": "read", ...}, ...} */
@@ -124,11 +124,51 @@ static json *enums_json(void)
 	return o;
 }
 
-#define REC_NAME_CASE(c, v, n) case c: return n;
+/*
+ * What the analysis reads of records.h beyond the record layouts and the enumerations, so that it reads it from
+ * the file rather than from a records.h of another day: the attribution parts in index order (the bench tables'
+ * column each is summed into, its colour in plots, its meaning), the figures that are per-unit decompression (or
+ * copy) times, the counted requests' histogram layout and how many (superblock, kind) pairs they can be counted
+ * for, and the read amplification figures the analysis derives (FST_AMPLIFICATION).
+ */
+static json *schema_json(void)
+{
+	json *o = jobj(), *parts = jset(o, "parts", jarr()), *decomp = jset(o, "decomp_figures", jarr());
+#define PART_JSON(c, v, field, group, colour, meaning) \
+	do {                                           \
+		json *p = jpush(parts, jobj());        \
+		jset(p, "field", jstr(#field));        \
+		jset(p, "group", jstr(group));         \
+		jset(p, "colour", jstr(colour));       \
+		jset(p, "meaning", jstr(meaning));     \
+	} while (0);
+	FST_PARTS(PART_JSON)
+#undef PART_JSON
+#define DECOMP_JSON(c, v, n) jpush(decomp, jstr(n));
+	FST_DECOMP_FIGURES(DECOMP_JSON)
+#undef DECOMP_JSON
+	jset(o, "lat_sub_bits", ji64(FST_LAT_SUB_BITS));
+	jset(o, "lat_slots", ji64(FST_LAT_SLOTS));
+	jset(o, "hist_slots", ji64(FST_HIST_SLOTS));
+	jset(o, "req_agg_max", ji64(FST_REQ_AGG_MAX)); /* (superblock, kind) pairs the kernel can count requests of */
+	json *amp = jset(o, "amplification", jarr());
+#define AMP_JSON(c, v, n, meaning)                 \
+	do {                                       \
+		json *a = jpush(amp, jobj());      \
+		jset(a, "name", jstr(n));          \
+		jset(a, "meaning", jstr(meaning)); \
+	} while (0);
+	FST_AMPLIFICATION(AMP_JSON)
+#undef AMP_JSON
+	return o;
+}
+
+#define REC_NAME_CASE(c, v, n) \
+	case c: return n;
 static const char *rec_name(int type)
 {
 	switch (type) {
-	FST_REC_TYPES(REC_NAME_CASE)
+		FST_REC_TYPES(REC_NAME_CASE)
 	}
 	return NULL;
 }
@@ -244,6 +284,7 @@ int results_finish(struct results *r, json *header)
 	/* sections: offsets are relative to the start of the data area */
 	jset(header, "records", records_layout_json());
 	jset(header, "enums", enums_json());
+	jset(header, "schema", schema_json());
 	json *sections = jset(header, "sections", jarr());
 	uint64_t off = 0;
 	int err = 0;
@@ -280,7 +321,7 @@ int results_finish(struct results *r, json *header)
 	static const char pad[8];
 	size_t head = sizeof(pre) + 4 + h.len;
 	if (!err && (fwrite(pre, sizeof(pre), 1, out) != 1 || fwrite(&hcrc, 4, 1, out) != 1 ||
-	    fwrite(h.s, h.len, 1, out) != 1 || (head % 8 && fwrite(pad, 8 - head % 8, 1, out) != 1)))
+		     fwrite(h.s, h.len, 1, out) != 1 || (head % 8 && fwrite(pad, 8 - head % 8, 1, out) != 1)))
 		err = -errno;
 	free(h.s);
 	for (int t = 1; !err && t < FST_MAX_REC_TYPES; t++)

@@ -23,24 +23,26 @@
  *            the sections back to back in header order, nothing after them
  * Results travel between machines: the checksums let a reader say that a
  * damaged file is damaged instead of reporting wrong figures.  Format 1 was
- * the same without the header CRC and the sections' crc32.
+ * the same without the header CRC and the sections' crc32; format 2 the same
+ * without the header's "schema" (records.h's parts, decompression figures and counted-histogram layout, which
+ * readers of format 2 keep as those collectors had them).
  * The file is created unlinked and linked into place only when complete, so a
  * crash or Ctrl-C never leaves a half-written results file.
  */
 #define FST_RESULTS_MAGIC "FSTRACE"
-#define FST_RESULTS_FORMAT 2
+#define FST_RESULTS_FORMAT 3
 
 struct spool {
 	FILE *f;
 	uint64_t count;
 	uint32_t rec_size;
-	uint32_t crc;	/* CRC32 of the spooled records, once finished */
+	uint32_t crc; /* CRC32 of the spooled records, once finished */
 };
 
 struct results {
 	const char *path;
 	struct spool spools[FST_MAX_REC_TYPES];
-	uint64_t bad_records;	/* records whose size did not match their type */
+	uint64_t bad_records; /* records whose size did not match their type */
 };
 
 int results_open(struct results *r, const char *path);

@@ -14,8 +14,9 @@ import time
 
 from analysis.render import failed_requests, flamegraph_specs, run_html, write_html
 from user.system import (Cleanup, FstraceError, Interrupted, backing_block_device, delayacct_sweep, dev_numbers,
-                         drop_caches, in_cgroup, io_throttle, iops_cap, kdev, losetup, make_tmpdir, mount, mount_of, proc_start,
-                         progress, read_ahead_kb, run, run_cgroup, run_process_group, signals_held, write_json_atomic,
+                         drop_caches, in_cgroup, io_throttle, iops_cap, kdev, losetup, make_tmpdir, mount, mount_of,
+                         proc_start, progress, read_ahead_kb, run, run_cgroup, run_process_group, signals_held,
+                         stop_process, write_json_atomic,
                          sdev_arg, writing)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -137,18 +138,6 @@ def run_collector(argv, cwd, interrupt_ends=False, on_ready=None):
         raise FstraceError("collector killed by %s; no results" % signal.Signals(-rc).name)
     if rc != 0:
         raise FstraceError("collector failed (exit %d); see its message above" % rc)
-
-
-def stop_process(p, timeout_s=30):
-    """Ask a collector or a tracer to finish (SIGINT) and wait for it; SIGKILL after timeout_s.  Signals are held
-    off meanwhile: a second Ctrl-C (or a SIGTERM, SIGHUP) must not leave it running on the mount."""
-    with signals_held():
-        p.send_signal(signal.SIGINT)
-        try:
-            return p.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            return p.wait()
 
 
 # looked up once, here: the child of a process with threads (serve's) must do no more than call it

@@ -18,7 +18,7 @@ import threading
 import time
 
 from user.runner import die_with_parent
-from user.system import Cleanup, FstraceError, mounts, proc_start, remove_tree
+from user.system import Cleanup, FstraceError, mounts, proc_start, remove_tree, stop_process
 
 # what serve runs the collector with beyond the filters (scripts/bench_overhead.py measures exactly these)
 COLLECTOR_OPTIONS = ["--records", "none", "--no-io-records", "--sample-hz", "0"]
@@ -242,7 +242,8 @@ def start_collector(collector_argv, path, om_path, args, stop):
     """The collector, aggregate-only, rewriting path and om_path; None if told to stop while it started."""
     r, w = os.pipe()
     argv = collector_argv + COLLECTOR_OPTIONS + (["--per-comm"] if args.per_comm else []) + [
-        "--exposition", path, "--openmetrics", om_path, "--exposition-interval", str(args.update_interval), "--ready-fd", str(w)]
+        "--exposition", path, "--openmetrics", om_path, "--exposition-interval", str(args.update_interval),
+        "--ready-fd", str(w)]
     # should this process be SIGKILLed, the collector is told (SIGTERM: it detaches and exits), and the next
     # fstrace start kills it should it still be there (it is recorded as a run's collector is)
     proc = subprocess.Popen(argv, pass_fds=(w,), start_new_session=True, stdin=subprocess.DEVNULL,
@@ -350,16 +351,12 @@ def stop_collector(proc, progress):
     try:
         if proc.poll() is not None:
             return proc.returncode == 0
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        rc = stop_process(proc, STOP_TIMEOUT_S, signal.SIGTERM)
+        if rc == -signal.SIGKILL:
             progress("serve: the collector did not stop in %d s and was killed" % STOP_TIMEOUT_S)
             return False
-        if proc.returncode != 0:
-            progress("serve: the collector %s" % ended(proc.returncode))
+        if rc != 0:
+            progress("serve: the collector %s" % ended(rc))
             return False
         return True
     finally:

@@ -29,12 +29,15 @@ int attach_sampling(struct sample_bpf *smp, int hz)
 	int ncpu = libbpf_num_possible_cpus();
 	for (int cpu = 0; cpu < ncpu && cpu < MAX_PERF_CPUS; cpu++) {
 		struct perf_event_attr attr = {
-			.type = PERF_TYPE_SOFTWARE, .config = PERF_COUNT_SW_CPU_CLOCK, .size = sizeof(attr),
-			.freq = 1, .sample_freq = hz,
+			.type = PERF_TYPE_SOFTWARE,
+			.config = PERF_COUNT_SW_CPU_CLOCK,
+			.size = sizeof(attr),
+			.freq = 1,
+			.sample_freq = hz,
 		};
 		int fd = syscall(__NR_perf_event_open, &attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC);
 		if (fd < 0) {
-			if (errno == ENODEV)	/* offline CPU */
+			if (errno == ENODEV) /* offline CPU */
 				continue;
 			return -errno;
 		}
@@ -164,10 +167,13 @@ json *json_offcpu(struct block_bpf *blk)
 	return o;
 }
 
-#define WORK_KIND_CASE(c, v, n) case v: return n;
+#define WORK_KIND_CASE(c, v, n) \
+	case v: return n;
 static const char *work_kind_name(unsigned kind)
 {
-	switch (kind) { FST_WORK_KINDS(WORK_KIND_CASE) }
+	switch (kind) {
+		FST_WORK_KINDS(WORK_KIND_CASE)
+	}
 	return "filesystem work";
 }
 

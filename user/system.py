@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import time
 
 from common.system import (STATE_DIR, Cleanup, FstraceError, forget_recorded, lock_path, losetup, mount,  # noqa: F401
@@ -28,6 +29,19 @@ class Interrupted(Exception):
 
 def _raise_interrupted(signum, frame):
     raise Interrupted(signum)
+
+
+def stop_process(p, timeout_s=30, sig=signal.SIGINT):
+    """Ask a child (a collector, a tracer) to finish with sig and wait for it, SIGKILL after timeout_s; its exit
+    status (-SIGKILL when it had to be killed).  Signals are held off meanwhile: a second Ctrl-C (or a SIGTERM,
+    SIGHUP) must not leave it running on the mount."""
+    with signals_held():
+        p.send_signal(sig)
+        try:
+            return p.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            return p.wait()
 
 
 def install_signal_handlers(keep_ignored=False):
@@ -213,7 +227,6 @@ def drop_caches():
     os.sync()
     with open("/proc/sys/vm/drop_caches", "w") as f:
         f.write("3\n")
-
 
 
 def mounts():
@@ -517,4 +530,3 @@ class ResultsDir:
         finally:
             self._lock.close()
         return False
-

@@ -9,10 +9,15 @@
 #include <bpf/bpf.h>
 #include "tiers.h"
 
-const char *tier_name(enum tier t)
+const char *tier_name(enum fst_tier t)
 {
-	static const char *names[] = { "fentry", "kprobe", "tp_btf", "raw_tp", "unavailable" };
-	return t <= TIER_NONE ? names[t] : "?";
+#define TIER_CASE(c, v, n) \
+	case c: return n;
+	switch (t) {
+		FST_TIERS(TIER_CASE)
+	}
+#undef TIER_CASE
+	return "unknown";
 }
 
 static struct btf *vmlinux_btf(void)
@@ -149,9 +154,9 @@ static bool fentry_can_attach(const char *func, char *why, size_t why_len)
 		if (link_fd < 0)
 			err = -errno;
 	}
-	if (err == -524)	/* ENOTSUPP, kernel-internal: strerror has no name for it */
+	if (err == -524) /* ENOTSUPP, kernel-internal: strerror has no name for it */
 		snprintf(why, why_len, "fentry: test %s of %s failed: not supported for this function by the "
-			 "kernel (ENOTSUPP; trampolines before 6.6 take at most 6 arguments)",
+				       "kernel (ENOTSUPP; trampolines before 6.6 take at most 6 arguments)",
 			 prog_fd < 0 ? "load" : "attach", func);
 	else if (err)
 		snprintf(why, why_len, "fentry: test %s of %s failed: %s", prog_fd < 0 ? "load" : "attach",
@@ -198,18 +203,18 @@ static bool kprobe_can_attach(const char *func, char *why, size_t why_len)
 	return true;
 }
 
-static bool tier_offered(enum tier t, const char *name, bool no_btf_tp, bool no_fentry, char *why, size_t why_len)
+static bool tier_offered(enum fst_tier t, const char *name, bool no_btf_tp, bool no_fentry, char *why, size_t why_len)
 {
 	switch (t) {
-	case TIER_FENTRY:
+	case FST_TIER_FENTRY:
 		if (no_fentry) {
 			snprintf(why, why_len, "fentry: disabled for this load");
 			return false;
 		}
 		return fentry_can_attach(name, why, why_len);
-	case TIER_KPROBE:
+	case FST_TIER_KPROBE:
 		return kprobe_can_attach(name, why, why_len);
-	case TIER_TP_BTF:
+	case FST_TIER_TP_BTF:
 		if (no_btf_tp) {
 			snprintf(why, why_len, "tp_btf: disabled for this load");
 			return false;
@@ -219,7 +224,7 @@ static bool tier_offered(enum tier t, const char *name, bool no_btf_tp, bool no_
 			return false;
 		}
 		return true;
-	case TIER_RAW_TP:
+	case FST_TIER_RAW_TP:
 		if (!tracepoint_exists(name)) {
 			snprintf(why, why_len, "no tracepoint %s in this kernel", name);
 			return false;
@@ -230,25 +235,28 @@ static bool tier_offered(enum tier t, const char *name, bool no_btf_tp, bool no_
 	}
 }
 
-void tiers_select(struct bpf_object *obj, struct probe *probes, int n, bool no_btf_tp, bool no_fentry)
+/* the program at offset `at` of a skeleton struct (struct probe's prog_at), NULL for 0 */
+static struct bpf_program *skel_prog(const void *skel, size_t at)
+{
+	return at ? *(struct bpf_program *const *)((const char *)skel + at) : NULL;
+}
+
+void tiers_select(const void *skel, struct probe *probes, int n, bool no_btf_tp, bool no_fentry)
 {
 	for (int i = 0; i < n; i++) {
 		struct probe *p = &probes[i];
-		p->tier = TIER_NONE;
+		p->tier = FST_TIER_NONE;
 		p->prog = p->exit_prog = NULL;
 		p->why[0] = 0;
-		for (int t = 0; t < TIER_MAX; t++) {
-			if (!p->progs[t])
-				continue;
-			struct bpf_program *prog = bpf_object__find_program_by_name(obj, p->progs[t]);
-			struct bpf_program *exit_prog =
-				p->exit_progs[t] ? bpf_object__find_program_by_name(obj, p->exit_progs[t]) : NULL;
+		for (enum fst_tier t = FST_TIER_NONE + 1; t < FST_NR_TIERS; t++) {
+			struct bpf_program *prog = skel_prog(skel, p->prog_at[t]);
+			struct bpf_program *exit_prog = skel_prog(skel, p->exit_prog_at[t]);
 			if (!prog)
 				continue;
 			bpf_program__set_autoload(prog, false);
 			if (exit_prog)
 				bpf_program__set_autoload(exit_prog, false);
-			if (p->tier != TIER_NONE)
+			if (p->tier != FST_TIER_NONE)
 				continue;
 			char why[160] = "";
 			if (tier_offered(t, p->name, no_btf_tp, no_fentry, why, sizeof(why))) {
@@ -287,7 +295,7 @@ int tiers_attach(struct probe *probes, int n)
 			size_t l = strlen(p->why);
 			snprintf(p->why + l, sizeof(p->why) - l, "%s%s: attach failed: %s", l ? "; " : "",
 				 tier_name(p->tier), strerror(-err));
-			p->tier = TIER_NONE;
+			p->tier = FST_TIER_NONE;
 			p->prog = p->exit_prog = NULL;
 			if (p->required) {
 				fprintf(stderr, "fstrace-collect: cannot attach %s: %s\n", p->name, strerror(-err));
@@ -336,11 +344,11 @@ int tiers_attach_empty(struct probe *probes, int n)
 	for (int i = 0; i < n; i++) {
 		struct probe *p = &probes[i];
 		struct bpf_program *progs[2] = { p->prog, p->exit_prog };
-		for (int k = 0; k < 2 && p->tier != TIER_NONE; k++) {
+		for (int k = 0; k < 2 && p->tier != FST_TIER_NONE; k++) {
 			if (!progs[k])
 				continue;
 			int link = attach_empty_like(progs[k], &p->empty_fd[k]);
-			if (link < 0 && k == 1) {	/* no exit twin: the entry twin goes too */
+			if (link < 0 && k == 1) { /* no exit twin: the entry twin goes too */
 				close(p->empty_link_fd[0]);
 				close(p->empty_fd[0]);
 				p->empty_link_fd[0] = p->empty_fd[0] = 0;
@@ -348,7 +356,7 @@ int tiers_attach_empty(struct probe *probes, int n)
 			if (link < 0) {
 				snprintf(p->why, sizeof(p->why), "--empty-programs: no empty twin on %s: %s",
 					 tier_name(p->tier), strerror(-link));
-				p->tier = TIER_NONE;
+				p->tier = FST_TIER_NONE;
 				if (p->required) {
 					fprintf(stderr, "fstrace-collect: %s: %s\n", p->name, p->why);
 					return link;
@@ -357,7 +365,7 @@ int tiers_attach_empty(struct probe *probes, int n)
 			}
 			p->empty_link_fd[k] = link;
 		}
-		if (p->tier == TIER_NONE)
+		if (p->tier == FST_TIER_NONE)
 			p->prog = p->exit_prog = NULL;
 	}
 	return 0;

@@ -3,42 +3,43 @@
 #define FSTRACE_TIERS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <bpf/libbpf.h>
 #include <bpf/btf.h>
 #include "records.h"
 
-/* Best first.  The collector picks, per probe, the first tier the running kernel offers. */
-enum tier {
-	TIER_FENTRY,
-	TIER_KPROBE,
-	TIER_TP_BTF,
-	TIER_RAW_TP,
-	TIER_MAX,
-	TIER_NONE = TIER_MAX,
-};
-
+/*
+ * A probe: the programs that can attach it, one per tier (records.h FST_TIERS, best first), reached through the
+ * skeleton's typed fields: prog_at[t] is the offset in the object's skeleton of its struct bpf_program pointer
+ * (PROBE_PROG), so a program the object lacks does not compile; 0 = no program at that tier.
+ */
 struct probe {
-	const char *name;		/* kernel function or tracepoint */
-	enum fst_figure figure;		/* the figure it measures (records.h FST_FIGURES): how it is found */
-	const char *measures;		/* that figure in words, for people */
-	const char *progs[TIER_MAX];	/* program name in the object per tier, NULL = no such variant */
-	const char *exit_progs[TIER_MAX];	/* its exit twin (fexit, kretprobe), if the tier needs one */
-	bool required;			/* the run cannot go on without it */
+	const char *name;		   /* kernel function or tracepoint */
+	enum fst_figure figure;		   /* the figure it measures (records.h FST_FIGURES): how it is found */
+	const char *measures;		   /* that figure in words, for people */
+	size_t prog_at[FST_NR_TIERS];	   /* its program at each tier, as an offset in the skeleton */
+	size_t exit_prog_at[FST_NR_TIERS]; /* its exit twin (fexit, kretprobe), if the tier needs one */
+	bool required;			   /* the run cannot go on without it */
 	/* filled by tier selection and attach */
-	enum tier tier;
-	char why[256];			/* why better tiers were not used, or why it is unavailable */
+	enum fst_tier tier;
+	char why[256]; /* why better tiers were not used, or why it is unavailable */
 	struct bpf_program *prog, *exit_prog;
 	struct bpf_link *link, *exit_link;
-	int empty_fd[2], empty_link_fd[2];	/* tiers_attach_empty: programs and links, 0 = none */
-	unsigned long long misses;	/* runs the kernel skipped (recursion guard), read at the end */
-	unsigned long long runs;	/* runs, counted only with kernel.bpf_stats_enabled=1 */
-	unsigned long long run_ns;	/* time in the program over those runs (same condition) */
+	int empty_fd[2], empty_link_fd[2]; /* tiers_attach_empty: programs and links, 0 = none */
+	unsigned long long misses;	   /* runs the kernel skipped (recursion guard), read at the end */
+	unsigned long long runs;	   /* runs, counted only with kernel.bpf_stats_enabled=1 */
+	unsigned long long run_ns;	   /* time in the program over those runs (same condition) */
 };
 
-const char *tier_name(enum tier t);
+/* the program of a skeleton struct (a bpf_object__open_skeleton skeleton) as struct probe keeps it */
+#define PROBE_PROG(skel, prog) offsetof(struct skel, progs.prog)
 
-/* Choose each probe's tier and set autoload of every candidate program in obj accordingly. */
-void tiers_select(struct bpf_object *obj, struct probe *probes, int n, bool no_btf_tp, bool no_fentry);
+/* a tier's name (records.h FST_TIERS) */
+const char *tier_name(enum fst_tier t);
+
+/* Choose each probe's tier and set autoload of every candidate program of skel (the object's skeleton struct,
+ * the one the probes' offsets are in) accordingly. */
+void tiers_select(const void *skel, struct probe *probes, int n, bool no_btf_tp, bool no_fentry);
 
 /* Attach the chosen programs; an optional probe that fails to attach becomes unavailable. */
 int tiers_attach(struct probe *probes, int n);

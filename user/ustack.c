@@ -40,12 +40,12 @@ struct mapping {
 struct process {
 	__u32 tgid;
 	int nr;
-	char *exe;	/* basename of /proc/PID/exe (else the comm of its request): the frame where a stack's walk
-			 * stopped being trustworthy */
+	char *exe; /* basename of /proc/PID/exe (else the comm of its request): the frame where a stack's walk
+		    * stopped being trustworthy */
 	struct mapping *maps;
 };
 
-#define PROC_SLOTS 8192	/* open addressing; a run sees far fewer processes */
+#define PROC_SLOTS 8192 /* open addressing; a run sees far fewer processes */
 static struct process procs[PROC_SLOTS];
 
 struct sym {
@@ -56,12 +56,12 @@ struct sym {
 struct elf_file {
 	char *path;
 	bool loaded;
-	int build_id_len;	/* 0: none read yet or none in the file */
+	int build_id_len; /* 0: none read yet or none in the file */
 	unsigned char build_id[20];
 	int nr_syms;
 	struct sym *syms;
 	int nr_loads;
-	GElf_Phdr loads[16];	/* PT_LOAD headers: file offset -> virtual address */
+	GElf_Phdr loads[16]; /* PT_LOAD headers: file offset -> virtual address */
 	struct elf_file *next;
 };
 
@@ -85,7 +85,7 @@ void ustack_note_process(__u32 tgid, const char *comm)
 	struct process *p = proc_slot(tgid, true);
 	if (!p || p->tgid == tgid)
 		return;
-	p->tgid = tgid;	/* even if unreadable: tried once */
+	p->tgid = tgid; /* even if unreadable: tried once */
 	char path[64], line[4096];
 	snprintf(path, sizeof(path), "/proc/%u/exe", tgid);
 	ssize_t len = readlink(path, line, sizeof(line) - 1);
@@ -96,7 +96,7 @@ void ustack_note_process(__u32 tgid, const char *comm)
 			*del = 0;
 		char *base = strrchr(line, '/');
 		p->exe = strdup(base ? base + 1 : line);
-	} else {	/* it has exited already (records are read in batches): the name its thread had */
+	} else { /* it has exited already (records are read in batches): the name its thread had */
 		p->exe = strndup(comm, 16);
 	}
 	snprintf(path, sizeof(path), "/proc/%u/maps", tgid);
@@ -121,7 +121,7 @@ void ustack_note_process(__u32 tgid, const char *comm)
 				abort();
 		}
 		p->maps[p->nr++] = (struct mapping){ start, end, off, strdup(file) };
-		elf_file(file);	/* checked first when build ids are resolved */
+		elf_file(file); /* checked first when build ids are resolved */
 	}
 	fclose(f);
 }
@@ -320,7 +320,6 @@ static const char *elf_sym(struct elf_file *e, unsigned long long file_off)
 	return (!s->size || vaddr < s->addr + s->size) ? s->name : NULL;
 }
 
-
 static bool same_id(struct elf_file *e, const unsigned char *id)
 {
 	if (!e->loaded)
@@ -331,8 +330,18 @@ static bool same_id(struct elf_file *e, const unsigned char *id)
 
 /* directories binaries and libraries are usually in, searched for build ids not among the mappings seen */
 static const char *const search_dirs[] = {
-	"/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
-	"/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib", "/lib", "/usr/libexec", "/usr/local/bin",
+	"/usr/bin",
+	"/usr/sbin",
+	"/bin",
+	"/sbin",
+	"/usr/lib/x86_64-linux-gnu",
+	"/usr/lib/aarch64-linux-gnu",
+	"/lib/x86_64-linux-gnu",
+	"/lib/aarch64-linux-gnu",
+	"/usr/lib",
+	"/lib",
+	"/usr/libexec",
+	"/usr/local/bin",
 };
 static bool dirs_scanned;
 
@@ -362,7 +371,7 @@ static struct elf_file *by_build_id(const unsigned char *id)
 				return e;
 		if (dirs_scanned)
 			break;
-		scan_dirs();	/* once per run, only if some build id is not among the mapped files */
+		scan_dirs(); /* once per run, only if some build id is not among the mapped files */
 	}
 	return NULL;
 }

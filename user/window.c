@@ -41,25 +41,25 @@
 /* long enough that attaching and detaching (a walk of every thread, about a millisecond of CPU) is cheap beside
  * it, short enough that a run of seconds gets several windows */
 #define WINDOW_NS 100000000ull
-#define GRACE_NS 20000000ull	/* sys_exit stays this long after sys_enter is gone: requests up to it end inside */
+#define GRACE_NS 20000000ull /* sys_exit stays this long after sys_enter is gone: requests up to it end inside */
 #define MAX_SERIES FST_REQ_AGG_MAX
-#define MAX_PERIOD_NS 60000000000ull	/* at least one window a minute, whatever the budget */
+#define MAX_PERIOD_NS 60000000000ull /* at least one window a minute, whatever the budget */
 #define CALIBRATION_CALLS 50000
-#define MAX_WINDOWS (1u << 20)	/* kept for the results header; beyond, only the totals (header says so) */
+#define MAX_WINDOWS (1u << 20) /* kept for the results header; beyond, only the totals (header says so) */
 
 struct window {
-	__u64 open, enter_closed, exit_closed;	/* CLOCK_MONOTONIC ns, as the records' timestamps */
-	__u64 syscalls;				/* every syscall the hook saw while attached */
-	__u64 busy_ns;				/* busy CPU time of the system meanwhile (/proc/stat) */
-	__u64 tracer_ns;			/* the handlers' own time in the traced requests counted meanwhile */
-	__u64 counted[FST_NR_REQ_KINDS + 1];	/* requests counted in the kernel (req_agg), per kind */
+	__u64 open, enter_closed, exit_closed; /* CLOCK_MONOTONIC ns, as the records' timestamps */
+	__u64 syscalls;			       /* every syscall the hook saw while attached */
+	__u64 busy_ns;			       /* busy CPU time of the system meanwhile (/proc/stat) */
+	__u64 tracer_ns;		       /* the handlers' own time in the traced requests counted meanwhile */
+	__u64 counted[FST_NR_REQ_KINDS + 1];   /* requests counted in the kernel (req_agg), per kind */
 };
 
 /* per (filesystem, kind): the sums a ratio estimator over the windows needs (serve's estimated counts) */
 struct series_sums {
 	struct fst_req_agg_key key;
-	__u64 before;			/* its count when the window opened */
-	double n, nn, nl;		/* sum over windows of n, n^2, n*L (n: requests counted, L: window ns) */
+	__u64 before;	  /* its count when the window opened */
+	double n, nn, nl; /* sum over windows of n, n^2, n*L (n: requests counted, L: window ns) */
 };
 
 static struct {
@@ -68,19 +68,21 @@ static struct {
 	struct tasks_bpf *tsk;
 	struct probe *enter, *exit;
 	int req_agg_fd, agg_keys_fd, syscalls_fd;
-	double slow_ns;			/* the slow path's price per syscall, hooks attached vs not */
-	double attach_cpu_ns;		/* CPU time of one attach + detach of both hooks (the thread walks) */
-	double cost_on;			/* share of busy CPU time the hooks cost while attached (estimate) */
-	double busy_per_s0;		/* the system's busy CPU ns per second before the first window */
+	double slow_ns;	      /* the slow path's price per syscall, hooks attached vs not */
+	double attach_cpu_ns; /* CPU time of one attach + detach of both hooks (the thread walks) */
+	double cost_on;	      /* share of busy CPU time the hooks cost while attached (estimate) */
+	double busy_per_s0;   /* the system's busy CPU ns per second before the first window */
 	bool cost_known;
-	double duty;			/* share of time in windows this period */
-	enum { W_CLOSED, W_OPEN, W_GRACE } phase;
+	double duty; /* share of time in windows this period */
+	enum { W_CLOSED,
+	       W_OPEN,
+	       W_GRACE } phase;
 	__u64 next_open, enter_close_at, exit_close_at, period_start, period_len;
 	struct window cur;
 	__u64 counted_before[FST_NR_REQ_KINDS + 1], syscalls_before, busy_before, tracer_before;
 	struct series_sums series[MAX_SERIES];
 	int nr_series;
-	double sum_l, sum_ll;		/* sum over windows of L and L^2 */
+	double sum_l, sum_ll; /* sum over windows of L and L^2 */
 	struct window *wins;
 	unsigned nwins, nwins_total;
 	__u64 in_windows_ns, t_start;
@@ -143,7 +145,7 @@ static void counted_now(__u64 *out, __u64 *tracer_ns)
 {
 	memset(out, 0, sizeof(__u64) * (FST_NR_REQ_KINDS + 1));
 	*tracer_ns = 0;
-	static struct req_agg_iter it;	/* large: not on the stack */
+	static struct req_agg_iter it; /* large: not on the stack */
 	struct fst_req_agg_key key;
 	static struct fst_req_agg sum;
 	req_agg_start(&it, w.req_agg_fd, w.agg_keys_fd);
@@ -251,10 +253,11 @@ static void size_duty(double busy_per_s)
 	double budget = opt.budget_pct / 100.0;
 	/* an attach + detach per window, spread over the window's time on the busy CPUs */
 	double churn = busy_per_s > 0 ? w.attach_cpu_ns / ((WINDOW_NS + GRACE_NS) / 1e9) / busy_per_s : 0;
-	double cost = w.cost_known ? w.cost_on + churn : 1.0;	/* unknown: as if tracing doubled the work */
+	double cost = w.cost_known ? w.cost_on + churn : 1.0; /* unknown: as if tracing doubled the work */
 	double duty = cost > 0 ? budget / cost : 1.0;
 	double min_duty = (double)(WINDOW_NS + GRACE_NS) / MAX_PERIOD_NS;
-	w.duty = duty > 1 ? 1 : duty < min_duty ? min_duty : duty;
+	w.duty = duty > 1 ? 1 : duty < min_duty ? min_duty :
+						  duty;
 }
 
 static double uniform(void) { return erand48(w.rng); }
@@ -286,10 +289,10 @@ void window_init(struct tracer *t, __u64 t_start)
 		}
 	if (!t->tsk || !w.enter || !w.exit || !w.enter->link || !w.exit->link) {
 		snprintf(w.why, sizeof(w.why), "requests are not bounded by the syscall tracepoints here: nothing "
-			 "taxes every syscall, so nothing is windowed");
+					       "taxes every syscall, so nothing is windowed");
 		return;
 	}
-	if (w.enter->tier != TIER_TP_BTF && w.enter->tier != TIER_RAW_TP) {
+	if (w.enter->tier != FST_TIER_TP_BTF && w.enter->tier != FST_TIER_RAW_TP) {
 		snprintf(w.why, sizeof(w.why), "requests are bounded by %s, which costs only the hooked functions",
 			 tier_name(w.enter->tier));
 		return;
@@ -303,7 +306,7 @@ void window_init(struct tracer *t, __u64 t_start)
 	__u64 busy0 = busy_ns_now(), t0 = now_ns(CLOCK_MONOTONIC), cpu0 = thread_cpu_ns();
 	hook_detach(w.enter);
 	hook_detach(w.exit);
-	usleep(100000);	/* a first look at the system's busy time before the calibration adds to it */
+	usleep(100000); /* a first look at the system's busy time before the calibration adds to it */
 	int err = calibrate(busy0, t0, cpu0);
 	if (err)
 		die("--budget: attaching the syscall hooks for calibration: %s", strerror(-err));
@@ -317,8 +320,8 @@ void window_init(struct tracer *t, __u64 t_start)
 
 static void open_window(__u64 now)
 {
-	w.seq += 2;	/* odd: a window (tasks.bpf.c); calibration ran under 0 */
-	w.tsk->bss->window_seq = w.seq | 1;	/* before either hook: a late end of an earlier window's request is not ours */
+	w.seq += 2;			    /* odd: a window (tasks.bpf.c); calibration ran under 0 */
+	w.tsk->bss->window_seq = w.seq | 1; /* before either hook: a late end of an earlier window's request is not ours */
 	counted_now(w.counted_before, &w.tracer_before);
 	series_note(w.req_agg_fd, w.agg_keys_fd, 0);
 	w.syscalls_before = percpu_u64(w.syscalls_fd, 0);
@@ -363,7 +366,7 @@ static void close_exit(void)
 	w.sum_ll += len * len;
 	w.nwins_total++;
 	if (w.nwins < MAX_WINDOWS) {
-		if (!(w.nwins & (w.nwins - 1))) {	/* grown at each power of two */
+		if (!(w.nwins & (w.nwins - 1))) { /* grown at each power of two */
 			struct window *n = realloc(w.wins, sizeof(*n) * (w.nwins ? 2 * w.nwins : 16));
 			if (!n)
 				die("--budget: out of memory for the windows");
@@ -400,7 +403,8 @@ int window_poll_ms(__u64 now, int max_ms)
 {
 	if (!w.active)
 		return max_ms;
-	__u64 due = w.phase == W_CLOSED ? w.next_open : w.phase == W_OPEN ? w.enter_close_at : w.exit_close_at;
+	__u64 due = w.phase == W_CLOSED ? w.next_open : w.phase == W_OPEN ? w.enter_close_at :
+									    w.exit_close_at;
 	if (due <= now)
 		return 0;
 	__u64 ms = (due - now + 999999) / 1000000;
@@ -429,8 +433,8 @@ bool window_active(void) { return w.active; }
 static double t95(unsigned df)
 {
 	static const double t[] = { 12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-				    2.201,  2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-				    2.080,  2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042 };
+				    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+				    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042 };
 	return df >= 1 && df <= (unsigned)N(t) ? t[df - 1] : 1.96;
 }
 

@@ -122,7 +122,8 @@ class Generator:
 
 
 def _ext(kind, rng):
-    return {"elf": rng.choice(["", "", ".so.1", ".so"]), "script": "", "text": rng.choice([".txt", ".py", ".conf", ".list", ""]),
+    return {"elf": rng.choice(["", "", ".so.1", ".so"]), "script": "",
+            "text": rng.choice([".txt", ".py", ".conf", ".list", ""]),
             "compressed": rng.choice([".gz", ".png", ".xz", ".deb"]), "catalog": ".mo"}[kind]
 
 
@@ -430,7 +431,8 @@ def from_user(src, cache_dir, progress=None):
         check_tree(src, root)
     elif os.path.isfile(src):
         import tarfile
-        key = hashlib.sha256(("%s:%d:%d" % (src, os.path.getsize(src), int(os.path.getmtime(src)))).encode()).hexdigest()[:16]
+        stamp = "%s:%d:%d" % (src, os.path.getsize(src), int(os.path.getmtime(src)))
+        key = hashlib.sha256(stamp.encode()).hexdigest()[:16]
         root = os.path.join(cache_dir, "datasets", "user-" + key)
         os.makedirs(os.path.dirname(root), exist_ok=True)
         with cache_lock(root):  # two runs unpacking the same tarball: one unpacks, the other waits
@@ -450,8 +452,8 @@ def from_user(src, cache_dir, progress=None):
                         raise FstraceError("--dataset %s: cannot unpack as a tarball: not a tar archive "
                                            "(plain, gzip, bzip2 or xz)" % shown(src))
                     if isinstance(e, (tarfile.TarError, EOFError, OSError)):
-                        raise FstraceError("--dataset %s: cannot unpack as a tarball: %s"
-                                           % (shown(src), shown(str(e).splitlines()[0]) if str(e) else type(e).__name__))
+                        why = shown(str(e).splitlines()[0]) if str(e) else type(e).__name__
+                        raise FstraceError("--dataset %s: cannot unpack as a tarball: %s" % (shown(src), why))
                     raise
                 if not _has_data(tmp):  # refused before it becomes a cache entry
                     shutil.rmtree(tmp, ignore_errors=True)

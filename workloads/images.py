@@ -342,9 +342,11 @@ def verify(fs, o, image):
         got["block"] = int(m.group(1)) if m else None
         if o["compress"] == "none":
             want = {"block": o["block"]}
-            uncompressed = all("%s are uncompressed" % w in out for w in ("Inodes", "Fragments")) and "Data is uncompressed" in out
+            uncompressed = all("%s are uncompressed" % w in out for w in ("Inodes", "Fragments")) and \
+                "Data is uncompressed" in out
             if not uncompressed:
-                raise FstraceError("squashfs image %s: data, inodes or fragments compressed despite -noD -noI -noF" % image)
+                raise FstraceError("squashfs image %s: data, inodes or fragments compressed despite -noD -noI -noF"
+                                   % image)
             got["uncompressed"] = True
         else:
             want = {"compression": "lz4" if o["compress"] == "lz4hc" else o["compress"], "block": o["block"]}

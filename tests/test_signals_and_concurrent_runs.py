@@ -1,6 +1,7 @@
-"""Signals to the fstrace process alone, to its collector, SIGKILL of fstrace itself, and concurrent runs:
-the machine is checked afterwards for everything this run made (mounts, loop devices, cgroups v1 and v2,
-the collector and its BPF programs, kernel.task_delayacct, temp and .partial directories, state files)."""
+"""Ctrl-C in the middle of a run, signals to the fstrace process alone, to its collector, SIGKILL of fstrace itself,
+and concurrent runs: the machine is checked afterwards for everything this run made (mounts, loop devices, cgroups
+v1 and v2, the collector and its BPF programs, kernel.task_delayacct, temp and .partial directories, state files,
+results that would read as complete)."""
 import glob
 import json
 import os
@@ -12,7 +13,10 @@ import time
 
 import pytest
 
-from conftest import CACHE, COLLECTOR, FSTRACE, SCALE
+from conftest import CACHE, COLLECTOR, FSTRACE, bpf_objects_left, bpf_objects_of, collector_under, descendants, \
+    leftovers, settled_leftovers, alive, task_comm as comm
+
+pytestmark = pytest.mark.bpf
 
 DELAYACCT = "/proc/sys/kernel/task_delayacct"
 STATE = "/run/fstrace"
@@ -26,41 +30,6 @@ def delayacct():
 def set_delayacct(v):
     with open(DELAYACCT, "w") as f:
         f.write("%d\n" % v)
-
-
-def children(pid):
-    """Every descendant of pid, from /proc (ppid links)."""
-    kids = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open("/proc/%s/stat" % d) as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError):
-                continue
-            kids.setdefault(ppid, []).append(int(d))
-    out, todo = [], [pid]
-    while todo:
-        for k in kids.get(todo.pop(), []):
-            out.append(k)
-            todo.append(k)
-    return out
-
-
-def comm(pid):
-    try:
-        with open("/proc/%d/comm" % pid) as f:
-            return f.read().strip()
-    except OSError:
-        return None
-
-
-def alive(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
 
 
 def prog_ids_of(pid):
@@ -119,7 +88,7 @@ def wait_tracing(p, want=("tar",)):
     deadline = time.time() + 600
     while time.time() < deadline:
         assert p.poll() is None, "run ended before it could be signalled:\n" + finish(p)
-        kids = children(p.pid)
+        kids = descendants(p.pid)
         coll = [k for k in kids if comm(k) == "fstrace-collect"]
         work = [k for k in kids if comm(k) in want]
         if coll and work and prog_ids_of(coll[0]):
@@ -169,7 +138,7 @@ def test_signal_to_fstrace_alone_ends_the_whole_workload(tmp_path, sig, no_cgrou
     p = start_run(out, env={"FSTRACE_TEST_NO_CGROUP2": "1"} if no_cgroup2 else None)
     coll, tar = wait_tracing(p)
     progs = prog_ids_of(coll)
-    work = children(coll)  # the workload tree: sh, tar, cat
+    work = descendants(coll)  # the workload tree: sh, tar, cat
     assert delayacct() == 1
     if no_cgroup2:
         assert not glob.glob("/sys/fs/cgroup/**/fstrace-run-%d" % p.pid, recursive=True)
@@ -199,7 +168,7 @@ def test_collector_killed_ends_workload_and_says_so(tmp_path, delayacct_off):
     p = start_run(out)
     coll, tar = wait_tracing(p)
     progs = prog_ids_of(coll)
-    work = children(coll)
+    work = descendants(coll)
     os.kill(tar[0], signal.SIGSTOP)  # still busy on the mount when the collector dies
     try:
         os.kill(coll, signal.SIGKILL)
@@ -225,7 +194,7 @@ def test_workload_killed_by_a_signal_is_one_line(tmp_path, delayacct_off):
     p = start_run(out, workload="randread")
     coll, fios = wait_tracing(p, want=("fio",))
     progs = prog_ids_of(coll)
-    work = children(coll)
+    work = descendants(coll)
     (fio,) = [f for f in fios if parent_of(f) == coll]  # the workload itself: its job is fio's child
     try:
         os.kill(fio, signal.SIGKILL)
@@ -252,7 +221,7 @@ def test_sigkill_of_fstrace_leftovers_removed_by_next_start(tmp_path, delayacct_
     p = start_run(out, "--iops-cap", "100000")
     coll, work = wait_tracing(p)
     progs = prog_ids_of(coll)
-    work = children(coll)
+    work = descendants(coll)
     state = os.path.join(STATE, "run-%d.json" % p.pid)
     assert os.path.exists(state)
     os.kill(coll, signal.SIGSTOP)
@@ -355,7 +324,7 @@ def test_second_sigint_waits_for_the_collector_before_unmounting(tmp_path, delay
     p = start_run(out)
     coll, _ = wait_tracing(p)
     progs = prog_ids_of(coll)
-    work = children(coll)
+    work = descendants(coll)
     os.kill(coll, signal.SIGSTOP)
     try:
         os.kill(p.pid, signal.SIGINT)
@@ -393,7 +362,7 @@ def test_sigkill_of_attach_leaves_no_temp_file(tmp_path):
         tmps = [i["path"] for i in items if i["kind"] == "dir" and "/fstrace-run-" in i["path"]]
         assert len(tmps) == 1 and os.path.isfile(os.path.join(tmps[0], "meta.json")), items
         assert set(glob.glob("/tmp/tmp*.json")) <= bare
-        coll = next(k for k in children(p.pid) if comm(k) == "fstrace-collect")
+        coll = next(k for k in descendants(p.pid) if comm(k) == "fstrace-collect")
     finally:  # the SIGKILL is the test; on a failure before it, the attach must not trace on
         os.kill(p.pid, signal.SIGKILL)
         p.wait(timeout=60)
@@ -468,3 +437,45 @@ def test_mount_kept_busy_is_left_recorded_for_the_next_start(tmp_path, delayacct
     assert "unmounted " + mnt in said and "removed " + tmp in said, q.stderr
     assert not os.path.exists(tmp)
     assert machine_state(p.pid) == {"mounts": [], "loops": [], "cgroups": [], "state": False}
+
+
+def workload_started(collector):
+    """Whether the collector's child has exec'd the workload (before that it runs the collector's binary)."""
+    try:
+        with open("/proc/%d/task/%d/children" % (collector, collector)) as f:
+            children = [int(c) for c in f.read().split()]
+        return any(os.readlink("/proc/%d/exe" % c) != os.readlink("/proc/%d/exe" % collector) for c in children)
+    except OSError:  # one of them exited meanwhile
+        return False
+
+
+def test_sigint_mid_run_leaves_nothing(tmp_path):
+    out = tmp_path / "out"
+    before = settled_leftovers()
+    # scale 0.25: a 32 MiB file, thousands of cold 4 KiB reads: seconds of work to interrupt
+    p = subprocess.Popen([FSTRACE, "run", "--fs", "erofs", "--workload", "randread", "--scale", "0.25",
+                          "--cache", CACHE, "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    # wait until tracing runs: the collector starts the workload (its child, stopped until then) once every
+    # program is attached; then what it holds is all it loaded, and the image is mounted
+    collector = collector_under(p.pid)
+    assert collector, "run ended before it could be interrupted:\n" + p.stderr.read()
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        if workload_started(collector) and leftovers()[1]:
+            objs = bpf_objects_of(collector)
+            break
+        assert p.poll() is None, "run ended before it could be interrupted:\n" + p.stderr.read()
+        time.sleep(0.02)
+    else:
+        raise AssertionError("tracing never started")
+    assert any(kind == "link" for kind, _ in objs) and any(kind == "prog" for kind, _ in objs), objs
+    p.send_signal(signal.SIGINT)
+    rest = p.communicate(timeout=120)[1]
+    assert p.returncode == 130, rest
+    assert "interrupted" in rest
+    assert settled_leftovers(expect=before) == before
+    assert bpf_objects_left(objs) == set()
+    assert not out.exists()
+    assert not os.path.exists(str(out) + ".partial")
+    assert not list(tmp_path.glob("**/*.fst*"))
