@@ -118,5 +118,6 @@ def test_budget_100_is_always_on(tmp_path, mounted):
     res, s, fio_ios, _ = _attach_around_fio(tmp_path, mounted, "--budget", "100")
     assert s["request_windows"] == {"active": False, "why": "always attached (--budget 100)"}
     # always on: every read fio did is seen (fio ran inside the attach)
-    counted = S.request_stats(S.fs_requests(res, kinds=("read",)), S.counted_requests(res, kinds=("read",)))
+    counted = S.request_stats(S.fs_requests(res, kinds=("read",)), S.counted_requests(res, kinds=("read",)),
+                              res.schema)
     assert counted["count"] == fio_ios

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 #include <linux/perf_event.h>
 #include <sys/syscall.h>
@@ -22,6 +23,7 @@
 
 #define MAX_PERF_CPUS 1024
 static struct bpf_link *perf_links[MAX_PERF_CPUS];
+static int perf_fds[MAX_PERF_CPUS]; /* each link's event (the link owns it): for sampling_enable */
 static int nr_perf_links;
 
 int attach_sampling(struct sample_bpf *smp, int hz)
@@ -47,9 +49,16 @@ int attach_sampling(struct sample_bpf *smp, int hz)
 			close(fd);
 			return err;
 		}
+		perf_fds[nr_perf_links] = fd;
 		perf_links[nr_perf_links++] = l;
 	}
 	return nr_perf_links ? 0 : -ENODEV;
+}
+
+void sampling_enable(bool on)
+{
+	for (int i = 0; i < nr_perf_links; i++)
+		ioctl(perf_fds[i], on ? PERF_EVENT_IOC_ENABLE : PERF_EVENT_IOC_DISABLE, 0);
 }
 
 void detach_sampling(void)

@@ -6,6 +6,7 @@
 #ifndef FSTRACE_STACKS_H
 #define FSTRACE_STACKS_H
 
+#include <stdbool.h>
 #include <linux/types.h>
 #include "jsonw.h"
 
@@ -14,6 +15,8 @@ struct sample_bpf;
 
 int attach_sampling(struct sample_bpf *smp, int hz);
 void detach_sampling(void);
+/* --budget: sampling on only while the request hooks are (a sample outside a request is of no use) */
+void sampling_enable(bool on);
 
 /* a block request's queue stack id (from its record): its stack goes into "io_stacks" */
 void note_io_stack(__s32 id);

@@ -35,6 +35,7 @@
 #include "collect.h"
 #include "expose.h"
 #include "probes.h"
+#include "stacks.h"
 #include "window.h"
 #include "tasks.skel.h"
 
@@ -67,13 +68,19 @@ static struct {
 	char why[200];
 	struct tasks_bpf *tsk;
 	struct probe *enter, *exit;
+	/* the hooks that only attribute a request's time (sched_switch, sched_wakeup, page-cache adds, lock waits,
+	 * readahead): of no use while no request can be in flight, so attached only around the windows, first on
+	 * and last off */
+	struct probe *attrib[8];
+	int nr_attrib;
 	int req_agg_fd, agg_keys_fd, syscalls_fd;
 	double slow_ns;	      /* the slow path's price per syscall, hooks attached vs not */
 	double attach_cpu_ns; /* CPU time of one attach + detach of both hooks (the thread walks) */
 	double cost_on;	      /* share of busy CPU time the hooks cost while attached (estimate) */
 	double busy_per_s0;   /* the system's busy CPU ns per second before the first window */
 	bool cost_known;
-	double duty; /* share of time in windows this period */
+	bool sampling; /* perf sampling is on (enabled only in windows) */
+	double duty;   /* share of time in windows this period */
 	enum { W_CLOSED,
 	       W_OPEN,
 	       W_GRACE } phase;
@@ -273,6 +280,32 @@ static void schedule(__u64 now)
 	w.next_open = w.period_start + (__u64)(uniform() * (double)(w.period_len - on));
 }
 
+static bool is_attribution_hook(const char *name)
+{
+	static const char *const names[] = { "sched_switch", "sched_wakeup", "mm_filemap_add_to_page_cache",
+					     "contention_begin", "contention_end", "page_cache_ra_order" };
+	for (int i = 0; i < N(names); i++)
+		if (!strcmp(name, names[i]))
+			return true;
+	return false;
+}
+
+/* the attribution hooks and sampling on, before a window's sys_exit and sys_enter; off after them */
+static void attribution_on(bool on)
+{
+	for (int i = 0; i < w.nr_attrib; i++) {
+		if (!on) {
+			hook_detach(w.attrib[i]);
+			continue;
+		}
+		int err = hook_attach(w.attrib[i]);
+		if (err)
+			die("--budget: attaching %s for a window: %s", w.attrib[i]->name, strerror(-err));
+	}
+	if (w.sampling)
+		sampling_enable(on);
+}
+
 void window_init(struct tracer *t, __u64 t_start)
 {
 	if (opt.budget_pct >= 100 && opt.window_duty <= 0) {
@@ -286,6 +319,8 @@ void window_init(struct tracer *t, __u64 t_start)
 				w.enter = p;
 			else if (!strcmp(p->name, "sys_exit"))
 				w.exit = p;
+			else if (p->link && w.nr_attrib < N(w.attrib) && is_attribution_hook(p->name))
+				w.attrib[w.nr_attrib++] = p;
 		}
 	if (!t->tsk || !w.enter || !w.exit || !w.enter->link || !w.exit->link) {
 		snprintf(w.why, sizeof(w.why), "requests are not bounded by the syscall tracepoints here: nothing "
@@ -298,6 +333,7 @@ void window_init(struct tracer *t, __u64 t_start)
 		return;
 	}
 	w.tsk = t->tsk;
+	w.sampling = t->smp != NULL;
 	w.req_agg_fd = bpf_map__fd(t->tsk->maps.req_agg);
 	w.agg_keys_fd = bpf_map__fd(t->tsk->maps.agg_keys);
 	w.syscalls_fd = bpf_map__fd(t->tsk->maps.syscalls_seen);
@@ -310,6 +346,7 @@ void window_init(struct tracer *t, __u64 t_start)
 	int err = calibrate(busy0, t0, cpu0);
 	if (err)
 		die("--budget: attaching the syscall hooks for calibration: %s", strerror(-err));
+	attribution_on(false);
 	w.active = true;
 	w.period_start = t_start;
 	w.period_len = 0;
@@ -327,6 +364,7 @@ static void open_window(__u64 now)
 	w.syscalls_before = percpu_u64(w.syscalls_fd, 0);
 	w.busy_before = busy_ns_now();
 	memset(&w.cur, 0, sizeof(w.cur));
+	attribution_on(true);
 	int err = hook_attach(w.exit);
 	/* taken before sys_enter is attached: a request may begin as soon as its registration is done, before
 	 * the attach returns (its end, enter_closed, is taken after the detach returns, for the same reason) */
@@ -350,6 +388,7 @@ static void close_enter(void)
 static void close_exit(void)
 {
 	hook_detach(w.exit);
+	attribution_on(false);
 	struct window *x = &w.cur;
 	x->exit_closed = now_ns(CLOCK_MONOTONIC);
 	x->syscalls = percpu_u64(w.syscalls_fd, 0) - w.syscalls_before;
@@ -481,6 +520,12 @@ json *window_header(__u64 t_start, __u64 t_end)
 	}
 	jset(o, "budget_pct", jchk(json_object_new_double(opt.budget_pct)));
 	jset(o, "duty_fixed", opt.window_duty > 0 ? jchk(json_object_new_double(opt.window_duty)) : NULL);
+	json *hooks = jset(o, "windowed_probes", jarr());
+	jpush(hooks, jstr(w.enter->name));
+	jpush(hooks, jstr(w.exit->name));
+	for (int i = 0; i < w.nr_attrib; i++)
+		jpush(hooks, jstr(w.attrib[i]->name));
+	jset(o, "sampling_windowed", jbool(w.sampling));
 	jset(o, "window_ns", ju64(WINDOW_NS));
 	jset(o, "grace_ns", ju64(GRACE_NS));
 	jset(o, "slow_path_ns_per_syscall", jchk(json_object_new_double(w.slow_ns)));
