@@ -79,7 +79,7 @@ HOSTILE = {
 }
 
 
-@pytest.mark.unit
+@pytest.mark.bpf
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_hostile_tarball_is_refused_and_writes_nothing_outside(tmp_path, outside, case):
     o, cache = outside
@@ -97,7 +97,7 @@ def test_hostile_tarball_is_refused_and_writes_nothing_outside(tmp_path, outside
     assert _everything_under(str(tmp_path)) - before <= {"cache", "cache/datasets"}
 
 
-@pytest.mark.unit
+@pytest.mark.bpf
 def test_member_name_with_a_newline_is_shown_on_one_line(tmp_path, outside):
     o, cache = outside
     tarball = _tar(tmp_path / "evil.tar", [_file("ok.txt"), ({"name": "dev\nnull", "type": tarfile.CHRTYPE}, None)])
@@ -106,7 +106,7 @@ def test_member_name_with_a_newline_is_shown_on_one_line(tmp_path, outside):
     assert "\n" not in str(e.value) and "dev\\nnull" in str(e.value)
 
 
-@pytest.mark.unit
+@pytest.mark.bpf
 def test_a_well_formed_tarball_unpacks_with_its_links_inside(tmp_path, outside):
     o, cache = outside
     tarball = _tar(tmp_path / "good.tar", [

@@ -228,7 +228,7 @@ def test_bench_figure_of_wrong_type_is_one_line(real, shared_dir, field):
         assert not os.path.exists(html)
 
 
-@pytest.mark.unit
+@pytest.mark.bpf
 @pytest.mark.parametrize("name,size", [("summary.json", 1 << 31), ("summary.json", 1 << 40), ("bench.json", 1 << 33)])
 def test_json_file_grown_huge_is_refused_unread(real, shared_dir, name, size):
     """A JSON file of a results or bench directory grown (sparse) to gigabytes: one line saying so, not a
