@@ -54,6 +54,8 @@ int tiers_attach_empty(struct probe *probes, int n);
 
 /* Position (from 0) of func's parameter named param, from the BTF of vmlinux or a module; -1 = unknown. */
 int func_param_index(const char *func, const char *param);
+/* Does the kernel have func (in the BTF of vmlinux or a module: not inlined everywhere, not renamed)? */
+bool kernel_has_func(const char *func);
 /* Does vmlinux BTF carry the typed tracepoint btf_trace_<tp>? */
 bool tp_btf_exists(const char *tp);
 
