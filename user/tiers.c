@@ -247,6 +247,20 @@ static struct bpf_program *skel_prog(const void *skel, size_t at)
 	return at ? *(struct bpf_program *const *)((const char *)skel + at) : NULL;
 }
 
+void tiers_unload(const void *skel, struct probe *p, const char *why)
+{
+	for (enum fst_tier t = FST_TIER_NONE + 1; t < FST_NR_TIERS; t++) {
+		struct bpf_program *progs[2] = { skel_prog(skel, p->prog_at[t]), skel_prog(skel, p->exit_prog_at[t]) };
+		for (int k = 0; k < 2; k++)
+			if (progs[k])
+				bpf_program__set_autoload(progs[k], false);
+	}
+	p->tier = FST_TIER_NONE;
+	p->prog = p->exit_prog = NULL;
+	if (why)
+		snprintf(p->why, sizeof(p->why), "%s", why);
+}
+
 void tiers_select(const void *skel, struct probe *probes, int n, bool no_btf_tp, bool no_fentry)
 {
 	for (int i = 0; i < n; i++) {

@@ -41,6 +41,10 @@ const char *tier_name(enum fst_tier t);
  * the one the probes' offsets are in) accordingly. */
 void tiers_select(const void *skel, struct probe *probes, int n, bool no_btf_tp, bool no_fentry);
 
+/* None of a probe's programs loaded (autoload off at every tier): it is unavailable, with why (NULL: the why it
+ * has) */
+void tiers_unload(const void *skel, struct probe *p, const char *why);
+
 /* Attach the chosen programs; an optional probe that fails to attach becomes unavailable. */
 int tiers_attach(struct probe *probes, int n);
 void tiers_detach(struct probe *probes, int n);
