@@ -275,8 +275,9 @@ def render(s, full=True):
     d = s["drops"] or {}
     w("  dropped records (ring buffer full): %s" % (", ".join("%s %d" % kv for kv in sorted(d.items())) or "none"))
     lost = {k: v for k, v in (s.get("losses") or {}).items() if v}
-    if lost:  # a full in-kernel table: that work went untraced
-        w("  LOST in the kernel (a table was full): %s" % ", ".join("%s %d" % kv for kv in sorted(lost.items())))
+    if lost:  # a full in-kernel table, or a request's end never seen: that work went untraced
+        w("  LOST in the kernel (a table was full, or a request's end never came): %s"
+          % ", ".join("%s %d" % kv for kv in sorted(lost.items())))
     ex = s.get("expired_in_flight") or {}
     if ex.get("bios") or ex.get("requests"):
         w("  in-flight block state expired (completion never delivered): %d bios, %d requests"
