@@ -121,7 +121,10 @@ bench-overhead: all
 	build/venv/bin/python3 scripts/bench_overhead.py $(BENCH_ARGS)
 
 # The fentry/kprobe tier on the kernel matrix (Debian 6.1 and 6.12) under QEMU, two vCPUs; prints the table of
-# kernel x probe x tier chosen x fired / checked (the test suite runs the same guests through tests/test_vm.py).
+# kernel x probe x tier chosen x fired / checked, the request boundaries' counts against fio's and each boundary
+# program's bpf_stats beside the syscall tracepoints', and the ns per call of an untraced task's getppid and
+# preads with nothing, fentry and the syscall tracepoints attached (the test suite runs the same guests through
+# tests/test_vm.py).
 # VMTEST_ARGS: e.g. --kernels 6.12, --guest-mode churn, --smp 1, --accel tcg.
 vmtest: all
 	./scripts/setup.sh --test

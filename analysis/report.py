@@ -256,6 +256,14 @@ def render(s, full=True):
         w(format_log2(d["size_hist_log2_bytes"], "bytes").rstrip("\n"))
 
     heading(w, "tiers, losses and what could not be measured")
+    rb = s.get("request_bounds")
+    if rb:
+        kinds = "; ".join("%s: %s" % (t, ", ".join(k)) for t, k in sorted(rb["groups"].items()))
+        if rb["at"] == "filesystem entry points":
+            out.extend(verdict.fold("  requests bounded at the traced filesystems' entry points (%s)" % kinds))
+        elif rb["at"] != "none":
+            out.extend(verdict.fold("  requests bounded by the syscall tracepoints (%s), not at the filesystems' "
+                                    "entry points: %s" % (kinds, rb["why"])))
     for tier, probes in verdict.tier_groups(s).items():
         out.extend(verdict.titled("probes at tier %s" % tier, probes))
     for why, figs in verdict.unavailable_groups(s).items():
@@ -267,8 +275,9 @@ def render(s, full=True):
     d = s["drops"] or {}
     w("  dropped records (ring buffer full): %s" % (", ".join("%s %d" % kv for kv in sorted(d.items())) or "none"))
     lost = {k: v for k, v in (s.get("losses") or {}).items() if v}
-    if lost:  # a full in-kernel table: that work went untraced
-        w("  LOST in the kernel (a table was full): %s" % ", ".join("%s %d" % kv for kv in sorted(lost.items())))
+    if lost:  # a full in-kernel table, or a request's end never seen: that work went untraced
+        w("  LOST in the kernel (a table was full, or a request's end never came): %s"
+          % ", ".join("%s %d" % kv for kv in sorted(lost.items())))
     ex = s.get("expired_in_flight") or {}
     if ex.get("bios") or ex.get("requests"):
         w("  in-flight block state expired (completion never delivered): %d bios, %d requests"

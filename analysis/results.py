@@ -127,6 +127,8 @@ HEADER_SCHEMA = {
                      "stacks_lost": Opt(INT), "runs": Opt(COUNT), "run_ns": Opt(COUNT)}),
     "tracer_frame_prefix": Opt(str),
     "task_state": Opt({"store": str, "why": str}),
+    # what bounded the requests: the filesystems' entry points or the syscall tracepoints, each kind's tiers
+    "request_bounds": Opt({"at": str, "why": str, "kinds": MapOf(str)}),
     "work_functions": Opt({"found_by": str, "found": MapOf(bool)}),
     "request_records": Opt({"mode": str, "record_over_ns": COUNT}),
     "io_stack_sampling": Opt({"mode": str, "every_ns": COUNT, "unsampled_id": INT}),

@@ -376,9 +376,35 @@ def device_stats(res):
     return out
 
 
+def boundary_figures(h):
+    """The figures of the probes that bound requests: the syscall tracepoints' and the filesystem entry points'
+    (a header with request_bounds; before it, only the former's)."""
+    sch = schema.of(h)
+    return (sch.figure("req_start"), sch.figure("req_end")) + ((sch.figure("req_bounds"),)
+                                                                 if h.get("request_bounds") else ())
+
+
+def unused_boundary(h, p):
+    """A request-boundary probe the run did not use (the syscall tracepoints', or a filesystem entry point's):
+    the header's request_bounds says what bounded the requests and why, not each such probe."""
+    return bool(h.get("request_bounds")) and p["tier"] == "unavailable" and p["figure"] in boundary_figures(h)
+
+
 def tiers(res):
     return {p["probe"]: {"tier": p["tier"], "measures": p["measures"], "why": p["why"]}
-            for p in res.header.get("probes", [])}
+            for p in res.header.get("probes", []) if not unused_boundary(res.header, p)}
+
+
+def request_bounds(h):
+    """What bounded the requests (the header's request_bounds) and each kind's tiers, grouped: {tiers: [kind]};
+    None for files from before the filesystems' entry points could (the syscall tracepoints did)."""
+    rb = h.get("request_bounds")
+    if not rb:
+        return None
+    groups = {}
+    for kind, tier in rb["kinds"].items():
+        groups.setdefault(tier, []).append(kind)
+    return {"at": rb["at"], "why": rb["why"], "kinds": rb["kinds"], "groups": groups}
 
 
 def decompression_probes(res):
@@ -680,6 +706,8 @@ def unavailable(res):
     measured = {p["figure"] for p in res.header.get("probes", []) if p["tier"] != "unavailable"}
     seen = {}
     for p in res.header.get("probes", []):
+        if unused_boundary(res.header, p):
+            continue
         if p["tier"] == "unavailable" and p not in dec and p["figure"] not in measured:
             why = p["why"] or "probe could not attach"
             if p["figure"] in seen:  # twins for other kernels: one line, each twin's reason
@@ -847,6 +875,7 @@ def summarize(res, ground_truth=None):
         "delay_accounting": delay_accounting(res),
         "devices": devices,
         "tiers": tiers(res),
+        "request_bounds": request_bounds(h),
         "unavailable": unavailable(res),
         "drops": h.get("drops"),
         "losses": h.get("losses"),  # kernel-side tables that were full (records.h FST_LOSSES); older files: None

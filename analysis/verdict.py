@@ -209,7 +209,9 @@ def lost_items(s):
     kernel completed unseen, failed requests.  Empty: nothing lost."""
     out = ["%d %s records dropped (ring buffer full)" % (v, k) for k, v in sorted((s.get("drops") or {}).items())
            if v]
-    out += ["%d %s (kernel table full)" % (v, k) for k, v in sorted((s.get("losses") or {}).items()) if v]
+    # records.h FST_LOSSES: a full kernel table (*_full), or a request whose end never came
+    out += ["%d %s%s" % (v, k, " (kernel table full)" if k.endswith("_full") else "")
+            for k, v in sorted((s.get("losses") or {}).items()) if v]
     ex = s.get("expired_in_flight") or {}
     if ex.get("bios") or ex.get("requests"):
         out.append("%d bios, %d block requests expired in flight" % (ex.get("bios", 0), ex.get("requests", 0)))

@@ -427,11 +427,25 @@ struct task_req {
 	__u8 in_req;	  /* the fields above describe a request in progress */
 	__u32 window_seq; /* the request-hook window it began in (tasks.bpf.c window_seq) */
 	__u8 user_stack_taken;
-	__u8 sdev_traced;      /* sdev passes the filesystem filter: looked up once per request (or kept) */
-	__u8 agg_entry;	       /* req_agg entry + 1 of (sdev, kind) (agg_entry_of), 0: not looked up yet */
-	__u8 keep_file;	       /* keep.files index + 1 of its file, 0: none (a path-based stat call, a sync) */
+	__u8 sdev_traced; /* sdev passes the filesystem filter: looked up once per request (or kept) */
+	__u8 agg_entry;	  /* req_agg entry + 1 of (sdev, kind) (agg_entry_of), 0: not looked up yet */
+	__u8 keep_file;	  /* keep.files index + 1 of its file, 0: none (a path-based stat call, a sync) */
+	/* a request bounded at a filesystem entry point (tasks.bpf.c, "Requests bounded at the filesystems'
+	 * entry points") */
+	__u8 bound; /* what began it: FST_BOUND_* */
+	__u8 depth; /* boundary functions entered inside it and not returned yet */
+	__u8 pad_req[2];
+	__u32 dir_count;       /* a getdents64 directory read: the caller's buffer size (getdents_callback64.count) */
+	__u64 result;	       /* what its end reads its result from: that read's callback state (struct
+				* getdents_callback64 *), a stat call's struct kstat; 0 = none */
+	__u64 frame_sp;	       /* begun by a kprobe: the kernel stack pointer there */
 	struct task_keep keep; /* not reset at a request's start */
 };
+
+/* what began a request: its end must be the same kind of program's */
+#define FST_BOUND_SYSCALL 0 /* sys_enter */
+#define FST_BOUND_FENTRY 1
+#define FST_BOUND_KPROBE 2
 
 /* task-local storage; the collector turns it into a pid-keyed hash (max_entries set) where the kernel has none */
 struct {
@@ -618,6 +632,17 @@ static __always_inline bool state_is_traced(struct task_req *r)
 static __always_inline bool sdev_is_traced(__u32 sdev)
 {
 	return !cfg.filter_sdev || bpf_map_lookup_elem(&traced_sdevs, &sdev) != NULL;
+}
+
+/* whether a superblock is one of the traced ones, by comparing it with cfg.sdevs: no map lookup, for the hooks
+ * other filesystems' calls reach too (tasks.bpf.c, the filesystems' entry points) */
+static __always_inline bool sdev_in_cfg(__u32 sdev)
+{
+#pragma unroll
+	for (int i = 0; i < FST_CFG_SDEVS; i++)
+		if (i < cfg.nr_sdevs && cfg.sdevs[i] == sdev)
+			return true;
+	return false;
 }
 
 /* Reserve a record in the ring buffer; a failed reservation is counted, never silent. */

@@ -219,6 +219,7 @@
 	E(FST_FIG_SQUASHFS_CACHE, 18, "squashfs_cache_lookups")                         \
 	E(FST_FIG_SQUASHFS_CACHE_MISS, 19, "squashfs_cache_misses")                     \
 	E(FST_FIG_BTRFS_COMPRESS, 20, "btrfs_compress_write")	/* compression on write, per chunk */ \
+	E(FST_FIG_REQ_BOUNDS, 21, "req_bounds")	/* request start and end at a filesystem entry point */ \
 	FST_DECOMP_FIGURES(E)
 
 /*
@@ -589,16 +590,17 @@ struct fst_rq_start {
 #define FST_STALE_NS (10ull * 1000000000ull)
 
 /*
- * Entries the kernel side could not keep, by what was full (the per-CPU map `losses`, summed into the header's
- * "losses"): each is work that went untraced, counted instead of silent.
+ * Entries the kernel side could not keep, by what was full or never came (the per-CPU map `losses`, summed into
+ * the header's "losses"): each is work that went untraced, counted instead of silent.
  */
 /* clang-format off */
 #define FST_LOSSES(E)                                                          \
 	E(FST_LOSS_BIO_TABLE, 0, "bio_table_full")	/* bios in flight: their block request is not charged */ \
 	E(FST_LOSS_RQ_TABLE, 1, "request_table_full")	/* block requests in flight: no queue/issue times */ \
 	E(FST_LOSS_WORK_TABLE, 2, "work_table_full")	/* kworker context (loop device served, fs work item) */ \
-	E(FST_LOSS_TASK_STATE, 3, "task_state_full")	/* a thread's request state: its requests are not traced */
-#define FST_NR_LOSSES 4
+	E(FST_LOSS_TASK_STATE, 3, "task_state_full")	/* a thread's request state: its requests are not traced */ \
+	E(FST_LOSS_REQ_UNENDED, 4, "request_end_missed")	/* its end never came (a kretprobe missed): dropped */
+#define FST_NR_LOSSES 5
 enum fst_loss { FST_LOSSES(FST_ENUM_MEMBER) };
 FST_ASSERT_NUMBERED(FST_LOSSES, 0, FST_NR_LOSSES);
 /* clang-format on */
@@ -623,8 +625,9 @@ FST_ASSERT_NUMBERED(FST_LOSSES, 0, FST_NR_LOSSES);
 	E(FST_SITE_RQ_COMPLETE, 7, "block_rq_complete")                        \
 	E(FST_SITE_EROFS, 8, "erofs")                                          \
 	E(FST_SITE_DECOMP, 9, "decompressors")                                 \
-	E(FST_SITE_SAMPLE, 10, "perf_event sampling")
-#define FST_NR_TRACER_SITES 11
+	E(FST_SITE_SAMPLE, 10, "perf_event sampling")                          \
+	E(FST_SITE_FS_ENTER, 11, "filesystem entry point")	/* a request's start there (fentry, kprobe) */
+#define FST_NR_TRACER_SITES 12
 enum fst_tracer_site_id { FST_TRACER_SITES(FST_ENUM_MEMBER) };
 FST_ASSERT_NUMBERED(FST_TRACER_SITES, 0, FST_NR_TRACER_SITES);
 /* clang-format on */
@@ -866,6 +869,8 @@ struct fst_ksym_query {
 	__u64 addr;    /* 0 = no such function */
 };
 
+#define FST_CFG_SDEVS 16
+
 /*
  * Configuration frozen into every program before load.  Task filters combine
  * (a task must pass every one that is on); with none on, every task is traced.
@@ -907,6 +912,14 @@ struct fst_cfg {
 	__u8 pad_cfg[2];
 	__u32 offcpu_sample_ns; /* with it: intervals this long always walked; shorter ones with probability
 				 * length / offcpu_sample_ns, credited offcpu_sample_ns (0: every interval) */
+	/* the traced superblocks again (traced_sdevs' keys): the filesystem entry points that other filesystems
+	 * share (generic_file_read_iter, the splice readers, ...) compare a file's superblock with these, a few
+	 * instructions, before anything else, so that those filesystems' calls cost no map lookup */
+	__u32 sdevs[FST_CFG_SDEVS];
+	__u32 nr_sdevs;
+	__u32 pad_cfg2;
+	__u64 filldir64; /* getdents64's callback (kallsyms), 0 = unknown: a directory read with it is the
+			  * syscall's, whose byte count the request takes */
 };
 
 #endif

@@ -61,6 +61,13 @@
 #error "fstrace: add this architecture's syscall numbers to bpf/syscalls.h"
 #endif
 
+/* the number of the syscall a thread is in, from its user registers (struct pt_regs; -1 outside a syscall) */
+#if defined(__TARGET_ARCH_x86)
+#define FST_SYSCALL_NR(regs) BPF_CORE_READ(regs, orig_ax)
+#elif defined(__TARGET_ARCH_arm64)
+#define FST_SYSCALL_NR(regs) BPF_CORE_READ(regs, syscallno)
+#endif
+
 static __always_inline __u16 fst_syscall_kind(long nr)
 {
 	switch (nr) {

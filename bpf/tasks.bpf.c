@@ -108,15 +108,14 @@ static __always_inline struct file *fd_file_btf(struct task_struct *cur, long fd
  * (tar, a file and its pipe): what the last two inodes said is kept in its state and reused when the file's
  * inode is one of those objects with the same inode number (two reads instead of five, and no hash lookup).  A
  * struct file's address alone is no key: files are freed and their slab reused at once (a closed /sys file's
- * address came back as fio's data file).  btf: f is a BTF pointer (fd_file_btf), its fields plain loads; else a
- * number read through helper calls.
+ * address came back as fio's data file).  btf: inode is a BTF pointer (fd_file_btf, fentry), its fields plain
+ * loads; else a number read through helper calls.
  */
-static __always_inline void note_file(struct task_req *r, struct file *f, bool btf)
+static __always_inline void note_inode(struct task_req *r, struct inode *inode, bool btf)
 {
-	if (!f)
+	if (!inode)
 		return;
 	struct task_keep *keep = &r->keep;
-	struct inode *inode = FST_FIELD(btf, f, f_inode);
 	r->ino = FST_FIELD(btf, inode, i_ino);
 	struct file_keep *k = NULL;
 	if (keep->files[0].file == (__u64)inode && keep->files[0].ino == r->ino) {
@@ -149,6 +148,15 @@ static __always_inline void note_file(struct task_req *r, struct file *f, bool b
 		r->agg_entry = 0;
 	}
 	r->keep_file = keep->file_last + 1;
+}
+
+/* the file a request is about: its inode (note_inode), and for a read or write without a position argument the
+ * file's position */
+static __always_inline void note_file(struct task_req *r, struct file *f, bool btf)
+{
+	if (!f)
+		return;
+	note_inode(r, FST_FIELD(btf, f, f_inode), btf);
 	if (r->pos < 0 && (r->kind == FST_REQ_READ || r->kind == FST_REQ_WRITE))
 		r->pos = FST_FIELD(btf, f, f_pos);
 }
@@ -159,6 +167,16 @@ static __always_inline void note_file(struct task_req *r, struct file *f, bool b
  * user read per field, for stat calls only; the layouts are the kernel's own (CO-RE: struct stat is per
  * architecture).
  */
+/* a stat call's file, by the device (kernel dev_t), inode and mode the kernel reported */
+static __always_inline void note_stat(struct task_req *r, __u32 sdev, __u64 ino, __u16 mode)
+{
+	__u32 *sb = bpf_map_lookup_elem(&stat_devs, &sdev); /* a btrfs subvolume's device: its superblock's */
+	r->sdev = sb ? *sb : sdev;
+	r->ino = ino;
+	r->ftype = (mode >> 12) & 0xf;
+	r->sdev_traced = sdev_is_traced(r->sdev);
+}
+
 static __always_inline void note_statbuf(struct task_req *r)
 {
 	__u64 ino = 0;
@@ -183,11 +201,14 @@ static __always_inline void note_statbuf(struct task_req *r)
 		/* new_encode_dev: the minor's low 8 bits, the major's 12, then the minor's upper 12 */
 		sdev = FST_KDEV((udev >> 8) & 0xfff, (udev & 0xff) | ((udev >> 12) & 0xfff00));
 	}
-	__u32 *sb = bpf_map_lookup_elem(&stat_devs, &sdev); /* a btrfs subvolume's device: its superblock's */
-	r->sdev = sb ? *sb : sdev;
-	r->ino = ino;
-	r->ftype = (mode >> 12) & 0xf;
-	r->sdev_traced = sdev_is_traced(r->sdev);
+	note_stat(r, sdev, ino, mode);
+}
+
+/* the same from the kernel's struct kstat (r->result), which the filesystem entry points see filled first */
+static __always_inline void note_kstat(struct task_req *r)
+{
+	struct kstat *st = (void *)r->result;
+	note_stat(r, BPF_CORE_READ(st, dev), BPF_CORE_READ(st, ino), BPF_CORE_READ(st, mode));
 }
 
 /* the file behind fd, noted in the request: through typed loads where it can be (storage mode: tp_btf, cur the
@@ -221,23 +242,28 @@ struct {
 	__type(value, __u64);
 } syscalls_seen SEC(".maps");
 
-static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
+/*
+ * The kinds of request bounded at the filesystems' entry points (bit 1 << kind; see "Requests bounded at the
+ * filesystems' entry points" below), set by the collector once their programs are attached and before the
+ * syscall tracepoints are: sys_enter leaves those kinds to them, and they act on no other kind.
+ */
+__u32 fs_bound_kinds;
+
+static __always_inline bool kind_fs_bound(__u16 kind)
 {
-	if (cfg.windowed) { /* load-time constant: no instruction at all when always on */
-		__u32 zero = 0;
-		__u64 *n = bpf_map_lookup_elem(&syscalls_seen, &zero);
-		if (n)
-			(*n)++;
-	}
-	__u16 kind = fst_syscall_kind(id);
-	if (!kind)
-		return 0;
-	/* storage mode: the current task's BTF pointer, taken once (a helper call) for the lookups below */
-	struct task_struct *cur = cfg.task_storage ? bpf_get_current_task_btf() : NULL;
-	struct task_req *r = cfg.task_storage ? bpf_task_storage_get(&task_reqs, cur, 0, 0) : current_state();
+	return fs_bound_kinds & (1u << kind);
+}
+
+/*
+ * The current thread's state (r: as looked up, maybe NULL) when the task filters trace it, created if it had
+ * none; NULL when they do not, or no state could be had (counted).  cur: the thread's BTF pointer, taken once by
+ * the caller for the lookups (storage mode).
+ */
+static __always_inline struct task_req *traced_state(struct task_struct *cur, struct task_req *r)
+{
 	if (verdict_cacheable()) {
 		if (r && r->keep.verdict == FST_VERDICT_UNTRACED)
-			return 0;
+			return NULL;
 		if (!r || r->keep.verdict != FST_VERDICT_TRACED) {
 			bool traced = current_is_traced();
 			if (!r)
@@ -245,10 +271,10 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
 			if (r)
 				r->keep.verdict = traced ? FST_VERDICT_TRACED : FST_VERDICT_UNTRACED;
 			if (!traced)
-				return 0;
+				return NULL;
 		}
 	} else if (!current_is_traced()) {
-		return 0;
+		return NULL;
 	}
 
 	if (!r && cfg.task_storage)
@@ -259,11 +285,18 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
 		bpf_map_update_elem(&task_reqs, &pid, &n, BPF_NOEXIST);
 		r = bpf_map_lookup_elem(&task_reqs, &pid);
 	}
-	if (!r) {
+	if (!r)
 		loss_count(FST_LOSS_TASK_STATE); /* storage or map full: the thread's requests are not traced */
-		return 0;
-	}
-	/* a new request: everything but what is kept across requests starts at 0 */
+	return r;
+}
+
+/*
+ * A new request of kind in syscall id, whose arguments are in regs: everything but what is kept across requests
+ * starts at 0, and the byte count, position and stat buffer are the syscall's arguments.  Returns the file
+ * descriptor argument (meaningful for the kinds fst_syscall_has_fd names).
+ */
+static __always_inline long req_begin(struct task_req *r, long id, __u16 kind, struct pt_regs *regs)
+{
 	__builtin_memset(r, 0, offsetof(struct task_req, keep));
 	r->nr = id;
 	r->kind = kind;
@@ -274,7 +307,6 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
 	 * are a process tree's (run: the workload's cp && sync), not for every task of the system (attach) */
 	r->sdev_traced = !cfg.filter_sdev || (id == FST_NR_SYNC && cfg.filter_pids);
 
-	long fd = fst_syscall_fd_arg(id) == 2 ? SYSCALL_ARG(regs, 2) : SYSCALL_ARG(regs, 1);
 	int count_arg = fst_syscall_count_arg(id);
 	if (count_arg == 3)
 		r->count = SYSCALL_ARG(regs, 3);
@@ -289,17 +321,43 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
 		r->statbuf = SYSCALL_ARG(regs, 3);
 	else if (statbuf_arg == 5)
 		r->statbuf = SYSCALL_ARG(regs, 5);
+	return fst_syscall_fd_arg(id) == 2 ? SYSCALL_ARG(regs, 2) : SYSCALL_ARG(regs, 1);
+}
+
+/* the request starts now: the lookups before are in no request's time, and from here on the handler (site) is
+ * the tracer's */
+static __always_inline void req_start(struct task_req *r, __u32 site)
+{
+	__u64 now = bpf_ktime_get_ns();
+	r->start = r->last_on = now;
+	r->in_req = 1;
+	tracer_charge(r, site, now);
+}
+
+static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
+{
+	if (cfg.windowed) { /* load-time constant: no instruction at all when always on */
+		__u32 zero = 0;
+		__u64 *n = bpf_map_lookup_elem(&syscalls_seen, &zero);
+		if (n)
+			(*n)++;
+	}
+	__u16 kind = fst_syscall_kind(id);
+	if (!kind || kind_fs_bound(kind))
+		return 0;
+	/* storage mode: the current task's BTF pointer, taken once (a helper call) for the lookups below */
+	struct task_struct *cur = cfg.task_storage ? bpf_get_current_task_btf() : NULL;
+	struct task_req *r = cfg.task_storage ? bpf_task_storage_get(&task_reqs, cur, 0, 0) : current_state();
+	r = traced_state(cur, r);
+	if (!r)
+		return 0;
+	long fd = req_begin(r, id, kind, regs);
 	if (fst_syscall_has_fd(id, kind)) {
 		note_fd(r, cur, fd);
 		if (!r->sdev_traced)
 			return 0; /* a pipe, /dev/null, another filesystem: no request, and no clock read */
 	}
-	/* the request starts here: the lookups above are before it, in no request's time */
-	__u64 now = bpf_ktime_get_ns();
-	r->start = r->last_on = now;
-	r->in_req = 1;
-	/* from the request's start on, this handler is the tracer's time */
-	tracer_charge(r, FST_SITE_SYS_ENTER, now);
+	req_start(r, FST_SITE_SYS_ENTER);
 	return 0;
 }
 
@@ -405,18 +463,9 @@ static __always_inline bool req_count(struct task_req *r, long ret, __u64 wall)
 	return true;
 }
 
-static __always_inline int handle_sys_exit(long ret)
+/* the request ends now: its last interval's part, and the thread is in no request from here on */
+static __always_inline void req_end(struct task_req *r, __u64 now)
 {
-	struct task_req *r = current_req();
-	if (!r)
-		return 0;
-	/* begun in another window (see window_seq), or the hooks are on for the collector's calibration (an even
-	 * number; windows are odd): nothing recorded */
-	if (r->window_seq != window_seq || (cfg.windowed && !(window_seq & 1))) {
-		r->in_req = 0;
-		return 0;
-	}
-	__u64 now = bpf_ktime_get_ns();
 	if (r->off_ts) {
 		/* the switch back in was never delivered: when it ran again is unknown */
 		r->part[FST_PART_MISSED] += now - r->off_ts;
@@ -425,13 +474,19 @@ static __always_inline int handle_sys_exit(long ret)
 		r->part[FST_PART_ONCPU] += now - r->last_on;
 	}
 	r->in_req = 0;
+}
 
-	/* openat: the file is known only once the descriptor exists (and kept: the reads that follow find it) */
+/* openat: the file is known only once the descriptor exists (and kept: the reads that follow find it) */
+static __always_inline void note_opened(struct task_req *r, long ret)
+{
 	if (r->kind == FST_REQ_OPEN && ret >= 0)
 		note_fd(r, cfg.task_storage ? bpf_get_current_task_btf() : NULL, ret);
-	/* a path-based stat call: the file is the one whose device and inode the kernel wrote into the buffer */
-	if (r->statbuf && ret == 0)
-		note_statbuf(r);
+}
+
+/* a request that ended (req_end) and returned ret: counted or recorded when it was placed on a traced
+ * filesystem, else its off-CPU time is set apart from the kept requests' */
+static __always_inline void req_finish(struct task_req *r, long ret, __u64 now)
+{
 	/* a request not placed on a traced filesystem (a failed stat call has nothing to place it by) */
 	if (!r->sdev_traced) {
 		if (cfg.offcpu_stacks && r->nr_switches) {
@@ -441,7 +496,7 @@ static __always_inline int handle_sys_exit(long ret)
 			offcpu_drop_add(FST_OFF_LOCK, r->part[FST_PART_LOCK]);
 			offcpu_drop_add(FST_OFF_WORKER, r->part[FST_PART_WORKER] + r->part[FST_PART_WORKER_WAIT]);
 		}
-		return 0;
+		return;
 	}
 
 	/* the handlers' time is in the on-CPU intervals; never more than them (the clamp is what keeps the
@@ -452,7 +507,7 @@ static __always_inline int handle_sys_exit(long ret)
 	part[FST_PART_ONCPU] -= part[FST_PART_TRACER]; /* from here on, the workload's own on-CPU time */
 	__u64 wall = now - r->start;
 	if (req_is_countable(r, ret, wall) && req_count(r, ret, wall))
-		return 0;
+		return;
 
 	struct fst_req *rec = record_reserve(FST_REC_REQ, sizeof(*rec));
 	if (rec) {
@@ -485,6 +540,26 @@ static __always_inline int handle_sys_exit(long ret)
 		current_comm(rec->comm);
 		record_submit(rec);
 	}
+}
+
+static __always_inline int handle_sys_exit(long ret)
+{
+	struct task_req *r = current_req();
+	if (!r || r->bound != FST_BOUND_SYSCALL) /* a filesystem entry point's: it ends there */
+		return 0;
+	/* begun in another window (see window_seq), or the hooks are on for the collector's calibration (an even
+	 * number; windows are odd): nothing recorded */
+	if (r->window_seq != window_seq || (cfg.windowed && !(window_seq & 1))) {
+		r->in_req = 0;
+		return 0;
+	}
+	__u64 now = bpf_ktime_get_ns();
+	req_end(r, now);
+	note_opened(r, ret);
+	/* a path-based stat call: the file is the one whose device and inode the kernel wrote into the buffer */
+	if (r->statbuf && ret == 0)
+		note_statbuf(r);
+	req_finish(r, ret, now);
 	return 0;
 }
 
@@ -867,3 +942,276 @@ SEC("tp_btf/sched_process_exit")
 int BPF_PROG(sched_process_exit_btf, struct task_struct *p) { return handle_exit(); }
 SEC("raw_tp/sched_process_exit")
 int BPF_PROG(sched_process_exit_raw, struct task_struct *p) { return handle_exit(); }
+
+/*
+ * Requests bounded at the filesystems' entry points.  A program on sys_enter/sys_exit puts every thread of the
+ * system on the syscall slow path (kernel/tracepoint.c syscall_regfunc), whatever it does; where the kernel
+ * allows trampolines (fentry/fexit, or their kprobe/kretprobe twins where it has kprobes), a request of the
+ * kinds in fs_bound_kinds begins and ends at the traced filesystems' own functions instead, and only the calls
+ * they hook pay.  Functions other filesystems share (generic_file_read_iter, the splice readers,
+ * vfs_fsync_range, sync_filesystem) compare the file's superblock with cfg.sdevs before anything else.
+ *
+ * The same requests as the syscall tracepoints': one begins only inside a syscall of its kind (the thread's
+ * current syscall, from its user registers: execve reading a binary is no read request), with that syscall's
+ * number, byte count and position; it returns what the function returned, which is what the syscall returns
+ * (getdents64's bytes from its callback's state).  Stat calls and opens begin before the file is known (its
+ * path is looked up inside them: vfs_statx, vfs_fstat, do_statx_fd, do_sys_openat2), by every thread the task
+ * filters trace, and are placed at their end, as sys_exit places them: by the attributes returned, by the
+ * descriptor opened.  Every part is kept as the syscall tracepoints keep it (sched_switch, sched_wakeup... see
+ * the task state in common.bpf.h).
+ *
+ * Nesting: the thread's outermost boundary function bounds the request (sendfile's do_splice_direct, not the
+ * splice_read and read_iter it calls; a stacked filesystem's read, not its backing file's); the ones entered
+ * inside only count their depth.  fentry/fexit pairs are exact (the exit program is attached first and detached
+ * last, so no call is seen entering without its exit).  A kretprobe can be missed (the kernel keeps a bounded
+ * number of them in flight), so a kprobe-begun request keeps the stack pointer of its entry: an entry not
+ * deeper in the stack than that one is not nested, and the request whose end was missed is dropped (counted).
+ */
+
+#define FST_MAX_NEST 32 /* deeper than any stacking: taken as ends that were missed */
+
+/* getdents64's callback state keeps the room left in the caller's buffer up to 6.12; later kernels keep it in
+ * the dir_context the filesystem is handed (both name it count) */
+struct getdents_callback64___count {
+	int count;
+};
+struct dir_context___count {
+	int count;
+};
+
+static __always_inline int dir_room(struct dir_context *dir)
+{
+	struct getdents_callback64___count *buf = (void *)dir; /* its first member is the dir_context */
+	if (bpf_core_field_exists(buf->count))
+		return BPF_CORE_READ(buf, count);
+	return BPF_CORE_READ((struct dir_context___count *)dir, count);
+}
+
+/* what getdents64 returns (fs/readdir.c): the bytes its callback wrote when it wrote any, else the callback's
+ * error or the directory read's */
+static __always_inline long getdents_ret(struct task_req *r, long ret)
+{
+	struct getdents_callback64 *buf = (void *)r->result;
+	if (ret >= 0)
+		ret = BPF_CORE_READ(buf, error);
+	if (BPF_CORE_READ(buf, prev_reclen))
+		ret = (long)r->dir_count - dir_room((struct dir_context *)buf);
+	return ret;
+}
+
+/*
+ * A boundary function of kind was entered.  f, inode, sb: its file, inode and superblock as its arguments give
+ * them (NULL where they do not: a path not looked up yet; sb alone for sync_filesystem); dir: a directory read's
+ * callback state.  btf: they are BTF pointers (fentry), else numbers (kprobe, whose stack pointer sp is).
+ */
+static __always_inline void bound_enter(__u16 kind, struct file *f, struct inode *inode, struct super_block *sb,
+					struct dir_context *dir, struct kstat *kst, bool btf, __u64 sp)
+{
+	if (!kind_fs_bound(kind))
+		return;
+	__u32 dev = sb ? FST_FIELD(btf, sb, s_dev) : 0;
+	/* another filesystem's call on a shared function costs this much (its fexit's test is the same); a kprobe
+	 * looks at the thread's state first, as its kretprobe, which has no arguments to test, counts it */
+	if (btf && sb && !sdev_in_cfg(dev))
+		return;
+	struct task_struct *cur = bpf_get_current_task_btf();
+	struct task_req *r = cfg.task_storage ? bpf_task_storage_get(&task_reqs, cur, 0, 0) : current_state();
+	if (r && r->in_req) {
+		if ((btf || r->bound != FST_BOUND_KPROBE || sp < r->frame_sp) && r->depth < FST_MAX_NEST) {
+			__u64 t0 = tracer_clock(r, FST_SITE_FS_ENTER);
+			r->depth++;
+			tracer_charge_from(r, FST_SITE_FS_ENTER, t0);
+			return;
+		}
+		loss_count(FST_LOSS_REQ_UNENDED); /* not inside it: its end was missed */
+		r->in_req = 0;
+	}
+	if (!btf && sb && !sdev_in_cfg(dev))
+		return;
+	r = traced_state(cur, r);
+	if (!r)
+		return;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(cur);
+	long id = FST_SYSCALL_NR(regs);
+	if (fst_syscall_kind(id) != kind)
+		return;
+	req_begin(r, id, kind, regs);
+	r->bound = btf ? FST_BOUND_FENTRY : FST_BOUND_KPROBE;
+	r->frame_sp = sp;
+	if (f) {
+		note_file(r, f, btf);
+	} else if (inode) {
+		note_inode(r, inode, btf);
+	} else if (sb) {
+		r->sdev = dev;
+		r->sdev_traced = 1;
+	}
+	if (dir && cfg.filldir64 && (__u64)BPF_CORE_READ(dir, actor) == cfg.filldir64) {
+		r->result = (__u64)dir;
+		r->dir_count = dir_room(dir);
+	}
+	if (kst)
+		r->result = (__u64)kst;
+	req_start(r, FST_SITE_FS_ENTER);
+}
+
+/* a boundary function of kind returned ret; sb as its entry had it (fexit), NULL (kretprobe, or none) */
+static __always_inline void bound_exit(__u16 kind, struct super_block *sb, bool btf, long ret)
+{
+	if (!kind_fs_bound(kind))
+		return;
+	if (btf && sb && !sdev_in_cfg(FST_FIELD(btf, sb, s_dev)))
+		return;
+	struct task_req *r = current_state();
+	if (!r || !r->in_req)
+		return;
+	if (r->depth) {
+		__u64 t0 = tracer_clock(r, FST_SITE_FS_ENTER);
+		r->depth--;
+		tracer_charge_from(r, FST_SITE_FS_ENTER, t0);
+		return;
+	}
+	if (r->bound != (btf ? FST_BOUND_FENTRY : FST_BOUND_KPROBE))
+		return;
+	__u64 now = bpf_ktime_get_ns();
+	req_end(r, now);
+	note_opened(r, ret);
+	if (r->kind == FST_REQ_GETDENTS && r->result)
+		ret = getdents_ret(r, ret);
+	/* a stat call: the struct kstat the kernel filled, else (statx of a descriptor) the caller's buffer */
+	if (r->kind == FST_REQ_STAT && ret == 0) {
+		if (r->result)
+			note_kstat(r);
+		else if (r->statbuf)
+			note_statbuf(r);
+	}
+	req_finish(r, ret, now);
+}
+
+/*
+ * A boundary function's programs: fentry/fexit (FS_TRAMPOLINES), and the kprobe/kretprobe twins (FS_KPROBES; the
+ * collector loads one pair).  LOCATE sets f, inode, sb and dir from the arguments, with `btf` in scope (true:
+ * BTF pointers, fentry and fexit; false: numbers, kprobe); the kretprobe has no arguments and locates nothing.
+ * fexit takes every argument (its return value comes after them); a kprobe takes at most five here.
+ */
+#define LOCATED(LOCATE)                 \
+	struct file *f = NULL;          \
+	struct inode *inode = NULL;     \
+	struct super_block *sb = NULL;  \
+	struct dir_context *dir = NULL; \
+	struct kstat *kst = NULL;       \
+	LOCATE;                         \
+	(void)f, (void)inode, (void)dir, (void)kst
+
+#define FS_TRAMPOLINES(fn, kind, LOCATE, RET_T, ...)               \
+	SEC("fentry/" #fn)                                         \
+	int BPF_PROG(fn##_fentry, __VA_ARGS__)                     \
+	{                                                          \
+		const bool btf = true;                             \
+		LOCATED(LOCATE);                                   \
+		bound_enter(kind, f, inode, sb, dir, kst, btf, 0); \
+		return 0;                                          \
+	}                                                          \
+	SEC("fexit/" #fn)                                          \
+	int BPF_PROG(fn##_fexit, __VA_ARGS__, RET_T ret)           \
+	{                                                          \
+		const bool btf = true;                             \
+		LOCATED(LOCATE);                                   \
+		bound_exit(kind, sb, btf, ret);                    \
+		return 0;                                          \
+	}
+
+#define FS_KPROBES(fn, kind, LOCATE, RET_T, ...)                                 \
+	SEC("kprobe/" #fn)                                                       \
+	int BPF_KPROBE(fn##_kprobe, __VA_ARGS__)                                 \
+	{                                                                        \
+		const bool btf = false;                                          \
+		LOCATED(LOCATE);                                                 \
+		bound_enter(kind, f, inode, sb, dir, kst, btf, PT_REGS_SP(ctx)); \
+		return 0;                                                        \
+	}                                                                        \
+	SEC("kretprobe/" #fn)                                                    \
+	int BPF_KRETPROBE(fn##_kretprobe, RET_T ret)                             \
+	{                                                                        \
+		bound_exit(kind, NULL, false, ret);                              \
+		return 0;                                                        \
+	}
+
+#define BOUND_PROBES(fn, kind, LOCATE, RET_T, ...)           \
+	FS_TRAMPOLINES(fn, kind, LOCATE, RET_T, __VA_ARGS__) \
+	FS_KPROBES(fn, kind, LOCATE, RET_T, __VA_ARGS__)
+
+/* LOCATEs: from a file, a kiocb's file, a superblock */
+#define FROM_FILE(file)                     \
+	f = (file);                         \
+	inode = FST_FIELD(btf, f, f_inode); \
+	sb = FST_FIELD(btf, inode, i_sb)
+#define FROM_IOCB(iocb) FROM_FILE(FST_FIELD(btf, iocb, ki_filp))
+#define FROM_SB(s) sb = (s)
+#define NOWHERE /* found later (placed inside), or never (sync) */
+
+/* reads: the filesystems' own read_iter, the one squashfs (and older erofs) shares, and sendfile's splice */
+BOUND_PROBES(erofs_file_read_iter, FST_REQ_READ, FROM_IOCB(iocb), long, struct kiocb *iocb, struct iov_iter *to)
+BOUND_PROBES(btrfs_file_read_iter, FST_REQ_READ, FROM_IOCB(iocb), long, struct kiocb *iocb, struct iov_iter *to)
+BOUND_PROBES(generic_file_read_iter, FST_REQ_READ, FROM_IOCB(iocb), long, struct kiocb *iocb, struct iov_iter *iter)
+/* sendfile to a file (/dev/null): one call, splicing in pipe-sized pieces */
+FS_TRAMPOLINES(do_splice_direct, FST_REQ_READ, FROM_FILE(in), long, struct file *in, loff_t *ppos, struct file *out,
+	       loff_t *opos, size_t len, unsigned int flags)
+FS_KPROBES(do_splice_direct, FST_REQ_READ, FROM_FILE(in), long, struct file *in, loff_t *ppos, struct file *out,
+	   loff_t *opos, size_t len)
+/* sendfile to a pipe: the filesystem's splice_read (6.5+ filemap_splice_read, before generic_file_splice_read) */
+BOUND_PROBES(filemap_splice_read, FST_REQ_READ, FROM_FILE(in), long, struct file *in, loff_t *ppos,
+	     struct pipe_inode_info *pipe, size_t len, unsigned int flags)
+BOUND_PROBES(generic_file_splice_read, FST_REQ_READ, FROM_FILE(in), long, struct file *in, loff_t *ppos,
+	     struct pipe_inode_info *pipe, size_t len, unsigned int flags)
+
+/* directory reads: each filesystem's iterate_shared */
+#define DIR_PROBES(fn) \
+	BOUND_PROBES(fn, FST_REQ_GETDENTS, FROM_FILE(file); dir = dctx, int, struct file *file, struct dir_context *dctx)
+DIR_PROBES(erofs_readdir)
+DIR_PROBES(squashfs_readdir)
+DIR_PROBES(btrfs_real_readdir)
+
+/* stat: a path's lookup and getattr, a descriptor's getattr (6.10+: statx of a descriptor apart), each placed by
+ * the attributes it returns (vfs_getattr, which they all call, is inlined into them) */
+BOUND_PROBES(vfs_statx, FST_REQ_STAT, kst = stat, int, int dfd, struct filename *filename, int flags,
+	     struct kstat *stat, u32 request_mask)
+BOUND_PROBES(vfs_fstat, FST_REQ_STAT, kst = stat, int, int fd, struct kstat *stat)
+BOUND_PROBES(do_statx_fd, FST_REQ_STAT, NOWHERE, int, int fd, unsigned int flags, unsigned int mask,
+	     struct statx *buffer)
+
+/* open: the lookup and open of open/openat/openat2, whose descriptor places it */
+BOUND_PROBES(do_sys_openat2, FST_REQ_OPEN, NOWHERE, int, int dfd, const char *filename, struct open_how *how)
+
+/* writes (btrfs is the traced filesystem that writes) */
+BOUND_PROBES(btrfs_file_write_iter, FST_REQ_WRITE, FROM_IOCB(iocb), long, struct kiocb *iocb, struct iov_iter *from)
+
+/* fsync and fdatasync, syncfs, and sync (every filesystem's: kept for a process tree, as sys_enter keeps it) */
+BOUND_PROBES(vfs_fsync_range, FST_REQ_SYNC, FROM_FILE(file), int, struct file *file, loff_t start, loff_t end,
+	     int datasync)
+BOUND_PROBES(sync_filesystem, FST_REQ_SYNC, FROM_SB(s), int, struct super_block *s)
+
+SEC("fentry/ksys_sync")
+int BPF_PROG(ksys_sync_fentry)
+{
+	bound_enter(FST_REQ_SYNC, NULL, NULL, NULL, NULL, NULL, true, 0);
+	return 0;
+}
+SEC("fexit/ksys_sync")
+int BPF_PROG(ksys_sync_fexit)
+{
+	bound_exit(FST_REQ_SYNC, NULL, true, 0);
+	return 0;
+}
+SEC("kprobe/ksys_sync")
+int BPF_KPROBE(ksys_sync_kprobe)
+{
+	bound_enter(FST_REQ_SYNC, NULL, NULL, NULL, NULL, NULL, false, PT_REGS_SP(ctx));
+	return 0;
+}
+SEC("kretprobe/ksys_sync")
+int BPF_KRETPROBE(ksys_sync_kretprobe)
+{
+	bound_exit(FST_REQ_SYNC, NULL, false, 0);
+	return 0;
+}

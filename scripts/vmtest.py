@@ -4,8 +4,12 @@ For each kernel of a list (default: bookworm's 6.1 and bookworm-backports' 6.12)
 unsigned image package with apt-get download (a private apt configuration for suites the system does not
 list; cached), builds a busybox initramfs with the modules the test needs and the static collector, and boots
 it with small erofs, squashfs and btrfs images as virtio disks.  Inside, the collector traces reads of every
-image twice: with fentry allowed, then with --no-fentry (the kprobe twins).  Results come back as a tar on a
-raw virtio disk; the host extracts them and checks them (tests/test_vm.py asserts on the same checks).
+image twice: with fentry allowed, then with --no-fentry (the kprobe twins); then fio's random reads and a tree
+walk on one image per filesystem with the requests bounded at the filesystem's entry points by fentry, by kprobes
+and by the syscall tracepoints (--syscall-boundaries), with bpf_stats on; then what getppid and preads cost a
+task fstrace does not trace, with nothing attached and with each of fentry and the syscall tracepoints bounding
+another process's requests.  Results come back as a tar on a raw virtio disk; the host extracts them and checks
+them (tests/test_vm.py asserts on the same checks) and prints the figures.
 
 Usage: python3 scripts/vmtest.py [--kernels 6.1,6.12] [--smp 2] [--accel auto|kvm|tcg] [--cache DIR] [--keep]
 """
@@ -179,6 +183,63 @@ run() {  # name disk fstype: every file read cold, once per tier, each on a fres
         umount /mnt/$1
     done
 }
+sdev_of() {  # the collector's --sdev of a mount: its superblock's device, and the one stat() reports where it differs
+    sb=$(grep " $1 " /proc/self/mountinfo | cut -d' ' -f3)
+    st=$(stat -c %d $1)
+    st="$(( (st >> 8) & 0xfff )):$(( (st & 0xff) | ((st >> 12) & 0xfff00) ))"
+    if [ "$st" = "$sb" ]; then echo $sb; else echo "$sb=$st"; fi
+}
+tier_flag() {  # what bounds the requests: fentry (the default where the kernel allows), kprobe, syscall
+    case $1 in kprobe) echo --no-fentry;; syscall) echo --syscall-boundaries;; esac
+}
+bounds() {  # name disk fstype file: fio 4 KiB random reads of file, a listing and a cat of the tree, cold, with the
+            # requests bounded by each tier in turn (bpf_stats on: each program's run time)
+    mkdir -p /mnt/$1
+    dev=$(cat /sys/block/$2/dev)
+    mount -t $3 -o ro /dev/$2 /mnt/$1 || { echo "vmguest: mount $1 failed"; return; }
+    sdev=$(sdev_of /mnt/$1)
+    for mode in fentry kprobe syscall; do
+        echo "vmguest: $(cut -d' ' -f1 /proc/uptime) s: bounds $1 ($mode)"
+        echo 3 > /proc/sys/vm/drop_caches
+        echo 1 > /proc/sys/kernel/bpf_stats_enabled
+        collect $(tier_flag $mode) --records all -o /out/bounds-$1-$mode.fst -d $dev:4096 --sdev $sdev -- sh -c \
+            "fio --name=bounds --filename=/mnt/$1/$4 --rw=randread --bs=4k --ioengine=psync --readonly --invalidate=0 \
+             --randseed=1234 --io_size=1m --thread --output-format=json --output=/out/bounds-$1-$mode-fio.json &&
+             ls -lR /mnt/$1 > /dev/null && find /mnt/$1 -type f -exec cat {} + > /dev/null" \
+            2>> /out/collector.log || echo "vmguest: collector bounds $1 $mode failed" >> /out/collector.log
+        echo 0 > /proc/sys/kernel/bpf_stats_enabled
+    done
+    umount /mnt/$1
+}
+COST_ARGS="-n 5000 -p 500 -r 61"  # short batches (TCG runs a 4 KiB pread in about 12 us), the least disturbed kept
+cost() {  # name disk fstype file: what getppid and 4 KiB preads (of a tmpfs copy of file, and of file) cost an
+          # untraced task: with nothing attached (before and after, the noise), and with fentry and with the
+          # syscall tracepoints bounding a sleeping process's requests
+    mkdir -p /mnt/$1
+    dev=$(cat /sys/block/$2/dev)
+    mount -t $3 -o ro /dev/$2 /mnt/$1 || { echo "vmguest: mount $1 failed"; return; }
+    sdev=$(sdev_of /mnt/$1)
+    cp /mnt/$1/$4 /tmp/cost-file
+    for mode in none fentry syscall none-after; do
+        case $mode in none*)
+            echo "vmguest: $(cut -d' ' -f1 /proc/uptime) s: cost ($mode: nothing attached)"
+            /syscall-cost $COST_ARGS /tmp/cost-file /mnt/$1/$4 > /out/cost-$mode.txt
+            continue;;
+        esac
+        echo "vmguest: $(cut -d' ' -f1 /proc/uptime) s: cost ($mode)"
+        sleep 600 &
+        spid=$!
+        rm -f /tmp/ready && mkfifo /tmp/ready
+        /fstrace-collect $(tier_flag $mode) -o /out/cost-$mode.fst -d $dev:4096 --sdev $sdev --pid $spid \
+            --ready-fd 3 3> /tmp/ready 2>> /out/collector.log &
+        cpid=$!
+        read ready < /tmp/ready
+        /syscall-cost $COST_ARGS /tmp/cost-file /mnt/$1/$4 > /out/cost-$mode.txt
+        kill $spid
+        wait $cpid || echo "vmguest: collector cost $mode failed" >> /out/collector.log
+    done
+    umount /mnt/$1
+}
 write() {  # name disk srcdisk srcfs: seed 004's cp -a && sync onto an empty btrfs mounted with compress=zstd:1
     mkdir -p /mnt/$1 /mnt/$1-src
     dev=$(cat /sys/block/$2/dev)
@@ -201,7 +262,20 @@ write() {  # name disk srcdisk srcfs: seed 004's cp -a && sync onto an empty btr
 GUEST_MODES = ("fstrace", "none", "churn")
 
 
-def guest_script(disks, writes, mode="fstrace"):
+# the read disks whose requests are bounded by each tier in turn (one per filesystem: squashfs's read entry point
+# is the one other filesystems share), and the one the untraced task's syscall cost is measured on
+BOUNDS = ("erofs", "sqlz4", "btrfs")
+COST = "sqlz4"
+
+
+def bounds_file(src):
+    """The file fio reads in the bounds step: the tree's largest, relative to it."""
+    files = [os.path.join(d, f) for d, _, fs in os.walk(src) for f in fs]
+    files = [f for f in files if os.path.isfile(f) and not os.path.islink(f)]
+    return os.path.relpath(max(files, key=lambda f: (os.path.getsize(f), f)), src)
+
+
+def guest_script(disks, writes, mode="fstrace", fio_file=None):
     lines = [GUEST_INIT, "MODE=%s" % mode]
     if mode == "churn":
         lines.append("churn 30 &")
@@ -209,6 +283,12 @@ def guest_script(disks, writes, mode="fstrace"):
         lines.append("run %s %s %s" % (name, disk, fstype))
     for name, disk, src_disk, src_fs in writes:
         lines.append("write %s %s %s %s" % (name, disk, src_disk, src_fs))
+    for name, disk, fstype in disks:
+        if fio_file and name in BOUNDS:
+            lines.append("bounds %s %s %s '%s'" % (name, disk, fstype, fio_file))
+    for name, disk, fstype in disks:
+        if fio_file and name == COST and mode == "fstrace":
+            lines.append("cost %s %s %s '%s'" % (name, disk, fstype, fio_file))
     if mode == "churn":
         lines.append("wait")
     lines.append("uname -r > /out/kernel.txt")
@@ -226,6 +306,15 @@ def build_initramfs(work, moddir):
     shutil.copy("/bin/busybox", os.path.join(root, "bin", "busybox"))
     os.symlink("busybox", os.path.join(root, "bin", "sh"))
     shutil.copy(COLLECTOR, os.path.join(root, "fstrace-collect"))
+    subprocess.run(["cc", "-O2", "-Wall", "-static", os.path.join(ROOT, "scripts", "syscall_cost.c"), "-o",
+                    os.path.join(root, "syscall-cost")], check=True)
+    # fio (the bounds step's ground truth) and the libraries it links, at their own paths
+    fio = shutil.which("fio")
+    ldd = subprocess.run(["ldd", fio], stdout=subprocess.PIPE, text=True, check=True).stdout
+    for path in [fio] + re.findall(r"(/\S+) \(0x", ldd):
+        dst = os.path.join(root, path.lstrip("/"))
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        shutil.copy(os.path.realpath(path), dst)
     order = module_order(moddir, MODULES)
     for path in order:
         shutil.copy(path, os.path.join(root, "modules", os.path.basename(path)))
@@ -475,6 +564,109 @@ def check_image(outdir, name, fs, opts, alg, image_path, fail, lines):
             check_squashfs_caches(name, mode, res, layout, fail, lines)
 
 
+def syscall_numbers(arch="x86"):
+    """bpf/syscalls.h's syscall numbers of an architecture ({"PREAD64": 17, ...}): the guests are x86-64."""
+    with open(os.path.join(ROOT, "bpf", "syscalls.h")) as f:
+        text = f.read()
+    block = re.search(r"__TARGET_ARCH_%s\)\n(.*?)#el" % arch, text, re.S).group(1)
+    return {n: int(v) for n, v in re.findall(r"#define FST_NR_(\w+) (-?\d+)", block)}
+
+
+BOUND_TIERS = ("fentry", "kprobe", "syscall")  # the guest's bounds step: requests bounded by each in turn
+COST_CONFIGS = ("none", "fentry", "syscall", "none-after")  # its cost step: nothing attached, a tier, nothing again
+
+
+def check_bounds(outdir, name, fail, lines):
+    """One disk's bounds step: fio's 4 KiB random reads, then a listing and a cat of the tree, each run cold, with
+    the requests bounded at the filesystem's entry points by fentry, by kprobes (--no-fentry), and by the syscall
+    tracepoints (--syscall-boundaries): each tier's fio reads are fio's own count and bytes, every other kind has
+    the same count and bytes on every tier, every request's parts add up to its wall time, and the header says
+    which tier bounded them.  Each boundary program's run time (bpf_stats) is reported beside the syscall
+    tracepoints'."""
+    nr = syscall_numbers()
+    per_tier = {}
+    for mode in BOUND_TIERS:
+        path = os.path.join(outdir, "bounds-%s-%s.fst" % (name, mode))
+        fio_path = os.path.join(outdir, "bounds-%s-%s-fio.json" % (name, mode))
+        if not os.path.exists(path) or not os.path.exists(fio_path):
+            fail("%s bounds %s: no results" % (name, mode))
+            continue
+        res = results.load(path)
+        h = res.header
+        rb = h.get("request_bounds") or {}
+        want = "syscall tracepoints" if mode == "syscall" else "filesystem entry points"
+        if rb.get("at") != want:
+            fail("%s bounds %s: requests bounded at %s (%s), not at the %s" % (name, mode, rb.get("at"), rb.get("why"),
+                                                                             want))
+        elif mode != "syscall" and set(rb["kinds"].values()) - {mode, "none"}:
+            fail("%s bounds %s: kinds bounded by %s" % (name, mode, rb["kinds"]))
+        with open(fio_path) as f:
+            text = f.read()
+        job = json.loads(text[text.index("{"):])["jobs"][0]["read"]
+        req = res["req"]
+        counted = sum(r["count"] for r in h["kernel_aggregates"]["requests_counted"])
+        if counted:
+            fail("%s bounds %s: %d requests counted, not recorded (--records all)" % (name, mode, counted))
+        wall = (req["ts_end_ns"] - req["ts_start_ns"]).astype("int64")
+        parts = sum(req[p].astype("int64") for p in res.schema.parts)
+        if (parts != wall).any():
+            fail("%s bounds %s: %d requests whose parts do not add up to their wall time" % (
+                name, mode, int((parts != wall).sum())))
+        kinds = {}
+        pread = req["syscall_nr"] == nr["PREAD64"]
+        for k in sorted(set(req["kind"].tolist())):
+            g = req[(req["kind"] == k) & ~pread]
+            kinds[summary.enum_name(h, "req_kind", k)] = (len(g), int(g["ret"][g["ret"] > 0].sum()))
+        fio = req[pread]
+        fio_bytes = int(fio["ret"][fio["ret"] > 0].sum())
+        per_tier[mode] = kinds
+        lines.append("%-6s bounds %-7s at %-23s fio %d reads %d B, requests %d reads %d B; others %s" % (
+            name, mode, rb.get("at"), job["total_ios"], job["io_bytes"], len(fio), fio_bytes,
+            ", ".join("%s %d/%d B" % (k, n, b) for k, (n, b) in sorted(kinds.items()))))
+        if len(fio) != job["total_ios"] or fio_bytes != job["io_bytes"]:
+            fail("%s bounds %s: %d reads of %d B, fio made %d of %d B" % (name, mode, len(fio), fio_bytes,
+                                                                         job["total_ios"], job["io_bytes"]))
+        ran = [p for p in h["probes"] if p["figure"] in summary.boundary_figures(h) and p.get("runs")]
+        for p in ran:
+            lines.append("%-6s bounds %-7s bpf_stats %-24s %-7s %7d runs %8.0f ns/run %9.2f ms" % (
+                name, mode, p["probe"], p["tier"], p["runs"], p["run_ns"] / p["runs"], p["run_ns"] / 1e6))
+        lines.append("%-6s bounds %-7s bpf_stats of the boundary programs: %d runs, %.2f ms in all" % (
+            name, mode, sum(p["runs"] for p in ran), sum(p["run_ns"] for p in ran) / 1e6))
+    for mode, kinds in per_tier.items():
+        if kinds != per_tier.get("syscall", kinds):
+            fail("%s bounds %s: requests %s, the syscall tracepoints' %s" % (name, mode, kinds, per_tier["syscall"]))
+
+
+def check_cost(outdir, fail, lines):
+    """The cost step: an untraced task's getppid and 4 KiB preads (a tmpfs file's, and a file's on the traced
+    filesystem), ns per call, with nothing attached (before and after: the noise) and with fentry and the syscall
+    tracepoints bounding another process's requests.  Reported, not judged (no timing thresholds): only that every
+    configuration was measured."""
+    table = {}
+    for mode in COST_CONFIGS:
+        path = os.path.join(outdir, "cost-%s.txt" % mode)
+        if not os.path.exists(path):
+            fail("cost %s: not measured" % mode)
+            continue
+        row = {}
+        for line in open(path):
+            w = line.split()
+            if w[0] == "getppid":
+                row["getppid"] = float(w[1])
+            elif w[0] == "pread":
+                row["pread tmpfs" if w[1].startswith("/tmp/") else "pread traced fs"] = float(w[2])
+        table[mode] = row
+    cols = ("getppid", "pread tmpfs", "pread traced fs")
+    for mode, row in table.items():
+        if set(row) != set(cols):
+            fail("cost %s: measured %s" % (mode, sorted(row)))
+        what = {"none": "nothing attached", "none-after": "nothing attached again"}.get(
+            mode, "requests bounded by " + mode)
+        lines.append("untraced task, ns per call, %-27s %s" % (
+            what, "  ".join("%s %7.1f" % (c, row.get(c, float("nan"))) for c in cols)))
+    return table
+
+
 def check_writes(outdir, name, src, kver, fail, lines):
     """One write disk's results, both tiers."""
     for mode in ("fentry", "kprobe"):
@@ -499,6 +691,11 @@ def check(outdir, images_run, paths, src):
         check_image(outdir, name, fs, opts, alg, paths[name], failures.append, lines)
     for name, _ in WRITES:
         check_writes(outdir, name, src, kver, failures.append, lines)
+    for name, fs, opts, alg in images_run:
+        if name in BOUNDS:
+            check_bounds(outdir, name, failures.append, lines)
+    if COST in [e[0] for e in images_run]:
+        check_cost(outdir, failures.append, lines)
     lines += ["FAIL " + f for f in failures]
     return failures, lines
 
@@ -622,7 +819,7 @@ def run_guest(kname, vmlinuz, moddir, images_run, paths, src, work, smp, accel, 
     drives += ["-drive", "file=%s,if=virtio,format=raw" % out_img]
     root, order = build_initramfs(work, moddir)
     with open(os.path.join(root, "init"), "w") as f:
-        f.write(guest_script(disks, writes, mode))
+        f.write(guest_script(disks, writes, mode, bounds_file(src)))
     os.chmod(os.path.join(root, "init"), 0o755)
     initrd = os.path.join(work, "initrd.gz")
     pack(root, initrd)
@@ -798,6 +995,20 @@ def table_rows(run, failures, skipped):
             n = len(c) if c is not None else 0
             rows.append((run["kernel"], "btrfs compression on write", mode, tiers(res.header, c) if n else "-", n,
                          status(name, mode)))
+    for name, fs, _, _ in run["images"]:
+        if name not in BOUNDS:
+            continue
+        for mode in BOUND_TIERS:
+            path = os.path.join(out, "bounds-%s-%s.fst" % (name, mode))
+            if not os.path.exists(path):
+                rows.append((run["kernel"], "request bounds %s" % fs, mode, "-", 0, "FAIL (no results)"))
+                continue
+            res = load_cached(path)
+            rb = res.header.get("request_bounds") or {}
+            chosen = ",".join(sorted(set(rb.get("kinds", {}).values()) - {"none"})) or "-"
+            bad = [f for f in failures if f.startswith("%s bounds %s:" % (name, mode))]
+            rows.append((run["kernel"], "request bounds %s" % fs, mode, chosen, len(res["req"]),
+                         "FAIL" if bad else "ok"))
     for name, why in sorted(skipped.items()):
         alg = [e[3] for e in IMAGES + EROFS_MORE if e[0] == name][0]
         rows.append((run["kernel"], "decompression erofs %s" % alg, "both", "-", "-", "not run: " + why))
@@ -825,7 +1036,7 @@ def main():
                     help="none/churn: the same guests without fstrace or with attach/detach churn (no checks, "
                          "only whether the guest finished without a lockup)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
-    ap.add_argument("--timeout", type=int, default=600, help="seconds per guest (they take 2.5-3.5 min under TCG)")
+    ap.add_argument("--timeout", type=int, default=600, help="seconds per guest (they take 6-7 min under TCG)")
     args = ap.parse_args()
     names = [k for k in args.kernels.split(",") if k]
     bad = [k for k in names if k not in KERNELS]

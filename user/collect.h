@@ -46,6 +46,8 @@ struct options {
 	bool block_only;
 	bool empty_programs; /* bench: the same hooks, programs that do nothing */
 	bool no_fentry;
+	bool syscall_bounds; /* requests bounded by the syscall tracepoints even where the filesystems' entry points
+			      * could bound them */
 	int sample_hz;
 	bool records_all;
 	bool io_stacks_all;

@@ -110,51 +110,18 @@ static struct fs_label *fs_label(__u32 kdev)
 	return l;
 }
 
-/* mountinfo writes space, tab, newline and backslash in paths as \ooo */
-static void unescape_octal(char *s)
-{
-	char *d = s;
-	while (*s) {
-		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' && s[2] <= '7' && s[3] >= '0' &&
-		    s[3] <= '7') {
-			*d++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
-			s += 4;
-		} else {
-			*d++ = *s++;
-		}
-	}
-	*d = 0;
-}
-
 static void refresh_fs_labels(void)
 {
-	for (int i = 0; i < nr_fs_labels; i++)
-		fs_labels[i].mounted = false;
-	FILE *f = fopen("/proc/self/mountinfo", "r");
-	if (!f)
-		return;
-	char line[4096], mnt[1024], fstype[64];
-	unsigned major, minor;
-	while (fgets(line, sizeof(line), f)) {
-		char *dash = strstr(line, " - ");
-		if (!dash || sscanf(line, "%*u %*u %u:%u %*s %1023s", &major, &minor, mnt) != 3 ||
-		    sscanf(dash + 3, "%63s", fstype) != 1)
-			continue;
-		__u32 kdev = FST_KDEV(major, minor);
-		for (int i = 0; i < nr_fs_labels; i++) {
-			struct fs_label *l = &fs_labels[i];
-			if (l->kdev != kdev)
-				continue;
-			l->mounted = true;
-			if (!l->known) {
-				unescape_octal(mnt);
-				snprintf(l->fs, sizeof(l->fs), "%.31s", fstype);
-				snprintf(l->mount, sizeof(l->mount), "%.255s", mnt);
-				l->known = true;
-			}
+	for (int i = 0; i < nr_fs_labels; i++) {
+		struct fs_label *l = &fs_labels[i];
+		char fs[sizeof(l->fs)], mnt[sizeof(l->mount)];
+		l->mounted = sdev_mount(l->kdev, fs, sizeof(fs), mnt, sizeof(mnt));
+		if (l->mounted && !l->known) {
+			memcpy(l->fs, fs, sizeof(fs));
+			memcpy(l->mount, mnt, sizeof(mnt));
+			l->known = true;
 		}
 	}
-	fclose(f);
 }
 
 /* a label value: backslash, double quote and newline escaped (exposition format) */

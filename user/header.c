@@ -240,6 +240,28 @@ static json *json_devices(const struct run_info *ri)
 	return a;
 }
 
+/*
+ * "request_bounds": what bounded the requests, per kind (records.h FST_REQ_KINDS names): the tiers of the
+ * traced filesystems' entry points, or of the syscall tracepoints, with why the entry points did not.
+ */
+static json *json_request_bounds(const struct tracer *t)
+{
+	json *o = jobj();
+	jset(o, "at", jstr(opt.block_only ? "none" : t->fs_bound_kinds ? "filesystem entry points" :
+									 "syscall tracepoints"));
+	jset(o, "why", jstr(opt.block_only || t->fs_bound_kinds ? "" : t->bounds_why));
+	json *kinds = jset(o, "kinds", jobj());
+	char tiers[64];
+#define KIND_TIERS(c, v, n)                                      \
+	if (!opt.block_only) {                                   \
+		request_bound_tiers(t, c, tiers, sizeof(tiers)); \
+		jset(kinds, n, jstr(tiers));                     \
+	}
+	FST_REQ_KINDS(KIND_TIERS)
+#undef KIND_TIERS
+	return o;
+}
+
 json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 {
 	struct block_bpf *blk = t->blk;
@@ -305,6 +327,7 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 	o = jset(h, "delayacct", jobj());
 	jset(o, "was", ji64(ri->delayacct_was));
 	jset(o, "enabled_for_tracing", jbool(delayacct_held && ri->delayacct_was == 0));
+	jset(h, "request_bounds", json_request_bounds(t));
 	o = jset(h, "task_state", jobj());
 	jset(o, "store", jstr(opt.block_only ? "none" : (t->task_storage_on ? "task_storage" : "pid_hash")));
 	jset(o, "why", jstr(opt.block_only ? "--block-only: no requests" : t->task_state_why));

@@ -56,6 +56,9 @@ static void usage(FILE *f)
 		"      --empty-programs    benchmark floor: the hooks these options choose, each with a program that\n"
 		"                          only returns (what the hooks cost before fstrace does anything); no records\n"
 		"      --no-fentry         use kprobes where fentry would do (testing the kprobe twins)\n"
+		"      --syscall-boundaries  bound requests by the syscall tracepoints even where the traced\n"
+		"                          filesystems' entry points could (comparing the two; those put every\n"
+		"                          syscall of the system on its slow path)\n"
 		"      --sample-hz HZ      sample kernel stacks of traced tasks inside requests (0: off)\n"
 		"      --records MODE      slow (default): record requests that slept, did block I/O, missed the\n"
 		"                          page cache, failed or took --record-over-us; count the rest (page-cache\n"
@@ -207,6 +210,7 @@ void parse_args(int argc, char **argv)
 		{ "empty-programs", no_argument, 0, 'Z' },
 		{ "openmetrics", required_argument, 0, 'M' },
 		{ "check", no_argument, 0, 'K' },
+		{ "syscall-boundaries", no_argument, 0, 'Y' },
 		{ 0 },
 	};
 	int c;
@@ -236,6 +240,7 @@ void parse_args(int argc, char **argv)
 		case 'Q': opt.budget_pct = parse_fraction("--budget", optarg, 100); break;
 		case 'W': opt.window_duty = parse_fraction("--window-duty", optarg, 1); break;
 		case 'F': opt.no_fentry = true; break;
+		case 'Y': opt.syscall_bounds = true; break;
 		/* perf's default perf_event_max_sample_rate; the kernel may allow less, which the header reports */
 		case 'S': opt.sample_hz = parse_long("--sample-hz", optarg, 0, 100000); break;
 		case 'c':

@@ -81,6 +81,67 @@ static struct probe task_probes[] = {
 	P(tasks_bpf, page_cache_ra_order, FST_FIG_READAHEAD, "readahead window sizes per request", false),
 };
 
+/*
+ * Request boundaries at the traced filesystems' entry points (tasks.bpf.c): fentry/fexit, or kprobe/kretprobe,
+ * in place of sys_enter/sys_exit, which tax every syscall of the system.  All of them or none: with any one
+ * missing, a kind of request would need the syscall tracepoints, and then every syscall pays anyway.
+ */
+#define B(fn, kind_name) D(tasks_bpf, fn, FST_FIG_REQ_BOUNDS, kind_name " request start and end")
+
+static struct probe bound_probes[] = {
+	B(erofs_file_read_iter, "read"),
+	B(btrfs_file_read_iter, "read"),
+	B(generic_file_read_iter, "read"),
+	B(do_splice_direct, "read"),
+	B(filemap_splice_read, "read"),
+	B(generic_file_splice_read, "read"),
+	B(erofs_readdir, "getdents"),
+	B(squashfs_readdir, "getdents"),
+	B(btrfs_real_readdir, "getdents"),
+	B(vfs_statx, "stat"),
+	B(vfs_fstat, "stat"),
+	B(do_statx_fd, "stat"),
+	B(do_sys_openat2, "open"),
+	B(btrfs_file_write_iter, "write"),
+	B(vfs_fsync_range, "sync"),
+	B(sync_filesystem, "sync"),
+	B(ksys_sync, "sync"),
+};
+
+/* per bound_probes entry: the kind it bounds, the traced filesystems that need it (1 << FST_FS_*; 0: every one),
+ * and whether some kernels lack it (then it is needed only where the kernel has it) */
+#define FS(f) (1u << FST_FS_##f)
+static const struct {
+	enum fst_req_kind kind;
+	__u32 fs;
+	bool some_kernels;
+} bound_info[] = {
+#define BI(k, f, some)                                   \
+	{                                                \
+		.kind = k, .fs = f, .some_kernels = some \
+	}
+	BI(FST_REQ_READ, FS(EROFS), false),
+	BI(FST_REQ_READ, FS(BTRFS), false),
+	/* squashfs's read_iter, and erofs's for compressed files (generic_ro_fops) */
+	BI(FST_REQ_READ, FS(EROFS) | FS(SQUASHFS), false),
+	BI(FST_REQ_READ, 0, false),
+	BI(FST_REQ_READ, 0, true) /* 6.5+ */,
+	BI(FST_REQ_READ, 0, true) /* before 6.5 */,
+	BI(FST_REQ_GETDENTS, FS(EROFS), false),
+	BI(FST_REQ_GETDENTS, FS(SQUASHFS), false),
+	BI(FST_REQ_GETDENTS, FS(BTRFS), false),
+	BI(FST_REQ_STAT, 0, false),
+	BI(FST_REQ_STAT, 0, false),
+	BI(FST_REQ_STAT, 0, true) /* 6.10+ */,
+	BI(FST_REQ_OPEN, 0, false),
+	BI(FST_REQ_WRITE, FS(BTRFS), false),
+	BI(FST_REQ_SYNC, 0, false),
+	BI(FST_REQ_SYNC, 0, false),
+	BI(FST_REQ_SYNC, 0, false),
+#undef BI
+};
+_Static_assert(N(bound_info) == N(bound_probes), "bound_info: one entry per bound_probes entry");
+
 /* decompression: fentry/fexit, or kprobe/kretprobe; no tracepoint tier can time it exactly */
 static struct probe erofs_probes[] = {
 	D(erofs_bpf, z_erofs_lz4_decompress, FST_FIG_EROFS_LZ4, "erofs lz4 pcluster decompression time and sizes"),
@@ -122,6 +183,7 @@ static struct probe btrfs_probes[] = {
 const struct probe_group probe_groups[] = {
 	{ block_probes, N(block_probes) },
 	{ task_probes, N(task_probes) },
+	{ bound_probes, N(bound_probes) },
 	{ erofs_probes, N(erofs_probes) },
 	{ squashfs_probes, N(squashfs_probes) },
 	{ btrfs_probes, N(btrfs_probes) },
@@ -174,7 +236,14 @@ static void fill_cfg(struct fst_cfg *out)
 	}
 	struct fst_cfg *c = &cached;
 	unsigned long long *a = T->work_fn_addrs;
-	T->ksyms_asked = ksym_addrs(work_fn_names, a, NR_WORK_FNS);
+	/* the work functions, and getdents64's callback (the filesystem entry points tell its directory reads by it) */
+	const char *names[NR_WORK_FNS + 1];
+	unsigned long long addrs[NR_WORK_FNS + 1];
+	memcpy(names, work_fn_names, sizeof(work_fn_names));
+	names[NR_WORK_FNS] = "filldir64";
+	T->ksyms_asked = ksym_addrs(names, addrs, NR_WORK_FNS + 1);
+	memcpy(a, addrs, NR_WORK_FNS * sizeof(*a));
+	c->filldir64 = addrs[NR_WORK_FNS];
 	c->loop_rootcg_workfn = a[WF_LOOP_ROOTCG];
 	c->loop_workfn = a[WF_LOOP];
 	c->erofs_decomp_workfn = a[WF_EROFS_DECOMP];
@@ -195,6 +264,10 @@ static void fill_cfg(struct fst_cfg *out)
 	if (opt.comm)
 		strncpy(c->comm, opt.comm, sizeof(c->comm) - 1);
 	c->filter_sdev = opt.nr_sdevs > 0;
+	_Static_assert(MAX_DEVS <= FST_CFG_SDEVS, "fst_cfg.sdevs holds every --sdev");
+	for (int i = 0; i < opt.nr_sdevs; i++)
+		c->sdevs[i] = sdev_kdev(i);
+	c->nr_sdevs = opt.nr_sdevs;
 	c->offcpu_stacks = opt.sample_hz > 0;
 	c->requests = !opt.block_only;
 	c->records_all = opt.records_all;
@@ -352,6 +425,137 @@ static void mark_unavailable(struct probe *probes, int n, const char *why)
 		}                                                                                \
 	} while (0)
 
+/*
+ * Whether requests can be bounded at the filesystems' entry points in this run: the traced filesystems are
+ * named and each is one whose entry points bound_probes has (t->bounds_fs: their 1 << FST_FS_*).  Else false,
+ * and t->bounds_why says why the syscall tracepoints bound them.
+ */
+static bool bounds_wanted(struct tracer *t)
+{
+	static const char *const fs_names[] = {
+#define FS_NAME(c, v, n) [v] = n,
+		FST_FILESYSTEMS(FS_NAME)
+#undef FS_NAME
+	};
+	char *why = t->bounds_why;
+	size_t len = sizeof(t->bounds_why);
+	t->bounds_fs = 0;
+	why[0] = 0;
+	if (opt.syscall_bounds) {
+		snprintf(why, len, "asked for (--syscall-boundaries)");
+		return false;
+	}
+	if (!opt.nr_sdevs) {
+		snprintf(why, len, "no filesystem named (--sdev): requests on every file need the syscall tracepoints");
+		return false;
+	}
+	for (int i = 0; i < opt.nr_sdevs; i++) {
+		char type[32], mnt[256];
+		int fs = 0;
+		if (!sdev_mount(sdev_kdev(i), type, sizeof(type), mnt, sizeof(mnt))) {
+			snprintf(why, len, "--sdev %u:%u is not mounted", opt.sdevs[i][0], opt.sdevs[i][1]);
+			return false;
+		}
+		for (int k = 1; k < N(fs_names); k++)
+			if (fs_names[k] && !strcmp(fs_names[k], type))
+				fs = k;
+		if (!fs) {
+			snprintf(why, len, "--sdev %u:%u is %s, whose entry points fstrace does not hook", opt.sdevs[i][0],
+				 opt.sdevs[i][1], type);
+			return false;
+		}
+		t->bounds_fs |= 1u << fs;
+	}
+	return true;
+}
+
+static bool bound_needed(struct tracer *t, int i)
+{
+	return !bound_info[i].fs || (t->bounds_fs & bound_info[i].fs);
+}
+
+/* a needed boundary probe without a tier (none chosen, or it did not attach), else NULL */
+static struct probe *bound_missing(struct tracer *t)
+{
+	for (int i = 0; i < N(bound_probes); i++)
+		if (bound_needed(t, i) && bound_probes[i].tier == FST_TIER_NONE &&
+		    (!bound_info[i].some_kernels || kernel_has_func(bound_probes[i].name)))
+			return &bound_probes[i];
+	return NULL;
+}
+
+/* the boundary programs of tasks.bpf.c: a tier for each needed one (fentry or kprobe, by test loads), or all of
+ * them off with t->bounds_why saying why */
+static void select_bounds(struct tracer *t, const struct tasks_bpf *skel, bool on)
+{
+	char why[320];
+	/* "fentry: ": as every function probe's reasons begin, naming the best tier not used */
+	snprintf(why, sizeof(why), "fentry: not tried: the syscall tracepoints bound the requests (%s)", t->bounds_why);
+	for (int i = 0; i < N(bound_probes); i++) {
+		struct probe *p = &bound_probes[i];
+		if (!on)
+			tiers_unload(skel, p, why);
+		else if (bound_needed(t, i))
+			tiers_select(skel, p, 1, opt.no_btf_tp, opt.no_fentry);
+		else
+			tiers_unload(skel, p, "fentry: not tried: no traced filesystem reaches it");
+	}
+	struct probe *miss = on ? bound_missing(t) : NULL;
+	if (!miss)
+		return;
+	/* one missing: none of them (see bound_probes); the others keep their own reasons where they had one */
+	snprintf(t->bounds_why, sizeof(t->bounds_why), "%s: %.200s", miss->name, miss->why);
+	snprintf(why, sizeof(why), "fentry: not used: %s has no tier here", miss->name);
+	for (int i = 0; i < N(bound_probes); i++)
+		tiers_unload(skel, &bound_probes[i], bound_probes[i].tier == FST_TIER_NONE ? NULL : why);
+}
+
+/*
+ * tasks.bpf.c, loaded with the best tiers: tp_btf, else raw_tp (not in storage mode, which needs tp_btf); with
+ * the boundary programs where they are wanted, and without them if the object does not load with them.  NULL
+ * when it does not load in storage mode; dies when it does not load at all.
+ */
+static struct tasks_bpf *load_tasks(struct tracer *t)
+{
+	bool bounds = bounds_wanted(t);
+	int attempts = t->task_storage_on ? 1 : 2;
+	for (int attempt = 0; attempt < attempts; attempt++) {
+		for (int with_bounds = bounds; with_bounds >= 0; with_bounds--) {
+			struct tasks_bpf *skel = tasks_bpf__open();
+			if (!skel)
+				die("opening tasks_bpf: %s", strerror(errno));
+			fill_cfg((struct fst_cfg *)&skel->rodata->cfg);
+			reuse_maps(t->blk->obj, skel->obj);
+			tiers_select(skel, task_probes, N(task_probes), opt.no_btf_tp || attempt, opt.no_fentry);
+			select_bounds(t, skel, with_bounds);
+			with_bounds = with_bounds && !t->bounds_why[0];
+			if (!tasks_bpf__load(skel))
+				return skel;
+			int err = errno;
+			tasks_bpf__destroy(skel);
+			if (with_bounds) {
+				snprintf(t->bounds_why, sizeof(t->bounds_why), "request tracing did not load with them: %s",
+					 strerror(err));
+				fprintf(stderr, "fstrace-collect: tasks_bpf did not load with the filesystem entry points "
+						"(%s); retrying without\n",
+					strerror(err));
+				continue;
+			}
+			if (attempt + 1 >= attempts) {
+				if (attempts > 1)
+					die("loading tasks_bpf: %s", strerror(err));
+				fprintf(stderr, "fstrace-collect: tasks_bpf did not load with tp_btf (%s)\n", strerror(err));
+				return NULL;
+			}
+			fprintf(stderr, "fstrace-collect: tasks_bpf did not load with tp_btf (%s); retrying with raw_tp\n",
+				strerror(err));
+			break;
+		}
+		bounds = false;
+	}
+	return NULL;
+}
+
 void tracer_load(struct tracer *t)
 {
 	struct bpf_object *none = NULL;
@@ -362,8 +566,7 @@ void tracer_load(struct tracer *t)
 		LOAD_SKEL(block_bpf, t->blk, block_probes, none);
 		if (opt.block_only)
 			break;
-		/* storage mode needs tasks.bpf.c on tp_btf: no raw_tp attempt in it */
-		LOAD_SKEL_TRY(tasks_bpf, t->tsk, task_probes, t->blk->obj, t->task_storage_on ? 1 : 2);
+		t->tsk = load_tasks(t);
 		if (t->tsk)
 			break;
 		block_bpf__destroy(t->blk);
@@ -375,6 +578,9 @@ void tracer_load(struct tracer *t)
 			task_probes[i].tier = FST_TIER_NONE;
 			snprintf(task_probes[i].why, sizeof(task_probes[i].why), "not loaded: --block-only");
 		}
+		for (int i = 0; i < N(bound_probes); i++)
+			snprintf(bound_probes[i].why, sizeof(bound_probes[i].why), "fentry: not tried: --block-only");
+		snprintf(t->bounds_why, sizeof(t->bounds_why), "--block-only: no requests");
 	}
 
 	LOAD_OPTIONAL_SKEL(erofs_bpf, t->ero, erofs_probes, t->blk->obj);
@@ -438,13 +644,77 @@ void tracer_set_filters(struct tracer *t, pid_t child)
 	}
 }
 
+/* every kind of request tasks.bpf.c knows (records.h FST_REQ_KINDS) */
+static __u32 all_kinds(void)
+{
+	__u32 kinds = 0;
+#define KIND_BIT(c, v, n) kinds |= 1u << c;
+	FST_REQ_KINDS(KIND_BIT)
+#undef KIND_BIT
+	return kinds;
+}
+
+/*
+ * The request programs: the boundary programs first, and if every needed one attached, tasks.bpf.c told that
+ * they bound every kind of request before the rest attaches without sys_enter/sys_exit; else those detached and
+ * the syscall tracepoints attached with the rest.  The boundary programs act only once told, so no request is
+ * bounded by both.
+ */
+static int attach_requests(struct tracer *t, int (*attach)(struct probe *, int))
+{
+	t->fs_bound_kinds = 0;
+	if (!t->bounds_why[0]) {
+		attach(bound_probes, N(bound_probes)); /* optional: a failure leaves the probe without a tier */
+		struct probe *miss = bound_missing(t);
+		if (miss) {
+			snprintf(t->bounds_why, sizeof(t->bounds_why), "%s: %.200s", miss->name, miss->why);
+			tiers_detach(bound_probes, N(bound_probes));
+			mark_unavailable(bound_probes, N(bound_probes), "detached: another one did not attach");
+		} else {
+			t->fs_bound_kinds = all_kinds();
+		}
+	}
+	t->tsk->bss->fs_bound_kinds = t->fs_bound_kinds;
+	for (int i = 0; i < N(task_probes) && t->fs_bound_kinds; i++) {
+		struct probe *p = &task_probes[i];
+		if (p->figure != FST_FIG_REQ_START && p->figure != FST_FIG_REQ_END)
+			continue;
+		p->tier = FST_TIER_NONE;
+		p->prog = p->exit_prog = NULL;
+		snprintf(p->why, sizeof(p->why), "not attached: the filesystems' entry points bound every request");
+	}
+	return attach(task_probes, N(task_probes));
+}
+
+void request_bound_tiers(const struct tracer *t, enum fst_req_kind kind, char *out, size_t len)
+{
+	out[0] = 0;
+	if (!t->fs_bound_kinds) { /* the syscall tracepoints: sys_enter's tier (sys_exit has the same) */
+		for (int i = 0; i < N(task_probes); i++)
+			if (task_probes[i].figure == FST_FIG_REQ_START)
+				snprintf(out, len, "%s", tier_name(task_probes[i].tier));
+		return;
+	}
+	for (int t_ = FST_TIER_NONE + 1; t_ < FST_NR_TIERS; t_++) {
+		bool used = false;
+		for (int i = 0; i < N(bound_probes); i++)
+			used |= bound_info[i].kind == kind && bound_probes[i].tier == (enum fst_tier)t_;
+		if (used) {
+			size_t l = strlen(out);
+			snprintf(out + l, len - l, "%s%s", l ? "+" : "", tier_name(t_));
+		}
+	}
+	if (!out[0]) /* no traced filesystem has such requests (writes on a read-only one) */
+		snprintf(out, len, "none");
+}
+
 int tracer_attach(struct tracer *t)
 {
 	/* --empty-programs: the chosen programs stay loaded, unattached, and do-nothing twins take their hooks */
 	int (*attach)(struct probe *, int) = opt.empty_programs ? tiers_attach_empty : tiers_attach;
 	int err = attach(block_probes, N(block_probes));
-	if (!err)
-		err = t->tsk ? attach(task_probes, N(task_probes)) : 0;
+	if (!err && t->tsk)
+		err = attach_requests(t, attach);
 	if (!err && t->ero)
 		err = attach(erofs_probes, N(erofs_probes));
 	if (!err && t->sqf)

@@ -38,6 +38,11 @@ struct tracer {
 	char sample_why[160]; /* why sampling is off */
 	bool task_storage_on; /* per-task state in task-local storage (else a pid hash) */
 	char task_state_why[160];
+	/* requests bounded at the traced filesystems' entry points (tasks.bpf.c fs_bound_kinds: 1 << FST_REQ_*),
+	 * 0: by the syscall tracepoints, bounds_why saying why */
+	__u32 fs_bound_kinds;
+	__u32 bounds_fs; /* the traced filesystems (1 << FST_FS_*) when bounds_why is "" */
+	char bounds_why[256];
 	bool ksyms_asked;			       /* the work functions' addresses came from the kernel (ksym_addrs) */
 	unsigned long long work_fn_addrs[NR_WORK_FNS]; /* of work_fn_names, 0 = not in this kernel */
 };
@@ -58,6 +63,9 @@ void tracer_load(struct tracer *t);
 void tracer_set_filters(struct tracer *t, pid_t child);
 /* attach every loaded probe and the sampling events; 0, or the error that leaves nothing traced */
 int tracer_attach(struct tracer *t);
+/* the tiers that bounded requests of kind, "+"-separated: the boundary probes' (fentry, kprobe; "none" when no
+ * traced filesystem has that kind's entry point) or sys_enter's */
+void request_bound_tiers(const struct tracer *t, enum fst_req_kind kind, char *out, size_t len);
 /* the kernel's and the programs' symbols for the stacks, read before detaching (trampolines leave kallsyms) */
 void tracer_read_ksyms(struct tracer *t);
 /* at the end of tracing: each probe's statistics read, every link and perf event detached */

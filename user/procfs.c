@@ -19,6 +19,44 @@
 #include "block.skel.h"
 #include "procfs.h"
 
+/* mountinfo writes space, tab, newline and backslash in paths as \ooo */
+static void unescape_octal(char *s)
+{
+	char *d = s;
+	while (*s) {
+		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' && s[2] <= '7' && s[3] >= '0' &&
+		    s[3] <= '7') {
+			*d++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
+			s += 4;
+		} else {
+			*d++ = *s++;
+		}
+	}
+	*d = 0;
+}
+
+bool sdev_mount(__u32 kdev, char *fstype, size_t fstype_len, char *mnt, size_t mnt_len)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "r");
+	if (!f)
+		return false;
+	char line[4096], path[1024], type[64];
+	unsigned major, minor;
+	bool found = false;
+	while (!found && fgets(line, sizeof(line), f)) {
+		char *dash = strstr(line, " - ");
+		if (!dash || sscanf(line, "%*u %*u %u:%u %*s %1023s", &major, &minor, path) != 3 ||
+		    sscanf(dash + 3, "%63s", type) != 1 || FST_KDEV(major, minor) != kdev)
+			continue;
+		unescape_octal(path);
+		snprintf(fstype, fstype_len, "%s", type);
+		snprintf(mnt, mnt_len, "%s", path);
+		found = true;
+	}
+	fclose(f);
+	return found;
+}
+
 __u64 cgroup_id(const char *path)
 {
 	struct stat st;

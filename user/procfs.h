@@ -3,8 +3,13 @@
 #define FSTRACE_PROCFS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <linux/types.h>
 #include "collect.h"
+
+/* the filesystem type and mount point of a superblock device (kernel dev_t), from /proc/self/mountinfo: its
+ * first mount; false when it is not mounted */
+bool sdev_mount(__u32 kdev, char *fstype, size_t fstype_len, char *mnt, size_t mnt_len);
 
 /* cgroup v2 id of a cgroup directory (dies when it cannot be read) */
 __u64 cgroup_id(const char *path);

@@ -203,6 +203,12 @@ static bool kprobe_can_attach(const char *func, char *why, size_t why_len)
 	return true;
 }
 
+bool kernel_has_func(const char *func)
+{
+	int mod;
+	return find_btf(func, BTF_KIND_FUNC, &mod) > 0;
+}
+
 static bool tier_offered(enum fst_tier t, const char *name, bool no_btf_tp, bool no_fentry, char *why, size_t why_len)
 {
 	switch (t) {
@@ -239,6 +245,20 @@ static bool tier_offered(enum fst_tier t, const char *name, bool no_btf_tp, bool
 static struct bpf_program *skel_prog(const void *skel, size_t at)
 {
 	return at ? *(struct bpf_program *const *)((const char *)skel + at) : NULL;
+}
+
+void tiers_unload(const void *skel, struct probe *p, const char *why)
+{
+	for (enum fst_tier t = FST_TIER_NONE + 1; t < FST_NR_TIERS; t++) {
+		struct bpf_program *progs[2] = { skel_prog(skel, p->prog_at[t]), skel_prog(skel, p->exit_prog_at[t]) };
+		for (int k = 0; k < 2; k++)
+			if (progs[k])
+				bpf_program__set_autoload(progs[k], false);
+	}
+	p->tier = FST_TIER_NONE;
+	p->prog = p->exit_prog = NULL;
+	if (why)
+		snprintf(p->why, sizeof(p->why), "%s", why);
 }
 
 void tiers_select(const void *skel, struct probe *probes, int n, bool no_btf_tp, bool no_fentry)
@@ -280,15 +300,30 @@ int tiers_attach(struct probe *probes, int n)
 		struct probe *p = &probes[i];
 		if (!p->prog)
 			continue;
-		p->link = bpf_program__attach(p->prog);
-		if (p->link && p->exit_prog) {
+		/* the exit program first, and detached last (tiers_detach): every call whose entry a program saw
+		 * has its exit seen too (the request boundaries count on it) */
+		if (p->exit_prog) {
 			p->exit_link = bpf_program__attach(p->exit_prog);
 			if (!p->exit_link) {
 				int err = errno;
-				bpf_link__destroy(p->link);
-				p->link = NULL;
-				errno = err;
+				size_t l = strlen(p->why);
+				snprintf(p->why + l, sizeof(p->why) - l, "%s%s: attach of its exit failed: %s", l ? "; " : "",
+					 tier_name(p->tier), strerror(err));
+				p->tier = FST_TIER_NONE;
+				p->prog = p->exit_prog = NULL;
+				if (p->required) {
+					fprintf(stderr, "fstrace-collect: cannot attach %s: %s\n", p->name, strerror(err));
+					return -err;
+				}
+				continue;
 			}
+		}
+		p->link = bpf_program__attach(p->prog);
+		if (!p->link && p->exit_link) {
+			int err = errno;
+			bpf_link__destroy(p->exit_link);
+			p->exit_link = NULL;
+			errno = err;
 		}
 		if (!p->link) {
 			int err = -errno;
@@ -381,8 +416,8 @@ void tiers_detach(struct probe *probes, int n)
 				close(probes[i].empty_fd[k]);
 			probes[i].empty_link_fd[k] = probes[i].empty_fd[k] = 0;
 		}
-		bpf_link__destroy(probes[i].exit_link);
 		bpf_link__destroy(probes[i].link);
+		bpf_link__destroy(probes[i].exit_link);
 		probes[i].link = probes[i].exit_link = NULL;
 	}
 }

@@ -41,6 +41,10 @@ const char *tier_name(enum fst_tier t);
  * the one the probes' offsets are in) accordingly. */
 void tiers_select(const void *skel, struct probe *probes, int n, bool no_btf_tp, bool no_fentry);
 
+/* None of a probe's programs loaded (autoload off at every tier): it is unavailable, with why (NULL: the why it
+ * has) */
+void tiers_unload(const void *skel, struct probe *p, const char *why);
+
 /* Attach the chosen programs; an optional probe that fails to attach becomes unavailable. */
 int tiers_attach(struct probe *probes, int n);
 void tiers_detach(struct probe *probes, int n);
@@ -54,6 +58,8 @@ int tiers_attach_empty(struct probe *probes, int n);
 
 /* Position (from 0) of func's parameter named param, from the BTF of vmlinux or a module; -1 = unknown. */
 int func_param_index(const char *func, const char *param);
+/* Does the kernel have func (in the BTF of vmlinux or a module: not inlined everywhere, not renamed)? */
+bool kernel_has_func(const char *func);
 /* Does vmlinux BTF carry the typed tracepoint btf_trace_<tp>? */
 bool tp_btf_exists(const char *tp);
 
