@@ -2,6 +2,7 @@
 
 unit tests run as any user on stored results (tests/data/) and fixtures; bpf tests run as root on this machine
 (the project set up and built once per session); vm tests boot QEMU guests of other kernels."""
+import contextlib
 import json
 import os
 import re
@@ -286,26 +287,36 @@ def erofs_randread_summary():
         return json.load(f)
 
 
-@pytest.fixture(scope="module")
-def mounted_erofs(tmp_path_factory):
-    """(mount point, loop device) of a small compressed erofs image: big.bin (4 MiB random, 4 MiB zeros) and
-    small.txt (14 KB of text)."""
-    d = tmp_path_factory.mktemp("erofs")
+@contextlib.contextmanager
+def erofs_mounted(d, files, mkfs_options=()):
+    """An erofs image of files ({name: bytes}) made in directory d with mkfs.erofs mkfs_options, on a read-only
+    loop device, mounted under d: (mount point, loop device) until the block ends."""
     src = d / "src"
     src.mkdir()
-    (src / "big.bin").write_bytes(os.urandom(4 << 20) + bytes(4 << 20))
-    (src / "small.txt").write_bytes(b"hello fstrace\n" * 1000)
+    for name, data in files.items():
+        (src / name).write_bytes(data)
     img = str(d / "img.erofs")
-    subprocess.run(["mkfs.erofs", "-zlz4hc", "-C16384", "-T0", img, str(src)], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(["mkfs.erofs"] + list(mkfs_options) + [img, str(src)], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
     dev = subprocess.run(["losetup", "-f", "--show", "-r", img], check=True, stdout=subprocess.PIPE,
                          text=True).stdout.strip()
     mnt = str(d / "mnt")
     os.mkdir(mnt)
     subprocess.run(["mount", "-t", "erofs", "-o", "ro", dev, mnt], check=True)
-    yield mnt, dev
-    subprocess.run(["umount", mnt], check=True)
-    subprocess.run(["losetup", "-d", dev], check=True)
+    try:
+        yield mnt, dev
+    finally:
+        subprocess.run(["umount", mnt], check=True)
+        subprocess.run(["losetup", "-d", dev], check=True)
+
+
+@pytest.fixture(scope="module")
+def mounted_erofs(tmp_path_factory):
+    """(mount point, loop device) of a small compressed erofs image: big.bin (4 MiB random, 4 MiB zeros) and
+    small.txt (14 KB of text)."""
+    files = {"big.bin": os.urandom(4 << 20) + bytes(4 << 20), "small.txt": b"hello fstrace\n" * 1000}
+    with erofs_mounted(tmp_path_factory.mktemp("erofs"), files, ["-zlz4hc", "-C16384", "-T0"]) as m:
+        yield m
 
 
 @pytest.fixture(scope="session")

@@ -10,29 +10,16 @@ import pytest
 
 from analysis import results
 from analysis import summary as S
-from conftest import FSTRACE
+from conftest import FSTRACE, erofs_mounted
 
 pytestmark = pytest.mark.bpf
 
 
 @pytest.fixture(scope="module")
 def mounted(tmp_path_factory):
-    d = tmp_path_factory.mktemp("budget")
-    src = d / "src"
-    src.mkdir()
-    (src / "big.bin").write_bytes(os.urandom(16 << 20))
-    img = str(d / "img.erofs")
-    subprocess.run(["mkfs.erofs", "-T0", img, str(src)], check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
-    dev = subprocess.run(["losetup", "-f", "--show", "-r", img], check=True, stdout=subprocess.PIPE,
-                         text=True).stdout.strip()
-    mnt = str(d / "mnt")
-    os.mkdir(mnt)
-    subprocess.run(["mount", "-t", "erofs", "-o", "ro", dev, mnt], check=True)
-    subprocess.run(["cat", os.path.join(mnt, "big.bin")], stdout=subprocess.DEVNULL, check=True)  # warm
-    yield mnt
-    subprocess.run(["umount", mnt], check=True)
-    subprocess.run(["losetup", "-d", dev], check=True)
+    with erofs_mounted(tmp_path_factory.mktemp("budget"), {"big.bin": os.urandom(16 << 20)}, ["-T0"]) as (mnt, _):
+        subprocess.run(["cat", os.path.join(mnt, "big.bin")], stdout=subprocess.DEVNULL, check=True)  # warm
+        yield mnt
 
 
 def _attach_around_fio(tmp_path, mnt, *attach_args):

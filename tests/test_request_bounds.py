@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from analysis import report, results, summary
-from conftest import COLLECTOR, assert_exact_partition
+from conftest import COLLECTOR, assert_exact_partition, erofs_mounted
 
 pytestmark = pytest.mark.bpf
 
@@ -21,22 +21,9 @@ DATA = os.urandom(96 << 10) + bytes(160 << 10)  # 256 KiB: half incompressible
 @pytest.fixture(scope="module")
 def mounted(tmp_path_factory):
     """A small compressed erofs image, mounted: (mount point, its --sdev, the file read)."""
-    d = tmp_path_factory.mktemp("bounds")
-    src = d / "src"
-    src.mkdir()
-    (src / "data.bin").write_bytes(DATA)
-    img = str(d / "img.erofs")
-    subprocess.run(["mkfs.erofs", "-zlz4hc", "-C16384", img, str(src)], check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
-    dev = subprocess.run(["losetup", "-f", "--show", "-r", img], check=True, stdout=subprocess.PIPE,
-                         text=True).stdout.strip()
-    mnt = str(d / "mnt")
-    os.mkdir(mnt)
-    subprocess.run(["mount", "-t", "erofs", "-o", "ro", dev, mnt], check=True)
-    st = os.stat(mnt).st_dev
-    yield mnt, "%d:%d" % (os.major(st), os.minor(st)), os.path.join(mnt, "data.bin")
-    subprocess.run(["umount", mnt], check=True)
-    subprocess.run(["losetup", "-d", dev], check=True)
+    with erofs_mounted(tmp_path_factory.mktemp("bounds"), {"data.bin": DATA}, ["-zlz4hc", "-C16384"]) as (mnt, _):
+        st = os.stat(mnt).st_dev
+        yield mnt, "%d:%d" % (os.major(st), os.minor(st)), os.path.join(mnt, "data.bin")
 
 
 def trace_cat(tmp_path, path, *args):
