@@ -127,14 +127,24 @@ static struct series_sums *series_of(const struct fst_req_agg_key *key)
 	return x;
 }
 
-/* opening: every series' count now; closing (len_ns > 0): each series' count in the window into its sums */
-static void series_note(int fd, int keys_fd, __u64 len_ns)
+/*
+ * One pass over req_agg at a window's edge: the requests counted so far per kind (counted) and the handlers'
+ * own time in them (*tracer_ns); and per series, at opening (len_ns 0) its count now, at closing (len_ns: the
+ * window's length) its count in the window into its sums.
+ */
+static void req_agg_note(__u64 *counted, __u64 *tracer_ns, __u64 len_ns)
 {
-	static struct req_agg_iter it;
+	static struct req_agg_iter it; /* large: not on the stack */
 	struct fst_req_agg_key key;
 	static struct fst_req_agg sum;
-	req_agg_start(&it, fd, keys_fd);
+	memset(counted, 0, sizeof(__u64) * (FST_NR_REQ_KINDS + 1));
+	*tracer_ns = 0;
+	req_agg_start(&it, w.req_agg_fd, w.agg_keys_fd);
 	while (req_agg_next(&it, &key, &sum)) {
+		if (key.kind <= FST_NR_REQ_KINDS) {
+			counted[key.kind] += sum.count;
+			*tracer_ns += sum.part_ns[FST_PART_TRACER];
+		}
 		struct series_sums *x = series_of(&key);
 		if (!x)
 			continue;
@@ -146,21 +156,6 @@ static void series_note(int fd, int keys_fd, __u64 len_ns)
 		}
 		x->before = sum.count;
 	}
-}
-
-static void counted_now(__u64 *out, __u64 *tracer_ns)
-{
-	memset(out, 0, sizeof(__u64) * (FST_NR_REQ_KINDS + 1));
-	*tracer_ns = 0;
-	static struct req_agg_iter it; /* large: not on the stack */
-	struct fst_req_agg_key key;
-	static struct fst_req_agg sum;
-	req_agg_start(&it, w.req_agg_fd, w.agg_keys_fd);
-	while (req_agg_next(&it, &key, &sum))
-		if (key.kind <= FST_NR_REQ_KINDS) {
-			out[key.kind] += sum.count;
-			*tracer_ns += sum.part_ns[FST_PART_TRACER];
-		}
 }
 
 static int hook_attach(struct probe *p)
@@ -359,8 +354,7 @@ static void open_window(__u64 now)
 {
 	w.seq += 2;			    /* odd: a window (tasks.bpf.c); calibration ran under 0 */
 	w.tsk->bss->window_seq = w.seq | 1; /* before either hook: a late end of an earlier window's request is not ours */
-	counted_now(w.counted_before, &w.tracer_before);
-	series_note(w.req_agg_fd, w.agg_keys_fd, 0);
+	req_agg_note(w.counted_before, &w.tracer_before, 0);
 	w.syscalls_before = percpu_u64(w.syscalls_fd, 0);
 	w.busy_before = busy_ns_now();
 	memset(&w.cur, 0, sizeof(w.cur));
@@ -394,13 +388,12 @@ static void close_exit(void)
 	x->syscalls = percpu_u64(w.syscalls_fd, 0) - w.syscalls_before;
 	x->busy_ns = busy_ns_now() - w.busy_before;
 	__u64 counted[FST_NR_REQ_KINDS + 1], tracer_ns;
-	counted_now(counted, &tracer_ns);
+	req_agg_note(counted, &tracer_ns, x->enter_closed - x->open);
 	x->tracer_ns = tracer_ns - w.tracer_before;
 	for (int k = 0; k <= FST_NR_REQ_KINDS; k++)
 		x->counted[k] = counted[k] - w.counted_before[k];
 	w.in_windows_ns += x->enter_closed - x->open;
 	double len = (double)(x->enter_closed - x->open);
-	series_note(w.req_agg_fd, w.agg_keys_fd, x->enter_closed - x->open);
 	w.sum_l += len;
 	w.sum_ll += len * len;
 	w.nwins_total++;
