@@ -67,22 +67,22 @@ clean:
 
 # `make install [PREFIX=/usr/local] [DESTDIR=]`: the collector, the fstrace command (scripts/fstrace-installed,
 # which runs the Python package installed under $(LIBDIR) with Debian's Python), the manual pages and the bash
-# completion. The package keeps the source tree's layout (user/cli.py, bpf/records.h, build/fstrace-collect), so
-# it runs unchanged; its collector is a relative link to the installed one.
+# completion. The package keeps the source tree's layout (cli/, bpf/records.h, build/fstrace-collect), so it runs
+# unchanged; its collector is a relative link to the installed one.
 PREFIX ?= /usr/local
 BINDIR := $(PREFIX)/bin
 LIBDIR := $(PREFIX)/lib/fstrace
 MAN8DIR := $(PREFIX)/share/man/man8
 COMPLETIONDIR := $(PREFIX)/share/bash-completion/completions
 PYTHON ?= /usr/bin/python3
-PY_PACKAGES := analysis common user workloads
+PY_PACKAGES := analysis cli common workloads
 # the package's files: its modules and what they read beside them (analysis/flamegraph.js)
 PACKAGE_FILES := $(foreach d,$(PY_PACKAGES),$(wildcard $(d)/*.py $(d)/*.js))
 MAN_PAGES := man/fstrace.8 man/fstrace-collect.8
 
 # the completion is generated from the command line's parser (scripts/completion.py): it offers what it takes
 $(OUT)/fstrace.bash: scripts/completion.py $(foreach d,$(PY_PACKAGES),$(wildcard $(d)/*.py)) | $(OUT)
-	$(PYTHON) scripts/completion.py > $@.tmp && mv $@.tmp $@
+	$(PYTHON) -m scripts.completion > $@.tmp && mv $@.tmp $@
 
 install: $(OUT)/fstrace-collect $(OUT)/fstrace.bash
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/bpf $(DESTDIR)$(LIBDIR)/build $(DESTDIR)$(MAN8DIR) \
@@ -118,7 +118,7 @@ $(OUT)/bench-helpers: scripts/bench_helpers.c $(OUT)/bench_helpers.skel.h $(OUT)
 bench-overhead: all
 	./scripts/setup.sh
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bpftrace libbpf-tools >/dev/null
-	build/venv/bin/python3 scripts/bench_overhead.py $(BENCH_ARGS)
+	build/venv/bin/python3 -m scripts.bench_overhead $(BENCH_ARGS)
 
 # The fentry/kprobe tier on the kernel matrix (Debian 6.1 and 6.12) under QEMU, two vCPUs; prints the table of
 # kernel x probe x tier chosen x fired / checked, the request boundaries' counts against fio's and each boundary
@@ -128,4 +128,4 @@ bench-overhead: all
 # VMTEST_ARGS: e.g. --kernels 6.12, --guest-mode churn, --smp 1, --accel tcg.
 vmtest: all
 	./scripts/setup.sh --test
-	build/venv/bin/python3 scripts/vmtest.py $(VMTEST_ARGS)
+	build/venv/bin/python3 -m scripts.vmtest $(VMTEST_ARGS)

@@ -9,7 +9,7 @@ import statistics
 from analysis import tables
 
 
-# seed 002's compressors: (its name, squashfs's, erofs's); user/bench.py builds the preset's matrix from it
+# seed 002's compressors: (its name, squashfs's, erofs's); cli/bench.py builds the preset's matrix from it
 SEED002_COMPRESSORS = [("none", "none", "none"), ("LZ4", "lz4", "lz4"), ("LZ4 HC", "lz4hc", "lz4hc"),
                        ("XZ", "xz", "lzma")]
 

@@ -1,11 +1,11 @@
 """System helpers every layer uses, from below: errors, commands, the cleanup stack and its run record,
 loop devices, mounts and cache locks.
 
-workloads/ (image builds) and user/ (runs, attach, serve) both build on this; it imports neither.
+workloads/ (image builds) and cli/ (runs, attach, serve) both build on this; it imports neither.
 Everything a run sets up (loop device, mount, temporary directory) is pushed onto a Cleanup stack as it is
 made, and undone in reverse order on normal exit, error, Ctrl-C or SIGTERM, so a run leaves nothing behind;
 while a run is recorded (recording()), each item is also written to its state file so that the next start
-can undo it should this process be SIGKILLed (user/system.py, sweep_dead_runs).
+can undo it should this process be SIGKILLed (cli/leftovers.py, sweep_dead_runs).
 """
 import contextlib
 import fcntl

@@ -7,12 +7,12 @@ repetition, so drift on a shared machine hits all alike):
                     (collector --empty-programs): what the hooks cost before fstrace does anything,
                     the ratio no tracer on these hooks can beat on this machine
   fstrace-full      the collector exactly as `fstrace run` and `attach` start it by default
-                    (user/runner.py tracing_options(): sampling at SAMPLE_HZ with off-CPU and
+                    (cli/runner.py tracing_options(): sampling at SAMPLE_HZ with off-CPU and
                     sampled bio stacks, page-cache hits counted in the kernel)
   fstrace-nosample  the same with --sample-hz 0 (no stacks, no sampling)
   fstrace-records-all  the default with --records all (a record for every request)
   fstrace-block     collector --block-only (block requests only)
-  fstrace-serve     the collector as `fstrace serve` starts it (user/serve.py COLLECTOR_OPTIONS: every
+  fstrace-serve     the collector as `fstrace serve` starts it (cli/serve.py COLLECTOR_OPTIONS: every
                     request counted, no records of requests or block requests) writing its exposition
                     every second
   fstrace-attach    the collector as `fstrace attach` starts it by default: on a kernel without trampolines its
@@ -36,7 +36,8 @@ own figure; ratios are traced/untraced within one repetition, and each median ca
 interval (order statistics: median_interval), which decides each of the issue's targets as met, not met, or
 undecided by this run.
 
-Usage: python3 scripts/bench_overhead.py [--reps N] [--scale S] [--configs A,B] [--out FILE.json]
+Usage, from the checkout's root:
+  python3 -m scripts.bench_overhead [--reps N] [--scale S] [--configs A,B] [--out FILE.json]
 """
 import argparse
 import contextlib
@@ -51,18 +52,16 @@ import sys
 import tempfile
 import time
 
+from analysis import results, summary
+from cli.devices import backing_block_device, dev_numbers, drop_caches, ensure_tracefs, mount_of, sdev_arg
+from cli.runner import COLLECTOR, DEFAULT_BUDGET_PCT, die_with_parent, tracing_options
+from cli.serve import COLLECTOR_OPTIONS as SERVE_OPTIONS
+from cli.signals import Interrupted, install_signal_handlers, stop_process
+from common.system import Cleanup, FstraceError, losetup, mount, signals_held, write_json_atomic
+from workloads import catalog, dataset, images
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
-from analysis import results, summary  # noqa: E402
-from user.runner import DEFAULT_BUDGET_PCT, die_with_parent, tracing_options  # noqa: E402
-from user.serve import COLLECTOR_OPTIONS as SERVE_OPTIONS  # noqa: E402
-from user.system import (Cleanup, FstraceError, Interrupted, backing_block_device, dev_numbers,  # noqa: E402
-                         drop_caches, ensure_tracefs, install_signal_handlers, losetup, mount, mount_of,
-                         sdev_arg, signals_held, stop_process, write_json_atomic)
-from workloads import catalog, dataset, images  # noqa: E402
-
-COLLECTOR = os.path.join(ROOT, "build", "fstrace-collect")
 # collector options of each fstrace configuration: the default is what run/attach use, not a bench variant
 FSTRACE_CONFIGS = {
     "fstrace-floor": tracing_options(None) + ["--empty-programs"],

@@ -11,7 +11,8 @@ task fstrace does not trace, with nothing attached and with each of fentry and t
 another process's requests.  Results come back as a tar on a raw virtio disk; the host extracts them and checks
 them (tests/test_vm.py asserts on the same checks) and prints the figures.
 
-Usage: python3 scripts/vmtest.py [--kernels 6.1,6.12] [--smp 2] [--accel auto|kvm|tcg] [--cache DIR] [--keep]
+Usage, from the checkout's root:
+  python3 -m scripts.vmtest [--kernels 6.1,6.12] [--smp 2] [--accel auto|kvm|tcg] [--cache DIR] [--keep]
 """
 import argparse
 import glob
@@ -25,13 +26,12 @@ import tarfile
 import tempfile
 import time
 
+from analysis import results, sampling, summary, timeline
+from cli.runner import COLLECTOR
+from workloads import dataset, images
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
-from analysis import results, sampling, summary, timeline  # noqa: E402
-from workloads import dataset, images  # noqa: E402
-
-COLLECTOR = os.path.join(ROOT, "build", "fstrace-collect")
 MODULES = ["virtio_pci", "virtio_blk", "loop", "erofs", "squashfs", "btrfs"]
 # (disk, filesystem, build options, mount type); decompression algorithm expected in the records
 IMAGES = [

@@ -7,14 +7,13 @@ import json
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 
+from cli.runner import COLLECTOR
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 FSTRACE = os.path.join(ROOT, "fstrace")
-COLLECTOR = os.path.join(ROOT, "build", "fstrace-collect")
 # results and summaries kept in the repository for the unit lane (tests/data/README.md: how each was made)
 DATA = os.path.join(ROOT, "tests", "data")
 # datasets and images are cached between test runs on one machine; a fresh machine builds them once

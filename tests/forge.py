@@ -10,7 +10,7 @@ import struct
 import subprocess
 import zlib
 
-from conftest import COLLECTOR
+from cli.runner import COLLECTOR
 
 
 def real_results(d):
@@ -80,7 +80,7 @@ def as_format_2(raw):
 
 
 if __name__ == "__main__":
-    # tests/data/real.fst (tests/data/README.md): python3 tests/forge.py tests/data/real.fst, as root
+    # tests/data/real.fst (tests/data/README.md): python3 -m tests.forge tests/data/real.fst, as root
     import sys
     import tempfile
     with tempfile.TemporaryDirectory() as d:

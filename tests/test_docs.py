@@ -31,8 +31,8 @@ def markdown_files():
 
 
 def parser():
-    from user import cli
-    return cli.build_parser()
+    from cli.commands import build_parser
+    return build_parser()
 
 
 def commands(p):
@@ -273,7 +273,7 @@ def parses(argv):
 
 @pytest.mark.unit
 def test_help_has_examples_that_parse():
-    from user import cli
+    from cli.commands import EXAMPLES
     p = parser()
     helps = [p.format_help()] + [sub.format_help() for sub in commands(p).values()]
     for name, text in zip([None] + list(commands(p)), helps):
@@ -284,7 +284,7 @@ def test_help_has_examples_that_parse():
             assert all(a[0] == name for a in argvs), "fstrace %s --help shows other commands" % name
         bad = [e for e in map(parses, argvs) if e]
         assert not bad, "\n".join(bad)
-    assert set(cli.EXAMPLES) == {None} | set(commands(p))
+    assert set(EXAMPLES) == {None} | set(commands(p))
 
 
 @pytest.mark.unit
@@ -303,7 +303,7 @@ def test_man_and_readme_examples_parse():
 def completion(tmp_path_factory):
     path = tmp_path_factory.mktemp("completion") / "fstrace.bash"
     with open(path, "w") as f:
-        subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "completion.py")], stdout=f, check=True)
+        subprocess.run([sys.executable, "-m", "scripts.completion"], cwd=ROOT, stdout=f, check=True)
     return str(path)
 
 
@@ -343,14 +343,14 @@ def test_make_install_puts_everything_under_destdir(tmp_path):
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert r.returncode == 0, r.stdout
     prefix = dest / "usr"
-    for rel in ("bin/fstrace", "bin/fstrace-collect", "lib/fstrace/user/cli.py", "lib/fstrace/analysis/results.py",
+    for rel in ("bin/fstrace", "bin/fstrace-collect", "lib/fstrace/cli/__main__.py", "lib/fstrace/analysis/results.py",
                 "lib/fstrace/workloads/catalog.py", "lib/fstrace/common/system.py", "lib/fstrace/bpf/records.h",
                 "share/man/man8/fstrace.8", "share/man/man8/fstrace-collect.8",
                 "share/bash-completion/completions/fstrace"):
         assert (prefix / rel).is_file(), "make install did not install %s" % rel
     assert os.access(prefix / "bin" / "fstrace", os.X_OK) and os.access(prefix / "bin" / "fstrace-collect", os.X_OK)
     # every file of the package's directories that is not the collector's C source: modules and the data they read
-    tracked = subprocess.run(["git", "-C", ROOT, "ls-files", "analysis", "common", "user", "workloads"],
+    tracked = subprocess.run(["git", "-C", ROOT, "ls-files", "analysis", "cli", "common", "workloads"],
                              stdout=subprocess.PIPE, text=True, check=True).stdout.split()
     package = [f for f in tracked if not f.endswith((".c", ".h"))]
     assert "analysis/flamegraph.js" in package
@@ -364,7 +364,8 @@ def test_make_install_puts_everything_under_destdir(tmp_path):
         assert a.read() == b.read()
     # nothing outside DESTDIR: every installed file is under the prefix
     assert {p.name for p in dest.iterdir()} == {"usr"}
-    help_ = subprocess.run([str(prefix / "bin" / "fstrace"), "--help"], stdout=subprocess.PIPE,
+    # from elsewhere than the checkout: the installed package alone, not the checkout's modules
+    help_ = subprocess.run([str(prefix / "bin" / "fstrace"), "--help"], cwd=tmp_path, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
     assert help_.returncode == 0 and "usage: fstrace" in help_.stdout and "examples:" in help_.stdout, help_.stderr
     for name in ("run", "report"):

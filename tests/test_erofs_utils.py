@@ -164,7 +164,7 @@ def test_zstd_randread_reads_what_fio_says(tmp_path_factory):
 def test_bench_plans_the_seeds_erofs_images_with_fragments():
     """seed 000 builds its compressed erofs images with -Efragments; bench --features does the same for a list."""
     from types import SimpleNamespace
-    from user import bench
+    from cli import bench
     plan = bench.plan_configs(SimpleNamespace(preset="seed000"))
     erofs = [o for fs, o in plan if fs == "erofs"]
     assert [o["cluster"] for o in erofs if o.get("features") == ["fragments"]] == [4096, 16384, 65536, 131072]

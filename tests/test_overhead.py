@@ -205,7 +205,7 @@ def test_floor_takes_exactly_the_hooks_of_the_shipped_configuration(tmp_path):
     configuration it is the floor of: same probes, same tiers, one do-nothing program per hook while it runs,
     none left after, and nothing recorded."""
     from analysis import results
-    from user.runner import tracing_options
+    from cli.runner import tracing_options
     attached = {}
     for mode, extra in (("full", []), ("floor", ["--empty-programs"])):
         f = tmp_path / (mode + ".fst")
@@ -339,9 +339,7 @@ def test_block_only_charges_every_block_request_to_its_reader(tmp_path, mounted_
 def test_bench_median_interval_is_the_order_statistic_one():
     """make bench-overhead decides each target from the median's distribution-free 95 % interval: the order
     statistics (x_(k), x_(n+1-k)) with the largest k whose binomial coverage is still at least 95 %."""
-    import sys
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
-    import bench_overhead as B
+    from scripts import bench_overhead as B
     from math import comb
 
     def coverage(n, k):
@@ -396,10 +394,9 @@ def test_bench_overhead_interrupted_leaves_nothing(tmp_path, config, child):
         pytest.skip("libbpf-tools' biolatency is not installed (make bench-overhead installs it)")
     from conftest import CACHE, ROOT, SCALE, bpf_objects_left, bpf_objects_of
     from conftest import alive, descendants, task_comm as comm
-    bench = subprocess.Popen([os.path.join(ROOT, "build", "venv", "bin", "python3"),
-                              os.path.join(ROOT, "scripts", "bench_overhead.py"), "--reps", "50", "--configs", config,
-                              "--cache", CACHE, "--scale", SCALE, "--out", str(tmp_path / "o.json")],
-                             stderr=subprocess.PIPE, text=True)
+    bench = subprocess.Popen([os.path.join(ROOT, "build", "venv", "bin", "python3"), "-m", "scripts.bench_overhead",
+                              "--reps", "50", "--configs", config, "--cache", CACHE, "--scale", SCALE,
+                              "--out", str(tmp_path / "o.json")], cwd=ROOT, stderr=subprocess.PIPE, text=True)
     try:
         # the tracer with its programs loaded, and the workload at work on the image
         deadline = time.monotonic() + 600

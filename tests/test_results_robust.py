@@ -15,7 +15,7 @@ from analysis import report, results, schema, summary
 from analysis.render import analyse
 from conftest import FSTRACE, one_line_error
 from forge import forge, real_results, results_dir, split
-from user.system import FstraceError
+from common.system import FstraceError
 
 TRIALS = 300
 

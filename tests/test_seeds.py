@@ -10,7 +10,7 @@ import pytest
 from conftest import CACHE, SCALE, fstrace, run_workload
 from analysis import amplification
 from analysis import summary as S
-from user import storage
+from cli import storage
 from workloads import images
 
 
@@ -155,7 +155,7 @@ def _preset(tmp_path, name, *extra):
 
 
 def _not_reproduced(text, name):
-    from user.bench import PRESETS
+    from cli.bench import PRESETS
     assert "Not reproduced here:" in text
     for x in PRESETS[name]["not_reproduced"]:
         assert x in text

@@ -20,8 +20,8 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from conftest import COLLECTOR, FSTRACE, bpf_objects_left, bpf_objects_of, collector_under, drop_caches
-from user.serve import wants_openmetrics
-from user.system import kdev
+from cli.serve import wants_openmetrics
+from cli.devices import kdev
 
 # what Prometheus 2.x sends when it scrapes (scrape/scrape.go scrapeAcceptHeader)
 PROMETHEUS_ACCEPT = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75," \
@@ -401,7 +401,7 @@ def test_a_scrape_gets_through_while_300_connections_are_held(mounted_erofs):  #
     """300 connections more than serve's bound of them, each sending its request a header line a second (a
     slow client that never stalls long enough for a read to time out): a scrape is still answered, and every held
     connection is closed by serve within its time for a request."""
-    from user import serve
+    from cli import serve
     mnt, _ = mounted_erofs
     p, port, rest = start_serve("--mount", mnt)
     held, done = [], threading.Event()
@@ -738,8 +738,8 @@ def test_serve_streams_no_per_request_records(tmp_path, mounted_erofs):
     (requests, block requests, erofs events, work items), which the exporter never reads; the counted bytes
     are the bytes the reader got."""
     from analysis import results
-    from user.serve import COLLECTOR_OPTIONS
-    from user.system import kdev
+    from cli.serve import COLLECTOR_OPTIONS
+    from cli.devices import kdev
     mnt, _ = mounted_erofs
     drop_caches()  # cold: erofs maps extents and its decompression work runs, so there is something to stream
     fst = str(tmp_path / "r.fst")

@@ -10,16 +10,12 @@ assert on them, against the images' own layout, the bytes the workload read, the
 and the other tiers of the same run."""
 import os
 import shutil
-import sys
 import tempfile
 import time
 
 import pytest
 
-from conftest import ROOT
-
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import vmtest  # noqa: E402
+from scripts import vmtest
 
 KERNELS = [k for k in os.environ.get("FSTRACE_VM_KERNELS", ",".join(vmtest.KERNELS)).split(",") if k]
 SMP = int(os.environ.get("FSTRACE_VM_SMP", "2"))

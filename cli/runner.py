@@ -1,6 +1,6 @@
 """Running a workload under tracing: the collector started and stopped (run, attach), the
 options that decide what it records, and run_once, one workload on a freshly mounted image into a results
-directory with its summary.  cli.py (run, attach), bench.py and advise.py (the matrices) and
+directory with its summary.  commands.py (run, attach), bench.py and advise.py (the matrices) and
 scripts/bench_overhead.py import it.
 """
 import ctypes
@@ -13,11 +13,13 @@ import sys
 import time
 
 from analysis.render import failed_requests, flamegraph_specs, run_html, write_html
-from user.system import (Cleanup, FstraceError, Interrupted, backing_block_device, delayacct_sweep, dev_numbers,
-                         drop_caches, in_cgroup, io_throttle, iops_cap, kdev, losetup, make_tmpdir, mount, mount_of,
-                         proc_start, progress, read_ahead_kb, run, run_cgroup, run_process_group, signals_held,
-                         stop_process, write_json_atomic,
-                         sdev_arg, writing)
+from cli.cgroups import in_cgroup, io_throttle, iops_cap, run_cgroup, run_process_group
+from cli.devices import backing_block_device, dev_numbers, drop_caches, kdev, mount_of, read_ahead_kb, sdev_arg
+from cli.directories import make_tmpdir
+from cli.leftovers import delayacct_sweep
+from cli.signals import Interrupted, stop_process
+from common.system import (Cleanup, FstraceError, losetup, mount, proc_start, progress, run, signals_held,
+                           write_json_atomic, writing)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COLLECTOR = os.path.join(ROOT, "build", "fstrace-collect")
@@ -244,7 +246,7 @@ def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io
              trace_opts=None, baseline="before", storage=None):
     """Build (or reuse) the image, mount it, run one workload under tracing; returns its summary.
 
-    iops: an IOPS cap on the image's device; storage: a storage profile (user/storage.py) to throttle it to.
+    iops: an IOPS cap on the image's device; storage: a storage profile (cli/storage.py) to throttle it to.
     baseline: "before" or "after" the traced run, the same workload runs once untraced in the same cache state
     (run_untraced; summary "baseline"); None: not (its reason is in the summary).
 

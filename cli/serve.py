@@ -17,8 +17,11 @@ import tempfile
 import threading
 import time
 
-from user.runner import die_with_parent
-from user.system import Cleanup, FstraceError, mounts, proc_start, remove_tree, stop_process
+from cli.runner import die_with_parent
+from cli.devices import mounts
+from cli.directories import remove_tree
+from cli.signals import stop_process
+from common.system import Cleanup, FstraceError, proc_start
 
 # what serve runs the collector with beyond the filters (scripts/bench_overhead.py measures exactly these)
 COLLECTOR_OPTIONS = ["--records", "none", "--no-io-records", "--sample-hz", "0"]

@@ -1,6 +1,6 @@
 """fstrace advise: which filesystem, compressor and cluster size for this tree and this way of reading it.
 
-It is fstrace bench (user/bench.py: the same images, cache, runs and bench directories) over a candidate grid, then
+It is fstrace bench (cli/bench.py: the same images, cache, runs and bench directories) over a candidate grid, then
 a ranking by the mix's weighted time, the Pareto front of image size vs time, and cause sentences built from the
 measured figures (analysis/advice.py).  With --iops-cap the grid is run a second time on the capped device.
 """
@@ -11,8 +11,8 @@ import sys
 
 from analysis.load import load_results
 from analysis.render import write_html
-from user import bench, storage
-from user.system import FstraceError, progress
+from cli import bench, storage
+from common.system import FstraceError, progress
 
 # The named mixes: how a root filesystem is read, as seed workloads (workloads/catalog.py) and weights.
 MIXES = {

@@ -1,6 +1,6 @@
-"""fstrace command line: run a standard workload on a freshly built image under tracing, or report on results.
+"""fstrace's commands: the argument parser and what each command does with its arguments.
 
-Invoked through ./fstrace (which installs and builds what is missing first).
+Invoked through ./fstrace (which installs and builds what is missing first) as `python3 -m cli`.
 """
 import argparse
 import datetime
@@ -8,17 +8,18 @@ import json
 import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
-from analysis.load import error, in_dir, load_doc, load_results, note_unverified  # noqa: E402
-from analysis.render import analyse, flamegraph_specs, render_summary, run_html, sets_html, write_html  # noqa: E402
-from user.runner import (COLLECTOR, DEFAULT_BUDGET_PCT, add_tracing_arguments, check_collector_options,  # noqa: E402
+from analysis.load import error, in_dir, load_doc, load_results, note_unverified
+from analysis.render import analyse, flamegraph_specs, render_summary, run_html, sets_html, write_html
+from cli.runner import (COLLECTOR, DEFAULT_BUDGET_PCT, add_tracing_arguments, check_collector_options,
                          check_iops_cap, check_ready, check_workload_ok, resolve_dataset, run_collector, run_once,
                          tool_versions, tracing_options, write_summary)
-from user.system import (Cleanup, FstraceError, Interrupted, ResultsDir, block_devices_of_mount,  # noqa: E402
-                         install_signal_handlers, is_cgroup2_dir, kdev, make_tmpdir, mount_of, mounts, proc_start,
-                         progress, recorded_run, sdev_arg, shown)
+from cli.cgroups import is_cgroup2_dir
+from cli.devices import block_devices_of_mount, kdev, mount_of, mounts, sdev_arg
+from cli.directories import ResultsDir, make_tmpdir
+from cli.leftovers import recorded_run
+from cli.signals import Interrupted, install_signal_handlers
+from common.system import Cleanup, FstraceError, proc_start, progress, shown
 
 DEFAULT_CACHE = "/var/cache/fstrace"
 # the longest --duration/--interval the collector accepts (MAX_SECONDS in user/collect.c)
@@ -56,7 +57,7 @@ def parse_image_opts(args):
 
 
 def cmd_run(args):
-    from user import storage
+    from cli import storage
     from workloads import catalog, images
 
     try:
@@ -201,7 +202,7 @@ def _attach(args, partial, chosen, sdevs, devs):
 
 def cmd_serve(args):
     """Always on: the collector keeps only in-kernel aggregates; they are served as Prometheus metrics."""
-    from user import serve
+    from cli import serve
     check_ready("fstrace serve")
     listen = serve.parse_listen(args.listen)
 
@@ -421,7 +422,7 @@ def add_examples(parser, commands):
 
 
 def build_parser():
-    from user import bench, storage
+    from cli import bench, storage
     from workloads import catalog, images
     p = argparse.ArgumentParser(prog="fstrace", description="Explain why reads on erofs, squashfs and btrfs "
                                 "are as fast or slow as they are.")
@@ -457,7 +458,7 @@ def build_parser():
     a.add_argument("-o", "--out", help="results directory (default: fstrace-results/<time>-attach-<fs>)")
     add_tracing_arguments(a)
     a.set_defaults(func=cmd_attach)
-    from user import serve
+    from cli import serve
     sv = sub.add_parser("serve", help="always on: the in-kernel aggregates as Prometheus metrics on /metrics")
     add_filter_arguments(sv)
     serve.add_arguments(sv)
@@ -480,7 +481,7 @@ def build_parser():
     b.add_argument("-o", "--out", help="bench directory (default: fstrace-results/<time>-bench)")
     b.add_argument("--cache", default=os.environ.get("FSTRACE_CACHE", DEFAULT_CACHE))
     b.set_defaults(func=bench.cmd_bench)
-    from user import advise
+    from cli import advise
     ad = sub.add_parser("advise", help="which fs, compressor and cluster size for a tree and a read mix: "
                         "ranking, Pareto front, causes")
     advise.add_arguments(ad, os.environ.get("FSTRACE_CACHE", DEFAULT_CACHE))
@@ -525,7 +526,3 @@ def main(argv=None):
     except (Interrupted, KeyboardInterrupt):
         print("fstrace: interrupted; cleaned up, no results written", file=sys.stderr)
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,8 +11,9 @@ import time
 
 from analysis.render import sets_html, write_html
 from analysis.seeds import SEED002_COMPRESSORS
-from user.runner import check_iops_cap, check_ready, check_workload_ok, resolve_dataset, run_once, tool_versions
-from user.system import FstraceError, ResultsDir, progress
+from cli.runner import check_iops_cap, check_ready, check_workload_ok, resolve_dataset, run_once, tool_versions
+from cli.directories import ResultsDir
+from common.system import FstraceError, progress
 
 SEED001_SIZES = [4096 << i for i in range(9)]  # the seed's block sizes, 4 KiB to 1 MiB
 
@@ -174,7 +175,7 @@ def prepare(command, args):
 def plan_storage(args):
     """The storage profiles to run on (None: unthrottled): --storage, else --iops-cap's unprofiled device, else the
     preset's media, else none."""
-    from user import storage
+    from cli import storage
     given = storage.check(args)
     if given:
         return [given]

@@ -5,7 +5,7 @@ Throttling caps what a faster device does; it cannot make the device faster, nor
 latency per request (an SD card's or a disk's seek): docs/storage.md says what it can and cannot imitate.
 Each profile says where its numbers come from.
 """
-from user.system import FstraceError
+from common.system import FstraceError
 
 MIB = 1 << 20
 

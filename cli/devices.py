@@ -1,0 +1,108 @@
+"""The mounts and block devices a command traces: mountinfo, device numbers as the kernel records them, the
+devices under a mount (a loop device's backing disk), readahead, tracefs."""
+import os
+import re
+
+from common.system import mount
+
+
+def ensure_tracefs(cleanup):
+    """Mount tracefs for tools that look tracepoints up there (bpftrace), unmounted again at cleanup;
+    it is not mounted by default on every system."""
+    if not os.path.isdir("/sys/kernel/tracing/events"):
+        mount("tracefs", "/sys/kernel/tracing", "tracefs", cleanup, options="rw")
+
+
+def dev_numbers(path_or_dev):
+    """(major, minor) of a block device node, or of the filesystem a path is on."""
+    st = os.stat(path_or_dev)
+    import stat as _stat
+    rdev = st.st_rdev if _stat.S_ISBLK(st.st_mode) else st.st_dev
+    return os.major(rdev), os.minor(rdev)
+
+
+def kdev(major, minor):
+    """Kernel-internal dev_t encoding the BPF side records."""
+    return (major << 20) | minor
+
+
+def read_ahead_kb(dev):
+    """The readahead limit the kernel gives files on a block device (its bdi's ra_pages, in KiB)."""
+    ma, mi = dev_numbers(dev)
+    with open("/sys/dev/block/%d:%d/queue/read_ahead_kb" % (ma, mi)) as f:
+        return int(f.read())
+
+
+def backing_block_device(path):
+    """(major, minor) of the block device holding path's filesystem, or None (tmpfs, overlay, ...)."""
+    ma, mi = dev_numbers(path)
+    if os.path.exists("/sys/dev/block/%d:%d" % (ma, mi)):
+        return ma, mi
+    return None
+
+
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def mounts():
+    """[(mountpoint, fstype, source, (major, minor) of the superblock)] from /proc/self/mountinfo."""
+    out = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, right = line.rstrip("\n").split(" - ", 1)
+            fields = left.split()
+            ma, mi = fields[2].split(":")
+            fstype, source = right.split()[:2]
+            mnt = re.sub(r"\\([0-7]{3})", lambda e: chr(int(e.group(1), 8)), fields[4])  # \040, \011, \134 ...
+            out.append((mnt, fstype, source, (int(ma), int(mi))))
+    return out
+
+
+def mount_of(path):
+    """The mount holding path (the longest mountpoint prefix)."""
+    path = os.path.realpath(path)
+    best = None
+    for m in mounts():
+        mp = m[0]
+        if path == mp or path.startswith(mp.rstrip("/") + "/"):
+            if best is None or len(mp) > len(best[0]):
+                best = m
+    return best
+
+
+def sdev_arg(mount):
+    """The collector's --sdev for a mount (its mountinfo tuple): its superblock's device, and the device stat()
+    reports for its files where that differs (a btrfs subvolume's anonymous device), which places stat calls."""
+    ma, mi = mount[3]
+    try:
+        st = os.stat(mount[0]).st_dev
+    except OSError:  # gone meanwhile: its superblock's device alone
+        return "%d:%d" % (ma, mi)
+    # a mount another one covers stats as the covering filesystem: no alias from it
+    if (os.major(st), os.minor(st)) == (ma, mi) or mount_of(mount[0])[3] != (ma, mi):
+        return "%d:%d" % (ma, mi)
+    return "%d:%d=%d:%d" % (ma, mi, os.major(st), os.minor(st))
+
+
+def block_devices_of_mount(m):
+    """Block devices under a mount: its own device, and for a loop device the disk holding its backing file."""
+    _, _, source, sdev = m
+    devs = []
+    if os.path.exists("/sys/dev/block/%d:%d" % sdev):
+        devs.append(sdev)
+    elif source.startswith("/dev/") and os.path.exists(source):
+        devs.append(dev_numbers(source))   # btrfs: anonymous superblock device, real one is the source
+    for d in list(devs):
+        name = os.path.basename(os.path.realpath("/sys/dev/block/%d:%d" % d))
+        try:
+            with open("/sys/block/%s/loop/backing_file" % name) as f:
+                backing = f.read().strip()
+        except OSError:
+            continue
+        under = backing_block_device(backing) if os.path.exists(backing) else None
+        if under and under not in devs:
+            devs.append(under)
+    return devs
