@@ -7,7 +7,6 @@ measured figures (analysis/advice.py).  With --iops-cap the grid is run a second
 import argparse
 import json
 import os
-import sys
 
 from analysis.load import load_results
 from analysis.render import write_html
@@ -72,50 +71,36 @@ def parse_mix(text):
     return out
 
 
-def plan_configs(args):
-    """The candidates: bench's --fs/--compress/--cluster grid if --fs is given; else the default grid, narrowed
-    to the --compress and --cluster values given."""
+def plan_configs(fs=None, compress=None, cluster=None):
+    """The candidates: bench's grid of the comma-separated --fs, --compress and --cluster lists if fs is given;
+    else the default grid, narrowed to the compress and cluster values given."""
     from workloads import images
-    if args.fs:
-        return bench.plan_configs(argparse.Namespace(preset=None, fs=args.fs, compress=args.compress,
-                                                     cluster=args.cluster))
-    comps = bench._split(args.compress)
+    if fs:
+        return bench.plan_configs(fs=fs, compress=compress, cluster=cluster)
+    comps = bench._split(compress)
     try:
-        clusters = [int(c) for c in bench._split(args.cluster)]
+        clusters = [int(c) for c in bench._split(cluster)]
     except ValueError:
-        raise FstraceError("--cluster takes sizes in bytes, comma-separated, got %r" % args.cluster)
+        raise FstraceError("--cluster takes sizes in bytes, comma-separated, got %r" % cluster)
     out = []
-    for fs, opts in default_grid():
+    for name, opts in default_grid():
         size = opts.get("cluster", opts.get("block"))
         if comps and opts["compress"] not in comps or clusters and size not in clusters:
             continue
-        o = images.normalize(fs, opts)
-        if (fs, o) not in out:
-            out.append((fs, o))
+        o = images.normalize(name, opts)
+        if (name, o) not in out:
+            out.append((name, o))
     if not out:
         raise FstraceError("no candidate of the default grid has --compress %s --cluster %s (give --fs to choose "
-                           "the grid as for bench)" % (args.compress or "any", args.cluster or "any"))
+                           "the grid as for bench)" % (compress or "any", cluster or "any"))
     return out
 
 
-def cmd_advise(args):
-    from workloads import catalog
-    mix = parse_mix(args.mix)
-    workloads = [catalog.get(n) for n, _ in mix]
-    configs = plan_configs(args)
-    if args.budget_bytes is not None and args.budget_bytes <= 0:
-        raise FstraceError("--budget-bytes must be positive, got %d" % args.budget_bytes)
-    bench.check_counts(args)
-    throttle = storage.check(args)
-    results, droot, manifest, cache = bench.prepare("advise", args)
-    with results as outdir:
-        text = _advise(args, mix, workloads, configs, droot, manifest, cache, outdir, throttle)
-    sys.stdout.write(text)
-    progress("advice in %s" % results.outdir)
-    return 0
-
-
-def _advise(args, mix, workloads, configs, droot, manifest, cache, outdir, throttle=None):
+def run_advise(mix, workloads, configs, droot, manifest, cache, outdir, runs, budget_bytes=None, iops_cap=None,
+               throttle=None):
+    """The advice into outdir (the advice directory's .partial): every candidate of configs under budget_bytes
+    measured runs times on mix's workloads, and again capped at iops_cap IOPS if given, on the storage profile
+    throttle (None: unthrottled); returns the advice's text."""
     from analysis import advice
     from workloads import images
     parts = sorted({w.part for w in workloads})
@@ -126,33 +111,33 @@ def _advise(args, mix, workloads, configs, droot, manifest, cache, outdir, throt
     for i in imgs:
         sizes[i["label"]] = sizes.get(i["label"], 0) + i["bytes"]
     over = []
-    if args.budget_bytes is not None:
-        over = sorted((s, label) for label, s in sizes.items() if s > args.budget_bytes)
+    if budget_bytes is not None:
+        over = sorted((s, label) for label, s in sizes.items() if s > budget_bytes)
         if len(over) == len(sizes):
             raise FstraceError("no candidate fits in --budget-bytes %d: the smallest, %s, is %d bytes"
-                               % (args.budget_bytes, over[0][1], over[0][0]))
-        configs = [(fs, o) for fs, o in configs if sizes[images.label(fs, o)] <= args.budget_bytes]
+                               % (budget_bytes, over[0][1], over[0][0]))
+        configs = [(fs, o) for fs, o in configs if sizes[images.label(fs, o)] <= budget_bytes]
         imgs = [i for i in imgs if i["label"] in {images.label(fs, o) for fs, o in configs}]
         progress("advise: %d candidate(s) over the budget left out: %s"
                  % (len(over), ", ".join(label for _, label in over) or "none"))
     progress("advise: %d images ready; %d candidates x %d workloads x %d runs%s" % (
-        len(imgs), len(configs), len(workloads), args.runs, " x 2 (uncapped, capped)" if args.iops_cap else ""))
-    caps = [None] + ([args.iops_cap] if args.iops_cap else [])
-    clock = bench.RunClock(len(configs) * len(workloads) * args.runs * len(caps))
+        len(imgs), len(configs), len(workloads), runs, " x 2 (uncapped, capped)" if iops_cap else ""))
+    caps = [None] + ([iops_cap] if iops_cap else [])
+    clock = bench.RunClock(len(configs) * len(workloads) * runs * len(caps))
     docs = {}
     for cap in caps:
         sub = "uncapped" if cap is None else "iops-%d" % cap
         os.makedirs(os.path.join(outdir, sub))
-        docs[sub] = bench.measure(configs, workloads, droot, manifest, cache, os.path.join(outdir, sub), args.runs,
+        docs[sub] = bench.measure(configs, workloads, droot, manifest, cache, os.path.join(outdir, sub), runs,
                                   iops_cap=cap, imgs=imgs, clock=clock, baseline=False, storage=throttle)
     adv = advice.advise(docs["uncapped"], mix, parts)
-    capped = advice.advise(docs["iops-%d" % args.iops_cap], mix, parts) if args.iops_cap else None
-    text = advice.render(adv, mix, capped, args.iops_cap, storage=throttle["name"] if throttle else None)
+    capped = advice.advise(docs["iops-%d" % iops_cap], mix, parts) if iops_cap else None
+    text = advice.render(adv, mix, capped, iops_cap, storage=throttle["name"] if throttle else None)
     doc = {"kind": "fstrace-advice", "dataset_id": manifest["id"], "mix": [list(m) for m in mix], "parts": parts,
-           "runs": args.runs, "budget_bytes": args.budget_bytes, "storage": throttle,
+           "runs": runs, "budget_bytes": budget_bytes, "storage": throttle,
            "over_budget": [{"label": label, "bytes": s} for s, label in over],
            "uncapped": dict(adv, bench="uncapped"),
-           "capped": dict(capped, bench="iops-%d" % args.iops_cap, iops_cap=args.iops_cap) if capped else None,
+           "capped": dict(capped, bench="iops-%d" % iops_cap, iops_cap=iops_cap) if capped else None,
            "flips": [list(f) for f in advice.flips(adv["ranking"], capped["ranking"])] if capped else None,
            "kernel": os.uname().release}
     with open(os.path.join(outdir, "advice.json.tmp"), "w") as f:

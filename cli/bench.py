@@ -11,8 +11,8 @@ import time
 
 from analysis.render import sets_html, write_html
 from analysis.seeds import SEED002_COMPRESSORS
-from cli.runner import check_iops_cap, check_ready, check_workload_ok, resolve_dataset, run_once, tool_versions
 from cli.directories import ResultsDir
+from cli.runner import check_iops_cap, check_ready, check_workload_ok, resolve_dataset, run_once, tool_versions
 from common.system import FstraceError, progress
 
 SEED001_SIZES = [4096 << i for i in range(9)]  # the seed's block sizes, 4 KiB to 1 MiB
@@ -88,46 +88,48 @@ def _split(text):
     return [x for x in (text or "").split(",") if x]
 
 
-def plan_configs(args):
-    """[(fs, normalized options)] from a preset or from --fs/--compress/--cluster lists."""
+def plan_configs(preset=None, fs=None, compress=None, cluster=None, features=None):
+    """[(fs, normalized options)] from a preset or from the comma-separated lists of --fs, --compress, --cluster
+    and --features, as given."""
     from workloads import images
-    if args.preset:
-        if args.preset not in PRESETS:
-            raise FstraceError("unknown preset %r (choose from %s)" % (args.preset, ", ".join(PRESETS)))
-        p = PRESETS[args.preset]
+    if preset:
+        if preset not in PRESETS:
+            raise FstraceError("unknown preset %r (choose from %s)" % (preset, ", ".join(PRESETS)))
+        p = PRESETS[preset]
         if "configs" in p:
             return [(fs, images.normalize(fs, o)) for fs, o in p["configs"]]
         fss, variants, erofs_features = p["fs"], p["variants"], p.get("erofs_features")
     else:
-        fss = _split(args.fs)
-        comps = _split(args.compress) or [None]
+        fss = _split(fs)
+        comps = _split(compress) or [None]
         try:
-            clusters = [int(c) for c in _split(args.cluster)] or [None]
+            clusters = [int(c) for c in _split(cluster)] or [None]
         except ValueError:
-            raise FstraceError("--cluster takes sizes in bytes, comma-separated, got %r" % args.cluster)
+            raise FstraceError("--cluster takes sizes in bytes, comma-separated, got %r" % cluster)
         variants = [(c, k) for c in comps for k in clusters]
-        erofs_features = _split(getattr(args, "features", None)) or None
+        erofs_features = _split(features) or None
     if not fss:
         raise FstraceError("bench needs --preset or --fs")
     out = []
-    for fs in fss:
-        if fs not in images.FILESYSTEMS:
-            raise FstraceError("unknown filesystem %r (choose from %s)" % (fs, ", ".join(images.FILESYSTEMS)))
-        for comp, cluster in variants:
+    for name in fss:
+        if name not in images.FILESYSTEMS:
+            raise FstraceError("unknown filesystem %r (choose from %s)" % (name, ", ".join(images.FILESYSTEMS)))
+        for comp, size in variants:
             opts = {"compress": comp}
-            if cluster is not None and fs in ("erofs", "squashfs"):
-                opts["cluster" if fs == "erofs" else "block"] = cluster
-            if fs == "erofs" and comp != "none" and erofs_features:
+            if size is not None and name in ("erofs", "squashfs"):
+                opts["cluster" if name == "erofs" else "block"] = size
+            if name == "erofs" and comp != "none" and erofs_features:
                 opts["features"] = erofs_features
-            o = images.normalize(fs, opts)
-            if (fs, o) not in out:  # uncompressed images ignore the cluster size: one each
-                out.append((fs, o))
+            o = images.normalize(name, opts)
+            if (name, o) not in out:  # uncompressed images ignore the cluster size: one each
+                out.append((name, o))
     return out
 
 
-def plan_workloads(args):
+def plan_workloads(preset=None, workload=None):
+    """The workloads of --workload (comma-separated), else of the preset."""
     from workloads import catalog
-    names = PRESETS[args.preset]["workloads"] if args.preset and not args.workload else _split(args.workload)
+    names = PRESETS[preset]["workloads"] if preset and not workload else _split(workload)
     if not names:
         raise FstraceError("bench needs --workload (comma-separated) or --preset")
     try:
@@ -162,45 +164,34 @@ def image_table(configs, parts, droot, manifest, cache):
     return rows
 
 
-def prepare(command, args):
-    """Root and collector checked, the results directory claimed (before any work), the dataset resolved:
-    (ResultsDir, dataset root, manifest, absolute cache path)."""
+def prepare(command, out, dataset, cache, scale=1.0):
+    """Root and collector checked, the results directory (out, else a new one named for the command) claimed
+    before any work, the dataset resolved (resolve_dataset): (ResultsDir, dataset root, manifest, absolute cache
+    path)."""
     check_ready("fstrace " + command)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    results = ResultsDir(args.out or os.path.join("fstrace-results", "%s-%s" % (stamp, command)))
-    droot, manifest = resolve_dataset(args)
-    return results, droot, manifest, os.path.abspath(args.cache)
+    results = ResultsDir(out or os.path.join("fstrace-results", "%s-%s" % (stamp, command)))
+    droot, manifest = resolve_dataset(dataset, cache, scale)
+    return results, droot, manifest, os.path.abspath(cache)
 
 
-def plan_storage(args):
-    """The storage profiles to run on (None: unthrottled): --storage, else --iops-cap's unprofiled device, else the
-    preset's media, else none."""
+def plan_storage(preset=None, name=None, iops_cap=None):
+    """The storage profiles to run on (None: unthrottled): --storage NAME, else --iops-cap's unprofiled device,
+    else the preset's media, else none."""
     from cli import storage
-    given = storage.check(args)
+    given = storage.check(name, iops_cap)
     if given:
         return [given]
-    if args.preset and not args.iops_cap:
-        return [storage.profile(n) if n else None for n in PRESETS[args.preset]["storage"]]
+    if preset and not iops_cap:
+        return [storage.profile(n) if n else None for n in PRESETS[preset]["storage"]]
     return [None]
 
 
-def check_counts(args):
+def check_counts(runs, iops_cap):
     """--runs and --iops-cap of bench and advise, before any work: a bench of no runs is no bench."""
-    if args.runs < 1:
-        raise FstraceError("--runs must be at least 1, got %d" % args.runs)
-    check_iops_cap(args.iops_cap)
-
-
-def cmd_bench(args):
-    check_counts(args)
-    configs = plan_configs(args)
-    workloads = plan_workloads(args)
-    media = plan_storage(args)
-    results, droot, manifest, cache = prepare("bench", args)
-    with results as outdir:
-        _bench(args, configs, workloads, media, droot, manifest, cache, outdir)
-    progress("bench results in %s" % results.outdir)
-    return 0
+    if runs < 1:
+        raise FstraceError("--runs must be at least 1, got %d" % runs)
+    check_iops_cap(iops_cap)
 
 
 class RunClock:
@@ -263,35 +254,36 @@ def measure(configs, workloads, droot, manifest, cache, outdir, runs, warm=False
     return doc
 
 
-def _bench(args, configs, workloads, media, droot, manifest, cache, outdir):
-    """The bench into outdir (the bench directory's .partial: it is complete only once renamed).  On several
-    storage media (a preset's), one bench directory per medium under it, and the seed's tables across them."""
+def run_bench(configs, workloads, media, droot, manifest, cache, outdir, runs, warm=False, iops_cap=None,
+              baseline=True, preset=None):
+    """The bench into outdir (the bench directory's .partial: it is complete only once renamed): measure() on
+    each storage medium of media; on several (a preset's), one bench directory per medium under it, and the
+    seed's tables across them when preset names the seed."""
     from analysis import seeds
     progress("bench: %d configurations x %d workloads x %d runs%s" % (
-        len(configs), len(workloads), args.runs,
+        len(configs), len(workloads), runs,
         " x %d storage profiles (%s)" % (len(media), ", ".join(m["name"] for m in media)) if len(media) > 1 else
         ", storage %s" % media[0]["name"] if media[0] else ""))
-    clock = RunClock(len(configs) * len(workloads) * args.runs * len(media))
+    clock = RunClock(len(configs) * len(workloads) * runs * len(media))
     imgs = image_table(configs, sorted({w.part for w in workloads if not w.writes}), droot, manifest, cache)
     docs, dirs = [], []
     for medium in media:
         d = outdir if len(media) == 1 else os.path.join(outdir, medium["name"])
         os.makedirs(d, exist_ok=True)
-        doc = measure(configs, workloads, droot, manifest, cache, d, args.runs, warm=args.warm,
-                      iops_cap=args.iops_cap, imgs=imgs, clock=clock, storage=medium,
-                      baseline=not getattr(args, "no_baseline", False))
+        doc = measure(configs, workloads, droot, manifest, cache, d, runs, warm=warm, iops_cap=iops_cap,
+                      imgs=imgs, clock=clock, storage=medium, baseline=baseline)
         docs.append((medium["name"] if medium else None, doc))
         dirs.append((medium["name"] if medium and len(media) > 1 else "", d))
     text = "".join(open(os.path.join(d, "tables.txt")).read() for _, d in dirs)
-    if args.preset:
-        p = PRESETS[args.preset]
-        seed = seeds.render(args.preset, docs, p["not_reproduced"])
+    if preset:
+        p = PRESETS[preset]
+        seed = seeds.render(preset, docs, p["not_reproduced"])
         with open(os.path.join(outdir, "seed-tables.txt"), "w") as f:
             f.write(seed)
         with open(os.path.join(outdir, "preset.json"), "w") as f:
-            json.dump({"preset": args.preset, "storage": [n for n, _ in docs], "not_reproduced": p["not_reproduced"],
+            json.dump({"preset": preset, "storage": [n for n, _ in docs], "not_reproduced": p["not_reproduced"],
                        "benches": [os.path.relpath(d, outdir) for _, d in dirs]}, f, indent=1)
         text = seed + "\n" + text
     sys.stdout.write(text)
     write_html(os.path.join(outdir, "report.html"), sets_html("fstrace bench: dataset %s" % manifest["id"],
-                                                              dirs, text if args.preset else None))
+                                                              dirs, text if preset else None))

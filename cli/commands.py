@@ -11,9 +11,9 @@ import sys
 
 from analysis.load import error, in_dir, load_doc, load_results, note_unverified
 from analysis.render import analyse, flamegraph_specs, render_summary, run_html, sets_html, write_html
-from cli.runner import (COLLECTOR, DEFAULT_BUDGET_PCT, add_tracing_arguments, check_collector_options,
-                         check_iops_cap, check_ready, check_workload_ok, resolve_dataset, run_collector, run_once,
-                         tool_versions, tracing_options, write_summary)
+from cli.runner import (COLLECTOR, DEFAULT_BUDGET_PCT, Tracing, add_tracing_arguments, check_collector_options,
+                        check_iops_cap, check_ready, check_workload_ok, resolve_dataset, run_collector, run_once,
+                        tool_versions, tracing_options, write_summary)
 from cli.cgroups import is_cgroup2_dir
 from cli.devices import block_devices_of_mount, kdev, mount_of, mounts, sdev_arg
 from cli.directories import ResultsDir, make_tmpdir
@@ -56,6 +56,12 @@ def parse_image_opts(args):
     return opts
 
 
+def tracing_of(args):
+    """What run and attach trace: their --records, --io-stacks, --sample-hz and --offcpu-sample-us."""
+    return Tracing(records=args.records, io_stacks=args.io_stacks, sample_hz=args.sample_hz,
+                   offcpu_sample_us=args.offcpu_sample_us)
+
+
 def cmd_run(args):
     from cli import storage
     from workloads import catalog, images
@@ -66,18 +72,19 @@ def cmd_run(args):
         raise FstraceError(e.args[0])
     if args.fs not in images.FILESYSTEMS:
         raise FstraceError("unknown filesystem %r (choose from %s)" % (args.fs, ", ".join(images.FILESYSTEMS)))
-    throttle = storage.check(args)
+    throttle = storage.check(args.storage, args.iops_cap)
     check_ready("fstrace run")
     check_iops_cap(args.iops_cap)
-    check_collector_options(tracing_options(args))
+    tracing = tracing_of(args)
+    check_collector_options(tracing_options(tracing))
     opts = images.normalize(args.fs, parse_image_opts(args))
     label = images.label(args.fs, opts)
     outdir = ResultsDir(args.out or default_outdir(label, wl.name))  # checked before any work
     tools = tool_versions(args.fs, wl)
-    droot, manifest = resolve_dataset(args)
+    droot, manifest = resolve_dataset(args.dataset, args.cache, args.scale)
     summary = run_once(args.fs, opts, wl, droot, manifest, os.path.abspath(args.cache), outdir,
                        warm=args.warm, direct_io=not args.no_direct_io, tools=tools, iops=args.iops_cap,
-                       trace_opts=tracing_options(args), baseline=None if args.no_baseline else "before",
+                       tracing=tracing, baseline=None if args.no_baseline else "before",
                        storage=throttle)
     sys.stdout.write(render_summary(summary, full=False))
     warn_if_nothing_seen(summary)
@@ -180,7 +187,7 @@ def attach_argv(args, chosen, devs):
         argv += ["--duration", str(args.duration)]
     if args.interval > 0:
         argv += ["--interval", str(args.interval)]
-    return argv + tracing_options(args)
+    return argv + tracing_options(tracing_of(args))
 
 
 def _attach(args, partial, chosen, sdevs, devs):
@@ -211,7 +218,43 @@ def cmd_serve(args):
         argv = filter_argv(args, chosen, devs)
         check_collector_options(argv + serve.COLLECTOR_OPTIONS)
         return chosen, [COLLECTOR] + argv
-    return serve.serve(listen, resolve, args, progress)
+    settings = serve.Settings(listen=args.listen, update_interval=args.update_interval, textfile=args.textfile,
+                              per_comm=args.per_comm, follows_pids=bool(args.pid))
+    return serve.serve(listen, resolve, settings, progress)
+
+
+def cmd_bench(args):
+    from cli import bench
+    bench.check_counts(args.runs, args.iops_cap)
+    configs = bench.plan_configs(preset=args.preset, fs=args.fs, compress=args.compress, cluster=args.cluster,
+                                 features=args.features)
+    workloads = bench.plan_workloads(preset=args.preset, workload=args.workload)
+    media = bench.plan_storage(preset=args.preset, name=args.storage, iops_cap=args.iops_cap)
+    results, droot, manifest, cache = bench.prepare("bench", args.out, args.dataset, args.cache, args.scale)
+    with results as outdir:
+        bench.run_bench(configs, workloads, media, droot, manifest, cache, outdir, args.runs, warm=args.warm,
+                        iops_cap=args.iops_cap, baseline=not args.no_baseline, preset=args.preset)
+    progress("bench results in %s" % results.outdir)
+    return 0
+
+
+def cmd_advise(args):
+    from cli import advise, bench, storage
+    from workloads import catalog
+    mix = advise.parse_mix(args.mix)
+    workloads = [catalog.get(n) for n, _ in mix]
+    configs = advise.plan_configs(fs=args.fs, compress=args.compress, cluster=args.cluster)
+    if args.budget_bytes is not None and args.budget_bytes <= 0:
+        raise FstraceError("--budget-bytes must be positive, got %d" % args.budget_bytes)
+    bench.check_counts(args.runs, args.iops_cap)
+    throttle = storage.check(args.storage, args.iops_cap)
+    results, droot, manifest, cache = bench.prepare("advise", args.out, args.dataset, args.cache, args.scale)
+    with results as outdir:
+        text = advise.run_advise(mix, workloads, configs, droot, manifest, cache, outdir, args.runs,
+                                 budget_bytes=args.budget_bytes, iops_cap=args.iops_cap, throttle=throttle)
+    sys.stdout.write(text)
+    progress("advice in %s" % results.outdir)
+    return 0
 
 
 def requests_seen(s):
@@ -480,12 +523,12 @@ def build_parser():
     b.add_argument("--scale", type=float, default=1.0, help=argparse.SUPPRESS)
     b.add_argument("-o", "--out", help="bench directory (default: fstrace-results/<time>-bench)")
     b.add_argument("--cache", default=os.environ.get("FSTRACE_CACHE", DEFAULT_CACHE))
-    b.set_defaults(func=bench.cmd_bench)
+    b.set_defaults(func=cmd_bench)
     from cli import advise
     ad = sub.add_parser("advise", help="which fs, compressor and cluster size for a tree and a read mix: "
                         "ranking, Pareto front, causes")
     advise.add_arguments(ad, os.environ.get("FSTRACE_CACHE", DEFAULT_CACHE))
-    ad.set_defaults(func=advise.cmd_advise)
+    ad.set_defaults(func=cmd_advise)
     c = sub.add_parser("compare", help="what changed between two result sets (bench or run directories), or between "
                        "two configurations of one workload: verdicts side by side, parts, read amplification")
     c.add_argument("a")

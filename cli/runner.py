@@ -4,6 +4,7 @@ directory with its summary.  commands.py (run, attach), bench.py and advise.py (
 scripts/bench_overhead.py import it.
 """
 import ctypes
+import dataclasses
 import json
 import os
 import shutil
@@ -35,6 +36,16 @@ OFFCPU_SAMPLE_US = 1000
 # attach and serve stay attached for hours: where their request hooks tax every syscall (the syscall
 # tracepoints), those get 1 % of the busy CPU time by default (user/window.c)
 DEFAULT_BUDGET_PCT = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Tracing:
+    """What the collector records and what that costs, as run and attach take it (--records, --io-stacks,
+    --sample-hz, --offcpu-sample-us); the defaults are what every command ships with."""
+    records: str = "slow"
+    io_stacks: str = "sampled"
+    sample_hz: int = SAMPLE_HZ
+    offcpu_sample_us: int = OFFCPU_SAMPLE_US
 
 
 def require_root(what):
@@ -74,34 +85,34 @@ def tool_versions(fs, wl):
     return tools
 
 
-def resolve_dataset(args):
+def resolve_dataset(given, cache, scale=1.0):
+    """(dataset root, manifest): of given (--dataset: a directory or tarball), else of the built-in dataset at
+    scale; datasets are kept under cache."""
     from workloads import dataset
-    cache = os.path.abspath(args.cache)
-    if args.dataset:
-        return dataset.from_user(args.dataset, cache, progress)
-    return dataset.ensure_default(cache, args.scale, progress)
+    cache = os.path.abspath(cache)
+    if given:
+        return dataset.from_user(given, cache, progress)
+    return dataset.ensure_default(cache, scale, progress)
 
 
-def tracing_options(args):
-    """Collector options that change what is recorded and what it costs (run, attach, bench alike)."""
-    return ["--sample-hz", str(SAMPLE_HZ if getattr(args, "sample_hz", None) is None else args.sample_hz),
-            "--records", getattr(args, "records", None) or "slow",
-            "--io-stacks", getattr(args, "io_stacks", None) or "sampled",
-            "--offcpu-sample-us", str(OFFCPU_SAMPLE_US if getattr(args, "offcpu_sample_us", None) is None
-                                      else args.offcpu_sample_us)]
+def tracing_options(tracing=Tracing()):
+    """The collector options of tracing (run, attach, bench alike)."""
+    return ["--sample-hz", str(tracing.sample_hz), "--records", tracing.records, "--io-stacks", tracing.io_stacks,
+            "--offcpu-sample-us", str(tracing.offcpu_sample_us)]
 
 
 def add_tracing_arguments(p):
-    p.add_argument("--records", choices=("slow", "all"), default="slow",
+    p.add_argument("--records", choices=("slow", "all"), default=Tracing.records,
                    help="slow (default): one record per request that slept, did block I/O, missed the page cache, "
                         "failed or took over 1 ms; page-cache hits are counted in the kernel. all: a record each")
-    p.add_argument("--io-stacks", choices=("sampled", "all"), default="sampled",
+    p.add_argument("--io-stacks", choices=("sampled", "all"), default=Tracing.io_stacks,
                    help="kernel stacks bios were queued from: at most one per 10 ms per CPU (default) or every bio's")
-    p.add_argument("--sample-hz", type=int, help="on-CPU stack sampling rate (default %d; 0: off)" % SAMPLE_HZ)
-    p.add_argument("--offcpu-sample-us", type=int,
+    p.add_argument("--sample-hz", type=int, default=Tracing.sample_hz,
+                   help="on-CPU stack sampling rate (default %(default)d; 0: off)")
+    p.add_argument("--offcpu-sample-us", type=int, default=Tracing.offcpu_sample_us,
                    help="off-CPU stacks: intervals this long are always walked, shorter ones with probability "
-                        "length/US and weighted US (default %d; 0: every interval's stack at its switch out, "
-                        "exact, with the scheduler's frames)" % OFFCPU_SAMPLE_US)
+                        "length/US and weighted US (default %(default)d; 0: every interval's stack at its switch out, "
+                        "exact, with the scheduler's frames)")
 
 
 def run_collector(argv, cwd, interrupt_ends=False, on_ready=None):
@@ -243,10 +254,11 @@ def compare_with_baseline(base, s):
 
 
 def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io=True, tools=None, iops=None,
-             trace_opts=None, baseline="before", storage=None):
+             tracing=Tracing(), baseline="before", storage=None):
     """Build (or reuse) the image, mount it, run one workload under tracing; returns its summary.
 
-    iops: an IOPS cap on the image's device; storage: a storage profile (cli/storage.py) to throttle it to.
+    iops: an IOPS cap on the image's device; storage: a storage profile (cli/storage.py) to throttle it to;
+    tracing: what the collector records.
     baseline: "before" or "after" the traced run, the same workload runs once untraced in the same cache state
     (run_untraced; summary "baseline"); None: not (its reason is in the summary).
 
@@ -331,7 +343,7 @@ def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io
                 drop_caches()
             progress("running %s on %s (%s)" % (wl.name, image["label"], dev))
             run_collector([COLLECTOR, "-o", os.path.join(partial, "results.fst"), "-m", meta_path, "--progress"] +
-                          (trace_opts or tracing_options(None)) + devs + ["--"] + argv, cwd=mnt)
+                          tracing_options(tracing) + devs + ["--"] + argv, cwd=mnt)
             if baseline == "after" and not wl.writes:
                 if not warm:
                     remount(c, dev, mnt, fs, opts)

@@ -7,6 +7,7 @@ The collector runs in its own session, so a terminal's Ctrl-C or hangup reaches 
 stops it in order (SIGTERM: it detaches its programs and exits 0) or asks it to rewrite its file (SIGHUP).
 """
 import contextlib
+import dataclasses
 import http.server
 import os
 import select
@@ -241,11 +242,23 @@ def ended(rc):
     return "exited %d; see its message above" % rc
 
 
-def start_collector(collector_argv, path, om_path, args, stop):
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """serve's own options: --listen as given (for messages), --update-interval (seconds between rewrites of the
+    exposition), --textfile (None: a private file), --per-comm, and whether --pid chose processes to trace (once
+    they are gone their final counters stay served)."""
+    listen: str
+    update_interval: float
+    textfile: str | None = None
+    per_comm: bool = False
+    follows_pids: bool = False
+
+
+def start_collector(collector_argv, path, om_path, settings, stop):
     """The collector, aggregate-only, rewriting path and om_path; None if told to stop while it started."""
     r, w = os.pipe()
-    argv = collector_argv + COLLECTOR_OPTIONS + (["--per-comm"] if args.per_comm else []) + [
-        "--exposition", path, "--openmetrics", om_path, "--exposition-interval", str(args.update_interval),
+    argv = collector_argv + COLLECTOR_OPTIONS + (["--per-comm"] if settings.per_comm else []) + [
+        "--exposition", path, "--openmetrics", om_path, "--exposition-interval", str(settings.update_interval),
         "--ready-fd", str(w)]
     # should this process be SIGKILLed, the collector is told (SIGTERM: it detaches and exits), and the next
     # fstrace start kills it should it still be there (it is recorded as a run's collector is)
@@ -270,22 +283,24 @@ def start_collector(collector_argv, path, om_path, args, stop):
     raise FstraceError("the collector did not start: it %s" % ended(proc.returncode))
 
 
-def serve(listen, resolve, args, progress):
-    """resolve() -> (mounts chosen, collector argv of the filters): at start, and again when a mount moved."""
-    if not 0 < args.update_interval <= 3600:
-        raise FstraceError("--update-interval wants seconds above 0 and at most 3600, got %s" % args.update_interval)
+def serve(listen, resolve, settings, progress):
+    """Serve on listen (parse_listen's address) until stopped, with settings (Settings); resolve() -> (mounts
+    chosen, collector argv of the filters): at start, and again when a mount moved."""
+    if not 0 < settings.update_interval <= 3600:
+        raise FstraceError("--update-interval wants seconds above 0 and at most 3600, got %s"
+                           % settings.update_interval)
     chosen, collector_argv = resolve()
-    if args.textfile:
-        path = os.path.abspath(args.textfile)
+    if settings.textfile:
+        path = os.path.abspath(settings.textfile)
         if not os.path.isdir(os.path.dirname(path)):
-            raise FstraceError("--textfile %s: no such directory %s" % (args.textfile, os.path.dirname(path)))
+            raise FstraceError("--textfile %s: no such directory %s" % (settings.textfile, os.path.dirname(path)))
     # the OpenMetrics version is ours alone: kept out of a textfile directory, whose readers want one format.
     # Recorded: should this process be SIGKILLed, the next fstrace start removes it
     cleanup = Cleanup()
     private = tempfile.mkdtemp(prefix="fstrace-serve-")
     cleanup.push("remove " + private, remove_tree, private, record={"kind": "dir", "path": private})
     om_path = os.path.join(private, "metrics.om")
-    if not args.textfile:
+    if not settings.textfile:
         path = os.path.join(private, "metrics.prom")
     stop, hup = threading.Event(), threading.Event()
     old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
@@ -299,8 +314,8 @@ def serve(listen, resolve, args, progress):
         try:  # bound before anything is loaded: a port in use is one line and no BPF
             server = Server(listen, path, om_path)
         except OSError as e:
-            raise FstraceError("--listen %s: %s" % (args.listen, e.strerror or e))
-        proc = start_collector(collector_argv, path, om_path, args, stop)
+            raise FstraceError("--listen %s: %s" % (settings.listen, e.strerror or e))
+        proc = start_collector(collector_argv, path, om_path, settings, stop)
         if not proc:
             return 0
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5}, daemon=True).start()
@@ -317,7 +332,7 @@ def serve(listen, resolve, args, progress):
                 if not traced_gone:
                     proc.send_signal(signal.SIGHUP)
             if not traced_gone and proc.poll() is not None:
-                if proc.returncode != 0 or not args.pid:
+                if proc.returncode != 0 or not settings.follows_pids:
                     raise FstraceError("the collector %s" % ended(proc.returncode))
                 traced_gone = True  # --pid: every traced process is gone; its final counters stay served
                 progress("serve: the traced processes have exited; serving their final counters until stopped")
@@ -330,7 +345,7 @@ def serve(listen, resolve, args, progress):
                 # the old collector's file stays served until the new one has written its first
                 if not stop_collector(proc, progress):
                     raise FstraceError("the collector %s" % ended(proc.returncode))
-                proc = start_collector(collector_argv, path, om_path, args, stop)
+                proc = start_collector(collector_argv, path, om_path, settings, stop)
                 if not proc:
                     return 0
                 state = {}

@@ -52,12 +52,12 @@ def profile(name):
     return dict(PROFILES[name], name=name)
 
 
-def check(args):
-    """--storage and --iops-cap: one throttle per run."""
-    if getattr(args, "storage", None) and getattr(args, "iops_cap", None):
+def check(name, iops_cap):
+    """--storage NAME and --iops-cap, one throttle per run: NAME's profile, or None without one."""
+    if name and iops_cap:
         raise FstraceError("--storage and --iops-cap both throttle the image's device: give one (a profile's "
                            "IOPS are part of it)")
-    return profile(args.storage) if getattr(args, "storage", None) else None
+    return profile(name) if name else None
 
 
 def describe(p):

@@ -54,7 +54,7 @@ import time
 
 from analysis import results, summary
 from cli.devices import backing_block_device, dev_numbers, drop_caches, ensure_tracefs, mount_of, sdev_arg
-from cli.runner import COLLECTOR, DEFAULT_BUDGET_PCT, die_with_parent, tracing_options
+from cli.runner import COLLECTOR, DEFAULT_BUDGET_PCT, Tracing, die_with_parent, tracing_options
 from cli.serve import COLLECTOR_OPTIONS as SERVE_OPTIONS
 from cli.signals import Interrupted, install_signal_handlers, stop_process
 from common.system import Cleanup, FstraceError, losetup, mount, signals_held, write_json_atomic
@@ -64,15 +64,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # collector options of each fstrace configuration: the default is what run/attach use, not a bench variant
 FSTRACE_CONFIGS = {
-    "fstrace-floor": tracing_options(None) + ["--empty-programs"],
-    "fstrace-full": tracing_options(None),
-    "fstrace-nosample": tracing_options(None)[2:] + ["--sample-hz", "0"],
-    "fstrace-records-all": tracing_options(None)[:2] + ["--records", "all"] + tracing_options(None)[4:],
+    "fstrace-floor": tracing_options() + ["--empty-programs"],
+    "fstrace-full": tracing_options(),
+    "fstrace-nosample": tracing_options(Tracing(sample_hz=0)),
+    "fstrace-records-all": tracing_options(Tracing(records="all")),
     "fstrace-block": ["--block-only"],
     # {fst}: the run's results file, whose name the exposition takes
     "fstrace-serve": SERVE_OPTIONS + ["--exposition", "{fst}.prom", "--exposition-interval", "1"],
     # attach's and serve's defaults: on a kernel without trampolines, the request hooks in budgeted windows
-    "fstrace-attach": tracing_options(None) + ["--budget", "%g" % DEFAULT_BUDGET_PCT],
+    "fstrace-attach": tracing_options() + ["--budget", "%g" % DEFAULT_BUDGET_PCT],
     "fstrace-serve-budget": SERVE_OPTIONS + ["--exposition", "{fst}.prom", "--exposition-interval", "1",
                                              "--budget", "%g" % DEFAULT_BUDGET_PCT],
 }
@@ -209,7 +209,7 @@ def run_untraced(argv, cwd, fst):
     sleeper = subprocess.Popen(["sleep", "3600"], preexec_fn=die_with_parent)
     rfd, wfd = os.pipe()
     collector = subprocess.Popen([COLLECTOR, "-o", fst, "--ready-fd", str(wfd), "--pid", str(sleeper.pid)]
-                                 + tracing_options(None), pass_fds=(wfd,), preexec_fn=die_with_parent,
+                                 + tracing_options(), pass_fds=(wfd,), preexec_fn=die_with_parent,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     os.close(wfd)
     try:

@@ -163,15 +163,13 @@ def test_zstd_randread_reads_what_fio_says(tmp_path_factory):
 @pytest.mark.unit
 def test_bench_plans_the_seeds_erofs_images_with_fragments():
     """seed 000 builds its compressed erofs images with -Efragments; bench --features does the same for a list."""
-    from types import SimpleNamespace
     from cli import bench
-    plan = bench.plan_configs(SimpleNamespace(preset="seed000"))
+    plan = bench.plan_configs(preset="seed000")
     erofs = [o for fs, o in plan if fs == "erofs"]
     assert [o["cluster"] for o in erofs if o.get("features") == ["fragments"]] == [4096, 16384, 65536, 131072]
     assert [o for o in erofs if o["compress"] == "none"] == [{"compress": "none", "cluster": 4096}]
     assert all("features" not in o for fs, o in plan if fs == "squashfs")
-    plan = bench.plan_configs(SimpleNamespace(preset=None, fs="erofs", compress="zstd,lzma", cluster="16384",
-                                              features="dedupe,fragments"))
+    plan = bench.plan_configs(fs="erofs", compress="zstd,lzma", cluster="16384", features="dedupe,fragments")
     assert [images.mkfs_argv("erofs", o, "i", "s")[3:6] for _, o in plan] == [
         ["-zzstd", "-C16384", "-Ededupe,fragments"], ["-zlzma", "-C16384", "-Ededupe,fragments"]]
 

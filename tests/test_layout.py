@@ -1,6 +1,7 @@
 """The packages import one another from the checkout's root without changing the module path: pytest.ini's
 pythonpath for the tests, `python3 -m` from the root for the scripts, and the launcher's PYTHONPATH for the
 command, which must run the same from any directory, whatever that directory holds."""
+import ast
 import os
 import re
 import subprocess
@@ -40,3 +41,24 @@ def test_launcher_runs_the_checkouts_command_from_any_directory(tmp_path):
     p = subprocess.run([FSTRACE, "--help"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        text=True)
     assert p.returncode == 0 and p.stdout.startswith("usage: fstrace"), p.stderr
+
+
+def test_only_the_command_layer_reads_the_command_line():
+    """The argparse namespace stops at cli/commands.py: every room below takes plain values or a small typed
+    configuration, so that each function says what it needs."""
+    readers = []
+    for pkg in ("cli", "analysis", "workloads", "common"):
+        for name in sorted(os.listdir(os.path.join(ROOT, pkg))):
+            rel = os.path.join(pkg, name)
+            if not name.endswith(".py") or rel == os.path.join("cli", "commands.py"):
+                continue
+            with open(os.path.join(ROOT, rel)) as f:
+                tree = ast.parse(f.read(), rel)
+            # a parameter named args (not *args), or a namespace made up to call such a function
+            for n in ast.walk(tree):
+                if isinstance(n, (ast.FunctionDef, ast.Lambda)):
+                    params = n.args.posonlyargs + n.args.args + n.args.kwonlyargs
+                    readers += ["%s:%d" % (rel, a.lineno) for a in params if a.arg == "args"]
+                elif isinstance(n, ast.Attribute) and n.attr in ("Namespace", "SimpleNamespace"):
+                    readers.append("%s:%d" % (rel, n.lineno))
+    assert not readers, "the command line's namespace read below the command layer: " + ", ".join(readers)

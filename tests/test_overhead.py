@@ -210,7 +210,7 @@ def test_floor_takes_exactly_the_hooks_of_the_shipped_configuration(tmp_path):
     for mode, extra in (("full", []), ("floor", ["--empty-programs"])):
         f = tmp_path / (mode + ".fst")
         before = empty_program_ids()
-        p = subprocess.Popen([COLLECTOR, "-o", str(f)] + tracing_options(None) + extra +
+        p = subprocess.Popen([COLLECTOR, "-o", str(f)] + tracing_options() + extra +
                              ["--", "sh", "-c", "cat /etc/passwd > /dev/null; sleep 2"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(1.2)
