@@ -19,8 +19,7 @@ from cli.devices import backing_block_device, dev_numbers, drop_caches, kdev, mo
 from cli.directories import make_tmpdir
 from cli.leftovers import delayacct_sweep
 from cli.signals import Interrupted, stop_process
-from common.system import (Cleanup, FstraceError, losetup, mount, proc_start, progress, run, signals_held,
-                           write_json_atomic, writing)
+from common.system import Cleanup, FstraceError, losetup, mount, proc_start, progress, run, write_json_atomic, writing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COLLECTOR = os.path.join(ROOT, "build", "fstrace-collect")
@@ -197,9 +196,7 @@ def run_untraced(wl, mnt, ctx, bdir, cgroups, warm):
         p.wait()
     finally:
         if p.returncode is None:
-            with signals_held():
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+            stop_process(p, sig=signal.SIGKILL, group=True)
     wall = time.monotonic() - t0
     programs = bpf_program_names()
     gt = wl.ground_truth(bdir, ctx) if p.returncode == 0 else {}

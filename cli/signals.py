@@ -1,5 +1,7 @@
 """Ctrl-C, SIGTERM and SIGHUP as an exception (Interrupted) that unwinds a command's cleanup, and the one way
-a command stops a child it started (a collector, a tracer)."""
+a command stops a child it started (a collector, a tracer, a workload's process group)."""
+import contextlib
+import os
 import signal
 import subprocess
 
@@ -18,16 +20,25 @@ def _raise_interrupted(signum, frame):
     raise Interrupted(signum)
 
 
-def stop_process(p, timeout_s=30, sig=signal.SIGINT):
+def stop_process(p, timeout_s=30, sig=signal.SIGINT, group=False):
     """Ask a child (a collector, a tracer) to finish with sig and wait for it, SIGKILL after timeout_s; its exit
-    status (-SIGKILL when it had to be killed).  Signals are held off meanwhile: a second Ctrl-C (or a SIGTERM,
-    SIGHUP) must not leave it running on the mount."""
+    status (-SIGKILL when it had to be killed).  group: the child leads a process group of its own
+    (start_new_session) and the whole group is signalled, so that nothing it started is left holding a mount.
+    Signals are held off meanwhile: a second Ctrl-C (or a SIGTERM, SIGHUP) must not leave it running on the
+    mount."""
+    def send(s):
+        if group:
+            with contextlib.suppress(ProcessLookupError):  # the group is gone already
+                os.killpg(p.pid, s)
+        else:
+            p.send_signal(s)
+
     with signals_held():
-        p.send_signal(sig)
+        send(sig)
         try:
             return p.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            p.kill()
+            send(signal.SIGKILL)
             return p.wait()
 
 

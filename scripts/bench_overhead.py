@@ -40,7 +40,6 @@ Usage, from the checkout's root:
   python3 -m scripts.bench_overhead [--reps N] [--scale S] [--configs A,B] [--out FILE.json]
 """
 import argparse
-import contextlib
 import json
 import math
 import os
@@ -57,7 +56,7 @@ from cli.devices import backing_block_device, dev_numbers, drop_caches, ensure_t
 from cli.runner import COLLECTOR, DEFAULT_BUDGET_PCT, Tracing, die_with_parent, tracing_options
 from cli.serve import COLLECTOR_OPTIONS as SERVE_OPTIONS
 from cli.signals import Interrupted, install_signal_handlers, stop_process
-from common.system import Cleanup, FstraceError, losetup, mount, signals_held, write_json_atomic
+from common.system import Cleanup, FstraceError, losetup, mount, write_json_atomic
 from workloads import catalog, dataset, images
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -143,15 +142,7 @@ def run_to_end(argv, **kw):
     try:
         rc = p.wait()
     except BaseException:
-        with signals_held():  # a second Ctrl-C must not cut the wait short: the mount is undone next
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, sig)
-                try:
-                    p.wait(timeout=60)
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
+        stop_process(p, timeout_s=60, sig=signal.SIGTERM, group=True)
         raise
     if rc:
         raise subprocess.CalledProcessError(rc, argv)
@@ -221,8 +212,7 @@ def run_untraced(argv, cwd, fst):
         span = time.monotonic() - t0
     finally:
         stop_process(collector)
-        sleeper.kill()
-        sleeper.wait()
+        stop_process(sleeper, sig=signal.SIGKILL)
     res = results.load(fst)
     return {"records": sum(len(a) for a in res.records.values()), "records_per_s": None,
             "dropped": sum(res.header["drops"].values()), "load_attach_s": res.header["time"]["load_attach_ns"] / 1e9,
