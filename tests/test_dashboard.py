@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import ROOT, drop_caches
-from test_serve import Prometheus, diskstat, fio_randread, fresh_scrape, parse, start_serve, stop, value
+from serving import Prometheus, diskstat, fio_randread, fresh_scrape, parse, start_serve, stop, value
 
 DASHBOARD = os.path.join(ROOT, "dashboards", "fstrace.json")
 METRIC = re.compile(r"\b(fstrace_[a-z0-9_]+)\b")

@@ -62,3 +62,18 @@ def test_only_the_command_layer_reads_the_command_line():
                 elif isinstance(n, ast.Attribute) and n.attr in ("Namespace", "SimpleNamespace"):
                     readers.append("%s:%d" % (rel, n.lineno))
     assert not readers, "the command line's namespace read below the command layer: " + ", ".join(readers)
+
+
+def test_no_test_file_imports_from_another():
+    """Shared fixtures and helpers are in conftest.py or a helper module: a test file imported by another would
+    have its tests collected, and its fixtures used, from two places."""
+    tests = os.path.join(ROOT, "tests")
+    imports = []
+    for name in sorted(os.listdir(tests)):
+        if name.endswith(".py"):
+            with open(os.path.join(tests, name)) as f:
+                tree = ast.parse(f.read(), name)
+            imports += ["%s:%d" % (name, n.lineno) for n in ast.walk(tree)
+                        if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("test_")
+                        or isinstance(n, ast.Import) and any(a.name.startswith("test_") for a in n.names)]
+    assert not imports, "test files importing test files: " + ", ".join(imports)
