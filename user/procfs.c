@@ -159,7 +159,7 @@ int delayacct_set(int on)
 /* kernel.task_delayacct is system-wide, so concurrent collectors share it through a holder list in
  * DELAYACCT_REFS, under flock: "<value to restore>\n<pid>...".  The first holder in records the value,
  * the last one out restores it.  A holder that died without releasing (SIGKILL) is dropped by the next
- * collector or by fstrace's leftover sweep (user/system.py), which then restores the value itself. */
+ * collector or by fstrace's leftover sweep (cli/leftovers.py), which then restores the value itself. */
 #define DELAYACCT_REFS "/run/fstrace/delayacct"
 bool delayacct_held;
 
