@@ -109,6 +109,21 @@ def unit_counts(s):
     return {"available": False, "why": why}, {"available": False, "why": why}
 
 
+def unneeded(s):
+    """The share of the image device's bytes that lie outside every unit the filesystem looked up (summary
+    device_unneeded), with its method and what counted as needed; unavailable where the units' places are not
+    known (btrfs; squashfs on the tracepoint tier)."""
+    u = s.get("device_unneeded")
+    if not u:
+        return {"available": False,
+                "why": "needs each unit's place on the device, which this results file does not record"}
+    if not u.get("available"):
+        return u
+    return {"available": True, "share": u["unneeded_bytes"] / u["bytes"], "bytes": u["unneeded_bytes"],
+            "device_bytes": u["bytes"], "no_unit_bytes": u["no_unit_bytes"], "needed": u["needed"],
+            "apart": u["apart"], "method": u["method"]}
+
+
 def figures(s, sch=None):
     """The amplification figures of a summary, by FST_AMPLIFICATION id (each checked against sch: the results'
     schema; a summary's own, or format 2's, when only the summary is at hand)."""
@@ -128,8 +143,7 @@ def figures(s, sch=None):
         REREAD: ({"available": True, "share": loop["reread_bytes"] / loop["bytes"],
                   "bytes": loop["reread_bytes"]} if loop.get("bytes") and loop.get("reread_bytes") is not None
                  else {"available": False, "why": "no reads on the image's device"}),
-        UNNEEDED: {"available": False,
-                   "why": "needs each compressed unit's place on the device, which this run does not record"},
+        UNNEEDED: unneeded(s),
     }
     if not received:
         out["note"] = "the workload received no bytes (metadata only): per-byte figures are n/a, bytes are given"
@@ -147,7 +161,8 @@ def row(a):
             "decompressed_per_received": dec.get("per_received") if dec.get("available") else None,
             "decompressed_method": dec.get("method") if dec.get("available") else
             ("n/a" if dec.get("applies") is False else None),
-            "reread_share": rr.get("share")}
+            "reread_share": rr.get("share"),
+            "unneeded_share": (a.get(UNNEEDED) or {}).get("share")}
 
 
 def ratio_text(v):
@@ -202,6 +217,9 @@ def lines(s):
     rr = a[REREAD]
     if rr.get("available"):
         txt += "; re-read %.1f %%" % (100 * rr["share"])
+    un = a.get(UNNEEDED) or {}
+    if un.get("available"):
+        txt += "; unneeded %.1f %%" % (100 * un["share"])
     return [txt]
 
 

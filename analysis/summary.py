@@ -597,6 +597,112 @@ def erofs_events(res, reqs):
     return out
 
 
+def covered_bytes(starts, ends, qs, qe):
+    """Bytes of each query [qs, qe) that lie inside the union of the intervals [starts, ends)."""
+    qs, qe = np.asarray(qs, dtype=np.int64), np.asarray(qe, dtype=np.int64)
+    if not len(starts):
+        return np.zeros(len(qs), dtype=np.int64)
+    order = np.argsort(starts, kind="stable")
+    s, e = np.asarray(starts)[order].astype(np.int64), np.asarray(ends)[order].astype(np.int64)
+    reach = np.maximum.accumulate(e)
+    first = np.concatenate([[True], s[1:] > reach[:-1]])  # each starts a disjoint piece of the union
+    ms, me = s[first], np.maximum.reduceat(e, np.nonzero(first)[0])
+    before = np.concatenate([[0], np.cumsum(me - ms)])  # the union's bytes in the pieces before each
+
+    def upto(x):  # the union's bytes below x
+        k = np.searchsorted(ms, x, side="right")
+        j = np.maximum(k - 1, 0)
+        return np.where(k > 0, before[j] + np.clip(x - ms[j], 0, me[j] - ms[j]), 0)
+    return upto(qe) - upto(qs)
+
+
+def figure_probes(res, name):
+    """The probes of one figure (records.h FST_FIGURES id) and whether any of them is attached."""
+    probes = [p for p in res.header.get("probes", []) if p["figure"] == res.schema.figure(name)]
+    return probes, any(p["tier"] != "unavailable" for p in probes)
+
+
+def unit_places(res):
+    """Where the units the filesystem looked up for the workload lie on its device: {"dev", "start", "end"} byte
+    arrays, what they are and what they leave out; or {"why"} when this run does not know them."""
+    fs = res.config.get("fs")
+    h = res.header
+    if fs in ("btrfs", "ext4", "xfs"):
+        return {"why": "%s's blocks are not looked up through a traced probe (btrfs maps its extents through its "
+                       "chunk tree, which no probe records)" % fs if fs == "btrfs" else
+                       "%s's block lookups are not traced (no per-block tracepoint)" % fs}
+    if fs == "erofs" or (fs is None and len(fs_records(res, "erofs"))):
+        probes, attached = figure_probes(res, "erofs_extents")
+        if not attached:
+            return {"why": "erofs_map_blocks_exit was not attached: %s" % "; ".join(p["why"] for p in probes)}
+        e = fs_records(res, "erofs")
+        mapped, meta = enum_value(h, "erofs_map_flag", "mapped"), enum_value(h, "erofs_map_flag", "meta")
+        # inline data lies in a metadata block among inodes: that block is metadata, counted apart
+        m = e[(e["event"] == enum_value(h, "erofs_event", "map")) & ((e["map_flags"] & mapped) != 0) &
+              ((e["map_flags"] & meta) == 0) & (e["plen"] > 0)] if len(e) else e
+        return {"dev": m["dev"] if len(m) else np.zeros(0, dtype=np.uint32),
+                "start": m["pa"] if len(m) else np.zeros(0, dtype=np.uint64),
+                "end": m["pa"] + m["plen"] if len(m) else np.zeros(0, dtype=np.uint64),
+                "units": "the extents and pclusters in data blocks that erofs mapped for the workload's reads "
+                         "(erofs_map_blocks_exit: [m_pa, m_pa + m_plen))",
+                "not_units": "erofs metadata (superblock, inodes with their inline data, compression indexes) is "
+                             "read through the block device's cache: requests that carry no mapped data byte are "
+                             "counted apart (no_unit_bytes), not as unneeded"}
+    if fs == "squashfs" or (fs is None and len(fs_records(res, "fs_read"))):
+        p = probe_tier(res, "squashfs_read_data")
+        if not p or p["tier"] == "unavailable":
+            return {"why": "squashfs's block reads (squashfs_read_data) need fentry or kprobes: %s"
+                           % ((p or {}).get("why") or "no probe")}
+        if "fs_read" not in h["records"]:
+            return {"why": "this results file has no squashfs block reads (its collector did not record them)"}
+        r = fs_records(res, "fs_read")
+        r = r[r["ret"] >= 0] if len(r) else r
+        return {"dev": r["dev"] if len(r) else np.zeros(0, dtype=np.uint32),
+                "start": r["pos"] if len(r) else np.zeros(0, dtype=np.uint64),
+                "end": r["pos"] + r["bytes"] if len(r) else np.zeros(0, dtype=np.uint64),
+                "units": "the blocks squashfs read for the workload (squashfs_read_data: data, fragment and "
+                         "metadata blocks, each [index, index + its length on the device), a metadata block's "
+                         "2-byte length header included)",
+                "not_units": "squashfs reads every block through squashfs_read_data: a request that carries no "
+                             "unit's byte was not read by squashfs for the workload"}
+    return {"why": "no filesystem whose unit lookups fstrace records (erofs; squashfs on the fentry/kprobe tiers)"}
+
+
+def device_unneeded(res):
+    """Bytes the image's device read that lie outside every unit the filesystem looked up for the
+    workload (unit_places), out of every byte it read: the bytes of neighbouring units that partial device
+    blocks, readahead or merged requests brought along.  Block requests that carry no looked-up unit's byte at
+    all are counted apart (no_unit_bytes): on erofs they are metadata read without a mapping."""
+    places = unit_places(res)
+    if "why" in places:
+        return {"available": False, "why": places["why"]}
+    io = res.records.get("io")
+    # the image's device: the one its superblock is on (a loop device, or the disk itself)
+    devs = fs_devices(res) or np.unique(places["dev"]).tolist()
+    if io is None or not devs:
+        return {"available": False, "why": "no block requests recorded on the filesystem's device"}
+    rd = io[(res.io_ops(io) == res.io_op("read")) & np.isin(io["dev"], devs)]
+    total = unneeded = no_unit = no_unit_requests = 0
+    for d in np.unique(rd["dev"]):
+        rows = rd[rd["dev"] == d]
+        m = places["dev"] == d
+        qs = rows["sector"].astype(np.int64) * 512
+        qe = qs + rows["bytes"].astype(np.int64)
+        inside = covered_bytes(places["start"][m], places["end"][m], qs, qe)
+        outside = (qe - qs) - inside
+        total += int((qe - qs).sum())
+        unneeded += int(outside[inside > 0].sum())
+        no_unit += int(outside[inside == 0].sum())
+        no_unit_requests += int((inside == 0).sum())
+    if not total:
+        return {"available": False, "why": "no reads on the image's device"}
+    return {"available": True, "bytes": total, "unneeded_bytes": unneeded, "no_unit_bytes": no_unit,
+            "no_unit_requests": no_unit_requests, "units_looked_up": int(len(places["start"])),
+            "needed": places["units"], "apart": places["not_units"],
+            "method": "every read block request on the filesystem's device, less its bytes inside the union of "
+                      "the units looked up in the run, over the requests that carry a unit's byte"}
+
+
 def fs_caches(res, reqs):
     """Lookups in the filesystems' own caches (squashfs metadata, fragment, data): hits, misses, blocks missed
     more than once, lookup time, misses per request; or why they could not be measured."""
@@ -866,6 +972,7 @@ def summarize(res, ground_truth=None):
         "decompression": decompression(res, all_fs),
         "lock_wait": lock_wait(res, all_fs),
         "erofs": erofs_events(res, all_fs),
+        "device_unneeded": device_unneeded(res),
         "fs_caches": fs_caches(res, all_fs),
         "write_compression": write_compression(res),
         "readahead": readahead(res, reads),

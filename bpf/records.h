@@ -18,7 +18,7 @@
 #include <linux/types.h> /* user space; BPF objects get the types from vmlinux.h */
 #endif
 
-#define FST_RECORDS_VERSION 1
+#define FST_RECORDS_VERSION 2
 
 /* the X-macro tables from here on are laid out by hand, an entry a line: clang-format leaves them */
 /* clang-format off */
@@ -39,7 +39,8 @@
 	E(FST_REC_TASK, 5, "task")	/* a traced thread's exit, with the kernel's delay accounting */ \
 	E(FST_REC_EROFS, 6, "erofs")	/* an erofs tracepoint in a traced thread: extent map, readahead, read_folio */ \
 	E(FST_REC_FS_CACHE, 7, "fs_cache")	/* one lookup in a filesystem's own cache (squashfs) */ \
-	E(FST_REC_COMPRESS, 8, "compress")	/* one compression of a chunk of file data on write (btrfs) */
+	E(FST_REC_COMPRESS, 8, "compress")	/* one compression of a chunk of file data on write (btrfs) */ \
+	E(FST_REC_FS_READ, 9, "fs_read")	/* one block a filesystem read from its device: place and length (squashfs) */
 
 #define FST_REQ_KINDS(E)                                                       \
 	E(FST_REQ_READ, 1, "read")	/* read, pread64, readv, preadv, preadv2 */      \
@@ -482,6 +483,27 @@ FST_ASSERT_DISTINCT(FST_AMPLIFICATION);
 	S(comm, 16)
 
 /*
+ * One block a filesystem read from its device (squashfs_read_data: a data,
+ * fragment or metadata block, read and then decompressed or copied):
+ * [pos, pos + bytes) is where it lies on the device, a metadata block's 2-byte
+ * length header included; ret is the function's (decompressed bytes, or a
+ * negative error, when pos and bytes may be incomplete).  Every call on a
+ * traced superblock, in any thread, as the image's device reads are.  dev is
+ * the superblock's kernel dev_t.
+ */
+#define FST_FS_READ_FIELDS(F, S) \
+	F(__u64, ts_start_ns)    \
+	F(__u64, ts_end_ns)      \
+	F(__u64, pos)            \
+	F(__u32, bytes)          \
+	F(__u32, pid)            \
+	F(__u32, dev)            \
+	F(__s32, ret)            \
+	F(__u16, fs)             \
+	F(__u16, tier)           \
+	F(__u32, pad0)
+
+/*
  * One call of the filesystem's compressor on write (btrfs_compress_folios /
  * btrfs_compress_pages: up to 128 KiB of one file from file_pos): in_bytes
  * consumed, out_bytes produced, ret < 0 when the data did not compress (it is
@@ -546,6 +568,11 @@ struct fst_fs_cache {
 struct fst_compress {
 	FST_REC_HEADER(FST_DECLARE_FIELD, FST_DECLARE_STRING)
 	FST_COMPRESS_FIELDS(FST_DECLARE_FIELD, FST_DECLARE_STRING)
+};
+
+struct fst_fs_read {
+	FST_REC_HEADER(FST_DECLARE_FIELD, FST_DECLARE_STRING)
+	FST_FS_READ_FIELDS(FST_DECLARE_FIELD, FST_DECLARE_STRING)
 };
 
 /* ---- in-flight block state, kept in maps and expired by the collector ---- */

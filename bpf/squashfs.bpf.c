@@ -127,5 +127,85 @@ FUNC_PROBES(squashfs_cache_get, lookup_begin(sb, cache, block, tier), lookup_end
 	    struct squashfs_cache_entry *, struct super_block *sb, struct squashfs_cache *cache, u64 block,
 	    int length)
 
-ENTRY_PROBES(squashfs_read_data, lookup_missed(), struct super_block *sb, u64 index, int length,
-	     u64 *next_index, struct squashfs_page_actor *output)
+/*
+ * Block reads: squashfs_read_data(sb, index, length, next_index, actor) reads
+ * one block from [index, index + length) on the device (a data or fragment
+ * block: length carries SQUASHFS_COMPRESSED_BIT_BLOCK), or, with length 0, a
+ * metadata block whose length is in its first two bytes; it then sets
+ * *next_index to the block's end, which its exit reads.  The device reads
+ * whole device blocks around it (squashfs_bio_read rounds to devblksize):
+ * the analysis sets the block's place against the block requests.
+ */
+#define SQUASHFS_COMPRESSED_BIT_BLOCK (1u << 24) /* squashfs_fs.h */
+
+struct block_read {
+	__u64 ts;
+	__u64 index;
+	__u64 *next_index;
+	__u32 length;
+	__u32 dev;
+	__u16 tier;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct block_read);
+} block_reads SEC(".maps");
+
+static __always_inline void read_begin(struct super_block *sb, __u64 index, int length, __u64 *next_index,
+				       __u16 tier)
+{
+	__u32 dev = BPF_CORE_READ(sb, s_dev);
+	if (cfg.records_none || !sdev_is_traced(dev))
+		return;
+	__u32 pid = (__u32)bpf_get_current_pid_tgid();
+	struct block_read b = {
+		.ts = bpf_ktime_get_ns(),
+		.index = index,
+		.next_index = next_index,
+		.length = (__u32)length & ~SQUASHFS_COMPRESSED_BIT_BLOCK,
+		.dev = dev,
+		.tier = tier,
+	};
+	bpf_map_update_elem(&block_reads, &pid, &b, BPF_ANY);
+}
+
+static __always_inline void read_end(int ret)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u32 pid = (__u32)bpf_get_current_pid_tgid();
+	struct block_read *b = bpf_map_lookup_elem(&block_reads, &pid);
+	if (!b)
+		return;
+	__u64 end = b->index + b->length;
+	if (!b->length && b->next_index)
+		bpf_probe_read_kernel(&end, sizeof(end), b->next_index);
+	struct fst_fs_read *rec = record_reserve(FST_REC_FS_READ, sizeof(*rec));
+	if (rec) {
+		rec->ts_start_ns = b->ts;
+		rec->ts_end_ns = now;
+		rec->pos = b->index;
+		rec->bytes = end > b->index ? (__u32)(end - b->index) : 0;
+		rec->pid = pid;
+		rec->dev = b->dev;
+		rec->ret = ret;
+		rec->fs = FST_FS_SQUASHFS;
+		rec->tier = b->tier;
+		rec->pad0 = 0;
+		record_submit(rec);
+	}
+	bpf_map_delete_elem(&block_reads, &pid);
+}
+
+/* a block read: its place, and a miss of the cache lookup it runs under (if any) */
+static __always_inline void read_data_begin(struct super_block *sb, __u64 index, int length, __u64 *next_index,
+					    __u16 tier)
+{
+	read_begin(sb, index, length, next_index, tier);
+	lookup_missed();
+}
+
+FUNC_PROBES(squashfs_read_data, read_data_begin(sb, index, length, next_index, tier), read_end(ret), int,
+	    struct super_block *sb, u64 index, int length, u64 *next_index, struct squashfs_page_actor *output)

@@ -82,6 +82,71 @@ def test_large_cluster_decompresses_more_than_it_returns(erofs_64k_rand):
     assert sum(int(k) * v for k, v in lookups["times"].items()) == len(maps)
 
 
+@pytest.fixture(scope="module")
+def erofs_64k_seq(tmp_path_factory):
+    # the whole large file read in order: every pcluster of it is looked up
+    return run_workload(tmp_path_factory, "erofs", "seqread", "--compress", "lz4hc", "--cluster", "65536")
+
+
+def _outside_extents(res, s, extents):
+    """From the image's own extent map: bytes of the read block requests on the image's device outside every
+    extent given ([pa, pa + plen), disjoint in an erofs image), over the requests that carry an extent's byte;
+    and the bytes of those that carry none."""
+    dev = res.config["fs_kdev"]
+    io = res["io"][(res.io_ops(res["io"]) == res.io_op("read")) & (res["io"]["dev"] == dev)]
+    qs = io["sector"].astype(np.int64)[:, None] * 512
+    qe = qs + io["bytes"].astype(np.int64)[:, None]
+    pa = np.array([x[0] for x in extents], dtype=np.int64)[None, :]
+    pe = pa + np.array([x[1] for x in extents], dtype=np.int64)[None, :]
+    inside = np.clip(np.minimum(qe, pe) - np.maximum(qs, pa), 0, None).sum(axis=1)
+    outside = (qe - qs)[:, 0] - inside
+    assert int((qe - qs).sum()) == _loop(s)["diskstats_delta"]["sectors_read"] * 512
+    return int(outside[inside > 0].sum()), int(outside[inside == 0].sum()), int((qe - qs).sum())
+
+
+def _single_file_extents(res):
+    single = res.config["dataset"]["single_file"]
+    return [(x[2], x[3]) for x in images.erofs_extents(res.config["image"]["path"], "/" + single) if x[3]]
+
+
+@pytest.mark.bpf
+def test_unneeded_share_of_a_whole_file_read_is_the_layouts(erofs_64k_seq):
+    """The large file read whole: the units looked up are every extent of it in the image's own map (dump.erofs),
+    and the device bytes outside them, in the requests that carry them, are what that map and the block
+    requests (/proc/diskstats' bytes) give: none."""
+    _, res, s = erofs_64k_seq
+    _check_levels(s)
+    extents = _single_file_extents(res)
+    u = s["amplification"][amplification.UNNEEDED]
+    assert u["available"], u
+    unneeded, apart, total = _outside_extents(res, s, extents)
+    assert (u["bytes"], u["no_unit_bytes"], u["device_bytes"]) == (unneeded, apart, total)
+    assert u["share"] == unneeded / total == 0
+    assert s["device_unneeded"]["units_looked_up"] >= len(extents)
+    h = res.header
+    e = S.fs_records(res, "erofs")
+    maps = e[(e["event"] == S.enum_value(h, "erofs_event", "map")) & (e["plen"] > 0) &
+             ((e["map_flags"] & S.enum_value(h, "erofs_map_flag", "meta")) == 0)]
+    assert {(int(a), int(b)) for a, b in zip(maps["pa"], maps["plen"])} >= set(extents)
+
+
+@pytest.mark.bpf
+def test_unneeded_share_of_random_reads_is_the_layouts(erofs_64k_rand):
+    """4 KiB random reads of a 64 KiB-cluster image: the device bytes outside the pclusters looked up (placed by
+    the image's own extent map) over all the device read."""
+    _, res, s = erofs_64k_rand
+    h = res.header
+    e = S.fs_records(res, "erofs")
+    looked = {int(p) for p in e["pa"][(e["event"] == S.enum_value(h, "erofs_event", "map")) & (e["plen"] > 0)]}
+    extents = [x for x in _single_file_extents(res) if x[0] in looked]
+    assert extents
+    unneeded, apart, total = _outside_extents(res, s, extents)
+    u = s["amplification"][amplification.UNNEEDED]
+    assert (u["bytes"], u["no_unit_bytes"], u["device_bytes"]) == (unneeded, apart, total)
+    assert u["share"] == unneeded / total
+    assert amplification.row(s["amplification"])["unneeded_share"] == u["share"]
+
+
 @pytest.mark.bpf
 def test_compare_two_configurations(erofs_none_rand, erofs_64k_rand):
     (da, _, sa), (db, _, sb) = erofs_none_rand, erofs_64k_rand

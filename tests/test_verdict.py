@@ -121,6 +121,8 @@ def verdict_numbers_are_the_summarys(s):
          round(mean_times(amp["unit_lookups"]["times"]), 2),
          round(mean_times(amp["unit_device_reads"]["times"]), 2),
          round(100 * amp["device_reread_share"]["share"], 1)]
+    if amp["device_unneeded_share"].get("available"):
+        expect.append(round(100 * amp["device_unneeded_share"]["share"], 1))
     assert numbers(line) == pytest.approx(expect, abs=0.0051), (line, expect)
     # lost and unavailable, one line each
     lost = [l for l in lines if l.strip().lower().startswith("lost")]

@@ -28,7 +28,7 @@
  * The probes of each object, its skeleton named first: a probe's programs are fields of that skeleton (tiers.h
  * PROBE_PROG), named after the probe, so a program the object lacks does not compile.  P: a tracepoint with
  * programs NAME_btf (tp_btf) and NAME_raw (raw_tp); PR: one with NAME_raw alone; D: a function timed by
- * NAME_fentry/NAME_fexit or NAME_kprobe/NAME_kretprobe; FE: a function's entry alone, NAME_fentry or NAME_kprobe.
+ * NAME_fentry/NAME_fexit or NAME_kprobe/NAME_kretprobe.
  */
 #define P(skel, nm, fig, what, req)                                            \
 	{                                                                      \
@@ -48,12 +48,6 @@
 			     [FST_TIER_KPROBE] = PROBE_PROG(skel, fn##_kprobe) },        \
 		.exit_prog_at = { [FST_TIER_FENTRY] = PROBE_PROG(skel, fn##_fexit),      \
 				  [FST_TIER_KPROBE] = PROBE_PROG(skel, fn##_kretprobe) } \
-	}
-#define FE(skel, fn, fig, what)                                                  \
-	{                                                                        \
-		.name = #fn, .figure = fig, .measures = what,                    \
-		.prog_at = { [FST_TIER_FENTRY] = PROBE_PROG(skel, fn##_fentry),  \
-			     [FST_TIER_KPROBE] = PROBE_PROG(skel, fn##_kprobe) } \
 	}
 
 static struct probe block_probes[] = {
@@ -165,8 +159,8 @@ static struct probe squashfs_probes[] = {
 	D(squashfs_bpf, squashfs_decompress, FST_FIG_SQUASHFS_DECOMPRESS, "squashfs block decompression time and sizes"),
 	D(squashfs_bpf, squashfs_cache_get, FST_FIG_SQUASHFS_CACHE,
 	  "squashfs metadata/fragment/data cache lookups and their time"),
-	FE(squashfs_bpf, squashfs_read_data, FST_FIG_SQUASHFS_CACHE_MISS,
-	   "squashfs cache misses (the block read under a lookup)"),
+	D(squashfs_bpf, squashfs_read_data, FST_FIG_SQUASHFS_CACHE_MISS,
+	  "squashfs blocks read from the device, their place and length (a read under a lookup: a cache miss)"),
 };
 
 #define BTRFS_COMPRESS_WHAT "btrfs compression on write: time and sizes per chunk, and the thread that ran it"

@@ -64,6 +64,7 @@ DEFINE_LAYOUT(task, struct fst_task, FST_TASK_FIELDS)
 DEFINE_LAYOUT(erofs, struct fst_erofs, FST_EROFS_FIELDS)
 DEFINE_LAYOUT(fs_cache, struct fst_fs_cache, FST_FS_CACHE_FIELDS)
 DEFINE_LAYOUT(compress, struct fst_compress, FST_COMPRESS_FIELDS)
+DEFINE_LAYOUT(fs_read, struct fst_fs_read, FST_FS_READ_FIELDS)
 
 /* every record type the results file can hold: its size and field table */
 static const struct rec_type {
@@ -79,6 +80,7 @@ static const struct rec_type {
 	{ FST_REC_EROFS, sizeof(struct fst_erofs), layout_erofs },
 	{ FST_REC_FS_CACHE, sizeof(struct fst_fs_cache), layout_fs_cache },
 	{ FST_REC_COMPRESS, sizeof(struct fst_compress), layout_compress },
+	{ FST_REC_FS_READ, sizeof(struct fst_fs_read), layout_fs_read },
 };
 #define NR_REC_TYPES (int)(sizeof(rec_types) / sizeof(rec_types[0]))
 
