@@ -8,39 +8,47 @@ Each profile says where its numbers come from.
 from common.system import FstraceError
 
 MIB = 1 << 20
+MB = 1000 * 1000
 
 PROFILES = {
     "sdcard": {
         "medium": "microSD card in a Raspberry Pi 3 (seed 002)",
         "rbps": 20 * MIB, "wbps": 10 * MIB, "riops": 1500, "wiops": 500,
         "source": "read bandwidth: seed 002's own (~20 MiB/s of tarball from the card); IOPS and write "
-                  "bandwidth: the SD Association's A1 application class minimums (1500 random-read and 500 "
-                  "random-write IOPS, 10 MB/s sustained sequential write)"},
+                  "bandwidth: the SD Association's A1 application performance class (SD 5.1), 'Sequential 10 "
+                  "MB/s, Read IOPS 1500, Write IOPS 500' (anandtech.com/show/10860)"},
     "emmc": {
         "medium": "eMMC 5.1 module (embedded boards, phones)",
-        "rbps": 250 * MIB, "wbps": 90 * MIB, "riops": 8000, "wiops": 3000,
-        "source": "a mid-range eMMC 5.1 part's data-sheet class (HS400: 250-300 MB/s sequential read); not "
-                  "a seed's measurement"},
+        "rbps": 250 * MB, "wbps": 125 * MB, "riops": 11000, "wiops": 13000,
+        "source": "Samsung's first eMMC 5.1 part (64 GB) as announced: 250 MB/s sequential read, 125 MB/s "
+                  "sequential write, up to 11,000 random read and 13,000 random write IOPS "
+                  "(cdrinfo.com/d7/content/samsung-develops-first-emmc-51-flash-memory); not a seed's medium"},
     "cloud-3000iops": {
         "medium": "cloud block volume capped at 3000 IOPS (seed 000)",
-        "rbps": 125 * 1000 * 1000, "wbps": 125 * 1000 * 1000, "riops": 3000, "wiops": 3000,
-        "source": "IOPS: seed 000's disk ('3000 IOPS upper limit'); bandwidth: the 125 MB/s a general-purpose "
-                  "3000-IOPS volume comes with (the seed does not give one)"},
+        "rbps": 125 * MIB, "wbps": 125 * MIB, "riops": 3000, "wiops": 3000,
+        "source": "IOPS: seed 000's disk ('3000 IOPS upper limit'); bandwidth: an AWS EBS gp3 volume's "
+                  "baseline, which comes with 3,000 IOPS ('The default for gp3 volumes is 3,000 IOPS', AWS SDK "
+                  "EbsBlockDevice.iops; throughput 'defaults to 125' MiB/s, Google Anthos AwsVolumeTemplate); "
+                  "the seed gives no bandwidth"},
     "sata-ssd": {
         "medium": "SATA SSD on USB 3 (seed 004)",
-        "rbps": 500 * MIB, "wbps": 300 * MIB, "riops": 40000, "wiops": 40000,
-        "source": "bandwidth: seed 004's own (~500 MiB/s sequential read, ~300 MiB/s write); IOPS: a SATA "
-                  "SSD's data-sheet class"},
+        "rbps": 500 * MIB, "wbps": 300 * MIB, "riops": 8000, "wiops": 21000,
+        "source": "bandwidth: seed 004's own ('about 300MiB/s sequencial write speed and 500MiB/s sequencial "
+                  "read speed'); IOPS: a SATA SSD behind a USB 3 bridge, Samsung's Portable SSD T1 (an 850 EVO "
+                  "and an ASMedia SATA-USB 3 bridge): 'Claimed ... 8K read IOPS / 21K write IOPS' "
+                  "(anandtech.com/show/8885); seed 004 does not name its drive"},
     "nvme": {
         "medium": "NVMe SSD, PCIe 3.0 x4, QLC (seed 004)",
-        "rbps": 1500 * 1000 * 1000, "wbps": 1000 * 1000 * 1000, "riops": 90000, "wiops": 220000,
-        "source": "data-sheet figures of seed 004's NVMe drive class (1500/1000 MB/s, 90k/220k IOPS); seed "
+        "rbps": 1500 * MB, "wbps": 1000 * MB, "riops": 90000, "wiops": 220000,
+        "source": "the data sheet of seed 004's drive (INTEL SSDPEKNW512G8, the 512 GB Intel SSD 660p): read "
+                  "1500 MB/s, write 1000 MB/s, read 90 K and write 220 K IOPS (e-catalog.com/cmp/47022); seed "
                   "004 saw 600-700 MB/s for its large-file copies"},
     "hdd": {
         "medium": "7200 rpm hard disk (seed 004)",
         "rbps": 150 * MIB, "wbps": 150 * MIB, "riops": 120, "wiops": 120,
-        "source": "a hard disk's class: ~150 MiB/s at the outer tracks, ~120 random IOPS (8 ms average "
-                  "access); throttling caps sequential small requests too, which a disk does not"},
+        "source": "a hard disk's class, not a data sheet: ~150 MiB/s at the outer tracks, ~120 random IOPS (8 "
+                  "ms average access); seed 004's disk (a Seagate One Touch HDD) is said to read 'less than "
+                  "100MB/s'; throttling caps sequential small requests too, which a disk does not"},
 }
 LIMITS = ("rbps", "wbps", "riops", "wiops")  # io.max's keys, in its order
 

@@ -8,7 +8,8 @@ image twice: with fentry allowed, then with --no-fentry (the kprobe twins); then
 walk on one image per filesystem with the requests bounded at the filesystem's entry points by fentry, by kprobes
 and by the syscall tracepoints (--syscall-boundaries), with bpf_stats on; then what getppid and preads cost a
 task fstrace does not trace, with nothing attached and with each of fentry and the syscall tracepoints bounding
-another process's requests.  Results come back as a tar on a raw virtio disk; the host extracts them and checks
+another process's requests; then fio's random reads of one file alone on each squashfs image (the device bytes
+around the blocks read).  Results come back as a tar on a raw virtio disk; the host extracts them and checks
 them (tests/test_vm.py asserts on the same checks) and prints the figures.
 
 Usage, from the checkout's root:
@@ -20,11 +21,14 @@ import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tarfile
 import tempfile
 import time
+
+import numpy as np
 
 from analysis import results, sampling, summary, timeline
 from cli.runner import COLLECTOR
@@ -211,6 +215,20 @@ bounds() {  # name disk fstype file: fio 4 KiB random reads of file, a listing a
     done
     umount /mnt/$1
 }
+scattered() {  # name disk fstype file: fio's 4 KiB random reads of one file alone, cold: the device reads around
+               # each block squashfs reads, with few of its neighbours read
+    mkdir -p /mnt/$1
+    dev=$(cat /sys/block/$2/dev)
+    mount -t $3 -o ro /dev/$2 /mnt/$1 || { echo "vmguest: mount $1 failed"; return; }
+    echo "vmguest: $(cut -d' ' -f1 /proc/uptime) s: scattered reads $1"
+    echo 3 > /proc/sys/vm/drop_caches
+    collect -o /out/scattered-$1.fst -d $dev:4096 --sdev $(sdev_of /mnt/$1) -- \
+        fio --name=scattered --filename=/mnt/$1/$4 --rw=randread --bs=4k --ioengine=psync --readonly \
+            --invalidate=0 --randseed=4321 --io_size=256k --thread --output-format=json \
+            --output=/out/scattered-$1-fio.json 2>> /out/collector.log \
+        || echo "vmguest: collector scattered $1 failed" >> /out/collector.log
+    umount /mnt/$1
+}
 COST_ARGS="-n 5000 -p 500 -r 61"  # short batches (TCG runs a 4 KiB pread in about 12 us), the least disturbed kept
 cost() {  # name disk fstype file: what getppid and 4 KiB preads (of a tmpfs copy of file, and of file) cost an
           # untraced task: with nothing attached (before and after, the noise), and with fentry and with the
@@ -265,6 +283,8 @@ GUEST_MODES = ("fstrace", "none", "churn")
 # the read disks whose requests are bounded by each tier in turn (one per filesystem: squashfs's read entry point
 # is the one other filesystems share), and the one the untraced task's syscall cost is measured on
 BOUNDS = ("erofs", "sqlz4", "btrfs")
+# the squashfs disks read at scattered offsets alone (the share of device bytes outside the blocks read)
+SCATTERED = ("sqlz4", "sqxz")
 COST = "sqlz4"
 
 
@@ -286,6 +306,9 @@ def guest_script(disks, writes, mode="fstrace", fio_file=None):
     for name, disk, fstype in disks:
         if fio_file and name in BOUNDS:
             lines.append("bounds %s %s %s '%s'" % (name, disk, fstype, fio_file))
+    for name, disk, fstype in disks:
+        if fio_file and name in SCATTERED:
+            lines.append("scattered %s %s %s '%s'" % (name, disk, fstype, fio_file))
     for name, disk, fstype in disks:
         if fio_file and name == COST and mode == "fstrace":
             lines.append("cost %s %s %s '%s'" % (name, disk, fstype, fio_file))
@@ -379,6 +402,81 @@ def check_squashfs_caches(name, mode, res, layout, fail, lines):
     if len(slices) != int((c["missed"] != 0).sum()):
         fail("%s %s: %d cache-miss slices in the timeline for %d misses" % (name, mode, len(slices),
                                                                            int((c["missed"] != 0).sum())))
+
+
+# squashfs_fs.h SQUASHFS_DEVBLK_SIZE: squashfs_bio_read reads whole blocks of it around each block (sb_min_blocksize
+# keeps it on the guests' disks, whose logical blocks are 512 bytes)
+SQUASHFS_DEVBLK = 1024
+
+
+def check_unneeded(what, res, image_path, layout, fail, lines, scattered=False):
+    """The device bytes outside the squashfs blocks read, against the image: each block read (fs_read) is one of
+    the image's (a metadata block: at an address its tables list, its length its 2-byte header's; a data or
+    fragment block: in the data area before the inode table), and squashfs_bio_read's reads around them (whole
+    SQUASHFS_DEVBLK blocks; a metadata block's header read first) add up to the device's bytes and give the bytes
+    outside every block read that the summary says.  Scattered reads leave some outside."""
+    r = res.records.get("fs_read")
+    if r is None or not len(r):
+        fail("%s: no squashfs block reads (probes: %s)" % (what, probe_states(res.header, {
+            res.schema.figure("squashfs_cache_misses")})))
+        return
+    with open(image_path, "rb") as f:
+        img = f.read()
+    r = r[r["ret"] >= 0]
+    unit = np.zeros(len(img) + SQUASHFS_DEVBLK, dtype=bool)
+    reads = []
+    for pos, n in zip(r["pos"].tolist(), r["bytes"].tolist()):
+        if pos in layout["all_blocks"]:
+            if n != 2 + (struct.unpack_from("<H", img, pos)[0] & 0x7FFF):
+                fail("%s: metadata block at %d read as %d bytes, its header says %d" % (
+                    what, pos, n, 2 + (struct.unpack_from("<H", img, pos)[0] & 0x7FFF)))
+            reads += [(pos, pos + 2), (pos + 2, pos + n)]
+        else:
+            if pos + n > layout["inode_table"]:
+                fail("%s: a data block at [%d, %d), past the data area's end %d" % (what, pos, pos + n,
+                                                                                   layout["inode_table"]))
+            reads.append((pos, pos + n))
+        unit[pos:pos + n] = True
+    rounded = [(a // SQUASHFS_DEVBLK * SQUASHFS_DEVBLK, -(-b // SQUASHFS_DEVBLK) * SQUASHFS_DEVBLK) for a, b in reads]
+    total = sum(b - a for a, b in rounded)
+    outside = sum(int((~unit[a:b]).sum()) for a, b in rounded)
+    u = summary.device_unneeded(res)
+    dev = [d for d in summary.device_stats(res).values() if d.get("diskstats_delta")]
+    lines.append("%s: %d blocks read, device %s B (diskstats %s B, squashfs_bio_read's reads %d B); outside the "
+                 "blocks %s B + %s B in requests with none (predicted %d B): unneeded share %s" % (
+                     what, len(r), u.get("bytes"), dev[0]["diskstats_delta"]["sectors_read"] * 512 if dev else "?",
+                     total, u.get("unneeded_bytes"), u.get("no_unit_bytes"), outside,
+                     "%.3f" % (u["unneeded_bytes"] / u["bytes"]) if u.get("available") else u.get("why")))
+    if not u.get("available"):
+        fail("%s: device_unneeded unavailable: %s" % (what, u.get("why")))
+        return
+    if dev and u["bytes"] != dev[0]["diskstats_delta"]["sectors_read"] * 512:
+        fail("%s: %d device bytes in block requests, /proc/diskstats %d" % (
+            what, u["bytes"], dev[0]["diskstats_delta"]["sectors_read"] * 512))
+    if u["bytes"] != total or u["unneeded_bytes"] + u["no_unit_bytes"] != outside:
+        fail("%s: device bytes %d, outside the blocks %d + %d; squashfs_bio_read's reads of the blocks give %d "
+             "and %d" % (what, u["bytes"], u["unneeded_bytes"], u["no_unit_bytes"], total, outside))
+    if scattered and not u["unneeded_bytes"]:
+        fail("%s: scattered reads, yet no device byte outside the blocks read" % what)
+
+
+def check_scattered(outdir, name, image_path, fail, lines):
+    """One squashfs disk read at scattered offsets alone: check_unneeded, and fio's own count of its reads."""
+    path = os.path.join(outdir, "scattered-%s.fst" % name)
+    fio_path = os.path.join(outdir, "scattered-%s-fio.json" % name)
+    if not os.path.exists(path) or not os.path.exists(fio_path):
+        fail("%s scattered: no results" % name)
+        return
+    res = results.load(path)
+    with open(fio_path) as f:
+        text = f.read()
+    job = json.loads(text[text.index("{"):])["jobs"][0]["read"]
+    reads = res["req"][res["req"]["kind"] == summary.enum_value(res.header, "req_kind", "read")]
+    if int(reads["ret"][reads["ret"] > 0].sum()) != job["io_bytes"]:
+        fail("%s scattered: %d bytes read, fio read %d" % (name, int(reads["ret"][reads["ret"] > 0].sum()),
+                                                          job["io_bytes"]))
+    check_unneeded("%s scattered" % name, res, image_path, images.squashfs_layout(image_path), fail, lines,
+                   scattered=True)
 
 
 def check_write_compression(name, mode, res, src, fail, lines, kver="?"):
@@ -562,6 +660,7 @@ def check_image(outdir, name, fs, opts, alg, image_path, fail, lines):
         layout = images.squashfs_layout(image_path)
         for mode, res in loaded.items():
             check_squashfs_caches(name, mode, res, layout, fail, lines)
+            check_unneeded("%s %s" % (name, mode), res, image_path, layout, fail, lines)
 
 
 def syscall_numbers(arch="x86"):
@@ -694,6 +793,9 @@ def check(outdir, images_run, paths, src):
     for name, fs, opts, alg in images_run:
         if name in BOUNDS:
             check_bounds(outdir, name, failures.append, lines)
+    for name, fs, opts, alg in images_run:
+        if name in SCATTERED:
+            check_scattered(outdir, name, paths[name], failures.append, lines)
     if COST in [e[0] for e in images_run]:
         check_cost(outdir, failures.append, lines)
     lines += ["FAIL " + f for f in failures]

@@ -202,6 +202,21 @@ def test_storage_profile_throttle_holds(tmp_path, big_file_dataset, workload, li
     assert abs(measured - prof[limit]) <= 0.1 * prof[limit], (measured, prof[limit], delta, t)
 
 
+@pytest.mark.unit
+def test_every_storage_profile_cites_its_numbers():
+    """Each profile's source names a seed write-up or where its figures were published, and docs/storage.md's
+    table has the profile's limits."""
+    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "storage.md")) as f:
+        doc = f.read()
+    for name, p in storage.PROFILES.items():
+        assert re.search(r"seed 00\d|[a-z-]+\.(com|org|net)/\S+", p["source"]), (name, p["source"])
+        row = [l for l in doc.splitlines() if l.startswith("| `%s` |" % name)]
+        assert len(row) == 1, name
+        cells = [c.strip() for c in row[0].split("|")[3:7]]
+        assert cells == [storage._rate(p["rbps"]) + "/s", storage._rate(p["wbps"]) + "/s", str(p["riops"]),
+                         str(p["wiops"])], (name, cells)
+
+
 @pytest.mark.bpf
 def test_storage_and_iops_cap_refused_together(tmp_path):
     p = fstrace("run", "--fs", "erofs", "--workload", "cat-500", "--storage", "sdcard", "--iops-cap", "300",

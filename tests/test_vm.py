@@ -77,7 +77,7 @@ def test_read_probes(guest, kname, image, vm_host):
     """Decompression records of one image on both tiers: from the tier asked, the algorithm the image was built
     with, unit sizes within the image's cluster/block size, output covering the bytes read; erofs's against the
     workqueue tier and its own tracepoints of the same run; squashfs's cache lookups against the image's
-    metadata and fragment blocks."""
+    metadata and fragment blocks, and the device bytes outside the blocks it read against its layout."""
     entry = [e for e in guest["images"] if e[0] == image]
     if not entry:
         pytest.skip("%s not run on %s: %s" % (image, kname, guest["skipped"][image]))
@@ -87,6 +87,20 @@ def test_read_probes(guest, kname, image, vm_host):
     assert not failures, "\n".join(failures + lines)
     counted = [l for l in lines if l.startswith(name + " ") and " tier " in l]
     assert len(counted) == 2, lines  # one decompression line per tier, each with records (else a failure above)
+
+
+@pytest.mark.vm
+@pytest.mark.parametrize("image", vmtest.SCATTERED)
+@pytest.mark.parametrize("kname", KERNELS)
+def test_unneeded_share_of_scattered_squashfs_reads(guest, kname, image, vm_host):
+    """fio's 4 KiB random reads of one file alone on a squashfs image: every block read is one of the image's, and
+    the device bytes outside the blocks read (the summary's device_unneeded) are those that squashfs_bio_read's
+    whole 1 KiB device blocks around them give, with the device's bytes /proc/diskstats' and some outside."""
+    if image not in [e[0] for e in guest["images"]]:
+        pytest.skip("%s not run on %s: %s" % (image, kname, guest["skipped"].get(image)))
+    failures, lines = [], []
+    vmtest.check_scattered(guest["outdir"], image, vm_host["paths"][image], failures.append, lines)
+    assert not failures, "\n".join(failures + lines)
 
 
 @pytest.mark.vm
