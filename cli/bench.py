@@ -30,7 +30,7 @@ PRESETS = {
         "not_reproduced": [
             "the seed's data (a Debian docker rootfs; silesia.tar): fstrace's generated tree and silesia.bin stand "
             "in, so sizes and times are of other bytes",
-            "its cloud disk's latency: io.max caps requests at 3000 IOPS and 125 MB/s but cannot add the network "
+            "its cloud disk's latency: io.max caps requests at 3000 IOPS and 125 MiB/s but cannot add the network "
             "round trip of each request",
             "its machine and versions (2-vCPU Xeon 8369B, Linux 6.2, erofs-utils 1.6, squashfs-tools 4.5.1): "
             "this machine's kernel and tools are in every result",

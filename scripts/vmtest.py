@@ -222,7 +222,7 @@ scattered() {  # name disk fstype file: fio's 4 KiB random reads of one file alo
     mount -t $3 -o ro /dev/$2 /mnt/$1 || { echo "vmguest: mount $1 failed"; return; }
     echo "vmguest: $(cut -d' ' -f1 /proc/uptime) s: scattered reads $1"
     echo 3 > /proc/sys/vm/drop_caches
-    collect -o /out/scattered-$1.fst -d $dev:4096 --sdev $(sdev_of /mnt/$1) -- \
+    collect --records all -o /out/scattered-$1.fst -d $dev:4096 --sdev $(sdev_of /mnt/$1) -- \
         fio --name=scattered --filename=/mnt/$1/$4 --rw=randread --bs=4k --ioengine=psync --readonly \
             --invalidate=0 --randseed=4321 --io_size=256k --thread --output-format=json \
             --output=/out/scattered-$1-fio.json 2>> /out/collector.log \

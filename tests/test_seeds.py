@@ -242,6 +242,41 @@ def _not_reproduced(text, name):
 
 
 @pytest.mark.bpf
+def test_preset_seed000(tmp_path):
+    """seed 000's matrix on its cloud disk: both image size tables and every workload's table with a row per
+    configuration, each with its measured time (or fio's bandwidth) and a cause."""
+    from user.bench import PRESETS
+    p = PRESETS["seed000"]
+    out, text = _preset(tmp_path, "seed000")
+    doc = json.loads((out / "bench.json").read_text())
+    configs = {(fs, "uncompressed" if c == "none" else str(b)) for fs in p["fs"] for c, b in p["variants"]}
+    assert doc["storage"]["name"] == "cloud-3000iops" and len(doc["rows"]) == len(configs) * len(p["workloads"])
+    lines = text.splitlines()
+
+    def rows_after(i):
+        rows = []
+        for line in lines[i + 3:]:
+            if not line.startswith("| "):
+                break
+            rows.append([c.strip() for c in line.strip("|").split("|")])
+        return rows
+    sizes = [i for i, line in enumerate(lines) if line == "Image size"]
+    assert len(sizes) == 2  # the tree's images and the single file's
+    for i in sizes:
+        rows = rows_after(i)
+        assert {(r[1], r[2]) for r in rows} == configs and len(rows) == len(configs)
+        assert all(int(r[0]) > 0 for r in rows)
+    for wl in p["workloads"]:
+        rows = rows_after(lines.index(wl))
+        assert {(r[0], r[1]) for r in rows} == configs and len(rows) == len(configs), (wl, rows)
+        for r in rows:
+            assert re.match(r"[\d.]+ MiB/s$" if wl in ("seqread", "randread", "randread-10m") else
+                            r"[\d.]+ m?s \(", r[2]), (wl, r)
+            assert r[3] and r[3] != "-", (wl, r)
+    _not_reproduced(text, "seed000")
+
+
+@pytest.mark.bpf
 def test_preset_seed001(tmp_path):
     out, text = _preset(tmp_path, "seed001")
     doc = json.loads((out / "bench.json").read_text())
