@@ -245,7 +245,7 @@ def _not_reproduced(text, name):
 def test_preset_seed000(tmp_path):
     """seed 000's matrix on its cloud disk: both image size tables and every workload's table with a row per
     configuration, each with its measured time (or fio's bandwidth) and a cause."""
-    from user.bench import PRESETS
+    from cli.bench import PRESETS
     p = PRESETS["seed000"]
     out, text = _preset(tmp_path, "seed000")
     doc = json.loads((out / "bench.json").read_text())
