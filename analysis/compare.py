@@ -87,7 +87,8 @@ def _ms(ns):
 def _amp_cells(r):
     return [amplification.ratio_text(r.get("loop_read_per_received")),
             amplification.ratio_text(r.get("backing_read_per_received")), amplification.decompressed_text(r),
-            "-" if r.get("reread_share") is None else "%.1f %%" % (100 * r["reread_share"])]
+            "-" if r.get("reread_share") is None else "%.1f %%" % (100 * r["reread_share"]),
+            "-" if r.get("unneeded_share") is None else "%.1f %%" % (100 * r["unneeded_share"])]
 
 
 def render(c, sa, sb, name_a="A", name_b="B"):
@@ -107,9 +108,9 @@ def render(c, sa, sb, name_a="A", name_b="B"):
                                                   1e3 * (c["wall_s"][1] - c["wall_s"][0])))
     out += ["", "read amplification (per byte received: %s by %s, %s by %s)" % (
         verdict.size(c["received_bytes"][0]), name_a, verdict.size(c["received_bytes"][1]), name_b),
-            "  %-6s %10s %10s %10s %10s" % ("", "loop/B", "backing/B", "decomp/B", "re-read")]
+            "  %-6s %10s %10s %10s %10s %10s" % ("", "loop/B", "backing/B", "decomp/B", "re-read", "unneeded")]
     for name, r in zip((name_a, name_b), c["amplification"]):
-        out.append("  %-6s %10s %10s %10s %10s" % ((name,) + tuple(_amp_cells(r))))
+        out.append("  %-6s %10s %10s %10s %10s %10s" % ((name,) + tuple(_amp_cells(r))))
     if c["accounts_for"]:
         said = ["%s %+.1f ms (%.0f %% of it)" % (x["part"], x["delta_ns"] / 1e6, 100 * x["share_of_change"])
                 for x in c["accounts_for"]]

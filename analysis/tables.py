@@ -187,7 +187,7 @@ CSV_FIELDS = ["workload", "label", "fs", "run", "wall_s", "read_bytes", "request
               "other_share", "kworker_share", "lock_share", "io_wait_s", "oncpu_s", "other_s", "decompression_share",
               "loop_requests", "loop_mean_bytes", "loop_aligned_4k_pct",
               "loop_unseen_requests", "pagecache_misses", "loop_read_per_received", "backing_read_per_received",
-              "decompressed_per_received", "decompressed_method", "reread_share", "storage", "dir"]
+              "decompressed_per_received", "decompressed_method", "reread_share", "unneeded_share", "storage", "dir"]
 
 
 def render_csv(doc):

@@ -168,6 +168,8 @@ def test_compare_two_configurations(erofs_none_rand, erofs_64k_rand):
                                   "%.2f" % sa["amplification"]["device_read_per_received"]["backing"]["per_received"],
                                   "n/a"]
     assert amp[3].split()[3] == "<=%.2f" % sb["amplification"]["decompressed_per_received"]["per_received"]
+    for line, s in zip(amp[2:4], (sa, sb)):
+        assert line.endswith("%.1f %%" % (100 * s["amplification"]["device_unneeded_share"]["share"]))
     assert "most of the" in text or "no difference" in text
 
 
