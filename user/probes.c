@@ -160,7 +160,7 @@ static struct probe squashfs_probes[] = {
 	D(squashfs_bpf, squashfs_cache_get, FST_FIG_SQUASHFS_CACHE,
 	  "squashfs metadata/fragment/data cache lookups and their time"),
 	D(squashfs_bpf, squashfs_read_data, FST_FIG_SQUASHFS_CACHE_MISS,
-	  "squashfs blocks read from the device, their place and length (a read under a lookup: a cache miss)"),
+	  "squashfs block reads: each block's place and length on the device (one under a lookup: a cache miss)"),
 };
 
 #define BTRFS_COMPRESS_WHAT "btrfs compression on write: time and sizes per chunk, and the thread that ran it"
