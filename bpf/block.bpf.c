@@ -60,11 +60,9 @@ static __always_inline __u32 bio_dev(struct bio *bio, bool btf)
 
 static __always_inline __u32 rq_dev(struct request *rq, bool btf)
 {
-	if (bpf_core_field_exists(rq->part)) {
-		struct block_device *part = FST_FIELD(btf, rq, part);
-		if (part)
-			return FST_FIELD(btf, part, bd_dev);
-	}
+	struct block_device *part = request_part(rq, btf);
+	if (part)
+		return FST_FIELD(btf, part, bd_dev);
 	struct gendisk *disk = BPF_CORE_READ(rq, q, disk);
 	return FST_KDEV(BPF_CORE_READ(disk, major), BPF_CORE_READ(disk, first_minor));
 }

@@ -8,22 +8,9 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-/* 6.1: compressed_bio carries the inode; 6.18 embeds a btrfs_bio that does */
-struct compressed_bio___v61 {
-	struct inode *inode;
-};
-
-static __always_inline __u32 cb_dev(struct compressed_bio *cb)
-{
-	struct compressed_bio___v61 *old = (void *)cb;
-	if (bpf_core_field_exists(old->inode))
-		return BPF_CORE_READ(old, inode, i_sb, s_dev);
-	return BPF_CORE_READ(cb, bbio.inode, vfs_inode.i_sb, s_dev);
-}
-
 static __always_inline void begin(struct compressed_bio *cb, __u16 alg, __u16 tier)
 {
-	decomp_begin(FST_FS_BTRFS, alg, BPF_CORE_READ(cb, compressed_len), BPF_CORE_READ(cb, len), cb_dev(cb), tier);
+	decomp_begin(FST_FS_BTRFS, alg, BPF_CORE_READ(cb, compressed_len), BPF_CORE_READ(cb, len), compressed_bio_dev(cb), tier);
 }
 
 #define BTRFS_PROBES(fn, alg) \
@@ -58,10 +45,10 @@ struct {
 	__type(value, struct compress_start);
 } compress_starts SEC(".maps");
 
-/* btrfs_compression_type; 6.1 packs the level into bits 4-7 of the same argument */
-static __always_inline __u16 btrfs_alg(__u64 type)
+/* enum btrfs_compression_type */
+static __always_inline __u16 btrfs_alg(__u32 type)
 {
-	switch (type & 0xf) {
+	switch (type) {
 	case 1: return FST_ALG_ZLIB;
 	case 2: return FST_ALG_LZO;
 	case 3: return FST_ALG_ZSTD;
@@ -72,11 +59,7 @@ static __always_inline __u16 btrfs_alg(__u64 type)
 static __always_inline void compress_begin(__u64 type, __u64 owner, __u64 start, __u64 total_in, __u64 total_out,
 					   __u16 tier)
 {
-	struct inode *inode;
-	if (cfg.btrfs_compress_owner_is_inode)
-		inode = __builtin_preserve_access_index(&((struct btrfs_inode *)owner)->vfs_inode);
-	else
-		inode = BPF_CORE_READ((struct address_space *)owner, host);
+	struct inode *inode = btrfs_compress_inode(owner);
 	__u32 dev = BPF_CORE_READ(inode, i_sb, s_dev);
 	if (!sdev_is_traced(dev))
 		return;
@@ -88,7 +71,7 @@ static __always_inline void compress_begin(__u64 type, __u64 owner, __u64 start,
 		.total_in = total_in,
 		.total_out = total_out,
 		.dev = dev,
-		.alg = btrfs_alg(type),
+		.alg = btrfs_alg(btrfs_compress_type(type)),
 		.tier = tier,
 	};
 	bpf_map_update_elem(&compress_starts, &pid, &c, BPF_ANY);

@@ -26,6 +26,8 @@ const volatile struct fst_cfg cfg = {};
  */
 #define FST_FIELD(btf, ptr, field) ((btf) ? (ptr)->field : BPF_CORE_READ(ptr, field))
 
+#include "compat.bpf.h"
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, FST_RINGBUF_BYTES);

@@ -65,24 +65,6 @@ static __always_inline void erofs_submit(struct task_req *r, struct fst_erofs *r
 	tracer_charge(r && r->in_req ? r : NULL, FST_SITE_EROFS, t0);
 }
 
-/*
- * m_flags in records.h's bits.  Before 6.3 erofs used buffer_head state bits
- * (1 << BH_Mapped, 1 << BH_Meta, 1 << (BH_PrivateStart + 0..3)); since then
- * 0x1..0x20.  The old encoding never sets bit 0 (BH_Uptodate) and always sets
- * BH_Mapped on a mapped extent, so a value tells which one it is.
- */
-static __always_inline __u32 erofs_map_flags(__u32 f)
-{
-	__u32 mapped = 1u << bpf_core_enum_value(enum bh_state_bits, BH_Mapped);
-	__u32 meta = 1u << bpf_core_enum_value(enum bh_state_bits, BH_Meta);
-	__u32 priv = bpf_core_enum_value(enum bh_state_bits, BH_PrivateStart);
-	if ((f & 0x1) || !(f & mapped))
-		return f;
-	return FST_EROFS_MAP_MAPPED | (f & meta ? FST_EROFS_MAP_META : 0) |
-	       (f & (1u << priv) ? FST_EROFS_MAP_ENCODED : 0) | (f & (2u << priv) ? FST_EROFS_MAP_FULL_MAPPED : 0) |
-	       (f & (4u << priv) ? FST_EROFS_MAP_FRAGMENT : 0) | (f & (8u << priv) ? FST_EROFS_MAP_PARTIAL_REF : 0);
-}
-
 static __always_inline int handle_map_exit(struct inode *inode, struct erofs_map_blocks *map, unsigned int flags,
 					   int ret, bool btf)
 {
@@ -172,15 +154,9 @@ int BPF_PROG(erofs_read_folio_raw, struct folio *folio, bool raw)
 {
 	return handle_read_folio(BPF_CORE_READ(folio, mapping, host), BPF_CORE_READ(folio, index), false);
 }
-/* 6.1: erofs_readpage(struct page *page, bool raw); struct page lost .index later (CO-RE flavour) */
-struct page___v61 {
-	struct address_space *mapping;
-	unsigned long index;
-} __attribute__((preserve_access_index));
-
+/* kernels older than 6.1: the same event, handed a page (compat.bpf.h page_index) */
 SEC("raw_tp/erofs_readpage")
-int BPF_PROG(erofs_readpage_raw, struct page___v61 *page, bool raw)
+int BPF_PROG(erofs_readpage_raw, struct page___with_index *page, bool raw)
 {
-	unsigned long index = bpf_core_field_exists(page->index) ? BPF_CORE_READ(page, index) : 0;
-	return handle_read_folio(BPF_CORE_READ(page, mapping, host), index, false);
+	return handle_read_folio(BPF_CORE_READ(page, mapping, host), page_index(page), false);
 }

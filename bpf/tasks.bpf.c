@@ -970,23 +970,6 @@ int BPF_PROG(sched_process_exit_raw, struct task_struct *p) { return handle_exit
 
 #define FST_MAX_NEST 32 /* deeper than any stacking: taken as ends that were missed */
 
-/* getdents64's callback state keeps the room left in the caller's buffer up to 6.12; later kernels keep it in
- * the dir_context the filesystem is handed (both name it count) */
-struct getdents_callback64___count {
-	int count;
-};
-struct dir_context___count {
-	int count;
-};
-
-static __always_inline int dir_room(struct dir_context *dir)
-{
-	struct getdents_callback64___count *buf = (void *)dir; /* its first member is the dir_context */
-	if (bpf_core_field_exists(buf->count))
-		return BPF_CORE_READ(buf, count);
-	return BPF_CORE_READ((struct dir_context___count *)dir, count);
-}
-
 /* what getdents64 returns (fs/readdir.c): the bytes its callback wrote when it wrote any, else the callback's
  * error or the directory read's */
 static __always_inline long getdents_ret(struct task_req *r, long ret)

@@ -1,0 +1,129 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Reads of kernel objects whose layout differs between the kernels fstrace runs on: every CO-RE shim (a field
+ * that may be absent, a ___flavour of a structure, a value read from the running kernel's BTF) is here, so the
+ * programs read one name and a change in the kernel is fixed in one place.
+ *
+ * Each shim names the kernel change it follows: its subject line, the first release that has it, and its
+ * commit id where an upstream commit list confirmed it.  Every before and after was checked in the BTF of
+ * Debian bookworm's 6.1 and bookworm-backports' 6.12 kernels (vmlinux and the erofs and btrfs modules) and of
+ * a 6.18 kernel: `bpftool btf dump file ... format c`.
+ */
+#ifndef FSTRACE_COMPAT_BPF_H
+#define FSTRACE_COMPAT_BPF_H
+
+/*
+ * The partition a block request is accounted to, NULL when it has none (its disk stands for it then).  Not a
+ * kernel change: struct request has part in 6.1, 6.12 and 6.18 alike; the test keeps a kernel without it
+ * loading the block programs, on the disk's device.
+ */
+static __always_inline struct block_device *request_part(struct request *rq, bool btf)
+{
+	if (!bpf_core_field_exists(rq->part))
+		return NULL;
+	return FST_FIELD(btf, rq, part);
+}
+
+/*
+ * btrfs: the superblock device of the inode a compressed extent belongs to.  compressed_bio held the inode
+ * itself (6.1); the btrfs_bio it embeds since "btrfs: embed a btrfs_bio into struct compressed_bio" (6.4, commit
+ * 544fe4a903ce: the subject and id in greg k-h's stable mails' lists of upstream commits, and in linux-next's
+ * list of the 6.4 merge window) holds it (6.12, 6.18: compressed_bio.bbio.inode).  Not checked: that this
+ * commit, rather than another of its series, dropped compressed_bio.inode.
+ */
+struct compressed_bio___with_inode {
+	struct inode *inode;
+};
+
+static __always_inline __u32 compressed_bio_dev(struct compressed_bio *cb)
+{
+	struct compressed_bio___with_inode *old = (void *)cb;
+	if (bpf_core_field_exists(old->inode))
+		return BPF_CORE_READ(old, inode, i_sb, s_dev);
+	return BPF_CORE_READ(cb, bbio.inode, vfs_inode.i_sb, s_dev);
+}
+
+/*
+ * btrfs write compression: the compression type from btrfs_compress_pages/_folios' first argument, which
+ * carried the level in bits 4-7 too (type_level) until the level became an argument of its own (the patch
+ * "btrfs/zstd: enable negative compression levels mount option", January 2025; its release was not checked:
+ * 6.12's BTF has type_level, 6.18's type and level).  The low four bits are the type either way.
+ */
+static __always_inline __u32 btrfs_compress_type(__u64 type_or_type_level)
+{
+	return type_or_type_level & 0xf;
+}
+
+/*
+ * btrfs write compression: the inode whose data btrfs_compress_folios compresses.  It took the file's
+ * address_space until "btrfs: pass btrfs_inode pointer directly into btrfs_compress_folios()" (posted August
+ * 2025; 6.12's BTF has mapping, 6.18's inode), the btrfs_inode since.  Which one this kernel passes the
+ * collector reads from its BTF (cfg.btrfs_compress_owner_is_inode, with the argument positions).
+ */
+static __always_inline struct inode *btrfs_compress_inode(__u64 owner)
+{
+	if (cfg.btrfs_compress_owner_is_inode)
+		return __builtin_preserve_access_index(&((struct btrfs_inode *)owner)->vfs_inode);
+	return BPF_CORE_READ((struct address_space *)owner, host);
+}
+
+/*
+ * erofs: struct erofs_map_blocks m_flags in records.h's FST_EROFS_MAP_* bits.  Until "erofs: remove
+ * linux/buffer_head.h dependency" (6.3) they were buffer_head state bits: 1 << BH_Mapped, 1 << BH_Meta and
+ * 1 << (BH_PrivateStart + 0..3) for encoded, full-mapped, fragment and partial-ref; since then 0x1..0x20, the
+ * values records.h names.  (The patch on linux-erofs shows both; 6.1's erofs module has the BH_Encoded enum,
+ * 6.12's has not.)  BH_PrivateStart is read from the kernel: 6.1 and 6.12 have 16, 6.18 has 17.  The old
+ * encoding never sets bit 0 (BH_Uptodate) and always sets BH_Mapped on a mapped extent, so a value tells which
+ * encoding it is in.
+ */
+static __always_inline __u32 erofs_map_flags(__u32 f)
+{
+	__u32 mapped = 1u << bpf_core_enum_value(enum bh_state_bits, BH_Mapped);
+	__u32 meta = 1u << bpf_core_enum_value(enum bh_state_bits, BH_Meta);
+	__u32 priv = bpf_core_enum_value(enum bh_state_bits, BH_PrivateStart);
+	if ((f & 0x1) || !(f & mapped))
+		return f;
+	return FST_EROFS_MAP_MAPPED | (f & meta ? FST_EROFS_MAP_META : 0) |
+	       (f & (1u << priv) ? FST_EROFS_MAP_ENCODED : 0) | (f & (2u << priv) ? FST_EROFS_MAP_FULL_MAPPED : 0) |
+	       (f & (4u << priv) ? FST_EROFS_MAP_FRAGMENT : 0) | (f & (8u << priv) ? FST_EROFS_MAP_PARTIAL_REF : 0);
+}
+
+/*
+ * A page's index in its file, for the erofs_readpage tracepoint, which hands over a struct page: kernels older
+ * than 6.1 have it (6.1, 6.12 and 6.18 have erofs_read_folio instead).  struct page lost index in "mm: rename
+ * page->index to page->__folio_index" (6.16: Andrew Morton's "Additional MM updates for 6.16-rc1" pull lists it;
+ * 6.1 and 6.12 have page.index, 6.18 page.__folio_index), so the field is read through a flavour that only has
+ * to load where it is gone: 0 there (where the tracepoint is long gone too).
+ */
+struct page___with_index {
+	struct address_space *mapping;
+	unsigned long index;
+} __attribute__((preserve_access_index));
+
+static __always_inline unsigned long page_index(struct page___with_index *page)
+{
+	return bpf_core_field_exists(page->index) ? BPF_CORE_READ(page, index) : 0;
+}
+
+/*
+ * getdents64: the room left in the caller's buffer.  The callback state (struct getdents_callback64) kept it as
+ * count until "readdir: supply dir_context.count as readdir buffer size hint" (6.16, commit 467e245d47e6: the
+ * subject and id in a bisection of the mainline merge of fuse-update-6.16 quoted on linux-fsdevel); since then
+ * the dir_context the filesystem is handed keeps it (6.12: getdents_callback64.count; 6.18: dir_context.count).
+ */
+struct getdents_callback64___with_count {
+	int count;
+};
+struct dir_context___with_count {
+	int count;
+};
+
+static __always_inline int dir_room(struct dir_context *dir)
+{
+	struct getdents_callback64___with_count *buf = (void *)dir; /* its first member is the dir_context */
+	if (bpf_core_field_exists(buf->count))
+		return BPF_CORE_READ(buf, count);
+	return BPF_CORE_READ((struct dir_context___with_count *)dir, count);
+}
+
+#endif
