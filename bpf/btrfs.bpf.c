@@ -23,21 +23,11 @@ BTRFS_PROBES(zlib_decompress_bio, FST_ALG_ZLIB)
 /*
  * Compression on write: one call per chunk of up to 128 KiB of a file,
  * normally in a btrfs-delalloc kworker.  The function was renamed
- * (btrfs_compress_pages -> _folios) and its arguments reordered, so their
- * positions come from the running kernel's BTF (cfg.btrfs_compress_arg_*),
- * and the sizes are read at exit through the total_in/total_out pointers.
+ * (btrfs_compress_pages -> _folios) and its arguments changed (compat.bpf.h
+ * btrfs_compress_type, btrfs_compress_inode), so their positions come from
+ * the running kernel's BTF (cfg.btrfs_compress_arg_*), and the sizes are read
+ * at exit through the total_in/total_out pointers.
  */
-struct compress_start {
-	__u64 ts;
-	__u64 file_pos;
-	__u64 ino;
-	__u64 total_in; /* kernel addresses of the function's unsigned long results */
-	__u64 total_out;
-	__u32 dev;
-	__u16 alg;
-	__u16 tier;
-};
-
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
@@ -65,49 +55,25 @@ static __always_inline void compress_begin(__u64 type, __u64 owner, __u64 start,
 		return;
 	__u32 pid = (__u32)bpf_get_current_pid_tgid();
 	struct compress_start c = {
-		.ts = bpf_ktime_get_ns(),
+		.c = {
+		    .ts = bpf_ktime_get_ns(),
+		    .dev = dev,
+		    .fs = FST_FS_BTRFS,
+		    .alg = btrfs_alg(btrfs_compress_type(type)),
+		    .tier = tier,
+		},
 		.file_pos = start,
 		.ino = BPF_CORE_READ(inode, i_ino),
 		.total_in = total_in,
 		.total_out = total_out,
-		.dev = dev,
-		.alg = btrfs_alg(btrfs_compress_type(type)),
-		.tier = tier,
 	};
 	bpf_map_update_elem(&compress_starts, &pid, &c, BPF_ANY);
 }
 
+/* the record of a compression, written at its exit (common.bpf.h coder_end, as decompressions are) */
 static __always_inline void compress_end(long ret)
 {
-	__u64 now = bpf_ktime_get_ns();
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u32 pid = (__u32)pid_tgid;
-	struct compress_start *c = bpf_map_lookup_elem(&compress_starts, &pid);
-	if (!c)
-		return;
-	struct fst_compress *rec = record_reserve(FST_REC_COMPRESS, sizeof(*rec));
-	if (rec) {
-		unsigned long in = 0, out = 0;
-		bpf_probe_read_kernel(&in, sizeof(in), (void *)c->total_in);
-		bpf_probe_read_kernel(&out, sizeof(out), (void *)c->total_out);
-		rec->ts_start_ns = c->ts;
-		rec->ts_end_ns = now;
-		rec->file_pos = c->file_pos;
-		rec->ino = c->ino;
-		rec->in_bytes = in;
-		rec->out_bytes = out;
-		rec->pid = pid;
-		rec->tgid = pid_tgid >> 32;
-		rec->dev = c->dev;
-		rec->ret = ret;
-		rec->fs = FST_FS_BTRFS;
-		rec->alg = c->alg;
-		rec->context = current_context(current_is_traced());
-		rec->tier = c->tier;
-		current_comm(rec->comm);
-		record_submit(rec);
-	}
-	bpf_map_delete_elem(&compress_starts, &pid);
+	coder_end(&compress_starts, true, bpf_ktime_get_ns(), ret);
 }
 
 static __always_inline bool compress_args_known(void)
