@@ -1,7 +1,7 @@
 """Histograms as libbpf-tools prints them (print_log2_hist), from values or from kernel slots.
 
 Slot k of a log2 histogram holds values in [2^k, 2^(k+1) - 1], except slot 0
-which holds 0 and 1: the same bucketing as log2_slot() in bpf/common.bpf.h, so
+which holds 0 and 1: the same bucketing as log2_slot() in bpf/hist.bpf.h, so
 kernel-side and record-side histograms can be compared slot by slot.
 """
 import numpy as np
@@ -79,7 +79,7 @@ def percentiles(values, ps=(50, 90, 99, 99.9)):
 
 
 def loglin_bounds(slot, sub_bits):
-    """[low, high) ns of a log-linear slot (bpf/common.bpf.h loglin_slot, records.h FST_LAT_SLOTS)."""
+    """[low, high) ns of a log-linear slot (bpf/records.h fst_loglin_slot and FST_LAT_SLOTS)."""
     sub = 1 << sub_bits
     if slot < sub:
         return slot, slot + 1

@@ -70,7 +70,7 @@ static __always_inline void compress_begin(__u64 type, __u64 owner, __u64 start,
 	bpf_map_update_elem(&compress_starts, &pid, &c, BPF_ANY);
 }
 
-/* the record of a compression, written at its exit (common.bpf.h coder_end, as decompressions are) */
+/* the record of a compression, written at its exit (codec.bpf.h coder_end, as decompressions are) */
 static __always_inline void compress_end(long ret)
 {
 	coder_end(&compress_starts, true, bpf_ktime_get_ns(), ret);

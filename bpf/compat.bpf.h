@@ -12,6 +12,8 @@
 #ifndef FSTRACE_COMPAT_BPF_H
 #define FSTRACE_COMPAT_BPF_H
 
+/* part of common.bpf.h, which includes it (with cfg, FST_FIELD, the kernel and libbpf headers) */
+
 /*
  * The partition a block request is accounted to, NULL when it has none (its disk stands for it then).  Not a
  * kernel change: struct request has part in 6.1, 6.12 and 6.18 alike; the test keeps a kernel without it

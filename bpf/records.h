@@ -660,7 +660,7 @@ FST_ASSERT_NUMBERED(FST_TRACER_SITES, 0, FST_NR_TRACER_SITES);
 /* clang-format on */
 #define FST_TRACER_TIME_EVERY 16
 
-/* per CPU and site (common.bpf.h tracer_charge) */
+/* per CPU and site (tracer.bpf.h tracer_charge) */
 struct fst_tracer_site {
 	__u64 runs;	   /* handler runs charged to a request */
 	__u64 timed;	   /* of them timed */
@@ -673,7 +673,7 @@ struct fst_tracer_site {
 };
 
 /*
- * In-flight tables (common.bpf.h FST_FLIGHT_TABLE): an array of buckets of FST_FLIGHT_WAYS slots each.  The
+ * In-flight tables (flight.bpf.h FST_FLIGHT_TABLE): an array of buckets of FST_FLIGHT_WAYS slots each.  The
  * bucket counts are powers of two.  Four ways, not eight: every find and claim is unrolled over the ways, and
  * halving that code took about 100 ns off block_rq_issue and 30 off the other block handlers here (the
  * handlers run cold, so their length costs more than their instruction count suggests); with the buckets

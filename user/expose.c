@@ -177,7 +177,7 @@ static const char *kind_name(unsigned kind)
 }
 
 /*
- * A log2 histogram (bpf common.bpf.h log2_slot: slot i holds values in [2^i, 2^(i+1)), slot 0 also 0 and 1,
+ * A log2 histogram (bpf/hist.bpf.h log2_slot: slot i holds values in [2^i, 2^(i+1)), slot 0 also 0 and 1,
  * the last slot everything above) as cumulative buckets.  Integer values (bytes) are at most 2^(i+1) - 1 in
  * slot i; times were truncated to microseconds, so a time in slot i is below 2^(i+1) us.
  */

@@ -146,7 +146,8 @@ static struct probe erofs_probes[] = {
 	D(erofs_bpf, z_erofs_transform_plain, FST_FIG_EROFS_PLAIN, "erofs uncompressed-pcluster copy time and sizes"),
 	P(erofs_bpf, erofs_map_blocks_exit, FST_FIG_EROFS_EXTENTS, "erofs extents mapped per request (pclusters needed)",
 	  false),
-	/* the same figures from the tracepoints' 6.1 names: one attached twin suffices */
+	/* the same figures from the tracepoints' older names (6.1; erofs_readpage: older than 6.1): one attached twin
+	 * suffices */
 	PR(erofs_bpf, z_erofs_map_blocks_iter_exit, FST_FIG_EROFS_EXTENTS,
 	   "erofs extents mapped per request (pclusters needed)", false),
 	P(erofs_bpf, erofs_readahead, FST_FIG_EROFS_READAHEAD, "erofs readahead calls per request", false),

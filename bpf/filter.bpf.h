@@ -1,0 +1,141 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * What is traced: the process tree (pids), the task name, the cgroup, the block devices and the filesystems'
+ * superblocks the collector chose, and the current task's name as the name filter compares it.
+ */
+#ifndef FSTRACE_FILTER_BPF_H
+#define FSTRACE_FILTER_BPF_H
+
+/* part of common.bpf.h, which includes it (with cfg, FST_FIELD, the kernel and libbpf headers) */
+#include "task.bpf.h"
+
+/* the bytes of a little-endian word of a name before its first NUL, the rest zeroed; *ended once a NUL is seen
+ * (the lowest byte the zero-byte test flags is always a real NUL: a borrow only flags bytes above one) */
+static __always_inline __u64 comm_word(__u64 w, bool *ended)
+{
+	if (*ended)
+		return 0;
+	__u64 nul = (w - 0x0101010101010101ull) & ~w & 0x8080808080808080ull;
+	if (!nul)
+		return w;
+	*ended = true;
+	return w & (((nul & -nul) >> 7) - 1);
+}
+
+/*
+ * The current task's name, NUL-padded as bpf_get_current_comm() gives it.  That helper costs about 35 ns here
+ * and runs once per record and per bio; where the task is a BTF pointer (storage mode, whose kernels all have
+ * bpf_get_current_task_btf) the name is two typed loads, clipped at its NUL (a name once longer may leave
+ * bytes after it).
+ */
+static __always_inline void current_comm(char *comm)
+{
+	if (!cfg.task_storage) {
+		bpf_get_current_comm(comm, 16);
+		return;
+	}
+	struct task_struct *t = bpf_get_current_task_btf();
+	bool ended = false;
+	__u64 w0 = comm_word(*(__u64 *)&t->comm[0], &ended);
+	__u64 w1 = comm_word(*(__u64 *)&t->comm[8], &ended);
+	w1 &= 0x00ffffffffffffffull; /* the last byte is always the terminator */
+	__builtin_memcpy(comm, &w0, 8);
+	__builtin_memcpy(comm + 8, &w1, 8);
+}
+
+/* thread ids of the traced process tree (value unused) */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u8);
+} traced_pids SEC(".maps");
+
+/* kernel dev_t of each traced block device */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, FST_MAX_TRACED_DEVS);
+	__type(key, __u32);
+	__type(value, struct fst_dev_cfg);
+} traced_devs SEC(".maps");
+
+/* superblock devices (kernel dev_t) whose files' requests are kept when cfg.filter_sdev is on */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u8);
+} traced_sdevs SEC(".maps");
+
+/* the device stat() reports for a traced filesystem's files -> its superblock's, where they differ (a btrfs
+ * subvolume's anonymous device): a path-based stat call is placed by the former (tasks.bpf.c note_statbuf) */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u32);
+} stat_devs SEC(".maps");
+
+static __always_inline bool comm_matches(const char *comm)
+{
+#pragma unroll
+	for (int i = 0; i < 16; i++) {
+		if (comm[i] != cfg.comm[i])
+			return false;
+		if (!comm[i])
+			break;
+	}
+	return true;
+}
+
+static __always_inline bool current_is_traced(void)
+{
+	if (cfg.filter_pids) {
+		__u32 pid = (__u32)bpf_get_current_pid_tgid();
+		if (!bpf_map_lookup_elem(&traced_pids, &pid))
+			return false;
+	}
+	if (cfg.filter_comm) {
+		char comm[16];
+		current_comm(comm);
+		if (!comm_matches(comm))
+			return false;
+	}
+	if (cfg.filter_cgroup_id && bpf_get_current_cgroup_id() != cfg.filter_cgroup_id)
+		return false;
+	return true;
+}
+
+/* storage mode, pid-tree filter only: the filter's answer cannot change for a task (pids only join), so it is
+ * kept in the task's state and an untraced task's read-family syscall costs one storage lookup */
+static __always_inline bool verdict_cacheable(void)
+{
+	return cfg.task_storage && !cfg.filter_comm && !cfg.filter_cgroup_id;
+}
+
+/* whether the current thread (whose state is r) is traced: the verdict its state keeps where that can be
+ * cached and is known (no hash lookup of the pid), else the filters */
+static __always_inline bool state_is_traced(struct task_req *r)
+{
+	if (verdict_cacheable() && r && r->keep.verdict != FST_VERDICT_UNKNOWN)
+		return r->keep.verdict == FST_VERDICT_TRACED;
+	return current_is_traced();
+}
+
+static __always_inline bool sdev_is_traced(__u32 sdev)
+{
+	return !cfg.filter_sdev || bpf_map_lookup_elem(&traced_sdevs, &sdev) != NULL;
+}
+
+/* whether a superblock is one of the traced ones, by comparing it with cfg.sdevs: no map lookup, for the hooks
+ * other filesystems' calls reach too (tasks.bpf.c, the filesystems' entry points) */
+static __always_inline bool sdev_in_cfg(__u32 sdev)
+{
+#pragma unroll
+	for (int i = 0; i < FST_CFG_SDEVS; i++)
+		if (i < cfg.nr_sdevs && cfg.sdevs[i] == sdev)
+			return true;
+	return false;
+}
+
+#endif

@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Flight tables: what the kernel side holds from one event to the next, keyed by a kernel pointer or a thread id,
+ * in arrays of compare-and-swap slots instead of BPF hash maps (the comment below says why).
+ */
+#ifndef FSTRACE_FLIGHT_BPF_H
+#define FSTRACE_FLIGHT_BPF_H
+
+/* part of common.bpf.h, which includes it (with cfg, FST_FIELD, the kernel and libbpf headers) */
+#include "ring.bpf.h"
+
+/*
+ * In-flight tables: what the block layer and the kworkers hold from one event to the next (a bio from its
+ * queueing to its request's issue, a request until it completes, the loop device a kworker is serving).
+ * A BPF hash map insert and its delete cost about 330 ns together on the development machine (bucket lock
+ * and element free list, preallocated, not preallocated and LRU alike; a lookup costs about 30 ns), and
+ * there were three such pairs per block request per level: the largest part of a cold read's block-layer
+ * cost.  A flight table is an array of buckets of FST_FLIGHT_WAYS slots: a slot is claimed with a
+ * compare-and-swap of its key from 0, found by comparing the bucket's keys and freed by storing 0 (all
+ * three about 6 ns).  Keys are never 0 (kernel pointers, thread ids; 0 finds nothing) nor FST_FLIGHT_BUSY.  A full bucket loses the entry,
+ * counted in `losses`.  Stale entries (their end event never came) are removed by block.bpf.c's
+ * expire_stale, which the collector runs.
+ */
+/* a slot being freed by expire_stale: held (claim skips it, no key matches it) until its value is cleared */
+#define FST_FLIGHT_BUSY (~0ull)
+
+static __always_inline __u32 flight_bucket_index(__u64 key, __u32 nbuckets)
+{
+	/*
+	 * A tp_btf argument (a bio, a request) is a pointer to the verifier, which allows no arithmetic on it
+	 * but does let a privileged program copy its low half into a 32-bit register as a plain number (a mov32,
+	 * hence -mcpu=v3 in the Makefile); slab objects differ in their low 32 bits.  Fibonacci hashing of that
+	 * half (Knuth's multiplier): the product's upper half mixes all of its bits.
+	 */
+	__u32 lo = (__u32)key;
+	return ((lo * 2654435761u) >> 16) & (nbuckets - 1); /* 32-bit operations only */
+}
+
+#define FST_FLIGHT_TABLE(name, value_t, nbuckets, loss)                                                      \
+	struct name##_slot {                                                                                 \
+		__u64 key;                                                                                   \
+		value_t v;                                                                                   \
+	};                                                                                                   \
+	struct name##_bucket {                                                                               \
+		struct name##_slot s[FST_FLIGHT_WAYS];                                                       \
+	};                                                                                                   \
+	struct {                                                                                             \
+		__uint(type, BPF_MAP_TYPE_ARRAY);                                                            \
+		__uint(max_entries, nbuckets);                                                               \
+		__type(key, __u32);                                                                          \
+		__type(value, struct name##_bucket);                                                         \
+	} name SEC(".maps");                                                                                 \
+	static __always_inline struct name##_bucket *name##_bucket_of(__u64 key)                             \
+	{                                                                                                    \
+		__u32 b = flight_bucket_index(key, nbuckets);                                                \
+		return bpf_map_lookup_elem(&name, &b);                                                       \
+	}                                                                                                    \
+	/* the slot holding key, NULL if none */                                                             \
+	static __always_inline struct name##_slot *name##_find(__u64 key)                                    \
+	{                                                                                                    \
+		_Static_assert((nbuckets) <= 65536 && ((nbuckets) & ((nbuckets)-1)) == 0,                    \
+			       "flight_bucket_index: a power of two, at most 16 bits");                      \
+		struct name##_bucket *bk = key ? name##_bucket_of(key) : NULL; /* 0: a free slot */          \
+		if (!bk)                                                                                     \
+			return NULL;                                                                         \
+		_Pragma("unroll")                                                                            \
+		for (int i = 0; i < FST_FLIGHT_WAYS; i++)                                                    \
+			if (bk->s[i].key == key)                                                             \
+				return &bk->s[i];                                                            \
+		return NULL;                                                                                 \
+	}                                                                                                    \
+	/* the slot of key, claimed if it has none; NULL (and a loss counted) when its bucket is full */     \
+	static __always_inline struct name##_slot *name##_claim(__u64 key)                                   \
+	{                                                                                                    \
+		struct name##_slot *held = name##_find(key);                                                 \
+		if (held || !key)                                                                            \
+			return held;                                                                         \
+		struct name##_bucket *bk = name##_bucket_of(key); /* an array: inlined */                    \
+		if (!bk)                                                                                     \
+			return NULL;                                                                         \
+		_Pragma("unroll")                                                                            \
+		for (int i = 0; i < FST_FLIGHT_WAYS; i++)                                                    \
+			if (!bk->s[i].key && __sync_val_compare_and_swap(&bk->s[i].key, 0, key) == 0)        \
+				return &bk->s[i];                                                            \
+		loss_count(loss);                                                                            \
+		return NULL;                                                                                 \
+	}                                                                                                    \
+	/* free a slot found or claimed above: its value is zeroed first, so a slot just claimed again never \
+	 * shows expire_stale its previous holder's times */                                                 \
+	static __always_inline void name##_release(struct name##_slot *slot)                                 \
+	{                                                                                                    \
+		__builtin_memset(&slot->v, 0, sizeof(slot->v));                                              \
+		__atomic_exchange_n(&slot->key, 0, __ATOMIC_SEQ_CST);                                        \
+	}
+
+#endif
