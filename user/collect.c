@@ -22,7 +22,7 @@
 #include <unistd.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
-#include "collect.h"
+#include "env.h"
 #include "expose.h"
 #include "header.h"
 #include "live.h"

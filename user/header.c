@@ -8,7 +8,7 @@
 #include <sys/wait.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
-#include "collect.h"
+#include "env.h"
 #include "expose.h"
 #include "header.h"
 #include "window.h"

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
-#include "collect.h"
+#include "env.h"
 #include "ksyms.h"
 #include "ksyms.skel.h"
 

@@ -15,7 +15,7 @@
 #include <sys/statfs.h>
 #include <linux/magic.h>
 #include <unistd.h>
-#include "collect.h"
+#include "env.h"
 
 struct options opt = { .ready_fd = -1, .record_over_us = 1000, .offcpu_sample_us = 1000, .exposition_interval = 5, .budget_pct = 100 };
 

@@ -12,7 +12,7 @@
 #include <unistd.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
-#include "collect.h"
+#include "env.h"
 #include "ksyms.h"
 #include "probes.h"
 #include "procfs.h"

@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <bpf/bpf.h>
-#include "collect.h"
+#include "env.h"
 #include "block.skel.h"
 #include "procfs.h"
 

@@ -5,7 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <linux/types.h>
-#include "collect.h"
+#include "env.h"
 
 /* the filesystem type and mount point of a superblock device (kernel dev_t), from /proc/self/mountinfo: its
  * first mount; false when it is not mounted */

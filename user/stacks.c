@@ -12,7 +12,7 @@
 #include <sys/syscall.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
-#include "collect.h"
+#include "env.h"
 #include "ksyms.h"
 #include "expose.h"
 #include "results.h"

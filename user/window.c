@@ -32,7 +32,7 @@
 #include <unistd.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
-#include "collect.h"
+#include "env.h"
 #include "expose.h"
 #include "probes.h"
 #include "stacks.h"

@@ -1,12 +1,17 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * The collector's options (options.c parses them) and the few helpers every part of it shares.  The parts:
- * collect.c (main: start the command, trace, stop), options.c, ksyms.c, probes.c (probe tables, loading,
- * attach), stacks.c (sampling, stack folding), procfs.c (diskstats, pids, delay accounting, expiry),
- * header.c (the results header), results.c (the results file), live.c, expose.c, tiers.c, ustack.c.
+ * The collector's environment, which every room of it may include: its options (options.c parses them into opt),
+ * die() for the one line a bad input gets, and the small helpers over them.  It includes no other room: the
+ * rooms depend on it, never it on them, and nothing includes main's file (collect.c).
+ *
+ * The rooms: collect.c (main: start the command, trace, stop), options.c, probes.c (probe tables, loading,
+ * attach) and tiers.c (which tier a probe gets), window.c (--budget), ksyms.c, stacks.c (sampling, stack
+ * folding) and ustack.c (user stacks), procfs.c (diskstats, mounts, pids, delay accounting, expiry),
+ * header.c (the results header), results.c (the results file), live.c (--interval), expose.c (the
+ * exposition).
  */
-#ifndef FSTRACE_COLLECT_H
-#define FSTRACE_COLLECT_H
+#ifndef FSTRACE_ENV_H
+#define FSTRACE_ENV_H
 
 #include <stdbool.h>
 #include <time.h>
