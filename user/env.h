@@ -8,7 +8,7 @@
  * attach) and tiers.c (which tier a probe gets), window.c (--budget), ksyms.c, stacks.c (sampling, stack
  * folding) and ustack.c (user stacks), procfs.c (diskstats, mounts, pids, delay accounting, expiry),
  * header.c (the results header), results.c (the results file), live.c (--interval), expose.c (the
- * exposition).
+ * exposition), names.c (records.h's names by value).
  */
 #ifndef FSTRACE_ENV_H
 #define FSTRACE_ENV_H

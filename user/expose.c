@@ -18,6 +18,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include "expose.h"
+#include "names.h"
 #include "window.h"
 #include "procfs.h"
 #include "results.h"
@@ -152,30 +153,6 @@ static void family(struct jbuf *b, const char *name, const char *type, const cha
 	jb_add(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-/* a histogram's op (records.h FST_IO_OPS) */
-static const char *op_name(__u32 sub)
-{
-	switch (sub) {
-#define OP_CASE(c, v, n) \
-	case v: return n;
-		FST_IO_OPS(OP_CASE)
-#undef OP_CASE
-	}
-	return "other";
-}
-
-/* names in records.h, by value */
-static const char *kind_name(unsigned kind)
-{
-	switch (kind) {
-#define KIND_CASE(c, v, n) \
-	case v: return n;
-		FST_REQ_KINDS(KIND_CASE)
-#undef KIND_CASE
-	}
-	return "unknown";
-}
-
 /*
  * A log2 histogram (bpf/hist.bpf.h log2_slot: slot i holds values in [2^i, 2^(i+1)), slot 0 also 0 and 1,
  * the last slot everything above) as cumulative buckets.  Integer values (bytes) are at most 2^(i+1) - 1 in
@@ -201,12 +178,6 @@ static void histogram(struct jbuf *b, const char *name, const char *labels, cons
 struct agg_row {
 	struct fst_req_agg_key key;
 	struct fst_req_agg sum;
-};
-
-static const char *part_names[FST_NR_PARTS] = {
-#define PART_NAME(c, v, field, ...) [v] = #field,
-	FST_PARTS(PART_NAME)
-#undef PART_NAME
 };
 
 /* row i of rows[0..n) for key, appended (zero) when absent and there is room; NULL otherwise */
@@ -283,9 +254,9 @@ static void requests(struct jbuf *b, int fd, int keys_fd, const __u32 *sdevs, in
 	for (int i = 0; i < n; i++)
 		for (int p = 0; p < FST_NR_PARTS; p++) {
 			/* record field names end in _ns: the part is the name without it */
-			int len = (int)strlen(part_names[p]) - 3;
+			int len = (int)strlen(part_field_name(p)) - 3;
 			jb_add(b, "fstrace_request_time_seconds_total{%s,part=\"%.*s\"} %.9f\n", lab[i], len,
-			       part_names[p], rows[i].sum.part_ns[p] / 1e9);
+			       part_field_name(p), rows[i].sum.part_ns[p] / 1e9);
 		}
 	family(b, "fstrace_pagecache_misses_total", "counter",
 	       "Folios the requests added to the page cache (their page-cache misses, readahead included).");
@@ -333,28 +304,6 @@ void expose_note_record(const void *data, size_t size)
 	s->out_bytes += d->out_bytes;
 }
 
-static const char *fs_type_name(unsigned v)
-{
-	switch (v) {
-#define FS_CASE(c, val, n) \
-	case val: return n;
-		FST_FILESYSTEMS(FS_CASE)
-#undef FS_CASE
-	}
-	return "unknown";
-}
-
-static const char *alg_name(unsigned v)
-{
-	switch (v) {
-#define ALG_CASE(c, val, n) \
-	case val: return n;
-		FST_ALGS(ALG_CASE)
-#undef ALG_CASE
-	}
-	return "unknown";
-}
-
 static void decompressions(struct jbuf *b)
 {
 	static const struct {
@@ -371,7 +320,7 @@ static void decompressions(struct jbuf *b)
 		for (int i = 0; i < nr_decomp_sums; i++) {
 			const struct decomp_sum *s = &decomp_sums[i];
 			jb_add(b, "%s{device=\"%u:%u\",fs=\"%s\",alg=\"%s\",tier=\"%s\"} ", fams[f].name, FST_KDEV_MAJOR(s->dev),
-			       FST_KDEV_MINOR(s->dev), fs_type_name(s->fs), alg_name(s->alg), tier_name(s->tier));
+			       FST_KDEV_MINOR(s->dev), fs_name(s->fs), alg_name(s->alg), tier_name(s->tier));
 			if (f == 2)
 				jb_add(b, "%.9f\n", s->ns / 1e9);
 			else

@@ -13,6 +13,7 @@
 #include "header.h"
 #include "window.h"
 #include "ksyms.h"
+#include "names.h"
 #include "results.h"
 #include "stacks.h"
 #include "block.skel.h"
@@ -77,11 +78,6 @@ static void json_probes(json *a, const struct probe *probes, int n)
 /* the tracer part's sampled timing per site (records.h FST_TRACER_SITES), summed over CPUs */
 static json *json_tracer_sites(struct block_bpf *blk)
 {
-	static const char *names[FST_NR_TRACER_SITES] = {
-#define SITE_NAME(c, val, n) [val] = n,
-		FST_TRACER_SITES(SITE_NAME)
-#undef SITE_NAME
-	};
 	json *o = jobj();
 	jset(o, "time_every", ju64(FST_TRACER_TIME_EVERY));
 	json *sites = jset(o, "sites", jobj());
@@ -89,7 +85,7 @@ static json *json_tracer_sites(struct block_bpf *blk)
 		struct fst_tracer_site sum; /* its counters summed (mean_ns and rng too, which mean nothing summed) */
 		if (percpu_sum_value(bpf_map__fd(blk->maps.tracer_sites), &k, &sum, sizeof(sum)) || !sum.runs)
 			continue;
-		json *s = jset(sites, names[k], jobj());
+		json *s = jset(sites, tracer_site_name(k), jobj());
 		jset(s, "runs", ju64(sum.runs));
 		jset(s, "timed", ju64(sum.timed));
 		jset(s, "timed_ns", ju64(sum.timed_ns));
@@ -108,11 +104,6 @@ static json *json_requests_counted(struct tasks_bpf *tsk)
 	json *a = jarr();
 	if (!tsk)
 		return a;
-	static const char *part_names[FST_NR_PARTS] = {
-#define PART_NAME(c, v, field, ...) [v] = #field,
-		FST_PARTS(PART_NAME)
-#undef PART_NAME
-	};
 	struct fst_req_agg sum;
 	struct fst_req_agg_key key;
 	struct req_agg_iter it;
@@ -128,10 +119,10 @@ static json *json_requests_counted(struct tasks_bpf *tsk)
 		jset(o, "wall_ns_loglin", ju64_array(sum.wall_ns_loglin, FST_LAT_SLOTS));
 		json *parts = jset(o, "part_ns", jobj());
 		for (int p = 0; p < FST_NR_PARTS; p++)
-			jset(parts, part_names[p], ju64(sum.part_ns[p]));
+			jset(parts, part_field_name(p), ju64(sum.part_ns[p]));
 		json *hists = jset(o, "part_hist", jobj());
 		for (int p = 0; p < FST_NR_PARTS; p++)
-			jset(hists, part_names[p], ju64_array(sum.part_hist[p], FST_HIST_SLOTS));
+			jset(hists, part_field_name(p), ju64_array(sum.part_hist[p], FST_HIST_SLOTS));
 	}
 	return a;
 }

@@ -14,6 +14,7 @@
 #include <bpf/libbpf.h>
 #include "env.h"
 #include "ksyms.h"
+#include "names.h"
 #include "probes.h"
 #include "procfs.h"
 #include "stacks.h"
@@ -184,16 +185,6 @@ const struct probe_group probe_groups[] = {
 	{ btrfs_probes, N(btrfs_probes) },
 };
 const int nr_probe_groups = N(probe_groups);
-
-#define FIGURE_CASE(c, v, n) \
-	case c: return n;
-const char *figure_name(enum fst_figure f)
-{
-	switch (f) {
-		FST_FIGURES(FIGURE_CASE)
-	}
-	return "unknown";
-}
 
 /* the tracer being loaded: its per-task state choice goes into every object's configuration */
 static struct tracer *T;

@@ -54,9 +54,6 @@ struct probe_group {
 extern const struct probe_group probe_groups[];
 extern const int nr_probe_groups;
 
-/* a figure's id as the results header names it (records.h FST_FIGURES) */
-const char *figure_name(enum fst_figure f);
-
 /* open, configure and load every object (dies when the required ones cannot load) */
 void tracer_load(struct tracer *t);
 /* the traced devices, filesystems and processes (child: the command's pid, or <= 0) into the maps */

@@ -14,6 +14,7 @@
 #include <bpf/libbpf.h>
 #include "env.h"
 #include "ksyms.h"
+#include "names.h"
 #include "expose.h"
 #include "results.h"
 #include "stacks.h"
@@ -174,16 +175,6 @@ json *json_offcpu(struct block_bpf *blk)
 		}
 	}
 	return o;
-}
-
-#define WORK_KIND_CASE(c, v, n) \
-	case v: return n;
-static const char *work_kind_name(unsigned kind)
-{
-	switch (kind) {
-		FST_WORK_KINDS(WORK_KIND_CASE)
-	}
-	return "filesystem work";
 }
 
 struct sample_prefix {

@@ -7,18 +7,8 @@
 #include <unistd.h>
 #include <linux/bpf.h>
 #include <bpf/bpf.h>
+#include "names.h"
 #include "tiers.h"
-
-const char *tier_name(enum fst_tier t)
-{
-#define TIER_CASE(c, v, n) \
-	case c: return n;
-	switch (t) {
-		FST_TIERS(TIER_CASE)
-	}
-#undef TIER_CASE
-	return "unknown";
-}
 
 static struct btf *vmlinux_btf(void)
 {

@@ -34,9 +34,6 @@ struct probe {
 /* the program of a skeleton struct (a bpf_object__open_skeleton skeleton) as struct probe keeps it */
 #define PROBE_PROG(skel, prog) offsetof(struct skel, progs.prog)
 
-/* a tier's name (records.h FST_TIERS) */
-const char *tier_name(enum fst_tier t);
-
 /* Choose each probe's tier and set autoload of every candidate program of skel (the object's skeleton struct,
  * the one the probes' offsets are in) accordingly. */
 void tiers_select(const void *skel, struct probe *probes, int n, bool no_btf_tp, bool no_fentry);

@@ -34,6 +34,7 @@
 #include <bpf/libbpf.h>
 #include "env.h"
 #include "expose.h"
+#include "names.h"
 #include "probes.h"
 #include "stacks.h"
 #include "window.h"
