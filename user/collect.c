@@ -22,6 +22,7 @@
 #include <unistd.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include "aggregates.h"
 #include "env.h"
 #include "expose.h"
 #include "header.h"

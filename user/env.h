@@ -7,8 +7,9 @@
  * The rooms: collect.c (main: start the command, trace, stop), options.c, probes.c (probe tables, loading,
  * attach) and tiers.c (which tier a probe gets), window.c (--budget), ksyms.c, stacks.c (sampling, stack
  * folding) and ustack.c (user stacks), procfs.c (diskstats, mounts, pids, delay accounting, expiry),
- * header.c (the results header), results.c (the results file), live.c (--interval), expose.c (the
- * exposition), names.c (records.h's names by value).
+ * aggregates.c (the in-kernel aggregates read from their maps), header.c (the results header), results.c (the
+ * results file), live.c (--interval), expose.c and openmetrics.c (the exposition), names.c (records.h's names
+ * by value).
  */
 #ifndef FSTRACE_ENV_H
 #define FSTRACE_ENV_H

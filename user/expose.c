@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Prometheus text exposition of the in-kernel aggregates (expose.h).  Model: Cloudflare's ebpf_exporter --
- * log2 histograms stay in BPF maps and are converted when read, so nothing per request crosses to user space.
+ * Prometheus text exposition of the in-kernel aggregates (expose.h), read through aggregates.c and written
+ * atomically, with its OpenMetrics twin (openmetrics.c).  Model: Cloudflare's ebpf_exporter -- log2 histograms
+ * stay in BPF maps and are converted when read, so nothing per request crosses to user space.
  *
  * Cardinality: request series are per (kind, filesystem) -- at most req_agg's 64 entries -- times the attribution
  * parts for the time counters; block series per (traced device, op) -- at most 16 devices x 3 ops; one info
@@ -17,71 +18,16 @@
 #include <unistd.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include "aggregates.h"
 #include "expose.h"
 #include "names.h"
+#include "openmetrics.h"
 #include "window.h"
 #include "procfs.h"
 #include "results.h"
 
 unsigned long long expose_unaggregated_requests;
 unsigned long long expose_expired_bios, expose_expired_requests;
-
-int percpu_sum_value(int fd, const void *key, void *sum, size_t size)
-{
-	static __u64 *per_cpu; /* grown to the largest value read, kept: no allocation per scrape */
-	static size_t have;
-	int ncpu = libbpf_num_possible_cpus();
-	if (have < size) {
-		free(per_cpu);
-		per_cpu = calloc(ncpu, size);
-		if (!per_cpu)
-			abort();
-		have = size;
-	}
-	if (bpf_map_lookup_elem(fd, key, per_cpu))
-		return -errno;
-	__u64 *dst = sum;
-	size_t words = size / sizeof(__u64);
-	memset(sum, 0, size);
-	for (int c = 0; c < ncpu; c++)
-		for (size_t i = 0; i < words; i++) /* the kernel rounds each CPU's value up to 8 bytes */
-			dst[i] += per_cpu[c * words + i];
-	return 0;
-}
-
-void req_agg_start(struct req_agg_iter *it, int fd, int keys_fd)
-{
-	memset(it, 0, sizeof(*it));
-	it->fd = fd;
-	struct fst_req_agg_key key, next;
-	__u32 n;
-	void *prev = NULL;
-	while (fd >= 0 && !bpf_map_get_next_key(keys_fd, prev, &next)) {
-		key = next;
-		prev = &key;
-		if (!bpf_map_lookup_elem(keys_fd, &key, &n) && n < FST_REQ_AGG_MAX) {
-			it->key_of[n] = key;
-			it->given[n] = true;
-		}
-	}
-}
-
-bool req_agg_next(struct req_agg_iter *it, struct fst_req_agg_key *key, struct fst_req_agg *sum)
-{
-	for (; it->fd >= 0 && it->pos < FST_REQ_AGG_MAX; it->pos++) {
-		if (!it->given[it->pos] || percpu_sum_value(it->fd, &it->pos, sum, sizeof(*sum)) || !sum->count)
-			continue;
-		*key = it->key_of[it->pos++];
-		return true;
-	}
-	return false;
-}
-
-__u64 percpu_u64(int fd, __u32 idx)
-{
-	__u64 sum = 0;
-	return percpu_sum_value(fd, &idx, &sum, sizeof(sum)) ? 0 : sum;
-}
 
 /*
  * Filesystem and mount point of a superblock device, from /proc/self/mountinfo.  The first seen stay its
@@ -396,17 +342,6 @@ static void filesystems(struct jbuf *b)
 	}
 }
 
-const __u32 dev_io_metrics[DEV_IO_METRICS] = { FST_H_IO_BYTES, FST_H_IO_Q2C_US, FST_H_IO_D2C_US };
-
-const __u64 *dev_io_hist(const struct fst_dev_io *io, __u32 metric, __u32 sub)
-{
-	if (sub >= FST_IO_SUBS)
-		return NULL;
-	return metric == FST_H_IO_BYTES ? io->bytes[sub] : metric == FST_H_IO_Q2C_US ? io->q2c_us[sub] :
-						       metric == FST_H_IO_D2C_US     ? io->d2c_us[sub] :
-										       NULL;
-}
-
 struct hist_row {
 	struct fst_hist_key key;
 	struct fst_hist h;
@@ -660,110 +595,6 @@ static int write_atomic(const char *path, const char *data, size_t len)
 	}
 	free(tmp);
 	return err;
-}
-
-/*
- * A number as OpenMetrics wants it in an le label (its "canonical numbers", what Go's client and Python's
- * prometheus_client print): the shortest digits that read back as v, an exponent below 1e-4 and from 1e6 on,
- * and ".0" on an integer.
- */
-static void om_number(char *out, size_t size, double v)
-{
-	char e[40];
-	int prec = 1;
-	for (; prec < 17; prec++) {
-		snprintf(e, sizeof(e), "%.*e", prec - 1, v);
-		if (strtod(e, NULL) == v)
-			break;
-	}
-	snprintf(e, sizeof(e), "%.*e", prec - 1, v);
-	int exp = atoi(strchr(e, 'e') + 1);
-	if (exp < -4 || exp >= 6) {
-		snprintf(out, size, "%s", e);
-		return;
-	}
-	int decimals = prec - 1 - exp > 0 ? prec - 1 - exp : 0;
-	snprintf(out, size, decimals ? "%.*f" : "%.*f.0", decimals, v);
-}
-
-/*
- * The OpenMetrics 1.0 text of a classic exposition written above (so both say the same numbers): a family is
- * named without its counter's _total or its info's _info, with # UNIT when its name ends in a base unit,
- * every counter and histogram series has a _created sample (the collector's start: counters start at 0
- * then), le labels are canonical numbers, help escapes double quotes too, and # EOF ends it.
- */
-static void openmetrics_of(struct jbuf *om, const char *text, size_t len, double created)
-{
-	const char *end = text + len, *help = NULL;
-	size_t help_len = 0;
-	char fam[128] = "", type[16] = "";
-	om->len = 0;
-	for (const char *line = text, *nl; line < end; line = nl + 1) {
-		nl = memchr(line, '\n', end - line);
-		if (!nl)
-			nl = end;
-		int n = (int)(nl - line);
-		char name[128];
-		if (n > 7 && !strncmp(line, "# HELP ", 7)) {
-			help = line;
-			help_len = n;
-			continue;
-		}
-		if (n > 7 && !strncmp(line, "# TYPE ", 7)) {
-			if (sscanf(line + 7, "%127s %15s", name, type) != 2)
-				abort(); /* family() wrote it */
-			size_t nlen = strlen(name);
-			const char *omtype = type;
-			if (!strcmp(type, "counter") && nlen > 6 && !strcmp(name + nlen - 6, "_total"))
-				name[nlen - 6] = 0;
-			else if (!strcmp(type, "gauge") && nlen > 5 && !strcmp(name + nlen - 5, "_info"))
-				name[nlen - 5] = 0, omtype = "info";
-			snprintf(fam, sizeof(fam), "%s", name);
-			nlen = strlen(fam);
-			jb_add(om, "# TYPE %s %s\n", fam, omtype);
-			if (nlen > 8 && !strcmp(fam + nlen - 8, "_seconds"))
-				jb_add(om, "# UNIT %s seconds\n", fam);
-			else if (nlen > 6 && !strcmp(fam + nlen - 6, "_bytes"))
-				jb_add(om, "# UNIT %s bytes\n", fam);
-			if (help) { /* "# HELP <classic name> <text>" */
-				const char *t = memchr(help + 7, ' ', help_len - 7);
-				jb_add(om, "# HELP %s ", fam);
-				for (t = t ? t + 1 : help + help_len; t < help + help_len; t++)
-					jb_add(om, *t == '"' ? "\\\"" : "%c", *t);
-				jb_add(om, "\n");
-			}
-			help = NULL;
-			continue;
-		}
-		/* a sample: name[{labels}] value -- the value after the last space (a label value may hold spaces) */
-		const char *sp = line + n;
-		while (sp > line && sp[-1] != ' ')
-			sp--;
-		size_t name_len = strcspn(line, "{ ");
-		const char *labels_end = sp - 1; /* the space before the value */
-		bool counter = !strcmp(type, "counter"), histogram = !strcmp(type, "histogram");
-		size_t flen = strlen(fam);
-		const char *suffix = line + (name_len >= flen ? flen : name_len);
-		const char *le = NULL;
-		if (histogram && !strncmp(suffix, "_bucket{", 8)) {
-			for (const char *p = labels_end - 2; p > line + name_len; p--) /* le is the last label */
-				if (!strncmp(p, "le=\"", 4)) {
-					le = p;
-					break;
-				}
-		}
-		if (le && strncmp(le + 4, "+Inf", 4)) {
-			char num[40];
-			om_number(num, sizeof(num), strtod(le + 4, NULL));
-			jb_add(om, "%.*s%s\"} %.*s\n", (int)(le + 4 - line), line, num, (int)(line + n - sp), sp);
-		} else {
-			jb_add(om, "%.*s\n", n, line);
-		}
-		if ((counter && !strncmp(suffix, "_total", 6)) || (histogram && !strncmp(suffix, "_count", 6)))
-			jb_add(om, "%s_created%.*s %.3f\n", fam, (int)(labels_end - (line + name_len)), line + name_len,
-			       created);
-	}
-	jb_add(om, "# EOF\n");
 }
 
 int expose_write(const char *path, const char *om_path, const struct expose_input *in)

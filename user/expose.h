@@ -37,8 +37,6 @@ extern unsigned long long expose_expired_bios, expose_expired_requests;
 /* every record the ring buffer delivers: decompressions are summed (the only figures taken from records) */
 void expose_note_record(const void *data, size_t size);
 
-/* Write path now; 0, or a negative errno (path is then left as it was).  sdevs: the filesystems filtered on,
- * devs: the traced block devices (kernel dev_t), whose series are written from the start, at 0. */
 /* what an exposition is made of */
 struct expose_input {
 	struct expose_maps maps;
@@ -55,25 +53,5 @@ struct expose_input {
 /* Write path now, in the classic text format, and om_path (unless NULL) in OpenMetrics 1.0 text; 0, or a
  * negative errno (a file not written is left as it was). */
 int expose_write(const char *path, const char *om_path, const struct expose_input *in);
-
-/* helpers the collector shares with its results header */
-#define DEV_IO_METRICS 3
-extern const __u32 dev_io_metrics[DEV_IO_METRICS]; /* FST_H_IO_*: the histograms of struct fst_dev_io */
-const __u64 *dev_io_hist(const struct fst_dev_io *io, __u32 metric, __u32 sub);
-/* a walk over tasks.bpf.c req_agg's entries that have counted a request (the array holds no keys: an entry's key
- * is the (superblock, kind) agg_keys gave it to) */
-struct req_agg_iter {
-	int fd;
-	__u32 pos;					/* the next entry */
-	struct fst_req_agg_key key_of[FST_REQ_AGG_MAX]; /* agg_keys inverted, as it was at the start */
-	bool given[FST_REQ_AGG_MAX];
-};
-void req_agg_start(struct req_agg_iter *it, int fd, int keys_fd);
-/* the next entry's key and its sum over CPUs; false after the last */
-bool req_agg_next(struct req_agg_iter *it, struct fst_req_agg_key *key, struct fst_req_agg *sum);
-/* one key of a per-CPU map whose value is all __u64 counters, summed over CPUs; non-zero when it is gone */
-int percpu_sum_value(int fd, const void *key, void *sum, size_t size);
-/* a per-CPU array's __u64 at idx, summed over CPUs (0 when it cannot be read) */
-__u64 percpu_u64(int fd, __u32 idx);
 
 #endif

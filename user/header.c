@@ -6,22 +6,15 @@
 #include <string.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
-#include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include "aggregates.h"
 #include "env.h"
-#include "expose.h"
 #include "header.h"
 #include "window.h"
 #include "ksyms.h"
 #include "names.h"
 #include "results.h"
 #include "stacks.h"
-#include "block.skel.h"
-#include "tasks.skel.h"
-#include "erofs.skel.h"
-#include "squashfs.skel.h"
-#include "btrfs.skel.h"
-#include "sample.skel.h"
 
 json *header_meta(const char *path)
 {
@@ -72,113 +65,6 @@ static void json_probes(json *a, const struct probe *probes, int n)
 		jset(o, "missed_runs", ju64(p->misses));
 		jset(o, "runs", ju64(p->runs));
 		jset(o, "run_ns", ju64(p->run_ns));
-	}
-}
-
-/* the tracer part's sampled timing per site (records.h FST_TRACER_SITES), summed over CPUs */
-static json *json_tracer_sites(struct block_bpf *blk)
-{
-	json *o = jobj();
-	jset(o, "time_every", ju64(FST_TRACER_TIME_EVERY));
-	json *sites = jset(o, "sites", jobj());
-	for (__u32 k = 0; k < FST_NR_TRACER_SITES; k++) {
-		struct fst_tracer_site sum; /* its counters summed (mean_ns and rng too, which mean nothing summed) */
-		if (percpu_sum_value(bpf_map__fd(blk->maps.tracer_sites), &k, &sum, sizeof(sum)) || !sum.runs)
-			continue;
-		json *s = jset(sites, tracer_site_name(k), jobj());
-		jset(s, "runs", ju64(sum.runs));
-		jset(s, "timed", ju64(sum.timed));
-		jset(s, "timed_ns", ju64(sum.timed_ns));
-		jset(s, "timed_sq_ns", ju64(sum.timed_sq_ns));
-		jset(s, "charged_ns", ju64(sum.charged_ns));
-	}
-	return o;
-}
-
-/*
- * "requests_counted": the requests tasks.bpf.c counted instead of recording, per (kind, superblock dev),
- * summed over CPUs; parts by name (records.h FST_PARTS), histograms as log2 slots of microseconds.
- */
-static json *json_requests_counted(struct tasks_bpf *tsk)
-{
-	json *a = jarr();
-	if (!tsk)
-		return a;
-	struct fst_req_agg sum;
-	struct fst_req_agg_key key;
-	struct req_agg_iter it;
-	req_agg_start(&it, bpf_map__fd(tsk->maps.req_agg), bpf_map__fd(tsk->maps.agg_keys));
-	while (req_agg_next(&it, &key, &sum)) {
-		json *o = jpush(a, jobj());
-		jset(o, "kind", ju64(key.kind));
-		jset(o, "sdev", ju64(key.sdev));
-		jset(o, "count", ju64(sum.count));
-		jset(o, "bytes", ju64(sum.bytes));
-		jset(o, "wall_ns", ju64(sum.wall_ns));
-		jset(o, "wall_hist", ju64_array(sum.wall_hist, FST_HIST_SLOTS));
-		jset(o, "wall_ns_loglin", ju64_array(sum.wall_ns_loglin, FST_LAT_SLOTS));
-		json *parts = jset(o, "part_ns", jobj());
-		for (int p = 0; p < FST_NR_PARTS; p++)
-			jset(parts, part_field_name(p), ju64(sum.part_ns[p]));
-		json *hists = jset(o, "part_hist", jobj());
-		for (int p = 0; p < FST_NR_PARTS; p++)
-			jset(hists, part_field_name(p), ju64_array(sum.part_hist[p], FST_HIST_SLOTS));
-	}
-	return a;
-}
-
-static void json_hist_row(json *a, __u32 metric, __u32 dev, __u32 sub, const __u64 *slots)
-{
-	json *o = jpush(a, jobj());
-	jset(o, "metric", ju64(metric));
-	jset(o, "dev", ju64(dev));
-	jset(o, "sub", ju64(sub));
-	jset(o, "slots", ju64_array(slots, FST_HIST_SLOTS));
-}
-
-/* "histograms" and "alignment" of kernel_aggregates */
-static void json_aggregates(json *agg, struct block_bpf *blk)
-{
-	int hfd = bpf_map__fd(blk->maps.hists);
-	struct fst_hist_key key, next;
-	struct fst_hist h;
-	json *hists = jset(agg, "histograms", jarr());
-	void *prev = NULL;
-	while (!bpf_map_get_next_key(hfd, prev, &next)) {
-		key = next;
-		prev = &key;
-		if (!bpf_map_lookup_elem(hfd, &key, &h))
-			json_hist_row(hists, key.metric, key.dev, key.sub, h.slots);
-	}
-	/* the block request histograms: device i's are in dev_io entry i, a row for each (metric, op) seen */
-	static struct fst_dev_io io[MAX_DEVS];
-	for (int i = 0; i < opt.nr_devs; i++) {
-		__u32 slot = i;
-		if (bpf_map_lookup_elem(bpf_map__fd(blk->maps.dev_io), &slot, &io[i]))
-			memset(&io[i], 0, sizeof(io[i]));
-		for (int k = 0; k < DEV_IO_METRICS; k++)
-			for (__u32 sub = 0; sub < FST_IO_SUBS; sub++) {
-				const __u64 *slots = dev_io_hist(&io[i], dev_io_metrics[k], sub);
-				bool any = false;
-				for (int s = 0; s < FST_HIST_SLOTS; s++)
-					any |= slots[s] != 0;
-				if (any)
-					json_hist_row(hists, dev_io_metrics[k], dev_arg_kdev(&opt.devs[i]), sub, slots);
-			}
-	}
-	json *align = jset(agg, "alignment", jarr());
-	for (int i = 0; i < opt.nr_devs; i++) {
-		const struct fst_align *a = &io[i].align;
-		if (!a->nr)
-			continue;
-		json *o = jpush(align, jobj());
-		jset(o, "dev", ju64(dev_arg_kdev(&opt.devs[i])));
-		jset(o, "nr", ju64(a->nr));
-		jset(o, "start_4k", ju64(a->start_4k));
-		jset(o, "end_4k", ju64(a->end_4k));
-		jset(o, "start_unit", ju64(a->start_unit));
-		jset(o, "end_unit", ju64(a->end_unit));
-		jset(o, "cross_unit", ju64(a->cross_unit));
 	}
 }
 
@@ -255,7 +141,7 @@ static json *json_request_bounds(const struct tracer *t)
 
 json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 {
-	struct block_bpf *blk = t->blk;
+	const struct fst_cfg *cfg = tracer_cfg(t);
 	struct utsname u;
 	uname(&u);
 	json *h = jobj(), *o;
@@ -288,7 +174,7 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 	o = jset(h, "probes", jarr());
 	for (int g = 0; g < nr_probe_groups; g++)
 		json_probes(o, probe_groups[g].probes, probe_groups[g].n);
-	jset(h, "loop_charging", jbool(blk->rodata->cfg.loop_rootcg_workfn != 0));
+	jset(h, "loop_charging", jbool(cfg->loop_rootcg_workfn != 0));
 	jset(h, "filter", json_filter(ri->child));
 	o = jset(h, "workload", jobj());
 	jset(o, "start_ns", ju64(ri->t_start));
@@ -297,18 +183,10 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 	jset(o, "signal", ji64(ri->child > 0 && WIFSIGNALED(ri->wstatus) ? WTERMSIG(ri->wstatus) : 0));
 	jset(o, "interrupted", jbool(ri->interrupted));
 	jset(h, "devices", json_devices(ri));
-	o = jset(h, "drops", jobj());
-	int drops_fd = bpf_map__fd(blk->maps.drops);
-#define DROPS_JSON(c, v, n) jset(o, n, ju64(percpu_u64(drops_fd, c)));
-	FST_REC_TYPES(DROPS_JSON)
-#undef DROPS_JSON
-	o = jset(h, "losses", jobj());
-	int losses_fd = bpf_map__fd(blk->maps.losses);
-#define LOSSES_JSON(c, v, n) jset(o, n, ju64(percpu_u64(losses_fd, c)));
-	FST_LOSSES(LOSSES_JSON)
-#undef LOSSES_JSON
+	jset(h, "drops", aggregates_drops(t->blk));
+	jset(h, "losses", aggregates_losses(t->blk));
 	if (!opt.block_only)
-		jset(h, "tracer_sites", json_tracer_sites(blk));
+		jset(h, "tracer_sites", aggregates_tracer_sites(t->blk));
 	/* path-based stat calls carry the file's device and inode (tasks.bpf.c note_statbuf): placed like reads */
 	jset(h, "stat_calls_placed", jbool(true));
 	o = jset(h, "work_kinds_from_completion", jarr());
@@ -349,13 +227,11 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 	jset(h, "sampling", json_sampling(t->smp, opt.sample_hz, t->sample_why));
 	/* --budget: when the request hooks were attached, and what the analysis weights by */
 	jset(h, "request_windows", window_header(ri->t_start, ri->t_end));
-	if (blk->rodata->cfg.offcpu_stacks) {
-		jset(h, "offcpu", json_offcpu(blk));
-		jset(h, "io_stacks", json_io_stacks(blk));
+	if (cfg->offcpu_stacks) {
+		jset(h, "offcpu", json_offcpu(t->blk));
+		jset(h, "io_stacks", json_io_stacks(t->blk));
 	}
-	o = jset(h, "kernel_aggregates", jobj());
-	json_aggregates(o, blk);
-	jset(o, "requests_counted", json_requests_counted(t->tsk));
+	jset(h, "kernel_aggregates", aggregates_kernel(t->blk, t->tsk));
 	jset(h, "config", meta);
 	return h;
 }

@@ -5,8 +5,8 @@
 #include <string.h>
 #include <time.h>
 #include <bpf/bpf.h>
+#include "aggregates.h"
 #include "records.h"
-#include "expose.h"
 #include "live.h"
 
 #define TOP_SLOTS 512

@@ -542,6 +542,11 @@ static struct tasks_bpf *load_tasks(struct tracer *t)
 	return NULL;
 }
 
+const struct fst_cfg *tracer_cfg(const struct tracer *t)
+{
+	return &t->blk->rodata->cfg;
+}
+
 void tracer_load(struct tracer *t)
 {
 	struct bpf_object *none = NULL;

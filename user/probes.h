@@ -54,6 +54,9 @@ struct probe_group {
 extern const struct probe_group probe_groups[];
 extern const int nr_probe_groups;
 
+/* the configuration every object was loaded with (records.h struct fst_cfg) */
+const struct fst_cfg *tracer_cfg(const struct tracer *t);
+
 /* open, configure and load every object (dies when the required ones cannot load) */
 void tracer_load(struct tracer *t);
 /* the traced devices, filesystems and processes (child: the command's pid, or <= 0) into the maps */

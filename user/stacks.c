@@ -12,10 +12,10 @@
 #include <sys/syscall.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include "aggregates.h"
 #include "env.h"
 #include "ksyms.h"
 #include "names.h"
-#include "expose.h"
 #include "results.h"
 #include "stacks.h"
 #include "ustack.h"

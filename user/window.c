@@ -32,8 +32,8 @@
 #include <unistd.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include "aggregates.h"
 #include "env.h"
-#include "expose.h"
 #include "names.h"
 #include "probes.h"
 #include "stacks.h"

@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The in-kernel aggregates read from their maps: per-CPU values summed over CPUs, the counted requests of
+ * tasks.bpf.c req_agg, the block requests' histograms of block.bpf.c dev_io; and those of them the results
+ * header carries.  The exposition (expose.c), the live view (live.c) and --budget (window.c) read the same maps
+ * through the readers here.
+ */
+#ifndef FSTRACE_AGGREGATES_H
+#define FSTRACE_AGGREGATES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <linux/types.h>
+#include "records.h"
+#include "jsonw.h"
+
+struct block_bpf;
+struct tasks_bpf;
+
+/* one key of a per-CPU map whose value is all __u64 counters, summed over CPUs; non-zero when it is gone */
+int percpu_sum_value(int fd, const void *key, void *sum, size_t size);
+/* a per-CPU array's __u64 at idx, summed over CPUs (0 when it cannot be read) */
+__u64 percpu_u64(int fd, __u32 idx);
+
+/* a walk over tasks.bpf.c req_agg's entries that have counted a request (the array holds no keys: an entry's key
+ * is the (superblock, kind) agg_keys gave it to) */
+struct req_agg_iter {
+	int fd;
+	__u32 pos;					/* the next entry */
+	struct fst_req_agg_key key_of[FST_REQ_AGG_MAX]; /* agg_keys inverted, as it was at the start */
+	bool given[FST_REQ_AGG_MAX];
+};
+void req_agg_start(struct req_agg_iter *it, int fd, int keys_fd);
+/* the next entry's key and its sum over CPUs; false after the last */
+bool req_agg_next(struct req_agg_iter *it, struct fst_req_agg_key *key, struct fst_req_agg *sum);
+
+/* the histograms of struct fst_dev_io (block.bpf.c dev_io), by their FST_H_IO_* metric */
+#define DEV_IO_METRICS 3
+extern const __u32 dev_io_metrics[DEV_IO_METRICS];
+const __u64 *dev_io_hist(const struct fst_dev_io *io, __u32 metric, __u32 sub);
+
+/* the results header's "drops" (records the ring buffer had no room for, per record type) */
+json *aggregates_drops(struct block_bpf *blk);
+/* its "losses" (entries a full kernel table could not keep, records.h FST_LOSSES) */
+json *aggregates_losses(struct block_bpf *blk);
+/* its "tracer_sites": the tracer part's sampled timing per site (records.h FST_TRACER_SITES), summed over CPUs */
+json *aggregates_tracer_sites(struct block_bpf *blk);
+/* its "kernel_aggregates": "histograms" and "alignment" (block.bpf.c hists and dev_io) and "requests_counted"
+ * (tasks.bpf.c req_agg; tsk NULL without request tracing: an empty array) */
+json *aggregates_kernel(struct block_bpf *blk, struct tasks_bpf *tsk);
+
+#endif
