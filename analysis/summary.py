@@ -1,6 +1,6 @@
 """From records to the answers: small pure functions over a loaded Results.
 
-summarize() builds the summary.json document (schema in README.md).  Enum
+summarize() builds the summary.json document (its fields: docs/outputs.md, "summary.json").  Enum
 values and record layouts come from the results header, never from constants
 kept here.
 """
@@ -362,7 +362,7 @@ def device_stats(res):
             st["diskstats_delta"] = delta
             # The kernel's own count is exact.  Completions it counted that our programs never saw are
             # lost events: on some kernels BPF is not run for block completions in certain softirq
-            # contexts and no missed run is counted (seen on 6.18; see README).
+            # contexts and no missed run is counted (seen on 6.18; docs/measuring.md, "Lost events").
             t = res.header["time"]
             inside = reads[(reads["ts_complete_ns"] >= t["start_ns"]) & (reads["ts_complete_ns"] <= t["end_ns"])]
             st["requests_in_window"] = int(len(inside))

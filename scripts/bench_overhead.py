@@ -33,8 +33,8 @@ own profile: the share of on-CPU samples inside requests that were fstrace's.
 Workloads: fio 4 KiB randread cold (caches dropped), warm (file in the page
 cache, time based), and tar of the tree (cold).  Throughput is the workload's
 own figure; ratios are traced/untraced within one repetition, and each median carries a distribution-free 95 %
-interval (order statistics: median_interval), which decides each of the issue's targets as met, not met, or
-undecided by this run.
+interval (order statistics: median_interval), which decides each design target (docs/overhead.md, "Targets") as
+met, not met, or undecided by this run.
 
 Usage, from the checkout's root:
   python3 -m scripts.bench_overhead [--reps N] [--scale S] [--configs A,B] [--out FILE.json]
@@ -329,7 +329,8 @@ def stats(xs):
     return out
 
 
-# the targets (full attribution's ratio per case; block-only against biolatency), checked in every run
+# the design targets (docs/overhead.md; full attribution's ratio per case, block-only against biolatency), checked in
+# every run
 FULL_TARGETS = {"fio-randread-4k-cold": 0.97, "fio-randread-4k-warm": 0.90, "tar-seqread-cold": 0.97}
 # attach and serve at their default budget, on every case
 BUDGET_TARGET = 0.98

@@ -5,8 +5,8 @@ from workloads import dataset
 
 pytestmark = pytest.mark.unit
 
-# id of the dataset at scale 0.02, generated on the development machine; a change here means the
-# generator no longer produces the same bytes (bump GENERATOR_VERSION and README's hash with it)
+# id of the dataset at scale 0.02, the same wherever it is generated; a change here means the generator no
+# longer produces the same bytes (bump workloads/dataset.py GENERATOR_VERSION with it)
 PINNED_ID_SCALE_002 = "2cf3ec73624b2a9f"
 
 

@@ -19,7 +19,7 @@ def test_cold_read_fetches_every_needed_pcluster_once(erofs_tar_16k):
     assert e["pclusters"] > 0
     loop = [d for d in s["devices"].values() if d["level"] == "loop"][0]
     if loop["unseen_requests"]:
-        # the kernel withheld block events (README): the exact comparison cannot be made
+        # the kernel withheld block events (docs/measuring.md, "Lost events"): the exact comparison cannot be made
         pytest.skip("the kernel withheld %d block completions: pclusters not compared with the device"
                     % loop["unseen_requests"])
     assert e["pclusters_reread"] == 0 and e["pclusters_without_device_read"] == 0

@@ -139,7 +139,7 @@ def test_serve_counts_every_read_and_prometheus_agrees(mounted_erofs, collector_
         rate = prom.query('sum(rate(fstrace_request_time_seconds_total{part="io_wait",kind="read",mount="%s"}[%ds]))'
                           % (mnt, w))
         assert io_wait * 0.999 <= rate * w <= io_wait * w / (w - 2.2) * 1.001, (rate * w, io_wait)
-        # README's queries: in a ratio of two rates over the same samples the extrapolation cancels, so the
+        # docs/serve.md's queries: in a ratio of two rates over the same samples the extrapolation cancels, so the
         # I/O-wait share and the mean block request size are those of the raw counters
         share = prom.query('sum by (mount) (rate(fstrace_request_time_seconds_total{kind="read",part="io_wait",'
                            'mount="%s"}[%ds])) / sum by (mount) (rate(fstrace_request_duration_seconds_sum{kind="read",'
@@ -148,7 +148,7 @@ def test_serve_counts_every_read_and_prometheus_agrees(mounted_erofs, collector_
         mean = prom.query('sum by (device) (rate(fstrace_block_request_bytes_sum{device="%s"}[%ds])) / sum by (device) '
                           '(rate(fstrace_block_request_bytes_count{device="%s"}[%ds]))' % (loop, w, loop, w))
         assert abs(mean - (ds1[1] - ds0[1]) / (ds1[0] - ds0[0])) < 1e-6 * mean, mean
-        # the README's own three queries, as written there (over this window): the same answers
+        # docs/serve.md's own three queries, as written there (over this window): the same answers
         readme = readme_promql()
         assert len(readme) == 3, readme
         got = [prom.query_all(q.replace("[5m]", "[%ds]" % w)) for q in readme]
