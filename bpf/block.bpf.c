@@ -27,7 +27,7 @@ FST_FLIGHT_TABLE(loop_ctx, __u32, FST_WORKER_BUCKETS, FST_LOSS_WORK_TABLE)
  * loop device -> traced thread whose request it issued last.  A loop worker
  * serves requests in the order they were queued, so with one reader per
  * device this is exact; with several concurrent readers on one loop device
- * the backing I/O is charged to the latest issuer (documented in README).
+ * the backing I/O is charged to the latest issuer (docs/measuring.md, "Attribution").
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

@@ -30,7 +30,7 @@ const volatile struct fst_cfg cfg = {};
 /*
  * A field of a kernel object the hook handed over.  A tp_btf (or fentry) argument is a BTF pointer: the field
  * is a plain load (btf true); a raw_tp or kprobe argument is only a number: a probe read (a helper call, about
- * 30-50 ns each on the hot handlers).  btf is a constant of each program's inlined handler, so clang drops the
+ * ten plain loads: docs/overhead.md, "What each helper costs").  btf is a constant of each program's inlined handler, so clang drops the
  * other branch and a raw_tp program never holds a load the verifier would refuse.
  */
 #define FST_FIELD(btf, ptr, field) ((btf) ? (ptr)->field : BPF_CORE_READ(ptr, field))

@@ -23,8 +23,8 @@ static __always_inline __u64 comm_word(__u64 w, bool *ended)
 }
 
 /*
- * The current task's name, NUL-padded as bpf_get_current_comm() gives it.  That helper costs about 35 ns here
- * and runs once per record and per bio; where the task is a BTF pointer (storage mode, whose kernels all have
+ * The current task's name, NUL-padded as bpf_get_current_comm() gives it.  That helper costs more than a
+ * clock read (docs/overhead.md, "What each helper costs") and runs once per record and per bio; where the task is a BTF pointer (storage mode, whose kernels all have
  * bpf_get_current_task_btf) the name is two typed loads, clipped at its NUL (a name once longer may leave
  * bytes after it).
  */

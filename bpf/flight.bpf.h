@@ -12,12 +12,11 @@
 /*
  * In-flight tables: what the block layer and the kworkers hold from one event to the next (a bio from its
  * queueing to its request's issue, a request until it completes, the loop device a kworker is serving).
- * A BPF hash map insert and its delete cost about 330 ns together on the development machine (bucket lock
- * and element free list, preallocated, not preallocated and LRU alike; a lookup costs about 30 ns), and
- * there were three such pairs per block request per level: the largest part of a cold read's block-layer
- * cost.  A flight table is an array of buckets of FST_FLIGHT_WAYS slots: a slot is claimed with a
- * compare-and-swap of its key from 0, found by comparing the bucket's keys and freed by storing 0 (all
- * three about 6 ns).  Keys are never 0 (kernel pointers, thread ids; 0 finds nothing) nor FST_FLIGHT_BUSY.  A full bucket loses the entry,
+ * A BPF hash map insert and its delete cost about ten lookups together (bucket lock and element free list,
+ * preallocated, not preallocated and LRU alike), and a block request needs three such pairs per level: in hash
+ * maps they would be the largest part of a cold read's block-layer cost.  A flight table is an array of buckets
+ * of FST_FLIGHT_WAYS slots: a slot is claimed with a compare-and-swap of its key from 0, found by comparing the
+ * bucket's keys and freed by storing 0 (each a few instructions, no lock, no helper call).  Keys are never 0 (kernel pointers, thread ids; 0 finds nothing) nor FST_FLIGHT_BUSY.  A full bucket loses the entry,
  * counted in `losses`.  Stale entries (their end event never came) are removed by block.bpf.c's
  * expire_stale, which the collector runs.
  */

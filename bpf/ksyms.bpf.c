@@ -2,8 +2,9 @@
 /*
  * Kernel function addresses by name, for the other programs' configuration (the work functions they tell
  * apart): a BPF_PROG_TYPE_SYSCALL program the collector runs once, before loading them, which asks the kernel's
- * own kallsyms_lookup_name (5.16+).  Reading and parsing all of /proc/kallsyms for the same eight names took
- * about 90 ms here, a third of load+attach; where this program does not load, the collector does that instead.
+ * own kallsyms_lookup_name (5.16+): it answers in microseconds, where reading and parsing all of /proc/kallsyms
+ * for the same eight names takes tens of milliseconds, a large share of load and attach; where this program
+ * does not load, the collector does that instead.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>

@@ -125,8 +125,8 @@
 	E(FST_FS_CACHE_SQUASHFS_DATA, 3, "squashfs data")	/* whole data blocks (CONFIG_SQUASHFS_FILE_CACHE) */ \
 	E(FST_FS_CACHE_UNKNOWN, 15, "unknown")
 
-/* struct erofs_map_blocks m_flags bits as fs/erofs/internal.h defines them since 6.3; erofs.bpf.c translates
- * the buffer_head-based values of older kernels into these */
+/* struct erofs_map_blocks m_flags bits as fs/erofs/internal.h defines them since 6.3; compat.bpf.h
+ * erofs_map_flags translates the buffer_head-based values of older kernels into these */
 #define FST_EROFS_MAP_FLAGS(E)                                                  \
 	E(FST_EROFS_MAP_MAPPED, 0x1, "mapped")                                  \
 	E(FST_EROFS_MAP_META, 0x2, "meta")	/* inline in the metadata area */ \
@@ -603,8 +603,8 @@ struct fst_rq_start {
 };
 
 /*
- * A kernel stack walk costs microseconds (ORC unwinding, ~0.2 us a frame on a VM): taken for every bio it
- * was a tenth of a cold read's on-CPU samples.  By default a CPU takes at most one bio queue stack per this
+ * A kernel stack walk costs microseconds (ORC unwinding, frame by frame): taken for every bio it is a large
+ * share of a cold read's on-CPU time.  By default a CPU takes at most one bio queue stack per this
  * interval (every bio's when they come slower); the others carry FST_STACK_UNSAMPLED.
  */
 #define FST_IO_STACK_EVERY_NS 10000000ull
@@ -634,8 +634,8 @@ FST_ASSERT_NUMBERED(FST_LOSSES, 0, FST_NR_LOSSES);
 
 /*
  * Where fstrace's handlers charge their own run time to the request they ran in (the tracer part), results
- * header "tracer_sites".  A clock read costs about 34 ns on the development machine, more than most handlers'
- * own work, so a handler's run is timed (a clock read at its start and one at its end) only 1 in
+ * header "tracer_sites".  A clock read costs more than most handlers' own work (docs/overhead.md, "What each
+ * helper costs"), so a handler's run is timed (a clock read at its start and one at its end) only 1 in
  * FST_TRACER_TIME_EVERY times, chosen at random; every other run is charged the mean of the timed runs of its
  * site on its CPU so far.  The sums below let the analysis give the estimate's error.  The sampling program
  * (rare, and costly) times every run.
@@ -675,8 +675,8 @@ struct fst_tracer_site {
 /*
  * In-flight tables (flight.bpf.h FST_FLIGHT_TABLE): an array of buckets of FST_FLIGHT_WAYS slots each.  The
  * bucket counts are powers of two.  Four ways, not eight: every find and claim is unrolled over the ways, and
- * halving that code took about 100 ns off block_rq_issue and 30 off the other block handlers here (the
- * handlers run cold, so their length costs more than their instruction count suggests); with the buckets
+ * the block handlers run cold, so the length of that code costs more than its instruction count suggests
+ * (block_rq_issue's bpf_stats run time most of all); with the buckets
  * doubled the capacity is the same, and a bucket overflows (a loss, counted) only with thousands of bios in
  * flight at once.
  */
@@ -697,7 +697,8 @@ struct fst_tracer_site {
  * The counted requests' aggregate (tasks.bpf.c req_agg, preallocated per CPU): an entry per (superblock, kind),
  * numbered the first time a request of that kind on that superblock is counted (agg_keys).  An array, not a hash
  * keyed by (kind, superblock): a thread keeps the numbers of the files it reads, and the array's lookup is a few
- * instructions the verifier inlines, where the hash's took 2 % of a warm 4 KiB read.
+ * instructions the verifier inlines, where the hash's is a helper call that hashes the key on every counted
+ * request.
  */
 #define FST_REQ_AGG_MAX 64
 
@@ -840,8 +841,7 @@ struct fst_dev_cfg {
 
 /*
  * What a traced device's completed block requests add up to, in the dev_io array entry its fst_dev_cfg
- * names: the completion handler reaches it with no hash lookup (four hash lookups there cost about 0.5 us a
- * completion).  Log2 histograms per op (FST_IO_SUBS: read, write, other) of size, queue-to-complete and
+ * names: the completion handler reaches it with no hash lookup (it would need four per completion).  Log2 histograms per op (FST_IO_SUBS: read, write, other) of size, queue-to-complete and
  * issue-to-complete, and the alignment counters.  The results header carries them as the "histograms" rows
  * of metrics FST_H_IO_BYTES / FST_H_IO_Q2C_US / FST_H_IO_D2C_US and the "alignment" rows.
  */

@@ -148,7 +148,7 @@ unsigned long long ksym_addr(const char *name)
 /*
  * Addresses of a few functions by name (0: none), for the programs' configuration, which needs them before
  * load: asked of the kernel (ksyms.bpf.c, a syscall program: the kernel's kallsyms_lookup_name answers in
- * microseconds), else found in a read of all of /proc/kallsyms (90 ms here, a third of load+attach).  Returns
+ * microseconds), else found in a read of all of /proc/kallsyms (tens of milliseconds).  Returns
  * whether the kernel answered.
  */
 bool ksym_addrs(const char *const *names, unsigned long long *addrs, int n)
