@@ -73,8 +73,8 @@ static __always_inline struct inode *btrfs_compress_inode(__u64 owner)
  * erofs: struct erofs_map_blocks m_flags in records.h's FST_EROFS_MAP_* bits.  Until "erofs: remove
  * linux/buffer_head.h dependency" (6.3) they were buffer_head state bits: 1 << BH_Mapped, 1 << BH_Meta and
  * 1 << (BH_PrivateStart + 0..3) for encoded, full-mapped, fragment and partial-ref; since then 0x1..0x20, the
- * values records.h names.  (The patch on linux-erofs shows both; 6.1's erofs module has the BH_Encoded enum,
- * 6.12's has not.)  BH_PrivateStart is read from the kernel: 6.1 and 6.12 have 16, 6.18 has 17.  The old
+ * values records.h names.  (The patch on linux-erofs shows both, a kernel.org push log of the 6.3 merge window
+ * lists it among mainline's commits; 6.1's erofs module has the BH_Encoded enum, 6.12's has not.)  BH_PrivateStart is read from the kernel: 6.1 and 6.12 have 16, 6.18 has 17.  The old
  * encoding never sets bit 0 (BH_Uptodate) and always sets BH_Mapped on a mapped extent, so a value tells which
  * encoding it is in.
  */
