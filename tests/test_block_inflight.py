@@ -140,7 +140,7 @@ def test_a_requeued_request_is_one_request(tmp_path):
     d = S.device_stats(res)["%d:%d" % (kdev >> 20, kdev & 0xFFFFF)]
     assert d["diskstats_delta"]["reads"] == d["requests_in_window"] == 1
     assert d["diskstats_delta"]["sectors_read"] == size // 512 and d["unseen_requests"] == 0
-    assert d["traced_beyond_diskstats"] == 0
+    assert d["traced_beyond_diskstats"] == 0 and d["requeued"] == 1
     assert not any(res.header["losses"].values()), res.header["losses"]
 
 
