@@ -65,7 +65,7 @@ def slow_loop(d, *server_args, nr_requests=None):
     state.mkdir()
     srv = subprocess.Popen([sys.executable, SLOW_DISK, str(mnt), str(state)] + list(server_args),
                            stdout=subprocess.PIPE, text=True)
-    dev = None
+    dev = nr_path = was = None
     try:
         assert srv.stdout.readline() == "ready\n"
         dev = subprocess.run(["losetup", "-f", "--show", "-r", "--direct-io=on", str(mnt / "disk.img")],
@@ -74,13 +74,20 @@ def slow_loop(d, *server_args, nr_requests=None):
         with open("/sys/block/%s/loop/dio" % name) as f:
             assert f.read().strip() == "1"  # direct I/O: one FUSE read per block request
         if nr_requests:
-            with open("/sys/block/%s/queue/nr_requests" % name, "w") as f:
+            # the loop device outlives its binding: its queue depth is put back before it is detached
+            nr_path = "/sys/block/%s/queue/nr_requests" % name
+            with open(nr_path) as f:
+                was = f.read().strip()
+            with open(nr_path, "w") as f:
                 f.write(str(nr_requests))
         rdev = os.stat(dev).st_rdev
         yield dev, (os.major(rdev) << 20) | os.minor(rdev), str(state)
     finally:
         srv.terminate()  # held reads fail: nothing waits on the loop device any more
         srv.wait(timeout=60)
+        if was:
+            with open(nr_path, "w") as f:
+                f.write(was)
         if dev:
             subprocess.run(["losetup", "-d", dev], check=True)
         subprocess.run(["umount", "-l", str(mnt)], stderr=subprocess.DEVNULL)
