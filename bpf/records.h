@@ -18,7 +18,7 @@
 #include <linux/types.h> /* user space; BPF objects get the types from vmlinux.h */
 #endif
 
-#define FST_RECORDS_VERSION 2
+#define FST_RECORDS_VERSION 3
 
 /* the X-macro tables from here on are laid out by hand, an entry a line: clang-format leaves them */
 /* clang-format off */
