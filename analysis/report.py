@@ -233,6 +233,8 @@ def render(s, full=True):
         if d.get("by_origin"):
             w("    queued by: " + ", ".join("%s %d (%s)" % (k, v["requests"], _size(v["bytes"]))
                                       for k, v in sorted(d["by_origin"].items(), key=lambda kv: -kv[1]["requests"])))
+        if d.get("requeued"):
+            w("    requeued by the driver and issued again: %d (each one request, its parts summed)" % d["requeued"])
         bc = d["by_charge"]
         w("    charged: %s" % ", ".join("%s %d (%s)" % (k, v["requests"], _size(v["bytes"]))
                                      for k, v in sorted(bc.items()) if v["requests"]))
@@ -275,15 +277,11 @@ def render(s, full=True):
     d = s["drops"] or {}
     w("  dropped records (ring buffer full): %s" % (", ".join("%s %d" % kv for kv in sorted(d.items())) or "none"))
     lost = {k: v for k, v in (s.get("losses") or {}).items() if v}
-    if lost:  # a full in-kernel table, or a request's end never seen: that work went untraced
-        w("  LOST in the kernel (a table was full, or a request's end never came): %s"
+    if lost:  # a full in-kernel table, or an end event never seen: that work went untraced
+        w("  LOST in the kernel (a table was full, or an end event never came): %s"
           % ", ".join("%s %d" % kv for kv in sorted(lost.items())))
-    ex = s.get("expired_in_flight") or {}
-    if ex.get("bios") or ex.get("requests"):
-        w("  in-flight block state expired (completion never delivered): %d bios, %d requests"
-          % (ex.get("bios", 0), ex.get("requests", 0)))
-    if ex.get("work_items"):
-        w("  filesystem work items expired (queued, never seen to run): %d" % ex["work_items"])
+    for item in verdict.expired_items(s):  # no end in a long while: not taken for lost, nor left in flight
+        w("  in-flight state expired: %s" % item)
     unseen = s.get("unseen_block_requests") or {}
     beyond = s.get("traced_beyond_diskstats") or {}
     w("  block requests the kernel completed unseen by fstrace: %s"

@@ -303,6 +303,8 @@ def io_stats(io, unit, hist_slots):
         "size_hist_log2_bytes": log2_slots(nbytes, hist_slots),
         "q2c_hist_log2_us": log2_slots(q2c.astype(np.uint64), hist_slots),
         "issued_before_tracing": int((~known).sum()),
+        # requeued at least once (older collectors recorded each part of such a request apart, and no count)
+        "requeued": int((io["nr_requeues"] > 0).sum()) if "nr_requeues" in io.dtype.names else None,
         "reread_bytes": int(nbytes.sum()) - union_bytes(start, end),
     }
 

@@ -205,20 +205,32 @@ def tracer_line(s):
 
 
 def lost_items(s):
-    """What the run did not see: dropped records, full kernel tables, expired in-flight state, block requests the
-    kernel completed unseen, failed requests.  Empty: nothing lost."""
+    """What the run did not see: dropped records, full kernel tables, end events that never came, block requests
+    the kernel completed unseen.  Empty: nothing lost."""
     out = ["%d %s records dropped (ring buffer full)" % (v, k) for k, v in sorted((s.get("drops") or {}).items())
            if v]
-    # records.h FST_LOSSES: a full kernel table (*_full), or a request whose end never came
-    out += ["%d %s%s" % (v, k, " (kernel table full)" if k.endswith("_full") else "")
+    # records.h FST_LOSSES: a full kernel table (*_full), or an end event that never came (*_missed)
+    out += ["%d %s%s" % (v, k, " (kernel table full)" if k.endswith("_full") else
+                         " (its end never seen)" if k.endswith("_missed") else "")
             for k, v in sorted((s.get("losses") or {}).items()) if v]
-    ex = s.get("expired_in_flight") or {}
-    if ex.get("bios") or ex.get("requests"):
-        out.append("%d bios, %d block requests expired in flight" % (ex.get("bios", 0), ex.get("requests", 0)))
-    if ex.get("work_items"):
-        out.append("%d filesystem work items expired (queued, never seen to run)" % ex["work_items"])
     out += ["%d block requests on %s completed unseen" % (v, k)
             for k, v in sorted((s.get("unseen_block_requests") or {}).items())]
+    return out
+
+
+def expired_items(s):
+    """In-flight state the collector expired: no end event came for it in after_ns (from full in-flight tables
+    only, where the header says so; older collectors expired all of it that old, in flight or not).  Empty: none."""
+    ex = s.get("expired_in_flight") or {}
+    after = "%d s" % (ex["after_ns"] // 10**9) if ex.get("after_ns") else "a while"
+    where = " from full in-flight tables" if ex.get("full_buckets_only") else ""
+    out = []
+    if ex.get("bios") or ex.get("requests"):
+        out.append("%d bios, %d block requests with no end in %s expired%s" % (ex.get("bios", 0),
+                                                                              ex.get("requests", 0), after, where))
+    if ex.get("work_items"):
+        out.append("%d filesystem work items queued and not seen to run in %s expired%s" % (ex["work_items"], after,
+                                                                                           where))
     return out
 
 
@@ -275,6 +287,9 @@ def lines(s):
     lost = lost_items(s)
     out += wrap("LOST", lost, "; ") if lost else ["  lost: nothing (no drops, no full tables, block requests "
                                                   "match /proc/diskstats)"]
+    expired = expired_items(s)
+    if expired:
+        out += wrap("expired", expired, "; ")
     groups = unavailable_groups(s)
     if groups:
         out += wrap("unavailable", ["%s [%s]" % (", ".join(short_figure(f) for f in figs), why)

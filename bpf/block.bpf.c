@@ -118,21 +118,33 @@ static __always_inline __s32 io_stack(void *ctx, __u64 now)
 	return bpf_get_stackid(ctx, &stacks, 0);
 }
 
+/*
+ * The slot of a bio queued (or split off) now.  The kernel traces a bio's queueing once until its end (the
+ * BIO_TRACE_COMPLETION flag: a split remainder submitted again is not traced again), so an entry already at its
+ * address is an earlier bio whose end was never seen: counted, and what it held given back.
+ */
+static __always_inline struct bio_starts_slot *bio_slot_anew(__u64 bio)
+{
+	struct bio_starts_slot *slot = bio_starts_find(bio);
+	if (!slot)
+		return bio_starts_claim(bio); /* NULL: counted, its request will not be charged */
+	loss_count(FST_LOSS_BIO_END_MISSED);
+	inflight_add(slot->v.pid, -1);
+	return slot;
+}
+
 static __always_inline int handle_bio_queue(void *ctx, struct bio *bio, bool btf)
 {
 	__u32 dev = bio_dev(bio, btf);
 	if (!dev_cfg(dev))
 		return 0;
-	/* a split remainder is queued again: keep the time it was first queued */
-	if (bio_starts_find((__u64)bio))
-		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	struct task_req *st = cfg.requests ? current_state() : NULL;
 	struct fst_bio_start s = { .ts_queue = now, .stack = io_stack(ctx, now) };
 	charge_current(&s, st);
-	struct bio_starts_slot *slot = bio_starts_claim((__u64)bio);
+	struct bio_starts_slot *slot = bio_slot_anew((__u64)bio);
 	if (!slot)
-		return 0; /* counted: its request will not be charged */
+		return 0;
 	slot->v = s;
 	inflight_add(s.pid, 1);
 	tracer_charge(st && st->in_req ? st : NULL, FST_SITE_BIO_QUEUE, s.ts_queue);
@@ -154,11 +166,26 @@ static __always_inline int handle_bio_split(struct bio *split, bool btf)
 		s.ts_queue = bpf_ktime_get_ns();
 		charge_current(&s, cfg.requests ? current_state() : NULL);
 	}
-	struct bio_starts_slot *slot = bio_starts_claim((__u64)split);
+	struct bio_starts_slot *slot = bio_slot_anew((__u64)split);
 	if (!slot)
 		return 0;
 	slot->v = s;
 	inflight_add(s.pid, 1);
+	return 0;
+}
+
+/*
+ * A bio that ended outside a request: failed before it got one, or on a bio-based device.  The kernel traces
+ * this end only for such bios (a request's bios end with it, block_rq_complete), so a bio throttled or waiting
+ * for a request stays in flight as long as it really does.
+ */
+static __always_inline int handle_bio_complete(struct bio *bio)
+{
+	struct bio_starts_slot *slot = bio_starts_find((__u64)bio);
+	if (!slot)
+		return 0;
+	inflight_add(slot->v.pid, -1);
+	bio_starts_release(slot);
 	return 0;
 }
 
@@ -211,6 +238,33 @@ static int walk_bio(__u32 i, struct rq_walk *w)
 	return 0;
 }
 
+/* fold the bios of rq's chain into r (their queue time, owner and in-flight counts), freeing their entries */
+static __always_inline void fold_bios(struct fst_rq_start *r, struct request *rq, bool btf)
+{
+	struct rq_walk w = { .bio = FST_FIELD(btf, rq, bio), .r = r };
+	if (btf && w.bio) {
+		/* the first bio by typed loads (most requests have one): no helper read of its link, no loop */
+		struct bio *first = w.bio;
+		w.bio = first->bi_next;
+		fold_bio(r, first);
+	}
+	/* bpf_loop, not a C loop: the 6.1 verifier rejects loops that close on a fall-through edge */
+	if (w.bio)
+		bpf_loop(MAX_RQ_BIOS, walk_bio, &w, 0);
+}
+
+/* a request requeued after an issue (the driver was busy, a part completed and the rest is retried): its next
+ * issue is the same request's */
+static __always_inline int handle_rq_requeue(struct request *rq)
+{
+	struct rq_starts_slot *slot = rq_starts_find((__u64)rq);
+	if (slot) {
+		slot->v.requeued = 1;
+		slot->v.nr_requeues++;
+	}
+	return 0;
+}
+
 static __always_inline int handle_rq_issue(struct request *rq, bool btf)
 {
 	__u32 dev = rq_dev(rq, btf);
@@ -220,22 +274,21 @@ static __always_inline int handle_rq_issue(struct request *rq, bool btf)
 	__u64 now = bpf_ktime_get_ns();
 
 	struct rq_starts_slot *old = rq_starts_find((__u64)rq);
-	if (old) { /* requeued: keep its bios' accounting, take the new issue time */
+	if (old && old->v.requeued) { /* keep its bios' accounting, take the new issue time */
+		old->v.requeued = 0;
 		old->v.ts_issue = now;
 		return 0;
 	}
-
-	struct fst_rq_start r = { .ts_issue = now, .stack = -1 };
-	struct rq_walk w = { .bio = FST_FIELD(btf, rq, bio), .r = &r };
-	if (btf && w.bio) {
-		/* the first bio by typed loads (most requests have one): no helper read of its link, no loop */
-		struct bio *first = w.bio;
-		w.bio = first->bi_next;
-		fold_bio(&r, first);
+	if (old) {
+		/* issued again with no requeue between: a request in flight is never issued twice, so the
+		 * completion of its previous issue was never seen; that one ends here, unrecorded */
+		loss_count(FST_LOSS_RQ_COMPLETION_MISSED);
+		inflight_add(old->v.pid, -(__s64)old->v.charged_bios);
+		rq_starts_release(old);
 	}
-	/* bpf_loop, not a C loop: the 6.1 verifier rejects loops that close on a fall-through edge */
-	if (w.bio)
-		bpf_loop(MAX_RQ_BIOS, walk_bio, &w, 0);
+
+	struct fst_rq_start r = { .ts_issue = now, .sector = FST_FIELD(btf, rq, __sector), .stack = -1 };
+	fold_bios(&r, rq, btf);
 	struct rq_starts_slot *slot = rq_starts_claim((__u64)rq);
 	if (slot)
 		slot->v = r;
@@ -287,10 +340,12 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 	__u32 cmd_flags = FST_FIELD(btf, rq, cmd_flags);
 	__u64 sector = FST_FIELD(btf, rq, __sector);
 	__u32 data_len = FST_FIELD(btf, rq, __data_len);
+	/* this completion ends the request (else a part of it: the driver requeues or completes the rest) */
+	bool last = nr_bytes >= data_len;
 	/*
 	 * The request's state is copied out and, on its last completion, its slot freed here: a slot pointer
 	 * kept live to the end made the verifier walk the rest once per way of the bucket (block_rq_complete
-	 * took 100 ms to load, a third of load and attach).  Partial completions keep the request.
+	 * took 100 ms to load, a third of load and attach).  A part completed adds its bytes to the request.
 	 */
 	struct fst_rq_start rs, *r = NULL;
 	__u64 rq_addr = 0; /* the slot's key, a number: the pointer itself kept to the end made clang hash it with
@@ -300,24 +355,52 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 		rs = slot->v;
 		r = &rs;
 		rq_addr = slot->key;
-		if (nr_bytes >= data_len) {
+		if (last) {
 			inflight_add(rs.pid, -(__s64)rs.charged_bios);
 			rq_starts_release(slot);
+		} else {
+			slot->v.bytes_done += nr_bytes;
+			if (error && !slot->v.error)
+				slot->v.error = error;
 		}
+	} else if (FST_FIELD(btf, rq, bio)) {
+		/* never seen issued (ended unissued, or issued before tracing): its bios' entries end here */
+		struct fst_rq_start unissued = { .stack = -1 };
+		fold_bios(&unissued, rq, btf);
+		inflight_add(unissued.pid, -(__s64)unissued.charged_bios);
+	}
+
+	/* running now: the work items its bios' end_io queue name its io record, the wakeups they make are not a
+	 * kworker's (common.bpf.h completion_running) */
+	__u32 zero = 0;
+	struct completing_rq *c = bpf_map_lookup_elem(&completing, &zero);
+	if (c) {
+		c->rq = rq_addr;
+		c->io.ts_complete = 0; /* no io record yet, or none written */
+		c->io.sector = sector; /* where this completion starts: what completion_running checks */
+		c->io.dev = dev;
+	}
+	if (r && !last) { /* one record, histogram and sum per request: at its last completion */
+		tracer_charge(current_req(), FST_SITE_RQ_COMPLETE, now);
+		return 0;
+	}
+	__u32 bytes = nr_bytes;
+	if (r) {
+		sector = rs.sector;
+		bytes += rs.bytes_done;
+		error = error ? error : rs.error;
 	}
 
 	/* serve: the histograms, sums and alignment counters below are all it exports */
 	struct fst_io *rec = cfg.no_io_records ? NULL : record_reserve(FST_REC_IO, sizeof(*rec));
-	bool recorded = rec != NULL;
 	if (rec) {
 		rec->ts_complete_ns = now;
 		rec->sector = sector;
-		rec->bytes = nr_bytes;
+		rec->bytes = bytes;
 		rec->dev = dev;
 		rec->cmd_flags = cmd_flags;
 		rec->error = error;
 		rec->pad0 = 0;
-		rec->pad1 = 0;
 		if (r) {
 			rec->ts_queue_ns = r->ts_queue ? r->ts_queue : r->ts_issue;
 			rec->ts_issue_ns = r->ts_issue;
@@ -326,6 +409,7 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 			rec->queue_pid = r->queue_pid;
 			rec->charge = r->charge;
 			rec->queue_stack = r->stack;
+			rec->nr_requeues = r->nr_requeues;
 			__builtin_memcpy(rec->comm, r->comm, sizeof(rec->comm));
 		} else { /* issued before tracing started */
 			rec->ts_queue_ns = 0;
@@ -335,9 +419,14 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 			rec->queue_pid = 0;
 			rec->charge = FST_CHARGE_NONE;
 			rec->queue_stack = -1;
+			rec->nr_requeues = 0;
 			__builtin_memset(rec->comm, 0, sizeof(rec->comm));
 		}
 		record_submit(rec);
+		/* a request completed in parts has its record at its first sector, not this completion's: the
+		 * work its last part queues names no record */
+		if (c && (!r || !rs.bytes_done))
+			c->io.ts_complete = now;
 	}
 
 	__u32 op = cmd_flags & FST_OP_MASK;
@@ -345,8 +434,8 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 	__u32 io_slot = dc->io_slot;
 	struct fst_dev_io *io = bpf_map_lookup_elem(&dev_io, &io_slot); /* an array: no hashing */
 	if (io) {
-		slot_count(io->bytes[sub], log2_slot(nr_bytes));
-		count_alignment(&io->align, dc, sector, nr_bytes);
+		slot_count(io->bytes[sub], log2_slot(bytes));
+		count_alignment(&io->align, dc, sector, bytes);
 	}
 	/* only for an exposition: the records have these figures, and a run should not pay for them twice */
 	struct fst_io_sum_key sk = { .dev = dev, .op = sub };
@@ -357,7 +446,7 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 		sum = bpf_map_lookup_elem(&io_sums, &sk);
 	}
 	if (sum)
-		__sync_fetch_and_add(&sum->bytes, nr_bytes);
+		__sync_fetch_and_add(&sum->bytes, bytes);
 	if (r) {
 		__u64 q = r->ts_queue ? r->ts_queue : r->ts_issue;
 		if (io) {
@@ -368,17 +457,6 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 			__sync_fetch_and_add(&sum->q2c_ns, now - q);
 			__sync_fetch_and_add(&sum->d2c_ns, now - r->ts_issue);
 		}
-	}
-
-	/* running now: the work items its bios' end_io queue name its io record, the wakeups they make are not a
-	 * kworker's (common.bpf.h completion_running) */
-	__u32 zero = 0;
-	struct completing_rq *c = bpf_map_lookup_elem(&completing, &zero);
-	if (c) {
-		c->rq = rq_addr;
-		c->io.ts_complete = recorded ? now : 0;
-		c->io.sector = sector;
-		c->io.dev = dev;
 	}
 
 	/* mostly in an interrupt: charged to the request it interrupted, whose on-CPU time it took */
@@ -528,6 +606,16 @@ int BPF_PROG(block_split_btf, struct bio *bio, unsigned int new_sector) { return
 SEC("raw_tp/block_split")
 int BPF_PROG(block_split_raw, struct bio *bio, unsigned int new_sector) { return handle_bio_split(bio, false); }
 
+SEC("tp_btf/block_bio_complete")
+int BPF_PROG(block_bio_complete_btf, struct request_queue *q, struct bio *bio) { return handle_bio_complete(bio); }
+SEC("raw_tp/block_bio_complete")
+int BPF_PROG(block_bio_complete_raw, struct request_queue *q, struct bio *bio) { return handle_bio_complete(bio); }
+
+SEC("tp_btf/block_rq_requeue")
+int BPF_PROG(block_rq_requeue_btf, struct request *rq) { return handle_rq_requeue(rq); }
+SEC("raw_tp/block_rq_requeue")
+int BPF_PROG(block_rq_requeue_raw, struct request *rq) { return handle_rq_requeue(rq); }
+
 SEC("tp_btf/block_rq_issue")
 int BPF_PROG(block_rq_issue_btf, struct request *rq) { return handle_rq_issue(rq, true); }
 SEC("raw_tp/block_rq_issue")
@@ -566,10 +654,12 @@ SEC("raw_tp/workqueue_execute_end")
 int BPF_PROG(workqueue_execute_end_raw, struct work_struct *work) { return handle_work_end(); }
 
 /*
- * Expiry of in-flight entries older than FST_STALE_NS: their end event never came (a bio that ended before it
- * reached a request, a completion the kernel did not deliver to BPF), and left in place they would keep a
- * task "waiting for its own I/O" and hold a slot.  Run by the collector every second (BPF_PROG_TEST_RUN): the
- * slots are taken back with the same compare-and-swap the handlers use, so a slot claimed meanwhile is left.
+ * The last resort for a full in-flight table: an entry older than FST_STALE_NS in a bucket with no free slot is
+ * expired, so that the bucket takes new entries again.  Entries end at their real end, and one whose end never
+ * came (a completion the kernel did not deliver to BPF) is found when its address is used again; what is left
+ * is a leak only a full bucket needs ended, while age alone cannot tell it from I/O really in flight that long.
+ * Run by the collector every second (BPF_PROG_TEST_RUN): the slots are taken back with the same
+ * compare-and-swap the handlers use, so a slot claimed meanwhile is left.
  */
 __u64 expired_bios, expired_requests, expired_work;
 
@@ -602,6 +692,12 @@ static __always_inline void expire_free(__u64 *key_at)
 		struct table##_bucket *bk = bpf_map_lookup_elem(&table, &i); \
 		if (!bk)                                                     \
 			return 1;                                            \
+		int used = 0;                                                \
+		_Pragma("unroll")                                            \
+		for (int j = 0; j < FST_FLIGHT_WAYS; j++)                    \
+			used += bk->s[j].key != 0;                           \
+		if (used < FST_FLIGHT_WAYS)                                  \
+			return 0;                                            \
 		_Pragma("unroll")                                            \
 		for (int j = 0; j < FST_FLIGHT_WAYS; j++) {                  \
 			struct table##_slot *slot = &bk->s[j];               \
@@ -627,7 +723,7 @@ static __always_inline void expire_free(__u64 *key_at)
 
 EXPIRE_BUCKET(bio_starts, BIO_TS, BIO_DROP, expired_bios)
 EXPIRE_BUCKET(rq_starts, RQ_TS, RQ_DROP, expired_requests)
-/* work items queued and never run (cancelled): nothing else would free their slots */
+/* work items queued and never run (cancelled) keep their slots until their work is queued again */
 EXPIRE_BUCKET(work_queued, WORK_TS, WORK_DROP, expired_work)
 
 SEC("syscall")

@@ -18,7 +18,7 @@
 #include <linux/types.h> /* user space; BPF objects get the types from vmlinux.h */
 #endif
 
-#define FST_RECORDS_VERSION 2
+#define FST_RECORDS_VERSION 3
 
 /* the X-macro tables from here on are laid out by hand, an entry a line: clang-format leaves them */
 /* clang-format off */
@@ -221,6 +221,8 @@
 	E(FST_FIG_SQUASHFS_CACHE_MISS, 19, "squashfs_cache_misses")                     \
 	E(FST_FIG_BTRFS_COMPRESS, 20, "btrfs_compress_write")	/* compression on write, per chunk */ \
 	E(FST_FIG_REQ_BOUNDS, 21, "req_bounds")	/* request start and end at a filesystem entry point */ \
+	E(FST_FIG_RQ_REQUEUE, 22, "rq_requeue")	/* requeues: a request issued again is the same request */ \
+	E(FST_FIG_BIO_COMPLETE, 23, "bio_complete")	/* the end of a bio that ended outside a request */ \
 	FST_DECOMP_FIGURES(E)
 
 /*
@@ -349,13 +351,18 @@ FST_ASSERT_DISTINCT(FST_AMPLIFICATION);
 	S(comm, 16)
 
 /*
- * Block request, emitted at completion.  Q = first bio queued, D = issued to
- * the driver, C = completed.  dev is the kernel dev_t of the partition or
- * disk the request was issued to.  nr_bios - 1 is the number of merges.
- * queue_stack: kernel stack id (results header "io_stacks") where its first
- * bio was queued, -1 when stacks are off, FST_STACK_UNSAMPLED when the rate
- * limit skipped it: it tells which filesystem path (metadata, fragment, data
- * readahead, ...) had to go to the device.
+ * Block request, emitted once, at its last completion.  Q = first bio queued,
+ * D = issued to the driver (last issued, when it was requeued), C = completed.
+ * dev is the kernel dev_t of the partition or disk the request was issued to.
+ * sector and bytes are the whole request's: a driver may complete a request
+ * in parts and requeue the rest (a short read, an error retried), and the
+ * parts add up to one record, as /proc/diskstats counts one request.
+ * nr_requeues counts the times it went back to the queue after an issue.
+ * nr_bios - 1 is the number of merges.  queue_stack: kernel stack id (results
+ * header "io_stacks") where its first bio was queued, -1 when stacks are off,
+ * FST_STACK_UNSAMPLED when the rate limit skipped it: it tells which
+ * filesystem path (metadata, fragment, data readahead, ...) had to go to the
+ * device.
  */
 #define FST_IO_FIELDS(F, S)     \
 	F(__u64, ts_queue_ns)   \
@@ -372,7 +379,7 @@ FST_ASSERT_DISTINCT(FST_AMPLIFICATION);
 	F(__u16, charge)        \
 	F(__u16, pad0)          \
 	F(__s32, queue_stack)   \
-	F(__u32, pad1)          \
+	F(__u32, nr_requeues)   \
 	S(comm, 16)
 
 /*
@@ -405,7 +412,8 @@ FST_ASSERT_DISTINCT(FST_AMPLIFICATION);
  * are the ts_complete_ns, sector and dev of the io record of the block request
  * whose completion queued the work (from its bio end_io, in the same call on
  * the same CPU); all 0 when no completion on a traced device did, and
- * io_complete_ns alone 0 when that request's io record was not written.
+ * io_complete_ns alone 0 when that request's io record was not written (or
+ * not by this completion: a request completed in parts has one record).
  */
 #define FST_WORK_FIELDS(F, S)    \
 	F(__u64, ts_queue_ns)    \
@@ -588,17 +596,23 @@ struct fst_bio_start {
 	char comm[16];
 };
 
-/* an issued request on a traced device, until it completes */
+/* an issued request on a traced device, until its last completion */
 struct fst_rq_start {
 	__u64 ts_queue;
-	__u64 ts_issue;
+	__u64 ts_issue; /* its last issue */
+	__u64 sector;	/* its first sector, at its first issue (a part completed moves the request's on) */
 	__u32 pid;
 	__u32 queue_pid;
 	__u32 nr_bios;
 	__u32 charged_bios; /* bios counted in task_inflight[pid] */
+	__u32 bytes_done;   /* completed in parts before its last completion */
+	__s32 error;	    /* the first error a part completed with */
+	__u32 nr_requeues;
 	__u16 charge;
-	__u16 pad;
+	__u8 requeued; /* back in the queue (block_rq_requeue) and not issued since */
+	__u8 pad;
 	__s32 stack;
+	__u32 pad1;
 	char comm[16];
 };
 
@@ -613,8 +627,14 @@ struct fst_rq_start {
 /* the ring buffer all records share (a power of two, page-aligned) */
 #define FST_RINGBUF_BYTES (16u << 20)
 
-/* in-flight entries older than this never saw their completion event: the collector expires them */
-#define FST_STALE_NS (10ull * 1000000000ull)
+/*
+ * The last resort for a full in-flight table: an entry this old in a bucket with no free slot is taken as one
+ * whose end event never came, and the collector expires it to make room.  Entries end at their real end (a bio
+ * folded into its request at issue or ended outside one, a request's last completion, a work item's run), and
+ * an end that never came shows when its address is used again (FST_LOSSES *_missed); a request can stay in
+ * flight for minutes (a throttled bio, a device in error recovery), so age alone ends none.
+ */
+#define FST_STALE_NS (600ull * 1000000000ull)
 
 /*
  * Entries the kernel side could not keep, by what was full or never came (the per-CPU map `losses`, summed into
@@ -626,8 +646,10 @@ struct fst_rq_start {
 	E(FST_LOSS_RQ_TABLE, 1, "request_table_full")	/* block requests in flight: no queue/issue times */ \
 	E(FST_LOSS_WORK_TABLE, 2, "work_table_full")	/* kworker context (loop device served, fs work item) */ \
 	E(FST_LOSS_TASK_STATE, 3, "task_state_full")	/* a thread's request state: its requests are not traced */ \
-	E(FST_LOSS_REQ_UNENDED, 4, "request_end_missed")	/* its end never came (a kretprobe missed): dropped */
-#define FST_NR_LOSSES 5
+	E(FST_LOSS_REQ_UNENDED, 4, "request_end_missed")	/* its end never came (a kretprobe missed): dropped */ \
+	E(FST_LOSS_BIO_END_MISSED, 5, "bio_end_missed")	/* a bio's end never seen: its address was queued again */ \
+	E(FST_LOSS_RQ_COMPLETION_MISSED, 6, "request_completion_missed")	/* a block request's completion never seen: its address was issued again with no requeue between (it has no io record) */
+#define FST_NR_LOSSES 7
 enum fst_loss { FST_LOSSES(FST_ENUM_MEMBER) };
 FST_ASSERT_NUMBERED(FST_LOSSES, 0, FST_NR_LOSSES);
 /* clang-format on */

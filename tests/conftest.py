@@ -156,6 +156,19 @@ def collector_under(parent, timeout=600.0):
     raise AssertionError("no collector started under pid %d" % parent)
 
 
+def collector_map_ids(pid):
+    """The ids of the BPF maps a process holds open (its fds' fdinfo), so a test touches its own collector's."""
+    ids = set()
+    fd_dir = "/proc/%d/fdinfo" % pid
+    for fd in os.listdir(fd_dir) if os.path.isdir(fd_dir) else ():
+        try:
+            with open(os.path.join(fd_dir, fd)) as f:
+                ids |= {int(line.split()[1]) for line in f if line.startswith("map_id:")}
+        except OSError:
+            pass  # closed meanwhile
+    return ids
+
+
 def bpf_objects_of(pid):
     """The BPF programs, maps and links process `pid` holds, as {("prog", id), ("map", id), ("link", id)}:
     read from its /proc/PID/fdinfo, so what another tracer on the machine loaded is never taken for ours."""

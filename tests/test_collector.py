@@ -10,7 +10,7 @@ import pytest
 
 from analysis import results
 from analysis import summary as S
-from conftest import COLLECTOR, assert_exact_partition
+from conftest import COLLECTOR, assert_exact_partition, collector_map_ids
 
 pytestmark = pytest.mark.bpf
 
@@ -130,25 +130,19 @@ def test_collector_refuses_non_root(tmp_path):
     assert "must run as root" in p.stderr
 
 
-def collector_map_ids(pid):
-    """The ids of the BPF maps a process holds open (its fds' fdinfo), so a test touches its own collector's."""
-    ids = set()
-    fd_dir = "/proc/%d/fdinfo" % pid
-    for fd in os.listdir(fd_dir) if os.path.isdir(fd_dir) else ():
-        try:
-            with open(os.path.join(fd_dir, fd)) as f:
-                ids |= {int(line.split()[1]) for line in f if line.startswith("map_id:")}
-        except OSError:
-            pass  # closed meanwhile
-    return ids
-
-
-def test_stale_in_flight_entries_are_expired_and_counted(tmp_path):
-    """An entry whose end event never comes (a bio that never reached a request, a request whose completion was
-    not delivered, a work item queued and never run) is expired after FST_STALE_NS and counted in the header.
-    One stale entry is planted in each in-flight table of a running collector (found by its pid among the map
-    owners): each is expired by the collector's once-a-second expiry and counted exactly once."""
+def test_stale_in_flight_entries_are_expired_from_full_buckets_only(tmp_path, collector_header):
+    """The last resort of a full in-flight table: an entry whose end event never came, older than FST_STALE_NS,
+    is expired from a bucket with no free slot, and counted in the header; one as old in a bucket with room, or
+    a younger one, stays (it may still be in flight: a request can be held for minutes).  In each in-flight table
+    of a running collector (found by its pid among the map owners) one bucket is filled with three stale entries
+    and a young one, and another holds a lone stale entry: the collector's once-a-second expiry takes exactly
+    the three."""
     import struct
+    stale_ns = collector_header["expired_in_flight"]["after_ns"]
+    # kernel time (CLOCK_MONOTONIC, as bpf_ktime_get_ns) older than FST_STALE_NS, and one that is not
+    old, young = time.monotonic_ns() - stale_ns - 10**9, time.monotonic_ns()
+    if old <= 0:
+        pytest.skip("the machine has been up for less than FST_STALE_NS: no kernel time is that old")
     f = tmp_path / "stale.fst"
     proc = subprocess.Popen([COLLECTOR, "-o", str(f), "--", "sleep", "4"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
@@ -163,23 +157,27 @@ def test_stale_in_flight_entries_are_expired_and_counted(tmp_path):
                     and m["id"] in ids}
             time.sleep(0.1)
         assert len(maps) == 3, maps
-        # kernel time (CLOCK_MONOTONIC, as bpf_ktime_get_ns) 11 s ago: past FST_STALE_NS (10 s)
-        old = time.monotonic_ns() - 11 * 10**9
-        # a slot is {u64 key, value}: the key is any address-like number; the value's time is where each
-        # table's expiry reads it (fst_bio_start.ts_queue, fst_rq_start.ts_issue, the queued work's time)
-        plants = {"bio_starts": struct.pack("<QQ", 0xdead0001, old),
-                  "rq_starts": struct.pack("<QQQ", 0xdead0002, 0, old),
-                  "work_queued": struct.pack("<QQ", 0xdead0003, old)}
-        for name, slot in plants.items():
+        # a bucket is four slots {u64 key, value}: the key is any address-like number; the value's time is where
+        # each table's expiry reads it (fst_bio_start.ts_queue, fst_rq_start.ts_issue, the queued work's time)
+        slot = {"bio_starts": lambda key, ts: struct.pack("<QQ", key, ts),
+                "rq_starts": lambda key, ts: struct.pack("<QQQ", key, 0, ts),
+                "work_queued": lambda key, ts: struct.pack("<QQ", key, ts)}
+        for name, make in slot.items():
             m = maps[name]
-            value = slot + bytes(m["bytes_value"] - len(slot))
-            key = [str(b) for b in struct.pack("<I", 7)]
-            subprocess.run(["bpftool", "map", "update", "id", str(m["id"]), "key"] + key + ["value"]
-                           + [str(b) for b in value], check=True)
+            size = m["bytes_value"] // 4
+            full = [make(0xdead0001 + i, young if i == 3 else old) for i in range(4)]
+            lone = [make(0xdead0011, old)]
+            for bucket, slots in ((7, full), (8, lone)):
+                value = b"".join(s + bytes(size - len(s)) for s in slots)
+                value += bytes(m["bytes_value"] - len(value))
+                subprocess.run(["bpftool", "map", "update", "id", str(m["id"]), "key"]
+                               + [str(b) for b in struct.pack("<I", bucket)] + ["value"]
+                               + [str(b) for b in value], check=True)
     finally:
         assert proc.wait(timeout=30) == 0, proc.stderr.read()
     ex = results.load(str(f)).header["expired_in_flight"]
-    assert (ex["bios"], ex["requests"], ex["work_items"]) == (1, 1, 1), ex
+    assert (ex["bios"], ex["requests"], ex["work_items"]) == (3, 3, 3), ex
+    assert ex["full_buckets_only"]
 
 
 def test_task_storage_and_pid_hash_agree(tmp_path):

@@ -27,6 +27,16 @@ def test_stored_file_is_verified(real):
     assert len(res["req"]) > 0 and res.header["offcpu"]["folded"]  # direct reads wait for the device
 
 
+@pytest.mark.unit
+def test_io_records_of_records_version_1_are_read(real):
+    """A collector of records_version 1 recorded each part of a request completed in parts apart and counted no
+    requeues: its devices' figures are read, the requeued count unknown (None), not 0."""
+    res = results.load(real[0])
+    assert res.header["records_version"] == 1 and "nr_requeues" not in res["io"].dtype.names
+    devices = summary.device_stats(res)
+    assert devices and all(d["requests"] and d["requeued"] is None for d in devices.values())
+
+
 @pytest.mark.bpf
 def test_collectors_file_is_verified_and_of_the_current_format(tmp_path):
     """The stored file the other tests damage is an older collector's: today's writes the current format,

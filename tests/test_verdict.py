@@ -240,3 +240,33 @@ def test_timeline_is_a_perfetto_trace_of_every_request(erofs_randread):
 def results_dev(res, dev):
     from analysis.summary import dev_name
     return dev_name(dev, res.minor_bits)
+
+
+@pytest.mark.unit
+def test_ends_never_seen_are_lost_and_expired_state_is_not(erofs_randread_summary):
+    """An end event that never came is a loss (LOST, with what it means); in-flight state expired after a long
+    while without an end is said apart from the losses, with its age and, for today's collector, that it came
+    from full tables only; an older collector's header (10 s, every entry that old) is read too."""
+    import copy
+    s = copy.deepcopy(erofs_randread_summary)
+    s["drops"], s["unseen_block_requests"] = {}, {}
+    s["losses"] = {"bio_table_full": 1, "request_completion_missed": 2, "bio_end_missed": 0}
+    s["expired_in_flight"] = {"bios": 3, "requests": 4, "work_items": 0, "after_ns": 600 * 10**9,
+                              "full_buckets_only": True, "run_failures": 0}
+    lines = logical_lines(verdict.render(s))
+    [lost] = [l for l in lines if l.startswith("  LOST")]
+    assert "1 bio_table_full (kernel table full)" in lost and "2 request_completion_missed (its end never seen)" \
+        in lost and "bio_end_missed" not in lost and "expired" not in lost
+    [expired] = [l for l in lines if l.startswith("  expired")]
+    assert "3 bios, 4 block requests with no end in 600 s expired from full in-flight tables" in expired
+    full = report.render(s, full=True)
+    assert "LOST in the kernel (a table was full, or an end event never came): bio_table_full 1, " \
+        "request_completion_missed 2" in full
+    assert "in-flight state expired: 3 bios, 4 block requests with no end in 600 s expired from full" in full
+    s["losses"] = {"bio_table_full": 0}
+    s["expired_in_flight"] = {"bios": 1, "requests": 0, "work_items": 2, "after_ns": 10 * 10**9, "run_failures": 0}
+    lines = logical_lines(verdict.render(s))
+    assert [l for l in lines if l.startswith("  lost: nothing")]
+    [expired] = [l for l in lines if l.startswith("  expired")]
+    assert expired == "  expired: 1 bios, 0 block requests with no end in 10 s expired; 2 filesystem work items " \
+        "queued and not seen to run in 10 s expired"

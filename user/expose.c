@@ -525,8 +525,8 @@ static void drops_and_probes(struct jbuf *b, const struct expose_maps *m, const 
 	FST_REC_TYPES(DROP_LINE)
 #undef DROP_LINE
 	family(b, "fstrace_losses_total", "counter",
-	       "Work the kernel side left untraced because an in-flight table was full, by what was full (the "
-	       "results header's losses).");
+	       "Work the kernel side left untraced, by why: an in-flight table was full, or an end event never "
+	       "came (the results header's losses).");
 #define LOSS_LINE(c, v, n) \
 	jb_add(b, "fstrace_losses_total{what=\"%s\"} %llu\n", n, (unsigned long long)percpu_u64(m->losses, c));
 	FST_LOSSES(LOSS_LINE)
@@ -535,7 +535,7 @@ static void drops_and_probes(struct jbuf *b, const struct expose_maps *m, const 
 	       "Requests that reached user space as records because the in-kernel aggregate was full: not counted above.");
 	jb_add(b, "fstrace_unaggregated_requests_total %llu\n", expose_unaggregated_requests);
 	family(b, "fstrace_expired_in_flight_total", "counter",
-	       "Bios and block requests whose completion was never seen (expired after FST_STALE_NS).");
+	       "Bios and block requests expired from a full in-flight table: no end seen in FST_STALE_NS.");
 	jb_add(b, "fstrace_expired_in_flight_total{what=\"bio\"} %llu\n", expose_expired_bios);
 	jb_add(b, "fstrace_expired_in_flight_total{what=\"request\"} %llu\n", expose_expired_requests);
 	family(b, "fstrace_probe_info", "gauge", "1 for every probe, with the tier it is attached at (or unavailable).");

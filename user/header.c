@@ -223,6 +223,9 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 	jset(o, "requests", ju64(ri->expired.requests));
 	jset(o, "work_items", ju64(ri->expired.work_items));
 	jset(o, "after_ns", ju64(FST_STALE_NS));
+	/* from buckets with no free slot only (block.bpf.c expire_stale); older collectors expired every entry
+	 * that old, in flight or not */
+	jset(o, "full_buckets_only", jbool(true));
 	jset(o, "run_failures", ju64(ri->expired.run_failures));
 	jset(h, "sampling", json_sampling(t->smp, opt.sample_hz, t->sample_why));
 	/* --budget: when the request hooks were attached, and what the analysis weights by */

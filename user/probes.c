@@ -51,11 +51,20 @@
 				  [FST_TIER_KPROBE] = PROBE_PROG(skel, fn##_kretprobe) } \
 	}
 
+/*
+ * Attached in this order and detached in the reverse (tiers_detach): the hooks that end in-flight state before
+ * those that begin it, so that no entry begins while its end could still go unseen (it would count as an end
+ * missed when its address comes again).  Without block_rq_requeue a requeued request's next issue could not be
+ * told from a completion missed.
+ */
 static struct probe block_probes[] = {
-	P(block_bpf, block_bio_queue, FST_FIG_BIO_QUEUE, "bio queue time, owner", true),
-	P(block_bpf, block_split, FST_FIG_BIO_SPLIT, "owner of split bios", false),
-	P(block_bpf, block_rq_issue, FST_FIG_RQ_ISSUE, "issue time, merges", true),
 	P(block_bpf, block_rq_complete, FST_FIG_RQ_COMPLETE, "completion, size, alignment", true),
+	P(block_bpf, block_rq_requeue, FST_FIG_RQ_REQUEUE, "requeues: the next issue is the same request's", true),
+	P(block_bpf, block_bio_complete, FST_FIG_BIO_COMPLETE, "the end of a bio that ended outside a request",
+	  false),
+	P(block_bpf, block_rq_issue, FST_FIG_RQ_ISSUE, "issue time, merges", true),
+	P(block_bpf, block_split, FST_FIG_BIO_SPLIT, "owner of split bios", false),
+	P(block_bpf, block_bio_queue, FST_FIG_BIO_QUEUE, "bio queue time, owner", true),
 	P(block_bpf, workqueue_execute_start, FST_FIG_WORK_EXEC, "loop worker -> reader charging; filesystem work items",
 	  false),
 	P(block_bpf, workqueue_execute_end, FST_FIG_WORK_EXEC, "loop worker -> reader charging; filesystem work items",

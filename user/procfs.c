@@ -220,10 +220,10 @@ void delayacct_release(void)
 }
 
 /*
- * Expire in-flight bios and requests older than FST_STALE_NS: their completion event was never delivered to
- * us, and left in place they would keep a task "waiting for its own I/O" for the rest of the run.  The BPF
- * side does it (block.bpf.c expire_stale, run here): its in-flight tables are freed with a compare-and-swap,
- * which only a BPF program can do, and it takes the bios back from the task's in-flight count itself.
+ * Expire in-flight entries older than FST_STALE_NS from buckets with no free slot: the last resort of a full
+ * table, whose entries' end events never came.  The BPF side does it (block.bpf.c expire_stale, run here): its
+ * in-flight tables are freed with a compare-and-swap, which only a BPF program can do, and it takes the bios
+ * back from the task's in-flight count itself.
  */
 void expire_stale(struct block_bpf *blk, struct expired *ex)
 {

@@ -45,7 +45,8 @@ struct expired {
 	unsigned long long run_failures;	       /* runs of the expiry program that failed: stale entries stay */
 };
 struct block_bpf;
-/* expire bios (bio_starts) and requests (rq_starts) older than FST_STALE_NS, releasing task_inflight */
+/* expire bios (bio_starts), requests (rq_starts) and queued work items older than FST_STALE_NS in full buckets,
+ * releasing task_inflight */
 void expire_stale(struct block_bpf *blk, struct expired *ex);
 
 #endif

@@ -398,7 +398,7 @@ int tiers_attach_empty(struct probe *probes, int n)
 
 void tiers_detach(struct probe *probes, int n)
 {
-	for (int i = 0; i < n; i++) {
+	for (int i = n - 1; i >= 0; i--) { /* the reverse of the attach order: a table's order can matter */
 		for (int k = 0; k < 2; k++) {
 			if (probes[i].empty_link_fd[k] > 0)
 				close(probes[i].empty_link_fd[k]);
