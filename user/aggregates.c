@@ -79,6 +79,20 @@ const __u64 *dev_io_hist(const struct fst_dev_io *io, __u32 metric, __u32 sub)
 										       NULL;
 }
 
+void dev_io_read(int fd, __u32 slot, struct fst_dev_io *io)
+{
+	if (bpf_map_lookup_elem(fd, &slot, io))
+		memset(io, 0, sizeof(*io));
+}
+
+bool hist_any(const __u64 *slots)
+{
+	for (int s = 0; s < FST_HIST_SLOTS; s++)
+		if (slots[s])
+			return true;
+	return false;
+}
+
 json *aggregates_drops(struct block_bpf *blk)
 {
 	json *o = jobj();
@@ -176,16 +190,11 @@ json *aggregates_kernel(struct block_bpf *blk, struct tasks_bpf *tsk)
 	/* the block request histograms: device i's are in dev_io entry i, a row for each (metric, op) seen */
 	static struct fst_dev_io io[MAX_DEVS];
 	for (int i = 0; i < opt.nr_devs; i++) {
-		__u32 slot = i;
-		if (bpf_map_lookup_elem(bpf_map__fd(blk->maps.dev_io), &slot, &io[i]))
-			memset(&io[i], 0, sizeof(io[i]));
+		dev_io_read(bpf_map__fd(blk->maps.dev_io), i, &io[i]);
 		for (int k = 0; k < DEV_IO_METRICS; k++)
 			for (__u32 sub = 0; sub < FST_IO_SUBS; sub++) {
 				const __u64 *slots = dev_io_hist(&io[i], dev_io_metrics[k], sub);
-				bool any = false;
-				for (int s = 0; s < FST_HIST_SLOTS; s++)
-					any |= slots[s] != 0;
-				if (any)
+				if (hist_any(slots))
 					json_hist_row(hists, dev_io_metrics[k], dev_arg_kdev(&opt.devs[i]), sub, slots);
 			}
 	}

@@ -38,6 +38,10 @@ bool req_agg_next(struct req_agg_iter *it, struct fst_req_agg_key *key, struct f
 #define DEV_IO_METRICS 3
 extern const __u32 dev_io_metrics[DEV_IO_METRICS];
 const __u64 *dev_io_hist(const struct fst_dev_io *io, __u32 metric, __u32 sub);
+/* device slot's dev_io entry into *io, all zero when it has none yet */
+void dev_io_read(int fd, __u32 slot, struct fst_dev_io *io);
+/* whether a histogram holds any count */
+bool hist_any(const __u64 *slots);
 
 /* the results header's "drops" (records the ring buffer had no room for, per record type) */
 json *aggregates_drops(struct block_bpf *blk);

@@ -423,16 +423,11 @@ static void block(struct jbuf *b, const struct expose_input *in)
 		nr_devs = MAX_EXPOSED_DEVS;
 	/* device d's figures are in dev_io entry d; its read series exist from the start, at 0 (see requests()) */
 	for (int d = 0; d < nr_devs; d++) {
-		__u32 slot = d;
-		if (bpf_map_lookup_elem(m->dev_io, &slot, &io[d]))
-			memset(&io[d], 0, sizeof(io[d]));
+		dev_io_read(m->dev_io, d, &io[d]);
 		for (int k = 0; k < DEV_IO_METRICS; k++)
 			for (__u32 sub = 0; sub < FST_IO_SUBS; sub++) {
 				const __u64 *slots = dev_io_hist(&io[d], dev_io_metrics[k], sub);
-				bool any = false;
-				for (int s = 0; s < FST_HIST_SLOTS; s++)
-					any |= slots[s] != 0;
-				if (!any && sub != 0)
+				if (!hist_any(slots) && sub != 0)
 					continue;
 				rows[n].key = (struct fst_hist_key){ .metric = dev_io_metrics[k], .dev = devs[d], .sub = sub };
 				memcpy(rows[n].h.slots, slots, sizeof(rows[n].h.slots));
