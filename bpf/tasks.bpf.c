@@ -473,8 +473,8 @@ static __always_inline bool req_count(struct task_req *r, long ret, __u64 wall)
 	slot_inc(a->wall_hist, wall_slot, FST_HIST_SLOTS);
 	slot_inc(a->wall_ns_loglin, fst_loglin_slot(wall), FST_LAT_SLOTS);
 	agg_part_oncpu(a, r->part[FST_PART_ONCPU], wall, wall_slot);
-#define AGG_PART(c, ...)                                                                                           \
-	if (c != FST_PART_ONCPU)                                                                                   \
+#define AGG_PART(c, ...)         \
+	if (c != FST_PART_ONCPU) \
 		agg_part(a, c, r->part[c]);
 	if (cfg.records_none) {
 		/* every request is counted, and any part may be non-zero */
