@@ -660,23 +660,23 @@ FST_ASSERT_NUMBERED(FST_LOSSES, 0, FST_NR_LOSSES);
  * helper costs"), so a handler's run is timed (a clock read at its start and one at its end) only 1 in
  * FST_TRACER_TIME_EVERY times, chosen at random; every other run is charged the mean of the timed runs of its
  * site on its CPU so far.  The sums below let the analysis give the estimate's error.  The sampling program
- * (rare, and costly) times every run.
+ * (rare, and costly) times every run.  A request's start is no site: its clock read is the start handler's last
+ * act (tasks.bpf.c req_start).
  */
 /* clang-format off */
 #define FST_TRACER_SITES(E)                                                    \
-	E(FST_SITE_SYS_ENTER, 0, "sys_enter")                                  \
-	E(FST_SITE_SWITCH_IN, 1, "sched_switch")                               \
-	E(FST_SITE_PCACHE_ADD, 2, "mm_filemap_add_to_page_cache")              \
-	E(FST_SITE_CONTENTION, 3, "contention_begin/end")                      \
-	E(FST_SITE_RA_ORDER, 4, "page_cache_ra_order")                         \
-	E(FST_SITE_BIO_QUEUE, 5, "block_bio_queue")                            \
-	E(FST_SITE_RQ_ISSUE, 6, "block_rq_issue")                              \
-	E(FST_SITE_RQ_COMPLETE, 7, "block_rq_complete")                        \
-	E(FST_SITE_EROFS, 8, "erofs")                                          \
-	E(FST_SITE_DECOMP, 9, "decompressors")                                 \
-	E(FST_SITE_SAMPLE, 10, "perf_event sampling")                          \
-	E(FST_SITE_FS_ENTER, 11, "filesystem entry point")	/* a request's start there (fentry, kprobe) */
-#define FST_NR_TRACER_SITES 12
+	E(FST_SITE_SWITCH_IN, 0, "sched_switch")                               \
+	E(FST_SITE_PCACHE_ADD, 1, "mm_filemap_add_to_page_cache")              \
+	E(FST_SITE_CONTENTION, 2, "contention_begin/end")                      \
+	E(FST_SITE_RA_ORDER, 3, "page_cache_ra_order")                         \
+	E(FST_SITE_BIO_QUEUE, 4, "block_bio_queue")                            \
+	E(FST_SITE_RQ_ISSUE, 5, "block_rq_issue")                              \
+	E(FST_SITE_RQ_COMPLETE, 6, "block_rq_complete")                        \
+	E(FST_SITE_EROFS, 7, "erofs")                                          \
+	E(FST_SITE_DECOMP, 8, "decompressors")                                 \
+	E(FST_SITE_SAMPLE, 9, "perf_event sampling")                           \
+	E(FST_SITE_FS_ENTER, 10, "filesystem entry point")	/* one entered or left inside a request (fentry, kprobe) */
+#define FST_NR_TRACER_SITES 11
 enum fst_tracer_site_id { FST_TRACER_SITES(FST_ENUM_MEMBER) };
 FST_ASSERT_NUMBERED(FST_TRACER_SITES, 0, FST_NR_TRACER_SITES);
 /* clang-format on */

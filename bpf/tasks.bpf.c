@@ -324,14 +324,17 @@ static __always_inline long req_begin(struct task_req *r, long id, __u16 kind, s
 	return fst_syscall_fd_arg(id) == 2 ? SYSCALL_ARG(regs, 2) : SYSCALL_ARG(regs, 1);
 }
 
-/* the request starts now: the lookups before are in no request's time, and from here on the handler (site) is
- * the tracer's */
-static __always_inline void req_start(struct task_req *r, __u32 site)
+/*
+ * The request starts now: the handler's last act, so that what it did before (lookups, the file) is in no
+ * request's time and what follows the clock read inside the request is three stores and the program's return.
+ * That tail is not charged to the tracer part: timing or estimating it (a per-CPU site lookup, the random pick,
+ * a clock read 1 run in FST_TRACER_TIME_EVERY) cost more than the tail itself, on every request.
+ */
+static __always_inline void req_start(struct task_req *r)
 {
 	__u64 now = bpf_ktime_get_ns();
 	r->start = r->last_on = now;
 	r->in_req = 1;
-	tracer_charge(r, site, now);
 }
 
 static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
@@ -357,7 +360,7 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
 		if (!r->sdev_traced)
 			return 0; /* a pipe, /dev/null, another filesystem: no request, and no clock read */
 	}
-	req_start(r, FST_SITE_SYS_ENTER);
+	req_start(r);
 	return 0;
 }
 
@@ -423,12 +426,28 @@ static __always_inline void slot_inc(__u64 *slots, __u32 slot, __u32 nslots)
 		slots[slot]++;
 }
 
+static __always_inline void agg_part_in(struct fst_req_agg *a, int part, __u64 ns, __u32 slot)
+{
+	a->part_ns[part] += ns;
+	slot_inc(a->part_hist[part], slot, FST_HIST_SLOTS);
+}
+
+/* a part of a counted request */
 static __always_inline void agg_part(struct fst_req_agg *a, int part, __u64 ns)
 {
-	if (!ns)
-		return;
-	a->part_ns[part] += ns;
-	slot_inc(a->part_hist[part], log2_slot_us(ns), FST_HIST_SLOTS);
+	if (ns)
+		agg_part_in(a, part, ns, log2_slot_us(ns));
+}
+
+/*
+ * The on-CPU part of a page-cache hit is as long as the request, so it takes the wall time's slot, already found.
+ * Only this part gets the shortcut: one more branch per part doubles the verifier's states per part, and with
+ * every part (cfg.records_none) the program no longer loads.
+ */
+static __always_inline void agg_part_oncpu(struct fst_req_agg *a, __u64 ns, __u64 wall, __u32 wall_slot)
+{
+	if (ns)
+		agg_part_in(a, FST_PART_ONCPU, ns, ns == wall ? wall_slot : log2_slot_us(ns));
 }
 
 static __always_inline bool req_count(struct task_req *r, long ret, __u64 wall)
@@ -450,12 +469,21 @@ static __always_inline bool req_count(struct task_req *r, long ret, __u64 wall)
 	a->count++;
 	a->bytes += ret > 0 ? ret : 0;
 	a->wall_ns += wall;
-	slot_inc(a->wall_hist, log2_slot_us(wall), FST_HIST_SLOTS);
+	__u32 wall_slot = log2_slot_us(wall);
+	slot_inc(a->wall_hist, wall_slot, FST_HIST_SLOTS);
 	slot_inc(a->wall_ns_loglin, fst_loglin_slot(wall), FST_LAT_SLOTS);
-	/* every part from the task state: all but oncpu and tracer are 0 for a page-cache hit, and any may be
-	 * non-zero under cfg.records_none, where every request is counted */
-#define AGG_PART(c, v, field, ...) agg_part(a, c, r->part[c]);
-	FST_PARTS(AGG_PART)
+	agg_part_oncpu(a, r->part[FST_PART_ONCPU], wall, wall_slot);
+#define AGG_PART(c, ...)         \
+	if (c != FST_PART_ONCPU) \
+		agg_part(a, c, r->part[c]);
+	if (cfg.records_none) {
+		/* every request is counted, and any part may be non-zero */
+		FST_PARTS(AGG_PART)
+	} else {
+		/* a request counted while the others are recorded never left the CPU (req_is_countable): the parts
+		 * added at a switch in, or for a switch not delivered, are 0 */
+		AGG_PART(FST_PART_TRACER)
+	}
 #undef AGG_PART
 	a->pcache_adds += r->pcache_adds;
 	if (cfg.per_comm)
@@ -1035,7 +1063,7 @@ static __always_inline void bound_enter(__u16 kind, struct file *f, struct inode
 	}
 	if (kst)
 		r->result = (__u64)kst;
-	req_start(r, FST_SITE_FS_ENTER);
+	req_start(r);
 }
 
 /* a boundary function of kind returned ret; sb as its entry had it (fexit), NULL (kretprobe, or none) */
