@@ -59,6 +59,12 @@ struct {
 	__type(value, struct fst_dev_cfg);
 } traced_devs SEC(".maps");
 
+/* a traced device's configuration, NULL when the device is not traced */
+static __always_inline struct fst_dev_cfg *dev_cfg(__u32 dev)
+{
+	return bpf_map_lookup_elem(&traced_devs, &dev);
+}
+
 /* superblock devices (kernel dev_t) whose files' requests are kept when cfg.filter_sdev is on */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
