@@ -337,8 +337,8 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 	bool last = nr_bytes >= data_len;
 	/*
 	 * The request's state is copied out and, on its last completion, its slot freed here: a slot pointer
-	 * kept live to the end made the verifier walk the rest once per way of the bucket (block_rq_complete
-	 * took 100 ms to load, a third of load and attach).  A part completed adds its bytes to the request.
+	 * kept live to the end makes the verifier walk the rest once per way of the bucket, which multiplies
+	 * block_rq_complete's load time.  A part completed adds its bytes to the request.
 	 */
 	struct fst_rq_start rs, *r = NULL;
 	__u64 rq_addr = 0; /* the slot's key, a number: the pointer itself kept to the end made clang hash it with
@@ -364,7 +364,7 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 	}
 
 	/* running now: the work items its bios' end_io queue name its io record, the wakeups they make are not a
-	 * kworker's (common.bpf.h completion_running) */
+	 * kworker's (completion.bpf.h completion_running) */
 	__u32 zero = 0;
 	struct completing_rq *c = bpf_map_lookup_elem(&completing, &zero);
 	if (c) {

@@ -229,7 +229,7 @@ scattered() {  # name disk fstype file: fio's 4 KiB random reads of one file alo
         || echo "vmguest: collector scattered $1 failed" >> /out/collector.log
     umount /mnt/$1
 }
-COST_ARGS="-n 5000 -p 500 -r 61"  # short batches (TCG runs a 4 KiB pread in about 12 us), the least disturbed kept
+COST_ARGS="-n 5000 -p 500 -r 61"  # short batches (under TCG each pread is slow), the least disturbed kept
 cost() {  # name disk fstype file: what getppid and 4 KiB preads (of a tmpfs copy of file, and of file) cost an
           # untraced task: with nothing attached (before and after, the noise), and with fentry and with the
           # syscall tracepoints bounding a sleeping process's requests
@@ -636,8 +636,7 @@ def check_image(outdir, name, fs, opts, alg, image_path, fail, lines):
                 fail("%s %s: decompression in kworkers (%d ns) exceeds the work items' time (%d ns)"
                      % (name, mode, in_kworkers, work_ns))
             # a floor only on fentry: each kprobe hit is a trap, which under TCG costs more than the work
-            # around it and falls inside the work item but outside the decompression it times (seen on 6.12
-            # with two vCPUs, same guest: fentry 17.7 of 40.3 ms, kprobe 13.1 of 81.7 ms)
+            # around it and falls inside the work item but outside the decompression it times
             if mode == "fentry" and work_ns and in_kworkers < 0.2 * work_ns:
                 fail("%s %s: decompression is only %.0f%% of the erofs work items' time"
                      % (name, mode, 100.0 * in_kworkers / work_ns))

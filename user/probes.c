@@ -780,8 +780,8 @@ void tracer_destroy(struct tracer *t, struct ring_buffer *rb)
 
 /*
  * The stacks' kernel and BPF symbols, read while every probe is still attached: a detached fentry's trampoline
- * leaves kallsyms after an RCU-tasks grace period, so read after detaching it was sometimes gone (seen on
- * 6.12) and its frames took the name of the program before it.
+ * leaves kallsyms after an RCU-tasks grace period, so read after detaching it can be gone and its frames
+ * take the name of the program before it.
  */
 void tracer_read_ksyms(struct tracer *t)
 {
