@@ -72,7 +72,7 @@ static struct probe block_probes[] = {
 	P(block_bpf, workqueue_queue_work, FST_FIG_WORK_QUEUE, "queueing delay of filesystem work items", false),
 };
 
-static struct probe task_probes[] = {
+static struct probe request_probes[] = {
 	P(requests_bpf, sys_enter, FST_FIG_REQ_START, "request start, file", true),
 	P(requests_bpf, sys_exit, FST_FIG_REQ_END, "request end, bytes", true),
 	P(requests_bpf, sched_switch, FST_FIG_CPU_SPLIT, "on-CPU / off-CPU split", true),
@@ -187,7 +187,7 @@ static struct probe btrfs_probes[] = {
 
 const struct probe_group probe_groups[] = {
 	{ block_probes, N(block_probes) },
-	{ task_probes, N(task_probes) },
+	{ request_probes, N(request_probes) },
 	{ bound_probes, N(bound_probes) },
 	{ erofs_probes, N(erofs_probes) },
 	{ squashfs_probes, N(squashfs_probes) },
@@ -521,7 +521,7 @@ static struct requests_bpf *load_requests(struct tracer *t)
 				die("opening requests_bpf: %s", strerror(errno));
 			fill_cfg((struct fst_cfg *)&skel->rodata->cfg);
 			reuse_maps(t->blk->obj, skel->obj);
-			tiers_select(skel, task_probes, N(task_probes), opt.no_btf_tp || attempt, opt.no_fentry);
+			tiers_select(skel, request_probes, N(request_probes), opt.no_btf_tp || attempt, opt.no_fentry);
 			select_bounds(t, skel, with_bounds);
 			with_bounds = with_bounds && !t->bounds_why[0];
 			if (!requests_bpf__load(skel))
@@ -574,9 +574,9 @@ void tracer_load(struct tracer *t)
 		snprintf(t->task_state_why, sizeof(t->task_state_why), "pid hash: request tracing did not load with tp_btf");
 	}
 	if (opt.block_only) {
-		for (int i = 0; i < N(task_probes); i++) {
-			task_probes[i].tier = FST_TIER_NONE;
-			snprintf(task_probes[i].why, sizeof(task_probes[i].why), "not loaded: --block-only");
+		for (int i = 0; i < N(request_probes); i++) {
+			request_probes[i].tier = FST_TIER_NONE;
+			snprintf(request_probes[i].why, sizeof(request_probes[i].why), "not loaded: --block-only");
 		}
 		for (int i = 0; i < N(bound_probes); i++)
 			snprintf(bound_probes[i].why, sizeof(bound_probes[i].why), "fentry: not tried: --block-only");
@@ -675,24 +675,24 @@ static int attach_requests(struct tracer *t, int (*attach)(struct probe *, int))
 		}
 	}
 	t->reqs->bss->fs_bound_kinds = t->fs_bound_kinds;
-	for (int i = 0; i < N(task_probes) && t->fs_bound_kinds; i++) {
-		struct probe *p = &task_probes[i];
+	for (int i = 0; i < N(request_probes) && t->fs_bound_kinds; i++) {
+		struct probe *p = &request_probes[i];
 		if (p->figure != FST_FIG_REQ_START && p->figure != FST_FIG_REQ_END)
 			continue;
 		p->tier = FST_TIER_NONE;
 		p->prog = p->exit_prog = NULL;
 		snprintf(p->why, sizeof(p->why), "not attached: the filesystems' entry points bound every request");
 	}
-	return attach(task_probes, N(task_probes));
+	return attach(request_probes, N(request_probes));
 }
 
 void request_bound_tiers(const struct tracer *t, enum fst_req_kind kind, char *out, size_t len)
 {
 	out[0] = 0;
 	if (!t->fs_bound_kinds) { /* the syscall tracepoints: sys_enter's tier (sys_exit has the same) */
-		for (int i = 0; i < N(task_probes); i++)
-			if (task_probes[i].figure == FST_FIG_REQ_START)
-				snprintf(out, len, "%s", tier_name(task_probes[i].tier));
+		for (int i = 0; i < N(request_probes); i++)
+			if (request_probes[i].figure == FST_FIG_REQ_START)
+				snprintf(out, len, "%s", tier_name(request_probes[i].tier));
 		return;
 	}
 	for (int t_ = FST_TIER_NONE + 1; t_ < FST_NR_TIERS; t_++) {
