@@ -831,7 +831,7 @@ def images_for(vmlinuz, paths, skipped):
     return run, why
 
 
-KVM_PROBE_S = 20  # a usable KVM boots a guest kernel to its root mount in a few seconds; TCG here takes ~5 s
+KVM_PROBE_S = 20  # a usable KVM boots a guest kernel to its root mount in a few seconds: room for a loaded host
 
 
 def kvm_probe(vmlinuz):
