@@ -364,7 +364,7 @@ def device_stats(res):
             st["diskstats_delta"] = delta
             # The kernel's own count is exact.  Completions it counted that our programs never saw are
             # lost events: on some kernels BPF is not run for block completions in certain softirq
-            # contexts and no missed run is counted (seen on 6.18; docs/measuring.md, "Lost events").
+            # contexts and no missed run is counted (docs/measuring.md, "Lost events").
             t = res.header["time"]
             inside = reads[(reads["ts_complete_ns"] >= t["start_ns"]) & (reads["ts_complete_ns"] <= t["end_ns"])]
             st["requests_in_window"] = int(len(inside))

@@ -11,6 +11,7 @@
  * same code is valid for both.
  */
 #include "common.bpf.h"
+#include "workqueue.bpf.h" /* the kworker hooks: loop workers and filesystem work items */
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -19,9 +20,6 @@ FST_FLIGHT_TABLE(bio_starts, struct fst_bio_start, FST_BIO_BUCKETS, FST_LOSS_BIO
 
 /* issued block requests on a traced device, by struct request address */
 FST_FLIGHT_TABLE(rq_starts, struct fst_rq_start, FST_RQ_BUCKETS, FST_LOSS_RQ_TABLE)
-
-/* worker thread -> loop device (kernel dev_t) it is serving right now */
-FST_FLIGHT_TABLE(loop_ctx, __u32, FST_WORKER_BUCKETS, FST_LOSS_WORK_TABLE)
 
 /*
  * loop device -> traced thread whose request it issued last.  A loop worker
@@ -65,11 +63,6 @@ static __always_inline __u32 rq_dev(struct request *rq, bool btf)
 		return FST_FIELD(btf, part, bd_dev);
 	struct gendisk *disk = BPF_CORE_READ(rq, q, disk);
 	return FST_KDEV(BPF_CORE_READ(disk, major), BPF_CORE_READ(disk, first_minor));
-}
-
-static __always_inline struct fst_dev_cfg *dev_cfg(__u32 dev)
-{
-	return bpf_map_lookup_elem(&traced_devs, &dev);
 }
 
 /* st: the current thread's state where requests are traced (its cached verdict saves the pid lookup) */
@@ -344,8 +337,8 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 	bool last = nr_bytes >= data_len;
 	/*
 	 * The request's state is copied out and, on its last completion, its slot freed here: a slot pointer
-	 * kept live to the end made the verifier walk the rest once per way of the bucket (block_rq_complete
-	 * took 100 ms to load, a third of load and attach).  A part completed adds its bytes to the request.
+	 * kept live to the end makes the verifier walk the rest once per way of the bucket, which multiplies
+	 * block_rq_complete's load time.  A part completed adds its bytes to the request.
 	 */
 	struct fst_rq_start rs, *r = NULL;
 	__u64 rq_addr = 0; /* the slot's key, a number: the pointer itself kept to the end made clang hash it with
@@ -371,7 +364,7 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 	}
 
 	/* running now: the work items its bios' end_io queue name its io record, the wakeups they make are not a
-	 * kworker's (common.bpf.h completion_running) */
+	 * kworker's (completion.bpf.h completion_running) */
 	__u32 zero = 0;
 	struct completing_rq *c = bpf_map_lookup_elem(&completing, &zero);
 	if (c) {
@@ -464,138 +457,6 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 	return 0;
 }
 
-/* a known filesystem work item queued and not yet running */
-struct work_queued {
-	__u64 ts_queue;
-	struct io_cause io; /* the block request whose completion queued it, 0s = none */
-};
-
-/* known filesystem work items: queued -> struct work_queued by work pointer (running ones: common.bpf.h) */
-FST_FLIGHT_TABLE(work_queued, struct work_queued, FST_WORKER_BUCKETS, FST_LOSS_WORK_TABLE)
-
-/* numbers the executions of known work items (fst_work.seq), from 1 */
-__u32 work_seq;
-
-static __always_inline __u16 fs_work_kind(struct work_struct *work, __u64 fn)
-{
-	if (!fn)
-		return 0;
-	if (fn == cfg.erofs_decomp_workfn)
-		return FST_WORK_EROFS_DECOMPRESS;
-	if (fn == cfg.btrfs_endio_workfn)
-		return FST_WORK_BTRFS_ENDIO;
-	if (fn == cfg.btrfs_work_helper && cfg.btrfs_compress_fn) {
-		/* btrfs's own workqueues run every item through one helper: the item says what it does */
-		struct btrfs_work *bw = (void *)work - bpf_core_field_offset(struct btrfs_work, normal_work);
-		if ((__u64)BPF_CORE_READ(bw, func) == cfg.btrfs_compress_fn)
-			return FST_WORK_BTRFS_COMPRESS;
-	}
-	return 0;
-}
-
-/*
- * The traced block request whose completion is queueing this work item now, into *io.  Only for kinds queued
- * from a bio end_io: btrfs compression is queued by writeback, never by a completion.
- */
-static __always_inline void work_queued_by_completion(struct io_cause *io, __u16 kind)
-{
-	if (!work_kind_from_completion(kind))
-		return;
-	struct completing_rq *c = completion_running();
-	if (c)
-		*io = c->io; /* dev names the traced device; ts_complete is 0 when its io record was not written */
-}
-
-static __always_inline int handle_work_queue(struct work_struct *work, bool btf)
-{
-	__u16 kind = fs_work_kind(work, (__u64)FST_FIELD(btf, work, func));
-	if (!kind)
-		return 0;
-	struct work_queued_slot *slot = work_queued_claim((__u64)work);
-	if (!slot)
-		return 0;
-	struct work_queued q = { .ts_queue = bpf_ktime_get_ns() };
-	work_queued_by_completion(&q.io, kind);
-	slot->v = q;
-	return 0;
-}
-
-/* loop worker context: which loop device a kworker is serving right now; filesystem work: its timing */
-static __always_inline int handle_work_start(struct work_struct *work, bool btf)
-{
-	__u64 fn = (__u64)FST_FIELD(btf, work, func); /* every work item of the system: a typed load where it can be */
-	struct loop_device *lo = NULL;
-
-	if (!fn)
-		return 0;
-	__u16 kind = fs_work_kind(work, fn);
-	if (kind) {
-		struct work_queued_slot *q = work_queued_find((__u64)work);
-		struct work_start ws = {
-			.ts_start = bpf_ktime_get_ns(),
-			.work = (__u64)work,
-			.kind = kind,
-			.seq = __sync_fetch_and_add(&work_seq, 1) + 1,
-		};
-		if (q) {
-			ws.ts_queue = q->v.ts_queue;
-			ws.io = q->v.io;
-			work_queued_release(q);
-		}
-		struct work_running_slot *slot = work_running_claim((__u32)bpf_get_current_pid_tgid());
-		if (slot)
-			slot->v = ws;
-		return 0;
-	}
-	if (fn == cfg.loop_rootcg_workfn) {
-		lo = (void *)work - bpf_core_field_offset(struct loop_device, rootcg_work);
-	} else if (fn == cfg.loop_workfn) {
-		struct loop_worker *w = (void *)work - bpf_core_field_offset(struct loop_worker, work);
-		lo = BPF_CORE_READ(w, lo);
-	} else {
-		return 0;
-	}
-	struct gendisk *disk = BPF_CORE_READ(lo, lo_disk);
-	__u32 dev = FST_KDEV(BPF_CORE_READ(disk, major), BPF_CORE_READ(disk, first_minor));
-	if (!dev_cfg(dev))
-		return 0;
-	struct loop_ctx_slot *slot = loop_ctx_claim((__u32)bpf_get_current_pid_tgid());
-	if (slot)
-		slot->v = dev;
-	return 0;
-}
-
-static __always_inline int handle_work_end(void)
-{
-	__u32 pid = (__u32)bpf_get_current_pid_tgid();
-	struct work_running_slot *slot = work_running_find(pid);
-	if (slot) {
-		struct work_start *ws = &slot->v;
-		/* --records none (fstrace serve): the worker parts are in the counted requests; no record is read */
-		struct fst_work *rec = cfg.records_none ? NULL : record_reserve(FST_REC_WORK, sizeof(*rec));
-		if (rec) {
-			rec->ts_queue_ns = ws->ts_queue;
-			rec->ts_start_ns = ws->ts_start;
-			rec->ts_end_ns = bpf_ktime_get_ns();
-			rec->work = ws->work;
-			rec->io_complete_ns = ws->io.ts_complete;
-			rec->io_sector = ws->io.sector;
-			rec->io_dev = ws->io.dev;
-			rec->pid = pid;
-			rec->seq = ws->seq;
-			rec->kind = ws->kind;
-			rec->pad0 = 0;
-			current_comm(rec->comm);
-			record_submit(rec);
-		}
-		work_running_release(slot);
-	}
-	struct loop_ctx_slot *lc = loop_ctx_find(pid);
-	if (lc)
-		loop_ctx_release(lc);
-	return 0;
-}
-
 SEC("tp_btf/block_bio_queue")
 int BPF_PROG(block_bio_queue_btf, struct bio *bio) { return handle_bio_queue(ctx, bio, true); }
 SEC("raw_tp/block_bio_queue")
@@ -631,27 +492,6 @@ int BPF_PROG(block_rq_complete_raw, struct request *rq, int error, unsigned int 
 {
 	return handle_rq_complete(rq, error, nr_bytes, false);
 }
-
-SEC("tp_btf/workqueue_execute_start")
-int BPF_PROG(workqueue_execute_start_btf, struct work_struct *work) { return handle_work_start(work, true); }
-SEC("raw_tp/workqueue_execute_start")
-int BPF_PROG(workqueue_execute_start_raw, struct work_struct *work) { return handle_work_start(work, false); }
-
-SEC("tp_btf/workqueue_queue_work")
-int BPF_PROG(workqueue_queue_work_btf, int req_cpu, void *pwq, struct work_struct *work)
-{
-	return handle_work_queue(work, true);
-}
-SEC("raw_tp/workqueue_queue_work")
-int BPF_PROG(workqueue_queue_work_raw, int req_cpu, void *pwq, struct work_struct *work)
-{
-	return handle_work_queue(work, false);
-}
-
-SEC("tp_btf/workqueue_execute_end")
-int BPF_PROG(workqueue_execute_end_btf, struct work_struct *work) { return handle_work_end(); }
-SEC("raw_tp/workqueue_execute_end")
-int BPF_PROG(workqueue_execute_end_raw, struct work_struct *work) { return handle_work_end(); }
 
 /*
  * The last resort for a full in-flight table: an entry older than FST_STALE_NS in a bucket with no free slot is

@@ -2,7 +2,7 @@
 /*
  * Block completions and the filesystem work they queue: a work item's cause (the block request whose completion
  * queued it), the known work items kworkers are running now, and the traced block request completing on this
- * CPU.  block.bpf.c fills them; tasks.bpf.c reads them.
+ * CPU.  block.bpf.c fills them; requests.bpf.c reads them.
  */
 #ifndef FSTRACE_COMPLETION_BPF_H
 #define FSTRACE_COMPLETION_BPF_H
@@ -18,7 +18,7 @@ struct io_cause {
 	__u32 pad;
 };
 
-/* a known filesystem work item a kworker is running now (block.bpf.c fills it; tasks.bpf.c reads it) */
+/* a known filesystem work item a kworker is running now (block.bpf.c fills it; requests.bpf.c reads it) */
 struct work_start {
 	__u64 ts_queue;
 	__u64 ts_start;

@@ -59,6 +59,12 @@ struct {
 	__type(value, struct fst_dev_cfg);
 } traced_devs SEC(".maps");
 
+/* a traced device's configuration, NULL when the device is not traced */
+static __always_inline struct fst_dev_cfg *dev_cfg(__u32 dev)
+{
+	return bpf_map_lookup_elem(&traced_devs, &dev);
+}
+
 /* superblock devices (kernel dev_t) whose files' requests are kept when cfg.filter_sdev is on */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -68,7 +74,7 @@ struct {
 } traced_sdevs SEC(".maps");
 
 /* the device stat() reports for a traced filesystem's files -> its superblock's, where they differ (a btrfs
- * subvolume's anonymous device): a path-based stat call is placed by the former (tasks.bpf.c note_statbuf) */
+ * subvolume's anonymous device): a path-based stat call is placed by the former (requests.bpf.c note_statbuf) */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 64);
@@ -128,7 +134,7 @@ static __always_inline bool sdev_is_traced(__u32 sdev)
 }
 
 /* whether a superblock is one of the traced ones, by comparing it with cfg.sdevs: no map lookup, for the hooks
- * other filesystems' calls reach too (tasks.bpf.c, the filesystems' entry points) */
+ * other filesystems' calls reach too (requests.bpf.c, the filesystems' entry points) */
 static __always_inline bool sdev_in_cfg(__u32 sdev)
 {
 #pragma unroll

@@ -38,7 +38,7 @@ static __always_inline __u32 log2_slot_us(__u64 ns)
 /* one more in slots[slot] of a histogram other CPUs add to as well */
 static __always_inline void slot_count(__u64 *slots, __u32 slot)
 {
-	barrier_var(slot); /* bound checked on the register that indexes (see tasks.bpf.c slot_inc) */
+	barrier_var(slot); /* bound checked on the register that indexes (see requests.bpf.c slot_inc) */
 	if (slot < FST_HIST_SLOTS)
 		__sync_fetch_and_add(&slots[slot], 1);
 }

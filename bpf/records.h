@@ -661,7 +661,7 @@ FST_ASSERT_NUMBERED(FST_LOSSES, 0, FST_NR_LOSSES);
  * FST_TRACER_TIME_EVERY times, chosen at random; every other run is charged the mean of the timed runs of its
  * site on its CPU so far.  The sums below let the analysis give the estimate's error.  The sampling program
  * (rare, and costly) times every run.  A request's start is no site: its clock read is the start handler's last
- * act (tasks.bpf.c req_start).
+ * act (requests.bpf.c req_start).
  */
 /* clang-format off */
 #define FST_TRACER_SITES(E)                                                    \
@@ -716,7 +716,7 @@ struct fst_tracer_site {
 #define FST_MAX_STACKS 16384
 
 /*
- * The counted requests' aggregate (tasks.bpf.c req_agg, preallocated per CPU): an entry per (superblock, kind),
+ * The counted requests' aggregate (requests.bpf.c req_agg, preallocated per CPU): an entry per (superblock, kind),
  * numbered the first time a request of that kind on that superblock is counted (agg_keys).  An array, not a hash
  * keyed by (kind, superblock): a thread keeps the numbers of the files it reads, and the array's lookup is a few
  * instructions the verifier inlines, where the hash's is a helper call that hashes the key on every counted
@@ -954,10 +954,10 @@ struct fst_cfg {
 	__u8 io_sums;	      /* keep io_sums (the collector writes an exposition) */
 	__u8 per_comm;	      /* with records_none: also count requests per task name (comm_agg) */
 	__u64 record_over_ns; /* a request this slow is recorded even when it was a page-cache hit */
-	__u8 windowed;	      /* --budget: the syscall hooks are attached in windows (tasks.bpf.c window_seq) */
+	__u8 windowed;	      /* --budget: the syscall hooks are attached in windows (requests.bpf.c window_seq) */
 	char comm[16];
 	__u8 offcpu_at_switch_in; /* off-CPU stacks walked at the switch back in (tp_btf), threshold-sampled */
-	__u8 requests;		  /* tasks.bpf.c is loaded: requests are traced (not --block-only) */
+	__u8 requests;		  /* requests.bpf.c is loaded: requests are traced (not --block-only) */
 	__u8 pad_cfg[2];
 	__u32 offcpu_sample_ns; /* with it: intervals this long always walked; shorter ones with probability
 				 * length / offcpu_sample_ns, credited offcpu_sample_ns (0: every interval) */

@@ -5,7 +5,7 @@
 
 /* part of common.bpf.h, which includes it (with cfg, FST_FIELD, the kernel and libbpf headers) */
 
-/* kernel stacks: sampled on-CPU (sample.bpf.c) and at every off-CPU switch in a request (tasks.bpf.c) */
+/* kernel stacks: sampled on-CPU (sample.bpf.c) and at every off-CPU switch in a request (requests.bpf.c) */
 #define MAX_STACK_DEPTH FST_MAX_STACK_DEPTH
 
 struct {
@@ -61,7 +61,7 @@ static __always_inline void offcpu_add(__s32 stack_id, __u32 reason, __u64 ns)
  * Off-CPU stacks taken at the switch back in (cfg.offcpu_at_switch_in: storage mode, where sched_switch is
  * tp_btf and hands over the task about to run).  Its saved kernel stack is where it slept, and walking it
  * then, once the interval's length is known, lets the walk be skipped for most short intervals (threshold
- * sampling, see offcpu_credit in tasks.bpf.c): a walk costs microseconds, more than the rest of a switch.
+ * sampling, see offcpu_credit in requests.bpf.c): a walk costs microseconds, more than the rest of a switch.
  * bpf_get_task_stack gives frames, not a stack id, so the frames are kept here under a 31-bit hash of them;
  * a different stack under the same hash is not merged but counted as lost, as the stack-trace map does.
  * The value layout is the stack-trace map's (frames, zero-filled), so the collector folds either alike.

@@ -18,7 +18,7 @@
  * (cfg.task_storage: a lookup is a pointer walk from the task, no hashing, and a task without state costs
  * one NULL test) or, where the kernel lacks it, in a pid-keyed hash the collector swaps in before load.
  */
-/* an inode (struct inode *) looked up for a request, and what it said (tasks.bpf.c note_file) */
+/* an inode (struct inode *) looked up for a request, and what it said (requests.bpf.c note_file) */
 struct file_keep {
 	__u64 file;
 	__u64 ino;
@@ -74,12 +74,12 @@ struct task_req {
 	__u8 off_io;
 	__u8 off_lock;	  /* switched out while waiting for a sleeping lock */
 	__u8 in_req;	  /* the fields above describe a request in progress */
-	__u32 window_seq; /* the request-hook window it began in (tasks.bpf.c window_seq) */
+	__u32 window_seq; /* the request-hook window it began in (requests.bpf.c window_seq) */
 	__u8 user_stack_taken;
 	__u8 sdev_traced; /* sdev passes the filesystem filter: looked up once per request (or kept) */
 	__u8 agg_entry;	  /* req_agg entry + 1 of (sdev, kind) (agg_entry_of), 0: not looked up yet */
 	__u8 keep_file;	  /* keep.files index + 1 of its file, 0: none (a path-based stat call, a sync) */
-	/* a request bounded at a filesystem entry point (tasks.bpf.c, "Requests bounded at the filesystems'
+	/* a request bounded at a filesystem entry point (requests.bpf.c, "Requests bounded at the filesystems'
 	 * entry points") */
 	__u8 bound; /* what began it: FST_BOUND_* */
 	__u8 depth; /* boundary functions entered inside it and not returned yet */
@@ -185,7 +185,7 @@ struct {
 /* entries in ios_pending: while 0 (nearly always: an entry is folded at its thread's next switch in, or deleted
  * when the thread exits), a switch in skips its hash lookup.  An entry added on another CPU just before a switch
  * in that still reads 0 waits for the thread's next switch in (and counts if that is still in the same request).
- * A map, not a global: each object's globals are its own, and the adding (block.bpf.c) and folding (tasks.bpf.c)
+ * A map, not a global: each object's globals are its own, and the adding (block.bpf.c) and folding (requests.bpf.c)
  * objects differ. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

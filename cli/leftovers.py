@@ -128,7 +128,7 @@ def delayacct_sweep():
         if not words:
             return
         restore, holders = int(words[0]), [int(w) for w in words[1:]]
-        live = [p for p in holders if proc_start(p) is not None and _comm(p) == "fstrace-collect"]
+        live = [p for p in holders if proc_start(p) is not None and task_comm(p) == "fstrace-collect"]
         if live == holders:
             return
         os.lseek(fd, 0, 0)
@@ -144,9 +144,10 @@ def delayacct_sweep():
         os.close(fd)
 
 
-def _comm(pid):
+def task_comm(pid):
+    """A process's name (/proc/PID/comm); None once it has gone."""
     try:
-        with open("/proc/%d/comm" % pid) as f:
+        with open("/proc/%d/comm" % int(pid)) as f:
             return f.read().strip()
     except OSError:
         return None

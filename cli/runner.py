@@ -24,12 +24,12 @@ from common.system import Cleanup, FstraceError, losetup, mount, proc_start, pro
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COLLECTOR = os.path.join(ROOT, "build", "fstrace-collect")
 # kernel stacks of the workload inside its requests (sampling tier).  Each sample is a timer interrupt on
-# every CPU (a trap to the hypervisor on a VM) and a stack walk of microseconds: at 4999 Hz the shipped
-# configuration lost a fifth of cold tar throughput here (make bench-overhead), so 997 (prime: it does not run
-# in step with HZ timers); --sample-hz raises it where a short run needs more samples.
+# every CPU (a trap to the hypervisor on a VM) and a stack walk of microseconds, so a few thousand Hz cost a
+# visible share of cold read throughput (docs/overhead.md): 997 (prime: it does not run in step with HZ
+# timers); --sample-hz raises it where a short run needs more samples.
 SAMPLE_HZ = 997
 # off-CPU stacks (collector --offcpu-sample-us): walking a stack at every switch out of a request was the
-# costliest thing the tracer did (1.7-2.3 us, make bench-overhead); intervals of 1 ms and more are always
+# costliest thing the tracer did (microseconds a walk: docs/overhead.md); intervals of 1 ms and more are always
 # walked (lock waits that matter are exact), shorter ones are threshold-sampled, each stack's time unbiased
 OFFCPU_SAMPLE_US = 1000
 # attach and serve stay attached for hours: where their request hooks tax every syscall (the syscall

@@ -229,7 +229,7 @@ scattered() {  # name disk fstype file: fio's 4 KiB random reads of one file alo
         || echo "vmguest: collector scattered $1 failed" >> /out/collector.log
     umount /mnt/$1
 }
-COST_ARGS="-n 5000 -p 500 -r 61"  # short batches (TCG runs a 4 KiB pread in about 12 us), the least disturbed kept
+COST_ARGS="-n 5000 -p 500 -r 61"  # short batches (under TCG each pread is slow), the least disturbed kept
 cost() {  # name disk fstype file: what getppid and 4 KiB preads (of a tmpfs copy of file, and of file) cost an
           # untraced task: with nothing attached (before and after, the noise), and with fentry and with the
           # syscall tracepoints bounding a sleeping process's requests
@@ -609,7 +609,7 @@ def check_image(outdir, name, fs, opts, alg, image_path, fail, lines):
         ctx_traced = [int(k) for k, v in h["enums"]["context"].items() if v == "traced task"][0]
         in_task = int(dur[mine["context"] == ctx_traced].sum())
         est = sampling.decompression_estimate(h)
-        if est and in_task > 200e6:  # enough samples for the band (xz: ~4000; lz4 at ~60 ms swung 0.6-1.4)
+        if est and in_task > 200e6:  # enough samples for the band: a short decompression time gives too few to bound
             # sampling tier vs fentry/kprobe on the same run: the estimate must fall in a band around it
             ratio = est["ns"] / in_task
             lines.append("%-6s %-7s sampling tier: %.1f ms estimated (95%% %.1f-%.1f) vs %.1f ms measured "
@@ -636,8 +636,7 @@ def check_image(outdir, name, fs, opts, alg, image_path, fail, lines):
                 fail("%s %s: decompression in kworkers (%d ns) exceeds the work items' time (%d ns)"
                      % (name, mode, in_kworkers, work_ns))
             # a floor only on fentry: each kprobe hit is a trap, which under TCG costs more than the work
-            # around it and falls inside the work item but outside the decompression it times (seen on 6.12
-            # with two vCPUs, same guest: fentry 17.7 of 40.3 ms, kprobe 13.1 of 81.7 ms)
+            # around it and falls inside the work item but outside the decompression it times
             if mode == "fentry" and work_ns and in_kworkers < 0.2 * work_ns:
                 fail("%s %s: decompression is only %.0f%% of the erofs work items' time"
                      % (name, mode, 100.0 * in_kworkers / work_ns))
@@ -832,7 +831,7 @@ def images_for(vmlinuz, paths, skipped):
     return run, why
 
 
-KVM_PROBE_S = 20  # a usable KVM boots a guest kernel to its root mount in a few seconds; TCG here takes ~5 s
+KVM_PROBE_S = 20  # a usable KVM boots a guest kernel to its root mount in a few seconds: room for a loaded host
 
 
 def kvm_probe(vmlinuz):

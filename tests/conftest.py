@@ -348,15 +348,6 @@ def alive(pid):
         return False
 
 
-def task_comm(pid):
-    """A process's name (/proc/PID/comm); None once it has gone."""
-    try:
-        with open("/proc/%s/comm" % pid) as f:
-            return f.read().strip()
-    except OSError:
-        return None
-
-
 def trace_python(tmp_path, name, script, args, *options):
     """The collector around `python3 -c script args`, --records all (and options); its loaded results."""
     from analysis import results

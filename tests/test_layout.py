@@ -77,3 +77,69 @@ def test_no_test_file_imports_from_another():
                         if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("test_")
                         or isinstance(n, ast.Import) and any(a.name.startswith("test_") for a in n.names)]
     assert not imports, "test files importing test files: " + ", ".join(imports)
+
+
+def _strip_c_comments(text):
+    """C source without its comments (block and line), each replaced by as many newlines as it held, so that
+    line numbers stay."""
+    return re.sub(r"/\*.*?\*/|//[^\n]*", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
+
+
+# a CO-RE shim: a question asked of the running kernel's BTF, or a ___flavour of a kernel structure defined
+CORE_SHIM = re.compile(r"\bbpf_core_(field_exists|type_exists|enum_value_exists|field_size|enum_value|type_size)\b"
+                       r"|\bstruct\s+\w+___\w+\s*\{")
+
+
+def test_core_shims_only_in_compat():
+    """Every read of a kernel structure whose layout changed between kernels is in bpf/compat.bpf.h, where each
+    names the kernel change it follows: a shim elsewhere is one the next kernel change would be missed in."""
+    bpf = os.path.join(ROOT, "bpf")
+    sources = sorted(n for n in os.listdir(bpf) if n.endswith((".c", ".h")))
+    assert "compat.bpf.h" in sources and "block.bpf.c" in sources
+    shims = []
+    for name in sources:
+        if name == "compat.bpf.h":
+            continue
+        with open(os.path.join(bpf, name)) as f:
+            code = _strip_c_comments(f.read())
+        shims += ["bpf/%s:%d: %s" % (name, code.count("\n", 0, m.start()) + 1, m.group(0))
+                  for m in CORE_SHIM.finditer(code)]
+    assert not shims, "CO-RE shims outside bpf/compat.bpf.h: " + ", ".join(shims)
+
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def test_no_include_cycle():
+    """The collector's and the kernel side's quoted includes form no cycle: a header that includes, through
+    others, itself compiles only by its guard's accident of order."""
+    dirs = [os.path.join(ROOT, "user"), os.path.join(ROOT, "bpf")]  # the Makefile's -Ibpf; build/ is generated
+    graph = {}
+    for d in dirs:
+        for name in sorted(os.listdir(d)):
+            if name.endswith((".c", ".h")):
+                path = os.path.join(d, name)
+                with open(path) as f:
+                    code = _strip_c_comments(f.read())
+                targets = []
+                for inc in INCLUDE.findall(code):
+                    found = [os.path.join(x, inc) for x in [d] + dirs if os.path.exists(os.path.join(x, inc))]
+                    if found:  # else generated (skeletons) or outside the tree (vmlinux.h)
+                        targets.append(os.path.relpath(found[0], ROOT))
+                graph[os.path.relpath(path, ROOT)] = targets
+    assert "bpf/common.bpf.h" in graph["bpf/block.bpf.c"]
+    cycles, state = [], {}  # state: 1 on the walk's path, 2 done
+
+    def walk(node, path):
+        state[node] = 1
+        for nxt in graph.get(node, ()):
+            if state.get(nxt) == 1:
+                cycles.append(" -> ".join(path[path.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                walk(nxt, path + [nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            walk(node, [node])
+    assert not cycles, "#include cycles: " + "; ".join(cycles)

@@ -393,7 +393,8 @@ def test_bench_overhead_interrupted_leaves_nothing(tmp_path, config, child):
     if child == "biolatency" and not shutil.which("biolatency"):
         pytest.skip("libbpf-tools' biolatency is not installed (make bench-overhead installs it)")
     from conftest import CACHE, ROOT, SCALE, bpf_objects_left, bpf_objects_of
-    from conftest import alive, descendants, task_comm as comm
+    from cli.leftovers import task_comm as comm
+    from conftest import alive, descendants
     bench = subprocess.Popen([os.path.join(ROOT, "build", "venv", "bin", "python3"), "-m", "scripts.bench_overhead",
                               "--reps", "50", "--configs", config, "--cache", CACHE, "--scale", SCALE,
                               "--out", str(tmp_path / "o.json")], cwd=ROOT, stderr=subprocess.PIPE, text=True)

@@ -13,8 +13,9 @@ import time
 
 import pytest
 
+from cli.leftovers import task_comm as comm
 from conftest import CACHE, COLLECTOR, FSTRACE, bpf_objects_left, bpf_objects_of, collector_under, descendants, \
-    leftovers, settled_leftovers, alive, task_comm as comm
+    leftovers, settled_leftovers, alive
 
 pytestmark = pytest.mark.bpf
 

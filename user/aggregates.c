@@ -9,7 +9,7 @@
 #include "env.h"
 #include "names.h"
 #include "block.skel.h"
-#include "tasks.skel.h"
+#include "requests.skel.h"
 
 int percpu_sum_value(int fd, const void *key, void *sum, size_t size)
 {
@@ -133,18 +133,18 @@ json *aggregates_tracer_sites(struct block_bpf *blk)
 }
 
 /*
- * "requests_counted": the requests tasks.bpf.c counted instead of recording, per (kind, superblock dev),
+ * "requests_counted": the requests requests.bpf.c counted instead of recording, per (kind, superblock dev),
  * summed over CPUs; parts by name (records.h FST_PARTS), histograms as log2 slots of microseconds.
  */
-static json *requests_counted(struct tasks_bpf *tsk)
+static json *requests_counted(struct requests_bpf *reqs)
 {
 	json *a = jarr();
-	if (!tsk)
+	if (!reqs)
 		return a;
 	struct fst_req_agg sum;
 	struct fst_req_agg_key key;
 	struct req_agg_iter it;
-	req_agg_start(&it, bpf_map__fd(tsk->maps.req_agg), bpf_map__fd(tsk->maps.agg_keys));
+	req_agg_start(&it, bpf_map__fd(reqs->maps.req_agg), bpf_map__fd(reqs->maps.agg_keys));
 	while (req_agg_next(&it, &key, &sum)) {
 		json *o = jpush(a, jobj());
 		jset(o, "kind", ju64(key.kind));
@@ -173,7 +173,7 @@ static void json_hist_row(json *a, __u32 metric, __u32 dev, __u32 sub, const __u
 	jset(o, "slots", ju64_array(slots, FST_HIST_SLOTS));
 }
 
-json *aggregates_kernel(struct block_bpf *blk, struct tasks_bpf *tsk)
+json *aggregates_kernel(struct block_bpf *blk, struct requests_bpf *reqs)
 {
 	json *agg = jobj();
 	int hfd = bpf_map__fd(blk->maps.hists);
@@ -212,6 +212,6 @@ json *aggregates_kernel(struct block_bpf *blk, struct tasks_bpf *tsk)
 		jset(o, "end_unit", ju64(a->end_unit));
 		jset(o, "cross_unit", ju64(a->cross_unit));
 	}
-	jset(agg, "requests_counted", requests_counted(tsk));
+	jset(agg, "requests_counted", requests_counted(reqs));
 	return agg;
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * The in-kernel aggregates read from their maps: per-CPU values summed over CPUs, the counted requests of
- * tasks.bpf.c req_agg, the block requests' histograms of block.bpf.c dev_io; and those of them the results
+ * requests.bpf.c req_agg, the block requests' histograms of block.bpf.c dev_io; and those of them the results
  * header carries.  The exposition (expose.c), the live view (live.c) and --budget (window.c) read the same maps
  * through the readers here.
  */
@@ -15,14 +15,14 @@
 #include "jsonw.h"
 
 struct block_bpf;
-struct tasks_bpf;
+struct requests_bpf;
 
 /* one key of a per-CPU map whose value is all __u64 counters, summed over CPUs; non-zero when it is gone */
 int percpu_sum_value(int fd, const void *key, void *sum, size_t size);
 /* a per-CPU array's __u64 at idx, summed over CPUs (0 when it cannot be read) */
 __u64 percpu_u64(int fd, __u32 idx);
 
-/* a walk over tasks.bpf.c req_agg's entries that have counted a request (the array holds no keys: an entry's key
+/* a walk over requests.bpf.c req_agg's entries that have counted a request (the array holds no keys: an entry's key
  * is the (superblock, kind) agg_keys gave it to) */
 struct req_agg_iter {
 	int fd;
@@ -50,7 +50,7 @@ json *aggregates_losses(struct block_bpf *blk);
 /* its "tracer_sites": the tracer part's sampled timing per site (records.h FST_TRACER_SITES), summed over CPUs */
 json *aggregates_tracer_sites(struct block_bpf *blk);
 /* its "kernel_aggregates": "histograms" and "alignment" (block.bpf.c hists and dev_io) and "requests_counted"
- * (tasks.bpf.c req_agg; tsk NULL without request tracing: an empty array) */
-json *aggregates_kernel(struct block_bpf *blk, struct tasks_bpf *tsk);
+ * (requests.bpf.c req_agg; reqs NULL without request tracing: an empty array) */
+json *aggregates_kernel(struct block_bpf *blk, struct requests_bpf *reqs);
 
 #endif

@@ -34,7 +34,7 @@
 #include "ustack.h"
 #include "window.h"
 #include "block.skel.h"
-#include "tasks.skel.h"
+#include "requests.skel.h"
 
 static volatile sig_atomic_t stop_signal;
 
@@ -144,15 +144,15 @@ struct exposer {
 static void exposer_init(struct exposer *x, struct tracer *t, __u64 t_start_real, const struct diskstat *ds_start)
 {
 	x->in.maps = (struct expose_maps){
-		.req_agg = t->tsk ? bpf_map__fd(t->tsk->maps.req_agg) : -1,
-		.agg_keys = t->tsk ? bpf_map__fd(t->tsk->maps.agg_keys) : -1,
+		.req_agg = t->reqs ? bpf_map__fd(t->reqs->maps.req_agg) : -1,
+		.agg_keys = t->reqs ? bpf_map__fd(t->reqs->maps.agg_keys) : -1,
 		.dev_io = bpf_map__fd(t->blk->maps.dev_io),
 		.drops = bpf_map__fd(t->blk->maps.drops),
 		.io_sums = bpf_map__fd(t->blk->maps.io_sums),
-		.comm_agg = t->tsk && opt.per_comm ? bpf_map__fd(t->tsk->maps.comm_agg) : -1,
+		.comm_agg = t->reqs && opt.per_comm ? bpf_map__fd(t->reqs->maps.comm_agg) : -1,
 		.losses = bpf_map__fd(t->blk->maps.losses),
 	};
-	if (x->in.maps.comm_agg >= 0) { /* the key every name beyond the map's room is counted under (tasks.bpf.c) */
+	if (x->in.maps.comm_agg >= 0) { /* the key every name beyond the map's room is counted under (requests.bpf.c) */
 		struct fst_comm_agg_key other = {};
 		struct fst_comm_agg *zero = calloc(libbpf_num_possible_cpus(), sizeof(*zero));
 		if (!zero || bpf_map_update_elem(x->in.maps.comm_agg, &other, zero, BPF_NOEXIST))
@@ -222,8 +222,8 @@ static void trace(struct tracer *t, struct ring_buffer *rb, struct results *res,
 				(unsigned long long)res->spools[FST_REC_IO].count, drops_now(t));
 		}
 		if (opt.interval > 0 && now - last_live >= (__u64)(opt.interval * 1e9)) {
-			live_counted(t->tsk ? bpf_map__fd(t->tsk->maps.req_agg) : -1,
-				     t->tsk ? bpf_map__fd(t->tsk->maps.agg_keys) : -1);
+			live_counted(t->reqs ? bpf_map__fd(t->reqs->maps.req_agg) : -1,
+				     t->reqs ? bpf_map__fd(t->reqs->maps.agg_keys) : -1);
 			live_print(stdout, (now - last_live) / 1e9, drops_now(t), live_clear);
 			last_live = now;
 		}

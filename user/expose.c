@@ -278,7 +278,7 @@ static void decompressions(struct jbuf *b)
 	jb_add(b, "fstrace_decompress_unsummed_total %llu\n", decomp_unsummed);
 }
 
-/* --per-comm: requests per task name (the bounded process label; tasks.bpf.c comm_agg) */
+/* --per-comm: requests per task name (the bounded process label; requests.bpf.c comm_agg) */
 static void per_comm(struct jbuf *b, int fd)
 {
 	if (fd < 0)

@@ -187,7 +187,7 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 	jset(h, "losses", aggregates_losses(t->blk));
 	if (!opt.block_only)
 		jset(h, "tracer_sites", aggregates_tracer_sites(t->blk));
-	/* path-based stat calls carry the file's device and inode (tasks.bpf.c note_statbuf): placed like reads */
+	/* path-based stat calls carry the file's device and inode (requests.bpf.c note_statbuf): placed like reads */
 	jset(h, "stat_calls_placed", jbool(true));
 	o = jset(h, "work_kinds_from_completion", jarr());
 #define FROM_COMPLETION_JSON(c) jpush(o, ju64(c));
@@ -234,7 +234,7 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 		jset(h, "offcpu", json_offcpu(t->blk));
 		jset(h, "io_stacks", json_io_stacks(t->blk));
 	}
-	jset(h, "kernel_aggregates", aggregates_kernel(t->blk, t->tsk));
+	jset(h, "kernel_aggregates", aggregates_kernel(t->blk, t->reqs));
 	jset(h, "config", meta);
 	return h;
 }

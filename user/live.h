@@ -13,7 +13,7 @@
 #include "records.h"
 
 void live_add(const void *rec, size_t size);
-/* the counted requests (tasks.bpf.c req_agg and agg_keys, req_agg_fd < 0: none) since the last call join the
+/* the counted requests (requests.bpf.c req_agg and agg_keys, req_agg_fd < 0: none) since the last call join the
  * view's interval */
 void live_counted(int req_agg_fd, int agg_keys_fd);
 void live_print(FILE *out, double interval_s, unsigned long long drops, int clear);

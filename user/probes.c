@@ -19,7 +19,7 @@
 #include "procfs.h"
 #include "stacks.h"
 #include "block.skel.h"
-#include "tasks.skel.h"
+#include "requests.skel.h"
 #include "erofs.skel.h"
 #include "squashfs.skel.h"
 #include "btrfs.skel.h"
@@ -72,25 +72,25 @@ static struct probe block_probes[] = {
 	P(block_bpf, workqueue_queue_work, FST_FIG_WORK_QUEUE, "queueing delay of filesystem work items", false),
 };
 
-static struct probe task_probes[] = {
-	P(tasks_bpf, sys_enter, FST_FIG_REQ_START, "request start, file", true),
-	P(tasks_bpf, sys_exit, FST_FIG_REQ_END, "request end, bytes", true),
-	P(tasks_bpf, sched_switch, FST_FIG_CPU_SPLIT, "on-CPU / off-CPU split", true),
-	P(tasks_bpf, sched_wakeup, FST_FIG_WAKEUP, "sleep vs runqueue split", false),
-	P(tasks_bpf, sched_process_fork, FST_FIG_PROCESS_TREE, "process tree", true),
-	P(tasks_bpf, sched_process_exit, FST_FIG_PROCESS_TREE, "process tree", false),
-	P(tasks_bpf, mm_filemap_add_to_page_cache, FST_FIG_PCACHE_MISSES, "page-cache misses per request", false),
-	P(tasks_bpf, contention_begin, FST_FIG_LOCK_WAIT, "lock wait per request", false),
-	P(tasks_bpf, contention_end, FST_FIG_LOCK_WAIT, "lock wait per request", false),
-	P(tasks_bpf, page_cache_ra_order, FST_FIG_READAHEAD, "readahead window sizes per request", false),
+static struct probe request_probes[] = {
+	P(requests_bpf, sys_enter, FST_FIG_REQ_START, "request start, file", true),
+	P(requests_bpf, sys_exit, FST_FIG_REQ_END, "request end, bytes", true),
+	P(requests_bpf, sched_switch, FST_FIG_CPU_SPLIT, "on-CPU / off-CPU split", true),
+	P(requests_bpf, sched_wakeup, FST_FIG_WAKEUP, "sleep vs runqueue split", false),
+	P(requests_bpf, sched_process_fork, FST_FIG_PROCESS_TREE, "process tree", true),
+	P(requests_bpf, sched_process_exit, FST_FIG_PROCESS_TREE, "process tree", false),
+	P(requests_bpf, mm_filemap_add_to_page_cache, FST_FIG_PCACHE_MISSES, "page-cache misses per request", false),
+	P(requests_bpf, contention_begin, FST_FIG_LOCK_WAIT, "lock wait per request", false),
+	P(requests_bpf, contention_end, FST_FIG_LOCK_WAIT, "lock wait per request", false),
+	P(requests_bpf, page_cache_ra_order, FST_FIG_READAHEAD, "readahead window sizes per request", false),
 };
 
 /*
- * Request boundaries at the traced filesystems' entry points (tasks.bpf.c): fentry/fexit, or kprobe/kretprobe,
+ * Request boundaries at the traced filesystems' entry points (requests.bpf.c): fentry/fexit, or kprobe/kretprobe,
  * in place of sys_enter/sys_exit, which tax every syscall of the system.  All of them or none: with any one
  * missing, a kind of request would need the syscall tracepoints, and then every syscall pays anyway.
  */
-#define B(fn, kind_name) D(tasks_bpf, fn, FST_FIG_REQ_BOUNDS, kind_name " request start and end")
+#define B(fn, kind_name) D(requests_bpf, fn, FST_FIG_REQ_BOUNDS, kind_name " request start and end")
 
 static struct probe bound_probes[] = {
 	B(erofs_file_read_iter, "read"),
@@ -187,7 +187,7 @@ static struct probe btrfs_probes[] = {
 
 const struct probe_group probe_groups[] = {
 	{ block_probes, N(block_probes) },
-	{ task_probes, N(task_probes) },
+	{ request_probes, N(request_probes) },
 	{ bound_probes, N(bound_probes) },
 	{ erofs_probes, N(erofs_probes) },
 	{ squashfs_probes, N(squashfs_probes) },
@@ -479,9 +479,9 @@ static struct probe *bound_missing(struct tracer *t)
 	return NULL;
 }
 
-/* the boundary programs of tasks.bpf.c: a tier for each needed one (fentry or kprobe, by test loads), or all of
+/* the boundary programs of requests.bpf.c: a tier for each needed one (fentry or kprobe, by test loads), or all of
  * them off with t->bounds_why saying why */
-static void select_bounds(struct tracer *t, const struct tasks_bpf *skel, bool on)
+static void select_bounds(struct tracer *t, const struct requests_bpf *skel, bool on)
 {
 	char why[320];
 	/* "fentry: ": as every function probe's reasons begin, naming the best tier not used */
@@ -506,43 +506,43 @@ static void select_bounds(struct tracer *t, const struct tasks_bpf *skel, bool o
 }
 
 /*
- * tasks.bpf.c, loaded with the best tiers: tp_btf, else raw_tp (not in storage mode, which needs tp_btf); with
+ * requests.bpf.c, loaded with the best tiers: tp_btf, else raw_tp (not in storage mode, which needs tp_btf); with
  * the boundary programs where they are wanted, and without them if the object does not load with them.  NULL
  * when it does not load in storage mode; dies when it does not load at all.
  */
-static struct tasks_bpf *load_tasks(struct tracer *t)
+static struct requests_bpf *load_requests(struct tracer *t)
 {
 	bool bounds = bounds_wanted(t);
 	int attempts = t->task_storage_on ? 1 : 2;
 	for (int attempt = 0; attempt < attempts; attempt++) {
 		for (int with_bounds = bounds; with_bounds >= 0; with_bounds--) {
-			struct tasks_bpf *skel = tasks_bpf__open();
+			struct requests_bpf *skel = requests_bpf__open();
 			if (!skel)
-				die("opening tasks_bpf: %s", strerror(errno));
+				die("opening requests_bpf: %s", strerror(errno));
 			fill_cfg((struct fst_cfg *)&skel->rodata->cfg);
 			reuse_maps(t->blk->obj, skel->obj);
-			tiers_select(skel, task_probes, N(task_probes), opt.no_btf_tp || attempt, opt.no_fentry);
+			tiers_select(skel, request_probes, N(request_probes), opt.no_btf_tp || attempt, opt.no_fentry);
 			select_bounds(t, skel, with_bounds);
 			with_bounds = with_bounds && !t->bounds_why[0];
-			if (!tasks_bpf__load(skel))
+			if (!requests_bpf__load(skel))
 				return skel;
 			int err = errno;
-			tasks_bpf__destroy(skel);
+			requests_bpf__destroy(skel);
 			if (with_bounds) {
 				snprintf(t->bounds_why, sizeof(t->bounds_why), "request tracing did not load with them: %s",
 					 strerror(err));
-				fprintf(stderr, "fstrace-collect: tasks_bpf did not load with the filesystem entry points "
+				fprintf(stderr, "fstrace-collect: requests_bpf did not load with the filesystem entry points "
 						"(%s); retrying without\n",
 					strerror(err));
 				continue;
 			}
 			if (attempt + 1 >= attempts) {
 				if (attempts > 1)
-					die("loading tasks_bpf: %s", strerror(err));
-				fprintf(stderr, "fstrace-collect: tasks_bpf did not load with tp_btf (%s)\n", strerror(err));
+					die("loading requests_bpf: %s", strerror(err));
+				fprintf(stderr, "fstrace-collect: requests_bpf did not load with tp_btf (%s)\n", strerror(err));
 				return NULL;
 			}
-			fprintf(stderr, "fstrace-collect: tasks_bpf did not load with tp_btf (%s); retrying with raw_tp\n",
+			fprintf(stderr, "fstrace-collect: requests_bpf did not load with tp_btf (%s); retrying with raw_tp\n",
 				strerror(err));
 			break;
 		}
@@ -566,17 +566,17 @@ void tracer_load(struct tracer *t)
 		LOAD_SKEL(block_bpf, t->blk, block_probes, none);
 		if (opt.block_only)
 			break;
-		t->tsk = load_tasks(t);
-		if (t->tsk)
+		t->reqs = load_requests(t);
+		if (t->reqs)
 			break;
 		block_bpf__destroy(t->blk);
 		t->task_storage_on = false;
 		snprintf(t->task_state_why, sizeof(t->task_state_why), "pid hash: request tracing did not load with tp_btf");
 	}
 	if (opt.block_only) {
-		for (int i = 0; i < N(task_probes); i++) {
-			task_probes[i].tier = FST_TIER_NONE;
-			snprintf(task_probes[i].why, sizeof(task_probes[i].why), "not loaded: --block-only");
+		for (int i = 0; i < N(request_probes); i++) {
+			request_probes[i].tier = FST_TIER_NONE;
+			snprintf(request_probes[i].why, sizeof(request_probes[i].why), "not loaded: --block-only");
 		}
 		for (int i = 0; i < N(bound_probes); i++)
 			snprintf(bound_probes[i].why, sizeof(bound_probes[i].why), "fentry: not tried: --block-only");
@@ -595,7 +595,7 @@ void tracer_load(struct tracer *t)
 				mark_unavailable(&btrfs_probes[i], 1, "argument positions unknown: no BTF for it");
 	}
 
-	if (opt.sample_hz > 0 && t->tsk) {
+	if (opt.sample_hz > 0 && t->reqs) {
 		t->smp = sample_bpf__open();
 		if (!t->smp)
 			die("opening sample_bpf: %s", strerror(errno));
@@ -644,7 +644,7 @@ void tracer_set_filters(struct tracer *t, pid_t child)
 	}
 }
 
-/* every kind of request tasks.bpf.c knows (records.h FST_REQ_KINDS) */
+/* every kind of request requests.bpf.c knows (records.h FST_REQ_KINDS) */
 static __u32 all_kinds(void)
 {
 	__u32 kinds = 0;
@@ -655,7 +655,7 @@ static __u32 all_kinds(void)
 }
 
 /*
- * The request programs: the boundary programs first, and if every needed one attached, tasks.bpf.c told that
+ * The request programs: the boundary programs first, and if every needed one attached, requests.bpf.c told that
  * they bound every kind of request before the rest attaches without sys_enter/sys_exit; else those detached and
  * the syscall tracepoints attached with the rest.  The boundary programs act only once told, so no request is
  * bounded by both.
@@ -674,25 +674,25 @@ static int attach_requests(struct tracer *t, int (*attach)(struct probe *, int))
 			t->fs_bound_kinds = all_kinds();
 		}
 	}
-	t->tsk->bss->fs_bound_kinds = t->fs_bound_kinds;
-	for (int i = 0; i < N(task_probes) && t->fs_bound_kinds; i++) {
-		struct probe *p = &task_probes[i];
+	t->reqs->bss->fs_bound_kinds = t->fs_bound_kinds;
+	for (int i = 0; i < N(request_probes) && t->fs_bound_kinds; i++) {
+		struct probe *p = &request_probes[i];
 		if (p->figure != FST_FIG_REQ_START && p->figure != FST_FIG_REQ_END)
 			continue;
 		p->tier = FST_TIER_NONE;
 		p->prog = p->exit_prog = NULL;
 		snprintf(p->why, sizeof(p->why), "not attached: the filesystems' entry points bound every request");
 	}
-	return attach(task_probes, N(task_probes));
+	return attach(request_probes, N(request_probes));
 }
 
 void request_bound_tiers(const struct tracer *t, enum fst_req_kind kind, char *out, size_t len)
 {
 	out[0] = 0;
 	if (!t->fs_bound_kinds) { /* the syscall tracepoints: sys_enter's tier (sys_exit has the same) */
-		for (int i = 0; i < N(task_probes); i++)
-			if (task_probes[i].figure == FST_FIG_REQ_START)
-				snprintf(out, len, "%s", tier_name(task_probes[i].tier));
+		for (int i = 0; i < N(request_probes); i++)
+			if (request_probes[i].figure == FST_FIG_REQ_START)
+				snprintf(out, len, "%s", tier_name(request_probes[i].tier));
 		return;
 	}
 	for (int t_ = FST_TIER_NONE + 1; t_ < FST_NR_TIERS; t_++) {
@@ -713,7 +713,7 @@ int tracer_attach(struct tracer *t)
 	/* --empty-programs: the chosen programs stay loaded, unattached, and do-nothing twins take their hooks */
 	int (*attach)(struct probe *, int) = opt.empty_programs ? tiers_attach_empty : tiers_attach;
 	int err = attach(block_probes, N(block_probes));
-	if (!err && t->tsk)
+	if (!err && t->reqs)
 		err = attach_requests(t, attach);
 	if (!err && t->ero)
 		err = attach(erofs_probes, N(erofs_probes));
@@ -769,8 +769,8 @@ void tracer_detach(void)
 void tracer_destroy(struct tracer *t, struct ring_buffer *rb)
 {
 	ring_buffer__free(rb);
-	if (t->tsk)
-		tasks_bpf__destroy(t->tsk);
+	if (t->reqs)
+		requests_bpf__destroy(t->reqs);
 	sample_bpf__destroy(t->smp);
 	erofs_bpf__destroy(t->ero);
 	squashfs_bpf__destroy(t->sqf);
@@ -780,13 +780,13 @@ void tracer_destroy(struct tracer *t, struct ring_buffer *rb)
 
 /*
  * The stacks' kernel and BPF symbols, read while every probe is still attached: a detached fentry's trampoline
- * leaves kallsyms after an RCU-tasks grace period, so read after detaching it was sometimes gone (seen on
- * 6.12) and its frames took the name of the program before it.
+ * leaves kallsyms after an RCU-tasks grace period, so read after detaching it can be gone and its frames
+ * take the name of the program before it.
  */
 void tracer_read_ksyms(struct tracer *t)
 {
 	load_ksyms();
-	struct bpf_object *objs[] = { t->blk->obj, t->tsk ? t->tsk->obj : NULL, t->ero ? t->ero->obj : NULL,
+	struct bpf_object *objs[] = { t->blk->obj, t->reqs ? t->reqs->obj : NULL, t->ero ? t->ero->obj : NULL,
 				      t->sqf ? t->sqf->obj : NULL, t->btr ? t->btr->obj : NULL,
 				      t->smp ? t->smp->obj : NULL };
 	add_bpf_ksyms(objs, N(objs));

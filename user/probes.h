@@ -27,10 +27,10 @@ enum work_fn {
 };
 extern const char *const work_fn_names[NR_WORK_FNS];
 
-/* everything loaded: request tracing (tsk), the filesystems' and the sampling objects may be NULL */
+/* everything loaded: request tracing (reqs), the filesystems' and the sampling objects may be NULL */
 struct tracer {
 	struct block_bpf *blk;
-	struct tasks_bpf *tsk;
+	struct requests_bpf *reqs;
 	struct erofs_bpf *ero;
 	struct squashfs_bpf *sqf;
 	struct btrfs_bpf *btr;
@@ -38,7 +38,7 @@ struct tracer {
 	char sample_why[160]; /* why sampling is off */
 	bool task_storage_on; /* per-task state in task-local storage (else a pid hash) */
 	char task_state_why[160];
-	/* requests bounded at the traced filesystems' entry points (tasks.bpf.c fs_bound_kinds: 1 << FST_REQ_*),
+	/* requests bounded at the traced filesystems' entry points (requests.bpf.c fs_bound_kinds: 1 << FST_REQ_*),
 	 * 0: by the syscall tracepoints, bounds_why saying why */
 	__u32 fs_bound_kinds;
 	__u32 bounds_fs; /* the traced filesystems (1 << FST_FS_*) when bounds_why is "" */

@@ -10,11 +10,11 @@
  * stays inside the budget.
  *
  * The cost while attached is measured here, not assumed: the slow path's price per syscall (a getppid loop
- * with the hooks attached and not, alternating), the system's syscall rate (tasks.bpf.c syscalls_seen) and
+ * with the hooks attached and not, alternating), the system's syscall rate (requests.bpf.c syscalls_seen) and
  * its busy CPU time (/proc/stat) in each window, and the CPU time attaching and detaching takes (the
  * registration walks every thread).  Each window refines the estimate for the next period.
  *
- * Edges: a window opens by numbering itself (tasks.bpf.c window_seq) and attaching sys_exit, then sys_enter;
+ * Edges: a window opens by numbering itself (requests.bpf.c window_seq) and attaching sys_exit, then sys_enter;
  * it closes by detaching sys_enter, then, GRACE_NS later, sys_exit.  A request is recorded only when both its
  * ends ran in the same window: one that began before the window opened records nothing (not half), and one
  * of length L <= GRACE_NS that began inside it always ends inside it, so such requests are seen with
@@ -38,7 +38,7 @@
 #include "probes.h"
 #include "stacks.h"
 #include "window.h"
-#include "tasks.skel.h"
+#include "requests.skel.h"
 
 /* long enough that attaching and detaching (a walk of every thread, about a millisecond of CPU) is cheap beside
  * it, short enough that a run of seconds gets several windows */
@@ -67,7 +67,7 @@ struct series_sums {
 static struct {
 	bool active;
 	char why[200];
-	struct tasks_bpf *tsk;
+	struct requests_bpf *reqs;
 	struct probe *enter, *exit;
 	/* the hooks that only attribute a request's time (sched_switch, sched_wakeup, page-cache adds, lock waits,
 	 * readahead): of no use while no request can be in flight, so attached only around the windows, first on
@@ -318,7 +318,7 @@ void window_init(struct tracer *t, __u64 t_start)
 			else if (p->link && w.nr_attrib < N(w.attrib) && is_attribution_hook(p->name))
 				w.attrib[w.nr_attrib++] = p;
 		}
-	if (!t->tsk || !w.enter || !w.exit || !w.enter->link || !w.exit->link) {
+	if (!t->reqs || !w.enter || !w.exit || !w.enter->link || !w.exit->link) {
 		snprintf(w.why, sizeof(w.why), "requests are not bounded by the syscall tracepoints here: nothing "
 					       "taxes every syscall, so nothing is windowed");
 		return;
@@ -328,11 +328,11 @@ void window_init(struct tracer *t, __u64 t_start)
 			 tier_name(w.enter->tier));
 		return;
 	}
-	w.tsk = t->tsk;
+	w.reqs = t->reqs;
 	w.sampling = t->smp != NULL;
-	w.req_agg_fd = bpf_map__fd(t->tsk->maps.req_agg);
-	w.agg_keys_fd = bpf_map__fd(t->tsk->maps.agg_keys);
-	w.syscalls_fd = bpf_map__fd(t->tsk->maps.syscalls_seen);
+	w.req_agg_fd = bpf_map__fd(t->reqs->maps.req_agg);
+	w.agg_keys_fd = bpf_map__fd(t->reqs->maps.agg_keys);
+	w.syscalls_fd = bpf_map__fd(t->reqs->maps.syscalls_seen);
 	__u64 seed = now_ns(CLOCK_REALTIME) ^ ((__u64)getpid() << 16);
 	memcpy(w.rng, &seed, sizeof(w.rng));
 	__u64 busy0 = busy_ns_now(), t0 = now_ns(CLOCK_MONOTONIC), cpu0 = thread_cpu_ns();
@@ -353,8 +353,8 @@ void window_init(struct tracer *t, __u64 t_start)
 
 static void open_window(__u64 now)
 {
-	w.seq += 2;			    /* odd: a window (tasks.bpf.c); calibration ran under 0 */
-	w.tsk->bss->window_seq = w.seq | 1; /* before either hook: a late end of an earlier window's request is not ours */
+	w.seq += 2;			     /* odd: a window (requests.bpf.c); calibration ran under 0 */
+	w.reqs->bss->window_seq = w.seq | 1; /* before either hook: a late end of an earlier window's request is not ours */
 	req_agg_note(w.counted_before, &w.tracer_before, 0);
 	w.syscalls_before = percpu_u64(w.syscalls_fd, 0);
 	w.busy_before = busy_ns_now();

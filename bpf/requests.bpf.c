@@ -74,7 +74,8 @@ static __always_inline struct file *fd_file(long fd)
  * The same as a BTF pointer, for a task whose descriptors are still in the table embedded in its
  * files_struct (fd_array: the first BITS_PER_LONG descriptors, until the table grows), NULL otherwise.  The
  * verifier types fdt->fd (a pointer to pointers) as a number, so fds[fd] needs a helper call, and so does
- * every field read behind it (five per request, about 26 ns each: two thirds of sys_enter).  fd_array[i] at
+ * every field read behind it (five per request: most of sys_enter's cost, docs/overhead.md "What each helper
+ * costs").  fd_array[i] at
  * a constant i is a typed load, and so is every field behind it: the switch turns the descriptor into one.
  */
 #define FST_FD_CASE(i) \
@@ -442,7 +443,7 @@ static __always_inline void agg_part(struct fst_req_agg *a, int part, __u64 ns)
 /*
  * The on-CPU part of a page-cache hit is as long as the request, so it takes the wall time's slot, already found.
  * Only this part gets the shortcut: one more branch per part doubles the verifier's states per part, and with
- * every part (cfg.records_none) the program no longer loads.
+ * every part (cfg.records_none) the program exceeds the verifier's limits.
  */
 static __always_inline void agg_part_oncpu(struct fst_req_agg *a, __u64 ns, __u64 wall, __u32 wall_slot)
 {
@@ -687,7 +688,7 @@ static __always_inline int handle_switch(void *ctx, bool preempt, struct task_st
 	__u32 next_pid = FST_FIELD(btf, next, pid);
 	struct task_req *r = req_of(prev, prev_pid), *rn = req_of(next, next_pid);
 	/* a switch between two tasks in no request (most of the system's) costs the two state lookups only:
-	 * the clock (about 34 ns here) is read once one of them is in a request */
+	 * the clock (a helper call, dearer than a lookup: docs/overhead.md) is read once one of them is in a request */
 	if (!r && !rn)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
@@ -839,7 +840,7 @@ static __always_inline int handle_exit(void)
 
 /*
  * The handlers below run for every task of the system: an untraced one pays the state lookup and nothing
- * else (a clock read is about 34 ns here, more than the rest); a request's pays the rest, and a clock read pair
+ * else (a clock read costs more than the rest: docs/overhead.md, "What each helper costs"); a request's pays the rest, and a clock read pair
  * on the 1 in FST_TRACER_TIME_EVERY runs that time the tracer part.
  */
 static __always_inline int handle_pcache_add(void)
@@ -986,7 +987,7 @@ int BPF_PROG(sched_process_exit_raw, struct task_struct *p) { return handle_exit
  * path is looked up inside them: vfs_statx, vfs_fstat, do_statx_fd, do_sys_openat2), by every thread the task
  * filters trace, and are placed at their end, as sys_exit places them: by the attributes returned, by the
  * descriptor opened.  Every part is kept as the syscall tracepoints keep it (sched_switch, sched_wakeup... see
- * the task state in common.bpf.h).
+ * the task state in task.bpf.h).
  *
  * Nesting: the thread's outermost boundary function bounds the request (sendfile's do_splice_direct, not the
  * splice_read and read_iter it calls; a stacked filesystem's read, not its backing file's); the ones entered
