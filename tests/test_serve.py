@@ -114,8 +114,15 @@ def test_serve_counts_every_read_and_prometheus_agrees(mounted_erofs, collector_
         # no in-flight table was full, and every loss records.h names is a series
         assert blk(after, "fstrace_block_requests_unseen_total") == 0
         assert blk(after, "fstrace_block_requests_beyond_diskstats_total") == 0
-        assert {dict(ls)["what"]: v for (n, ls), v in after.items() if n == "fstrace_losses_total"} == \
-            {name: 0 for name in collector_header["losses"]}
+        losses = {dict(ls)["what"]: v for (n, ls), v in after.items() if n == "fstrace_losses_total"}
+        assert set(losses) == set(collector_header["losses"])
+        assert not any(v for k, v in losses.items() if k != "request_completion_missed"), losses
+        # a completion the kernel did not run the program for (measuring.md, "unseen block requests") leaves its
+        # request held until its address is issued again, where it counts as missed: on any traced device
+        # (the backing disk's other users too), and each is one request diskstats completed that fstrace did not
+        # see, so the misses are bounded by the unseen requests of all devices
+        unseen = sum(v for (n, ls), v in after.items() if n == "fstrace_block_requests_unseen_total")
+        assert losses["request_completion_missed"] <= unseen, (losses, unseen)
 
         # Prometheus asked for OpenMetrics and got it: only that format has the counters' _created samples
         assert prom.query('count(fstrace_requests_created{mount="%s"})' % mnt) > 0
