@@ -29,17 +29,37 @@ def _loop(s):
     return [d for d in s["devices"].values() if d["level"] == "loop"][0]
 
 
+def _device_bytes_agree(seen, level, reads):
+    """A device's bytes in fstrace's block records against the kernel's own count of the run (/proc/diskstats at
+    its start and end): equal, or, when the kernel withheld block completions from the programs (docs/measuring.md,
+    "Lost events"), short by no more than the shortfall the run reports for it, with few requests unseen."""
+    kernel = level["diskstats_bytes"]
+    if not level.get("unseen_bytes"):
+        assert seen == kernel > 0
+        return
+    assert 0 < kernel - seen <= level["unseen_bytes"], (seen, level)
+    assert level["unseen_requests"] <= 0.1 * reads, level
+
+
 def _check_levels(s):
     a = s["amplification"]
     received = s["ground_truth"]["read_bytes"]
     assert a["received_bytes"] == received
     lv = a[amplification.DEVICE_READ]
-    delta = _loop(s)["diskstats_delta"]
+    loop = _loop(s)
+    delta = loop["diskstats_delta"]
     # the kernel's own count of the image's device (/proc/diskstats at the run's start and end)
-    assert lv["loop"]["bytes"] == delta["sectors_read"] * 512 == lv["loop"]["diskstats_bytes"] > 0
+    assert lv["loop"]["diskstats_bytes"] == delta["sectors_read"] * 512
+    _device_bytes_agree(lv["loop"]["bytes"], dict(lv["loop"], unseen_requests=loop["unseen_requests"]),
+                        delta["reads"])
     assert lv["loop"]["per_received"] == lv["loop"]["bytes"] / received
-    # direct-I/O loop: every byte the loop device read, it read from the disk behind it
-    assert lv["backing"]["bytes"] == lv["loop"]["bytes"]
+    # direct-I/O loop: every byte the loop device read, it read from the disk behind it (each level's withheld
+    # completions, reported, are the only difference)
+    withheld = lv["loop"].get("unseen_bytes", 0) + lv["backing"].get("unseen_bytes", 0)
+    if not withheld:
+        assert lv["backing"]["bytes"] == lv["loop"]["bytes"]
+    else:
+        assert abs(lv["backing"]["bytes"] - lv["loop"]["bytes"]) <= withheld, lv
 
 
 @pytest.mark.bpf
@@ -100,7 +120,11 @@ def _outside_extents(res, s, extents):
     pe = pa + np.array([x[1] for x in extents], dtype=np.int64)[None, :]
     inside = np.clip(np.minimum(qe, pe) - np.maximum(qs, pa), 0, None).sum(axis=1)
     outside = (qe - qs)[:, 0] - inside
-    assert int((qe - qs).sum()) == _loop(s)["diskstats_delta"]["sectors_read"] * 512
+    loop = _loop(s)
+    _device_bytes_agree(int((qe - qs).sum()), {"diskstats_bytes": loop["diskstats_delta"]["sectors_read"] * 512,
+                                              "unseen_bytes": loop.get("unseen_sectors", 0) * 512,
+                                              "unseen_requests": loop.get("unseen_requests", 0)},
+                        loop["diskstats_delta"]["reads"])
     return int(outside[inside > 0].sum()), int(outside[inside == 0].sum()), int((qe - qs).sum())
 
 

@@ -3,11 +3,13 @@
 This machine's kernel refuses fentry and has no kprobes, so the decompression, squashfs cache and btrfs
 write-compression probes, and the request boundaries at the filesystems' entry points, can only be proven on
 other kernels.  A session fixture boots one guest per kernel of the matrix (FSTRACE_VM_KERNELS, default all of
-vmtest.KERNELS; two vCPUs, FSTRACE_VM_SMP), which traces cold reads of erofs, squashfs (xz, lz4) and btrfs (zstd)
+vmtest.KERNELS; one vCPU under TCG, two under KVM, or FSTRACE_VM_SMP; the guests
+boot side by side when the host has a core per vCPU), which traces cold reads of erofs, squashfs (xz, lz4) and btrfs (zstd)
 images and seed 004's cp -a && sync onto a compress=zstd:1 btrfs, once per tier, then fio's reads and a tree walk
 with the requests bounded by each tier; the guest's results files are extracted on the host and the tests below
 assert on them, against the images' own layout, the bytes the workload read, the files copied, fio's own counts
 and the other tiers of the same run."""
+import concurrent.futures
 import os
 import shutil
 import tempfile
@@ -18,7 +20,7 @@ import pytest
 from scripts import vmtest
 
 KERNELS = [k for k in os.environ.get("FSTRACE_VM_KERNELS", ",".join(vmtest.KERNELS)).split(",") if k]
-SMP = int(os.environ.get("FSTRACE_VM_SMP", "2"))
+SMP = int(os.environ.get("FSTRACE_VM_SMP", "0"))  # 0: vmtest.vcpus chooses by accelerator
 # every guest of the session (retries included) within this many seconds, so a stalled guest cannot hold CI past
 # its 30 minutes: a guest is given 10 minutes at most (its console times each step)
 BUDGET_S = int(os.environ.get("FSTRACE_VM_BUDGET_S", "1500"))
@@ -29,32 +31,44 @@ READS = [e[0] for e in vmtest.IMAGES + vmtest.EROFS_MORE]
 
 @pytest.fixture(scope="session")
 def vm_host():
-    """The dataset and images, shared by every kernel, and a work directory removed at the end."""
+    """The dataset and images, shared by every kernel, and a work directory removed at the end; every kernel's
+    guest started at once, as many side by side as the host has cores for their vCPUs (TCG runs a vCPU on a
+    host thread), so the matrix costs about one guest's time on a 2-core host."""
     src, paths, skipped = vmtest.prepare(CACHE)
     work = tempfile.mkdtemp(prefix="fstrace-test-vm-")
-    yield {"src": src, "paths": paths, "skipped": skipped, "work": work, "runs": {},
-           "deadline": time.monotonic() + BUDGET_S}
-    shutil.rmtree(work, ignore_errors=True)
+    deadline = time.monotonic() + BUDGET_S
+    vmcache = os.path.join(CACHE, "vmtest")
+    os.makedirs(vmcache, exist_ok=True)
+    jobs = []
+    for kname in KERNELS:  # downloads and probes one at a time: they share the cache's files
+        vmlinuz, moddir = vmtest.kernel(vmcache, kname)
+        images_run, why = vmtest.images_for(vmlinuz, paths, skipped)
+        accel = vmtest.choose_accel("auto", vmlinuz, vmcache)
+        jobs.append((kname, vmlinuz, moddir, images_run, why, accel, vmtest.vcpus(SMP, accel)))
+    side_by_side = max(1, min(len(jobs), (os.cpu_count() or 1) // max(j[6] for j in jobs)))
+
+    def boot(kname, vmlinuz, moddir, images_run, why, accel, smp):
+        kwork = os.path.join(work, kname)
+        os.makedirs(kwork)
+        run = vmtest.run_guest_retrying(kname, vmlinuz, moddir, images_run, paths, src, kwork, smp, accel,
+                                        GUEST_TIMEOUT_S, deadline=deadline)
+        run["skipped"] = why
+        return run
+
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=side_by_side)
+    runs = {j[0]: pool.submit(boot, *j) for j in jobs}
+    try:
+        yield {"src": src, "paths": paths, "skipped": skipped, "work": work, "runs": runs}
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 @pytest.fixture
 def guest(vm_host, request):
-    """The guest run of the test's kernel: booted once per session, its results extracted on the host."""
+    """The guest run of the test's kernel (booted once per session), its results extracted on the host."""
     kname = request.node.callspec.params["kname"]
-    runs = vm_host["runs"]
-    if kname not in runs:
-        vmcache = os.path.join(CACHE, "vmtest")
-        os.makedirs(vmcache, exist_ok=True)
-        vmlinuz, moddir = vmtest.kernel(vmcache, kname)
-        images_run, why = vmtest.images_for(vmlinuz, vm_host["paths"], vm_host["skipped"])
-        work = os.path.join(vm_host["work"], kname)
-        os.makedirs(work)
-        run = vmtest.run_guest_retrying(kname, vmlinuz, moddir, images_run, vm_host["paths"], vm_host["src"], work,
-                                        SMP, vmtest.choose_accel("auto", vmlinuz, vmcache), GUEST_TIMEOUT_S,
-                                        deadline=vm_host["deadline"])
-        run["skipped"] = why
-        runs[kname] = run
-    run = runs[kname]
+    run = vm_host["runs"][kname].result()
     if request.node.originalname != "test_guest_finished" and not run["finished"]:
         pytest.fail("the %s guest did not finish (see test_guest_finished)" % kname)
     return run
