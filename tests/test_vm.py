@@ -1,8 +1,8 @@
 """The fentry tier and its kprobe twins on real Debian kernels under QEMU (scripts/vmtest.py's guests).
 
-This machine's kernel refuses fentry and has no kprobes, so the decompression, squashfs cache and btrfs write-
-compression probes, and the request boundaries at the filesystems' entry points, can only be proven on other
-kernels.  A session fixture boots one guest per kernel of the matrix (FSTRACE_VM_KERNELS, default all of
+This machine's kernel refuses fentry and has no kprobes, so the decompression, squashfs cache and btrfs
+write-compression probes, and the request boundaries at the filesystems' entry points, can only be proven on other
+kernels. A session fixture boots one guest per kernel of the matrix (FSTRACE_VM_KERNELS, default all of
 vmtest.KERNELS; one vCPU under TCG, two under KVM, or FSTRACE_VM_SMP; the guests boot side by side when the host
 has a core per vCPU), which traces cold reads of erofs, squashfs (xz, lz4) and btrfs (zstd) images and seed 004's
 cp -a && sync onto a compress=zstd:1 btrfs, once per tier, then fio's reads and a tree walk with the requests
