@@ -145,7 +145,7 @@ HEADER_SCHEMA = {
     "config": Opt({"mode": STR_OPT, "mounts": Opt(Null(ListOf(str))), "fs": STR_OPT, "label": STR_OPT,
                    "workload": STR_OPT, "dataset_id": STR_OPT, "cache": STR_OPT, "iops_cap": INT_OPT,
                    "image": Opt({"bytes": INT_OPT}), "fs_kdevs": Opt(Null(ListOf(COUNT))), "fs_kdev": INT_OPT,
-                   "loop_read_ahead_kb": INT_OPT}),
+                   "loop_read_ahead_kb": INT_OPT, "proactive_reclaim": Opt(ListOf(str))}),
     "records": MapOf(LAYOUT),
     # records.h's attribution parts, decompression figures and counted-histogram layout (format 3 on)
     "schema": Opt({"parts": ListOf({"field": str, "group": str, "colour": str, "meaning": str}),

@@ -951,6 +951,8 @@ def summarize(res, ground_truth=None):
             "options": cfg.get("options"),  # the image's options (compress "none": nothing to decompress)
             "collector": h["collector"], "tools": cfg.get("tools"), "workload_exit_status": wl.get("exit_status"),
             "workload_signal": wl.get("signal") or None,
+            # what evicts page cache here with no memory pressure (cli/devices.proactive_reclaim); None: not looked
+            "proactive_reclaim": cfg.get("proactive_reclaim"),
         },
         "wall_s": wall_ns / 1e9,
         "reads": rs,

@@ -90,6 +90,18 @@ def reads_line(s):
     return line
 
 
+def warm_misses_line(s):
+    """A warm run whose reads still missed the page cache: said, with what on the machine evicts page cache on its
+    own when something does (its reads' I/O is real and in the figures; it is not a warm figure)."""
+    run, misses = s["run"], s["reads"].get("pagecache_misses")
+    if run.get("cache") != "warm" or not misses:
+        return None
+    why = run.get("proactive_reclaim")
+    return "  warm run, yet %d page-cache misses: %s" % (
+        misses, "this machine evicts idle page cache on its own (%s)" % "; ".join(why) if why else
+        "the warming pass's pages were evicted before these reads (no proactive reclaim found)")
+
+
 def baseline_line(s):
     """The untraced run's throughput and latency first, then what tracing cost (runner.compare_with_baseline)."""
     b = s.get("baseline")
@@ -267,6 +279,9 @@ def lines(s):
     if base:  # the truth first: what the workload does with nothing attached
         out.append(base)
     out.append(reads_line(s))
+    warm = warm_misses_line(s)
+    if warm:
+        out.append(warm)
     win = windows_line(s)
     if win:
         out.append(win)

@@ -1,5 +1,6 @@
 """The mounts and block devices a command traces: mountinfo, device numbers as the kernel records them, the
 devices under a mount (a loop device's backing disk), readahead, tracefs."""
+import glob
 import os
 import re
 
@@ -39,6 +40,42 @@ def backing_block_device(path):
     if os.path.exists("/sys/dev/block/%d:%d" % (ma, mi)):
         return ma, mi
     return None
+
+
+DAMON_KDAMONDS = "/sys/kernel/mm/damon/admin/kdamonds"
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def proactive_reclaim(kdamonds=DAMON_KDAMONDS, damon_reclaim="/sys/module/damon_reclaim/parameters"):
+    """What on this machine evicts page cache with no memory pressure (nothing in /proc/vmstat's pgscan or
+    pgsteal): DAMON's running kdamonds with a pageout scheme, and DAMON_RECLAIM when enabled.  Under them a warm
+    run can miss the cache for pages its warming pass read.  One line each; empty when there is none."""
+    found = []
+    for k in sorted(glob.glob(os.path.join(kdamonds, "[0-9]*")), key=lambda p: int(os.path.basename(p))):
+        if _read(os.path.join(k, "state")) != "on":
+            continue
+        for ctx in sorted(glob.glob(os.path.join(k, "contexts", "[0-9]*"))):
+            aggr_us = _read(os.path.join(ctx, "monitoring_attrs", "intervals", "aggr_us"))
+            for sch in sorted(glob.glob(os.path.join(ctx, "schemes", "[0-9]*"))):
+                if _read(os.path.join(sch, "action")) != "pageout":
+                    continue
+                age = _read(os.path.join(sch, "access_pattern", "age", "min"))
+                idle = ("memory idle for %g s or more" % (int(age) * int(aggr_us) / 1e6)
+                        if age and aggr_us and age.isdigit() and aggr_us.isdigit() else "idle memory")
+                found.append("DAMON kdamond %s (pid %s): pageout of %s" % (
+                    os.path.basename(k), _read(os.path.join(k, "pid")) or "?", idle))
+    if _read(os.path.join(damon_reclaim, "enabled")) == "Y":
+        age = _read(os.path.join(damon_reclaim, "min_age"))
+        found.append("DAMON_RECLAIM: pageout of memory idle for %s" % (
+            "%g s or more" % (int(age) / 1e6) if age and age.isdigit() else "a while"))
+    return found
 
 
 def drop_caches():

@@ -15,7 +15,8 @@ import time
 
 from analysis.render import failed_requests, flamegraph_specs, run_html, write_html
 from cli.cgroups import in_cgroup, io_throttle, iops_cap, run_cgroup, run_process_group
-from cli.devices import backing_block_device, dev_numbers, drop_caches, kdev, mount_of, read_ahead_kb, sdev_arg
+from cli.devices import (backing_block_device, dev_numbers, drop_caches, kdev, mount_of, proactive_reclaim,
+                         read_ahead_kb, sdev_arg)
 from cli.directories import make_tmpdir
 from cli.leftovers import delayacct_sweep
 from cli.signals import Interrupted, stop_process
@@ -312,6 +313,8 @@ def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io
                 "cache": "source in page cache" if wl.writes else ("warm" if warm else "cold"),
                 "alignment_unit_bytes": unit, "iops_cap": iops, "storage": storage,
                 "loop_read_ahead_kb": read_ahead_kb(dev),
+                # page cache evicted with no memory pressure: a warm run's misses can be this machine's doing
+                "proactive_reclaim": proactive_reclaim(),
             }
             meta_path = os.path.join(tmp, "meta.json")
             with open(meta_path, "w") as f:

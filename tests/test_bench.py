@@ -119,13 +119,25 @@ def test_compare_finds_the_configuration_that_changed(small_bench, tmp_path):
 
 
 def test_warm_run_hits_the_cache(tmp_path):
+    """A warm run reads from the page cache: no misses and no block I/O of its own, unless this machine evicts
+    idle page cache on its own (a DAMON pageout scheme, as on the VMs this runs on), whose evictions the verdict
+    then names beside the misses, each of them a read that did its own I/O."""
+    from cli.devices import proactive_reclaim
     out = tmp_path / "warm"
     fstrace("run", "--fs", "erofs", "--workload", "cat-500", "--warm", "--scale", SCALE, "--cache", CACHE,
             "-o", str(out))
     s = json.loads((out / "summary.json").read_text())
     assert s["run"]["cache"] == "warm"
-    assert s["reads"]["pagecache_misses"] == 0
+    assert s["run"]["proactive_reclaim"] == proactive_reclaim()
     loop = [d for d in s["devices"].values() if d["level"] == "loop"][0]
+    misses = s["reads"]["pagecache_misses"]
+    if misses:
+        assert s["run"]["proactive_reclaim"], "misses in a warm run with nothing evicting page cache on its own"
+        text = " ".join(l.strip() for l in fstrace("report", str(out)).stdout.splitlines())
+        assert ("warm run, yet %d page-cache misses: this machine evicts idle page cache on its own (%s)"
+                % (misses, "; ".join(s["run"]["proactive_reclaim"]))) in text
+        assert 0 < loop["charged_to_workload"] <= misses
+        return
     # none of the traced run's own: a read-ahead the untraced warm-up queued may still complete after the
     # traced run began (seen: 5 of them after a test that had dropped the caches), charged to nobody
     assert loop["charged_to_workload"] == 0

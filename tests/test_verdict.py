@@ -270,3 +270,55 @@ def test_ends_never_seen_are_lost_and_expired_state_is_not(erofs_randread_summar
     [expired] = [l for l in lines if l.startswith("  expired")]
     assert expired == "  expired: 1 bios, 0 block requests with no end in 10 s expired; 2 filesystem work items " \
         "queued and not seen to run in 10 s expired"
+
+
+@pytest.mark.unit
+def test_a_warm_run_that_missed_the_cache_says_so_and_names_what_evicts(erofs_randread_summary):
+    """Page-cache misses in a warm run are said under the reads line, with the machine's proactive reclaim when
+    the run found one; a cold run's misses are its point and are not."""
+    import copy
+    s = copy.deepcopy(erofs_randread_summary)
+    s["reads"]["pagecache_misses"] = 7
+    assert not [l for l in logical_lines(verdict.render(s)) if l.startswith("  warm run")]
+    s["run"]["cache"] = "warm"
+    s["run"]["proactive_reclaim"] = ["DAMON kdamond 0 (pid 77): pageout of memory idle for 60 s or more"]
+    [line] = [l for l in logical_lines(verdict.render(s)) if l.startswith("  warm run")]
+    assert line == ("  warm run, yet 7 page-cache misses: this machine evicts idle page cache on its own (DAMON "
+                    "kdamond 0 (pid 77): pageout of memory idle for 60 s or more)")
+    s["run"]["proactive_reclaim"] = []
+    [line] = [l for l in logical_lines(verdict.render(s)) if l.startswith("  warm run")]
+    assert line.endswith("7 page-cache misses: the warming pass's pages were evicted before these reads (no "
+                         "proactive reclaim found)")
+    s["reads"]["pagecache_misses"] = 0
+    assert not [l for l in logical_lines(verdict.render(s)) if l.startswith("  warm run")]
+
+
+@pytest.mark.unit
+def test_proactive_reclaim_is_found_in_damons_sysfs(tmp_path):
+    """A running kdamond with a pageout scheme, and DAMON_RECLAIM enabled, are named with the idle age they evict
+    at; a stopped kdamond, and a scheme of another action, are not."""
+    from cli.devices import proactive_reclaim
+
+    def put(path, text):
+        p = tmp_path / path
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text + "\n")
+
+    kd = "kdamonds/0/"
+    put(kd + "state", "on")
+    put(kd + "pid", "77")
+    put(kd + "contexts/0/monitoring_attrs/intervals/aggr_us", "5000000")
+    put(kd + "contexts/0/schemes/0/action", "pageout")
+    put(kd + "contexts/0/schemes/0/access_pattern/age/min", "12")
+    put(kd + "contexts/0/schemes/1/action", "lru_prio")
+    put("kdamonds/1/state", "off")
+    put("kdamonds/1/contexts/0/schemes/0/action", "pageout")
+    put("reclaim/enabled", "N")
+    assert proactive_reclaim(str(tmp_path / "kdamonds"), str(tmp_path / "reclaim")) == [
+        "DAMON kdamond 0 (pid 77): pageout of memory idle for 60 s or more"]
+    put("reclaim/enabled", "Y")
+    put("reclaim/min_age", "120000000")
+    put(kd + "state", "off")
+    assert proactive_reclaim(str(tmp_path / "kdamonds"), str(tmp_path / "reclaim")) == [
+        "DAMON_RECLAIM: pageout of memory idle for 120 s or more"]
+    assert proactive_reclaim(str(tmp_path / "none"), str(tmp_path / "none")) == []
