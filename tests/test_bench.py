@@ -121,7 +121,7 @@ def test_compare_finds_the_configuration_that_changed(small_bench, tmp_path):
 def test_warm_run_hits_the_cache(tmp_path):
     """A warm run reads from the page cache: no misses and no block I/O of its own, unless this machine evicts
     idle page cache on its own (a DAMON pageout scheme, as on the VMs this runs on), whose evictions the verdict
-    then names beside the misses, each of them a read that did its own I/O."""
+    then names beside the misses, the only reads that may do I/O of their own."""
     from cli.devices import proactive_reclaim
     out = tmp_path / "warm"
     fstrace("run", "--fs", "erofs", "--workload", "cat-500", "--warm", "--scale", SCALE, "--cache", CACHE,
@@ -136,7 +136,8 @@ def test_warm_run_hits_the_cache(tmp_path):
         text = " ".join(l.strip() for l in fstrace("report", str(out)).stdout.splitlines())
         assert ("warm run, yet %d page-cache misses: this machine evicts idle page cache on its own (%s)"
                 % (misses, "; ".join(s["run"]["proactive_reclaim"]))) in text
-        assert 0 < loop["charged_to_workload"] <= misses
+        # I/O of its own only for a miss (one with none: a file inlined in metadata the cache still held)
+        assert loop["charged_to_workload"] <= misses
         return
     # none of the traced run's own: a read-ahead the untraced warm-up queued may still complete after the
     # traced run began (seen: 5 of them after a test that had dropped the caches), charged to nobody
