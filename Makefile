@@ -120,12 +120,12 @@ bench-overhead: all
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bpftrace libbpf-tools >/dev/null
 	build/venv/bin/python3 -m scripts.bench_overhead $(BENCH_ARGS)
 
-# The fentry/kprobe tier on the kernel matrix (Debian 6.1 and 6.12) under QEMU, two vCPUs; prints the table of
+# The fentry/kprobe tier on the kernel matrix (Debian 6.1 and 6.12) under QEMU (one vCPU under TCG, two under KVM); prints the table of
 # kernel x probe x tier chosen x fired / checked, the request boundaries' counts against fio's and each boundary
 # program's bpf_stats beside the syscall tracepoints', and the ns per call of an untraced task's getppid and
 # preads with nothing, fentry and the syscall tracepoints attached (the test suite runs the same guests through
 # tests/test_vm.py).
-# VMTEST_ARGS: e.g. --kernels 6.12, --guest-mode churn, --smp 1, --accel tcg.
+# VMTEST_ARGS: e.g. --kernels 6.12, --guest-mode churn, --smp 2, --accel tcg.
 vmtest: all
 	./scripts/setup.sh --test
 	build/venv/bin/python3 -m scripts.vmtest $(VMTEST_ARGS)

@@ -91,15 +91,20 @@ def reads_line(s):
 
 
 def warm_misses_line(s):
-    """A warm run whose reads still missed the page cache: said, with what on the machine evicts page cache on its
-    own when something does (its reads' I/O is real and in the figures; it is not a warm figure)."""
+    """A warm run whose reads still missed the page cache: said (their I/O is real and in the figures: not all of
+    it is a warm figure), with the proactive reclaim the run found on the machine, which pages out memory it
+    judges idle with no memory pressure."""
     run, misses = s["run"], s["reads"].get("pagecache_misses")
     if run.get("cache") != "warm" or not misses:
         return None
     why = run.get("proactive_reclaim")
-    return "  warm run, yet %d page-cache misses: %s" % (
-        misses, "this machine evicts idle page cache on its own (%s)" % "; ".join(why) if why else
-        "the warming pass's pages were evicted before these reads (no proactive reclaim found)")
+    if why is None:  # results from before runs looked
+        found = "whether this machine reclaims page cache on its own was not recorded"
+    elif why:
+        found = "this machine reclaims memory it judges idle on its own (%s)" % "; ".join(why)
+    else:
+        found = "no proactive reclaim found on this machine"
+    return "  warm run, yet %d page-cache misses: %s" % (misses, found)
 
 
 def baseline_line(s):

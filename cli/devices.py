@@ -53,28 +53,53 @@ def _read(path):
         return None
 
 
+def _permil_free(metric, high):
+    """The watermark condition of a DAMON scheme (free memory rate in per mille): '' when it is always on."""
+    if not metric or metric == "none":
+        return ""
+    return " while free memory is at most %s per mille" % (high or "?") if metric == "free_mem_rate" else \
+        " under watermarks on %s" % metric
+
+
 def proactive_reclaim(kdamonds=DAMON_KDAMONDS, damon_reclaim="/sys/module/damon_reclaim/parameters"):
-    """What on this machine evicts page cache with no memory pressure (nothing in /proc/vmstat's pgscan or
-    pgsteal): DAMON's running kdamonds with a pageout scheme, and DAMON_RECLAIM when enabled.  Under them a warm
-    run can miss the cache for pages its warming pass read.  One line each; empty when there is none."""
+    """What on this machine pages out memory it judges idle, with no memory pressure (nothing in /proc/vmstat's
+    pgscan or pgsteal): DAMON's running kdamonds with a pageout scheme on physical memory (page cache included;
+    a virtual-address one pages out only its target processes' mappings), and DAMON_RECLAIM when enabled.  Under
+    them a warm run can miss the cache for pages its warming pass read: DAMON samples a page per region, and a
+    region judged idle is paged out whole.  One line each, as configured (filters counted, not interpreted);
+    empty when there is none."""
     found = []
     for k in sorted(glob.glob(os.path.join(kdamonds, "[0-9]*")), key=lambda p: int(os.path.basename(p))):
         if _read(os.path.join(k, "state")) != "on":
             continue
         for ctx in sorted(glob.glob(os.path.join(k, "contexts", "[0-9]*"))):
-            aggr_us = _read(os.path.join(ctx, "monitoring_attrs", "intervals", "aggr_us"))
+            if _read(os.path.join(ctx, "operations")) not in ("paddr", None):
+                continue
+            iv = os.path.join(ctx, "monitoring_attrs", "intervals")
+            aggr_us = _read(os.path.join(iv, "aggr_us"))
             for sch in sorted(glob.glob(os.path.join(ctx, "schemes", "[0-9]*"))):
                 if _read(os.path.join(sch, "action")) != "pageout":
                     continue
-                age = _read(os.path.join(sch, "access_pattern", "age", "min"))
-                idle = ("memory idle for %g s or more" % (int(age) * int(aggr_us) / 1e6)
-                        if age and aggr_us and age.isdigit() and aggr_us.isdigit() else "idle memory")
-                found.append("DAMON kdamond %s (pid %s): pageout of %s" % (
-                    os.path.basename(k), _read(os.path.join(k, "pid")) or "?", idle))
+                pat = os.path.join(sch, "access_pattern")
+                age, most = _read(os.path.join(pat, "age", "min")), _read(os.path.join(pat, "nr_accesses", "max"))
+                what = "physical memory regions"
+                if most and most.isdigit() and aggr_us and aggr_us.isdigit():
+                    what += " seen accessed in at most %s sample%s per %g s" % (
+                        most, "" if most == "1" else "s", int(aggr_us) / 1e6)
+                if age and age.isdigit() and aggr_us and aggr_us.isdigit():
+                    what += " for %g s or more" % (int(age) * int(aggr_us) / 1e6)
+                nf = sum(int(_read(os.path.join(sch, d, "nr_filters")) or 0)
+                         for d in ("filters", "core_filters", "ops_filters"))
+                what += _permil_free(_read(os.path.join(sch, "watermarks", "metric")),
+                                     _read(os.path.join(sch, "watermarks", "high")))
+                found.append("DAMON kdamond %s (pid %s): pageout of %s%s" % (
+                    os.path.basename(k), _read(os.path.join(k, "pid")) or "?", what,
+                    ", %d filter%s" % (nf, "" if nf == 1 else "s") if nf else ""))
     if _read(os.path.join(damon_reclaim, "enabled")) == "Y":
         age = _read(os.path.join(damon_reclaim, "min_age"))
-        found.append("DAMON_RECLAIM: pageout of memory idle for %s" % (
-            "%g s or more" % (int(age) / 1e6) if age and age.isdigit() else "a while"))
+        found.append("DAMON_RECLAIM: pageout of memory unaccessed for %s%s" % (
+            "%g s or more" % (int(age) / 1e6) if age and age.isdigit() else "a while",
+            _permil_free("free_mem_rate", _read(os.path.join(damon_reclaim, "wmarks_high")))))
     return found
 
 

@@ -134,7 +134,7 @@ def test_warm_run_hits_the_cache(tmp_path):
     if misses:
         assert s["run"]["proactive_reclaim"], "misses in a warm run with nothing evicting page cache on its own"
         text = " ".join(l.strip() for l in fstrace("report", str(out)).stdout.splitlines())
-        assert ("warm run, yet %d page-cache misses: this machine evicts idle page cache on its own (%s)"
+        assert ("warm run, yet %d page-cache misses: this machine reclaims memory it judges idle on its own (%s)"
                 % (misses, "; ".join(s["run"]["proactive_reclaim"]))) in text
         # I/O of its own only for a miss (one with none: a file inlined in metadata the cache still held)
         assert loop["charged_to_workload"] <= misses

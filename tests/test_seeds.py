@@ -29,16 +29,21 @@ def _loop(s):
     return [d for d in s["devices"].values() if d["level"] == "loop"][0]
 
 
+MAX_REQUEST_BYTES = 1280 << 10  # the block layer's default cap of a request (BLK_DEF_MAX_SECTORS_CAP), the loop's
+
+
 def _device_bytes_agree(seen, level, reads):
     """A device's bytes in fstrace's block records against the kernel's own count of the run (/proc/diskstats at
     its start and end): equal, or, when the kernel withheld block completions from the programs (docs/measuring.md,
-    "Lost events"), short by no more than the shortfall the run reports for it, with few requests unseen."""
+    "Lost events"), short by whole requests the kernel counted and fstrace did not see: at least one, few, and
+    none larger than a request can be."""
     kernel = level["diskstats_bytes"]
     if not level.get("unseen_bytes"):
         assert seen == kernel > 0
         return
     assert 0 < kernel - seen <= level["unseen_bytes"], (seen, level)
-    assert level["unseen_requests"] <= 0.1 * reads, level
+    assert 1 <= level["unseen_requests"] <= 0.1 * reads, level
+    assert level["unseen_bytes"] <= level["unseen_requests"] * MAX_REQUEST_BYTES, level
 
 
 def _check_levels(s):

@@ -283,20 +283,23 @@ def test_a_warm_run_that_missed_the_cache_says_so_and_names_what_evicts(erofs_ra
     s["run"]["cache"] = "warm"
     s["run"]["proactive_reclaim"] = ["DAMON kdamond 0 (pid 77): pageout of memory idle for 60 s or more"]
     [line] = [l for l in logical_lines(verdict.render(s)) if l.startswith("  warm run")]
-    assert line == ("  warm run, yet 7 page-cache misses: this machine evicts idle page cache on its own (DAMON "
-                    "kdamond 0 (pid 77): pageout of memory idle for 60 s or more)")
+    assert line == ("  warm run, yet 7 page-cache misses: this machine reclaims memory it judges idle on its own "
+                    "(DAMON kdamond 0 (pid 77): pageout of memory idle for 60 s or more)")
     s["run"]["proactive_reclaim"] = []
     [line] = [l for l in logical_lines(verdict.render(s)) if l.startswith("  warm run")]
-    assert line.endswith("7 page-cache misses: the warming pass's pages were evicted before these reads (no "
-                         "proactive reclaim found)")
+    assert line.endswith("7 page-cache misses: no proactive reclaim found on this machine")
+    s["run"]["proactive_reclaim"] = None  # a results file from before runs looked
+    [line] = [l for l in logical_lines(verdict.render(s)) if l.startswith("  warm run")]
+    assert line.endswith("7 page-cache misses: whether this machine reclaims page cache on its own was not recorded")
     s["reads"]["pagecache_misses"] = 0
     assert not [l for l in logical_lines(verdict.render(s)) if l.startswith("  warm run")]
 
 
 @pytest.mark.unit
 def test_proactive_reclaim_is_found_in_damons_sysfs(tmp_path):
-    """A running kdamond with a pageout scheme, and DAMON_RECLAIM enabled, are named with the idle age they evict
-    at; a stopped kdamond, and a scheme of another action, are not."""
+    """A running kdamond's pageout scheme on physical memory, and DAMON_RECLAIM enabled, are named as configured
+    (access pattern, watermarks, how many filters); a stopped kdamond, a scheme of another action and a
+    virtual-address context (it pages out only its targets' mappings) are not."""
     from cli.devices import proactive_reclaim
 
     def put(path, text):
@@ -304,21 +307,35 @@ def test_proactive_reclaim_is_found_in_damons_sysfs(tmp_path):
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text + "\n")
 
-    kd = "kdamonds/0/"
-    put(kd + "state", "on")
-    put(kd + "pid", "77")
-    put(kd + "contexts/0/monitoring_attrs/intervals/aggr_us", "5000000")
-    put(kd + "contexts/0/schemes/0/action", "pageout")
-    put(kd + "contexts/0/schemes/0/access_pattern/age/min", "12")
-    put(kd + "contexts/0/schemes/1/action", "lru_prio")
+    def found():
+        return proactive_reclaim(str(tmp_path / "kdamonds"), str(tmp_path / "reclaim"))
+
+    kd = "kdamonds/0/contexts/0/"
+    put("kdamonds/0/state", "on")
+    put("kdamonds/0/pid", "77")
+    put(kd + "operations", "paddr")
+    put(kd + "monitoring_attrs/intervals/aggr_us", "5000000")
+    put(kd + "schemes/0/action", "pageout")
+    put(kd + "schemes/0/access_pattern/age/min", "12")
+    put(kd + "schemes/0/access_pattern/nr_accesses/max", "1")
+    put(kd + "schemes/0/watermarks/metric", "none")
+    put(kd + "schemes/0/ops_filters/nr_filters", "2")
+    put(kd + "schemes/1/action", "lru_prio")
     put("kdamonds/1/state", "off")
     put("kdamonds/1/contexts/0/schemes/0/action", "pageout")
+    put("kdamonds/2/state", "on")
+    put("kdamonds/2/contexts/0/operations", "vaddr")
+    put("kdamonds/2/contexts/0/schemes/0/action", "pageout")
     put("reclaim/enabled", "N")
-    assert proactive_reclaim(str(tmp_path / "kdamonds"), str(tmp_path / "reclaim")) == [
-        "DAMON kdamond 0 (pid 77): pageout of memory idle for 60 s or more"]
+    assert found() == ["DAMON kdamond 0 (pid 77): pageout of physical memory regions seen accessed in at most 1 "
+                       "sample per 5 s for 60 s or more, 2 filters"]
+    put(kd + "schemes/0/watermarks/metric", "free_mem_rate")
+    put(kd + "schemes/0/watermarks/high", "500")
+    assert found()[0].endswith("for 60 s or more while free memory is at most 500 per mille, 2 filters")
     put("reclaim/enabled", "Y")
     put("reclaim/min_age", "120000000")
-    put(kd + "state", "off")
-    assert proactive_reclaim(str(tmp_path / "kdamonds"), str(tmp_path / "reclaim")) == [
-        "DAMON_RECLAIM: pageout of memory idle for 120 s or more"]
+    put("reclaim/wmarks_high", "500")
+    put("kdamonds/0/state", "off")
+    assert found() == ["DAMON_RECLAIM: pageout of memory unaccessed for 120 s or more while free memory is at most "
+                       "500 per mille"]
     assert proactive_reclaim(str(tmp_path / "none"), str(tmp_path / "none")) == []

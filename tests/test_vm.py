@@ -29,38 +29,56 @@ CACHE = os.environ.get("FSTRACE_CACHE", "/var/cache/fstrace")
 READS = [e[0] for e in vmtest.IMAGES + vmtest.EROFS_MORE]
 
 
+def _failed(e):
+    """A kernel that could not be prepared: its tests fail with this, the other kernels' run."""
+    f = concurrent.futures.Future()
+    f.set_exception(e)
+    return f
+
+
 @pytest.fixture(scope="session")
-def vm_host():
-    """The dataset and images, shared by every kernel, and a work directory removed at the end; every kernel's
-    guest started at once, as many side by side as the host has cores for their vCPUs (TCG runs a vCPU on a
-    host thread), so the matrix costs about one guest's time on a 2-core host."""
+def vm_host(request):
+    """The dataset and images, shared by every kernel, and a work directory removed at the end; the guest of
+    every kernel the session's tests ask for started at once, as many side by side as this process may use
+    cores for their vCPUs (TCG runs a vCPU on a host thread), so the matrix costs about one guest's time on a
+    2-core host."""
     src, paths, skipped = vmtest.prepare(CACHE)
-    work = tempfile.mkdtemp(prefix="fstrace-test-vm-")
+    wanted = [k for k in KERNELS if any(getattr(i, "callspec", None) and i.callspec.params.get("kname") == k
+                                        for i in request.session.items)]
     deadline = time.monotonic() + BUDGET_S
     vmcache = os.path.join(CACHE, "vmtest")
     os.makedirs(vmcache, exist_ok=True)
-    jobs = []
-    for kname in KERNELS:  # downloads and probes one at a time: they share the cache's files
-        vmlinuz, moddir = vmtest.kernel(vmcache, kname)
-        images_run, why = vmtest.images_for(vmlinuz, paths, skipped)
-        accel = vmtest.choose_accel("auto", vmlinuz, vmcache)
-        jobs.append((kname, vmlinuz, moddir, images_run, why, accel, vmtest.vcpus(SMP, accel)))
-    side_by_side = max(1, min(len(jobs), (os.cpu_count() or 1) // max(j[6] for j in jobs)))
-
-    def boot(kname, vmlinuz, moddir, images_run, why, accel, smp):
-        kwork = os.path.join(work, kname)
-        os.makedirs(kwork)
-        run = vmtest.run_guest_retrying(kname, vmlinuz, moddir, images_run, paths, src, kwork, smp, accel,
-                                        GUEST_TIMEOUT_S, deadline=deadline)
-        run["skipped"] = why
-        return run
-
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=side_by_side)
-    runs = {j[0]: pool.submit(boot, *j) for j in jobs}
+    work = tempfile.mkdtemp(prefix="fstrace-test-vm-")
+    runs, pool = {}, None
     try:
+        jobs = []
+        for kname in wanted:  # downloads and probes one at a time: they share the cache's files
+            try:
+                vmlinuz, moddir = vmtest.kernel(vmcache, kname)
+                images_run, why = vmtest.images_for(vmlinuz, paths, skipped)
+                accel = vmtest.choose_accel("auto", vmlinuz, vmcache)
+            except (Exception, SystemExit) as e:
+                runs[kname] = _failed(e if isinstance(e, Exception) else RuntimeError(str(e)))
+                continue
+            jobs.append((kname, vmlinuz, moddir, images_run, why, accel, vmtest.vcpus(SMP, accel)))
+
+        def boot(kname, vmlinuz, moddir, images_run, why, accel, smp):
+            kwork = os.path.join(work, kname)
+            os.makedirs(kwork)
+            run = vmtest.run_guest_retrying(kname, vmlinuz, moddir, images_run, paths, src, kwork, smp, accel,
+                                            GUEST_TIMEOUT_S, deadline=deadline)
+            run["skipped"] = why
+            return run
+
+        if jobs:
+            cores = len(os.sched_getaffinity(0))
+            pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=max(1, min(len(jobs), cores // max(j[6] for j in jobs))))
+            runs.update({j[0]: pool.submit(boot, *j) for j in jobs})
         yield {"src": src, "paths": paths, "skipped": skipped, "work": work, "runs": runs}
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        if pool:
+            pool.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(work, ignore_errors=True)
 
 
