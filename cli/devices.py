@@ -75,19 +75,19 @@ def proactive_reclaim(kdamonds=DAMON_KDAMONDS, damon_reclaim="/sys/module/damon_
         for ctx in sorted(glob.glob(os.path.join(k, "contexts", "[0-9]*"))):
             if _read(os.path.join(ctx, "operations")) not in ("paddr", None):
                 continue
-            iv = os.path.join(ctx, "monitoring_attrs", "intervals")
-            aggr_us = _read(os.path.join(iv, "aggr_us"))
+            aggr_us = _read(os.path.join(ctx, "monitoring_attrs", "intervals", "aggr_us"))
+            aggr_s = int(aggr_us) / 1e6 if aggr_us and aggr_us.isdigit() else None  # DAMON's unit of age
             for sch in sorted(glob.glob(os.path.join(ctx, "schemes", "[0-9]*"))):
                 if _read(os.path.join(sch, "action")) != "pageout":
                     continue
                 pat = os.path.join(sch, "access_pattern")
                 age, most = _read(os.path.join(pat, "age", "min")), _read(os.path.join(pat, "nr_accesses", "max"))
                 what = "physical memory regions"
-                if most and most.isdigit() and aggr_us and aggr_us.isdigit():
-                    what += " seen accessed in at most %s sample%s per %g s" % (
-                        most, "" if most == "1" else "s", int(aggr_us) / 1e6)
-                if age and age.isdigit() and aggr_us and aggr_us.isdigit():
-                    what += " for %g s or more" % (int(age) * int(aggr_us) / 1e6)
+                if aggr_s is not None and most and most.isdigit():
+                    what += " seen accessed in at most %s sample%s per %g s" % (most, "" if most == "1" else "s",
+                                                                                aggr_s)
+                if aggr_s is not None and age and age.isdigit():
+                    what += " for %g s or more" % (int(age) * aggr_s)
                 nf = sum(int(_read(os.path.join(sch, d, "nr_filters")) or 0)
                          for d in ("filters", "core_filters", "ops_filters"))
                 what += _permil_free(_read(os.path.join(sch, "watermarks", "metric")),
