@@ -879,6 +879,9 @@ def request_windows(res, kind="read"):
            "fraction": (rw["in_windows_ns"] / span) if span > 0 else None,
            "slow_path_ns_per_syscall": rw["slow_path_ns_per_syscall"],
            "cost_share_while_attached": rw["cost_share_while_attached"],
+           # how the collector measured it, and what the budget does not bound (older files: not recorded)
+           "cost_method": rw.get("cost_method"),
+           "always_on_share_in_windows": rw.get("always_on_share_in_windows"),
            # records outside every window, or ending after their window's sys_exit was gone: none by design
            "recorded_outside_windows": int(len(start) - inside), "recorded_after_their_window": late,
            "kind": kind, "seen": int(sum(seen))}

@@ -130,8 +130,13 @@ def windows_line(s):
     w = s.get("request_windows") or {}
     if not w.get("active"):
         return None
-    line = "  windows: request hooks attached %.1f %% of the time (%d windows, budget %g %%)" % (
+    line = "  windows: request hooks attached %.1f %% of the time (%d windows, budget %g %%" % (
         100 * (w["fraction"] or 0), w["windows"], w["budget_pct"])
+    if w.get("always_on_share_in_windows") is not None:
+        # the block, filesystem and workqueue programs stay attached: their cost is beside the budget, not in it
+        line += "; the programs attached all the time took %.2f %% of busy CPU besides" % (
+            100 * w["always_on_share_in_windows"])
+    line += ")"
     if "estimate" not in w:
         return line + "; reads seen %d, no estimate (%s)" % (w["seen"], w.get("why", ""))
     line += "; reads seen %d, estimated %.0f in all" % (w["seen"], w["estimate"])

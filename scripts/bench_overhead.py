@@ -24,8 +24,8 @@ repetition, so drift on a shared machine hits all alike):
                     a live system costs the tasks it does not trace (its system-wide hooks; no device traced)
   bpftrace-hist     bpftrace one-liner: block request size histogram
   biolatency        libbpf-tools biolatency
-Then, per case, STATS_RUNS runs each of fstrace-full, fstrace-untraced and
-bpftrace-hist with kernel.bpf_stats_enabled=1 (off for the throughput runs: it
+Then, per case, STATS_RUNS runs each of fstrace-full, fstrace-untraced, the windowed
+configurations and bpftrace-hist with kernel.bpf_stats_enabled=1 (off for the throughput runs: it
 times every BPF program run, tracers' alike): each program's cost per event
 (run_time_ns / run_cnt, the median over the runs, and their range) beside the
 events per second it handled.  Last, the main command's
@@ -37,7 +37,7 @@ interval (order statistics: median_interval), which decides each design target (
 met, not met, or undecided by this run.
 
 Usage, from the checkout's root:
-  python3 -m scripts.bench_overhead [--reps N] [--scale S] [--configs A,B] [--out FILE.json]
+  python3 -m scripts.bench_overhead [--reps N] [--scale S] [--configs A,B] [--cases C,D] [--out FILE.json]
 """
 import argparse
 import json
@@ -77,6 +77,7 @@ FSTRACE_CONFIGS = {
 }
 # the configurations whose request counts come from windows: their estimate is checked against fio's own count
 WINDOWED = ("fstrace-attach", "fstrace-serve-budget")
+CASES = ["fio-randread-4k-cold", "fio-randread-4k-warm", "tar-seqread-cold"]
 CONFIGS = ["none", "fstrace-floor", "fstrace-full", "fstrace-nosample", "fstrace-records-all", "fstrace-block",
            "fstrace-serve", "fstrace-attach", "fstrace-serve-budget", "fstrace-untraced", "bpftrace-hist", "biolatency"]
 BPFTRACE_HIST = "tracepoint:block:block_rq_complete { @bytes = hist(args->nr_sector * 512); }"
@@ -420,6 +421,7 @@ def main():
     ap.add_argument("--reps", type=int, default=9)  # 6 or more give each median a 95 % interval; 9: the 2nd and 8th
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--configs", help="comma-separated subset of: " + ", ".join(CONFIGS) + " (none is always run)")
+    ap.add_argument("--cases", help="comma-separated subset of: " + ", ".join(CASES) + " (default: all)")
     ap.add_argument("--cache", default=os.environ.get("FSTRACE_CACHE", "/var/cache/fstrace"))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench-results",
                                                   "overhead-%s.json" % time.strftime("%Y%m%d-%H%M%S")))
@@ -433,6 +435,10 @@ def main():
     unknown = wanted - set(CONFIGS)
     if unknown:
         sys.exit("bench: unknown configuration(s): %s" % ", ".join(sorted(unknown)))
+    cases_wanted = set(args.cases.split(",")) if args.cases else set(CASES)
+    unknown = cases_wanted - set(CASES)
+    if unknown:
+        sys.exit("bench: unknown case(s): %s" % ", ".join(sorted(unknown)))
     have = [c for c in CONFIGS if c in wanted and (c not in ("bpftrace-hist", "biolatency") or shutil.which(
         "bpftrace" if c == "bpftrace-hist" else "biolatency"))]
     out = {"configs": have, "reps": args.reps, "dataset_id": manifest["id"], "kernel": os.uname().release,
@@ -467,9 +473,12 @@ def main():
                                  "argv": timed_shell("tar cf - . | cat > /dev/null",
                                                      os.path.join(work, "elapsed_ns")), "cwd": mounts["tree"]},
         }
+        assert list(cases) == CASES
         subprocess.run(["cat", os.path.join(mounts["single"], single_ctx["single_file"])],
                        stdout=subprocess.DEVNULL, check=True)
         for name, case in cases.items():
+            if name not in cases_wanted:
+                continue
             rows = {cfg: [] for cfg in have}
             infos = {cfg: [] for cfg in have}
             for rep in range(args.reps):
@@ -498,7 +507,8 @@ def main():
                 # the two in the same repetition, paired as each is with none
                 res["block_vs_biolatency"] = stats([b / q for b, q in zip(rows["fstrace-block"], rows["biolatency"])])
             # per-program cost: STATS_RUNS runs each, alternating, with the kernel's BPF run-time accounting on
-            stat_cfgs = [c for c in ("fstrace-full", "fstrace-untraced", "bpftrace-hist") if c in have]
+            # the windowed ones: what their always-on programs cost, which the budget does not bound
+            stat_cfgs = [c for c in ("fstrace-full", "fstrace-untraced") + WINDOWED + ("bpftrace-hist",) if c in have]
             stat_infos = {c: [] for c in stat_cfgs}
             with BpfStats():
                 for _ in range(STATS_RUNS):

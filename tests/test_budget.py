@@ -22,6 +22,12 @@ def mounted(tmp_path_factory):
         yield mnt
 
 
+def _bpf_stats_enabled():
+    """kernel.bpf_stats_enabled: 1 while anyone holds BPF run-time statistics on"""
+    with open("/proc/sys/kernel/bpf_stats_enabled") as f:
+        return int(f.read())
+
+
 def _attach_around_fio(tmp_path, mnt, *attach_args):
     """attach for 9 s; fio inside it, rate-limited so that it reads steadily for about 6 s: its own count is
     every read the attach could have seen."""
@@ -66,6 +72,9 @@ def test_windowed_attach_weights_reads_to_fios_count(tmp_path, mounted):
     lo, hi = w["interval95"]
     assert lo <= fio_ios <= hi, (w, fio_ios)
     assert "windows: request hooks attached" in text
+    # what stays attached is measured beside the budget and said with it
+    assert 0 <= w["always_on_share_in_windows"] < 1
+    assert "the programs attached all the time took" in " ".join(text.split())  # the verdict folds its lines
 
 
 def test_window_edges_record_no_request_twice_or_half(tmp_path, mounted):
@@ -89,12 +98,28 @@ def test_window_edges_record_no_request_twice_or_half(tmp_path, mounted):
 
 
 def test_budget_sizes_the_windows_and_is_checked(tmp_path, mounted):
+    stats_were_off = _bpf_stats_enabled() == 0
     res, s, fio_ios, _ = _attach_around_fio(tmp_path, mounted, "--budget", "5")
+    stats_were_off = stats_were_off and _bpf_stats_enabled() == 0
     w = s["request_windows"]
     rw = res.header["request_windows"]
     assert w["active"] and w["budget_pct"] == 5 and rw["duty_fixed"] is None
     # the cost was measured, not assumed: a slow path of some ns per syscall on this machine
     assert rw["slow_path_ns_per_syscall"] > 0 and rw["cost_share_while_attached"] > 0
+    # and the programs' own time by the kernel's BPF run-time statistics, on in the calibration and the windows
+    assert rw["cost_why"] is None and "BPF run-time statistics" in rw["cost_method"]
+    assert rw["program_ns_per_untraced_syscall"] > 0
+    rows = [dict(zip(rw["window_fields"], r)) for r in rw["windows"]]
+    assert len(rows) >= 2
+    assert all(r["windowed_prog_ns"] > 0 for r in rows if r["syscalls"])
+    if stats_were_off:
+        # on for nothing else: the windowed programs' whole run time is the calibration's and the windows'
+        windowed = set(rw["windowed_probes"])
+        total = sum(p.get("run_ns", 0) for p in res.header["probes"] if p["probe"] in windowed)
+        if rw["sampling_windowed"]:
+            total += res.header["sampling"]["run_ns"]
+        counted = rw["calibration_prog_ns"] + sum(r["windowed_prog_ns"] for r in rows)
+        assert total > 0 and abs(total - counted) <= 0.005 * total + 10000, (total, counted)
     assert w["fraction"] < 1
     p = subprocess.run([FSTRACE, "attach", "--mount", mounted, "--budget", "0", "--duration", "1"],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

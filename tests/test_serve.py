@@ -830,6 +830,8 @@ def test_serve_on_a_budget_estimates_reads_with_an_interval(mounted_erofs):  # n
         after = parse(fresh_scrape(port))
         frac = value(after, "fstrace_request_window_fraction")
         assert 0.2 < frac < 0.6 and value(after, "fstrace_request_windows_total") >= 4
+        # what stays attached, measured in the windows beside the budget
+        assert 0 <= value(after, "fstrace_always_on_cpu_share") < 1
         seen = value(after, "fstrace_requests_total", kind="read", mount=mnt) - value(
             before, "fstrace_requests_total", kind="read", mount=mnt)
         assert 0 < seen < ios  # the hooks were off part of the time

@@ -513,6 +513,13 @@ static void drops_and_probes(struct jbuf *b, const struct expose_maps *m, const 
 	jb_add(b, "fstrace_request_window_fraction %.6f\n", window_fraction(now_ns(CLOCK_MONOTONIC)));
 	family(b, "fstrace_request_windows_total", "counter", "Windows the request hooks were attached in (--budget).");
 	jb_add(b, "fstrace_request_windows_total %u\n", window_count());
+	double always = window_always_on_share();
+	if (always >= 0) { /* known only from windows: nothing is written while none has closed */
+		family(b, "fstrace_always_on_cpu_share", "gauge",
+		       "Share of busy CPU time fstrace's programs attached all the time (block requests, filesystem and "
+		       "workqueue events) took, by BPF run-time statistics in the --budget windows; beside the budget.");
+		jb_add(b, "fstrace_always_on_cpu_share %.6f\n", always);
+	}
 	family(b, "fstrace_dropped_records_total", "counter",
 	       "Records the kernel could not queue (ring buffer full), by record type.");
 #define DROP_LINE(c, v, n) \

@@ -740,20 +740,35 @@ int tracer_attach(struct tracer *t)
  * Runs the kernel skipped because the program was already active on that CPU
  * (lost events), and runs counted (only while kernel.bpf_stats_enabled=1).
  */
-static void prog_stats(struct probe *p)
+int prog_run_stats(int prog_fd, struct prog_run *out)
 {
 	struct bpf_prog_info info = {};
 	__u32 len = sizeof(info);
+	memset(out, 0, sizeof(*out));
+	if (prog_fd < 0)
+		return -EBADF;
+	if (bpf_obj_get_info_by_fd(prog_fd, &info, &len))
+		return -errno;
+	out->misses = info.recursion_misses;
+	out->runs = info.run_cnt;
+	out->run_ns = info.run_time_ns;
+	return 0;
+}
+
+static void prog_stats(struct probe *p)
+{
+	struct prog_run r;
 	p->misses = p->runs = p->run_ns = 0;
 	if (!p->prog)
 		return;
-	if (bpf_obj_get_info_by_fd(bpf_program__fd(p->prog), &info, &len)) {
-		fprintf(stderr, "fstrace-collect: cannot read statistics of %s: %s\n", p->name, strerror(errno));
+	int err = prog_run_stats(bpf_program__fd(p->prog), &r);
+	if (err) {
+		fprintf(stderr, "fstrace-collect: cannot read statistics of %s: %s\n", p->name, strerror(-err));
 		return;
 	}
-	p->misses = info.recursion_misses;
-	p->runs = info.run_cnt;
-	p->run_ns = info.run_time_ns;
+	p->misses = r.misses;
+	p->runs = r.runs;
+	p->run_ns = r.run_ns;
 }
 
 void tracer_detach(void)

@@ -16,6 +16,7 @@
 #include "env.h"
 #include "ksyms.h"
 #include "names.h"
+#include "probes.h"
 #include "results.h"
 #include "stacks.h"
 #include "ustack.h"
@@ -211,16 +212,14 @@ json *json_sampling(struct sample_bpf *smp, int hz, const char *why_off)
 			bpf_map__fd(smp->maps.sample_stacks), offsetof(struct fst_sample_key, stack_id), -1,
 			sample_prefix, &sp, &total, lost, jset(o, "tids", jarr()), offsetof(struct fst_sample_key, pid));
 	/* the sampling program's own cost (kernel.bpf_stats_enabled=1), as the probes' */
-	struct bpf_prog_info info = {};
-	__u32 len = sizeof(info);
-	if (bpf_obj_get_info_by_fd(bpf_program__fd(smp->progs.sample_request_stack), &info, &len))
-		memset(&info, 0, sizeof(info));
+	struct prog_run run;
+	prog_run_stats(bpf_program__fd(smp->progs.sample_request_stack), &run); /* all zero when unreadable */
 	jset(o, "samples", ju64(total));
 	jset(o, "stacks_lost", ju64(lost[0]));
 	jset(o, "with_user_stack", ju64(sp.with_user_stack));
 	jset(o, "event", jstr("cpu-clock"));
-	jset(o, "runs", ju64(info.run_cnt));
-	jset(o, "run_ns", ju64(info.run_time_ns));
+	jset(o, "runs", ju64(run.runs));
+	jset(o, "run_ns", ju64(run.run_ns));
 	return o;
 }
 

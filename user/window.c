@@ -10,9 +10,14 @@
  * stays inside the budget.
  *
  * The cost while attached is measured here, not assumed: the slow path's price per syscall (a getppid loop
- * with the hooks attached and not, alternating), the system's syscall rate (requests.bpf.c syscalls_seen) and
- * its busy CPU time (/proc/stat) in each window, and the CPU time attaching and detaching takes (the
- * registration walks every thread).  Each window refines the estimate for the next period.
+ * with the hooks attached and not, alternating, less what the programs themselves ran), the system's syscall
+ * rate (requests.bpf.c syscalls_seen) and its busy CPU time (/proc/stat) in each window, the kernel's run time
+ * of every windowed program in it (BPF run-time statistics, turned on for the window and the calibration
+ * only: they add a clock read pair to every program run of the system), and the CPU time attaching and
+ * detaching takes (the registration walks every thread).  The first window replaces the calibration's guess,
+ * which sees no traced request; each later one refines the estimate for the next period.  The programs that
+ * stay attached (block requests, filesystem and workqueue events) are outside the budget; their run time in
+ * the windows is reported beside it.
  *
  * Edges: a window opens by numbering itself (requests.bpf.c window_seq) and attaching sys_exit, then sys_enter;
  * it closes by detaching sys_enter, then, GRACE_NS later, sys_exit.  A request is recorded only when both its
@@ -39,6 +44,7 @@
 #include "stacks.h"
 #include "window.h"
 #include "requests.skel.h"
+#include "sample.skel.h"
 
 /* long enough that attaching and detaching (a walk of every thread, about a millisecond of CPU) is cheap beside
  * it, short enough that a run of seconds gets several windows */
@@ -54,6 +60,8 @@ struct window {
 	__u64 syscalls;			       /* every syscall the hook saw while attached */
 	__u64 busy_ns;			       /* busy CPU time of the system meanwhile (/proc/stat) */
 	__u64 tracer_ns;		       /* the handlers' own time in the traced requests counted meanwhile */
+	__u64 windowed_prog_ns;		       /* run time of the windowed programs (0: statistics unavailable) */
+	__u64 always_prog_ns;		       /* run time of the programs attached all the time, meanwhile */
 	__u64 counted[FST_NR_REQ_KINDS + 1];   /* requests counted in the kernel (req_agg), per kind */
 };
 
@@ -75,10 +83,19 @@ static struct {
 	struct probe *attrib[8];
 	int nr_attrib;
 	int req_agg_fd, agg_keys_fd, syscalls_fd;
-	double slow_ns;	      /* the slow path's price per syscall, hooks attached vs not */
-	double attach_cpu_ns; /* CPU time of one attach + detach of both hooks (the thread walks) */
-	double cost_on;	      /* share of busy CPU time the hooks cost while attached (estimate) */
-	double busy_per_s0;   /* the system's busy CPU ns per second before the first window */
+	double slow_ns;			      /* the slow path's price per syscall, hooks attached vs not, less the programs' run */
+	double prog_ns_untraced;	      /* the two programs' run time per syscall of an untraced task (calibration) */
+	int stats_fd;			      /* BPF run-time statistics held on (-1: off) */
+	bool stats_ok;			      /* they could be turned on: the windows' program time is measured */
+	char stats_why[160];		      /* why not */
+	bool cost_measured;		      /* a window has measured the cost (the calibration sees no traced request) */
+	int sample_fd;			      /* the sampling program, windowed with sampling (-1: none) */
+	__u64 windowed_before, always_before; /* the programs' run time when the current window opened */
+	__u64 calibration_prog_ns;	      /* the windowed programs' run time in the calibration */
+	__u64 always_ns_sum, busy_ns_sum;     /* over the closed windows: the always-on programs' time, busy time */
+	double attach_cpu_ns;		      /* CPU time of one attach + detach of both hooks (the thread walks) */
+	double cost_on;			      /* share of busy CPU time the hooks cost while attached (estimate) */
+	double busy_per_s0;		      /* the system's busy CPU ns per second before the first window */
 	bool cost_known;
 	bool sampling; /* perf sampling is on (enabled only in windows) */
 	double duty;   /* share of time in windows this period */
@@ -177,6 +194,63 @@ static void hook_detach(struct probe *p)
 
 static __u64 thread_cpu_ns(void) { return now_ns(CLOCK_THREAD_CPUTIME_ID); }
 
+static bool is_windowed(const struct probe *p)
+{
+	if (p == w.enter || p == w.exit)
+		return true;
+	for (int i = 0; i < w.nr_attrib; i++)
+		if (p == w.attrib[i])
+			return true;
+	return false;
+}
+
+static __u64 run_ns_of(int fd)
+{
+	struct prog_run r;
+	prog_run_stats(fd, &r); /* all zero when unreadable */
+	return r.run_ns;
+}
+
+/* the kernel's cumulative run time of the windowed programs (*windowed) and of those attached all the time
+ * (*always); it grows only while BPF run-time statistics are on */
+static void run_ns_sums(__u64 *windowed, __u64 *always)
+{
+	*windowed = *always = 0;
+	for (int g = 0; g < nr_probe_groups; g++)
+		for (int i = 0; i < probe_groups[g].n; i++) {
+			struct probe *p = &probe_groups[g].probes[i];
+			if (!p->prog)
+				continue;
+			if (is_windowed(p))
+				*windowed += run_ns_of(bpf_program__fd(p->prog));
+			else if (p->link)
+				*always += run_ns_of(bpf_program__fd(p->prog));
+		}
+	if (w.sample_fd >= 0)
+		*(w.sampling ? windowed : always) += run_ns_of(w.sample_fd);
+}
+
+/* BPF run-time statistics on for a window or the calibration (a reference: the kernel keeps them on while
+ * anyone holds one) */
+static void stats_on(void)
+{
+	if (!w.stats_ok || w.stats_fd >= 0)
+		return;
+	w.stats_fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
+	if (w.stats_fd < 0) {
+		w.stats_ok = false;
+		snprintf(w.stats_why, sizeof(w.stats_why), "BPF run-time statistics could not be turned on: %s",
+			 strerror(errno));
+	}
+}
+
+static void stats_off(void)
+{
+	if (w.stats_fd >= 0)
+		close(w.stats_fd);
+	w.stats_fd = -1;
+}
+
 /* both hooks on (sys_exit first: every request whose start is seen can have its end seen) */
 static int hooks_on(void)
 {
@@ -204,27 +278,41 @@ static int cmp_double(const void *a, const void *b)
  * first estimate of the cost while attached, from the syscalls others made during the calibration */
 static int calibrate(__u64 busy0, __u64 t_busy0, __u64 cpu0)
 {
-	double d[3], a[3];
+	double d[3], a[3], p[3];
 	__u64 others = 0, on_ns = 0;
+	stats_on(); /* on in both halves: its own clock reads are in the "on" loop's time only through the programs */
+	__u64 cal0 = 0, cal1 = 0, unused;
+	run_ns_sums(&cal0, &unused);
 	for (int r = 0; r < 3; r++) {
 		double off = getppid_ns();
 		__u64 c0 = thread_cpu_ns();
 		int err = hooks_on();
-		if (err)
+		if (err) {
+			stats_off();
 			return err;
-		__u64 seen0 = percpu_u64(w.syscalls_fd, 0), t0 = now_ns(CLOCK_MONOTONIC);
+		}
+		__u64 seen0 = percpu_u64(w.syscalls_fd, 0), t0 = now_ns(CLOCK_MONOTONIC), run0 = 0, run1 = 0;
+		run_ns_sums(&run0, &unused);
 		double on = getppid_ns();
 		__u64 seen1 = percpu_u64(w.syscalls_fd, 0), t1 = now_ns(CLOCK_MONOTONIC);
+		run_ns_sums(&run1, &unused);
 		hook_detach(w.enter);
 		hook_detach(w.exit);
 		a[r] = (double)(thread_cpu_ns() - c0) - on * CALIBRATION_CALLS;
-		d[r] = on - off;
+		/* the two programs' run per syscall (the attribution hooks are off): the slow path is the rest */
+		p[r] = seen1 > seen0 ? (double)(run1 - run0) / (seen1 - seen0) : 0;
+		d[r] = on - off - (w.stats_ok ? p[r] : 0);
 		others += seen1 - seen0 > CALIBRATION_CALLS + 4 ? seen1 - seen0 - CALIBRATION_CALLS - 4 : 0;
 		on_ns += t1 - t0;
 	}
+	run_ns_sums(&cal1, &unused);
+	w.calibration_prog_ns = cal1 - cal0;
+	stats_off();
 	qsort(d, 3, sizeof(d[0]), cmp_double);
 	qsort(a, 3, sizeof(a[0]), cmp_double);
+	qsort(p, 3, sizeof(p[0]), cmp_double);
 	w.slow_ns = d[1] > 0 ? d[1] : 0;
+	w.prog_ns_untraced = w.stats_ok ? p[1] : 0;
 	w.attach_cpu_ns = a[1] > 0 ? a[1] : 0;
 	/* busy CPU per second since the first look, less this thread's calibration loops (they are not the
 	 * system's work: counted in, they would make the hooks' share look smaller) */
@@ -234,7 +322,7 @@ static int calibrate(__u64 busy0, __u64 t_busy0, __u64 cpu0)
 	double rate = on_ns ? others / (on_ns / 1e9) : 0;
 	w.busy_per_s0 = busy_per_s;
 	if (busy_per_s > 0) {
-		w.cost_on = rate * w.slow_ns / busy_per_s;
+		w.cost_on = rate * (w.slow_ns + w.prog_ns_untraced) / busy_per_s;
 		w.cost_known = true;
 	}
 	return 0;
@@ -330,6 +418,9 @@ void window_init(struct tracer *t, __u64 t_start)
 	}
 	w.reqs = t->reqs;
 	w.sampling = t->smp != NULL;
+	w.sample_fd = t->smp ? bpf_program__fd(t->smp->progs.sample_request_stack) : -1;
+	w.stats_fd = -1;
+	w.stats_ok = true;
 	w.req_agg_fd = bpf_map__fd(t->reqs->maps.req_agg);
 	w.agg_keys_fd = bpf_map__fd(t->reqs->maps.agg_keys);
 	w.syscalls_fd = bpf_map__fd(t->reqs->maps.syscalls_seen);
@@ -338,11 +429,11 @@ void window_init(struct tracer *t, __u64 t_start)
 	__u64 busy0 = busy_ns_now(), t0 = now_ns(CLOCK_MONOTONIC), cpu0 = thread_cpu_ns();
 	hook_detach(w.enter);
 	hook_detach(w.exit);
-	usleep(100000); /* a first look at the system's busy time before the calibration adds to it */
+	usleep(100000);	       /* a first look at the system's busy time before the calibration adds to it */
+	attribution_on(false); /* off in the calibration too: its program time is the syscall hooks' alone */
 	int err = calibrate(busy0, t0, cpu0);
 	if (err)
 		die("--budget: attaching the syscall hooks for calibration: %s", strerror(-err));
-	attribution_on(false);
 	w.active = true;
 	w.period_start = t_start;
 	w.period_len = 0;
@@ -359,6 +450,8 @@ static void open_window(__u64 now)
 	w.syscalls_before = percpu_u64(w.syscalls_fd, 0);
 	w.busy_before = busy_ns_now();
 	memset(&w.cur, 0, sizeof(w.cur));
+	stats_on();
+	run_ns_sums(&w.windowed_before, &w.always_before);
 	attribution_on(true);
 	int err = hook_attach(w.exit);
 	/* taken before sys_enter is attached: a request may begin as soon as its registration is done, before
@@ -386,6 +479,13 @@ static void close_exit(void)
 	attribution_on(false);
 	struct window *x = &w.cur;
 	x->exit_closed = now_ns(CLOCK_MONOTONIC);
+	if (w.stats_fd >= 0) {
+		__u64 windowed, always;
+		run_ns_sums(&windowed, &always);
+		x->windowed_prog_ns = windowed - w.windowed_before;
+		x->always_prog_ns = always - w.always_before;
+	}
+	stats_off();
 	x->syscalls = percpu_u64(w.syscalls_fd, 0) - w.syscalls_before;
 	x->busy_ns = busy_ns_now() - w.busy_before;
 	__u64 counted[FST_NR_REQ_KINDS + 1], tracer_ns;
@@ -408,12 +508,16 @@ static void close_exit(void)
 		w.wins[w.nwins++] = *x;
 	}
 	/* this window's own measure of the cost while attached, folded into the estimate */
-	double busy_per_s = busy_per_s_of(x), len_s = (x->exit_closed - x->open) / 1e9;
-	if (busy_per_s > 0 && len_s > 0) {
-		/* every task's slow path, and the handlers' own time in traced tasks' requests */
-		double cost = (x->syscalls / len_s * w.slow_ns + x->tracer_ns / len_s) / busy_per_s;
-		w.cost_on = w.cost_known ? 0.7 * w.cost_on + 0.3 * cost : cost;
-		w.cost_known = true;
+	double busy_per_s = busy_per_s_of(x);
+	if (x->busy_ns > 0) {
+		/* every task's slow path, and the windowed programs' run time (every syscall's, the attribution
+		 * hooks', sampling's); without statistics, only the handlers' own time in traced tasks' requests */
+		double prog = w.stats_ok ? (double)x->windowed_prog_ns : (double)x->tracer_ns;
+		double cost = ((double)x->syscalls * w.slow_ns + prog) / (double)x->busy_ns;
+		w.cost_on = w.cost_measured ? 0.7 * w.cost_on + 0.3 * cost : cost;
+		w.cost_known = w.cost_measured = true;
+		w.always_ns_sum += x->always_prog_ns;
+		w.busy_ns_sum += x->busy_ns;
 	}
 	size_duty(busy_per_s);
 	w.phase = W_CLOSED;
@@ -494,6 +598,11 @@ bool window_estimate(__u32 sdev, __u16 kind, __u64 now, double *est, double *lo,
 }
 unsigned window_count(void) { return w.nwins_total; }
 
+double window_always_on_share(void)
+{
+	return w.active && w.stats_ok && w.busy_ns_sum ? (double)w.always_ns_sum / w.busy_ns_sum : -1;
+}
+
 double window_fraction(__u64 now)
 {
 	if (!w.active)
@@ -523,6 +632,17 @@ json *window_header(__u64 t_start, __u64 t_end)
 	jset(o, "window_ns", ju64(WINDOW_NS));
 	jset(o, "grace_ns", ju64(GRACE_NS));
 	jset(o, "slow_path_ns_per_syscall", jchk(json_object_new_double(w.slow_ns)));
+	jset(o, "program_ns_per_untraced_syscall", w.stats_ok ? jchk(json_object_new_double(w.prog_ns_untraced)) : NULL);
+	jset(o, "cost_method", jstr(w.stats_ok ? "the slow path per syscall times the syscalls, plus the windowed "
+						 "programs' run time (BPF run-time statistics, on in each window)" :
+						 "the slow path per syscall times the syscalls, plus the handlers' "
+						 "sampled time in traced requests"));
+	jset(o, "cost_why", w.stats_ok ? NULL : jstr(w.stats_why));
+	/* with the windows' windowed_prog_ns, all the windowed programs' run time the statistics counted */
+	jset(o, "calibration_prog_ns", ju64(w.calibration_prog_ns));
+	/* what the budget does not bound: the programs attached all the time, as a share of busy CPU time in the
+	 * windows (their rate outside the windows taken as inside) */
+	jset(o, "always_on_share_in_windows", w.stats_ok && w.busy_ns_sum ? jchk(json_object_new_double((double)w.always_ns_sum / w.busy_ns_sum)) : NULL);
 	jset(o, "attach_detach_cpu_ns", jchk(json_object_new_double(w.attach_cpu_ns)));
 	jset(o, "cost_share_while_attached", jchk(json_object_new_double(w.cost_on)));
 	jset(o, "duty_last", jchk(json_object_new_double(w.duty)));
@@ -533,7 +653,7 @@ json *window_header(__u64 t_start, __u64 t_end)
 	jset(o, "windows_kept", ju64(w.nwins));
 	json *fields = jset(o, "window_fields", jarr());
 	const char *names[] = { "open_ns", "enter_closed_ns", "exit_closed_ns", "syscalls", "busy_ns", "tracer_ns",
-				"counted_by_kind" };
+				"windowed_prog_ns", "always_prog_ns", "counted_by_kind" };
 	for (int i = 0; i < N(names); i++)
 		jpush(fields, jstr(names[i]));
 	json *wins = jset(o, "windows", jarr());
@@ -546,6 +666,8 @@ json *window_header(__u64 t_start, __u64 t_end)
 		jpush(row, ju64(x->syscalls));
 		jpush(row, ju64(x->busy_ns));
 		jpush(row, ju64(x->tracer_ns));
+		jpush(row, ju64(x->windowed_prog_ns));
+		jpush(row, ju64(x->always_prog_ns));
 		jpush(row, ju64_array(x->counted, FST_NR_REQ_KINDS + 1));
 	}
 	return o;

@@ -25,6 +25,8 @@ void window_finish(struct tracer *t, __u64 now);
 json *window_header(__u64 t_start, __u64 t_end);
 /* serve: share of the traced time so far inside windows (1 when always on), and windows completed */
 double window_fraction(__u64 now);
+/* serve: the share of busy CPU time the programs attached all the time took in the windows (< 0: unknown) */
+double window_always_on_share(void);
 unsigned window_count(void);
 bool window_active(void);
 /* serve: the requests of (sdev, kind) since the start estimated from the windows so far, with a 95 % interval
