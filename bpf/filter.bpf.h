@@ -65,14 +65,6 @@ static __always_inline struct fst_dev_cfg *dev_cfg(__u32 dev)
 	return bpf_map_lookup_elem(&traced_devs, &dev);
 }
 
-/* superblock devices (kernel dev_t) whose files' requests are kept when cfg.filter_sdev is on */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 64);
-	__type(key, __u32);
-	__type(value, __u8);
-} traced_sdevs SEC(".maps");
-
 /* the device stat() reports for a traced filesystem's files -> its superblock's, where they differ (a btrfs
  * subvolume's anonymous device): a path-based stat call is placed by the former (requests.bpf.c note_statbuf) */
 struct {
@@ -128,13 +120,12 @@ static __always_inline bool state_is_traced(struct task_req *r)
 	return current_is_traced();
 }
 
-static __always_inline bool sdev_is_traced(__u32 sdev)
-{
-	return !cfg.filter_sdev || bpf_map_lookup_elem(&traced_sdevs, &sdev) != NULL;
-}
-
-/* whether a superblock is one of the traced ones, by comparing it with cfg.sdevs: no map lookup, for the hooks
- * other filesystems' calls reach too (requests.bpf.c, the filesystems' entry points) */
+/*
+ * whether a superblock is one of the traced ones, by comparing it with cfg.sdevs: a few instructions (the count
+ * is a load-time constant, so the verifier and the JIT see only that many compares), cheaper than the hash
+ * lookup a map of them took, on hooks every filesystem's calls reach (the entry points other filesystems share)
+ * and on ones that run tens of thousands of times a second (erofs's block mapping)
+ */
 static __always_inline bool sdev_in_cfg(__u32 sdev)
 {
 #pragma unroll
@@ -142,6 +133,12 @@ static __always_inline bool sdev_in_cfg(__u32 sdev)
 		if (i < cfg.nr_sdevs && cfg.sdevs[i] == sdev)
 			return true;
 	return false;
+}
+
+/* a request on a file of superblock sdev is kept: no filesystem filter, or sdev is a traced one */
+static __always_inline bool sdev_is_traced(__u32 sdev)
+{
+	return !cfg.filter_sdev || sdev_in_cfg(sdev);
 }
 
 #endif

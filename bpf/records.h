@@ -935,7 +935,7 @@ struct fst_cfg {
 	__u64 filter_cgroup_id;	   /* cgroup v2 id, 0 = off */
 	__u8 filter_pids;	   /* task must be in traced_pids (a process tree) */
 	__u8 filter_comm;	   /* task comm must equal comm */
-	__u8 filter_sdev;	   /* requests only on files of the superblocks in traced_sdevs */
+	__u8 filter_sdev;	   /* requests only on files of the superblocks in sdevs */
 	__u8 offcpu_stacks;	   /* record the kernel stack of every off-CPU interval in a request */
 	/* argument positions of btrfs_compress_folios/_pages, looked up by name in its BTF: the signature
 	 * changed twice (6.1: type_level, mapping, start, pages, out_pages, total_in, total_out; 6.18: type,
@@ -961,9 +961,9 @@ struct fst_cfg {
 	__u8 pad_cfg[2];
 	__u32 offcpu_sample_ns; /* with it: intervals this long always walked; shorter ones with probability
 				 * length / offcpu_sample_ns, credited offcpu_sample_ns (0: every interval) */
-	/* the traced superblocks again (traced_sdevs' keys): the filesystem entry points that other filesystems
-	 * share (generic_file_read_iter, the splice readers, ...) compare a file's superblock with these, a few
-	 * instructions, before anything else, so that those filesystems' calls cost no map lookup */
+	/* the traced superblocks (--sdev): a file's superblock is compared with these, a few instructions
+	 * (filter.bpf.h sdev_in_cfg), before anything else on the entry points other filesystems share
+	 * (generic_file_read_iter, the splice readers, ...), so that those filesystems' calls cost no map lookup */
 	__u32 sdevs[FST_CFG_SDEVS];
 	__u32 nr_sdevs;
 	__u32 pad_cfg2;

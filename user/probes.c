@@ -623,15 +623,11 @@ void tracer_set_filters(struct tracer *t, pid_t child)
 	}
 	for (int i = 0; i < opt.nr_sdevs; i++) {
 		__u32 kdev = sdev_kdev(i);
-		__u8 one = 1;
 		__u32 stat_kdev = FST_KDEV(opt.stat_devs[i][0], opt.stat_devs[i][1]);
 		if (stat_kdev && stat_kdev != kdev &&
 		    bpf_map_update_elem(bpf_map__fd(t->blk->maps.stat_devs), &stat_kdev, &kdev, BPF_ANY))
 			die("--sdev %u:%u=%u:%u: adding its stat() device: %s", opt.sdevs[i][0], opt.sdevs[i][1],
 			    opt.stat_devs[i][0], opt.stat_devs[i][1], strerror(errno));
-		if (bpf_map_update_elem(bpf_map__fd(t->blk->maps.traced_sdevs), &kdev, &one, BPF_ANY))
-			die("--sdev %u:%u: adding it to the traced filesystems: %s", opt.sdevs[i][0], opt.sdevs[i][1],
-			    strerror(errno));
 	}
 	int pids_fd = bpf_map__fd(t->blk->maps.traced_pids);
 	for (int i = 0; i < opt.nr_pids; i++)

@@ -513,7 +513,12 @@ static void close_exit(void)
 		/* every task's slow path, and the windowed programs' run time (every syscall's, the attribution
 		 * hooks', sampling's); without statistics, only the handlers' own time in traced tasks' requests */
 		double prog = w.stats_ok ? (double)x->windowed_prog_ns : (double)x->tracer_ns;
-		double cost = ((double)x->syscalls * w.slow_ns + prog) / (double)x->busy_ns;
+		/* sys_exit alone keeps every syscall on the slow path through the grace, where sys_enter (which
+		 * counts them) is gone: counted at the window's rate */
+		double open_ns = (double)(x->enter_closed - x->open), syscalls = (double)x->syscalls;
+		if (open_ns > 0)
+			syscalls *= (double)(x->exit_closed - x->open) / open_ns;
+		double cost = (syscalls * w.slow_ns + prog) / (double)x->busy_ns;
 		w.cost_on = w.cost_measured ? 0.7 * w.cost_on + 0.3 * cost : cost;
 		w.cost_known = w.cost_measured = true;
 		w.always_ns_sum += x->always_prog_ns;
