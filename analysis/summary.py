@@ -850,6 +850,18 @@ def window_weights(length_ns, window_ns, grace_ns):
     return np.where(length <= grace_ns, 1.0, window_ns / np.minimum(room, window_ns))
 
 
+def window_auxiliary(rw, rows, kind):
+    """The windows' auxiliary for requests of kind: the traced processes' own read (write) syscall counts in each
+    window and over the whole traced time, as the collector took them from task I/O accounting, and what they
+    are; (None, None, None) where it has none (another kind, an older file, or no such counts here)."""
+    field = {"read": "read_calls", "write": "write_calls"}.get(kind)
+    io = rw.get("io_calls") or {}
+    if not field or "reads_total" not in io or any(field not in r or "open_edge_ns" not in r for r in rows):
+        return None, None, None
+    total = io["reads_total"] if kind == "read" else io["writes_total"]
+    return [r[field] for r in rows], total, io["source"]
+
+
 def request_windows(res, kind="read"):
     """--budget: the requests of kind the windows saw, weighted up to the whole traced time, with a 95 %
     interval; None-free figures only where the collector windowed its hooks."""
@@ -893,22 +905,41 @@ def request_windows(res, kind="read"):
     if not k or not total_len or span <= 0:
         out["why"] = "no window opened while tracing"
         return out
-    # a ratio estimator over the windows (each a random sample of the traced time): requests per ns of window,
-    # times the traced span; its error from the windows' spread, finite-population corrected
-    rate = sum(weighted) / total_len
-    est = rate * span
+    aux, aux_total, aux_what = window_auxiliary(rw, rows, kind)
+    if aux is None:
+        aux, aux_total = lengths, span
+    total_aux = float(sum(aux))
+    out["auxiliary"] = aux_what or "window time"
+    if aux_what and not total_aux:
+        out["why"] = "the traced processes made no %s syscall in any window" % kind
+        return out
+    # a ratio estimator over the windows (each a random sample of the traced time): requests per unit of the
+    # auxiliary in the windows, times its total; its error from the windows' spread, finite-population corrected
+    rate = sum(weighted) / total_aux
+    est = rate * aux_total
     out["estimate"] = est
-    out["method"] = ("requests seen in %d random windows, weighted by the time they covered (%.1f %%) and by "
-                     "window_weights for requests longer than the grace; 95 %% interval from the windows' "
-                     "spread (ratio estimator, Student t)" % (k, 100.0 * total_len / span))
+    out["method"] = ("requests seen in %d random windows (%.1f %% of the time), weighted by window_weights for "
+                     "requests longer than the grace, scaled by %s; 95 %% interval from the windows' spread "
+                     "(ratio estimator, Student t)" % (
+                         k, 100.0 * total_len / span,
+                         "the time the windows covered" if not aux_what else
+                         "the traced processes' own %s syscalls in the windows against all of theirs (%s: tracing "
+                         "slows a window's requests, and these slow with them)" % (kind, aux_what)))
     if k < 2:
         out["why"] = "one window: no interval"
         return out
-    mean_len = total_len / k
-    resid = [n - rate * L for n, L in zip(weighted, lengths)]
-    var_rate = sum(r * r for r in resid) / (k - 1) / k / mean_len ** 2
-    fpc = max(0.0, 1.0 - total_len / span)
-    half = t95(k - 1) * math.sqrt(var_rate * fpc) * span
+    mean_aux = total_aux / k
+    resid = [n - rate * a for n, a in zip(weighted, aux)]
+    var_rate = sum(r * r for r in resid) / (k - 1) / k / mean_aux ** 2
+    fpc = max(0.0, 1.0 - total_aux / aux_total) if aux_total else 0.0
+    half = t95(k - 1) * math.sqrt(var_rate * fpc) * aux_total
+    if aux_what:
+        # the counts are looked at just after sys_enter's attach and detach: calls made between an edge and the
+        # look may be on its other side; at most the window's call rate times that time, at both edges
+        edge = sum(a / max(r["enter_closed_ns"] - r["open_ns"], 1) * (r["open_edge_ns"] + r["close_edge_ns"])
+                   for a, r in zip(aux, rows))
+        out["edge_share"] = edge / total_aux
+        half += est * out["edge_share"]
     out["interval95"] = [max(est - half, float(out["seen"])), est + half]
     return out
 

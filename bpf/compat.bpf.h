@@ -27,6 +27,20 @@ static __always_inline struct block_device *request_part(struct request *rq, boo
 }
 
 /*
+ * A thread's read and write syscall counts (task I/O accounting, what /proc/PID/task/TID/io shows as syscr and
+ * syscw) into *c; false when the kernel keeps none.  Not a kernel change: struct task_struct has ioac only with
+ * CONFIG_TASK_XACCT (Debian's 6.1 and 6.12 kernels and the 6.18 one have it).
+ */
+static __always_inline bool task_io_calls(struct task_struct *task, struct fst_io_calls *c)
+{
+	if (!bpf_core_field_exists(task->ioac))
+		return false;
+	c->reads = BPF_CORE_READ(task, ioac.syscr);
+	c->writes = BPF_CORE_READ(task, ioac.syscw);
+	return true;
+}
+
+/*
  * btrfs: the superblock device of the inode a compressed extent belongs to.  compressed_bio held the inode
  * itself (6.1); the btrfs_bio it embeds since "btrfs: embed a btrfs_bio into struct compressed_bio" (6.4, commit
  * 544fe4a903ce: the subject and id in greg k-h's stable mails' lists of upstream commits, and in linux-next's

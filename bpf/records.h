@@ -648,8 +648,9 @@ struct fst_rq_start {
 	E(FST_LOSS_TASK_STATE, 3, "task_state_full")	/* a thread's request state: its requests are not traced */ \
 	E(FST_LOSS_REQ_UNENDED, 4, "request_end_missed")	/* its end never came (a kretprobe missed): dropped */ \
 	E(FST_LOSS_BIO_END_MISSED, 5, "bio_end_missed")	/* a bio's end never seen: its address was queued again */ \
-	E(FST_LOSS_RQ_COMPLETION_MISSED, 6, "request_completion_missed")	/* a block request's completion never seen: its address was issued again with no requeue between (it has no io record) */
-#define FST_NR_LOSSES 7
+	E(FST_LOSS_RQ_COMPLETION_MISSED, 6, "request_completion_missed")	/* a block request's completion never seen: its address was issued again with no requeue between (it has no io record) */ \
+	E(FST_LOSS_EXITED_CALLS, 7, "exited_calls_full")	/* --budget: an exited thread's read/write syscall counts (its calls are missing from the windows' weights) */
+#define FST_NR_LOSSES 8
 enum fst_loss { FST_LOSSES(FST_ENUM_MEMBER) };
 FST_ASSERT_NUMBERED(FST_LOSSES, 0, FST_NR_LOSSES);
 /* clang-format on */
@@ -916,6 +917,15 @@ FST_ASSERT_BELOW(FST_REC_TYPES, FST_MAX_REC_TYPES);
 struct fst_ksym_query {
 	char name[64]; /* zero-padded: its last byte is always 0 */
 	__u64 addr;    /* 0 = no such function */
+};
+
+/*
+ * --budget: a traced thread's read and write syscall counts (task I/O accounting) at its exit, by thread id
+ * (requests.bpf.c exited_calls), which leave /proc with it; user/procfs.c io_calls_step takes them out.
+ */
+#define FST_EXITED_CALLS_MAX 16384
+struct fst_io_calls {
+	__u64 reads, writes;
 };
 
 #define FST_CFG_SDEVS 16

@@ -809,13 +809,26 @@ static __always_inline int handle_fork(struct task_struct *parent, struct task_s
 	return 0;
 }
 
+/* --budget: records.h struct fst_io_calls of the traced threads that exited, by thread id, until the collector
+ * takes them (user/procfs.c io_calls_step) */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, FST_EXITED_CALLS_MAX);
+	__type(key, __u32);
+	__type(value, struct fst_io_calls);
+} exited_calls SEC(".maps");
+
 static __always_inline int handle_exit(void)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 pid = (__u32)pid_tgid;
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	struct task_delay_info *delays = BPF_CORE_READ(task, delays);
-	if (delays && current_is_traced()) {
+	bool traced = current_is_traced();
+	struct fst_io_calls c;
+	if (cfg.windowed && traced && task_io_calls(task, &c) && bpf_map_update_elem(&exited_calls, &pid, &c, BPF_ANY))
+		loss_count(FST_LOSS_EXITED_CALLS);
+	if (delays && traced) {
 		struct fst_task *rec = record_reserve(FST_REC_TASK, sizeof(*rec));
 		if (rec) {
 			rec->ts_exit_ns = bpf_ktime_get_ns();

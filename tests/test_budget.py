@@ -2,6 +2,7 @@
 is weighted up to the whole traced time, with an interval that holds the workload's own count."""
 import json
 import os
+import re
 import subprocess
 import time
 
@@ -10,7 +11,7 @@ import pytest
 
 from analysis import results
 from analysis import summary as S
-from conftest import FSTRACE, erofs_mounted
+from conftest import FSTRACE, ROOT, erofs_mounted
 
 pytestmark = pytest.mark.bpf
 
@@ -28,11 +29,11 @@ def _bpf_stats_enabled():
         return int(f.read())
 
 
-def _attach_around_fio(tmp_path, mnt, *attach_args):
-    """attach for 9 s; fio inside it, rate-limited so that it reads steadily for about 6 s: its own count is
-    every read the attach could have seen."""
+def _attach_around_fio(tmp_path, mnt, *attach_args, rate_iops=20000, records="all"):
+    """attach for 9 s; fio inside it, rate-limited (unless rate_iops is None) so that it reads steadily for about
+    6 s: its own count is every read the attach could have seen."""
     out = tmp_path / "out"
-    p = subprocess.Popen([FSTRACE, "attach", "--mount", mnt, "--duration", "9", "--interval", "0", "--records", "all",
+    p = subprocess.Popen([FSTRACE, "attach", "--mount", mnt, "--duration", "9", "--interval", "0", "--records", records,
                           "-o", str(out)] + list(attach_args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True)
     seen = ""
@@ -46,8 +47,9 @@ def _attach_around_fio(tmp_path, mnt, *attach_args):
     time.sleep(0.5)
     fio_json = tmp_path / "fio.json"
     subprocess.run(["fio", "--name=w", "--filename=" + os.path.join(mnt, "big.bin"), "--rw=randread", "--bs=4k",
-                    "--ioengine=psync", "--readonly", "--invalidate=0", "--rate_iops=20000", "--time_based",
-                    "--runtime=6s", "--output-format=json", "--output=" + str(fio_json)], check=True,
+                    "--ioengine=psync", "--readonly", "--invalidate=0", "--time_based", "--runtime=6s",
+                    "--output-format=json", "--output=" + str(fio_json)] +
+                   (["--rate_iops=%d" % rate_iops] if rate_iops else []), check=True,
                    stdout=subprocess.DEVNULL)
     rest = p.communicate(timeout=120)[0]
     assert p.returncode == 0, seen + rest
@@ -95,6 +97,46 @@ def test_window_edges_record_no_request_twice_or_half(tmp_path, mounted):
     keys = set(zip(reads["pid"].tolist(), start.tolist()))
     assert len(keys) == len(reads)
     assert s["request_windows"]["recorded_outside_windows"] == 0
+
+
+def test_windows_weighted_by_the_readers_own_calls_hold_fios_count_when_tracing_slows_it(tmp_path, mounted):
+    """fio reading as fast as it can: tracing slows its reads inside the windows, so weighting them by the share
+    of time the windows covered undercounts; weighted by the readers' own read syscalls (task I/O accounting,
+    which slow with them) the interval holds fio's own count."""
+    res, s, fio_ios, _ = _attach_around_fio(tmp_path, mounted, "--window-duty", "0.4", rate_iops=None,
+                                            records="slow")
+    w = s["request_windows"]
+    assert w["active"] and w["auxiliary"].startswith("/proc/PID/task/TID/io")
+    lo, hi = w["interval95"]
+    assert lo <= fio_ios <= hi, (w, fio_ios)
+    # every read syscall of the system in the 9 s (fio's and the few of other tasks), none lost with an exit
+    assert res.header["request_windows"]["io_calls"]["reads_total"] >= fio_ios
+    # the same windows weighted by time alone: tracing's slowdown puts fio's count above that interval
+    header = dict(res.header)
+    header["request_windows"] = {k: v for k, v in res.header["request_windows"].items() if k != "io_calls"}
+    res.header = header
+    by_time = S.request_windows(res)
+    assert by_time["auxiliary"] == "window time" and by_time["interval95"][1] < fio_ios, (by_time, fio_ios)
+
+
+def test_windows_weights_count_every_read_call_of_the_traced_tree(tmp_path):
+    """The windows' weights are the traced processes' own read syscalls (task I/O accounting): over the run they
+    add up to what the kernel counted for the whole process tree, the many short-lived processes included, whose
+    counts leave /proc before most looks (taken at their exit instead)."""
+    out, io = tmp_path / "r.fst", tmp_path / "io"
+    script = ("for i in $(seq 300); do cat /etc/hostname > /dev/null; done; "
+              "for i in 1 2 3; do tar cf - /usr/lib/python3 2>/dev/null | cat > /dev/null; done; "
+              "cat /proc/$$/io > %s" % io)
+    subprocess.run([os.path.join(ROOT, "build", "fstrace-collect"), "-o", str(out), "--window-duty", "0.3", "--",
+                    "sh", "-c", script], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rw = results.load(str(out)).header["request_windows"]
+    assert rw["active"] and rw["windows_total"] >= 2
+    # the shell's own count holds every child it reaped; the last cat (reading it) is not reaped yet: its few
+    # reads are the only ones beyond it
+    shell = int(re.search(r"^syscr: (\d+)$", io.read_text(), re.M).group(1))
+    assert shell <= rw["io_calls"]["reads_total"] <= shell + 50, (shell, rw["io_calls"])
+    rows = [dict(zip(rw["window_fields"], r)) for r in rw["windows"]]
+    assert sum(r["read_calls"] for r in rows) <= rw["io_calls"]["reads_total"]
 
 
 def test_budget_sizes_the_windows_and_is_checked(tmp_path, mounted):

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <bpf/bpf.h>
 #include "env.h"
@@ -137,6 +138,192 @@ bool pid_alive(int pid)
 	buf[n] = 0;
 	char *paren = strrchr(buf, ')'); /* comm may contain spaces and parentheses */
 	return paren && paren[1] == ' ' && paren[2] != 'Z' && paren[2] != 'X';
+}
+
+struct io_calls_of {
+	pid_t tid;
+	bool gone;  /* not seen alive at the last look, its exit's counts not yet taken: looked for once more */
+	bool ended; /* its exit's counts were taken at this look */
+	__u64 reads, writes;
+};
+
+static struct {
+	struct io_calls_of *v;
+	size_t n;
+	unsigned long long at; /* when the table was taken, clock ticks after boot */
+	bool taken;
+} io_seen;
+
+/* a is a thread id (bsearch's key) or an entry, whose first member is its thread id (qsort) */
+static int cmp_io_tid(const void *a, const void *b)
+{
+	pid_t x = *(const pid_t *)a, y = ((const struct io_calls_of *)b)->tid;
+	return x < y ? -1 : x > y;
+}
+
+/* a /proc/PID file into buf (NUL-terminated); its length, or -1 */
+static ssize_t read_proc(pid_t pid, const char *name, char *buf, size_t len)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/%s", pid, name);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, buf, len - 1);
+	close(fd);
+	if (n < 0)
+		return -1;
+	buf[n] = 0;
+	return n;
+}
+
+/* a task's state letter and starttime (clock ticks after boot) from its stat file; false when gone */
+static bool task_stat(pid_t pid, pid_t tid, char *state, unsigned long long *start)
+{
+	char name[64], buf[1024];
+	snprintf(name, sizeof(name), "task/%d/stat", tid);
+	if (read_proc(pid, name, buf, sizeof(buf)) < 0)
+		return false;
+	char *p = strrchr(buf, ')'); /* comm may contain spaces and parentheses */
+	/* after comm: the state, 18 more fields, then starttime (proc(5) field 22) */
+	return p && sscanf(p + 2, "%c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+			   state, start) == 2;
+}
+
+static unsigned long long ticks_since_boot(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	long hz = sysconf(_SC_CLK_TCK);
+	return (unsigned long long)ts.tv_sec * hz + (unsigned long long)ts.tv_nsec * hz / 1000000000ull;
+}
+
+static bool io_passes(pid_t pid, int traced_pids_fd, const char *comm)
+{
+	if (pid == getpid()) /* the collector's own reads of /proc are not the workload's */
+		return false;
+	if (traced_pids_fd >= 0) {
+		__u32 key = pid;
+		__u8 v;
+		if (bpf_map_lookup_elem(traced_pids_fd, &key, &v))
+			return false;
+	}
+	if (comm) {
+		char buf[64];
+		if (read_proc(pid, "comm", buf, sizeof(buf)) < 0)
+			return false;
+		buf[strcspn(buf, "\n")] = 0;
+		if (strcmp(buf, comm))
+			return false;
+	}
+	return true;
+}
+
+static struct io_calls_of *io_push(struct io_calls_of **v, size_t *n, size_t *cap)
+{
+	if (*n == *cap) {
+		*cap = *cap ? 2 * *cap : 256;
+		struct io_calls_of *m = realloc(*v, *cap * sizeof(*m));
+		if (!m)
+			die("out of memory for the threads' read counts");
+		*v = m;
+	}
+	return &(*v)[(*n)++];
+}
+
+static struct io_calls_of *io_was(pid_t tid)
+{
+	return io_seen.taken ? bsearch(&tid, io_seen.v, io_seen.n, sizeof(*io_seen.v), cmp_io_tid) : NULL;
+}
+
+bool io_calls_step(int traced_pids_fd, const char *comm, int exited_fd, struct io_calls *delta)
+{
+	DIR *d = opendir("/proc");
+	if (!d)
+		return false;
+	unsigned long long now = ticks_since_boot();
+	struct io_calls_of *next = NULL;
+	size_t n = 0, cap = 0;
+	bool any = false, readable = false;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (e->d_name[0] < '1' || e->d_name[0] > '9')
+			continue;
+		pid_t pid = atoi(e->d_name);
+		if (!io_passes(pid, traced_pids_fd, comm))
+			continue;
+		any = true;
+		char path[64];
+		snprintf(path, sizeof(path), "/proc/%d/task", pid);
+		DIR *td = opendir(path);
+		if (!td)
+			continue; /* gone meanwhile */
+		struct dirent *te;
+		while ((te = readdir(td))) {
+			if (te->d_name[0] < '1' || te->d_name[0] > '9')
+				continue;
+			pid_t tid = atoi(te->d_name);
+			char state, name[64], buf[512], *p, *q;
+			unsigned long long start;
+			/* an exited thread (a zombie until reaped) left its counts in exited_fd: taken from there */
+			if (!task_stat(pid, tid, &state, &start) || state == 'Z' || state == 'X')
+				continue;
+			snprintf(name, sizeof(name), "task/%d/io", tid);
+			if (read_proc(pid, name, buf, sizeof(buf)) < 0 || !(p = strstr(buf, "syscr: ")) ||
+			    !(q = strstr(buf, "syscw: ")))
+				continue;
+			readable = true;
+			struct io_calls_of *x = io_push(&next, &n, &cap), *was = io_was(tid);
+			x->tid = tid;
+			x->gone = x->ended = false;
+			x->reads = strtoull(p + 7, NULL, 10);
+			x->writes = strtoull(q + 7, NULL, 10);
+			if (was && x->reads >= was->reads && x->writes >= was->writes) {
+				delta->reads += x->reads - was->reads;
+				delta->writes += x->writes - was->writes;
+			} else if (io_seen.taken && start >= io_seen.at) { /* started since the last look */
+				delta->reads += x->reads;
+				delta->writes += x->writes;
+			}
+		}
+		closedir(td);
+	}
+	closedir(d);
+	qsort(next, n, sizeof(*next), cmp_io_tid);
+
+	/* the threads that exited: their calls since the last look (all of them when it did not see them) */
+	__u32 key, prev = 0, *pk = NULL;
+	struct fst_io_calls c;
+	size_t alive = n;
+	while (exited_fd >= 0 && !bpf_map_get_next_key(exited_fd, pk, &key)) {
+		pk = &prev;
+		prev = key;
+		if (bpf_map_lookup_elem(exited_fd, &key, &c))
+			continue;
+		struct io_calls_of *was = io_was((pid_t)key);
+		__u64 r0 = was ? was->reads : 0, w0 = was ? was->writes : 0;
+		delta->reads += c.reads >= r0 ? c.reads - r0 : 0;
+		delta->writes += c.writes >= w0 ? c.writes - w0 : 0;
+		if (was)
+			was->ended = true; /* not carried over */
+		bpf_map_delete_elem(exited_fd, &key);
+	}
+	/* threads of the last look neither alive now nor exited yet (their exit raced this look): once more */
+	for (size_t i = 0; i < io_seen.n; i++) {
+		struct io_calls_of *o = &io_seen.v[i];
+		if (o->ended || o->gone || bsearch(&o->tid, next, alive, sizeof(*next), cmp_io_tid))
+			continue;
+		struct io_calls_of *x = io_push(&next, &n, &cap);
+		*x = *o;
+		x->gone = true;
+	}
+	qsort(next, n, sizeof(*next), cmp_io_tid);
+	free(io_seen.v);
+	io_seen.v = next;
+	io_seen.n = n;
+	io_seen.at = now;
+	io_seen.taken = true;
+	return readable || !any;
 }
 
 /* task delay accounting (the ground truth for I/O wait): on while tracing, then as it was */

@@ -41,6 +41,7 @@
 #include "env.h"
 #include "names.h"
 #include "probes.h"
+#include "procfs.h"
 #include "stacks.h"
 #include "window.h"
 #include "requests.skel.h"
@@ -62,6 +63,9 @@ struct window {
 	__u64 tracer_ns;		       /* the handlers' own time in the traced requests counted meanwhile */
 	__u64 windowed_prog_ns;		       /* run time of the windowed programs (0: statistics unavailable) */
 	__u64 always_prog_ns;		       /* run time of the programs attached all the time, meanwhile */
+	struct io_calls calls;		       /* the traced processes' read and write syscalls, open to enter_closed */
+	__u64 open_edge_ns, close_edge_ns;     /* from sys_enter's (de)registration to the end of the look at the
+						* counts: calls then may be on the other side of the edge */
 	__u64 counted[FST_NR_REQ_KINDS + 1];   /* requests counted in the kernel (req_agg), per kind */
 };
 
@@ -70,6 +74,7 @@ struct series_sums {
 	struct fst_req_agg_key key;
 	__u64 before;	  /* its count when the window opened */
 	double n, nn, nl; /* sum over windows of n, n^2, n*L (n: requests counted, L: window ns) */
+	double na;	  /* sum over windows of n*A (A: the traced processes' calls of the series' kind, io_calls) */
 };
 
 static struct {
@@ -93,9 +98,17 @@ static struct {
 	__u64 windowed_before, always_before; /* the programs' run time when the current window opened */
 	__u64 calibration_prog_ns;	      /* the windowed programs' run time in the calibration */
 	__u64 always_ns_sum, busy_ns_sum;     /* over the closed windows: the always-on programs' time, busy time */
-	double attach_cpu_ns;		      /* CPU time of one attach + detach of both hooks (the thread walks) */
-	double cost_on;			      /* share of busy CPU time the hooks cost while attached (estimate) */
-	double busy_per_s0;		      /* the system's busy CPU ns per second before the first window */
+	/* the traced processes' own read and write syscall counts (procfs.h io_calls_step), what the windows'
+	 * request counts are weighted against: a window sees the workload slowed by tracing, and these counts
+	 * slow with it */
+	bool io_ok;
+	char io_why[200];
+	int io_pids_fd;
+	struct io_calls io_total, io_at_open;
+	__u64 io_from, io_to; /* the span io_total covers */
+	double attach_cpu_ns; /* CPU time of one attach + detach of both hooks (the thread walks) */
+	double cost_on;	      /* share of busy CPU time the hooks cost while attached (estimate) */
+	double busy_per_s0;   /* the system's busy CPU ns per second before the first window */
 	bool cost_known;
 	bool sampling; /* perf sampling is on (enabled only in windows) */
 	double duty;   /* share of time in windows this period */
@@ -108,6 +121,8 @@ static struct {
 	struct series_sums series[MAX_SERIES];
 	int nr_series;
 	double sum_l, sum_ll; /* sum over windows of L and L^2 */
+	/* [0] reads, [1] writes: sum over windows of A, A^2, and the calls the edges may have put on either side */
+	double sum_a[2], sum_aa[2], edge_a[2];
 	struct window *wins;
 	unsigned nwins, nwins_total;
 	__u64 in_windows_ns, t_start;
@@ -145,13 +160,20 @@ static struct series_sums *series_of(const struct fst_req_agg_key *key)
 	return x;
 }
 
+/* the auxiliary calls of a kind in a window (io_calls): reads for read requests, writes for write requests */
+static int calls_index(__u16 kind) { return kind == FST_REQ_READ ? 0 : kind == FST_REQ_WRITE ? 1 :
+											       -1; }
+
+static double calls_of(const struct window *x, int i) { return (double)(i ? x->calls.writes : x->calls.reads); }
+
 /*
  * One pass over req_agg at a window's edge: the requests counted so far per kind (counted) and the handlers'
- * own time in them (*tracer_ns); and per series, at opening (len_ns 0) its count now, at closing (len_ns: the
- * window's length) its count in the window into its sums.
+ * own time in them (*tracer_ns); and per series, at opening (win NULL) its count now, at closing (win: the
+ * window) its count in the window into its sums.
  */
-static void req_agg_note(__u64 *counted, __u64 *tracer_ns, __u64 len_ns)
+static void req_agg_note(__u64 *counted, __u64 *tracer_ns, const struct window *win)
 {
+	__u64 len_ns = win ? win->enter_closed - win->open : 0;
 	static struct req_agg_iter it; /* large: not on the stack */
 	struct fst_req_agg_key key;
 	static struct fst_req_agg sum;
@@ -171,6 +193,9 @@ static void req_agg_note(__u64 *counted, __u64 *tracer_ns, __u64 len_ns)
 			x->n += n;
 			x->nn += n * n;
 			x->nl += n * l;
+			int c = calls_index(key.kind);
+			if (c >= 0)
+				x->na += n * calls_of(win, c);
 		}
 		x->before = sum.count;
 	}
@@ -249,6 +274,23 @@ static void stats_off(void)
 	if (w.stats_fd >= 0)
 		close(w.stats_fd);
 	w.stats_fd = -1;
+}
+
+/* the traced processes' read and write syscalls since the last look, into io_total */
+static void io_step(__u64 now)
+{
+	if (!w.io_ok)
+		return;
+	struct io_calls d = { 0 };
+	if (!io_calls_step(w.io_pids_fd, opt.comm, bpf_map__fd(w.reqs->maps.exited_calls), &d)) {
+		w.io_ok = false;
+		snprintf(w.io_why, sizeof(w.io_why), "the processes' read counts could not be read (/proc/PID/task/TID/io: "
+						     "no task I/O accounting in this kernel)");
+		return;
+	}
+	w.io_total.reads += d.reads;
+	w.io_total.writes += d.writes;
+	w.io_to = now;
 }
 
 /* both hooks on (sys_exit first: every request whose start is seen can have its end seen) */
@@ -417,6 +459,13 @@ void window_init(struct tracer *t, __u64 t_start)
 		return;
 	}
 	w.reqs = t->reqs;
+	w.io_ok = !opt.cgroup;
+	w.io_pids_fd = opt.cmd || opt.nr_pids ? bpf_map__fd(t->reqs->maps.traced_pids) : -1;
+	if (!w.io_ok)
+		snprintf(w.io_why, sizeof(w.io_why), "with --cgroup the processes' read counts are not summed");
+	w.io_from = now_ns(CLOCK_MONOTONIC);
+	io_step(w.io_from); /* the baseline: nothing before it counts */
+	w.io_total = (struct io_calls){ 0 };
 	w.sampling = t->smp != NULL;
 	w.sample_fd = t->smp ? bpf_program__fd(t->smp->progs.sample_request_stack) : -1;
 	w.stats_fd = -1;
@@ -446,7 +495,7 @@ static void open_window(__u64 now)
 {
 	w.seq += 2;			     /* odd: a window (requests.bpf.c); calibration ran under 0 */
 	w.reqs->bss->window_seq = w.seq | 1; /* before either hook: a late end of an earlier window's request is not ours */
-	req_agg_note(w.counted_before, &w.tracer_before, 0);
+	req_agg_note(w.counted_before, &w.tracer_before, NULL);
 	w.syscalls_before = percpu_u64(w.syscalls_fd, 0);
 	w.busy_before = busy_ns_now();
 	memset(&w.cur, 0, sizeof(w.cur));
@@ -461,14 +510,26 @@ static void open_window(__u64 now)
 		hook_detach(w.exit);
 	if (err)
 		die("--budget: attaching the syscall hooks for a window: %s", strerror(-err));
+	/* right after sys_enter's attach, as the closing look right after its detach: the calls a look misses or
+	 * counts beside the requests the window records are then alike at both edges (taken before the attach,
+	 * the attribution hooks' attach time was a percent of a 100 ms window counted and never recorded); what is
+	 * left is bounded by the edges' times (the analysis widens the interval by it) */
+	io_step(now_ns(CLOCK_MONOTONIC));
+	w.io_at_open = w.io_total;
+	w.cur.open_edge_ns = now_ns(CLOCK_MONOTONIC) - w.cur.open;
 	w.enter_close_at = now_ns(CLOCK_MONOTONIC) + WINDOW_NS;
 	w.phase = W_OPEN;
 }
 
 static void close_enter(void)
 {
+	__u64 t0 = now_ns(CLOCK_MONOTONIC);
 	hook_detach(w.enter);
 	w.cur.enter_closed = now_ns(CLOCK_MONOTONIC);
+	io_step(w.cur.enter_closed);
+	w.cur.calls.reads = w.io_total.reads - w.io_at_open.reads;
+	w.cur.calls.writes = w.io_total.writes - w.io_at_open.writes;
+	w.cur.close_edge_ns = now_ns(CLOCK_MONOTONIC) - t0;
 	w.exit_close_at = w.cur.enter_closed + GRACE_NS;
 	w.phase = W_GRACE;
 }
@@ -489,7 +550,7 @@ static void close_exit(void)
 	x->syscalls = percpu_u64(w.syscalls_fd, 0) - w.syscalls_before;
 	x->busy_ns = busy_ns_now() - w.busy_before;
 	__u64 counted[FST_NR_REQ_KINDS + 1], tracer_ns;
-	req_agg_note(counted, &tracer_ns, x->enter_closed - x->open);
+	req_agg_note(counted, &tracer_ns, x);
 	x->tracer_ns = tracer_ns - w.tracer_before;
 	for (int k = 0; k <= FST_NR_REQ_KINDS; k++)
 		x->counted[k] = counted[k] - w.counted_before[k];
@@ -497,6 +558,13 @@ static void close_exit(void)
 	double len = (double)(x->enter_closed - x->open);
 	w.sum_l += len;
 	w.sum_ll += len * len;
+	for (int c = 0; c < 2; c++) {
+		double a = calls_of(x, c);
+		w.sum_a[c] += a;
+		w.sum_aa[c] += a * a;
+		/* at most the window's call rate times the time from each edge to the look at the counts after it */
+		w.edge_a[c] += len > 0 ? a / len * (double)(x->open_edge_ns + x->close_edge_ns) : 0;
+	}
 	w.nwins_total++;
 	if (w.nwins < MAX_WINDOWS) {
 		if (!(w.nwins & (w.nwins - 1))) { /* grown at each power of two */
@@ -566,6 +634,7 @@ void window_finish(struct tracer *t, __u64 now)
 		nanosleep(&ts, NULL);
 		close_exit();
 	}
+	io_step(now_ns(CLOCK_MONOTONIC));
 	/* the probes' link is gone: tracer_detach must find nothing left to detach, and its stats still read */
 }
 
@@ -590,13 +659,31 @@ bool window_estimate(__u32 sdev, __u16 kind, __u64 now, double *est, double *lo,
 	for (int i = 0; i < w.nr_series; i++)
 		if (w.series[i].key.sdev == sdev && w.series[i].key.kind == kind)
 			x = &w.series[i];
-	double span = (double)(now - w.t_start), rate = x->n / w.sum_l;
-	*est = rate * span;
+	/* the auxiliary, as the analysis's request_windows: the traced processes' own calls of the kind (they slow
+	 * with tracing as the requests do), else the windows' time */
+	int c = w.io_ok ? calls_index(kind) : -1;
+	if (c >= 0 && now > w.io_to + 100000000ull) /* the calls up to now, looked at most ten times a second */
+		io_step(now);
+	double total, sum, sum_sq, cross, edge = 0;
+	if (c >= 0 && w.io_ok && w.sum_a[c] > 0) {
+		total = (double)(c ? w.io_total.writes : w.io_total.reads);
+		sum = w.sum_a[c];
+		sum_sq = w.sum_aa[c];
+		cross = x->na;
+		edge = w.edge_a[c] / w.sum_a[c];
+	} else {
+		total = (double)(now - w.t_start);
+		sum = w.sum_l;
+		sum_sq = w.sum_ll;
+		cross = x->nl;
+	}
+	double rate = x->n / sum;
+	*est = rate * total;
 	/* the ratio estimator's variance from the windows' spread, finite-population corrected (as the analysis) */
-	double ss = x->nn - 2 * rate * x->nl + rate * rate * w.sum_ll;
-	double mean_l = w.sum_l / k, fpc = 1 - w.sum_l / span;
-	double var_rate = (ss > 0 ? ss : 0) / (k - 1) / k / (mean_l * mean_l);
-	double half = t95(k - 1) * sqrt(var_rate * (fpc > 0 ? fpc : 0)) * span;
+	double ss = x->nn - 2 * rate * cross + rate * rate * sum_sq;
+	double mean = sum / k, fpc = total > 0 ? 1 - sum / total : 0;
+	double var_rate = (ss > 0 ? ss : 0) / (k - 1) / k / (mean * mean);
+	double half = t95(k - 1) * sqrt(var_rate * (fpc > 0 ? fpc : 0)) * total + *est * edge;
 	*lo = *est - half > x->n ? *est - half : x->n;
 	*hi = *est + half;
 	return true;
@@ -645,6 +732,17 @@ json *window_header(__u64 t_start, __u64 t_end)
 	jset(o, "cost_why", w.stats_ok ? NULL : jstr(w.stats_why));
 	/* with the windows' windowed_prog_ns, all the windowed programs' run time the statistics counted */
 	jset(o, "calibration_prog_ns", ju64(w.calibration_prog_ns));
+	json *io = jset(o, "io_calls", jobj());
+	if (w.io_ok) {
+		jset(io, "source", jstr("/proc/PID/task/TID/io syscr and syscw of the traced processes' threads, and at "
+					"their exit (task I/O accounting)"));
+		jset(io, "reads_total", ju64(w.io_total.reads));
+		jset(io, "writes_total", ju64(w.io_total.writes));
+		jset(io, "from_ns", ju64(w.io_from));
+		jset(io, "to_ns", ju64(w.io_to));
+	} else {
+		jset(io, "why", jstr(w.io_why));
+	}
 	/* what the budget does not bound: the programs attached all the time, as a share of busy CPU time in the
 	 * windows (their rate outside the windows taken as inside) */
 	jset(o, "always_on_share_in_windows", w.stats_ok && w.busy_ns_sum ? jchk(json_object_new_double((double)w.always_ns_sum / w.busy_ns_sum)) : NULL);
@@ -658,7 +756,8 @@ json *window_header(__u64 t_start, __u64 t_end)
 	jset(o, "windows_kept", ju64(w.nwins));
 	json *fields = jset(o, "window_fields", jarr());
 	const char *names[] = { "open_ns", "enter_closed_ns", "exit_closed_ns", "syscalls", "busy_ns", "tracer_ns",
-				"windowed_prog_ns", "always_prog_ns", "counted_by_kind" };
+				"windowed_prog_ns", "always_prog_ns", "read_calls", "write_calls", "open_edge_ns",
+				"close_edge_ns", "counted_by_kind" };
 	for (int i = 0; i < N(names); i++)
 		jpush(fields, jstr(names[i]));
 	json *wins = jset(o, "windows", jarr());
@@ -673,6 +772,10 @@ json *window_header(__u64 t_start, __u64 t_end)
 		jpush(row, ju64(x->tracer_ns));
 		jpush(row, ju64(x->windowed_prog_ns));
 		jpush(row, ju64(x->always_prog_ns));
+		jpush(row, ju64(x->calls.reads));
+		jpush(row, ju64(x->calls.writes));
+		jpush(row, ju64(x->open_edge_ns));
+		jpush(row, ju64(x->close_edge_ns));
 		jpush(row, ju64_array(x->counted, FST_NR_REQ_KINDS + 1));
 	}
 	return o;
