@@ -825,8 +825,10 @@ static __always_inline int handle_exit(void)
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	struct task_delay_info *delays = BPF_CORE_READ(task, delays);
 	bool traced = current_is_traced();
+	/* with --cgroup the collector sums no process's counts (user/window.c): none is kept for it */
 	struct fst_io_calls c;
-	if (cfg.windowed && traced && task_io_calls(task, &c) && bpf_map_update_elem(&exited_calls, &pid, &c, BPF_ANY))
+	if (cfg.windowed && !cfg.filter_cgroup_id && traced && task_io_calls(task, &c) &&
+	    bpf_map_update_elem(&exited_calls, &pid, &c, BPF_ANY))
 		loss_count(FST_LOSS_EXITED_CALLS);
 	if (delays && traced) {
 		struct fst_task *rec = record_reserve(FST_REC_TASK, sizeof(*rec));
