@@ -810,7 +810,8 @@ static __always_inline int handle_fork(struct task_struct *parent, struct task_s
 }
 
 /* --budget: records.h struct fst_io_calls of the traced threads that exited, by thread id, until the collector
- * takes them (user/procfs.c io_calls_step) */
+ * takes them (user/procfs.c io_calls_step); kept only while it does (exited_calls_on, set by user/window.c) */
+__u32 exited_calls_on;
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, FST_EXITED_CALLS_MAX);
@@ -825,10 +826,8 @@ static __always_inline int handle_exit(void)
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	struct task_delay_info *delays = BPF_CORE_READ(task, delays);
 	bool traced = current_is_traced();
-	/* with --cgroup the collector sums no process's counts (user/window.c): none is kept for it */
 	struct fst_io_calls c;
-	if (cfg.windowed && !cfg.filter_cgroup_id && traced && task_io_calls(task, &c) &&
-	    bpf_map_update_elem(&exited_calls, &pid, &c, BPF_ANY))
+	if (exited_calls_on && traced && task_io_calls(task, &c) && bpf_map_update_elem(&exited_calls, &pid, &c, BPF_ANY))
 		loss_count(FST_LOSS_EXITED_CALLS);
 	if (delays && traced) {
 		struct fst_task *rec = record_reserve(FST_REC_TASK, sizeof(*rec));

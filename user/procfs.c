@@ -142,8 +142,9 @@ bool pid_alive(int pid)
 
 struct io_calls_of {
 	pid_t tid;
-	bool gone;  /* not seen alive at the last look, its exit's counts not yet taken: looked for once more */
-	bool ended; /* its exit's counts were taken at this look */
+	bool gone;		  /* not seen alive at the last look, its exit's counts not yet taken: looked for once more */
+	bool ended;		  /* its exit's counts were taken at this look */
+	unsigned long long start; /* starttime (clock ticks after boot): a reused id starts later */
 	__u64 reads, writes;
 };
 
@@ -198,7 +199,7 @@ static unsigned long long ticks_since_boot(void)
 	return (unsigned long long)ts.tv_sec * hz + (unsigned long long)ts.tv_nsec * hz / 1000000000ull;
 }
 
-static bool io_passes(pid_t pid, int traced_pids_fd, const char *comm)
+static bool io_passes(pid_t pid, int traced_pids_fd)
 {
 	if (pid == getpid()) /* the collector's own reads of /proc are not the workload's */
 		return false;
@@ -208,15 +209,20 @@ static bool io_passes(pid_t pid, int traced_pids_fd, const char *comm)
 		if (bpf_map_lookup_elem(traced_pids_fd, &key, &v))
 			return false;
 	}
-	if (comm) {
-		char buf[64];
-		if (read_proc(pid, "comm", buf, sizeof(buf)) < 0)
-			return false;
-		buf[strcspn(buf, "\n")] = 0;
-		if (strcmp(buf, comm))
-			return false;
-	}
 	return true;
+}
+
+/* a thread of that name (the kernel side's --comm test is the thread's own name too) */
+static bool io_comm_passes(pid_t pid, pid_t tid, const char *comm)
+{
+	char name[64], buf[64];
+	if (!comm)
+		return true;
+	snprintf(name, sizeof(name), "task/%d/comm", tid);
+	if (read_proc(pid, name, buf, sizeof(buf)) < 0)
+		return false;
+	buf[strcspn(buf, "\n")] = 0;
+	return !strcmp(buf, comm);
 }
 
 static struct io_calls_of *io_push(struct io_calls_of **v, size_t *n, size_t *cap)
@@ -231,10 +237,12 @@ static struct io_calls_of *io_push(struct io_calls_of **v, size_t *n, size_t *ca
 	return &(*v)[(*n)++];
 }
 
-static struct io_calls_of *io_was(pid_t tid)
+static struct io_calls_of *io_find(pid_t tid, struct io_calls_of *v, size_t n)
 {
-	return io_seen.taken ? bsearch(&tid, io_seen.v, io_seen.n, sizeof(*io_seen.v), cmp_io_tid) : NULL;
+	return n ? bsearch(&tid, v, n, sizeof(*v), cmp_io_tid) : NULL;
 }
+
+static struct io_calls_of *io_was(pid_t tid) { return io_seen.taken ? io_find(tid, io_seen.v, io_seen.n) : NULL; }
 
 bool io_calls_step(int traced_pids_fd, const char *comm, int exited_fd, struct io_calls *delta)
 {
@@ -250,9 +258,8 @@ bool io_calls_step(int traced_pids_fd, const char *comm, int exited_fd, struct i
 		if (e->d_name[0] < '1' || e->d_name[0] > '9')
 			continue;
 		pid_t pid = atoi(e->d_name);
-		if (!io_passes(pid, traced_pids_fd, comm))
+		if (!io_passes(pid, traced_pids_fd))
 			continue;
-		any = true;
 		char path[64];
 		snprintf(path, sizeof(path), "/proc/%d/task", pid);
 		DIR *td = opendir(path);
@@ -266,8 +273,10 @@ bool io_calls_step(int traced_pids_fd, const char *comm, int exited_fd, struct i
 			char state, name[64], buf[512], *p, *q;
 			unsigned long long start;
 			/* an exited thread (a zombie until reaped) left its counts in exited_fd: taken from there */
-			if (!task_stat(pid, tid, &state, &start) || state == 'Z' || state == 'X')
+			if (!task_stat(pid, tid, &state, &start) || state == 'Z' || state == 'X' ||
+			    !io_comm_passes(pid, tid, comm))
 				continue;
+			any = true;
 			snprintf(name, sizeof(name), "task/%d/io", tid);
 			if (read_proc(pid, name, buf, sizeof(buf)) < 0 || !(p = strstr(buf, "syscr: ")) ||
 			    !(q = strstr(buf, "syscw: ")))
@@ -276,9 +285,10 @@ bool io_calls_step(int traced_pids_fd, const char *comm, int exited_fd, struct i
 			struct io_calls_of *x = io_push(&next, &n, &cap), *was = io_was(tid);
 			x->tid = tid;
 			x->gone = x->ended = false;
+			x->start = start;
 			x->reads = strtoull(p + 7, NULL, 10);
 			x->writes = strtoull(q + 7, NULL, 10);
-			if (was && x->reads >= was->reads && x->writes >= was->writes) {
+			if (was && was->start == start && x->reads >= was->reads && x->writes >= was->writes) {
 				delta->reads += x->reads - was->reads;
 				delta->writes += x->writes - was->writes;
 			} else if (io_seen.taken && start >= io_seen.at) { /* started since the last look */
@@ -289,7 +299,8 @@ bool io_calls_step(int traced_pids_fd, const char *comm, int exited_fd, struct i
 		closedir(td);
 	}
 	closedir(d);
-	qsort(next, n, sizeof(*next), cmp_io_tid);
+	if (n)
+		qsort(next, n, sizeof(*next), cmp_io_tid);
 
 	/* the threads that exited: their calls since the last look (all of them when it did not see them) */
 	__u32 key, prev = 0, *pk = NULL;
@@ -300,10 +311,15 @@ bool io_calls_step(int traced_pids_fd, const char *comm, int exited_fd, struct i
 		prev = key;
 		if (bpf_map_lookup_elem(exited_fd, &key, &c))
 			continue;
-		struct io_calls_of *was = io_was((pid_t)key);
-		__u64 r0 = was ? was->reads : 0, w0 = was ? was->writes : 0;
+		/* the exit fires before /proc shows the thread gone: this look may have counted it alive already, up
+		 * to what it read then; else the last look did */
+		struct io_calls_of *now_seen = io_find((pid_t)key, next, alive), *was = io_was((pid_t)key);
+		struct io_calls_of *base = now_seen ? now_seen : was;
+		__u64 r0 = base ? base->reads : 0, w0 = base ? base->writes : 0;
 		delta->reads += c.reads >= r0 ? c.reads - r0 : 0;
 		delta->writes += c.writes >= w0 ? c.writes - w0 : 0;
+		if (now_seen)
+			now_seen->ended = true; /* gone by the next look, with nothing left to take */
 		if (was)
 			was->ended = true; /* not carried over */
 		bpf_map_delete_elem(exited_fd, &key);
@@ -311,13 +327,14 @@ bool io_calls_step(int traced_pids_fd, const char *comm, int exited_fd, struct i
 	/* threads of the last look neither alive now nor exited yet (their exit raced this look): once more */
 	for (size_t i = 0; i < io_seen.n; i++) {
 		struct io_calls_of *o = &io_seen.v[i];
-		if (o->ended || o->gone || bsearch(&o->tid, next, alive, sizeof(*next), cmp_io_tid))
+		if (o->ended || o->gone || io_find(o->tid, next, alive))
 			continue;
 		struct io_calls_of *x = io_push(&next, &n, &cap);
 		*x = *o;
 		x->gone = true;
 	}
-	qsort(next, n, sizeof(*next), cmp_io_tid);
+	if (n)
+		qsort(next, n, sizeof(*next), cmp_io_tid);
 	free(io_seen.v);
 	io_seen.v = next;
 	io_seen.n = n;

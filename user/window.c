@@ -104,6 +104,7 @@ static struct {
 	bool io_ok;
 	char io_why[200];
 	int io_pids_fd;
+	bool io_done; /* tracing ended: no later call counts */
 	struct io_calls io_total, io_at_open;
 	__u64 io_from, io_to; /* the span io_total covers */
 	double attach_cpu_ns; /* CPU time of one attach + detach of both hooks (the thread walks) */
@@ -246,10 +247,13 @@ static void run_ns_sums(__u64 *windowed, __u64 *always)
 			struct probe *p = &probe_groups[g].probes[i];
 			if (!p->prog)
 				continue;
+			/* a probe with an exit twin (fexit, kretprobe) runs both */
+			__u64 ns = run_ns_of(bpf_program__fd(p->prog)) +
+				   (p->exit_prog ? run_ns_of(bpf_program__fd(p->exit_prog)) : 0);
 			if (is_windowed(p))
-				*windowed += run_ns_of(bpf_program__fd(p->prog));
+				*windowed += ns;
 			else if (p->link)
-				*always += run_ns_of(bpf_program__fd(p->prog));
+				*always += ns;
 		}
 	if (w.sample_fd >= 0)
 		*(w.sampling ? windowed : always) += run_ns_of(w.sample_fd);
@@ -279,11 +283,12 @@ static void stats_off(void)
 /* the traced processes' read and write syscalls since the last look, into io_total */
 static void io_step(__u64 now)
 {
-	if (!w.io_ok)
+	if (!w.io_ok || w.io_done)
 		return;
 	struct io_calls d = { 0 };
 	if (!io_calls_step(w.io_pids_fd, opt.comm, bpf_map__fd(w.reqs->maps.exited_calls), &d)) {
 		w.io_ok = false;
+		w.reqs->bss->exited_calls_on = 0;
 		snprintf(w.io_why, sizeof(w.io_why), "the processes' read counts could not be read (/proc/PID/task/TID/io: "
 						     "no task I/O accounting in this kernel)");
 		return;
@@ -464,7 +469,8 @@ void window_init(struct tracer *t, __u64 t_start)
 	if (!w.io_ok)
 		snprintf(w.io_why, sizeof(w.io_why), "with --cgroup the processes' read counts are not summed");
 	w.io_from = now_ns(CLOCK_MONOTONIC);
-	io_step(w.io_from); /* the baseline: nothing before it counts */
+	w.reqs->bss->exited_calls_on = w.io_ok; /* before the baseline: an exit after it is taken at the next look */
+	io_step(w.io_from);			/* the baseline: nothing before it counts */
 	w.io_total = (struct io_calls){ 0 };
 	w.sampling = t->smp != NULL;
 	w.sample_fd = t->smp ? bpf_program__fd(t->smp->progs.sample_request_stack) : -1;
@@ -635,6 +641,8 @@ void window_finish(struct tracer *t, __u64 now)
 		close_exit();
 	}
 	io_step(now_ns(CLOCK_MONOTONIC));
+	w.io_done = true; /* serve's last exposition after this counts nothing more */
+	w.reqs->bss->exited_calls_on = 0;
 	/* the probes' link is gone: tracer_detach must find nothing left to detach, and its stats still read */
 }
 
