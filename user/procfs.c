@@ -13,7 +13,6 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 #include <bpf/bpf.h>
 #include "env.h"
@@ -125,19 +124,41 @@ void add_pid_tree(int map_fd, int pid)
 	closedir(d);
 }
 
+/* a /proc/PID file into buf (NUL-terminated); its length, or -1 */
+static ssize_t read_proc(pid_t pid, const char *name, char *buf, size_t len)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/%s", pid, name);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, buf, len - 1);
+	close(fd);
+	if (n < 0)
+		return -1;
+	buf[n] = 0;
+	return n;
+}
+
+/* the state letter and starttime (clock ticks after boot) from a stat file of /proc/PID (a process's "stat" or
+ * a thread's "task/TID/stat"); false when it is gone */
+static bool proc_stat(pid_t pid, const char *name, char *state, unsigned long long *start)
+{
+	char buf[1024];
+	if (read_proc(pid, name, buf, sizeof(buf)) < 0)
+		return false;
+	char *p = strrchr(buf, ')'); /* comm may contain spaces and parentheses */
+	/* after comm: the state, 18 more fields, then starttime (proc(5) field 22) */
+	return p && sscanf(p + 2, "%c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+			   state, start) == 2;
+}
+
 /* running or sleeping; a zombie waiting for its parent counts as gone */
 bool pid_alive(int pid)
 {
-	char path[64], buf[512];
-	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return false;
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	char *paren = strrchr(buf, ')'); /* comm may contain spaces and parentheses */
-	return paren && paren[1] == ' ' && paren[2] != 'Z' && paren[2] != 'X';
+	char state;
+	unsigned long long start;
+	return proc_stat(pid, "stat", &state, &start) && state != 'Z' && state != 'X';
 }
 
 struct io_calls_of {
@@ -162,42 +183,8 @@ static int cmp_io_tid(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* a /proc/PID file into buf (NUL-terminated); its length, or -1 */
-static ssize_t read_proc(pid_t pid, const char *name, char *buf, size_t len)
-{
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/%d/%s", pid, name);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	ssize_t n = read(fd, buf, len - 1);
-	close(fd);
-	if (n < 0)
-		return -1;
-	buf[n] = 0;
-	return n;
-}
-
-/* a task's state letter and starttime (clock ticks after boot) from its stat file; false when gone */
-static bool task_stat(pid_t pid, pid_t tid, char *state, unsigned long long *start)
-{
-	char name[64], buf[1024];
-	snprintf(name, sizeof(name), "task/%d/stat", tid);
-	if (read_proc(pid, name, buf, sizeof(buf)) < 0)
-		return false;
-	char *p = strrchr(buf, ')'); /* comm may contain spaces and parentheses */
-	/* after comm: the state, 18 more fields, then starttime (proc(5) field 22) */
-	return p && sscanf(p + 2, "%c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
-			   state, start) == 2;
-}
-
-static unsigned long long ticks_since_boot(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_BOOTTIME, &ts);
-	long hz = sysconf(_SC_CLK_TCK);
-	return (unsigned long long)ts.tv_sec * hz + (unsigned long long)ts.tv_nsec * hz / 1000000000ull;
-}
+/* now in the clock ticks of /proc's starttime */
+static unsigned long long ticks_since_boot(void) { return now_ns(CLOCK_BOOTTIME) / (1000000000ull / sysconf(_SC_CLK_TCK)); }
 
 static bool io_passes(pid_t pid, int traced_pids_fd)
 {
@@ -273,7 +260,8 @@ bool io_calls_step(int traced_pids_fd, const char *comm, int exited_fd, struct i
 			char state, name[64], buf[512], *p, *q;
 			unsigned long long start;
 			/* an exited thread (a zombie until reaped) left its counts in exited_fd: taken from there */
-			if (!task_stat(pid, tid, &state, &start) || state == 'Z' || state == 'X' ||
+			snprintf(name, sizeof(name), "task/%d/stat", tid);
+			if (!proc_stat(pid, name, &state, &start) || state == 'Z' || state == 'X' ||
 			    !io_comm_passes(pid, tid, comm))
 				continue;
 			any = true;
