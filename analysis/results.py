@@ -132,7 +132,7 @@ HEADER_SCHEMA = {
     "request_bounds": Opt({"at": str, "why": str, "kinds": MapOf(str)}),
     "work_functions": Opt({"found_by": str, "found": MapOf(bool)}),
     "request_records": Opt({"mode": str, "record_over_ns": COUNT}),
-    "io_stack_sampling": Opt({"mode": str, "every_ns": COUNT, "unsampled_id": INT}),
+    "io_stack_sampling": Opt({"mode": str, "every_ns": COUNT, "unsampled_id": INT, "windows_only": Opt(bool)}),
     "offcpu": Opt(Null({"walked_at": Opt(str), "sampling": Opt(str), "threshold_ns": Opt(COUNT),
                         "folded": Opt(ListOf(Tuple(str, INT, INT))), "stack_lost_ns": Opt(INT),
                         "stack_lost_ns_by_reason": Opt(MapOf(INT)), "dropped_ns_by_reason": Opt(MapOf(INT))})),

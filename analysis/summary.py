@@ -352,7 +352,9 @@ def device_stats(res):
             st["by_origin_method"] = (
                 "every block request's queue stack" if sampled["mode"] == "all" else
                 "queue stacks of at most one bio per %g ms per CPU (the rest 'not sampled'): the origin shares "
-                "of the sampled ones estimate the whole" % (sampled["every_ns"] / 1e6))
+                "of the sampled ones estimate the whole" % (sampled["every_ns"] / 1e6)) + (
+                "; taken only in the request windows (--budget), which are placed at random"
+                if sampled.get("windows_only") else "")
         st["by_charge"] = {
             name: {"requests": int((reads["charge"] == int(v)).sum()),
                    "bytes": int(reads["bytes"][reads["charge"] == int(v)].sum())}

@@ -71,7 +71,8 @@ static __always_inline void charge_current(struct fst_bio_start *s, struct task_
 	__u32 pid = (__u32)bpf_get_current_pid_tgid();
 
 	s->queue_pid = pid;
-	current_comm(s->comm);
+	if (!cfg.no_io_records) /* the io record's only: serve writes none */
+		current_comm(s->comm);
 	if (cfg.requests ? state_is_traced(st) : current_is_traced()) {
 		s->pid = pid;
 		s->charge = FST_CHARGE_DIRECT;
@@ -95,10 +96,19 @@ struct {
 	__type(value, __u64);
 } io_stack_last SEC(".maps");
 
+/*
+ * Set by the collector outside --budget's windows (user/window.c attribution_on): the queue stacks are a sample,
+ * taken where the other samples are.  A walk of a bio's queueing stack is the dearest thing the always-on block
+ * handlers do (several µs in a VM, on a cold read's critical path).
+ */
+bool io_stacks_paused;
+
 static __always_inline __s32 io_stack(void *ctx, __u64 now)
 {
 	if (!cfg.offcpu_stacks)
 		return -1;
+	if (io_stacks_paused)
+		return FST_STACK_UNSAMPLED;
 	if (!cfg.io_stacks_all) {
 		__u32 zero = 0;
 		__u64 *last = bpf_map_lookup_elem(&io_stack_last, &zero);

@@ -168,9 +168,56 @@ def test_budget_sizes_the_windows_and_is_checked(tmp_path, mounted):
     assert p.returncode != 0 and "--budget wants a percentage above 0 and at most 100" in p.stdout
 
 
+def test_bio_queue_stacks_are_sampled_only_in_windows(tmp_path, mounted):
+    """The sampled bio queue stacks are a sample like perf's: taken only while the request hooks are attached,
+    every other bio's request marked unsampled; the origin shares say so."""
+    out = tmp_path / "out"
+    # cold passes over the file, in short bursts spread over the traced time: bios in and out of the windows
+    reader = ("end=$(($(date +%%s) + 6)); while [ $(date +%%s) -lt $end ]; do echo 1 > /proc/sys/vm/drop_caches; "
+              "cat %s > /dev/null; sleep 0.05; done" % os.path.join(mounted, "big.bin"))
+    p = subprocess.Popen([FSTRACE, "attach", "--mount", mounted, "--duration", "9", "--interval", "0",
+                          "--window-duty", "0.3", "-o", str(out)], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    seen = ""
+    while "attached:" not in seen:
+        line = p.stdout.readline()
+        assert line, seen
+        seen += line
+    subprocess.run(["sh", "-c", reader], check=True)
+    rest = p.communicate(timeout=120)[0]
+    assert p.returncode == 0, seen + rest
+    res = results.load(str(out / "results.fst"))
+    assert res.header["io_stack_sampling"]["mode"] == "sampled"
+    assert res.header["io_stack_sampling"]["windows_only"] is True
+    rw = res.header["request_windows"]
+    rows = [dict(zip(rw["window_fields"], r)) for r in rw["windows"]]
+    assert len(rows) >= 3
+    io = res.records["io"]
+    q = io["ts_queue_ns"].astype(np.int64)
+    io = io[q > 0]
+    q = q[q > 0]
+    stack = io["queue_stack"].astype(np.int64)
+    unsampled = res.header["io_stack_sampling"]["unsampled_id"]
+    # within a window: from shortly before its open (the stacks resume with the attribution hooks, attached
+    # before sys_exit) to its sys_exit's detach
+    lead = 50_000_000
+    inside = np.zeros(len(io), dtype=bool)
+    for r in rows:
+        inside |= (q >= r["open_ns"] - lead) & (q <= r["exit_closed_ns"])
+    assert (~inside).sum() > 100 and inside.sum() > 20, (int((~inside).sum()), int(inside.sum()))
+    walked = stack >= 0
+    assert walked.sum() > 0
+    assert not (walked & ~inside).any(), "%d stacks walked outside every window" % (walked & ~inside).sum()
+    assert (stack[~inside] == unsampled).all()
+    s = json.loads((out / "summary.json").read_text())
+    dev = next(d for d in s["devices"].values() if d.get("by_origin_method"))
+    assert "only in the request windows" in dev["by_origin_method"]
+
+
 def test_budget_100_is_always_on(tmp_path, mounted):
     res, s, fio_ios, _ = _attach_around_fio(tmp_path, mounted, "--budget", "100")
     assert s["request_windows"] == {"active": False, "why": "always attached (--budget 100)"}
+    assert res.header["io_stack_sampling"]["windows_only"] is False
     # always on: every read fio did is seen (fio ran inside the attach)
     counted = S.request_stats(S.fs_requests(res, kinds=("read",)), S.counted_requests(res, kinds=("read",)),
                               res.schema)

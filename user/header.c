@@ -214,6 +214,8 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 	jset(o, "mode", jstr(!opt.sample_hz ? "off" : (opt.io_stacks_all ? "all" : "sampled")));
 	jset(o, "every_ns", ju64(FST_IO_STACK_EVERY_NS));
 	jset(o, "unsampled_id", ji64(FST_STACK_UNSAMPLED));
+	/* --budget: taken only while the request hooks are attached, like the other samples (user/window.c) */
+	jset(o, "windows_only", jbool(opt.sample_hz && !opt.io_stacks_all && window_active()));
 	o = jset(h, "reader", jobj());
 	jset(o, "wakeup_bytes", ju64(FST_RINGBUF_BYTES / 4));
 	jset(o, "ringbuf_bytes", ju64(FST_RINGBUF_BYTES));

@@ -44,6 +44,7 @@
 #include "procfs.h"
 #include "stacks.h"
 #include "window.h"
+#include "block.skel.h"
 #include "requests.skel.h"
 #include "sample.skel.h"
 
@@ -111,8 +112,9 @@ static struct {
 	double cost_on;	      /* share of busy CPU time the hooks cost while attached (estimate) */
 	double busy_per_s0;   /* the system's busy CPU ns per second before the first window */
 	bool cost_known;
-	bool sampling; /* perf sampling is on (enabled only in windows) */
-	double duty;   /* share of time in windows this period */
+	bool sampling;	       /* perf sampling is on (enabled only in windows) */
+	struct block_bpf *blk; /* its bio queue stacks are paused outside windows */
+	double duty;	       /* share of time in windows this period */
 	enum { W_CLOSED,
 	       W_OPEN,
 	       W_GRACE } phase;
@@ -435,6 +437,8 @@ static void attribution_on(bool on)
 	}
 	if (w.sampling)
 		sampling_enable(on);
+	if (w.blk && !opt.io_stacks_all) /* the sampled bio queue stacks too (block.bpf.c io_stack); all: asked for */
+		w.blk->bss->io_stacks_paused = !on;
 }
 
 void window_init(struct tracer *t, __u64 t_start)
@@ -473,6 +477,7 @@ void window_init(struct tracer *t, __u64 t_start)
 	io_step(w.io_from);			/* the baseline: nothing before it counts */
 	w.io_total = (struct io_calls){ 0 };
 	w.sampling = t->smp != NULL;
+	w.blk = t->blk;
 	w.sample_fd = t->smp ? bpf_program__fd(t->smp->progs.sample_request_stack) : -1;
 	w.stats_fd = -1;
 	w.stats_ok = true;
@@ -484,8 +489,10 @@ void window_init(struct tracer *t, __u64 t_start)
 	__u64 busy0 = busy_ns_now(), t0 = now_ns(CLOCK_MONOTONIC), cpu0 = thread_cpu_ns();
 	hook_detach(w.enter);
 	hook_detach(w.exit);
-	usleep(100000);	       /* a first look at the system's busy time before the calibration adds to it */
-	attribution_on(false); /* off in the calibration too: its program time is the syscall hooks' alone */
+	/* off until the first window, the calibration included (its program time is the syscall hooks' alone); the
+	 * bio queue stacks with them, taken from here on only in windows */
+	attribution_on(false);
+	usleep(100000); /* a first look at the system's busy time before the calibration adds to it */
 	int err = calibrate(busy0, t0, cpu0);
 	if (err)
 		die("--budget: attaching the syscall hooks for calibration: %s", strerror(-err));
