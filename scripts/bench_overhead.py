@@ -28,10 +28,11 @@ Then, per case, STATS_RUNS runs each of fstrace-full, fstrace-untraced, the wind
 configurations and bpftrace-hist with kernel.bpf_stats_enabled=1 (off for the throughput runs: it
 times every BPF program run, tracers' alike): each program's cost per event
 (run_time_ns / run_cnt, the median over the runs, and their range) beside the
-events per second it handled.  With a windowed configuration, COVER_RUNS warm randreads of
-COVER_RUNTIME_S each under it: fio's own read count against the windows' 95 % interval (the cases above are
-too short for the windows a 1 % budget opens).  Last, the main command's
-own profile: the share of on-CPU samples inside requests that were fstrace's.
+events per second of the workload it handled; for a windowed configuration, the CPU time per second of the
+workload its programs attached all the time took (the bound on what they can cost its throughput).  With a
+windowed configuration, COVER_RUNS warm randreads of COVER_RUNTIME_S each under it: fio's own read count
+against the windows' 95 % interval (the cases above are too short for the windows a 1 % budget opens).
+Last, the main command's own profile: the share of on-CPU samples inside requests that were fstrace's.
 Workloads: fio 4 KiB randread cold (caches dropped), warm (file in the page
 cache, time based), and tar of the tree (cold).  Throughput is the workload's
 own figure; ratios are traced/untraced within one repetition, and each median carries a distribution-free 95 %
@@ -83,6 +84,7 @@ CASES = ["fio-randread-4k-cold", "fio-randread-4k-warm", "tar-seqread-cold"]
 CONFIGS = ["none", "fstrace-floor", "fstrace-full", "fstrace-nosample", "fstrace-records-all", "fstrace-block",
            "fstrace-serve", "fstrace-attach", "fstrace-serve-budget", "fstrace-untraced", "bpftrace-hist", "biolatency"]
 BPFTRACE_HIST = "tracepoint:block:block_rq_complete { @bytes = hist(args->nr_sector * 512); }"
+SAMPLING = "perf_event sampling"  # perf sampling's row among the programs
 
 
 def log(msg):
@@ -168,13 +170,19 @@ def run_one(config, argv, cwd, devs, work):
         res = results.load(fst)
         n = sum(len(a) for a in res.records.values())
         span = (res.header["time"]["end_ns"] - res.header["time"]["start_ns"]) / 1e9
+        wl = res.header.get("workload") or {}
+        rw = res.header.get("request_windows") or {}
         info = {"records": n, "records_per_s": n / span if span else None,
                 "dropped": sum(res.header["drops"].values()),
                 "load_attach_s": res.header["time"]["load_attach_ns"] / 1e9,
                 "probes": [(p["probe"], p["runs"], p.get("run_ns", 0)) for p in res.header["probes"] if p["runs"]]
-                + ([("perf_event sampling", res.header["sampling"]["runs"], res.header["sampling"]["run_ns"])]
+                + ([(SAMPLING, res.header["sampling"]["runs"], res.header["sampling"]["run_ns"])]
                    if res.header["sampling"].get("runs") else []),
-                "span_s": span}
+                # per second of the workload: what the programs did before it started (--budget's calibration) is
+                # the windowed hooks', and the tracer's start and end are no part of the workload's time
+                "span_s": (wl["end_ns"] - wl["start_ns"]) / 1e9 if wl.get("start_ns") and wl.get("end_ns") else span,
+                "windowed_probes": (rw.get("windowed_probes", []) + ([SAMPLING] if rw.get("sampling_windowed") else [])
+                                    if rw.get("active") else [])}
         if config in WINDOWED:
             w = summary.request_windows(res)
             info["windows"] = {k: w.get(k) for k in ("active", "why", "fraction", "windows", "seen", "estimate",
@@ -249,18 +257,28 @@ COVER_RUNTIME_S = 30
 
 
 def probe_costs(infos):
-    """[{program, runs, events_per_s, ns_per_event, ns_per_event_range}] over runs with bpf stats on (infos, one
-    per run): each program's median over the runs it ran in, heaviest first."""
+    """[{program, runs, events_per_s, ns_per_event, ns_per_event_range, windowed}] over runs with bpf stats on
+    (infos, one per run): each program's median over the runs it ran in, heaviest first; windowed: attached only
+    in --budget's windows."""
     per = {}
+    windowed = set()
     for info in infos:
         span = info.get("span_s") or 0
+        windowed.update(info.get("windowed_probes") or [])
         for name, runs, ns in info.get("probes", []):
             if runs and span:
                 per.setdefault(name, []).append((runs, runs / span, ns / runs))
     rows = [{"program": name, "runs": statistics.median(r[0] for r in v),
              "events_per_s": statistics.median(r[1] for r in v), "ns_per_event": statistics.median(r[2] for r in v),
-             "ns_per_event_range": [min(r[2] for r in v), max(r[2] for r in v)]} for name, v in per.items()]
+             "ns_per_event_range": [min(r[2] for r in v), max(r[2] for r in v)], "windowed": name in windowed}
+            for name, v in per.items()]
     return sorted(rows, key=lambda p: -p["events_per_s"] * p["ns_per_event"])
+
+
+def always_on_ms_per_s(costs):
+    """CPU ms per second of the workload that the programs attached all the time took (probe_costs rows: the
+    windowed ones left out), their statistics' own clock reads included."""
+    return sum(p["events_per_s"] * p["ns_per_event"] for p in costs if not p.get("windowed")) / 1e6
 
 
 def main_command_profile(cache, scale):
@@ -390,6 +408,16 @@ def targets(out):
             wc = (r or {}).get("window_counts")
             if wc:
                 rows.append(coverage_row(cfg, case, wc))
+            if r and r.get("always_on_ms_per_s") is not None:
+                ms = r["always_on_ms_per_s"]
+                # a workload that waits on every one of them loses this share of its throughput; one that runs
+                # beside them (a completion on the other CPU) less: the bound behind the ratio target above
+                rows.append({"what": "%s: programs attached all the time, CPU ms per s of %s" % (cfg, case),
+                             "target": "< %g" % (1000 * (1 - BUDGET_TARGET)), "median": ms,
+                             "verdict": "within %g %% of one CPU" % (100 * (1 - BUDGET_TARGET))
+                             if ms < 1000 * (1 - BUDGET_TARGET) else
+                             "above %g %% of one CPU: a workload waiting on all of them would lose up to %.1f %%"
+                             % (100 * (1 - BUDGET_TARGET), ms / 10)})
         pair = res.get("block_vs_biolatency")
         if pair and pair.get("median_interval"):
             lo, hi = pair["median_interval"]
@@ -532,6 +560,8 @@ def main():
                         stat_infos[cfg].append(run_one(cfg, case["argv"], case["cwd"], devs, work))
             for cfg in stat_cfgs:
                 res[cfg]["probe_costs"] = probe_costs(stat_infos[cfg])
+                if cfg in WINDOWED:
+                    res[cfg]["always_on_ms_per_s"] = always_on_ms_per_s(res[cfg]["probe_costs"])
             out["cases"][name] = res
         windowed = [c for c in WINDOWED if c in have]
         if windowed and "fio-randread-4k-warm" in cases_wanted:
@@ -582,8 +612,9 @@ def render(out):
                 continue
             for p in r.get("probe_costs") or []:
                 lo, hi = p.get("ns_per_event_range") or (p["ns_per_event"], p["ns_per_event"])
-                lines.append("  per-event cost %-22s %-18s %-34s %10.0f events/s %8.0f ns/event (%.0f-%.0f)" % (
-                    case, cfg, p["program"][:34], p["events_per_s"] or 0, p["ns_per_event"] or 0, lo, hi))
+                lines.append("  per-event cost %-22s %-18s %-34s %10.0f events/s %8.0f ns/event (%.0f-%.0f)%s" % (
+                    case, cfg, p["program"][:34], p["events_per_s"] or 0, p["ns_per_event"] or 0, lo, hi,
+                    " windowed" if p.get("windowed") else ""))
     for t in out.get("targets", []):
         lines.append("target %-58s %-12s %s %.3f%s%s: %s" % (
             t["what"], t["target"], "median" if "interval" in t else "value", t["median"],

@@ -358,6 +358,25 @@ def test_bench_median_interval_is_the_order_statistic_one():
     assert B.verdict([0.98, 0.99], 0.97, 0.75).startswith("undecided")
 
 
+@pytest.mark.unit
+def test_bench_always_on_cost_leaves_the_windowed_programs_out():
+    """A windowed configuration's programs attached all the time: their CPU per second of the workload, from the
+    per-program costs of the runs with statistics on, the programs --budget attaches only in windows (the header's
+    windowed_probes, and perf sampling when windowed) left out."""
+    from scripts import bench_overhead as B
+    infos = [{"span_s": 2.0, "windowed_probes": ["sys_enter", "sys_exit", B.SAMPLING],
+              "probes": [("sys_enter", 400000, 40000000), ("sys_exit", 400000, 40000000),
+                         ("block_rq_complete", 20000, 10000000), (B.SAMPLING, 200, 400000)]},
+             {"span_s": 1.0, "windowed_probes": ["sys_enter", "sys_exit"],
+              "probes": [("block_rq_complete", 10000, 6000000), ("erofs_map_blocks_exit", 1000, 300000)]}]
+    costs = {p["program"]: p for p in B.probe_costs(infos)}
+    assert costs["sys_enter"]["windowed"] and costs[B.SAMPLING]["windowed"]
+    assert not costs["block_rq_complete"]["windowed"]
+    # block_rq_complete: 10 000 events/s at the median of 500 and 600 ns; erofs: 1000/s at 300 ns
+    assert costs["block_rq_complete"]["events_per_s"] == 10000 and costs["block_rq_complete"]["ns_per_event"] == 550
+    assert B.always_on_ms_per_s(list(costs.values())) == pytest.approx(10000 * 550 / 1e6 + 1000 * 300 / 1e6)
+
+
 def bench_mounts(pids):
     """(mount point, loop device, its backing file) of the image mounts whose tree processes pids work in (a
     bench's own: its mount points are in a temporary directory of its own, whatever other benches run)."""
