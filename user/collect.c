@@ -302,6 +302,7 @@ int main(int argc, char **argv)
 	struct tracer t = {};
 	tracer_load(&t);
 	tracer_set_filters(&t, ri.child);
+	window_prepare(&t); /* before anything is attached */
 	struct ring_buffer *rb = ring_buffer__new(bpf_map__fd(t.blk->maps.events), handle_record, opt.out ? &res : NULL,
 						  NULL);
 	if (!rb)
@@ -338,6 +339,7 @@ int main(int argc, char **argv)
 		close(opt.ready_fd);
 	}
 	if (ri.child > 0) {
+		ri.t_child_go = now_ns(CLOCK_MONOTONIC);
 		if (write(go, "g", 1) != 1)
 			die("starting command: %s", strerror(errno));
 		close(go);

@@ -177,7 +177,7 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 	jset(h, "loop_charging", jbool(cfg->loop_rootcg_workfn != 0));
 	jset(h, "filter", json_filter(ri->child));
 	o = jset(h, "workload", jobj());
-	jset(o, "start_ns", ju64(ri->t_start));
+	jset(o, "start_ns", ju64(ri->child > 0 ? ri->t_child_go : ri->t_start));
 	jset(o, "end_ns", ju64(ri->t_child_exit));
 	jset(o, "exit_status", ji64(ri->child > 0 && WIFEXITED(ri->wstatus) ? WEXITSTATUS(ri->wstatus) : -1));
 	jset(o, "signal", ji64(ri->child > 0 && WIFSIGNALED(ri->wstatus) ? WTERMSIG(ri->wstatus) : 0));
@@ -215,7 +215,7 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 	jset(o, "every_ns", ju64(FST_IO_STACK_EVERY_NS));
 	jset(o, "unsampled_id", ji64(FST_STACK_UNSAMPLED));
 	/* --budget: taken only while the request hooks are attached, like the other samples (user/window.c) */
-	jset(o, "windows_only", jbool(opt.sample_hz && !opt.io_stacks_all && window_active()));
+	jset(o, "windows_only", jbool(window_io_stacks()));
 	o = jset(h, "reader", jobj());
 	jset(o, "wakeup_bytes", ju64(FST_RINGBUF_BYTES / 4));
 	jset(o, "ringbuf_bytes", ju64(FST_RINGBUF_BYTES));

@@ -19,7 +19,7 @@ struct run_info {
 	__u64 t_start, t_end, t_start_real; /* the traced interval (and its start in CLOCK_REALTIME) */
 	pid_t child;			    /* the command's pid, or <= 0 */
 	int wstatus;
-	__u64 t_child_exit;
+	__u64 t_child_go, t_child_exit; /* the command let go (after the attach and --budget's calibration), ended */
 	bool interrupted;
 	const struct diskstat *ds_start, *ds_end; /* per traced device */
 	struct expired expired;

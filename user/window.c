@@ -423,6 +423,10 @@ static bool is_attribution_hook(const char *name)
 	return false;
 }
 
+/* whether the sampled bio queue stacks are taken only in windows (block.bpf.c io_stack); --io-stacks all: every
+ * bio's, as asked */
+static bool io_stacks_windowed(void) { return opt.sample_hz > 0 && !opt.io_stacks_all; }
+
 /* the attribution hooks and sampling on, before a window's sys_exit and sys_enter; off after them */
 static void attribution_on(bool on)
 {
@@ -437,14 +441,28 @@ static void attribution_on(bool on)
 	}
 	if (w.sampling)
 		sampling_enable(on);
-	if (w.blk && !opt.io_stacks_all) /* the sampled bio queue stacks too (block.bpf.c io_stack); all: asked for */
+	if (w.blk && io_stacks_windowed()) /* the sampled bio queue stacks too */
 		w.blk->bss->io_stacks_paused = !on;
+}
+
+void window_prepare(struct tracer *t)
+{
+	bool asked = opt.budget_pct < 100 || opt.window_duty > 0;
+	if (asked && io_stacks_windowed())
+		t->blk->bss->io_stacks_paused = true;
+}
+
+/* no windows after all: what window_prepare held off is taken all the time */
+static void no_windows(struct tracer *t)
+{
+	t->blk->bss->io_stacks_paused = false;
 }
 
 void window_init(struct tracer *t, __u64 t_start)
 {
 	if (opt.budget_pct >= 100 && opt.window_duty <= 0) {
 		snprintf(w.why, sizeof(w.why), "always attached (--budget 100)");
+		no_windows(t);
 		return;
 	}
 	for (int g = 0; g < nr_probe_groups; g++)
@@ -460,11 +478,13 @@ void window_init(struct tracer *t, __u64 t_start)
 	if (!t->reqs || !w.enter || !w.exit || !w.enter->link || !w.exit->link) {
 		snprintf(w.why, sizeof(w.why), "requests are not bounded by the syscall tracepoints here: nothing "
 					       "taxes every syscall, so nothing is windowed");
+		no_windows(t);
 		return;
 	}
 	if (w.enter->tier != FST_TIER_TP_BTF && w.enter->tier != FST_TIER_RAW_TP) {
 		snprintf(w.why, sizeof(w.why), "requests are bounded by %s, which costs only the hooked functions",
 			 tier_name(w.enter->tier));
+		no_windows(t);
 		return;
 	}
 	w.reqs = t->reqs;
@@ -652,6 +672,8 @@ void window_finish(struct tracer *t, __u64 now)
 	w.reqs->bss->exited_calls_on = 0;
 	/* the probes' link is gone: tracer_detach must find nothing left to detach, and its stats still read */
 }
+
+bool window_io_stacks(void) { return w.active && io_stacks_windowed(); }
 
 bool window_active(void) { return w.active; }
 

@@ -12,6 +12,9 @@
 
 struct tracer;
 
+/* after tracer_load, before the attach: when a budget is asked for, what is taken only in windows (the sampled
+ * bio queue stacks) is held off from the attach on; window_init lets it go if there are no windows */
+void window_prepare(struct tracer *t);
 /* after tracer_attach: decide whether windows apply, measure the slow path, leave the hooks detached until
  * the first window; t_start: CLOCK_MONOTONIC ns of the traced interval's start */
 void window_init(struct tracer *t, __u64 t_start);
@@ -29,6 +32,8 @@ double window_fraction(__u64 now);
 double window_always_on_share(void);
 unsigned window_count(void);
 bool window_active(void);
+/* the sampled bio queue stacks were taken only in windows */
+bool window_io_stacks(void);
 /* serve: the requests of (sdev, kind) since the start estimated from the windows so far, with a 95 % interval
  * (as the analysis's request_windows); false while there is no estimate (windows off, or fewer than two) */
 bool window_estimate(__u32 sdev, __u16 kind, __u64 now, double *est, double *lo, double *hi);
