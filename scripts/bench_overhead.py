@@ -412,12 +412,12 @@ def targets(out):
                 ms = r["always_on_ms_per_s"]
                 # a workload that waits on every one of them loses this share of its throughput; one that runs
                 # beside them (a completion on the other CPU) less: the bound behind the ratio target above
+                limit_ms, pct = 1000 * (1 - BUDGET_TARGET), 100 * (1 - BUDGET_TARGET)
                 rows.append({"what": "%s: programs attached all the time, CPU ms per s of %s" % (cfg, case),
-                             "target": "< %g" % (1000 * (1 - BUDGET_TARGET)), "median": ms,
-                             "verdict": "within %g %% of one CPU" % (100 * (1 - BUDGET_TARGET))
-                             if ms < 1000 * (1 - BUDGET_TARGET) else
+                             "target": "< %g" % limit_ms, "median": ms,
+                             "verdict": "within %g %% of one CPU" % pct if ms < limit_ms else
                              "above %g %% of one CPU: a workload waiting on all of them would lose up to %.1f %%"
-                             % (100 * (1 - BUDGET_TARGET), ms / 10)})
+                             % (pct, ms / 10)})
         pair = res.get("block_vs_biolatency")
         if pair and pair.get("median_interval"):
             lo, hi = pair["median_interval"]

@@ -18,6 +18,7 @@
 #include "probes.h"
 #include "procfs.h"
 #include "stacks.h"
+#include "window.h"
 #include "block.skel.h"
 #include "requests.skel.h"
 #include "erofs.skel.h"
@@ -267,7 +268,7 @@ static void fill_cfg(struct fst_cfg *out)
 	c->requests = !opt.block_only;
 	c->records_all = opt.records_all;
 	c->records_none = opt.records_none;
-	c->windowed = opt.budget_pct < 100 || opt.window_duty > 0;
+	c->windowed = window_asked();
 	c->no_io_records = opt.no_io_records;
 	c->io_sums = opt.exposition != NULL;
 	c->per_comm = opt.per_comm;

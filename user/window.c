@@ -445,10 +445,11 @@ static void attribution_on(bool on)
 		w.blk->bss->io_stacks_paused = !on;
 }
 
+bool window_asked(void) { return opt.budget_pct < 100 || opt.window_duty > 0; }
+
 void window_prepare(struct tracer *t)
 {
-	bool asked = opt.budget_pct < 100 || opt.window_duty > 0;
-	if (asked && io_stacks_windowed())
+	if (window_asked() && io_stacks_windowed())
 		t->blk->bss->io_stacks_paused = true;
 }
 
@@ -460,7 +461,7 @@ static void no_windows(struct tracer *t)
 
 void window_init(struct tracer *t, __u64 t_start)
 {
-	if (opt.budget_pct >= 100 && opt.window_duty <= 0) {
+	if (!window_asked()) {
 		snprintf(w.why, sizeof(w.why), "always attached (--budget 100)");
 		no_windows(t);
 		return;
