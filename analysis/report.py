@@ -86,6 +86,12 @@ def render(s, full=True):
             w("      timing: %s; 95 %% error of the total +-%.2f ms" % (est["method"], est["error_ns_95"] / 1e6))
         elif est.get("method"):
             w("      timing: %s" % est["method"])
+        col = tr.get("collector") or {}
+        if col.get("cpu_ms_per_s") is not None:
+            w("    the collector process itself: %.1f ms of CPU per second over %s (%.0f ms in all: reading and filing"
+              " the records, its windows and timers)" % (col["cpu_ms_per_s"], col["over"], col["cpu_ns"] / 1e6))
+        elif col.get("why"):
+            w("    the collector process itself: unavailable (%s)" % col["why"])
 
     for p, slots in sorted((a.get("part_hist_log2_us") or {}).items()):  # the parts the summary has
         if a["shares"].get(p) and a["shares"][p] >= 0.1 and p != "missed_ns":

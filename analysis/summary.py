@@ -209,6 +209,23 @@ def tracer_estimate(header):
             "time_every": ts["time_every"], "error_ns_95": 1.96 * math.sqrt(var), "sites": sites}
 
 
+def collector_cpu(header):
+    """The collector process's own CPU time (reading and filing the records, --budget's windows, its timers): while
+    the workload ran where it started one (--budget's calibration before it left out), else over the traced
+    interval; or why unknown."""
+    c, wl, t = header.get("collector") or {}, header.get("workload") or {}, header["time"]
+    if wl.get("collector_cpu_ns") is not None and wl.get("start_ns"):
+        ns, span, over = wl["collector_cpu_ns"], t["end_ns"] - wl["start_ns"], "the workload"
+    elif c.get("cpu_ns") is not None:
+        ns, span, over = c["cpu_ns"], t["end_ns"] - t["start_ns"], "the traced interval"
+    else:
+        return {"available": False, "why": "this collector did not record its own CPU time"}
+    return {"available": True, "cpu_ns": ns, "span_ns": span, "over": over,
+            "cpu_ms_per_s": ns / span * 1e3 if span > 0 else None,
+            "method": "CLOCK_PROCESS_CPUTIME_ID of the collector (every thread, user and system) at the start and "
+                      "end of %s; its BPF programs' time is not in it (per_probe)" % over}
+
+
 def tracer_cost(res, attr):
     """What fstrace itself cost the requests: the tracer part (its handlers' run time, sampled timing), the
     sampled stacks' share as an independent check, and per probe the kernel's own run time when
@@ -220,6 +237,7 @@ def tracer_cost(res, attr):
     return {
         "part_ns": part,
         "part_share": part / attr["wall_ns"] if part is not None and attr["wall_ns"] else None,
+        "collector": collector_cpu(res.header),
         "estimate": tracer_estimate(res.header),
         "sampled": sampling.tracer_share(res.header),
         "per_probe": per_probe or None,
@@ -893,6 +911,8 @@ def request_windows(res, kind="read"):
            "fraction": (rw["in_windows_ns"] / span) if span > 0 else None,
            "slow_path_ns_per_syscall": rw["slow_path_ns_per_syscall"],
            "cost_share_while_attached": rw["cost_share_while_attached"],
+           # the collector's own CPU time per window, part of the cost the windows were sized with (older files: none)
+           "collector_cpu_per_window_ns": rw.get("window_cpu_ns"),
            # how the collector measured it, and what the budget does not bound (older files: not recorded)
            "cost_method": rw.get("cost_method"),
            "always_on_share_in_windows": rw.get("always_on_share_in_windows"),

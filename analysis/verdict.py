@@ -214,6 +214,7 @@ def tracer_line(s):
     if tr.get("part_ns") is None:
         return None
     line = "  tracer: %.1f ms in requests" % (tr["part_ns"] / 1e6)
+    col = tr.get("collector") or {}
     if tr.get("part_share") is not None:
         line += " = %s" % pct(tr["part_share"])
     est = tr.get("estimate") or {}
@@ -223,6 +224,8 @@ def tracer_line(s):
     if smp.get("share") is not None:
         line += "; %s of on-CPU samples (95%% %.1f-%.1f %%)" % (pct(smp["share"]), 100 * smp["share_95"][0],
                                                                100 * smp["share_95"][1])
+    if col.get("cpu_ms_per_s") is not None:
+        line += "; its collector %.1f ms CPU/s" % col["cpu_ms_per_s"]
     return line
 
 

@@ -154,6 +154,25 @@ def test_workload_start_is_when_the_command_was_let_go(tmp_path):
     assert h["workload"]["start_ns"] < h["workload"]["end_ns"] < h["time"]["end_ns"]
 
 
+def _window_cpu_ns(rows):
+    """user/window.c's estimate of the collector's CPU time per window: the first window's, then an exponential
+    average"""
+    est = None
+    for r in rows:
+        est = r["collector_cpu_ns"] if est is None else 0.7 * est + 0.3 * r["collector_cpu_ns"]
+    return est
+
+
+def _duty(rw, last, budget_pct):
+    """The share of time in windows user/window.c size_duty gives after the last window: the budget over the cost
+    while attached plus the collector's own work per window spread over the window's time on the busy CPUs"""
+    len_ns = last["exit_closed_ns"] - last["open_ns"]
+    busy_per_s = last["busy_ns"] / (len_ns / 1e9) if len_ns else 0
+    churn = rw["window_cpu_ns"] / ((rw["window_ns"] + rw["grace_ns"]) / 1e9) / busy_per_s if busy_per_s > 0 else 0
+    duty = budget_pct / 100 / (rw["cost_share_while_attached"] + churn)
+    return min(1.0, max((rw["window_ns"] + rw["grace_ns"]) / 60e9, duty))
+
+
 def test_budget_sizes_the_windows_and_is_checked(tmp_path, mounted):
     stats_were_off = _bpf_stats_enabled() == 0
     res, s, fio_ios, _ = _attach_around_fio(tmp_path, mounted, "--budget", "5")
@@ -178,6 +197,11 @@ def test_budget_sizes_the_windows_and_is_checked(tmp_path, mounted):
         counted = rw["calibration_prog_ns"] + sum(r["windowed_prog_ns"] for r in rows)
         assert total > 0 and abs(total - counted) <= 0.005 * total + 10000, (total, counted)
     assert w["fraction"] < 1
+    # the windows were sized with the collector's own CPU time per window in the cost, as each window measured it
+    assert all(r["collector_cpu_ns"] > 0 for r in rows)
+    assert rw["window_cpu_ns"] == pytest.approx(_window_cpu_ns(rows), rel=1e-9)
+    assert w["collector_cpu_per_window_ns"] == rw["window_cpu_ns"]
+    assert rw["duty_last"] == pytest.approx(_duty(rw, rows[-1], 5), rel=1e-9)
     p = subprocess.run([FSTRACE, "attach", "--mount", mounted, "--budget", "0", "--duration", "1"],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert p.returncode != 0 and "--budget wants a percentage above 0 and at most 100" in p.stdout

@@ -335,6 +335,38 @@ def test_block_only_charges_every_block_request_to_its_reader(tmp_path, mounted_
     assert sum(res.header["drops"].values()) == 0
 
 
+@pytest.mark.bpf
+def test_collector_reports_its_own_cpu_time(tmp_path):
+    """The collector's own CPU time (reading and filing records) is in the header, over the traced interval and
+    while the workload ran, and in the summary: the kernel's account of the collector process (wait4's rusage,
+    which holds its reaped workload too) less the workload's own CPU time bounds it, so no part of the
+    workload's time is in it."""
+    fst, own = tmp_path / "r.fst", tmp_path / "own"
+    script = ("import os, sys, time\n"
+              "t = time.process_time(); end = time.monotonic() + 1.5; fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+              "while time.monotonic() < end:\n"
+              "    os.pread(fd, 4096, 0)\n"
+              "open(sys.argv[2], 'w').write(str(time.process_time() - t))\n")
+    p = subprocess.Popen([COLLECTOR, "-o", str(fst), "--records", "all", "--", "/usr/bin/python3", "-c", script,
+                          "/etc/hostname", str(own)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, ru = os.wait4(p.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    res = results.load(str(fst))
+    assert len(res["req"]) > 10000  # records to read and file: work the collector did while the reader ran
+    h = res.header
+    total_ns = (ru.ru_utime + ru.ru_stime) * 1e9
+    workload_ns = float(own.read_text()) * 1e9
+    assert workload_ns > 0.5e9
+    cpu, while_workload = h["collector"]["cpu_ns"], h["workload"]["collector_cpu_ns"]
+    assert 0 < while_workload <= cpu
+    # rusage is in microseconds; the workload's process_time leaves out only its interpreter's start
+    assert cpu <= total_ns - workload_ns + 1e6, (cpu, total_ns, workload_ns)
+    col = S.summarize(res)["tracer"]["collector"]
+    assert col["available"] and col["over"] == "the workload" and col["cpu_ns"] == while_workload
+    span = h["time"]["end_ns"] - h["workload"]["start_ns"]
+    assert col["span_ns"] == span and col["cpu_ms_per_s"] == pytest.approx(while_workload / span * 1e3)
+
+
 @pytest.mark.unit
 def test_bench_median_interval_is_the_order_statistic_one():
     """make bench-overhead decides each target from the median's distribution-free 95 % interval: the order
@@ -375,6 +407,11 @@ def test_bench_always_on_cost_leaves_the_windowed_programs_out():
     # block_rq_complete: 10 000 events/s at the median of 500 and 600 ns; erofs: 1000/s at 300 ns
     assert costs["block_rq_complete"]["events_per_s"] == 10000 and costs["block_rq_complete"]["ns_per_event"] == 550
     assert B.always_on_ms_per_s(list(costs.values())) == pytest.approx(10000 * 550 / 1e6 + 1000 * 300 / 1e6)
+    # the collector process's own CPU while the workload ran, per second of it; None from a collector without it
+    header = {"collector": {"cpu_ns": 9_000_000}, "workload": {"collector_cpu_ns": 3_000_000}}
+    assert B.collector_ms_per_s({"collector_cpu_s": B.collector_cpu_s(header), "span_s": 2.0}) == pytest.approx(1.5)
+    assert B.collector_cpu_s({"collector": {"cpu_ns": 9_000_000}, "workload": {}}) == pytest.approx(0.009)
+    assert B.collector_ms_per_s({"collector_cpu_s": B.collector_cpu_s({"collector": {}}), "span_s": 2.0}) is None
 
 
 def bench_mounts(pids):

@@ -832,6 +832,13 @@ def test_serve_on_a_budget_estimates_reads_with_an_interval(mounted_erofs):  # n
         assert 0.2 < frac < 0.6 and value(after, "fstrace_request_windows_total") >= 4
         # what stays attached, measured in the windows beside the budget
         assert 0 <= value(after, "fstrace_always_on_cpu_share") < 1
+        # the collector's own CPU time: grew while it served, and is no more than the kernel's account of it now
+        collector = collector_under(p.pid, timeout=10)
+        cpu = value(after, "fstrace_collector_cpu_seconds_total")
+        with open("/proc/%d/stat" % collector) as f:
+            utime, stime = (int(x) for x in f.read().rsplit(")", 1)[1].split()[11:13])
+        assert value(before, "fstrace_collector_cpu_seconds_total") < cpu
+        assert cpu <= (utime + stime) / os.sysconf("SC_CLK_TCK") + 0.02, (cpu, utime, stime)
         seen = value(after, "fstrace_requests_total", kind="read", mount=mnt) - value(
             before, "fstrace_requests_total", kind="read", mount=mnt)
         assert 0 < seen < ios  # the hooks were off part of the time

@@ -321,6 +321,7 @@ int main(int argc, char **argv)
 	/* [t_start, t_end] encloses both diskstats snapshots: completions they count fall inside it */
 	ri.t_start = now_ns(CLOCK_MONOTONIC);
 	ri.t_start_real = now_ns(CLOCK_REALTIME);
+	ri.cpu_start_ns = self_cpu_ns();
 	struct diskstat ds_start[MAX_DEVS], ds_end[MAX_DEVS];
 	for (int i = 0; i < opt.nr_devs; i++)
 		read_diskstat(&opt.devs[i], &ds_start[i]);
@@ -340,6 +341,7 @@ int main(int argc, char **argv)
 	}
 	if (ri.child > 0) {
 		ri.t_child_go = now_ns(CLOCK_MONOTONIC);
+		ri.cpu_go_ns = self_cpu_ns();
 		if (write(go, "g", 1) != 1)
 			die("starting command: %s", strerror(errno));
 		close(go);
@@ -350,6 +352,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < opt.nr_devs; i++)
 		read_diskstat(&opt.devs[i], &ds_end[i]);
 	ri.t_end = now_ns(CLOCK_MONOTONIC);
+	ri.cpu_end_ns = self_cpu_ns();
 	if (opt.out && opt.sample_hz > 0)
 		tracer_read_ksyms(&t);
 	window_finish(&t, ri.t_end);

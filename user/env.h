@@ -94,4 +94,12 @@ static inline __u64 now_ns(clockid_t clk)
 	return (__u64)ts.tv_sec * 1000000000ull + ts.tv_nsec;
 }
 
+/* CPU time this process has used (user and system, every thread; not its children's) */
+static inline __u64 self_cpu_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (__u64)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
 #endif

@@ -520,6 +520,10 @@ static void drops_and_probes(struct jbuf *b, const struct expose_maps *m, const 
 		       "workqueue events) took, by BPF run-time statistics in the --budget windows; beside the budget.");
 		jb_add(b, "fstrace_always_on_cpu_share %.6f\n", always);
 	}
+	family(b, "fstrace_collector_cpu_seconds_total", "counter",
+	       "CPU time the collector process itself used (user and system, every thread; not its BPF programs' "
+	       "run in other tasks): reading the ring buffer, the --budget windows, writing this exposition.");
+	jb_add(b, "fstrace_collector_cpu_seconds_total %.6f\n", self_cpu_ns() / 1e9);
 	family(b, "fstrace_dropped_records_total", "counter",
 	       "Records the kernel could not queue (ring buffer full), by record type.");
 #define DROP_LINE(c, v, n) \

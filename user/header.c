@@ -154,6 +154,9 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 	jset(o, "version", jstr(FSTRACE_VERSION));
 	jset(o, "libbpf", jstr(libbpf));
 	jset(o, "static", jbool(FSTRACE_STATIC));
+	/* its own cost beside its programs' (probes' run_ns): reading and filing the records, the windows, the
+	 * expositions, over the traced interval (time.start_ns to end_ns) */
+	jset(o, "cpu_ns", ju64(ri->cpu_end_ns - ri->cpu_start_ns));
 	o = jset(h, "kernel", jobj());
 	jset(o, "release", jstr(u.release));
 	jset(o, "version", jstr(u.version));
@@ -179,6 +182,9 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 	o = jset(h, "workload", jobj());
 	jset(o, "start_ns", ju64(ri->child > 0 ? ri->t_child_go : ri->t_start));
 	jset(o, "end_ns", ju64(ri->t_child_exit));
+	/* the collector's own CPU time while the command ran (to the end of tracing): what it took beside the
+	 * workload, --budget's calibration before it left out */
+	jset(o, "collector_cpu_ns", ri->child > 0 ? ju64(ri->cpu_end_ns - ri->cpu_go_ns) : NULL);
 	jset(o, "exit_status", ji64(ri->child > 0 && WIFEXITED(ri->wstatus) ? WEXITSTATUS(ri->wstatus) : -1));
 	jset(o, "signal", ji64(ri->child > 0 && WIFSIGNALED(ri->wstatus) ? WTERMSIG(ri->wstatus) : 0));
 	jset(o, "interrupted", jbool(ri->interrupted));

@@ -25,6 +25,8 @@ struct run_info {
 	struct expired expired;
 	int delayacct_was;
 	int poll_ms;
+	/* the collector's own CPU time (every thread, user and system) at t_start, t_child_go and t_end */
+	__u64 cpu_start_ns, cpu_go_ns, cpu_end_ns;
 };
 
 /* --meta FILE: a JSON object, stored as the header's "config" (dies when it is not one) */

@@ -13,8 +13,10 @@
  * with the hooks attached and not, alternating, less what the programs themselves ran), the system's syscall
  * rate (requests.bpf.c syscalls_seen) and its busy CPU time (/proc/stat) in each window, the kernel's run time
  * of every windowed program in it (BPF run-time statistics, turned on for the window and the calibration
- * only: they add a clock read pair to every program run of the system), and the CPU time attaching and
- * detaching takes (the registration walks every thread).  The first window replaces the calibration's guess,
+ * only: they add a clock read pair to every program run of the system), and the collector's own CPU time per
+ * window (attaching and detaching, whose registration walks every thread, and its looks at the counts and
+ * statistics: a fixed price per window, first the calibration's attach and detach, then each window's own
+ * measure).  The first window replaces the calibration's guess,
  * which sees no traced request; each later one refines the estimate for the next period.  The programs that
  * stay attached (block requests, filesystem and workqueue events) are outside the budget; their run time in
  * the windows is reported beside it.
@@ -68,6 +70,8 @@ struct window {
 	__u64 open_edge_ns, close_edge_ns;     /* from sys_enter's (de)registration to the end of the look at the
 						* counts: calls then may be on the other side of the edge */
 	__u64 counted[FST_NR_REQ_KINDS + 1];   /* requests counted in the kernel (req_agg), per kind */
+	__u64 collector_ns;		       /* the collector's CPU time opening and closing it (the attaches and
+						* detaches with their thread walks, the looks at counts and statistics) */
 };
 
 /* per (filesystem, kind): the sums a ratio estimator over the windows needs (serve's estimated counts) */
@@ -109,6 +113,7 @@ static struct {
 	struct io_calls io_total, io_at_open;
 	__u64 io_from, io_to; /* the span io_total covers */
 	double attach_cpu_ns; /* CPU time of one attach + detach of both hooks (the thread walks) */
+	double window_cpu_ns; /* the collector's CPU time per window, as measured (first: attach_cpu_ns) */
 	double cost_on;	      /* share of busy CPU time the hooks cost while attached (estimate) */
 	double busy_per_s0;   /* the system's busy CPU ns per second before the first window */
 	bool cost_known;
@@ -363,6 +368,7 @@ static int calibrate(__u64 busy0, __u64 t_busy0, __u64 cpu0)
 	w.slow_ns = d[1] > 0 ? d[1] : 0;
 	w.prog_ns_untraced = w.stats_ok ? p[1] : 0;
 	w.attach_cpu_ns = a[1] > 0 ? a[1] : 0;
+	w.window_cpu_ns = w.attach_cpu_ns; /* until a window measures the whole of it */
 	/* busy CPU per second since the first look, less this thread's calibration loops (they are not the
 	 * system's work: counted in, they would make the hooks' share look smaller) */
 	__u64 t = now_ns(CLOCK_MONOTONIC), busy = busy_ns_now() - busy0, own = thread_cpu_ns() - cpu0;
@@ -391,8 +397,9 @@ static void size_duty(double busy_per_s)
 		return;
 	}
 	double budget = opt.budget_pct / 100.0;
-	/* an attach + detach per window, spread over the window's time on the busy CPUs */
-	double churn = busy_per_s > 0 ? w.attach_cpu_ns / ((WINDOW_NS + GRACE_NS) / 1e9) / busy_per_s : 0;
+	/* the collector's own work per window (the attaches and detaches, the looks), spread over the window's time
+	 * on the busy CPUs: a fixed price per window, whatever its length */
+	double churn = busy_per_s > 0 ? w.window_cpu_ns / ((WINDOW_NS + GRACE_NS) / 1e9) / busy_per_s : 0;
 	double cost = w.cost_known ? w.cost_on + churn : 1.0; /* unknown: as if tracing doubled the work */
 	double duty = cost > 0 ? budget / cost : 1.0;
 	double min_duty = (double)(WINDOW_NS + GRACE_NS) / MAX_PERIOD_NS;
@@ -527,6 +534,7 @@ void window_init(struct tracer *t, __u64 t_start)
 
 static void open_window(__u64 now)
 {
+	__u64 c0 = thread_cpu_ns();
 	w.seq += 2;			     /* odd: a window (requests.bpf.c); calibration ran under 0 */
 	w.reqs->bss->window_seq = w.seq | 1; /* before either hook: a late end of an earlier window's request is not ours */
 	req_agg_note(w.counted_before, &w.tracer_before, NULL);
@@ -553,11 +561,12 @@ static void open_window(__u64 now)
 	w.cur.open_edge_ns = now_ns(CLOCK_MONOTONIC) - w.cur.open;
 	w.enter_close_at = now_ns(CLOCK_MONOTONIC) + WINDOW_NS;
 	w.phase = W_OPEN;
+	w.cur.collector_ns = thread_cpu_ns() - c0;
 }
 
 static void close_enter(void)
 {
-	__u64 t0 = now_ns(CLOCK_MONOTONIC);
+	__u64 c0 = thread_cpu_ns(), t0 = now_ns(CLOCK_MONOTONIC);
 	hook_detach(w.enter);
 	w.cur.enter_closed = now_ns(CLOCK_MONOTONIC);
 	io_step(w.cur.enter_closed);
@@ -566,10 +575,12 @@ static void close_enter(void)
 	w.cur.close_edge_ns = now_ns(CLOCK_MONOTONIC) - t0;
 	w.exit_close_at = w.cur.enter_closed + GRACE_NS;
 	w.phase = W_GRACE;
+	w.cur.collector_ns += thread_cpu_ns() - c0;
 }
 
 static void close_exit(void)
 {
+	__u64 c0 = thread_cpu_ns();
 	hook_detach(w.exit);
 	attribution_on(false);
 	struct window *x = &w.cur;
@@ -588,6 +599,7 @@ static void close_exit(void)
 	x->tracer_ns = tracer_ns - w.tracer_before;
 	for (int k = 0; k <= FST_NR_REQ_KINDS; k++)
 		x->counted[k] = counted[k] - w.counted_before[k];
+	x->collector_ns += thread_cpu_ns() - c0; /* what follows is a few sums */
 	w.in_windows_ns += x->enter_closed - x->open;
 	double len = (double)(x->enter_closed - x->open);
 	w.sum_l += len;
@@ -626,6 +638,7 @@ static void close_exit(void)
 		w.always_ns_sum += x->always_prog_ns;
 		w.busy_ns_sum += x->busy_ns;
 	}
+	w.window_cpu_ns = w.nwins_total > 1 ? 0.7 * w.window_cpu_ns + 0.3 * x->collector_ns : x->collector_ns;
 	size_duty(busy_per_s);
 	w.phase = W_CLOSED;
 	schedule(x->exit_closed);
@@ -764,9 +777,11 @@ json *window_header(__u64 t_start, __u64 t_end)
 	jset(o, "slow_path_ns_per_syscall", jchk(json_object_new_double(w.slow_ns)));
 	jset(o, "program_ns_per_untraced_syscall", w.stats_ok ? jchk(json_object_new_double(w.prog_ns_untraced)) : NULL);
 	jset(o, "cost_method", jstr(w.stats_ok ? "the slow path per syscall times the syscalls, plus the windowed "
-						 "programs' run time (BPF run-time statistics, on in each window)" :
+						 "programs' run time (BPF run-time statistics, on in each window), "
+						 "plus the collector's own CPU time per window" :
 						 "the slow path per syscall times the syscalls, plus the handlers' "
-						 "sampled time in traced requests"));
+						 "sampled time in traced requests, plus the collector's own CPU time "
+						 "per window"));
 	jset(o, "cost_why", w.stats_ok ? NULL : jstr(w.stats_why));
 	/* with the windows' windowed_prog_ns, all the windowed programs' run time the statistics counted */
 	jset(o, "calibration_prog_ns", ju64(w.calibration_prog_ns));
@@ -785,6 +800,8 @@ json *window_header(__u64 t_start, __u64 t_end)
 	 * windows (their rate outside the windows taken as inside) */
 	jset(o, "always_on_share_in_windows", w.stats_ok && w.busy_ns_sum ? jchk(json_object_new_double((double)w.always_ns_sum / w.busy_ns_sum)) : NULL);
 	jset(o, "attach_detach_cpu_ns", jchk(json_object_new_double(w.attach_cpu_ns)));
+	/* the collector's CPU time per window the duty was last sized with (each window's own: collector_cpu_ns) */
+	jset(o, "window_cpu_ns", jchk(json_object_new_double(w.window_cpu_ns)));
 	jset(o, "cost_share_while_attached", jchk(json_object_new_double(w.cost_on)));
 	jset(o, "duty_last", jchk(json_object_new_double(w.duty)));
 	jset(o, "t_start_ns", ju64(t_start));
@@ -795,7 +812,7 @@ json *window_header(__u64 t_start, __u64 t_end)
 	json *fields = jset(o, "window_fields", jarr());
 	const char *names[] = { "open_ns", "enter_closed_ns", "exit_closed_ns", "syscalls", "busy_ns", "tracer_ns",
 				"windowed_prog_ns", "always_prog_ns", "read_calls", "write_calls", "open_edge_ns",
-				"close_edge_ns", "counted_by_kind" };
+				"close_edge_ns", "counted_by_kind", "collector_cpu_ns" };
 	for (int i = 0; i < N(names); i++)
 		jpush(fields, jstr(names[i]));
 	json *wins = jset(o, "windows", jarr());
@@ -815,6 +832,7 @@ json *window_header(__u64 t_start, __u64 t_end)
 		jpush(row, ju64(x->open_edge_ns));
 		jpush(row, ju64(x->close_edge_ns));
 		jpush(row, ju64_array(x->counted, FST_NR_REQ_KINDS + 1));
+		jpush(row, ju64(x->collector_ns));
 	}
 	return o;
 }
