@@ -271,7 +271,7 @@ static __always_inline int handle_rq_requeue(struct request *rq)
 static __always_inline int handle_rq_issue(struct request *rq, bool btf)
 {
 	__u32 dev = rq_dev(rq, btf);
-	struct fst_dev_cfg *dc = dev_cfg(dev);
+	const volatile struct fst_dev_cfg *dc = dev_cfg(dev);
 	if (!dc)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
@@ -314,7 +314,8 @@ static __always_inline int handle_rq_issue(struct request *rq, bool btf)
 	return 0;
 }
 
-static __always_inline void count_alignment(struct fst_align *a, struct fst_dev_cfg *dc, __u64 sector, __u32 bytes)
+static __always_inline void count_alignment(struct fst_align *a, const volatile struct fst_dev_cfg *dc, __u64 sector,
+					    __u32 bytes)
 {
 	__u64 start = sector << 9;
 	__u64 end = start + bytes;
@@ -336,7 +337,7 @@ static __always_inline void count_alignment(struct fst_align *a, struct fst_dev_
 static __always_inline int handle_rq_complete(struct request *rq, int error, unsigned int nr_bytes, bool btf)
 {
 	__u32 dev = rq_dev(rq, btf);
-	struct fst_dev_cfg *dc = dev_cfg(dev);
+	const volatile struct fst_dev_cfg *dc = dev_cfg(dev);
 	if (!dc)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();

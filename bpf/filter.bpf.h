@@ -51,18 +51,15 @@ struct {
 	__type(value, __u8);
 } traced_pids SEC(".maps");
 
-/* kernel dev_t of each traced block device */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, FST_MAX_TRACED_DEVS);
-	__type(key, __u32);
-	__type(value, struct fst_dev_cfg);
-} traced_devs SEC(".maps");
-
-/* a traced device's configuration, NULL when the device is not traced */
-static __always_inline struct fst_dev_cfg *dev_cfg(__u32 dev)
+/* a traced device's configuration, NULL when the device is not traced: compared with cfg.devs (a load-time
+ * count of compares, as sdev_in_cfg below) */
+static __always_inline const volatile struct fst_dev_cfg *dev_cfg(__u32 dev)
 {
-	return bpf_map_lookup_elem(&traced_devs, &dev);
+#pragma unroll
+	for (int i = 0; i < FST_CFG_DEVS; i++)
+		if (i < cfg.nr_devs && cfg.devs[i] == dev)
+			return &cfg.dev_cfgs[i];
+	return NULL;
 }
 
 /* the device stat() reports for a traced filesystem's files -> its superblock's, where they differ (a btrfs

@@ -854,7 +854,7 @@ struct fst_align {
 	__u64 cross_unit; /* [start, end) spans a unit boundary it does not start on */
 };
 
-/* per traced device configuration, keyed by kernel dev_t */
+/* a traced device's configuration (struct fst_cfg dev_cfgs, beside its kernel dev_t in devs) */
 struct fst_dev_cfg {
 	__u32 unit_bytes; /* fs block/cluster size for alignment (0 = 4096) */
 	__u32 is_loop;
@@ -929,6 +929,7 @@ struct fst_io_calls {
 };
 
 #define FST_CFG_SDEVS 16
+#define FST_CFG_DEVS 16
 
 /*
  * Configuration frozen into every program before load.  Task filters combine
@@ -979,6 +980,14 @@ struct fst_cfg {
 	__u32 pad_cfg2;
 	__u64 filldir64; /* getdents64's callback (kallsyms), 0 = unknown: a directory read with it is the
 			  * syscall's, whose byte count the request takes */
+	/* the traced block devices (--dev), their kernel dev_t and configuration (device i's figures are in dev_io
+	 * entry i): a block event's device is compared with these (filter.bpf.h dev_cfg), a few instructions where
+	 * a hash map took a helper call and a bucket walk, on every bio, block request and loop work item of the
+	 * system */
+	__u32 devs[FST_CFG_DEVS];
+	struct fst_dev_cfg dev_cfgs[FST_CFG_DEVS];
+	__u32 nr_devs;
+	__u32 pad_cfg3;
 };
 
 #endif

@@ -574,7 +574,6 @@ def test_serve_streams_no_per_request_records(tmp_path, mounted_erofs):
     are the bytes the reader got."""
     from analysis import results
     from cli.serve import COLLECTOR_OPTIONS
-    from cli.devices import kdev
     mnt, _ = mounted_erofs
     drop_caches()  # cold: erofs maps extents and its decompression work runs, so there is something to stream
     fst = str(tmp_path / "r.fst")
@@ -656,10 +655,12 @@ def test_block_requests_unseen_and_beyond_diskstats_never_negative(mounted_erofs
         assert value(s, "fstrace_block_requests_unseen_total", **fields) == 0
         assert value(s, "fstrace_block_requests_beyond_diskstats_total", **fields) == 0
 
-        # the device's entry in dev_io (its io_slot in traced_devs, records.h struct fst_dev_cfg), whose read
-        # sizes histogram (after struct fst_align's 6 counters) counts the requests fstrace saw
-        slot = map_lookup(bpf_map_id(collector, "traced_devs"),
-                          kdev(os.major(rdev), os.minor(rdev)).to_bytes(4, "little"))[8:12]
+        # the device's entry in dev_io (device i of the collector's --dev options is entry i: records.h struct
+        # fst_cfg devs), whose read sizes histogram (after struct fst_align's 6 counters) counts the requests
+        # fstrace saw
+        argv = open("/proc/%d/cmdline" % collector).read().split("\0")
+        devs = [argv[i + 1].split(":")[:2] for i, a in enumerate(argv) if a in ("-d", "--dev")]
+        slot = devs.index([str(os.major(rdev)), str(os.minor(rdev))]).to_bytes(4, "little")
         dev_io = bpf_map_id(collector, "dev_io")
         io = bytearray(map_lookup(dev_io, slot))
         hist = slice(48, 48 + 8 * 40)

@@ -264,6 +264,14 @@ static void fill_cfg(struct fst_cfg *out)
 	for (int i = 0; i < opt.nr_sdevs; i++)
 		c->sdevs[i] = sdev_kdev(i);
 	c->nr_sdevs = opt.nr_sdevs;
+	_Static_assert(MAX_DEVS <= FST_CFG_DEVS, "fst_cfg.devs holds every --dev");
+	for (int i = 0; i < opt.nr_devs; i++) {
+		struct dev_arg *d = &opt.devs[i];
+		c->devs[i] = dev_arg_kdev(d);
+		/* dev_io entry i: the exposition and the header find device i's figures there */
+		c->dev_cfgs[i] = (struct fst_dev_cfg){ .unit_bytes = d->unit, .is_loop = d->is_loop, .io_slot = i };
+	}
+	c->nr_devs = opt.nr_devs;
 	c->offcpu_stacks = opt.sample_hz > 0;
 	c->requests = !opt.block_only;
 	c->records_all = opt.records_all;
@@ -614,14 +622,6 @@ void tracer_load(struct tracer *t)
 
 void tracer_set_filters(struct tracer *t, pid_t child)
 {
-	for (int i = 0; i < opt.nr_devs; i++) {
-		struct dev_arg *d = &opt.devs[i];
-		__u32 kdev = dev_arg_kdev(d);
-		/* dev_io entry i: the exposition and the header find device i's figures there */
-		struct fst_dev_cfg dc = { .unit_bytes = d->unit, .is_loop = d->is_loop, .io_slot = i };
-		if (bpf_map_update_elem(bpf_map__fd(t->blk->maps.traced_devs), &kdev, &dc, BPF_ANY))
-			die("--dev %u:%u: adding it to the traced devices: %s", d->major, d->minor, strerror(errno));
-	}
 	for (int i = 0; i < opt.nr_sdevs; i++) {
 		__u32 kdev = sdev_kdev(i);
 		__u32 stat_kdev = FST_KDEV(opt.stat_devs[i][0], opt.stat_devs[i][1]);
