@@ -22,14 +22,14 @@ FST_FLIGHT_TABLE(bio_starts, struct fst_bio_start, FST_BIO_BUCKETS, FST_LOSS_BIO
 FST_FLIGHT_TABLE(rq_starts, struct fst_rq_start, FST_RQ_BUCKETS, FST_LOSS_RQ_TABLE)
 
 /*
- * loop device -> traced thread whose request it issued last.  A loop worker
- * serves requests in the order they were queued, so with one reader per
- * device this is exact; with several concurrent readers on one loop device
- * the backing I/O is charged to the latest issuer (docs/measuring.md, "Attribution").
+ * traced loop device (its index in cfg.devs) -> traced thread whose request it issued last, 0 = none yet.  A
+ * loop worker serves requests in the order they were queued, so with one reader per device this is exact; with
+ * several concurrent readers on one loop device the backing I/O is charged to the latest issuer
+ * (docs/measuring.md, "Attribution").  An array: a lookup is a bounds check and an address, no helper call.
  */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 64);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FST_CFG_DEVS);
 	__type(key, __u32);
 	__type(value, __u32);
 } loop_owner SEC(".maps");
@@ -299,12 +299,10 @@ static __always_inline int handle_rq_issue(struct request *rq, bool btf)
 		inflight_add(r.pid, -(__s64)r.charged_bios);
 
 	if (dc->is_loop && r.pid) {
-		/* an update of an existing key takes the bucket lock: a store does not */
-		__u32 *owner = bpf_map_lookup_elem(&loop_owner, &dev);
+		__u32 slot = dc->io_slot;
+		__u32 *owner = bpf_map_lookup_elem(&loop_owner, &slot);
 		if (owner)
 			*owner = r.pid;
-		else
-			bpf_map_update_elem(&loop_owner, &dev, &r.pid, BPF_ANY);
 	}
 	struct task_req *cur = current_req();
 	/* backing-device requests done for a loop request are the same I/O one level down: count it once */
