@@ -22,14 +22,14 @@ FST_FLIGHT_TABLE(bio_starts, struct fst_bio_start, FST_BIO_BUCKETS, FST_LOSS_BIO
 FST_FLIGHT_TABLE(rq_starts, struct fst_rq_start, FST_RQ_BUCKETS, FST_LOSS_RQ_TABLE)
 
 /*
- * traced loop device (its index in cfg.devs) -> traced thread whose request it issued last, 0 = none yet.  A
+ * traced loop device (its io_slot: device i of --dev is i) -> traced thread whose request it issued last, 0 = none yet.  A
  * loop worker serves requests in the order they were queued, so with one reader per device this is exact; with
  * several concurrent readers on one loop device the backing I/O is charged to the latest issuer
  * (docs/measuring.md, "Attribution").  An array: a lookup is a bounds check and an address, no helper call.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, FST_CFG_DEVS);
+	__uint(max_entries, FST_MAX_TRACED_DEVS);
 	__type(key, __u32);
 	__type(value, __u32);
 } loop_owner SEC(".maps");
@@ -271,7 +271,7 @@ static __always_inline int handle_rq_requeue(struct request *rq)
 static __always_inline int handle_rq_issue(struct request *rq, bool btf)
 {
 	__u32 dev = rq_dev(rq, btf);
-	const volatile struct fst_dev_cfg *dc = dev_cfg(dev);
+	struct fst_dev_cfg *dc = dev_cfg(dev);
 	if (!dc)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
@@ -312,8 +312,7 @@ static __always_inline int handle_rq_issue(struct request *rq, bool btf)
 	return 0;
 }
 
-static __always_inline void count_alignment(struct fst_align *a, const volatile struct fst_dev_cfg *dc, __u64 sector,
-					    __u32 bytes)
+static __always_inline void count_alignment(struct fst_align *a, struct fst_dev_cfg *dc, __u64 sector, __u32 bytes)
 {
 	__u64 start = sector << 9;
 	__u64 end = start + bytes;
@@ -335,7 +334,7 @@ static __always_inline void count_alignment(struct fst_align *a, const volatile 
 static __always_inline int handle_rq_complete(struct request *rq, int error, unsigned int nr_bytes, bool btf)
 {
 	__u32 dev = rq_dev(rq, btf);
-	const volatile struct fst_dev_cfg *dc = dev_cfg(dev);
+	struct fst_dev_cfg *dc = dev_cfg(dev);
 	if (!dc)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();

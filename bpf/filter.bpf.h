@@ -51,15 +51,20 @@ struct {
 	__type(value, __u8);
 } traced_pids SEC(".maps");
 
-/* a traced device's configuration, NULL when the device is not traced: compared with cfg.devs (a load-time
- * count of compares, as sdev_in_cfg below) */
-static __always_inline const volatile struct fst_dev_cfg *dev_cfg(__u32 dev)
+/* the traced block devices, each at its slot (records.h fst_dev_slot) */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FST_DEV_SLOTS);
+	__type(key, __u32);
+	__type(value, struct fst_traced_dev);
+} traced_devs SEC(".maps");
+
+/* a traced device's configuration, NULL when the device is not traced */
+static __always_inline struct fst_dev_cfg *dev_cfg(__u32 dev)
 {
-#pragma unroll
-	for (int i = 0; i < FST_CFG_DEVS; i++)
-		if (i < cfg.nr_devs && cfg.devs[i] == dev)
-			return &cfg.dev_cfgs[i];
-	return NULL;
+	__u32 slot = fst_dev_slot(dev, cfg.dev_hash_mul);
+	struct fst_traced_dev *t = bpf_map_lookup_elem(&traced_devs, &slot);
+	return t && dev && t->dev == dev ? &t->cfg : NULL;
 }
 
 /* the device stat() reports for a traced filesystem's files -> its superblock's, where they differ (a btrfs

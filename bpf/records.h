@@ -854,13 +854,32 @@ struct fst_align {
 	__u64 cross_unit; /* [start, end) spans a unit boundary it does not start on */
 };
 
-/* a traced device's configuration (struct fst_cfg dev_cfgs, beside its kernel dev_t in devs) */
+/* a traced device's configuration */
 struct fst_dev_cfg {
 	__u32 unit_bytes; /* fs block/cluster size for alignment (0 = 4096) */
 	__u32 is_loop;
-	__u32 io_slot; /* its entry in dev_io (< FST_MAX_TRACED_DEVS) */
+	__u32 io_slot; /* its entry in dev_io (< FST_MAX_TRACED_DEVS): device i of --dev is entry i */
 	__u32 pad0;
 };
+
+/*
+ * The traced devices' table (filter.bpf.h traced_devs): an array of FST_DEV_SLOTS entries, each traced device at
+ * the slot its kernel dev_t hashes to with the multiplier the collector chose so that no two of them share one
+ * (struct fst_cfg dev_hash_mul).  A block event's device is then found with a multiply, an array access the
+ * verifier inlines and a compare: no helper call, no bucket walk, on every bio, block request and loop work item
+ * of the system; and one verifier state whichever device it is.
+ */
+#define FST_DEV_SLOT_BITS 8
+#define FST_DEV_SLOTS (1u << FST_DEV_SLOT_BITS)
+struct fst_traced_dev {
+	__u32 dev; /* kernel dev_t, 0 = a free slot */
+	struct fst_dev_cfg cfg;
+};
+
+static inline __u32 fst_dev_slot(__u32 dev, __u32 mul)
+{
+	return (dev * mul) >> (32 - FST_DEV_SLOT_BITS);
+}
 
 /*
  * What a traced device's completed block requests add up to, in the dev_io array entry its fst_dev_cfg
@@ -929,7 +948,6 @@ struct fst_io_calls {
 };
 
 #define FST_CFG_SDEVS 16
-#define FST_CFG_DEVS 16
 
 /*
  * Configuration frozen into every program before load.  Task filters combine
@@ -978,15 +996,9 @@ struct fst_cfg {
 	__u32 sdevs[FST_CFG_SDEVS];
 	__u32 nr_sdevs;
 	__u32 pad_cfg2;
-	__u64 filldir64; /* getdents64's callback (kallsyms), 0 = unknown: a directory read with it is the
-			  * syscall's, whose byte count the request takes */
-	/* the traced block devices (--dev), their kernel dev_t and configuration (device i's figures are in dev_io
-	 * entry i): a block event's device is compared with these (filter.bpf.h dev_cfg), a few instructions where
-	 * a hash map took a helper call and a bucket walk, on every bio, block request and loop work item of the
-	 * system */
-	__u32 devs[FST_CFG_DEVS];
-	struct fst_dev_cfg dev_cfgs[FST_CFG_DEVS];
-	__u32 nr_devs;
+	__u64 filldir64;    /* getdents64's callback (kallsyms), 0 = unknown: a directory read with it is the
+			     * syscall's, whose byte count the request takes */
+	__u32 dev_hash_mul; /* the traced devices' slots in traced_devs: fst_dev_slot(dev, dev_hash_mul) */
 	__u32 pad_cfg3;
 };
 

@@ -14,8 +14,8 @@
 
 #include "common.bpf.h"
 
-/* worker thread -> the traced loop device it is serving right now, by its index in cfg.devs (block.bpf.c
- * loop_owner's) */
+/* worker thread -> the traced loop device it is serving right now, by its io_slot (block.bpf.c loop_owner's
+ * index) */
 FST_FLIGHT_TABLE(loop_ctx, __u32, FST_WORKER_BUCKETS, FST_LOSS_WORK_TABLE)
 
 /* a known filesystem work item queued and not yet running */
@@ -111,7 +111,7 @@ static __always_inline int handle_work_start(struct work_struct *work, bool btf)
 	}
 	struct gendisk *disk = BPF_CORE_READ(lo, lo_disk);
 	__u32 dev = FST_KDEV(BPF_CORE_READ(disk, major), BPF_CORE_READ(disk, first_minor));
-	const volatile struct fst_dev_cfg *dc = dev_cfg(dev);
+	struct fst_dev_cfg *dc = dev_cfg(dev);
 	if (!dc)
 		return 0;
 	struct loop_ctx_slot *slot = loop_ctx_claim((__u32)bpf_get_current_pid_tgid());

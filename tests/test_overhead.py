@@ -336,6 +336,25 @@ def test_block_only_charges_every_block_request_to_its_reader(tmp_path, mounted_
 
 
 @pytest.mark.bpf
+def test_sampling_above_the_kernels_rate_cap_says_so(tmp_path):
+    """The kernel lowers kernel.perf_event_max_sample_rate by itself when its sampling interrupts run long; a
+    --sample-hz above it cannot be opened, and the results say that, not only "Invalid argument"."""
+    path = "/proc/sys/kernel/perf_event_max_sample_rate"
+    with open(path) as f:
+        was = f.read().strip()
+    try:
+        with open(path, "w") as f:
+            f.write("1000")
+        res = trace_python(tmp_path, "capped", "pass", [], "--sample-hz", "4999")
+    finally:
+        with open(path, "w") as f:
+            f.write(was)
+    smp = res.header["sampling"]
+    assert smp["hz"] == 0
+    assert smp["why_off"] == "--sample-hz 4999 is above kernel.perf_event_max_sample_rate (1000)"
+
+
+@pytest.mark.bpf
 def test_collector_reports_its_own_cpu_time(tmp_path):
     """The collector's own CPU time (reading and filing records) is in the header, over the traced interval and
     while the workload ran, and in the summary: the kernel's account of the collector process (wait4's rusage,

@@ -104,13 +104,15 @@ def verdict_numbers_are_the_summarys(s):
     assert not dec["available"] and "sampled" in line
     assert numbers(line) == pytest.approx(expect, abs=0.051), (line, expect)
     # the tracer's own cost: its part, its share, the estimate's error and sampling rate, the sampled share and
-    # its interval
+    # its interval, the collector process's own CPU per second
     tr = s["tracer"]
     smp = tr["sampled"]
     est = tr["estimate"]
     expect = [round(tr["part_ns"] / 1e6, 1), round(100 * tr["part_share"], 1), round(est["error_ns_95"] / 1e6, 1), 1,
               est["time_every"], round(100 * smp["share"], 1), 95,
               round(100 * smp["share_95"][0], 1), round(100 * smp["share_95"][1], 1)]
+    if (tr.get("collector") or {}).get("cpu_ms_per_s") is not None:  # summaries of older collectors have none
+        expect.append(round(tr["collector"]["cpu_ms_per_s"], 1))
     assert numbers(by["tracer"]) == pytest.approx(expect, abs=0.051), by["tracer"]
     # read amplification: device bytes per level and decompressed bytes (a bound on this tier) per byte received
     amp = s["amplification"]

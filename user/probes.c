@@ -220,6 +220,28 @@ const char *const work_fn_names[NR_WORK_FNS] = {
 };
 
 /* the same frozen configuration for every object; computed once (BTF lookups, a BPF program run) */
+/*
+ * The multiplier that puts every traced device in a slot of its own in traced_devs (records.h fst_dev_slot): the
+ * first of a fixed sequence of odd numbers that does, so that every object's frozen configuration has the same.
+ * A few devices among 256 slots: the first try almost always does.
+ */
+static __u32 dev_hash_mul(void)
+{
+	_Static_assert(MAX_DEVS <= FST_MAX_TRACED_DEVS, "dev_io holds every --dev");
+	for (__u32 k = 0; k < 1000000; k++) {
+		__u32 mul = 2654435761u + 2 * k, taken[FST_DEV_SLOTS] = { 0 };
+		bool ok = true;
+		for (int i = 0; i < opt.nr_devs && ok; i++) {
+			__u32 dev = dev_arg_kdev(&opt.devs[i]), s = fst_dev_slot(dev, mul);
+			ok = !taken[s] || taken[s] == dev; /* the same device given twice shares its slot */
+			taken[s] = dev;
+		}
+		if (ok)
+			return mul;
+	}
+	die("--dev: no slot layout found for the %d devices", opt.nr_devs);
+}
+
 static void fill_cfg(struct fst_cfg *out)
 {
 	static struct fst_cfg cached;
@@ -264,14 +286,7 @@ static void fill_cfg(struct fst_cfg *out)
 	for (int i = 0; i < opt.nr_sdevs; i++)
 		c->sdevs[i] = sdev_kdev(i);
 	c->nr_sdevs = opt.nr_sdevs;
-	_Static_assert(MAX_DEVS <= FST_CFG_DEVS, "fst_cfg.devs holds every --dev");
-	for (int i = 0; i < opt.nr_devs; i++) {
-		struct dev_arg *d = &opt.devs[i];
-		c->devs[i] = dev_arg_kdev(d);
-		/* dev_io entry i: the exposition and the header find device i's figures there */
-		c->dev_cfgs[i] = (struct fst_dev_cfg){ .unit_bytes = d->unit, .is_loop = d->is_loop, .io_slot = i };
-	}
-	c->nr_devs = opt.nr_devs;
+	c->dev_hash_mul = dev_hash_mul();
 	c->offcpu_stacks = opt.sample_hz > 0;
 	c->requests = !opt.block_only;
 	c->records_all = opt.records_all;
@@ -622,6 +637,16 @@ void tracer_load(struct tracer *t)
 
 void tracer_set_filters(struct tracer *t, pid_t child)
 {
+	__u32 mul = tracer_cfg(t)->dev_hash_mul;
+	for (int i = 0; i < opt.nr_devs; i++) {
+		struct dev_arg *d = &opt.devs[i];
+		__u32 slot = fst_dev_slot(dev_arg_kdev(d), mul);
+		/* dev_io entry i: the exposition and the header find device i's figures there */
+		struct fst_traced_dev td = { .dev = dev_arg_kdev(d),
+					     .cfg = { .unit_bytes = d->unit, .is_loop = d->is_loop, .io_slot = i } };
+		if (bpf_map_update_elem(bpf_map__fd(t->blk->maps.traced_devs), &slot, &td, BPF_ANY))
+			die("--dev %u:%u: adding it to the traced devices: %s", d->major, d->minor, strerror(errno));
+	}
 	for (int i = 0; i < opt.nr_sdevs; i++) {
 		__u32 kdev = sdev_kdev(i);
 		__u32 stat_kdev = FST_KDEV(opt.stat_devs[i][0], opt.stat_devs[i][1]);
@@ -720,8 +745,14 @@ int tracer_attach(struct tracer *t)
 		err = attach(btrfs_probes, N(btrfs_probes));
 	if (!err && t->smp) {
 		int serr = attach_sampling(t->smp, opt.sample_hz);
-		if (serr) {
+		long long max_hz = proc_number("/proc/sys/kernel/perf_event_max_sample_rate");
+		if (serr == -EINVAL && max_hz >= 0 && opt.sample_hz > max_hz)
+			/* the kernel lowers it by itself when its sampling interrupts run long (dmesg says so) */
+			snprintf(t->sample_why, sizeof(t->sample_why),
+				 "--sample-hz %d is above kernel.perf_event_max_sample_rate (%lld)", opt.sample_hz, max_hz);
+		else if (serr)
 			snprintf(t->sample_why, sizeof(t->sample_why), "perf_event_open/attach failed: %s", strerror(-serr));
+		if (serr) {
 			detach_sampling();
 			sample_bpf__destroy(t->smp);
 			t->smp = NULL;

@@ -331,6 +331,19 @@ bool io_calls_step(int traced_pids_fd, const char *comm, int exited_fd, struct i
 	return readable || !any;
 }
 
+/* a number in a /proc file (a sysctl), -1 when it cannot be read */
+long long proc_number(const char *path)
+{
+	long long v = -1;
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	if (fscanf(f, "%lld", &v) != 1)
+		v = -1;
+	fclose(f);
+	return v;
+}
+
 /* task delay accounting (the ground truth for I/O wait): on while tracing, then as it was */
 int delayacct_set(int on)
 {

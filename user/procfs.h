@@ -48,6 +48,8 @@ bool io_calls_step(int traced_pids_fd, const char *comm, int exited_fd, struct i
 
 /* kernel.task_delayacct: set to on (-1: only read); returns what it was */
 int delayacct_set(int on);
+/* a number in a /proc file (a sysctl), -1 when it cannot be read */
+long long proc_number(const char *path);
 /* take (acquire) or drop this collector's hold on delay accounting, shared with concurrent collectors */
 int delayacct_ref(bool acquire);
 /* drop the hold if taken: registered with atexit, so every exit path restores it */
