@@ -288,7 +288,10 @@ def probe_costs(infos):
 
 
 def collector_ms_per_s(info):
-    """The collector process's own CPU ms per second of the workload in one run (run_one's info), or None"""
+    """The collector process's own CPU ms per second of the workload in one run (run_one's info), or None: per
+    second of the workload as the programs' rates are (its CPU time includes draining the records after the
+    workload ended, as their runs include the events then; summary.json's figure is per second of the traced
+    time after the workload's start instead)"""
     cpu, span = info.get("collector_cpu_s"), info.get("span_s")
     return cpu / span * 1e3 if cpu is not None and span else None
 

@@ -677,8 +677,8 @@ def test_block_requests_unseen_and_beyond_diskstats_never_negative(mounted_erofs
         assert value(s, "fstrace_block_requests_beyond_diskstats_total", **fields) == 0
 
         # the device's entry in dev_io (device i of the collector's --dev options is entry i: records.h struct
-        # fst_cfg devs), whose read sizes histogram (after struct fst_align's 6 counters) counts the requests
-        # fstrace saw
+        # fst_dev_cfg io_slot), whose read sizes histogram (after struct fst_align's 6 counters) counts the
+        # requests fstrace saw
         slot = traced_devices(collector).index((os.major(rdev), os.minor(rdev))).to_bytes(4, "little")
         dev_io = bpf_map_id(collector, "dev_io")
         io = bytearray(map_lookup(dev_io, slot))

@@ -95,11 +95,6 @@ static inline __u64 now_ns(clockid_t clk)
 }
 
 /* CPU time this process has used (user and system, every thread; not its children's) */
-static inline __u64 self_cpu_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-	return (__u64)ts.tv_sec * 1000000000ull + ts.tv_nsec;
-}
+static inline __u64 self_cpu_ns(void) { return now_ns(CLOCK_PROCESS_CPUTIME_ID); }
 
 #endif

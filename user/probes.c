@@ -219,11 +219,10 @@ const char *const work_fn_names[NR_WORK_FNS] = {
 	[WF_BTRFS_COMPRESS] = "compress_file_range",
 };
 
-/* the same frozen configuration for every object; computed once (BTF lookups, a BPF program run) */
 /*
  * The multiplier that puts every traced device in a slot of its own in traced_devs (records.h fst_dev_slot): the
  * first of a fixed sequence of odd numbers that does, so that every object's frozen configuration has the same.
- * A few devices among 256 slots: the first try almost always does.
+ * At most MAX_DEVS devices among 256 slots: a few tries at most.
  */
 static __u32 dev_hash_mul(void)
 {
@@ -242,6 +241,7 @@ static __u32 dev_hash_mul(void)
 	die("--dev: no slot layout found for the %d devices", opt.nr_devs);
 }
 
+/* the same frozen configuration for every object; computed once (BTF lookups, a BPF program run) */
 static void fill_cfg(struct fst_cfg *out)
 {
 	static struct fst_cfg cached;

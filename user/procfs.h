@@ -31,6 +31,9 @@ void add_pid_tree(int map_fd, int pid);
 /* running or sleeping; a zombie counts as gone */
 bool pid_alive(int pid);
 
+/* a number in a /proc file (a sysctl), -1 when it cannot be read */
+long long proc_number(const char *path);
+
 /*
  * The kernel's own count of read and write syscalls of the traced threads (task I/O accounting: /proc/PID/task/
  * TID/io syscr, syscw), always kept and free: what --budget's windows are weighted against.  io_calls_step adds
@@ -48,8 +51,6 @@ bool io_calls_step(int traced_pids_fd, const char *comm, int exited_fd, struct i
 
 /* kernel.task_delayacct: set to on (-1: only read); returns what it was */
 int delayacct_set(int on);
-/* a number in a /proc file (a sysctl), -1 when it cannot be read */
-long long proc_number(const char *path);
 /* take (acquire) or drop this collector's hold on delay accounting, shared with concurrent collectors */
 int delayacct_ref(bool acquire);
 /* drop the hold if taken: registered with atexit, so every exit path restores it */
