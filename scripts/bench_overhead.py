@@ -162,10 +162,8 @@ def collector_cpu_s(header):
     """The collector process's own CPU seconds while the workload ran (reading and filing records, its windows and
     timers; --budget's calibration before it left out), else over the whole traced interval; None from a collector
     that did not say"""
-    ns = (header.get("workload") or {}).get("collector_cpu_ns")
-    if ns is None:
-        ns = header["collector"].get("cpu_ns")
-    return ns / 1e9 if ns is not None else None
+    c = summary.collector_cpu(header)
+    return c["cpu_ns"] / 1e9 if c["available"] else None
 
 
 def run_one(config, argv, cwd, devs, work):

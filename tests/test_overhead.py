@@ -430,10 +430,13 @@ def test_bench_always_on_cost_leaves_the_windowed_programs_out():
     assert costs["block_rq_complete"]["events_per_s"] == 10000 and costs["block_rq_complete"]["ns_per_event"] == 550
     assert B.always_on_ms_per_s(list(costs.values())) == pytest.approx(10000 * 550 / 1e6 + 1000 * 300 / 1e6)
     # the collector process's own CPU while the workload ran, per second of it; None from a collector without it
-    header = {"collector": {"cpu_ns": 9_000_000}, "workload": {"collector_cpu_ns": 3_000_000}}
+    t = {"start_ns": 0, "end_ns": 4_000_000_000}
+    header = {"collector": {"cpu_ns": 9_000_000}, "workload": {"collector_cpu_ns": 3_000_000, "start_ns": 1},
+              "time": t}
     assert B.collector_ms_per_s({"collector_cpu_s": B.collector_cpu_s(header), "span_s": 2.0}) == pytest.approx(1.5)
-    assert B.collector_cpu_s({"collector": {"cpu_ns": 9_000_000}, "workload": {}}) == pytest.approx(0.009)
-    assert B.collector_ms_per_s({"collector_cpu_s": B.collector_cpu_s({"collector": {}}), "span_s": 2.0}) is None
+    assert B.collector_cpu_s({"collector": {"cpu_ns": 9_000_000}, "workload": {}, "time": t}) == pytest.approx(0.009)
+    assert B.collector_ms_per_s({"collector_cpu_s": B.collector_cpu_s({"collector": {}, "time": t}),
+                                 "span_s": 2.0}) is None
 
 
 def bench_mounts(pids):
