@@ -238,9 +238,28 @@ def lost_items(s):
     out += ["%d %s%s" % (v, k, " (kernel table full)" if k.endswith("_full") else
                          " (its end never seen)" if k.endswith("_missed") else "")
             for k, v in sorted((s.get("losses") or {}).items()) if v]
-    out += ["%d block requests on %s completed unseen" % (v, k)
-            for k, v in sorted((s.get("unseen_block_requests") or {}).items())]
+    unseen = sorted((s.get("unseen_block_requests") or {}).items())
+    if unseen:
+        out.append("%d block requests completed unseen (%s)" % (sum(v for _, v in unseen),
+                                                               ", ".join("%d on %s" % (v, k) for k, v in unseen)))
     return out
+
+
+def lost_line(s):
+    """The one verdict line for what was lost: every item where they fit, else their totals by kind (each item is
+    in `fstrace report DIR --full`), so a run with many kinds of loss still has a verdict that fits a screen."""
+    items = lost_items(s)
+    if not items:
+        return "  lost: nothing (no drops, no full tables, block requests match /proc/diskstats)"
+    line = "  LOST: " + "; ".join(items)
+    if len(line) <= WIDTH:
+        return line
+    losses = s.get("losses") or {}  # records.h FST_LOSSES: each name ends in _full or _missed
+    kinds = [("dropped", sum((s.get("drops") or {}).values())),
+             ("table full", sum(v for k, v in losses.items() if k.endswith("_full"))),
+             ("ends never seen", sum(v for k, v in losses.items() if not k.endswith("_full"))),
+             ("block requests unseen", sum((s.get("unseen_block_requests") or {}).values()))]
+    return "  LOST: " + ", ".join("%d %s" % (v, k) for k, v in kinds if v) + " (each: report --full)"
 
 
 def expired_items(s):
@@ -312,9 +331,7 @@ def lines(s):
     failed = s.get("failed_requests") or {}
     if failed:  # named, so a run on a damaged image cannot pass for a fast one
         out += fold("  FAILED requests: %s" % ", ".join("%s x%d" % kv for kv in sorted(failed.items())))
-    lost = lost_items(s)
-    out += wrap("LOST", lost, "; ") if lost else ["  lost: nothing (no drops, no full tables, block requests "
-                                                  "match /proc/diskstats)"]
+    out.append(lost_line(s))
     expired = expired_items(s)
     if expired:
         out += wrap("expired", expired, "; ")
