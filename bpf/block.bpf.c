@@ -65,19 +65,19 @@ static __always_inline __u32 rq_dev(struct request *rq, bool btf)
 	return FST_KDEV(BPF_CORE_READ(disk, major), BPF_CORE_READ(disk, first_minor));
 }
 
-/* st: the current thread's state where requests are traced (its cached verdict saves the pid lookup) */
-static __always_inline void charge_current(struct fst_bio_start *s, struct task_req *st)
+/*
+ * Who a bio queued now is charged to: a loop worker's, to the traced thread whose loop request it serves (the
+ * loop device's owner); else the current thread, where the task filters trace it.  Returns the current thread's
+ * state where requests are traced, NULL for a loop worker: one is never a traced thread's request, so the
+ * backing device's bios (half of a cold read's) need no state lookup and no filter.
+ */
+static __always_inline struct task_req *charge_current(struct fst_bio_start *s)
 {
 	__u32 pid = (__u32)bpf_get_current_pid_tgid();
 
 	s->queue_pid = pid;
 	if (!cfg.no_io_records) /* the io record's only: serve writes none */
 		current_comm(s->comm);
-	if (cfg.requests ? state_is_traced(st) : current_is_traced()) {
-		s->pid = pid;
-		s->charge = FST_CHARGE_DIRECT;
-		return;
-	}
 	struct loop_ctx_slot *lc = loop_ctx_find(pid);
 	if (lc) {
 		__u32 *owner = bpf_map_lookup_elem(&loop_owner, &lc->v);
@@ -85,7 +85,14 @@ static __always_inline void charge_current(struct fst_bio_start *s, struct task_
 			s->pid = *owner;
 			s->charge = FST_CHARGE_LOOP;
 		}
+		return NULL;
 	}
+	struct task_req *st = cfg.requests ? current_state() : NULL;
+	if (cfg.requests ? state_is_traced(st) : current_is_traced()) {
+		s->pid = pid;
+		s->charge = FST_CHARGE_DIRECT;
+	}
+	return st;
 }
 
 /* when this CPU last took a bio queue stack (records.h FST_IO_STACK_EVERY_NS) */
@@ -142,9 +149,8 @@ static __always_inline int handle_bio_queue(void *ctx, struct bio *bio, bool btf
 	if (!dev_cfg(dev))
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
-	struct task_req *st = cfg.requests ? current_state() : NULL;
 	struct fst_bio_start s = { .ts_queue = now, .stack = io_stack(ctx, now) };
-	charge_current(&s, st);
+	struct task_req *st = charge_current(&s);
 	struct bio_starts_slot *slot = bio_slot_anew((__u64)bio);
 	if (!slot)
 		return 0;
@@ -167,7 +173,7 @@ static __always_inline int handle_bio_split(struct bio *split, bool btf)
 		s = ps->v;
 	} else {
 		s.ts_queue = bpf_ktime_get_ns();
-		charge_current(&s, cfg.requests ? current_state() : NULL);
+		charge_current(&s);
 	}
 	struct bio_starts_slot *slot = bio_slot_anew((__u64)split);
 	if (!slot)

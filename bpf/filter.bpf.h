@@ -114,11 +114,15 @@ static __always_inline bool verdict_cacheable(void)
 }
 
 /* whether the current thread (whose state is r) is traced: the verdict its state keeps where that can be
- * cached and is known (no hash lookup of the pid), else the filters */
+ * cached (no hash lookup of the pid), asked of the filters and kept the first time; else the filters.  Outside
+ * --budget's windows no sys_enter keeps it, and a reader's every bio and erofs event would ask the filters. */
 static __always_inline bool state_is_traced(struct task_req *r)
 {
-	if (verdict_cacheable() && r && r->keep.verdict != FST_VERDICT_UNKNOWN)
+	if (verdict_cacheable() && r) {
+		if (r->keep.verdict == FST_VERDICT_UNKNOWN)
+			r->keep.verdict = current_is_traced() ? FST_VERDICT_TRACED : FST_VERDICT_UNTRACED;
 		return r->keep.verdict == FST_VERDICT_TRACED;
+	}
 	return current_is_traced();
 }
 

@@ -649,8 +649,9 @@ struct fst_rq_start {
 	E(FST_LOSS_REQ_UNENDED, 4, "request_end_missed")	/* its end never came (a kretprobe missed): dropped */ \
 	E(FST_LOSS_BIO_END_MISSED, 5, "bio_end_missed")	/* a bio's end never seen: its address was queued again */ \
 	E(FST_LOSS_RQ_COMPLETION_MISSED, 6, "request_completion_missed")	/* a block request's completion never seen: its address was issued again with no requeue between (it has no io record) */ \
-	E(FST_LOSS_EXITED_CALLS, 7, "exited_calls_full")	/* --budget: an exited thread's read/write syscall counts (its calls are missing from the windows' weights) */
-#define FST_NR_LOSSES 8
+	E(FST_LOSS_EXITED_CALLS, 7, "exited_calls_full")	/* --budget: an exited thread's read/write syscall counts (its calls are missing from the windows' weights) */ \
+	E(FST_LOSS_INFLIGHT_TABLE, 8, "inflight_table_full")	/* a thread's count of block I/O in flight: its sleeps on that I/O are not told from other waits */
+#define FST_NR_LOSSES 9
 enum fst_loss { FST_LOSSES(FST_ENUM_MEMBER) };
 FST_ASSERT_NUMBERED(FST_LOSSES, 0, FST_NR_LOSSES);
 /* clang-format on */
@@ -704,9 +705,10 @@ struct fst_tracer_site {
  * flight at once.
  */
 #define FST_FLIGHT_WAYS 4
-#define FST_BIO_BUCKETS 16384  /* 65536 bios */
-#define FST_RQ_BUCKETS 4096    /* 16384 block requests */
-#define FST_WORKER_BUCKETS 512 /* 2048 kworkers or work items */
+#define FST_BIO_BUCKETS 16384	   /* 65536 bios */
+#define FST_RQ_BUCKETS 4096	   /* 16384 block requests */
+#define FST_WORKER_BUCKETS 512	   /* 2048 kworkers or work items */
+#define FST_INFLIGHT_BUCKETS 16384 /* 65536 threads with block I/O charged to them; a bucket is one cache line */
 
 /* ---- in-kernel aggregates, read by the collector at the end ---- */
 
