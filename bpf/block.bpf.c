@@ -42,14 +42,6 @@ struct {
 	__type(value, struct fst_dev_io);
 } dev_io SEC(".maps");
 
-/* exact byte and time sums per (device, op) beside the histograms (records.h struct fst_io_sum) */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, (FST_MAX_TRACED_DEVS * FST_IO_SUBS));
-	__type(key, struct fst_io_sum_key);
-	__type(value, struct fst_io_sum);
-} io_sums SEC(".maps");
-
 static __always_inline __u32 bio_dev(struct bio *bio, bool btf)
 {
 	struct block_device *bdev = FST_FIELD(btf, bio, bi_bdev); /* FST_FIELD does not nest */
@@ -445,13 +437,7 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 		count_alignment(&io->align, dc, sector, bytes);
 	}
 	/* only for an exposition: the records have these figures, and a run should not pay for them twice */
-	struct fst_io_sum_key sk = { .dev = dev, .op = sub };
-	struct fst_io_sum *sum = cfg.io_sums ? bpf_map_lookup_elem(&io_sums, &sk) : NULL;
-	if (!sum && cfg.io_sums) {
-		struct fst_io_sum zero = {};
-		bpf_map_update_elem(&io_sums, &sk, &zero, BPF_NOEXIST);
-		sum = bpf_map_lookup_elem(&io_sums, &sk);
-	}
+	struct fst_io_sum *sum = io && cfg.io_sums && sub < FST_IO_SUBS ? &io->sums[sub] : NULL;
 	if (sum)
 		__sync_fetch_and_add(&sum->bytes, bytes);
 	if (r) {

@@ -158,7 +158,7 @@
 /*
  * Block operations as the analysis and the histograms split them: a request's op is cmd_flags & FST_OP_MASK
  * (the kernel's REQ_OP_MASK; REQ_OP_READ 0, REQ_OP_WRITE 1), and every other op counts as "other".  The value
- * is both the op and the index (sub) of its histograms and sums (fst_hist_key.sub, fst_io_sum_key.op).
+ * is both the op and the index (sub) of its histograms and sums (fst_hist_key.sub, fst_dev_io.sums).
  * The results header carries the mask ("io_op": {"cmd_flags_mask"}) and the names (enums "io_op").
  */
 #define FST_OP_MASK 0xff
@@ -811,21 +811,6 @@ struct fst_req_agg {
 };
 
 /*
- * Exact sums of completed block requests per (device, op), beside the log2 histograms (which keep only
- * counts): the exposition's histogram _sum, and the mean request size per device.
- */
-struct fst_io_sum_key {
-	__u32 dev;
-	__u32 op; /* FST_IO_OPS (as fst_hist_key.sub) */
-};
-
-struct fst_io_sum {
-	__u64 bytes;
-	__u64 q2c_ns; /* over the requests whose queueing was seen (the q2c histogram's) */
-	__u64 d2c_ns;
-};
-
-/*
  * Requests per task name, for the exposition's bounded process labels (--per-comm): per (comm, superblock,
  * kind) up to FST_COMM_AGG_MAX series; the requests of every later name go to the one key with an empty comm,
  * sdev 0 and kind 0 (the collector creates it first), so the totals stay whole.
@@ -884,10 +869,22 @@ static inline __u32 fst_dev_slot(__u32 dev, __u32 mul)
 }
 
 /*
+ * Exact sums of a device's completed block requests of one op (fst_dev_io.sums), beside the log2 histograms
+ * (which keep only counts): the exposition's histogram _sum, and the mean request size per device.  Kept only
+ * for an exposition (cfg.io_sums): a run's records have these figures.
+ */
+struct fst_io_sum {
+	__u64 bytes;
+	__u64 q2c_ns; /* over the requests whose queueing was seen (the q2c histogram's) */
+	__u64 d2c_ns;
+};
+
+/*
  * What a traced device's completed block requests add up to, in the dev_io array entry its fst_dev_cfg
- * names: the completion handler reaches it with no hash lookup (it would need four per completion).  Log2 histograms per op (FST_IO_SUBS: read, write, other) of size, queue-to-complete and
- * issue-to-complete, and the alignment counters.  The results header carries them as the "histograms" rows
- * of metrics FST_H_IO_BYTES / FST_H_IO_Q2C_US / FST_H_IO_D2C_US and the "alignment" rows.
+ * names: the completion handler reaches it with no hash lookup (it would need four per completion).  Log2
+ * histograms per op (FST_IO_SUBS: read, write, other) of size, queue-to-complete and issue-to-complete, the
+ * alignment counters, and for an exposition the exact sums.  The results header carries them as the
+ * "histograms" rows of metrics FST_H_IO_BYTES / FST_H_IO_Q2C_US / FST_H_IO_D2C_US and the "alignment" rows.
  */
 #define FST_MAX_TRACED_DEVS 64
 struct fst_dev_io {
@@ -895,6 +892,7 @@ struct fst_dev_io {
 	__u64 bytes[FST_IO_SUBS][FST_HIST_SLOTS];
 	__u64 q2c_us[FST_IO_SUBS][FST_HIST_SLOTS];
 	__u64 d2c_us[FST_IO_SUBS][FST_HIST_SLOTS];
+	struct fst_io_sum sums[FST_IO_SUBS];
 };
 
 /* off-CPU time per (kernel stack, reason), accumulated in the kernel */
@@ -982,7 +980,7 @@ struct fst_cfg {
 	__u32 wakeup_bytes;   /* wake the reader when this much is waiting in the ring buffer */
 	__u8 records_none;    /* count every request in req_agg, record none (fstrace serve) */
 	__u8 no_io_records;   /* block requests only in the histograms, sums and alignment counters */
-	__u8 io_sums;	      /* keep io_sums (the collector writes an exposition) */
+	__u8 io_sums;	      /* keep fst_dev_io.sums (the collector writes an exposition) */
 	__u8 per_comm;	      /* with records_none: also count requests per task name (comm_agg) */
 	__u64 record_over_ns; /* a request this slow is recorded even when it was a page-cache hit */
 	__u8 windowed;	      /* --budget: the syscall hooks are attached in windows (requests.bpf.c window_seq) */

@@ -148,7 +148,6 @@ static void exposer_init(struct exposer *x, struct tracer *t, __u64 t_start_real
 		.agg_keys = t->reqs ? bpf_map__fd(t->reqs->maps.agg_keys) : -1,
 		.dev_io = bpf_map__fd(t->blk->maps.dev_io),
 		.drops = bpf_map__fd(t->blk->maps.drops),
-		.io_sums = bpf_map__fd(t->blk->maps.io_sums),
 		.comm_agg = t->reqs && opt.per_comm ? bpf_map__fd(t->reqs->maps.comm_agg) : -1,
 		.losses = bpf_map__fd(t->blk->maps.losses),
 	};

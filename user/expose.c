@@ -345,6 +345,7 @@ static void filesystems(struct jbuf *b)
 struct hist_row {
 	struct fst_hist_key key;
 	struct fst_hist h;
+	int dev_index; /* its device's dev_io entry (the order of devs) */
 };
 
 #define MAX_HIST_KEYS (MAX_EXPOSED_DEVS * DEV_IO_METRICS * FST_IO_SUBS)
@@ -430,6 +431,7 @@ static void block(struct jbuf *b, const struct expose_input *in)
 				if (!hist_any(slots) && sub != 0)
 					continue;
 				rows[n].key = (struct fst_hist_key){ .metric = dev_io_metrics[k], .dev = devs[d], .sub = sub };
+				rows[n].dev_index = d;
 				memcpy(rows[n].h.slots, slots, sizeof(rows[n].h.slots));
 				n++;
 			}
@@ -459,9 +461,7 @@ static void block(struct jbuf *b, const struct expose_input *in)
 		for (int i = 0; i < n; i++) {
 			if (rows[i].key.metric != fams[f].metric)
 				continue;
-			struct fst_io_sum_key sk = { .dev = rows[i].key.dev, .op = rows[i].key.sub };
-			struct fst_io_sum s = {};
-			bpf_map_lookup_elem(m->io_sums, &sk, &s);
+			const struct fst_io_sum s = io[rows[i].dev_index].sums[rows[i].key.sub];
 			double sum = fams[f].metric == FST_H_IO_BYTES  ? (double)s.bytes :
 				     fams[f].metric == FST_H_IO_Q2C_US ? s.q2c_ns / 1e9 :
 									 s.d2c_ns / 1e9;

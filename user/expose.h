@@ -17,11 +17,11 @@
 struct diskstat;
 
 struct expose_maps {
-	int req_agg;		    /* requests.bpf.c req_agg (per CPU), -1 without request tracing (--block-only) */
-	int agg_keys;		    /* requests.bpf.c agg_keys: the (superblock, kind) of each of req_agg's entries */
-	int dev_io, drops, io_sums; /* dev_io: block.bpf.c, indexed by the devices' order in devs */
-	int comm_agg;		    /* requests.bpf.c comm_agg (per CPU), -1 without --per-comm */
-	int losses;		    /* block.bpf.c losses (per CPU, records.h FST_LOSSES) */
+	int req_agg;	   /* requests.bpf.c req_agg (per CPU), -1 without request tracing (--block-only) */
+	int agg_keys;	   /* requests.bpf.c agg_keys: the (superblock, kind) of each of req_agg's entries */
+	int dev_io, drops; /* dev_io: block.bpf.c, indexed by the devices' order in devs */
+	int comm_agg;	   /* requests.bpf.c comm_agg (per CPU), -1 without --per-comm */
+	int losses;	   /* block.bpf.c losses (per CPU, records.h FST_LOSSES) */
 };
 
 struct expose_probes {
