@@ -79,7 +79,7 @@ static __always_inline struct task_req *charge_current(struct fst_bio_start *s)
 		}
 		return NULL;
 	}
-	struct task_req *st = cfg.requests ? current_state() : NULL;
+	struct task_req *st = cfg.requests ? current_state_for_verdict() : NULL;
 	if (cfg.requests ? state_is_traced(st) : current_is_traced()) {
 		s->pid = pid;
 		s->charge = FST_CHARGE_DIRECT;

@@ -71,7 +71,7 @@ static __always_inline int handle_map_exit(struct inode *inode, struct erofs_map
 {
 	if (ret)
 		return 0;
-	struct task_req *r = current_state();
+	struct task_req *r = current_state_for_verdict();
 	struct fst_erofs *rec = erofs_record(r, inode, FST_EROFS_MAP, btf);
 	if (!rec)
 		return 0;
@@ -87,7 +87,7 @@ static __always_inline int handle_map_exit(struct inode *inode, struct erofs_map
 
 static __always_inline int handle_readahead(struct inode *inode, unsigned long start, unsigned int nrpage, bool btf)
 {
-	struct task_req *r = current_state();
+	struct task_req *r = current_state_for_verdict();
 	struct fst_erofs *rec = erofs_record(r, inode, FST_EROFS_READAHEAD, btf);
 	if (!rec)
 		return 0;
@@ -99,7 +99,7 @@ static __always_inline int handle_readahead(struct inode *inode, unsigned long s
 
 static __always_inline int handle_read_folio(struct inode *inode, unsigned long index, bool btf)
 {
-	struct task_req *r = current_state();
+	struct task_req *r = current_state_for_verdict();
 	struct fst_erofs *rec = erofs_record(r, inode, FST_EROFS_READ_FOLIO, btf);
 	if (!rec)
 		return 0;

@@ -113,6 +113,19 @@ static __always_inline bool verdict_cacheable(void)
 	return cfg.task_storage && !cfg.filter_comm && !cfg.filter_cgroup_id;
 }
 
+/*
+ * The current thread's state for a handler that asks whether it is traced (state_is_traced), created where the
+ * process tree filter's verdict can be kept in it: a thread that reaches the block and erofs handlers outside any
+ * request (no sys_enter made its state: --budget between windows) then looks its pid up in traced_pids once, not
+ * at each of its bios and erofs events.  Without a process tree filter the filters need no lookup at all.
+ */
+static __always_inline struct task_req *current_state_for_verdict(void)
+{
+	if (!verdict_cacheable() || !cfg.filter_pids)
+		return current_state();
+	return bpf_task_storage_get(&task_reqs, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+}
+
 /* whether the current thread (whose state is r) is traced: the verdict its state keeps where that can be
  * cached (no hash lookup of the pid), asked of the filters and kept the first time; else the filters.  Outside
  * --budget's windows no sys_enter keeps it, and a reader's every bio and erofs event would ask the filters. */
