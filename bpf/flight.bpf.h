@@ -17,8 +17,9 @@
  * maps they would be the largest part of a cold read's block-layer cost.  A flight table is an array of buckets
  * of FST_FLIGHT_WAYS slots: a slot is claimed with a compare-and-swap of its key from 0, found by comparing the
  * bucket's keys and freed by storing 0 (each a few instructions, no lock, no helper call).  Keys are never 0 (kernel pointers, thread ids; 0 finds nothing) nor FST_FLIGHT_BUSY.  A full bucket loses the entry,
- * counted in `losses`.  Stale entries (their end event never came) are removed by block.bpf.c's
- * expire_stale, which the collector runs.
+ * counted in `losses`.  Stale entries of the block and kworker tables (their end event never came) are
+ * removed by block.bpf.c's expire_stale, which the collector runs; a thread's (task.bpf.h task_inflight) go
+ * when it exits.
  */
 /* a slot being freed by expire_stale: held (claim skips it, no key matches it) until its value is cleared */
 #define FST_FLIGHT_BUSY (~0ull)

@@ -845,9 +845,7 @@ static __always_inline int handle_exit(void)
 	/* task-local storage goes with the task; the hash fallback's entry must be removed */
 	if (!cfg.task_storage)
 		bpf_map_delete_elem(&task_reqs, &pid);
-	struct task_inflight_slot *inflight = task_inflight_find(pid);
-	if (inflight)
-		task_inflight_release(inflight);
+	inflight_forget(pid);
 	if (cfg.task_storage && !bpf_map_delete_elem(&ios_pending, &pid)) /* never folded now */
 		ios_pending_entries_add(-1);
 	/* the pid stays in traced_pids: its block I/O may still complete, and pids are not reused that fast */

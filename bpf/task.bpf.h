@@ -146,7 +146,7 @@ static __always_inline struct task_req *current_req(void)
  * Block I/O charged to a thread and not yet completed, in bios, by thread id: a flight table (flight.bpf.h), so
  * the two to four updates of every block request are inlined array accesses, not hash lookups (a quarter of
  * block_bio_queue's samples in a profile of a cold read).  A thread's slot is taken by its first charged bio and
- * given back when it exits (requests.bpf.c handle_exit).
+ * given back when it exits (inflight_forget).
  */
 FST_FLIGHT_TABLE(task_inflight, __s64, FST_INFLIGHT_BUCKETS, FST_LOSS_INFLIGHT_TABLE)
 
@@ -154,9 +154,40 @@ static __always_inline void inflight_add(__u32 pid, __s64 delta)
 {
 	if (!pid || !cfg.requests) /* read only by sched_switch's I/O-wait test */
 		return;
-	struct task_inflight_slot *n = delta > 0 ? task_inflight_claim(pid) : task_inflight_find(pid);
-	if (n)
+	struct task_inflight_slot *n = task_inflight_find(pid);
+	if (n) {
 		__sync_fetch_and_add(&n->v, delta);
+		return;
+	}
+	if (delta <= 0)
+		return;
+	/*
+	 * A slot claimed here is set, not added to: an add that found the slot of an exiting thread can land after
+	 * inflight_forget cleared it, and must not pass to the next thread that takes it.  Two CPUs taking a first
+	 * slot for one thread at once can each take one: inflight_get sums them, and the thread's exit frees both.
+	 */
+	struct task_inflight_bucket *bk = task_inflight_bucket_of(pid);
+	if (!bk)
+		return;
+#pragma unroll
+	for (int i = 0; i < FST_FLIGHT_WAYS; i++)
+		if (!bk->s[i].key && __sync_val_compare_and_swap(&bk->s[i].key, 0, pid) == 0) {
+			bk->s[i].v = delta;
+			return;
+		}
+	loss_count(FST_LOSS_INFLIGHT_TABLE);
+}
+
+/* a thread exits: every slot it holds is given back */
+static __always_inline void inflight_forget(__u32 pid)
+{
+	struct task_inflight_bucket *bk = pid ? task_inflight_bucket_of(pid) : NULL;
+	if (!bk)
+		return;
+#pragma unroll
+	for (int i = 0; i < FST_FLIGHT_WAYS; i++)
+		if (bk->s[i].key == pid)
+			task_inflight_release(&bk->s[i]);
 }
 
 /*
@@ -249,8 +280,15 @@ static __always_inline void req_fold_pending_ios(struct task_req *r, __u32 pid)
 
 static __always_inline __s64 inflight_get(__u32 pid)
 {
-	struct task_inflight_slot *n = task_inflight_find(pid);
-	return n ? n->v : 0;
+	struct task_inflight_bucket *bk = pid ? task_inflight_bucket_of(pid) : NULL;
+	__s64 n = 0;
+	if (!bk)
+		return 0;
+#pragma unroll
+	for (int i = 0; i < FST_FLIGHT_WAYS; i++)
+		if (bk->s[i].key == pid)
+			n += bk->s[i].v;
+	return n;
 }
 
 #endif

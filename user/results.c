@@ -196,10 +196,16 @@ static json *records_layout_json(void)
 	return o;
 }
 
-/* an unlinked file in dir: nothing is left behind if we die */
-#define SPOOL_BUFFER_BYTES (256 * 1024) /* per record type */
+/*
+ * Each spool's stdio buffer.  stdio's own is a page: at tens of thousands of records a second that is a write(2)
+ * per few dozen records, each a filesystem write path.  glibc and musl take a size only with a buffer, so it is
+ * allocated here.
+ */
+#define SPOOL_BUFFER_BYTES (256 * 1024)
 
-static FILE *unlinked_file(const char *dir)
+/* an unlinked file in dir, written through buf (SPOOL_BUFFER_BYTES) if not NULL: nothing is left behind if we
+ * die */
+static FILE *unlinked_file(const char *dir, char *buf)
 {
 	int fd = open(dir, O_TMPFILE | O_RDWR, 0600);
 	if (fd < 0) {
@@ -211,10 +217,11 @@ static FILE *unlinked_file(const char *dir)
 		unlink(tmpl);
 	}
 	FILE *f = fdopen(fd, "w+");
-	/* stdio's default buffer is a page: at tens of thousands of records a second that is a write(2) per few
-	 * dozen records, each a filesystem write path (a cold tar under attach: the largest part of the collector's
-	 * own CPU time while the workload ran) */
-	if (f && setvbuf(f, NULL, _IOFBF, SPOOL_BUFFER_BYTES)) {
+	if (!f) {
+		close(fd);
+		return NULL;
+	}
+	if (buf && setvbuf(f, buf, _IOFBF, SPOOL_BUFFER_BYTES)) {
 		fclose(f);
 		return NULL;
 	}
@@ -238,7 +245,8 @@ int results_open(struct results *r, const char *path)
 		if (!rec_name(t))
 			continue;
 		r->spools[t].rec_size = rec_size(t);
-		r->spools[t].f = unlinked_file(dir);
+		r->spools[t].buf = malloc(SPOOL_BUFFER_BYTES);
+		r->spools[t].f = r->spools[t].buf ? unlinked_file(dir, r->spools[t].buf) : NULL;
 		if (!r->spools[t].f) {
 			int err = -errno;
 			free(dir);
@@ -288,7 +296,7 @@ static int copy_spool(FILE *from, FILE *to, uint32_t *crc)
 int results_finish(struct results *r, json *header)
 {
 	char *dir = dir_of(r->path);
-	FILE *out = unlinked_file(dir);
+	FILE *out = unlinked_file(dir, NULL); /* written in large pieces (copy_spool) */
 	free(dir);
 	if (!out)
 		return -errno;
@@ -360,6 +368,8 @@ void results_discard(struct results *r)
 	for (int t = 0; t < FST_MAX_REC_TYPES; t++) {
 		if (r->spools[t].f)
 			fclose(r->spools[t].f);
+		free(r->spools[t].buf); /* after its stream, which writes out of it as it closes */
 		r->spools[t].f = NULL;
+		r->spools[t].buf = NULL;
 	}
 }

@@ -34,6 +34,7 @@
 
 struct spool {
 	FILE *f;
+	char *buf; /* f's stdio buffer (results.c SPOOL_BUFFER_BYTES) */
 	uint64_t count;
 	uint32_t rec_size;
 	uint32_t crc; /* CRC32 of the spooled records, once finished */
