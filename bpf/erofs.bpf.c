@@ -29,13 +29,18 @@ EROFS_PROBES(z_erofs_deflate_decompress, FST_ALG_DEFLATE)
 EROFS_PROBES(z_erofs_zstd_decompress, FST_ALG_ZSTD)
 EROFS_PROBES(z_erofs_transform_plain, FST_ALG_PLAIN)
 
-/* a record of the current thread's (state r), NULL when it is not traced or none is wanted */
-static __always_inline struct fst_erofs *erofs_record(struct task_req *r, struct inode *inode, __u16 event,
+/* a record of the current thread's, NULL when it is not traced or none is wanted; *rp: its state (NULL when none
+ * was looked up) */
+static __always_inline struct fst_erofs *erofs_record(struct task_req **rp, struct inode *inode, __u16 event,
 						      bool btf)
 {
+	*rp = NULL;
 	/* --records none (fstrace serve): per-request detail nothing reads, tens of thousands of records a second on
-	 * a cold read */
-	if (cfg.records_none || !state_is_traced(r))
+	 * a cold read; nor is the thread's state looked up for it */
+	if (cfg.records_none)
+		return NULL;
+	struct task_req *r = *rp = current_state_for_verdict();
+	if (!state_is_traced(r))
 		return NULL;
 	struct super_block *sb = FST_FIELD(btf, inode, i_sb);
 	__u32 sdev = FST_FIELD(btf, sb, s_dev);
@@ -71,8 +76,8 @@ static __always_inline int handle_map_exit(struct inode *inode, struct erofs_map
 {
 	if (ret)
 		return 0;
-	struct task_req *r = current_state_for_verdict();
-	struct fst_erofs *rec = erofs_record(r, inode, FST_EROFS_MAP, btf);
+	struct task_req *r;
+	struct fst_erofs *rec = erofs_record(&r, inode, FST_EROFS_MAP, btf);
 	if (!rec)
 		return 0;
 	rec->la = FST_FIELD(btf, map, m_la);
@@ -87,8 +92,8 @@ static __always_inline int handle_map_exit(struct inode *inode, struct erofs_map
 
 static __always_inline int handle_readahead(struct inode *inode, unsigned long start, unsigned int nrpage, bool btf)
 {
-	struct task_req *r = current_state_for_verdict();
-	struct fst_erofs *rec = erofs_record(r, inode, FST_EROFS_READAHEAD, btf);
+	struct task_req *r;
+	struct fst_erofs *rec = erofs_record(&r, inode, FST_EROFS_READAHEAD, btf);
 	if (!rec)
 		return 0;
 	rec->la = start;
@@ -99,8 +104,8 @@ static __always_inline int handle_readahead(struct inode *inode, unsigned long s
 
 static __always_inline int handle_read_folio(struct inode *inode, unsigned long index, bool btf)
 {
-	struct task_req *r = current_state_for_verdict();
-	struct fst_erofs *rec = erofs_record(r, inode, FST_EROFS_READ_FOLIO, btf);
+	struct task_req *r;
+	struct fst_erofs *rec = erofs_record(&r, inode, FST_EROFS_READ_FOLIO, btf);
 	if (!rec)
 		return 0;
 	rec->la = index;

@@ -36,61 +36,67 @@ static __always_inline __u32 flight_bucket_index(__u64 key, __u32 nbuckets)
 	return ((lo * 2654435761u) >> 16) & (nbuckets - 1); /* 32-bit operations only */
 }
 
-#define FST_FLIGHT_TABLE(name, value_t, nbuckets, loss)                                                      \
-	struct name##_slot {                                                                                 \
-		__u64 key;                                                                                   \
-		value_t v;                                                                                   \
-	};                                                                                                   \
-	struct name##_bucket {                                                                               \
-		struct name##_slot s[FST_FLIGHT_WAYS];                                                       \
-	};                                                                                                   \
-	struct {                                                                                             \
-		__uint(type, BPF_MAP_TYPE_ARRAY);                                                            \
-		__uint(max_entries, nbuckets);                                                               \
-		__type(key, __u32);                                                                          \
-		__type(value, struct name##_bucket);                                                         \
-	} name SEC(".maps");                                                                                 \
-	static __always_inline struct name##_bucket *name##_bucket_of(__u64 key)                             \
-	{                                                                                                    \
-		__u32 b = flight_bucket_index(key, nbuckets);                                                \
-		return bpf_map_lookup_elem(&name, &b);                                                       \
-	}                                                                                                    \
-	/* the slot holding key, NULL if none */                                                             \
-	static __always_inline struct name##_slot *name##_find(__u64 key)                                    \
-	{                                                                                                    \
-		_Static_assert((nbuckets) <= 65536 && ((nbuckets) & ((nbuckets)-1)) == 0,                    \
-			       "flight_bucket_index: a power of two, at most 16 bits");                      \
-		struct name##_bucket *bk = key ? name##_bucket_of(key) : NULL; /* 0: a free slot */          \
-		if (!bk)                                                                                     \
-			return NULL;                                                                         \
-		_Pragma("unroll")                                                                            \
-		for (int i = 0; i < FST_FLIGHT_WAYS; i++)                                                    \
-			if (bk->s[i].key == key)                                                             \
-				return &bk->s[i];                                                            \
-		return NULL;                                                                                 \
-	}                                                                                                    \
-	/* the slot of key, claimed if it has none; NULL (and a loss counted) when its bucket is full */     \
-	static __always_inline struct name##_slot *name##_claim(__u64 key)                                   \
-	{                                                                                                    \
-		struct name##_slot *held = name##_find(key);                                                 \
-		if (held || !key)                                                                            \
-			return held;                                                                         \
-		struct name##_bucket *bk = name##_bucket_of(key); /* an array: inlined */                    \
-		if (!bk)                                                                                     \
-			return NULL;                                                                         \
-		_Pragma("unroll")                                                                            \
-		for (int i = 0; i < FST_FLIGHT_WAYS; i++)                                                    \
-			if (!bk->s[i].key && __sync_val_compare_and_swap(&bk->s[i].key, 0, key) == 0)        \
-				return &bk->s[i];                                                            \
-		loss_count(loss);                                                                            \
-		return NULL;                                                                                 \
-	}                                                                                                    \
-	/* free a slot found or claimed above: its value is zeroed first, so a slot just claimed again never \
-	 * shows expire_stale its previous holder's times */                                                 \
-	static __always_inline void name##_release(struct name##_slot *slot)                                 \
-	{                                                                                                    \
-		__builtin_memset(&slot->v, 0, sizeof(slot->v));                                              \
-		__atomic_exchange_n(&slot->key, 0, __ATOMIC_SEQ_CST);                                        \
+#define FST_FLIGHT_TABLE(name, value_t, nbuckets, loss)                                                        \
+	struct name##_slot {                                                                                   \
+		__u64 key;                                                                                     \
+		value_t v;                                                                                     \
+	};                                                                                                     \
+	struct name##_bucket {                                                                                 \
+		struct name##_slot s[FST_FLIGHT_WAYS];                                                         \
+	};                                                                                                     \
+	struct {                                                                                               \
+		__uint(type, BPF_MAP_TYPE_ARRAY);                                                              \
+		__uint(max_entries, nbuckets);                                                                 \
+		__type(key, __u32);                                                                            \
+		__type(value, struct name##_bucket);                                                           \
+	} name SEC(".maps");                                                                                   \
+	static __always_inline struct name##_bucket *name##_bucket_of(__u64 key)                               \
+	{                                                                                                      \
+		__u32 b = flight_bucket_index(key, nbuckets);                                                  \
+		return bpf_map_lookup_elem(&name, &b);                                                         \
+	}                                                                                                      \
+	/* the slot holding key, NULL if none */                                                               \
+	static __always_inline struct name##_slot *name##_find(__u64 key)                                      \
+	{                                                                                                      \
+		_Static_assert((nbuckets) <= 65536 && ((nbuckets) & ((nbuckets)-1)) == 0,                      \
+			       "flight_bucket_index: a power of two, at most 16 bits");                        \
+		struct name##_bucket *bk = key ? name##_bucket_of(key) : NULL; /* 0: a free slot */            \
+		if (!bk)                                                                                       \
+			return NULL;                                                                           \
+		_Pragma("unroll")                                                                              \
+		for (int i = 0; i < FST_FLIGHT_WAYS; i++)                                                      \
+			if (bk->s[i].key == key)                                                               \
+				return &bk->s[i];                                                              \
+		return NULL;                                                                                   \
+	}                                                                                                      \
+	/* a free slot of key's bucket claimed for key (not 0), whose caller found none held; NULL (and a loss \
+	 * counted) when the bucket is full */                                                                 \
+	static __always_inline struct name##_slot *name##_claim_free(__u64 key)                                \
+	{                                                                                                      \
+		struct name##_bucket *bk = name##_bucket_of(key); /* an array: inlined */                      \
+		if (!bk)                                                                                       \
+			return NULL;                                                                           \
+		_Pragma("unroll")                                                                              \
+		for (int i = 0; i < FST_FLIGHT_WAYS; i++)                                                      \
+			if (!bk->s[i].key && __sync_val_compare_and_swap(&bk->s[i].key, 0, key) == 0)          \
+				return &bk->s[i];                                                              \
+		loss_count(loss);                                                                              \
+		return NULL;                                                                                   \
+	}                                                                                                      \
+	/* the slot of key, claimed if it has none; NULL (and a loss counted) when its bucket is full */       \
+	static __always_inline struct name##_slot *name##_claim(__u64 key)                                     \
+	{                                                                                                      \
+		struct name##_slot *held = name##_find(key);                                                   \
+		if (held || !key)                                                                              \
+			return held;                                                                           \
+		return name##_claim_free(key);                                                                 \
+	}                                                                                                      \
+	/* free a slot found or claimed above: its value is zeroed first, so a slot just claimed again never   \
+	 * shows expire_stale its previous holder's times */                                                   \
+	static __always_inline void name##_release(struct name##_slot *slot)                                   \
+	{                                                                                                      \
+		__builtin_memset(&slot->v, 0, sizeof(slot->v));                                                \
+		__atomic_exchange_n(&slot->key, 0, __ATOMIC_SEQ_CST);                                          \
 	}
 
 #endif

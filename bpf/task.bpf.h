@@ -166,16 +166,9 @@ static __always_inline void inflight_add(__u32 pid, __s64 delta)
 	 * inflight_forget cleared it, and must not pass to the next thread that takes it.  Two CPUs taking a first
 	 * slot for one thread at once can each take one: inflight_get sums them, and the thread's exit frees both.
 	 */
-	struct task_inflight_bucket *bk = task_inflight_bucket_of(pid);
-	if (!bk)
-		return;
-#pragma unroll
-	for (int i = 0; i < FST_FLIGHT_WAYS; i++)
-		if (!bk->s[i].key && __sync_val_compare_and_swap(&bk->s[i].key, 0, pid) == 0) {
-			bk->s[i].v = delta;
-			return;
-		}
-	loss_count(FST_LOSS_INFLIGHT_TABLE);
+	n = task_inflight_claim_free(pid);
+	if (n)
+		n->v = delta;
 }
 
 /* a thread exits: every slot it holds is given back */
