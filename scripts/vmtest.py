@@ -524,11 +524,22 @@ def check_write_compression(name, mode, res, src, fail, lines, kver="?"):
     if max(by_ino.values()) > max(sizes):
         fail("%s %s: %d bytes compressed for one file, the largest is %d" % (name, mode, max(by_ino.values()),
                                                                              max(sizes)))
+    # run by workqueue workers: their names are no proof (6.1 names a workqueue's rescuer after the workqueue,
+    # "btrfs-delalloc", and a slow guest's mayday timer hands it work), PF_WQ_WORKER is
+    kworker = summary.enum_value(h, "context", "kworker")
+    if (c["context"] != kworker).any():
+        fail("%s %s: %d of %d chunks compressed outside a workqueue worker" % (
+            name, mode, int((c["context"] != kworker).sum()), len(c)))
+    # each chunk a slice on the in-kernel work track of the thread that ran it
     tracks, slices = timeline_slices(res)
     slices = [e for e in slices if e["name"].startswith("compress ")]
-    # on the in-kernel work track of the kworker that ran them
-    if len(slices) != len(c) or any(not tracks[tracks[e["track"]][1]][0].startswith("kworker") for e in slices):
-        fail("%s %s: %d compression slices in the timeline for %d chunks" % (name, mode, len(slices), len(c)))
+    ran_by = {(int(r["ts_start_ns"]), max(int(r["ts_end_ns"]), int(r["ts_start_ns"]))):
+              bytes(r["comm"]).rstrip(b"\0").decode(errors="replace") for r in c}
+    misplaced = ["%s on %r" % (ran_by.get((e["start"], e["end"]), "no chunk"), tracks[tracks[e["track"]][1]][0])
+                 for e in slices if ran_by.get((e["start"], e["end"])) != tracks[tracks[e["track"]][1]][0]]
+    if len(slices) != len(c) or misplaced:
+        fail("%s %s: %d compression slices in the timeline for %d chunks%s" % (
+            name, mode, len(slices), len(c), "; not on their thread: " + ", ".join(misplaced[:3]) if misplaced else ""))
     # the tracepoint tier's exact figure on the same run: compression runs inside the work items
     w = res.records.get("work")
     kind = summary.enum_value(h, "work_kind", "btrfs write compression")
