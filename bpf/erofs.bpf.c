@@ -34,11 +34,7 @@ EROFS_PROBES(z_erofs_transform_plain, FST_ALG_PLAIN)
 static __always_inline struct fst_erofs *erofs_record(struct task_req **rp, struct inode *inode, __u16 event,
 						      bool btf)
 {
-	*rp = NULL;
-	/* --records none (fstrace serve): per-request detail nothing reads, tens of thousands of records a second on
-	 * a cold read; nor is the thread's state looked up for it */
-	if (cfg.records_none)
-		return NULL;
+	/* not loaded with --records none (user/probes.c unload_records_only): a record is all these events make */
 	struct task_req *r = *rp = current_state_for_verdict();
 	if (!state_is_traced(r))
 		return NULL;

@@ -127,6 +127,18 @@ def test_serve_counts_every_read_and_prometheus_agrees(mounted_erofs, collector_
                     and dict(ls)["tier"] != "unavailable"}
         missed = {dict(ls)["probe"]: v for (n, ls), v in after.items() if n == "fstrace_probe_missed_runs_total"}
         assert set(missed) == attached and "sched_switch" in attached
+        # erofs's event tracepoints make per-request records only, which serve keeps none of: not loaded at all
+        records_only = {"erofs_map_blocks_exit", "erofs_readahead", "erofs_read_folio"}
+        assert all(value(after, "fstrace_probe_info", probe=n, tier="unavailable") == 1 for n in records_only)
+        loaded = set()
+        for kind, i in bpf_objects_of(collector_under(p.pid)):
+            if kind == "prog":
+                out = subprocess.run(["bpftool", "-j", "prog", "show", "id", str(i)], stdout=subprocess.PIPE,
+                                     text=True).stdout
+                loaded.add(json.loads(out)["name"] if out.strip() else "")
+        # bpftool names a program by its function (the tier's suffix after the probe's name)
+        assert any(x.startswith("block_rq_complete_") for x in loaded), loaded
+        assert not [x for x in loaded for n in records_only if x.startswith(n + "_")], loaded
         assert value(after, "fstrace_expired_in_flight_total") == 0
         # the kernel completed no block request on the loop device that fstrace did not see (nor the reverse);
         # no in-flight table was full, and every loss records.h names is a series

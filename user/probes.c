@@ -418,6 +418,24 @@ static void mark_unavailable(struct probe *probes, int n, const char *why)
 }
 
 /*
+ * --records none (serve): a probe whose events are only per-request records (erofs's extents, readahead and
+ * single-folio reads: nothing of them is counted in the kernel) is not loaded.  Attached, its program would
+ * return at once on every event, and on a tracepoint an empty program's run still costs (an erofs extent map
+ * is tens of thousands a second on a cold read).
+ */
+static void unload_records_only(const void *skel, struct probe *probes, int n)
+{
+	if (!opt.records_none)
+		return;
+	for (int i = 0; i < n; i++) {
+		enum fst_figure f = probes[i].figure;
+		if ((f == FST_FIG_EROFS_EXTENTS || f == FST_FIG_EROFS_READAHEAD || f == FST_FIG_EROFS_READ_FOLIO) &&
+		    probes[i].tier != FST_TIER_NONE)
+			tiers_unload(skel, &probes[i], "not loaded: --records none (its events are per-request records)");
+	}
+}
+
+/*
  * Optional probes of one filesystem: open, choose tiers, and load only if some
  * probe has a tier.  A load failure makes them unavailable (with the reason)
  * instead of ending the run.
@@ -430,6 +448,7 @@ static void mark_unavailable(struct probe *probes, int n, const char *why)
 		fill_cfg((struct fst_cfg *)&skel->rodata->cfg);                                  \
 		reuse_maps(owner, skel->obj);                                                    \
 		tiers_select(skel, probes, N(probes), opt.no_btf_tp, opt.no_fentry);             \
+		unload_records_only(skel, probes, N(probes));                                    \
 		if (!any_tier(probes, N(probes)) || opt.block_only) {                            \
 			if (opt.block_only)                                                      \
 				mark_unavailable(probes, N(probes), "not loaded: --block-only"); \
