@@ -207,6 +207,21 @@ def test_budget_sizes_the_windows_and_is_checked(tmp_path, mounted):
     assert p.returncode != 0 and "--budget wants a percentage above 0 and at most 100" in p.stdout
 
 
+def test_first_window_opens_within_five_seconds_whatever_the_budget(tmp_path, mounted):
+    """A budget so small that every period is the longest, a minute: the first window still opens within 5 s of
+    the start (user/window.c FIRST_PERIOD_NS), where it measures the cost under the work the calibration before
+    it could not see; the next one is a period away."""
+    res, _, _, _ = _attach_around_fio(tmp_path, mounted, "--budget", "0.01")
+    rw = res.header["request_windows"]
+    assert rw["active"] and rw["duty_fixed"] is None
+    rows = [dict(zip(rw["window_fields"], r)) for r in rw["windows"]]
+    # 9 s of attach: one window in the first 5 s (the calibration before it takes a few hundred ms), none later
+    assert len(rows) == 1, rows
+    assert rows[0]["open_ns"] - rw["t_start_ns"] < 6_000_000_000
+    # the longest period's duty: one window and its grace a minute
+    assert rw["duty_last"] == pytest.approx((rw["window_ns"] + rw["grace_ns"]) / 60e9)
+
+
 def test_bio_queue_stacks_are_sampled_only_in_windows(tmp_path, mounted):
     """The sampled bio queue stacks are a sample like perf's: taken only while the request hooks are attached,
     every other bio's request marked unsampled; the origin shares say so."""

@@ -56,6 +56,8 @@
 #define GRACE_NS 20000000ull /* sys_exit stays this long after sys_enter is gone: requests up to it end inside */
 #define MAX_SERIES FST_REQ_AGG_MAX
 #define MAX_PERIOD_NS 60000000000ull /* at least one window a minute, whatever the budget */
+/* the first window opens within this: see window_init */
+#define FIRST_PERIOD_NS 5000000000ull
 #define CALIBRATION_CALLS 50000
 #define MAX_WINDOWS (1u << 20) /* kept for the results header; beyond, only the totals (header says so) */
 
@@ -409,14 +411,17 @@ static void size_duty(double busy_per_s)
 
 static double uniform(void) { return erand48(w.rng); }
 
-/* the next period begins where this one ends (or now, if a window ran late); its window at a random place */
-static void schedule(__u64 now)
+/* the next period begins where this one ends (or now, if a window ran late); its window at a random place; a
+ * period no longer than longest (0: as the duty makes it) */
+static void schedule(__u64 now, __u64 longest)
 {
 	__u64 on = WINDOW_NS + GRACE_NS;
 	w.period_start += w.period_len;
 	if (w.period_start < now)
 		w.period_start = now;
 	w.period_len = (__u64)(on / w.duty);
+	if (longest && w.period_len > longest)
+		w.period_len = longest;
 	w.next_open = w.period_start + (__u64)(uniform() * (double)(w.period_len - on));
 }
 
@@ -528,7 +533,13 @@ void window_init(struct tracer *t, __u64 t_start)
 	w.period_start = t_start;
 	w.period_len = 0;
 	size_duty(w.busy_per_s0);
-	schedule(now_ns(CLOCK_MONOTONIC));
+	/*
+	 * The calibration saw the system before the work to be traced (run and attach hold their command until it is
+	 * done; serve starts whenever): a cost measured against an idle system's few busy ns can stretch the first
+	 * period to a minute, and a half-minute workload then got no window at all.  The first window, which measures
+	 * the cost under the real work, opens within FIRST_PERIOD_NS (unless a fixed --window-duty says otherwise).
+	 */
+	schedule(now_ns(CLOCK_MONOTONIC), opt.window_duty > 0 ? 0 : FIRST_PERIOD_NS);
 	w.t_start = t_start;
 }
 
@@ -641,7 +652,7 @@ static void close_exit(void)
 	w.window_cpu_ns = w.nwins_total > 1 ? 0.7 * w.window_cpu_ns + 0.3 * x->collector_ns : x->collector_ns;
 	size_duty(busy_per_s);
 	w.phase = W_CLOSED;
-	schedule(x->exit_closed);
+	schedule(x->exit_closed, 0);
 }
 
 void window_tick(struct tracer *t, __u64 now)
