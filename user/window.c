@@ -534,10 +534,11 @@ void window_init(struct tracer *t, __u64 t_start)
 	w.period_len = 0;
 	size_duty(w.busy_per_s0);
 	/*
-	 * The calibration saw the system before the work to be traced (run and attach hold their command until it is
-	 * done; serve starts whenever): a cost measured against an idle system's few busy ns can stretch the first
-	 * period to a minute, and a half-minute workload then got no window at all.  The first window, which measures
-	 * the cost under the real work, opens within FIRST_PERIOD_NS (unless a fixed --window-duty says otherwise).
+	 * The calibration saw the system as it was at the start, perhaps before the work to be traced (a command the
+	 * collector runs is held until it is done): a cost measured against an idle system's few busy ns can stretch
+	 * the first period to a minute, and a half-minute workload then got no window at all.  The first window, which
+	 * measures the cost under the real work, opens within FIRST_PERIOD_NS (unless a fixed --window-duty says
+	 * otherwise).
 	 */
 	schedule(now_ns(CLOCK_MONOTONIC), opt.window_duty > 0 ? 0 : FIRST_PERIOD_NS);
 	w.t_start = t_start;
