@@ -21,11 +21,12 @@ from scripts import vmtest
 
 KERNELS = [k for k in os.environ.get("FSTRACE_VM_KERNELS", ",".join(vmtest.KERNELS)).split(",") if k]
 SMP = int(os.environ.get("FSTRACE_VM_SMP", "0"))  # 0: vmtest.vcpus chooses by accelerator
-# every guest of the session (retries included) within this many seconds, so a stalled guest cannot hold CI past
-# its 30 minutes: a guest is given 15 minutes at most (its console times each step; under TCG on a slow 2-core
-# host with both guests side by side, the 6.12 guest's steps took about 650 s)
-BUDGET_S = int(os.environ.get("FSTRACE_VM_BUDGET_S", "1500"))
-GUEST_TIMEOUT_S = 900
+# every guest of the session (retries included) within this many seconds, so a stalled guest cannot hold CI: a
+# guest is given 20 minutes at most (its console times each step; under TCG on a 2-core host with both guests
+# side by side, the 6.12 guest's steps took about 620 s on a quiet host and went past 900 s on a busy one; a hung
+# guest is caught by its silent console long before)
+BUDGET_S = int(os.environ.get("FSTRACE_VM_BUDGET_S", "1800"))
+GUEST_TIMEOUT_S = 1200
 CACHE = os.environ.get("FSTRACE_CACHE", "/var/cache/fstrace")
 READS = [e[0] for e in vmtest.IMAGES + vmtest.EROFS_MORE]
 
