@@ -210,14 +210,37 @@ def test_budget_sizes_the_windows_and_is_checked(tmp_path, mounted):
 def test_first_window_opens_within_five_seconds_whatever_the_budget(tmp_path, mounted):
     """A budget so small that every period is the longest, a minute: the first window still opens within 5 s of
     the start (user/window.c FIRST_PERIOD_NS), where it measures the cost under the work the calibration before
-    it could not see; the next one is a period away."""
-    res, _, _, _ = _attach_around_fio(tmp_path, mounted, "--budget", "0.01")
-    rw = res.header["request_windows"]
+    it could not see; the next period, begun where that first one ends, is the minute."""
+    # fio reads all through the attach, started before it: wherever the first window falls, it measures the
+    # cost under fio's reads, which is far above what makes the period the minute
+    fio = subprocess.Popen(["fio", "--name=w", "--filename=" + os.path.join(mounted, "big.bin"), "--rw=randread",
+                            "--bs=4k", "--ioengine=psync", "--readonly", "--invalidate=0", "--time_based",
+                            "--runtime=300s", "--rate_iops=20000"], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1)
+        out = tmp_path / "out"
+        p = subprocess.run([FSTRACE, "attach", "--mount", mounted, "--duration", "9", "--interval", "0",
+                            "--budget", "0.01", "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, timeout=180)
+        assert p.returncode == 0, p.stdout
+        assert fio.poll() is None  # still reading at the attach's end
+    finally:
+        fio.terminate()
+        fio.wait()
+    rw = results.load(str(out / "results.fst")).header["request_windows"]
     assert rw["active"] and rw["duty_fixed"] is None
     rows = [dict(zip(rw["window_fields"], r)) for r in rw["windows"]]
-    # 9 s of attach: one window in the first 5 s (the calibration before it takes a few hundred ms), none later
-    assert len(rows) == 1, rows
+    assert rows and rows[0]["syscalls"] > 1000  # in fio's reads
+    # the first window within the first 5 s (the calibration before them takes a few hundred ms)
     assert rows[0]["open_ns"] - rw["t_start_ns"] < 6_000_000_000
+    # then the longest period: a window's 120 ms in a minute
+    assert rw["duty_last"] == pytest.approx((rw["window_ns"] + rw["grace_ns"]) / 60e9, rel=1e-9)
+    # its window at a random place in it, which begins where the first period ends, 5 s after the calibration
+    # (so at most one more within the 9 s, and that not before 5 s)
+    assert len(rows) <= 2, rows
+    if len(rows) == 2:
+        assert rows[1]["open_ns"] - rw["t_start_ns"] >= 5_000_000_000
 
 
 def test_bio_queue_stacks_are_sampled_only_in_windows(tmp_path, mounted):
