@@ -111,12 +111,15 @@ def test_windows_weighted_by_the_readers_own_calls_hold_fios_count_when_tracing_
     assert lo <= fio_ios <= hi, (w, fio_ios)
     # every read syscall of the system in the 9 s (fio's and the few of other tasks), none lost with an exit
     assert res.header["request_windows"]["io_calls"]["reads_total"] >= fio_ios
-    # the same windows weighted by time alone: tracing's slowdown puts fio's count above that interval
+    # the same windows weighted by time alone undercount: fio read more slowly inside them, so they hold less
+    # than their share of its reads (how far below fio's count, against the interval's width, depends on how
+    # much tracing slows fio on the machine: not asserted)
     header = dict(res.header)
     header["request_windows"] = {k: v for k, v in res.header["request_windows"].items() if k != "io_calls"}
     res.header = header
     by_time = S.request_windows(res)
-    assert by_time["auxiliary"] == "window time" and by_time["interval95"][1] < fio_ios, (by_time, fio_ios)
+    assert by_time["auxiliary"] == "window time" and by_time["seen"] == w["seen"]
+    assert by_time["estimate"] < min(fio_ios, w["estimate"]), (by_time, w, fio_ios)
 
 
 def test_windows_weights_count_every_read_call_of_the_traced_tree(tmp_path):
