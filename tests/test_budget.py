@@ -224,7 +224,7 @@ def test_first_window_opens_within_five_seconds_whatever_the_budget(tmp_path, mo
         time.sleep(1)
         out = tmp_path / "out"
         p = subprocess.run([FSTRACE, "attach", "--mount", mounted, "--duration", "9", "--interval", "0",
-                            "--budget", "0.01", "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            "--budget", "0.001", "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            text=True, timeout=180)
         assert p.returncode == 0, p.stdout
         assert fio.poll() is None  # still reading at the attach's end
