@@ -29,6 +29,13 @@ def _bpf_stats_enabled():
         return int(f.read())
 
 
+def _fio_randread(mnt, runtime_s, rate_iops):
+    """fio's 4 KiB random reads of the mount's big.bin, time-based (rate-limited unless rate_iops is None)."""
+    return (["fio", "--name=w", "--filename=" + os.path.join(mnt, "big.bin"), "--rw=randread", "--bs=4k",
+             "--ioengine=psync", "--readonly", "--invalidate=0", "--time_based", "--runtime=%ds" % runtime_s] +
+            (["--rate_iops=%d" % rate_iops] if rate_iops else []))
+
+
 def _attach_around_fio(tmp_path, mnt, *attach_args, rate_iops=20000, records="all"):
     """attach for 9 s; fio inside it, rate-limited (unless rate_iops is None) so that it reads steadily for about
     6 s: its own count is every read the attach could have seen."""
@@ -46,11 +53,8 @@ def _attach_around_fio(tmp_path, mnt, *attach_args, rate_iops=20000, records="al
         assert line, seen
     time.sleep(0.5)
     fio_json = tmp_path / "fio.json"
-    subprocess.run(["fio", "--name=w", "--filename=" + os.path.join(mnt, "big.bin"), "--rw=randread", "--bs=4k",
-                    "--ioengine=psync", "--readonly", "--invalidate=0", "--time_based", "--runtime=6s",
-                    "--output-format=json", "--output=" + str(fio_json)] +
-                   (["--rate_iops=%d" % rate_iops] if rate_iops else []), check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(_fio_randread(mnt, 6, rate_iops) + ["--output-format=json", "--output=" + str(fio_json)],
+                   check=True, stdout=subprocess.DEVNULL)
     rest = p.communicate(timeout=120)[0]
     assert p.returncode == 0, seen + rest
     fio = json.loads(fio_json.read_text()[fio_json.read_text().index("{"):])
@@ -216,10 +220,7 @@ def test_first_window_opens_within_five_seconds_whatever_the_budget(tmp_path, mo
     it could not see; the next period, begun where that first one ends, is the minute."""
     # fio reads all through the attach, started before it: wherever the first window falls, it measures the
     # cost under fio's reads, which is far above what makes the period the minute
-    fio = subprocess.Popen(["fio", "--name=w", "--filename=" + os.path.join(mounted, "big.bin"), "--rw=randread",
-                            "--bs=4k", "--ioengine=psync", "--readonly", "--invalidate=0", "--time_based",
-                            "--runtime=300s", "--rate_iops=20000"], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
+    fio = subprocess.Popen(_fio_randread(mounted, 300, 20000), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(1)
         out = tmp_path / "out"
