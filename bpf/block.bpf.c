@@ -16,10 +16,10 @@
 char LICENSE[] SEC("license") = "GPL";
 
 /* bios queued on a traced device and not yet in an issued request, by struct bio address */
-FST_FLIGHT_TABLE(bio_starts, struct fst_bio_start, FST_BIO_BUCKETS, FST_LOSS_BIO_TABLE)
+FST_FLIGHT_TABLE(bio_starts, struct fst_bio_start, FST_BIO_BUCKETS, FST_OBJ_RUN_SHIFT, FST_LOSS_BIO_TABLE)
 
 /* issued block requests on a traced device, by struct request address */
-FST_FLIGHT_TABLE(rq_starts, struct fst_rq_start, FST_RQ_BUCKETS, FST_LOSS_RQ_TABLE)
+FST_FLIGHT_TABLE(rq_starts, struct fst_rq_start, FST_RQ_BUCKETS, FST_OBJ_RUN_SHIFT, FST_LOSS_RQ_TABLE)
 
 /*
  * traced loop device (its io_slot: device i of --dev is i) -> traced thread whose request it issued last, 0 = none yet.  A

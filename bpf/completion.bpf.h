@@ -29,7 +29,7 @@ struct work_start {
 	struct io_cause io;
 };
 
-FST_FLIGHT_TABLE(work_running, struct work_start, FST_WORKER_BUCKETS, FST_LOSS_WORK_TABLE)
+FST_FLIGHT_TABLE(work_running, struct work_start, FST_WORKER_BUCKETS, 0, FST_LOSS_WORK_TABLE)
 
 /* a kind queued from a bio's end_io, whose work names the traced block request that queued it (records.h) */
 static __always_inline bool work_kind_from_completion(__u16 kind)

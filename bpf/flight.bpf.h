@@ -24,19 +24,36 @@
 /* a slot being freed by expire_stale: held (claim skips it, no key matches it) until its value is cleared */
 #define FST_FLIGHT_BUSY (~0ull)
 
-static __always_inline __u32 flight_bucket_index(__u64 key, __u32 nbuckets)
+/*
+ * The bytes of a kernel object's region per bucket of its run (flight_bucket_index): a block request (with its
+ * driver's command after it) is larger than 256 bytes and a bio 128 to 512 (its bio set's slab), so a region
+ * puts at most one request or two bios in a bucket of four ways, and two regions whose runs overlap still fit.
+ */
+#define FST_OBJ_RUN_SHIFT 8
+
+static __always_inline __u32 flight_bucket_index(__u64 key, __u32 nbuckets, __u32 run_shift)
 {
 	/*
 	 * A tp_btf argument (a bio, a request) is a pointer to the verifier, which allows no arithmetic on it
 	 * but does let a privileged program copy its low half into a 32-bit register as a plain number (a mov32,
-	 * hence -mcpu=v3 in the Makefile); slab objects differ in their low 32 bits.  Fibonacci hashing of that
-	 * half (Knuth's multiplier): the product's upper half mixes all of its bits.
+	 * hence -mcpu=v3 in the Makefile); slab objects differ in their low 32 bits.  Fibonacci hashing (Knuth's
+	 * multiplier): the product's upper half mixes all of its bits.
 	 */
 	__u32 lo = (__u32)key;
-	return ((lo * 2654435761u) >> 16) & (nbuckets - 1); /* 32-bit operations only */
+	/* thread ids (run_shift 0): consecutive ones in buckets far apart */
+	if (!run_shift)
+		return ((lo * 2654435761u) >> 16) & (nbuckets - 1); /* 32-bit operations only */
+	/*
+	 * Kernel objects: those of one 64 KiB region (a device's preallocated requests, a slab's bios) in a run of
+	 * consecutive buckets, one per 1 << run_shift bytes, from a place hashed from the region.  The tables are
+	 * megabytes of 4 KiB vmalloc pages, and the block handlers run with cold caches: keys hashed all over the
+	 * table cost a TLB miss and a page walk per lookup (in a VM, a nested one), keys of one region a few pages.
+	 */
+	__u32 region = lo >> 16;
+	return (((region * 2654435761u) >> 16) + ((lo & 0xffff) >> run_shift)) & (nbuckets - 1);
 }
 
-#define FST_FLIGHT_TABLE(name, value_t, nbuckets, loss)                                                        \
+#define FST_FLIGHT_TABLE(name, value_t, nbuckets, run_shift, loss)                                             \
 	struct name##_slot {                                                                                   \
 		__u64 key;                                                                                     \
 		value_t v;                                                                                     \
@@ -52,7 +69,7 @@ static __always_inline __u32 flight_bucket_index(__u64 key, __u32 nbuckets)
 	} name SEC(".maps");                                                                                   \
 	static __always_inline struct name##_bucket *name##_bucket_of(__u64 key)                               \
 	{                                                                                                      \
-		__u32 b = flight_bucket_index(key, nbuckets);                                                  \
+		__u32 b = flight_bucket_index(key, nbuckets, run_shift);                                       \
 		return bpf_map_lookup_elem(&name, &b);                                                         \
 	}                                                                                                      \
 	/* the slot holding key, NULL if none */                                                               \

@@ -700,9 +700,10 @@ struct fst_tracer_site {
  * In-flight tables (flight.bpf.h FST_FLIGHT_TABLE): an array of buckets of FST_FLIGHT_WAYS slots each.  The
  * bucket counts are powers of two.  Four ways, not eight: every find and claim is unrolled over the ways, and
  * the block handlers run cold, so the length of that code costs more than its instruction count suggests
- * (block_rq_issue's bpf_stats run time most of all); with the buckets
- * doubled the capacity is the same, and a bucket overflows (a loss, counted) only with thousands of bios in
- * flight at once.
+ * (block_rq_issue's bpf_stats run time most of all); with the buckets doubled the capacity is the same.  A
+ * bucket overflows (a loss, counted) only with thousands of entries in flight at once, or, in the tables keyed
+ * by kernel objects, when the runs of three regions of memory with objects in flight overlap at that bucket
+ * (flight.bpf.h flight_bucket_index).
  */
 #define FST_FLIGHT_WAYS 4
 #define FST_BIO_BUCKETS 16384	   /* 65536 bios */

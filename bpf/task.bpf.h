@@ -148,7 +148,7 @@ static __always_inline struct task_req *current_req(void)
  * block_bio_queue's samples in a profile of a cold read).  A thread's slot is taken by its first charged bio and
  * given back when it exits (inflight_forget).
  */
-FST_FLIGHT_TABLE(task_inflight, __s64, FST_INFLIGHT_BUCKETS, FST_LOSS_INFLIGHT_TABLE)
+FST_FLIGHT_TABLE(task_inflight, __s64, FST_INFLIGHT_BUCKETS, 0, FST_LOSS_INFLIGHT_TABLE)
 
 static __always_inline void inflight_add(__u32 pid, __s64 delta)
 {

@@ -16,7 +16,7 @@
 
 /* worker thread -> the traced loop device it is serving right now, by its io_slot (block.bpf.c loop_owner's
  * index) */
-FST_FLIGHT_TABLE(loop_ctx, __u32, FST_WORKER_BUCKETS, FST_LOSS_WORK_TABLE)
+FST_FLIGHT_TABLE(loop_ctx, __u32, FST_WORKER_BUCKETS, 0, FST_LOSS_WORK_TABLE)
 
 /* a known filesystem work item queued and not yet running */
 struct work_queued {
@@ -25,7 +25,7 @@ struct work_queued {
 };
 
 /* known filesystem work items: queued -> struct work_queued by work pointer (running ones: completion.bpf.h work_running) */
-FST_FLIGHT_TABLE(work_queued, struct work_queued, FST_WORKER_BUCKETS, FST_LOSS_WORK_TABLE)
+FST_FLIGHT_TABLE(work_queued, struct work_queued, FST_WORKER_BUCKETS, FST_OBJ_RUN_SHIFT, FST_LOSS_WORK_TABLE)
 
 /* numbers the executions of known work items (fst_work.seq), from 1 */
 __u32 work_seq;
