@@ -40,7 +40,7 @@ static __always_inline __u32 flight_bucket_index(__u64 key, __u32 nbuckets, __u3
 	 * multiplier): the product's upper half mixes all of its bits.
 	 */
 	__u32 lo = (__u32)key;
-	/* thread ids (run_shift 0): consecutive ones in buckets far apart */
+	/* run_shift 0: thread ids (consecutive ones in buckets far apart), work items (small objects of any size) */
 	if (!run_shift)
 		return ((lo * 2654435761u) >> 16) & (nbuckets - 1); /* 32-bit operations only */
 	/*

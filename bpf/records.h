@@ -702,7 +702,7 @@ struct fst_tracer_site {
  * the block handlers run cold, so the length of that code costs more than its instruction count suggests
  * (block_rq_issue's bpf_stats run time most of all); with the buckets doubled the capacity is the same.  A
  * bucket overflows (a loss, counted) only with thousands of entries in flight at once, or, in the tables keyed
- * by kernel objects, when the runs of three regions of memory with objects in flight overlap at that bucket
+ * by block requests and bios, when the runs of three regions of memory with objects in flight overlap at that bucket
  * (flight.bpf.h flight_bucket_index).
  */
 #define FST_FLIGHT_WAYS 4

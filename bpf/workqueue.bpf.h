@@ -24,8 +24,9 @@ struct work_queued {
 	struct io_cause io; /* the block request whose completion queued it, 0s = none */
 };
 
-/* known filesystem work items: queued -> struct work_queued by work pointer (running ones: completion.bpf.h work_running) */
-FST_FLIGHT_TABLE(work_queued, struct work_queued, FST_WORKER_BUCKETS, FST_OBJ_RUN_SHIFT, FST_LOSS_WORK_TABLE)
+/* known filesystem work items: queued -> struct work_queued by work pointer (running ones: completion.bpf.h
+ * work_running); hashed, not placed by region: the objects holding them can be small, many to a bucket's run */
+FST_FLIGHT_TABLE(work_queued, struct work_queued, FST_WORKER_BUCKETS, 0, FST_LOSS_WORK_TABLE)
 
 /* numbers the executions of known work items (fst_work.seq), from 1 */
 __u32 work_seq;
