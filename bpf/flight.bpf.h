@@ -25,9 +25,10 @@
 #define FST_FLIGHT_BUSY (~0ull)
 
 /*
- * The bytes of a kernel object's region per bucket of its run (flight_bucket_index): a block request (with its
- * driver's command after it) is larger than 256 bytes and a bio 128 to 512 (its bio set's slab), so a region
- * puts at most one request or two bios in a bucket of four ways, and two regions whose runs overlap still fit.
+ * The bytes of a kernel object's region per bucket of its run (flight_bucket_index): blk-mq lays a device's
+ * requests out at least 256 bytes apart (struct request, its driver's command after it, rounded up to a cache
+ * line) and a bio set's slab its bios 128 to 512, so a region puts at most one request or two bios in a bucket of
+ * four ways, and two regions whose runs overlap still fit.
  */
 #define FST_OBJ_RUN_SHIFT 8
 
