@@ -498,13 +498,21 @@ int BPF_PROG(block_rq_complete_raw, struct request *rq, int error, unsigned int 
  * expired, so that the bucket takes new entries again.  Entries end at their real end, and one whose end never
  * came (a completion the kernel did not deliver to BPF) is found when its address is used again; what is left
  * is a leak only a full bucket needs ended, while age alone cannot tell it from I/O really in flight that long.
- * Run by the collector every second (BPF_PROG_TEST_RUN): the slots are taken back with the same
- * compare-and-swap the handlers use, so a slot claimed meanwhile is left.
+ * Run by the collector every second (BPF_PROG_TEST_RUN), a slice of each table at a time (records.h
+ * FST_EXPIRE_SLICES): the slots are taken back with the same compare-and-swap the handlers use, so a slot claimed
+ * meanwhile is left.
  */
 __u64 expired_bios, expired_requests, expired_work;
+/* the slice the next run walks, counted up by each run (only the collector runs it, one run at a time) */
+__u32 expire_next_slice;
+
+_Static_assert(FST_BIO_BUCKETS % FST_EXPIRE_SLICES == 0 && FST_RQ_BUCKETS % FST_EXPIRE_SLICES == 0 &&
+		   FST_WORKER_BUCKETS % FST_EXPIRE_SLICES == 0,
+	       "every in-flight table splits into FST_EXPIRE_SLICES slices");
 
 struct expire_walk {
 	__u64 now;
+	__u32 first; /* the slice's first bucket in the table walked */
 };
 
 /*
@@ -529,7 +537,8 @@ static __always_inline void expire_free(__u64 *key_at)
 #define EXPIRE_BUCKET(table, TS, DROP, counter)                              \
 	static int table##_expire_bucket(__u32 i, struct expire_walk *w)     \
 	{                                                                    \
-		struct table##_bucket *bk = bpf_map_lookup_elem(&table, &i); \
+		__u32 b = w->first + i;                                      \
+		struct table##_bucket *bk = bpf_map_lookup_elem(&table, &b); \
 		if (!bk)                                                     \
 			return 1;                                            \
 		int used = 0;                                                \
@@ -569,9 +578,14 @@ EXPIRE_BUCKET(work_queued, WORK_TS, WORK_DROP, expired_work)
 SEC("syscall")
 int expire_stale(void *ctx)
 {
+	__u32 slice = expire_next_slice++ % FST_EXPIRE_SLICES;
 	struct expire_walk w = { .now = bpf_ktime_get_ns() };
-	bpf_loop(FST_BIO_BUCKETS, bio_starts_expire_bucket, &w, 0);
-	bpf_loop(FST_RQ_BUCKETS, rq_starts_expire_bucket, &w, 0);
-	bpf_loop(FST_WORKER_BUCKETS, work_queued_expire_bucket, &w, 0);
+
+	w.first = slice * (FST_BIO_BUCKETS / FST_EXPIRE_SLICES);
+	bpf_loop(FST_BIO_BUCKETS / FST_EXPIRE_SLICES, bio_starts_expire_bucket, &w, 0);
+	w.first = slice * (FST_RQ_BUCKETS / FST_EXPIRE_SLICES);
+	bpf_loop(FST_RQ_BUCKETS / FST_EXPIRE_SLICES, rq_starts_expire_bucket, &w, 0);
+	w.first = slice * (FST_WORKER_BUCKETS / FST_EXPIRE_SLICES);
+	bpf_loop(FST_WORKER_BUCKETS / FST_EXPIRE_SLICES, work_queued_expire_bucket, &w, 0);
 	return 0;
 }

@@ -135,16 +135,18 @@ def test_stale_in_flight_entries_are_expired_from_full_buckets_only(tmp_path, co
     is expired from a bucket with no free slot, and counted in the header; one as old in a bucket with room, or
     a younger one, stays (it may still be in flight: a request can be held for minutes).  In each in-flight table
     of a running collector (found by its pid among the map owners) one bucket is filled with three stale entries
-    and a young one, and another holds a lone stale entry: the collector's once-a-second expiry takes exactly
-    the three."""
+    and a young one, and another holds a lone stale entry: the collector's expiry, which walks one slice of every
+    table a run, takes exactly the three within one pass over the tables (the header's pass_ns).  The two are the
+    tables' last buckets, in the slice a pass walks last, so they are filled before it comes."""
     import struct
     stale_ns = collector_header["expired_in_flight"]["after_ns"]
+    pass_s = collector_header["expired_in_flight"]["pass_ns"] / 1e9
     # kernel time (CLOCK_MONOTONIC, as bpf_ktime_get_ns) older than FST_STALE_NS, and one that is not
     old, young = time.monotonic_ns() - stale_ns - 10**9, time.monotonic_ns()
     if old <= 0:
         pytest.skip("the machine has been up for less than FST_STALE_NS: no kernel time is that old")
     f = tmp_path / "stale.fst"
-    proc = subprocess.Popen([COLLECTOR, "-o", str(f), "--", "sleep", "4"], stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen([COLLECTOR, "-o", str(f), "--", "sleep", "%g" % (pass_s + 2)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
     try:
         maps = {}
@@ -167,14 +169,15 @@ def test_stale_in_flight_entries_are_expired_from_full_buckets_only(tmp_path, co
             size = m["bytes_value"] // 4
             full = [make(0xdead0001 + i, young if i == 3 else old) for i in range(4)]
             lone = [make(0xdead0011, old)]
-            for bucket, slots in ((7, full), (8, lone)):
+            nb = m["max_entries"]
+            for bucket, slots in ((nb - 2, full), (nb - 1, lone)):
                 value = b"".join(s + bytes(size - len(s)) for s in slots)
                 value += bytes(m["bytes_value"] - len(value))
                 subprocess.run(["bpftool", "map", "update", "id", str(m["id"]), "key"]
                                + [str(b) for b in struct.pack("<I", bucket)] + ["value"]
                                + [str(b) for b in value], check=True)
     finally:
-        assert proc.wait(timeout=30) == 0, proc.stderr.read()
+        assert proc.wait(timeout=pass_s + 30) == 0, proc.stderr.read()
     ex = results.load(str(f)).header["expired_in_flight"]
     assert (ex["bios"], ex["requests"], ex["work_items"]) == (3, 3, 3), ex
     assert ex["full_buckets_only"]

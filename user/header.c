@@ -231,6 +231,8 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 	jset(o, "requests", ju64(ri->expired.requests));
 	jset(o, "work_items", ju64(ri->expired.work_items));
 	jset(o, "after_ns", ju64(FST_STALE_NS));
+	/* a walk of one slice of every table per run: an entry goes between after_ns and after_ns + pass_ns */
+	jset(o, "pass_ns", ju64(FST_EXPIRE_SLICES * FST_EXPIRE_EVERY_NS));
 	/* from buckets with no free slot only (block.bpf.c expire_stale); older collectors expired every entry
 	 * that old, in flight or not */
 	jset(o, "full_buckets_only", jbool(true));
