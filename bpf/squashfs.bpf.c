@@ -158,7 +158,7 @@ static __always_inline void read_begin(struct super_block *sb, __u64 index, int 
 				       __u16 tier)
 {
 	__u32 dev = BPF_CORE_READ(sb, s_dev);
-	if (cfg.records_none || !sdev_is_traced(dev))
+	if (!sdev_is_traced(dev)) /* --records none does not load it (probes.c unload_records_only) */
 		return;
 	__u32 pid = (__u32)bpf_get_current_pid_tgid();
 	struct block_read b = {

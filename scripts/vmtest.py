@@ -32,6 +32,7 @@ import numpy as np
 
 from analysis import results, sampling, summary, timeline
 from cli.runner import COLLECTOR
+from cli.serve import COLLECTOR_OPTIONS as SERVE_OPTIONS
 from workloads import dataset, images
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -228,6 +229,17 @@ scattered() {  # name disk fstype file: fio's 4 KiB random reads of one file alo
             --output=/out/scattered-$1-fio.json 2>> /out/collector.log \
         || echo "vmguest: collector scattered $1 failed" >> /out/collector.log
     umount /mnt/$1
+    # the same reads under serve's options ($SERVE_OPTS, --records none), on a fresh mount (squashfs's caches
+    # empty): which probes it leaves unloaded, and what it counts
+    mount -t $3 -o ro /dev/$2 /mnt/$1 || { echo "vmguest: mount $1 failed"; return; }
+    echo "vmguest: $(cut -d' ' -f1 /proc/uptime) s: scattered reads $1 (serve's options)"
+    echo 3 > /proc/sys/vm/drop_caches
+    collect $SERVE_OPTS -o /out/scattered-$1-serve.fst -d $dev:4096 --sdev $(sdev_of /mnt/$1) -- \
+        fio --name=scattered --filename=/mnt/$1/$4 --rw=randread --bs=4k --ioengine=psync --readonly \
+            --invalidate=0 --randseed=4321 --io_size=256k --thread --output-format=json \
+            --output=/out/scattered-$1-serve-fio.json 2>> /out/collector.log \
+        || echo "vmguest: collector scattered $1 serve failed" >> /out/collector.log
+    umount /mnt/$1
 }
 COST_ARGS="-n 5000 -p 500 -r 61"  # short batches (under TCG each pread is slow), the least disturbed kept
 cost() {  # name disk fstype file: what getppid and 4 KiB preads (of a tmpfs copy of file, and of file) cost an
@@ -296,7 +308,7 @@ def bounds_file(src):
 
 
 def guest_script(disks, writes, mode="fstrace", fio_file=None):
-    lines = [GUEST_INIT, "MODE=%s" % mode]
+    lines = [GUEST_INIT, "MODE=%s" % mode, "SERVE_OPTS='%s'" % " ".join(SERVE_OPTIONS)]
     if mode == "churn":
         lines.append("churn 30 &")
     for name, disk, fstype in disks:
@@ -477,6 +489,45 @@ def check_scattered(outdir, name, image_path, fail, lines):
                                                           job["io_bytes"]))
     check_unneeded("%s scattered" % name, res, image_path, images.squashfs_layout(image_path), fail, lines,
                    scattered=True)
+
+
+def check_scattered_serve(outdir, name, fail, lines):
+    """The scattered reads under serve's collector options (--records none): squashfs's cache-lookup and
+    block-read probes, whose events are per-request records only, not loaded and no such record written; its
+    decompression probe loaded and timing (serve sums its records); every read counted in the kernel, as many and
+    as many bytes as fio's own."""
+    path = os.path.join(outdir, "scattered-%s-serve.fst" % name)
+    fio_path = os.path.join(outdir, "scattered-%s-serve-fio.json" % name)
+    if not os.path.exists(path) or not os.path.exists(fio_path):
+        fail("%s scattered serve: no results" % name)
+        return
+    res = results.load(path)
+    h = res.header
+    records_only = {res.schema.figure("squashfs_cache_lookups"), res.schema.figure("squashfs_cache_misses")}
+    for p in h["probes"]:
+        if p["figure"] in records_only and not (p["tier"] == "unavailable"
+                                               and p["why"].startswith("not loaded: --records none")):
+            fail("%s scattered serve: %s on tier %s (%s)" % (name, p["probe"], p["tier"], p["why"]))
+    for kind in ("fs_cache", "fs_read"):
+        r = res.records.get(kind)
+        if r is not None and len(r):
+            fail("%s scattered serve: %d %s records" % (name, len(r), kind))
+    decomp = [p for p in h["probes"] if p["figure"] == res.schema.figure("squashfs_decompress")
+              and p["tier"] != "unavailable"]
+    d = res.records.get("decomp")
+    if not decomp or d is None or not len(d):
+        fail("%s scattered serve: no decompression records (probes: %s)"
+             % (name, probe_states(h, {res.schema.figure("squashfs_decompress")})))
+    with open(fio_path) as f:
+        text = f.read()
+    job = json.loads(text[text.index("{"):])["jobs"][0]["read"]
+    cnt = summary.counted_requests(res, kinds=("read",)) or {"count": 0, "bytes": 0}
+    if (cnt["count"], cnt["bytes"]) != (job["total_ios"], job["io_bytes"]):
+        fail("%s scattered serve: %d reads of %d bytes counted, fio made %d of %d" % (
+            name, cnt["count"], cnt["bytes"], job["total_ios"], job["io_bytes"]))
+    lines.append("%s scattered serve: %d reads counted, %d decompressions on %s; cache probes: %s" % (
+        name, cnt["count"], 0 if d is None else len(d), decomp[0]["tier"] if decomp else "-",
+        probe_states(h, records_only)))
 
 
 def check_write_compression(name, mode, res, src, fail, lines, kver="?"):
@@ -806,6 +857,7 @@ def check(outdir, images_run, paths, src):
     for name, fs, opts, alg in images_run:
         if name in SCATTERED:
             check_scattered(outdir, name, paths[name], failures.append, lines)
+            check_scattered_serve(outdir, name, failures.append, lines)
     if COST in [e[0] for e in images_run]:
         check_cost(outdir, failures.append, lines)
     lines += ["FAIL " + f for f in failures]

@@ -138,6 +138,21 @@ def test_unneeded_share_of_scattered_squashfs_reads(guest, kname, image, vm_host
 
 
 @pytest.mark.vm
+@pytest.mark.parametrize("image", vmtest.SCATTERED)
+@pytest.mark.parametrize("kname", KERNELS)
+def test_serve_options_load_no_record_only_squashfs_probe(guest, kname, image):
+    """The same scattered reads under serve's collector options (--records none), where the function tiers exist:
+    squashfs's cache-lookup and block-read probes, whose events are per-request records only, are not loaded (the
+    header says why) and write nothing, while its decompression probe still times every block; the reads are
+    counted in the kernel, as many and as many bytes as fio made."""
+    if image not in [e[0] for e in guest["images"]]:
+        pytest.skip("%s not run on %s: %s" % (image, kname, guest["skipped"].get(image)))
+    failures, lines = [], []
+    vmtest.check_scattered_serve(guest["outdir"], image, failures.append, lines)
+    assert not failures, "\n".join(failures + lines)
+
+
+@pytest.mark.vm
 @pytest.mark.parametrize("kname", KERNELS)
 def test_write_compression(guest, kname, vm_host):
     """btrfs compression on write, both tiers, against the files copied and the work items the tracepoint tier

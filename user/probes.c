@@ -419,9 +419,10 @@ static void mark_unavailable(struct probe *probes, int n, const char *why)
 
 /*
  * --records none (serve): a probe whose events are only per-request records (erofs's extents, readahead and
- * single-folio reads: nothing of them is counted in the kernel) is not loaded.  Attached, its program would
- * return at once on every event, and on a tracepoint an empty program's run still costs (an erofs extent map
- * is tens of thousands a second on a cold read).
+ * single-folio reads, squashfs's cache lookups and block reads: nothing of them is counted in the kernel) is not
+ * loaded.  Attached, its program would return at once on every event, or write a record nobody reads, and even
+ * an empty program's run costs (an erofs extent map is tens of thousands a second on a cold read, and a squashfs
+ * read takes a cache lookup per block and per metadata block).
  */
 static void unload_records_only(const void *skel, struct probe *probes, int n)
 {
@@ -429,8 +430,10 @@ static void unload_records_only(const void *skel, struct probe *probes, int n)
 		return;
 	for (int i = 0; i < n; i++) {
 		enum fst_figure f = probes[i].figure;
-		if ((f == FST_FIG_EROFS_EXTENTS || f == FST_FIG_EROFS_READAHEAD || f == FST_FIG_EROFS_READ_FOLIO) &&
-		    probes[i].tier != FST_TIER_NONE)
+		bool records_only = f == FST_FIG_EROFS_EXTENTS || f == FST_FIG_EROFS_READAHEAD ||
+				    f == FST_FIG_EROFS_READ_FOLIO || f == FST_FIG_SQUASHFS_CACHE ||
+				    f == FST_FIG_SQUASHFS_CACHE_MISS;
+		if (records_only && probes[i].tier != FST_TIER_NONE)
 			tiers_unload(skel, &probes[i], "not loaded: --records none (its events are per-request records)");
 	}
 }
