@@ -498,7 +498,7 @@ int BPF_PROG(block_rq_complete_raw, struct request *rq, int error, unsigned int 
  * expired, so that the bucket takes new entries again.  Entries end at their real end, and one whose end never
  * came (a completion the kernel did not deliver to BPF) is found when its address is used again; what is left
  * is a leak only a full bucket needs ended, while age alone cannot tell it from I/O really in flight that long.
- * Run by the collector every second (BPF_PROG_TEST_RUN), a slice of each table at a time (records.h
+ * Run by the collector every FST_EXPIRE_EVERY_NS (BPF_PROG_TEST_RUN), a slice of each table at a time (records.h
  * FST_EXPIRE_SLICES): the slots are taken back with the same compare-and-swap the handlers use, so a slot claimed
  * meanwhile is left.
  */
