@@ -121,7 +121,9 @@ def test_block_requests_are_traced_back_to_the_filesystem_path(tmp_path):
     assert loop["by_origin"]["erofs metadata"]["requests"] > 0
     back = [d for d in er["devices"].values() if d["level"] == "backing"]
     if back and back[0].get("by_origin"):
-        assert back[0]["by_origin"]["loop worker (backing file I/O)"]["requests"] > 0
+        # a failure names where the backing device's requests came from instead
+        origins = {k: v["requests"] for k, v in back[0]["by_origin"].items()}
+        assert origins.get("loop worker (backing file I/O)", 0) > 0, (origins, back[0]["requests"])
 
 
 def test_btrfs_write_compression_is_timed_in_its_workers(tmp_path):
