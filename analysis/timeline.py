@@ -195,6 +195,17 @@ def io_of_work(io, work):
     return out
 
 
+def io_start_ns(io):
+    """When each block request began: its first bio's queue time, else (queued before tracing) its completion."""
+    return np.where(io["ts_queue_ns"] > 0, io["ts_queue_ns"], io["ts_complete_ns"])
+
+
+def request_of_io(req, io):
+    """Index into req of the request each block request was queued in (charged to its thread and begun while the
+    request ran), -1 when none."""
+    return records_in_requests(req, io["pid"], io_start_ns(io))
+
+
 def waker_of_request(req, work):
     """Index into work of the work item whose kworker woke each request last, -1 when none did or its record
     is not there: the req record's waker_seq is the work record's seq."""
@@ -239,8 +250,7 @@ def slices(res, w, uuids):
     # request -> block requests charged to its thread and queued while it ran (flow id: block request index + 1)
     owner = None
     if req is not None and len(req) and io is not None and len(io):
-        start = np.where(io["ts_queue_ns"] > 0, io["ts_queue_ns"], io["ts_complete_ns"])
-        owner = records_in_requests(req, io["pid"], start)
+        owner = request_of_io(req, io)
         owned = np.nonzero(owner >= 0)[0]
         by_owner = owned[np.argsort(owner[owned], kind="stable")]
         owner_keys = owner[by_owner]
@@ -277,18 +287,15 @@ def slices(res, w, uuids):
         devices = {}
         read_op = res.io_op("read")
         ops = res.io_ops(io) if io is not None and len(io) else ()
-
-        def start_of(b):
-            return int(b["ts_queue_ns"]) or int(b["ts_complete_ns"])
-        for i in (np.argsort(np.where(io["ts_queue_ns"] > 0, io["ts_queue_ns"], io["ts_complete_ns"]), kind="stable")
-                  if len(ops) else ()):
+        start = io_start_ns(io) if len(ops) else ()
+        for i in np.argsort(start, kind="stable") if len(ops) else ():
             b = io[i]
             dev = int(b["dev"])
             if dev not in devices:
                 top = next(uuids)
                 w.track(top, "block device %s" % dev_name(dev, res.minor_bits))
                 devices[dev] = Lanes(w, uuids, "requests %s" % dev_name(dev, res.minor_bits), top)
-            s, e = start_of(b), int(b["ts_complete_ns"])
+            s, e = int(start[i]), int(b["ts_complete_ns"])
             issue = int(b["ts_issue_ns"])
             children = [(issue, e, "device")] if s <= issue <= e else []
             owned = owner is not None and owner[i] >= 0

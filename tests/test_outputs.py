@@ -119,7 +119,7 @@ def test_timeline_flows_lead_from_a_read_through_its_bios_and_decompression_back
     """Request -> block request -> the decompression work item its completion queued -> the request that work
     woke: each link from the identity the records carry, every flow with both ends, source first, and every whole
     chain the records hold drawn."""
-    from analysis import summary, timeline
+    from analysis import timeline
     res = results.load(str(erofs_tar_run / "results.fst"))
     _, sl = timeline.read(str(erofs_tar_run / timeline.NAME))
     links = timeline_flows(res, sl)
@@ -150,8 +150,7 @@ def test_timeline_flows_lead_from_a_read_through_its_bios_and_decompression_back
     # only for a completion in an atomic context (else it decompresses there, or the reader does: after the
     # first such completion small readaheads decompress in the reader), and the read that waits for a
     # readahead's pages is often not the one that issued it, so a run can hold none; each one it holds is drawn
-    start = np.where(io["ts_queue_ns"] > 0, io["ts_queue_ns"], io["ts_complete_ns"])
-    owner = summary.records_in_requests(req, io["pid"], start)  # the read each block request was queued in
+    owner = timeline.request_of_io(req, io)  # the read each block request was queued in
     held = [i for i in woken.tolist() if cause[waker[i]] >= 0 and owner[cause[waker[i]]] == i]
     read_to_block = {}
     for f in by_kind[("request", "block request")]:
