@@ -951,11 +951,18 @@ struct fst_ksym_query {
 
 /*
  * --budget: a traced thread's read and write syscall counts (task I/O accounting) at its exit, by thread id
- * (requests.bpf.c exited_calls), which leave /proc with it; user/procfs.c io_calls_step takes them out.
+ * (requests.bpf.c exited_calls), which leave the task list with it; user/procfs.c io_calls_step takes them out.
  */
 #define FST_EXITED_CALLS_MAX 16384
 struct fst_io_calls {
 	__u64 reads, writes;
+};
+
+/* a live traced thread's counts as tasks.bpf.c's task iterator writes them, one after another */
+struct fst_task_calls {
+	__u64 start_ns; /* task->start_boottime (CLOCK_BOOTTIME): a thread id reused starts later */
+	struct fst_io_calls calls;
+	__u32 tid, tgid;
 };
 
 #define FST_CFG_SDEVS 16

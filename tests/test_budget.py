@@ -3,6 +3,7 @@ is weighted up to the whole traced time, with an interval that holds the workloa
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 
@@ -110,7 +111,7 @@ def test_windows_weighted_by_the_readers_own_calls_hold_fios_count_when_tracing_
     res, s, fio_ios, _ = _attach_around_fio(tmp_path, mounted, "--window-duty", "0.4", rate_iops=None,
                                             records="slow")
     w = s["request_windows"]
-    assert w["active"] and w["auxiliary"].startswith("/proc/PID/task/TID/io")
+    assert w["active"] and w["auxiliary"].startswith("task I/O accounting")
     lo, hi = w["interval95"]
     assert lo <= fio_ios <= hi, (w, fio_ios)
     # every read syscall of the system in the 9 s (fio's and the few of other tasks), none lost with an exit
@@ -144,6 +145,26 @@ def test_windows_weights_count_every_read_call_of_the_traced_tree(tmp_path):
     assert shell <= rw["io_calls"]["reads_total"] <= shell + 50, (shell, rw["io_calls"])
     rows = [dict(zip(rw["window_fields"], r)) for r in rw["windows"]]
     assert sum(r["read_calls"] for r in rows) <= rw["io_calls"]["reads_total"]
+
+
+def test_windows_weights_count_only_the_threads_the_task_filters_pass(tmp_path):
+    """With --comm the windows' weights are the read syscalls of the threads of that name only (the task iterator
+    applies the request hooks' filters): a reader of another name beside it, four times as busy and alive at the
+    looks at the counts, adds nothing."""
+    out, io = tmp_path / "r.fst", tmp_path / "io"
+    reader = tmp_path / "fst-rd"
+    shutil.copy("/bin/dd", reader)
+    # the inner shell's count holds its reaped fst-rd's reads (and its own, of which it makes none here)
+    script = ("dd if=/dev/zero of=/dev/null bs=1 count=1200000 2>/dev/null & "
+              "sh -c '%s if=/dev/zero of=/dev/null bs=1 count=300000 2>/dev/null; cat /proc/$$/io > %s'; wait"
+              % (reader, io))
+    subprocess.run([os.path.join(ROOT, "build", "fstrace-collect"), "-o", str(out), "--window-duty", "0.3",
+                    "--comm", "fst-rd", "--", "sh", "-c", script], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    rw = results.load(str(out)).header["request_windows"]
+    assert rw["active"] and rw["io_calls"]["source"].startswith("task I/O accounting"), rw["io_calls"]
+    named = int(re.search(r"^syscr: (\d+)$", io.read_text(), re.M).group(1))
+    assert 300000 <= rw["io_calls"]["reads_total"] <= named < 300100, (named, rw["io_calls"])
 
 
 def test_workload_start_is_when_the_command_was_let_go(tmp_path):

@@ -21,6 +21,7 @@
 #include "window.h"
 #include "block.skel.h"
 #include "requests.skel.h"
+#include "tasks.skel.h"
 #include "erofs.skel.h"
 #include "squashfs.skel.h"
 #include "btrfs.skel.h"
@@ -438,6 +439,16 @@ static void unload_records_only(const void *skel, struct probe *probes, int n)
 	}
 }
 
+/* open a later object, configured and sharing owner's maps (dies when it cannot be opened) */
+#define OPEN_SHARED_SKEL(type, skel, owner)                            \
+	do {                                                           \
+		skel = type##__open();                                 \
+		if (!skel)                                             \
+			die("opening " #type ": %s", strerror(errno)); \
+		fill_cfg((struct fst_cfg *)&skel->rodata->cfg);        \
+		reuse_maps(owner, skel->obj);                          \
+	} while (0)
+
 /*
  * Optional probes of one filesystem: open, choose tiers, and load only if some
  * probe has a tier.  A load failure makes them unavailable (with the reason)
@@ -445,11 +456,7 @@ static void unload_records_only(const void *skel, struct probe *probes, int n)
  */
 #define LOAD_OPTIONAL_SKEL(type, skel, probes, owner)                                            \
 	do {                                                                                     \
-		skel = type##__open();                                                           \
-		if (!skel)                                                                       \
-			die("opening " #type ": %s", strerror(errno));                           \
-		fill_cfg((struct fst_cfg *)&skel->rodata->cfg);                                  \
-		reuse_maps(owner, skel->obj);                                                    \
+		OPEN_SHARED_SKEL(type, skel, owner);                                             \
 		tiers_select(skel, probes, N(probes), opt.no_btf_tp, opt.no_fentry);             \
 		unload_records_only(skel, probes, N(probes));                                    \
 		if (!any_tier(probes, N(probes)) || opt.block_only) {                            \
@@ -464,6 +471,20 @@ static void unload_records_only(const void *skel, struct probe *probes, int n)
 			type##__destroy(skel);                                                   \
 			skel = NULL;                                                             \
 		}                                                                                \
+	} while (0)
+
+/*
+ * An object with no probes of its own to choose tiers for (sampling, the task iterator): open, configured and
+ * sharing the first object's maps; NULL with why_buf saying why when it does not load.
+ */
+#define LOAD_HELPER_SKEL(type, skel, why_buf, what)                                          \
+	do {                                                                                 \
+		OPEN_SHARED_SKEL(type, skel, T->blk->obj);                                   \
+		if (type##__load(skel)) {                                                    \
+			snprintf(why_buf, sizeof(why_buf), "%s: %s", what, strerror(errno)); \
+			type##__destroy(skel);                                               \
+			skel = NULL;                                                         \
+		}                                                                            \
 	} while (0)
 
 /*
@@ -641,17 +662,12 @@ void tracer_load(struct tracer *t)
 				mark_unavailable(&btrfs_probes[i], 1, "argument positions unknown: no BTF for it");
 	}
 
+	/* only windows weigh their counts by the traced threads' own calls (window.c io_step) */
+	snprintf(t->tasks_why, sizeof(t->tasks_why), "not loaded: no --budget windows");
+	if (window_asked() && t->reqs && !opt.cgroup)
+		LOAD_HELPER_SKEL(tasks_bpf, t->tsk, t->tasks_why, "the task iterator did not load");
 	if (opt.sample_hz > 0 && t->reqs) {
-		t->smp = sample_bpf__open();
-		if (!t->smp)
-			die("opening sample_bpf: %s", strerror(errno));
-		fill_cfg((struct fst_cfg *)&t->smp->rodata->cfg);
-		reuse_maps(t->blk->obj, t->smp->obj);
-		if (sample_bpf__load(t->smp)) {
-			snprintf(t->sample_why, sizeof(t->sample_why), "load failed: %s", strerror(errno));
-			sample_bpf__destroy(t->smp);
-			t->smp = NULL;
-		}
+		LOAD_HELPER_SKEL(sample_bpf, t->smp, t->sample_why, "load failed");
 	} else if (opt.sample_hz > 0) {
 		snprintf(t->sample_why, sizeof(t->sample_why), "needs request tracing (not with --block-only)");
 	}
@@ -837,6 +853,7 @@ void tracer_destroy(struct tracer *t, struct ring_buffer *rb)
 	if (t->reqs)
 		requests_bpf__destroy(t->reqs);
 	sample_bpf__destroy(t->smp);
+	tasks_bpf__destroy(t->tsk);
 	erofs_bpf__destroy(t->ero);
 	squashfs_bpf__destroy(t->sqf);
 	btrfs_bpf__destroy(t->btr);

@@ -35,8 +35,10 @@ struct tracer {
 	struct squashfs_bpf *sqf;
 	struct btrfs_bpf *btr;
 	struct sample_bpf *smp;
-	char sample_why[160]; /* why sampling is off */
-	bool task_storage_on; /* per-task state in task-local storage (else a pid hash) */
+	char sample_why[160];  /* why sampling is off */
+	struct tasks_bpf *tsk; /* --budget's windows: the traced threads' read and write counts (tasks.bpf.c) */
+	char tasks_why[160];   /* why it is not loaded */
+	bool task_storage_on;  /* per-task state in task-local storage (else a pid hash) */
 	char task_state_why[160];
 	/* requests bounded at the traced filesystems' entry points (requests.bpf.c fs_bound_kinds: 1 << FST_REQ_*),
 	 * 0: by the syscall tracepoints, bounds_why saying why */

@@ -165,14 +165,14 @@ struct io_calls_of {
 	pid_t tid;
 	bool gone;		  /* not seen alive at the last look, its exit's counts not yet taken: looked for once more */
 	bool ended;		  /* its exit's counts were taken at this look */
-	unsigned long long start; /* starttime (clock ticks after boot): a reused id starts later */
+	unsigned long long start; /* when it started (CLOCK_BOOTTIME ns): a reused id starts later */
 	__u64 reads, writes;
 };
 
 static struct {
 	struct io_calls_of *v;
 	size_t n;
-	unsigned long long at; /* when the table was taken, clock ticks after boot */
+	unsigned long long at; /* when the table was taken, CLOCK_BOOTTIME ns */
 	bool taken;
 } io_seen;
 
@@ -181,35 +181,6 @@ static int cmp_io_tid(const void *a, const void *b)
 {
 	pid_t x = *(const pid_t *)a, y = ((const struct io_calls_of *)b)->tid;
 	return x < y ? -1 : x > y;
-}
-
-/* now in the clock ticks of /proc's starttime */
-static unsigned long long ticks_since_boot(void) { return now_ns(CLOCK_BOOTTIME) / (1000000000ull / sysconf(_SC_CLK_TCK)); }
-
-static bool io_passes(pid_t pid, int traced_pids_fd)
-{
-	if (pid == getpid()) /* the collector's own reads of /proc are not the workload's */
-		return false;
-	if (traced_pids_fd >= 0) {
-		__u32 key = pid;
-		__u8 v;
-		if (bpf_map_lookup_elem(traced_pids_fd, &key, &v))
-			return false;
-	}
-	return true;
-}
-
-/* a thread of that name (the kernel side's --comm test is the thread's own name too) */
-static bool io_comm_passes(pid_t pid, pid_t tid, const char *comm)
-{
-	char name[64], buf[64];
-	if (!comm)
-		return true;
-	snprintf(name, sizeof(name), "task/%d/comm", tid);
-	if (read_proc(pid, name, buf, sizeof(buf)) < 0)
-		return false;
-	buf[strcspn(buf, "\n")] = 0;
-	return !strcmp(buf, comm);
 }
 
 static struct io_calls_of *io_push(struct io_calls_of **v, size_t *n, size_t *cap)
@@ -231,62 +202,58 @@ static struct io_calls_of *io_find(pid_t tid, struct io_calls_of *v, size_t n)
 
 static struct io_calls_of *io_was(pid_t tid) { return io_seen.taken ? io_find(tid, io_seen.v, io_seen.n) : NULL; }
 
-bool io_calls_step(int traced_pids_fd, const char *comm, int exited_fd, struct io_calls *delta)
+/* one live thread's counts from the iterator: into next, and what it read since the last look into delta */
+static void io_take(const struct fst_task_calls *c, struct io_calls_of **next, size_t *n, size_t *cap,
+		    struct io_calls *delta)
 {
-	DIR *d = opendir("/proc");
-	if (!d)
-		return false;
-	unsigned long long now = ticks_since_boot();
-	struct io_calls_of *next = NULL;
-	size_t n = 0, cap = 0;
-	bool any = false, readable = false;
-	struct dirent *e;
-	while ((e = readdir(d))) {
-		if (e->d_name[0] < '1' || e->d_name[0] > '9')
-			continue;
-		pid_t pid = atoi(e->d_name);
-		if (!io_passes(pid, traced_pids_fd))
-			continue;
-		char path[64];
-		snprintf(path, sizeof(path), "/proc/%d/task", pid);
-		DIR *td = opendir(path);
-		if (!td)
-			continue; /* gone meanwhile */
-		struct dirent *te;
-		while ((te = readdir(td))) {
-			if (te->d_name[0] < '1' || te->d_name[0] > '9')
-				continue;
-			pid_t tid = atoi(te->d_name);
-			char state, name[64], buf[512], *p, *q;
-			unsigned long long start;
-			/* an exited thread (a zombie until reaped) left its counts in exited_fd: taken from there */
-			snprintf(name, sizeof(name), "task/%d/stat", tid);
-			if (!proc_stat(pid, name, &state, &start) || state == 'Z' || state == 'X' ||
-			    !io_comm_passes(pid, tid, comm))
-				continue;
-			any = true;
-			snprintf(name, sizeof(name), "task/%d/io", tid);
-			if (read_proc(pid, name, buf, sizeof(buf)) < 0 || !(p = strstr(buf, "syscr: ")) ||
-			    !(q = strstr(buf, "syscw: ")))
-				continue;
-			readable = true;
-			struct io_calls_of *x = io_push(&next, &n, &cap), *was = io_was(tid);
-			x->tid = tid;
-			x->gone = x->ended = false;
-			x->start = start;
-			x->reads = strtoull(p + 7, NULL, 10);
-			x->writes = strtoull(q + 7, NULL, 10);
-			if (was && was->start == start && x->reads >= was->reads && x->writes >= was->writes) {
-				delta->reads += x->reads - was->reads;
-				delta->writes += x->writes - was->writes;
-			} else if (io_seen.taken && start >= io_seen.at) { /* started since the last look */
-				delta->reads += x->reads;
-				delta->writes += x->writes;
-			}
-		}
-		closedir(td);
+	struct io_calls_of *x = io_push(next, n, cap), *was = io_was((pid_t)c->tid);
+	x->tid = c->tid;
+	x->gone = x->ended = false;
+	x->start = c->start_ns;
+	x->reads = c->calls.reads;
+	x->writes = c->calls.writes;
+	if (was && was->start == x->start && x->reads >= was->reads && x->writes >= was->writes) {
+		delta->reads += x->reads - was->reads;
+		delta->writes += x->writes - was->writes;
+	} else if (io_seen.taken && x->start >= io_seen.at) { /* started since the last look */
+		delta->reads += x->reads;
+		delta->writes += x->writes;
 	}
-	closedir(d);
+}
+
+bool io_calls_step(int iter_link_fd, int exited_fd, struct io_calls *delta)
+{
+	int it = bpf_iter_create(iter_link_fd);
+	if (it < 0)
+		return false;
+	unsigned long long now = now_ns(CLOCK_BOOTTIME);
+	struct io_calls_of *next = NULL;
+	size_t n = 0, cap = 0, have = 0;
+	pid_t self = getpid(); /* the collector's own reads are not the workload's */
+	char buf[256 * sizeof(struct fst_task_calls)];
+	ssize_t got;
+	/* whole records, however the reads split them (a read returns at most a page's worth per call) */
+	while ((got = read(it, buf + have, sizeof(buf) - have)) > 0 || (got < 0 && errno == EINTR)) {
+		if (got < 0)
+			continue;
+		have += got;
+		size_t whole = have / sizeof(struct fst_task_calls) * sizeof(struct fst_task_calls);
+		for (size_t off = 0; off < whole; off += sizeof(struct fst_task_calls)) {
+			struct fst_task_calls c;
+			memcpy(&c, buf + off, sizeof(c));
+			if ((pid_t)c.tgid != self)
+				io_take(&c, &next, &n, &cap, delta);
+		}
+		memmove(buf, buf + whole, have - whole);
+		have -= whole;
+	}
+	int err = got < 0 ? errno : 0;
+	close(it);
+	if (err) {
+		free(next);
+		errno = err;
+		return false;
+	}
 	if (n)
 		qsort(next, n, sizeof(*next), cmp_io_tid);
 
@@ -328,7 +295,7 @@ bool io_calls_step(int traced_pids_fd, const char *comm, int exited_fd, struct i
 	io_seen.n = n;
 	io_seen.at = now;
 	io_seen.taken = true;
-	return readable || !any;
+	return true;
 }
 
 /* a number in a /proc file (a sysctl), -1 when it cannot be read */

@@ -35,19 +35,18 @@ bool pid_alive(int pid);
 long long proc_number(const char *path);
 
 /*
- * The kernel's own count of read and write syscalls of the traced threads (task I/O accounting: /proc/PID/task/
- * TID/io syscr, syscw), always kept and free: what --budget's windows are weighted against.  io_calls_step adds
- * to *delta the calls made since its previous call by the threads of the processes the filter passes
- * (traced_pids_fd >= 0: a process whose tgid is in that map; comm: one of that name; neither: every process but
- * the collector), and returns false when the counts cannot be read (no task I/O accounting).  Per thread: a
- * process's own file adds the counts of the children it reaped, counted while they ran.  A thread seen for the
- * first time counts whole when it started after the previous call; one that exited left its counts in exited_fd
- * (requests.bpf.c exited_calls, records.h struct fst_io_calls by thread id), taken out here.
+ * The kernel's own count of read and write syscalls of the traced threads (task I/O accounting: what /proc/PID/
+ * task/TID/io shows as syscr and syscw), always kept and free: what --budget's windows are weighted against.
+ * io_calls_step runs the task iterator of iter_link_fd (tasks.bpf.c: one record per live thread the task filters
+ * pass) and adds to *delta the calls made since its previous call by those threads, the collector's own left
+ * out; false when the iterator cannot be read.  A thread seen for the first time counts whole when it started
+ * after the previous call; one that exited left its counts in exited_fd (requests.bpf.c exited_calls, records.h
+ * struct fst_io_calls by thread id), taken out here.
  */
 struct io_calls {
 	__u64 reads, writes;
 };
-bool io_calls_step(int traced_pids_fd, const char *comm, int exited_fd, struct io_calls *delta);
+bool io_calls_step(int iter_link_fd, int exited_fd, struct io_calls *delta);
 
 /* kernel.task_delayacct: set to on (-1: only read); returns what it was */
 int delayacct_set(int on);

@@ -49,6 +49,7 @@
 #include "block.skel.h"
 #include "requests.skel.h"
 #include "sample.skel.h"
+#include "tasks.skel.h"
 
 /* long enough that attaching and detaching (a walk of every thread, about a millisecond of CPU) is cheap beside
  * it, short enough that a run of seconds gets several windows */
@@ -110,8 +111,9 @@ static struct {
 	 * slow with it */
 	bool io_ok;
 	char io_why[200];
-	int io_pids_fd;
-	bool io_done; /* tracing ended: no later call counts */
+	struct tasks_bpf *tsk;
+	struct bpf_link *calls_iter; /* tasks.bpf.c's iterator, run at each look */
+	bool io_done;		     /* tracing ended: no later call counts */
 	struct io_calls io_total, io_at_open;
 	__u64 io_from, io_to; /* the span io_total covers */
 	double attach_cpu_ns; /* CPU time of one attach + detach of both hooks (the thread walks) */
@@ -295,11 +297,12 @@ static void io_step(__u64 now)
 	if (!w.io_ok || w.io_done)
 		return;
 	struct io_calls d = { 0 };
-	if (!io_calls_step(w.io_pids_fd, opt.comm, bpf_map__fd(w.reqs->maps.exited_calls), &d)) {
+	bool read = io_calls_step(bpf_link__fd(w.calls_iter), bpf_map__fd(w.reqs->maps.exited_calls), &d);
+	if (!read || w.tsk->bss->no_io_accounting) {
 		w.io_ok = false;
 		w.reqs->bss->exited_calls_on = 0;
-		snprintf(w.io_why, sizeof(w.io_why), "the processes' read counts could not be read (/proc/PID/task/TID/io: "
-						     "no task I/O accounting in this kernel)");
+		snprintf(w.io_why, sizeof(w.io_why), "the threads' read counts could not be read (%s%s)",
+			 read ? "no task I/O accounting in this kernel" : "the task iterator: ", read ? "" : strerror(errno));
 		return;
 	}
 	w.io_total.reads += d.reads;
@@ -501,10 +504,14 @@ void window_init(struct tracer *t, __u64 t_start)
 		return;
 	}
 	w.reqs = t->reqs;
-	w.io_ok = !opt.cgroup;
-	w.io_pids_fd = opt.cmd || opt.nr_pids ? bpf_map__fd(t->reqs->maps.traced_pids) : -1;
-	if (!w.io_ok)
+	w.tsk = t->tsk;
+	if (opt.cgroup)
 		snprintf(w.io_why, sizeof(w.io_why), "with --cgroup the processes' read counts are not summed");
+	else if (!t->tsk)
+		snprintf(w.io_why, sizeof(w.io_why), "%s", t->tasks_why);
+	else if (!(w.calls_iter = bpf_program__attach_iter(t->tsk->progs.traced_task_calls, NULL)))
+		snprintf(w.io_why, sizeof(w.io_why), "the task iterator did not attach: %s", strerror(errno));
+	w.io_ok = !opt.cgroup && w.calls_iter;
 	w.io_from = now_ns(CLOCK_MONOTONIC);
 	w.reqs->bss->exited_calls_on = w.io_ok; /* before the baseline: an exit after it is taken at the next look */
 	io_step(w.io_from);			/* the baseline: nothing before it counts */
@@ -696,6 +703,8 @@ void window_finish(struct tracer *t, __u64 now)
 	io_step(now_ns(CLOCK_MONOTONIC));
 	w.io_done = true; /* serve's last exposition after this counts nothing more */
 	w.reqs->bss->exited_calls_on = 0;
+	bpf_link__destroy(w.calls_iter);
+	w.calls_iter = NULL;
 	/* the probes' link is gone: tracer_detach must find nothing left to detach, and its stats still read */
 }
 
@@ -799,8 +808,8 @@ json *window_header(__u64 t_start, __u64 t_end)
 	jset(o, "calibration_prog_ns", ju64(w.calibration_prog_ns));
 	json *io = jset(o, "io_calls", jobj());
 	if (w.io_ok) {
-		jset(io, "source", jstr("/proc/PID/task/TID/io syscr and syscw of the traced processes' threads, and at "
-					"their exit (task I/O accounting)"));
+		jset(io, "source", jstr("task I/O accounting: syscr and syscw (/proc/PID/task/TID/io) of the traced "
+					"threads, read by a BPF task iterator, and at their exit"));
 		jset(io, "reads_total", ju64(w.io_total.reads));
 		jset(io, "writes_total", ju64(w.io_total.writes));
 		jset(io, "from_ns", ju64(w.io_from));

@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * --budget: the traced threads' read and write syscall counts (task I/O accounting), what the windows' request
+ * counts are weighted against.  A task iterator writes one struct fst_task_calls per live thread the task filters
+ * pass, in one read of its file: the collector looks at least once a second (serve's exposition), and a walk of
+ * /proc opened two files per thread of the system (about 25 us a thread, most of an idle serve collector's CPU
+ * time, and growing with every thread on the machine).  Exited threads left their counts in exited_calls
+ * (requests.bpf.c); zombies are skipped here so that none is counted twice.
+ */
+#include "common.bpf.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define PF_KTHREAD 0x00200000 /* include/linux/sched.h: a kernel thread makes no syscalls */
+
+/* the task filters of current_is_traced (filter.bpf.h), for any task; --cgroup sums no counts (user/window.c) */
+static __always_inline bool task_is_traced(struct task_struct *task)
+{
+	if (cfg.filter_pids) {
+		__u32 pid = task->pid;
+		if (!bpf_map_lookup_elem(&traced_pids, &pid))
+			return false;
+	}
+	if (cfg.filter_comm) {
+		char comm[16];
+		bpf_probe_read_kernel(comm, sizeof(comm), task->comm);
+		if (!comm_matches(comm))
+			return false;
+	}
+	return true;
+}
+
+/* set when the kernel keeps no such counts (no ioac in struct task_struct): the collector says so */
+__u32 no_io_accounting;
+
+SEC("iter/task")
+int traced_task_calls(struct bpf_iter__task *ctx)
+{
+	struct task_struct *task = ctx->task;
+	if (!task || (task->flags & PF_KTHREAD) || task->exit_state || !task_is_traced(task))
+		return 0;
+	struct fst_task_calls c = { .start_ns = task->start_boottime, .tid = task->pid, .tgid = task->tgid };
+	if (!task_io_calls(task, &c.calls)) {
+		no_io_accounting = 1;
+		return 0;
+	}
+	bpf_seq_write(ctx->meta->seq, &c, sizeof(c));
+	return 0;
+}
