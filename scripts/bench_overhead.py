@@ -264,6 +264,85 @@ STATS_RUNS = 3
 # seconds, so the cases above (a second or three) rarely get the two an interval needs; these warm runs do
 COVER_RUNS = 3
 COVER_RUNTIME_S = 30
+# the windowed configurations' collector with no workload, tracing every task of the system as serve does: what
+# staying attached costs in the collector itself, beside the machine's own threads and beside IDLE_THREADS more
+# sleeping ones (its looks at the traced threads' read counts, and the windows' attach, go over every thread)
+IDLE_RUNS = 2
+IDLE_S = 20
+IDLE_THREADS = 2000
+SLEEPERS = ("import sys, threading; e = threading.Event(); "
+            "[threading.Thread(target=e.wait, daemon=True).start() for _ in range(int(sys.argv[1]))]; "
+            "print('ready', flush=True); e.wait()")
+
+
+def threads_on_machine():
+    """Every thread of the system now (/proc/PID/task/TID)."""
+    n = 0
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                n += len(os.listdir("/proc/%s/task" % pid))
+            except OSError:  # gone meanwhile
+                pass
+    return n
+
+
+def idle_run(config, devs, work):
+    """The collector of config alone, every task of the system traced (no command: as serve and attach without a
+    process filter), its CPU ms per second over IDLE_S from when it said ready (--budget's calibration done), by
+    the kernel's account of the process (/proc/PID/stat utime + stime, in clock ticks)."""
+    fst = os.path.join(work, "idle.fst")
+    rfd, wfd = os.pipe()
+    options = [a.replace("{fst}", fst) for a in FSTRACE_CONFIGS[config]]
+    collector = subprocess.Popen([COLLECTOR, "-o", fst, "--ready-fd", str(wfd)] + devs + options, pass_fds=(wfd,),
+                                 preexec_fn=die_with_parent, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.close(wfd)
+
+    def cpu_s():
+        with open("/proc/%d/stat" % collector.pid) as f:
+            utime, stime = (int(x) for x in f.read().rsplit(")", 1)[1].split()[11:13])
+        return (utime + stime) / os.sysconf("SC_CLK_TCK")
+    try:
+        with os.fdopen(rfd) as ready:
+            if ready.readline().strip() != "ready":
+                raise RuntimeError("%s: the collector exited before attaching" % config)
+        c0, t0 = cpu_s(), time.monotonic()
+        time.sleep(IDLE_S)
+        c1, t1 = cpu_s(), time.monotonic()
+    finally:
+        stop_process(collector)
+        for path in (fst, fst + ".prom"):
+            if os.path.exists(path):
+                os.unlink(path)
+    return (c1 - c0) / (t1 - t0) * 1e3
+
+
+def ms_list(ms):
+    """Per-run figures as text, "-" for a run without one."""
+    return ", ".join("%.1f" % m if m is not None else "-" for m in ms)
+
+
+def idle_collector(windowed, devs, work):
+    """Rows of the windowed configurations' collector CPU ms per second of an idle IDLE_S, IDLE_RUNS runs each,
+    with the machine's threads and with IDLE_THREADS more."""
+    rows = []
+    for extra in (0, IDLE_THREADS):
+        helper = None
+        if extra:
+            helper = subprocess.Popen([sys.executable, "-c", SLEEPERS, str(extra)], stdout=subprocess.PIPE,
+                                      text=True, preexec_fn=die_with_parent)
+            if helper.stdout.readline().strip() != "ready":
+                raise RuntimeError("bench: the sleeping threads did not start")
+        try:
+            for cfg in windowed:
+                threads = threads_on_machine()
+                ms = [idle_run(cfg, devs, work) for _ in range(IDLE_RUNS)]
+                rows.append({"config": cfg, "extra_threads": extra, "threads": threads, "collector_ms_per_s": ms})
+                log("%s: idle collector beside %d threads: %s ms/s" % (cfg, threads, ms_list(ms)))
+        finally:
+            if helper:
+                stop_process(helper, sig=signal.SIGKILL)
+    return rows
 
 
 def probe_costs(infos):
@@ -604,6 +683,8 @@ def main():
                     log("%s: %d s warm randread %d/%d (the estimate against fio's count)" % (
                         cfg, COVER_RUNTIME_S, i + 1, COVER_RUNS))
                 out["window_coverage"][cfg] = window_counts(ws)
+        if windowed:
+            out["idle"] = {"seconds": IDLE_S, "rows": idle_collector(windowed, devs, work)}
         log("analysis speed")
         out["analysis"] = analysis_rate(work, devs, mounts["single"], single_ctx["single_file"])
     log("the main command's own profile")
@@ -654,6 +735,9 @@ def render(out):
                          m["command"], 100 * (m["tracer"]["part_share"] or 0), 100 * (sm.get("share") or 0),
                          100 * sm["share_95"][0] if sm.get("share_95") else 0,
                          100 * sm["share_95"][1] if sm.get("share_95") else 0))
+    for r in (out.get("idle") or {}).get("rows", []):
+        lines.append("idle collector %-20s beside %5d threads: %s ms/s" % (
+            r["config"], r["threads"], ms_list(r["collector_ms_per_s"])))
     a = out["analysis"]
     lines.append("analysis: %d records in %.2f s = %.2f s per million records (dropped while recording: %d)"
                  % (a["records"], a["seconds"], a["seconds_per_million"], a["dropped"]))

@@ -472,7 +472,7 @@ def test_bench_overhead_interrupted_leaves_nothing(tmp_path, config, child):
     shared machine other tracers and benches come and go meanwhile."""
     import shutil
     if child == "biolatency" and not shutil.which("biolatency"):
-        pytest.skip("libbpf-tools' biolatency is not installed (make bench-overhead installs it)")
+        pytest.skip("libbpf-tools' biolatency is not installed (scripts/setup.sh --test installs it)")
     from conftest import CACHE, ROOT, SCALE, bpf_objects_left, bpf_objects_of
     from cli.leftovers import task_comm as comm
     from conftest import alive, descendants

@@ -31,6 +31,32 @@ static void om_number(char *out, size_t size, double v)
 }
 
 /*
+ * om_number of an le label's classic text (up to its closing quote), remembered: a histogram's buckets share a few
+ * dozen bounds, and finding the shortest digits takes up to 17 conversions each, for every bucket of every
+ * exposition (a second apart under serve)
+ */
+static const char *om_le(const char *text)
+{
+	static struct {
+		char in[32], out[40];
+	} seen[128];
+	static int nr_seen;
+	size_t len = strcspn(text, "\"");
+	for (int i = 0; i < nr_seen; i++)
+		if (strlen(seen[i].in) == len && !memcmp(seen[i].in, text, len))
+			return seen[i].out;
+	static char one[40];
+	char *out = one;
+	if (len < sizeof(seen[0].in) && nr_seen < (int)(sizeof(seen) / sizeof(seen[0]))) {
+		memcpy(seen[nr_seen].in, text, len);
+		seen[nr_seen].in[len] = 0;
+		out = seen[nr_seen++].out;
+	}
+	om_number(out, sizeof(one), strtod(text, NULL));
+	return out;
+}
+
+/*
  * The OpenMetrics 1.0 text of a classic exposition (expose.c's, so both say the same numbers): a family is
  * named without its counter's _total or its info's _info, with # UNIT when its name ends in a base unit,
  * every counter and histogram series has a _created sample (the collector's start: counters start at 0
@@ -72,8 +98,14 @@ void openmetrics_of(struct jbuf *om, const char *text, size_t len, double create
 			if (help) { /* "# HELP <classic name> <text>" */
 				const char *t = memchr(help + 7, ' ', help_len - 7);
 				jb_add(om, "# HELP %s ", fam);
-				for (t = t ? t + 1 : help + help_len; t < help + help_len; t++)
-					jb_add(om, *t == '"' ? "\\\"" : "%c", *t);
+				/* the text between double quotes as it is, each quote escaped */
+				for (t = t ? t + 1 : help + help_len; t < help + help_len;) {
+					size_t run = strcspn(t, "\"\n");
+					if (run > (size_t)(help + help_len - t))
+						run = help + help_len - t;
+					jb_add(om, "%.*s%s", (int)run, t, t + run < help + help_len ? "\\\"" : "");
+					t += run + 1;
+				}
 				jb_add(om, "\n");
 			}
 			help = NULL;
@@ -97,9 +129,7 @@ void openmetrics_of(struct jbuf *om, const char *text, size_t len, double create
 				}
 		}
 		if (le && strncmp(le + 4, "+Inf", 4)) {
-			char num[40];
-			om_number(num, sizeof(num), strtod(le + 4, NULL));
-			jb_add(om, "%.*s%s\"} %.*s\n", (int)(le + 4 - line), line, num, (int)(line + n - sp), sp);
+			jb_add(om, "%.*s%s\"} %.*s\n", (int)(le + 4 - line), line, om_le(le + 4), (int)(line + n - sp), sp);
 		} else {
 			jb_add(om, "%.*s\n", n, line);
 		}
