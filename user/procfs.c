@@ -232,7 +232,7 @@ bool io_calls_step(int iter_link_fd, int exited_fd, struct io_calls *delta)
 	pid_t self = getpid(); /* the collector's own reads are not the workload's */
 	char buf[256 * sizeof(struct fst_task_calls)];
 	ssize_t got;
-	/* whole records, however the reads split them (a read returns at most a page's worth per call) */
+	/* whole records, however the reads split them */
 	while ((got = read(it, buf + have, sizeof(buf) - have)) > 0 || (got < 0 && errno == EINTR)) {
 		if (got < 0)
 			continue;
@@ -266,8 +266,8 @@ bool io_calls_step(int iter_link_fd, int exited_fd, struct io_calls *delta)
 		prev = key;
 		if (bpf_map_lookup_elem(exited_fd, &key, &c))
 			continue;
-		/* the exit fires before /proc shows the thread gone: this look may have counted it alive already, up
-		 * to what it read then; else the last look did */
+		/* the exit fires before the thread is a zombie: this look may have counted it alive already, up to
+		 * what it read then; else the last look did */
 		struct io_calls_of *now_seen = io_find((pid_t)key, next, alive), *was = io_was((pid_t)key);
 		struct io_calls_of *base = now_seen ? now_seen : was;
 		__u64 r0 = base ? base->reads : 0, w0 = base ? base->writes : 0;
