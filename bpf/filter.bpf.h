@@ -22,11 +22,22 @@ static __always_inline __u64 comm_word(__u64 w, bool *ended)
 	return w & (((nul & -nul) >> 7) - 1);
 }
 
+/* the name of t, a BTF task pointer, NUL-padded: two typed loads, clipped at its NUL (a name once longer may leave
+ * bytes after it) */
+static __always_inline void task_comm(struct task_struct *t, char *comm)
+{
+	bool ended = false;
+	__u64 w0 = comm_word(*(__u64 *)&t->comm[0], &ended);
+	__u64 w1 = comm_word(*(__u64 *)&t->comm[8], &ended);
+	w1 &= 0x00ffffffffffffffull; /* the last byte is always the terminator */
+	__builtin_memcpy(comm, &w0, 8);
+	__builtin_memcpy(comm + 8, &w1, 8);
+}
+
 /*
  * The current task's name, NUL-padded as bpf_get_current_comm() gives it.  That helper costs more than a
- * clock read (docs/overhead.md, "What each helper costs") and runs once per record and per bio; where the task is a BTF pointer (storage mode, whose kernels all have
- * bpf_get_current_task_btf) the name is two typed loads, clipped at its NUL (a name once longer may leave
- * bytes after it).
+ * clock read (docs/overhead.md, "What each helper costs") and runs once per record and per bio; where the task is
+ * a BTF pointer (storage mode, whose kernels all have bpf_get_current_task_btf) the name is task_comm's.
  */
 static __always_inline void current_comm(char *comm)
 {
@@ -34,13 +45,7 @@ static __always_inline void current_comm(char *comm)
 		bpf_get_current_comm(comm, 16);
 		return;
 	}
-	struct task_struct *t = bpf_get_current_task_btf();
-	bool ended = false;
-	__u64 w0 = comm_word(*(__u64 *)&t->comm[0], &ended);
-	__u64 w1 = comm_word(*(__u64 *)&t->comm[8], &ended);
-	w1 &= 0x00ffffffffffffffull; /* the last byte is always the terminator */
-	__builtin_memcpy(comm, &w0, 8);
-	__builtin_memcpy(comm + 8, &w1, 8);
+	task_comm(bpf_get_current_task_btf(), comm);
 }
 
 /* thread ids of the traced process tree (value unused) */

@@ -23,7 +23,7 @@ static __always_inline bool task_is_traced(struct task_struct *task)
 	}
 	if (cfg.filter_comm) {
 		char comm[16];
-		bpf_probe_read_kernel(comm, sizeof(comm), task->comm);
+		task_comm(task, comm);
 		if (!comm_matches(comm))
 			return false;
 	}
