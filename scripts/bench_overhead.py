@@ -215,18 +215,28 @@ def run_one(config, argv, cwd, devs, work):
     return info
 
 
+def start_collector(argv):
+    """The collector of argv started with --ready-fd, dying with this process: (process, the ready pipe's read end)."""
+    rfd, wfd = os.pipe()
+    collector = subprocess.Popen(argv[:1] + ["--ready-fd", str(wfd)] + argv[1:], pass_fds=(wfd,),
+                                 preexec_fn=die_with_parent, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.close(wfd)
+    return collector, rfd
+
+
+def wait_ready(rfd, what):
+    """Until the collector says it is attached (raises when it exits before)."""
+    with os.fdopen(rfd) as ready:
+        if ready.readline().strip() != "ready":
+            raise RuntimeError("%s: the collector exited before attaching" % what)
+
+
 def run_untraced(argv, cwd, fst):
     """The workload beside a collector that traces another process (attach --pid, default options)."""
     sleeper = subprocess.Popen(["sleep", "3600"], preexec_fn=die_with_parent)
-    rfd, wfd = os.pipe()
-    collector = subprocess.Popen([COLLECTOR, "-o", fst, "--ready-fd", str(wfd), "--pid", str(sleeper.pid)]
-                                 + tracing_options(), pass_fds=(wfd,), preexec_fn=die_with_parent,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    os.close(wfd)
+    collector, ready = start_collector([COLLECTOR, "-o", fst, "--pid", str(sleeper.pid)] + tracing_options())
     try:
-        with os.fdopen(rfd) as ready:
-            if ready.readline().strip() != "ready":
-                raise RuntimeError("fstrace-untraced: the collector exited before attaching")
+        wait_ready(ready, "fstrace-untraced")
         t0 = time.monotonic()
         run_to_end(argv, cwd=cwd)
         span = time.monotonic() - t0
@@ -292,20 +302,15 @@ def idle_run(config, devs, work):
     process filter), its CPU ms per second over IDLE_S from when it said ready (--budget's calibration done), by
     the kernel's account of the process (/proc/PID/stat utime + stime, in clock ticks)."""
     fst = os.path.join(work, "idle.fst")
-    rfd, wfd = os.pipe()
     options = [a.replace("{fst}", fst) for a in FSTRACE_CONFIGS[config]]
-    collector = subprocess.Popen([COLLECTOR, "-o", fst, "--ready-fd", str(wfd)] + devs + options, pass_fds=(wfd,),
-                                 preexec_fn=die_with_parent, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    os.close(wfd)
+    collector, ready = start_collector([COLLECTOR, "-o", fst] + devs + options)
 
     def cpu_s():
         with open("/proc/%d/stat" % collector.pid) as f:
             utime, stime = (int(x) for x in f.read().rsplit(")", 1)[1].split()[11:13])
         return (utime + stime) / os.sysconf("SC_CLK_TCK")
     try:
-        with os.fdopen(rfd) as ready:
-            if ready.readline().strip() != "ready":
-                raise RuntimeError("%s: the collector exited before attaching" % config)
+        wait_ready(ready, config)
         c0, t0 = cpu_s(), time.monotonic()
         time.sleep(IDLE_S)
         c1, t1 = cpu_s(), time.monotonic()
