@@ -13,7 +13,7 @@ char LICENSE[] SEC("license") = "GPL";
 
 #define PF_KTHREAD 0x00200000 /* include/linux/sched.h: a kernel thread makes no syscalls */
 
-/* the task filters of current_is_traced (filter.bpf.h), for any task; --cgroup sums no counts (user/window.c) */
+/* the task filters of current_is_traced (filter.bpf.h), for any task */
 static __always_inline bool task_is_traced(struct task_struct *task)
 {
 	if (cfg.filter_pids) {
@@ -27,6 +27,10 @@ static __always_inline bool task_is_traced(struct task_struct *task)
 		if (!comm_matches(comm))
 			return false;
 	}
+	/* bpf_get_current_cgroup_id()'s answer for this task: its cgroup v2 (default hierarchy) one; the walk is
+	 * under RCU, as an iterator program runs */
+	if (cfg.filter_cgroup_id && task->cgroups->dfl_cgrp->kn->id != cfg.filter_cgroup_id)
+		return false;
 	return true;
 }
 

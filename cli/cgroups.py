@@ -10,7 +10,9 @@ from cli.devices import mount_of
 from common.system import FstraceError, stat_fields
 
 
-def _cgroup2_root():
+def cgroup2_root():
+    """Where the cgroup v2 hierarchy is mounted (/sys/fs/cgroup, or its unified part in a hybrid layout), or
+    None."""
     for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
         if os.path.exists(os.path.join(root, "cgroup.controllers")):
             return root
@@ -29,7 +31,7 @@ def run_cgroup(cleanup):
     everything in it is killed and waited for before the image is unmounted, however many processes the
     workload forked and whatever became of the collector.  None without cgroup v2: see run_process_group.
     FSTRACE_TEST_NO_CGROUP2=1 takes that path on a host that has it (the tests)."""
-    root = None if os.environ.get("FSTRACE_TEST_NO_CGROUP2") == "1" else _cgroup2_root()
+    root = None if os.environ.get("FSTRACE_TEST_NO_CGROUP2") == "1" else cgroup2_root()
     if root is None:
         return None
     d = os.path.join(root, "fstrace-run-%d" % os.getpid())
@@ -101,7 +103,7 @@ def io_throttle(devs, limits, cleanup):
 
     cgroup v2 io.max where the io controller is available, else cgroup v1 blkio throttling."""
     name = "fstrace-%d" % os.getpid()
-    root = _cgroup2_root()
+    root = cgroup2_root()
     controllers = []
     if root:
         with open(os.path.join(root, "cgroup.controllers")) as f:

@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 
+from cli.cgroups import cgroup2_root, remove_cgroup
 from cli.runner import COLLECTOR
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -262,6 +263,18 @@ def drop_caches():
     os.sync()
     with open("/proc/sys/vm/drop_caches", "w") as f:
         f.write("3\n")
+
+
+@contextlib.contextmanager
+def cgroup2_child(name):
+    """A new cgroup v2 directory under the root; whatever still runs in it at the end is killed, then it is
+    removed."""
+    path = os.path.join(cgroup2_root(), "%s-%d" % (name, os.getpid()))
+    os.mkdir(path)
+    try:
+        yield path
+    finally:
+        remove_cgroup(path)
 
 
 def descendants(pid):

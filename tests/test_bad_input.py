@@ -10,6 +10,7 @@ import time
 import pytest
 
 from analysis import results
+from cli.cgroups import cgroup2_root
 from conftest import CACHE, FSTRACE, SCALE, bpf_objects_of, collector_under, settled_leftovers
 
 
@@ -341,10 +342,6 @@ def test_attach_says_attached_only_once_the_collector_is(tmp_path, clean_machine
     assert q.returncode == 0, rest
     # nothing was traced (no task has that name): said, not passed off as a quiet system
     assert "WARNING: no requests were traced: the filters matched nothing that did I/O" in rest, rest
-
-
-def cgroup2_root():
-    return next((m.split()[1] for m in open("/proc/mounts") if m.split()[2] == "cgroup2"), None)
 
 
 @pytest.mark.bpf

@@ -12,7 +12,7 @@ import pytest
 
 from analysis import results
 from analysis import summary as S
-from conftest import FSTRACE, ROOT, erofs_mounted
+from conftest import FSTRACE, ROOT, cgroup2_child, erofs_mounted
 
 pytestmark = pytest.mark.bpf
 
@@ -168,6 +168,26 @@ def test_windows_weights_count_only_the_threads_the_task_filters_pass(tmp_path):
     assert rw["active"] and rw["io_calls"]["source"].startswith("task I/O accounting"), rw["io_calls"]
     named = int(re.search(r"^syscr: (\d+)$", io.read_text(), re.M).group(1))
     assert 300000 <= rw["io_calls"]["reads_total"] <= named < 300100, (named, rw["io_calls"])
+
+
+def test_windows_weights_count_only_the_threads_of_the_traced_cgroup(tmp_path):
+    """With --cgroup the windows' weights are the read syscalls of the threads in that cgroup only (the task
+    iterator and the exit hook apply it as the request hooks do): a reader of the traced tree outside it, four times
+    as busy and alive at the looks at the counts, adds nothing."""
+    out, io = tmp_path / "r.fst", tmp_path / "io"
+    with cgroup2_child("fst-budget") as cg:
+        # the inner shell joins the cgroup before it starts its reader; its count holds the reaped reader's reads
+        script = ("dd if=/dev/zero of=/dev/null bs=1 count=1200000 2>/dev/null & "
+                  "sh -c 'echo $$ > %s/cgroup.procs; dd if=/dev/zero of=/dev/null bs=1 count=300000 2>/dev/null; "
+                  "cat /proc/$$/io > %s'; wait" % (cg, io))
+        subprocess.run([os.path.join(ROOT, "build", "fstrace-collect"), "-o", str(out), "--window-duty", "0.3",
+                        "--cgroup", cg, "--", "sh", "-c", script], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+    rw = results.load(str(out)).header["request_windows"]
+    assert rw["active"] and rw["io_calls"]["source"].startswith("task I/O accounting"), rw["io_calls"]
+    inside = int(re.search(r"^syscr: (\d+)$", io.read_text(), re.M).group(1))
+    # beyond the shell's count: the reads of the cat that read it, not reaped when it did
+    assert 300000 <= inside <= rw["io_calls"]["reads_total"] <= inside + 50, (inside, rw["io_calls"])
 
 
 def test_workload_start_is_when_the_command_was_let_go(tmp_path):

@@ -7,6 +7,7 @@ import subprocess
 import pytest
 
 from analysis import results
+from cli.cgroups import cgroup2_root
 from conftest import COLLECTOR
 
 pytestmark = pytest.mark.bpf
@@ -22,11 +23,6 @@ def traced(tmp_path, argv):
 
 def a_block_device():
     return sorted(os.listdir("/sys/dev/block"))[0]
-
-
-def a_cgroup2_directory():
-    with open("/proc/mounts") as f:
-        return [l.split()[1] for l in f if l.split()[2] == "cgroup2"][0]
 
 
 def a_dead_pid():
@@ -114,7 +110,7 @@ def test_check_says_what_a_run_would(tmp_path, args, says):
 
 def test_check_of_good_options_is_silent_and_loads_nothing(tmp_path):
     p, bpf_calls = traced(tmp_path, ["--check", "--comm", "x", "--sample-hz", "997", "--offcpu-sample-us", "0",
-                                     "-d", a_block_device(), "--cgroup", a_cgroup2_directory()])
+                                     "-d", a_block_device(), "--cgroup", cgroup2_root()])
     assert p.returncode == 0 and p.stdout == "" and p.stderr == "", p.stderr
     assert bpf_calls == []
 
@@ -145,7 +141,7 @@ def test_every_advertised_option_is_parsed(tmp_path):
     """Each option of the usage text, with a valid value, is accepted (then --help ends the parse)."""
     meta = tmp_path / "meta.json"
     meta.write_text("{}")
-    valid = {"FILE": str(meta), "PID": str(os.getpid()), "PATH": a_cgroup2_directory(), "NAME": "x", "MAJ:MIN": "0:1",
+    valid = {"FILE": str(meta), "PID": str(os.getpid()), "PATH": cgroup2_root(), "NAME": "x", "MAJ:MIN": "0:1",
              "MAJ:MIN[=SMAJ:SMIN]": "0:39=0:40",
              "SEC": "1", "FD": "1", "HZ": "0", "MAJ:MIN[:UNIT[:loop]]": a_block_device() + ":4096",
              "US": "1000", "MODE": "all", "PCT": "1", "F": "0.5"}

@@ -664,7 +664,7 @@ void tracer_load(struct tracer *t)
 
 	/* only windows weigh their counts by the traced threads' own calls (window.c io_step) */
 	snprintf(t->tasks_why, sizeof(t->tasks_why), "not loaded: no --budget windows");
-	if (window_asked() && t->reqs && !opt.cgroup)
+	if (window_asked() && t->reqs)
 		LOAD_HELPER_SKEL(tasks_bpf, t->tsk, t->tasks_why, "the task iterator did not load");
 	if (opt.sample_hz > 0 && t->reqs) {
 		LOAD_HELPER_SKEL(sample_bpf, t->smp, t->sample_why, "load failed");

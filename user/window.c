@@ -505,13 +505,11 @@ void window_init(struct tracer *t, __u64 t_start)
 	}
 	w.reqs = t->reqs;
 	w.tsk = t->tsk;
-	if (opt.cgroup)
-		snprintf(w.io_why, sizeof(w.io_why), "with --cgroup the processes' read counts are not summed");
-	else if (!t->tsk)
+	if (!t->tsk)
 		snprintf(w.io_why, sizeof(w.io_why), "%s", t->tasks_why);
 	else if (!(w.calls_iter = bpf_program__attach_iter(t->tsk->progs.traced_task_calls, NULL)))
 		snprintf(w.io_why, sizeof(w.io_why), "the task iterator did not attach: %s", strerror(errno));
-	w.io_ok = !opt.cgroup && w.calls_iter;
+	w.io_ok = w.calls_iter != NULL;
 	w.io_from = now_ns(CLOCK_MONOTONIC);
 	w.reqs->bss->exited_calls_on = w.io_ok; /* before the baseline: an exit after it is taken at the next look */
 	io_step(w.io_from);			/* the baseline: nothing before it counts */
