@@ -93,23 +93,35 @@ static __always_inline bool comm_matches(const char *comm)
 	return true;
 }
 
-static __always_inline bool current_is_traced(void)
+/*
+ * The task filters (the traced process tree, --comm, --cgroup) of t, a BTF task pointer (tasks.bpf.c's iterator),
+ * or of the current task when t is NULL: a constant at each call, so each caller's code holds only its side.
+ */
+static __always_inline bool task_passes_filters(struct task_struct *t)
 {
 	if (cfg.filter_pids) {
-		__u32 pid = (__u32)bpf_get_current_pid_tgid();
+		__u32 pid = t ? t->pid : (__u32)bpf_get_current_pid_tgid();
 		if (!bpf_map_lookup_elem(&traced_pids, &pid))
 			return false;
 	}
 	if (cfg.filter_comm) {
 		char comm[16];
-		current_comm(comm);
+		if (t)
+			task_comm(t, comm);
+		else
+			current_comm(comm);
 		if (!comm_matches(comm))
 			return false;
 	}
-	if (cfg.filter_cgroup_id && bpf_get_current_cgroup_id() != cfg.filter_cgroup_id)
+	/* the task's cgroup v2 (default hierarchy) id, what bpf_get_current_cgroup_id() gives for current; an
+	 * iterator program walks the pointers under RCU */
+	if (cfg.filter_cgroup_id &&
+	    (t ? t->cgroups->dfl_cgrp->kn->id : bpf_get_current_cgroup_id()) != cfg.filter_cgroup_id)
 		return false;
 	return true;
 }
+
+static __always_inline bool current_is_traced(void) { return task_passes_filters(NULL); }
 
 /* storage mode, pid-tree filter only: the filter's answer cannot change for a task (pids only join), so it is
  * kept in the task's state and an untraced task's read-family syscall costs one storage lookup */

@@ -13,27 +13,6 @@ char LICENSE[] SEC("license") = "GPL";
 
 #define PF_KTHREAD 0x00200000 /* include/linux/sched.h: a kernel thread makes no syscalls */
 
-/* the task filters of current_is_traced (filter.bpf.h), for any task */
-static __always_inline bool task_is_traced(struct task_struct *task)
-{
-	if (cfg.filter_pids) {
-		__u32 pid = task->pid;
-		if (!bpf_map_lookup_elem(&traced_pids, &pid))
-			return false;
-	}
-	if (cfg.filter_comm) {
-		char comm[16];
-		task_comm(task, comm);
-		if (!comm_matches(comm))
-			return false;
-	}
-	/* bpf_get_current_cgroup_id()'s answer for this task: its cgroup v2 (default hierarchy) one; the walk is
-	 * under RCU, as an iterator program runs */
-	if (cfg.filter_cgroup_id && task->cgroups->dfl_cgrp->kn->id != cfg.filter_cgroup_id)
-		return false;
-	return true;
-}
-
 /* set when the kernel keeps no such counts (no ioac in struct task_struct): the collector says so */
 __u32 no_io_accounting;
 
@@ -41,7 +20,7 @@ SEC("iter/task")
 int traced_task_calls(struct bpf_iter__task *ctx)
 {
 	struct task_struct *task = ctx->task;
-	if (!task || (task->flags & PF_KTHREAD) || task->exit_state || !task_is_traced(task))
+	if (!task || (task->flags & PF_KTHREAD) || task->exit_state || !task_passes_filters(task))
 		return 0;
 	struct fst_task_calls c = { .start_ns = task->start_boottime, .tid = task->pid, .tgid = task->tgid };
 	if (!task_io_calls(task, &c.calls)) {
