@@ -949,20 +949,25 @@ struct fst_ksym_query {
 	__u64 addr;    /* 0 = no such function */
 };
 
-/*
- * --budget: a traced thread's read and write syscall counts (task I/O accounting) at its exit, by thread id
- * (requests.bpf.c exited_calls), which leave the task list with it; user/procfs.c io_calls_step takes them out.
- */
-#define FST_EXITED_CALLS_MAX 16384
+/* --budget: a thread's read and write syscall counts (task I/O accounting) */
 struct fst_io_calls {
 	__u64 reads, writes;
 };
 
-/* a live traced thread's counts as tasks.bpf.c's task iterator writes them, one after another */
+/*
+ * A thread's counts as tasks.bpf.c's task iterator writes them, one after another, for a live thread; and as
+ * requests.bpf.c leaves them at a traced thread's exit in exited_calls, by thread id (they leave the task list
+ * with it), until user/procfs.c io_calls_step takes them out.
+ */
+#define FST_EXITED_CALLS_MAX 16384
 struct fst_task_calls {
 	__u64 start_ns; /* task->start_boottime (CLOCK_BOOTTIME): a thread id reused starts later */
 	struct fst_io_calls calls;
 	__u32 tid, tgid;
+	/* 0: a thread the task filters do not pass (yet), written only when it started since the collector's last
+	 * look (tasks.bpf.c new_since_ns): what it has read by now is where its count starts if it passes later */
+	__u32 traced;
+	__u32 pad0;
 };
 
 #define FST_CFG_SDEVS 16

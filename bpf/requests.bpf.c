@@ -809,14 +809,14 @@ static __always_inline int handle_fork(struct task_struct *parent, struct task_s
 	return 0;
 }
 
-/* --budget: records.h struct fst_io_calls of the traced threads that exited, by thread id, until the collector
+/* --budget: records.h struct fst_task_calls of the traced threads that exited, by thread id, until the collector
  * takes them (user/procfs.c io_calls_step); kept only while it does (exited_calls_on, set by user/window.c) */
 __u32 exited_calls_on;
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, FST_EXITED_CALLS_MAX);
 	__type(key, __u32);
-	__type(value, struct fst_io_calls);
+	__type(value, struct fst_task_calls);
 } exited_calls SEC(".maps");
 
 static __always_inline int handle_exit(void)
@@ -826,9 +826,16 @@ static __always_inline int handle_exit(void)
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	struct task_delay_info *delays = BPF_CORE_READ(task, delays);
 	bool traced = current_is_traced();
-	struct fst_io_calls c;
-	if (exited_calls_on && traced && task_io_calls(task, &c) && bpf_map_update_elem(&exited_calls, &pid, &c, BPF_ANY))
-		loss_count(FST_LOSS_EXITED_CALLS);
+	if (exited_calls_on && traced) {
+		/* its start tells the collector whether it counts whole: a thread it never saw may have joined the
+		 * filters late (moved into the cgroup, renamed by an exec), its earlier reads not the traced ones */
+		struct fst_task_calls c = { .start_ns = BPF_CORE_READ(task, start_boottime),
+					    .tid = pid,
+					    .tgid = pid_tgid >> 32,
+					    .traced = 1 };
+		if (task_io_calls(task, &c.calls) && bpf_map_update_elem(&exited_calls, &pid, &c, BPF_ANY))
+			loss_count(FST_LOSS_EXITED_CALLS);
+	}
 	if (delays && traced) {
 		struct fst_task *rec = record_reserve(FST_REC_TASK, sizeof(*rec));
 		if (rec) {

@@ -1,9 +1,11 @@
 """attach --budget on a tracepoint-only kernel: the syscall hooks are attached only in windows, and what they saw
 is weighted up to the whole traced time, with an interval that holds the workload's own count."""
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 
@@ -188,6 +190,103 @@ def test_windows_weights_count_only_the_threads_of_the_traced_cgroup(tmp_path):
     inside = int(re.search(r"^syscr: (\d+)$", io.read_text(), re.M).group(1))
     # beyond the shell's count: the reads of the cat that read it, not reaped when it did
     assert 300000 <= inside <= rw["io_calls"]["reads_total"] <= inside + 50, (inside, rw["io_calls"])
+
+
+# a reader that stays alive: named (prctl PR_SET_NAME) and moved into a cgroup when asked, it reads n bytes of
+# /dev/zero one read syscall each when sent SIGUSR1, then waits for the next SIGUSR1 (or its end)
+_LIVE_READER = r"""
+import ctypes, os, signal, sys
+name, cgroup, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if name:
+    ctypes.CDLL(None).prctl(15, name.encode(), 0, 0, 0)
+if cgroup:
+    with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+        f.write(str(os.getpid()))
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+fd = os.open("/dev/zero", os.O_RDONLY)
+print("ready", flush=True)
+signal.sigwait({signal.SIGUSR1})
+for _ in range(n):
+    os.read(fd, 1)
+print("done", flush=True)
+signal.sigwait({signal.SIGUSR1})
+"""
+
+
+@pytest.mark.parametrize("how", ["pid", "comm", "cgroup"])
+def test_windows_weights_count_the_live_traced_threads_through_the_iterator(tmp_path, how):
+    """Readers alive from before the attach to after the last look at the counts: what they read reaches the
+    weights only through the task iterator, no exit hands it over.  The traced one's 100 000 reads are all there,
+    and nothing of another reader, four times as busy, that the filter leaves out."""
+    out = tmp_path / "r.fst"
+    with contextlib.ExitStack() as stack:
+        cg = stack.enter_context(cgroup2_child("fst-iter")) if how == "cgroup" else ""
+        readers = []
+        for args in ([("fst-rd" if how == "comm" else ""), cg, "100000"], ["", "", "400000"]):
+            p = subprocess.Popen(["/usr/bin/python3", "-c", _LIVE_READER] + args, stdout=subprocess.PIPE, text=True)
+            stack.callback(lambda p=p: (p.kill(), p.wait()))
+            readers.append(p)
+        for p in readers:
+            assert p.stdout.readline() == "ready\n"
+        only = {"pid": ["--pid", str(readers[0].pid)], "comm": ["--comm", "fst-rd"], "cgroup": ["--cgroup", cg]}[how]
+        rfd, wfd = os.pipe()
+        col = subprocess.Popen([os.path.join(ROOT, "build", "fstrace-collect"), "-o", str(out), "--window-duty",
+                                "0.3", "--ready-fd", str(wfd)] + only, pass_fds=(wfd,), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+        stack.callback(lambda: col.poll() is None and (col.kill(), col.wait()))
+        os.close(wfd)
+        with os.fdopen(rfd) as ready:
+            assert ready.readline() == "ready\n", col.communicate()[1]
+        for p in readers:
+            p.send_signal(signal.SIGUSR1)
+        for p in readers:
+            assert p.stdout.readline() == "done\n"
+        time.sleep(0.3)
+        col.send_signal(signal.SIGINT)
+        err = col.communicate(timeout=60)[1]
+        assert col.returncode == 0, err
+        assert all(p.poll() is None for p in readers)  # alive at the last look
+    rw = results.load(str(out)).header["request_windows"]
+    assert rw["active"] and rw["io_calls"]["source"].startswith("task I/O accounting"), rw["io_calls"]
+    assert 100000 <= rw["io_calls"]["reads_total"] <= 100005, rw["io_calls"]
+
+
+def test_a_thread_that_joins_the_cgroup_and_exits_between_looks_brings_no_earlier_reads(tmp_path):
+    """A process that read 200 000 times before the attach, then moves into the traced cgroup and exits at once,
+    between two looks at the counts: its exit's counts are not the traced threads' (it started before the last
+    look and no look saw it), so they add nothing."""
+    out = tmp_path / "r.fst"
+    script = ("import os, signal\n"
+              "fd = os.open('/dev/zero', os.O_RDONLY)\n"
+              "for _ in range(200000): os.read(fd, 1)\n"
+              "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})\n"
+              "print('ready', flush=True)\n"
+              "signal.sigwait({signal.SIGUSR1})\n"
+              "open(%r, 'w').write(str(os.getpid()))\n"
+              "os._exit(0)\n")
+    with cgroup2_child("fst-join") as cg, contextlib.ExitStack() as stack:
+        p = subprocess.Popen(["/usr/bin/python3", "-c", script % os.path.join(cg, "cgroup.procs")],
+                             stdout=subprocess.PIPE, text=True)
+        stack.callback(lambda: (p.kill(), p.wait()))
+        assert p.stdout.readline() == "ready\n"
+        rfd, wfd = os.pipe()
+        col = subprocess.Popen([os.path.join(ROOT, "build", "fstrace-collect"), "-o", str(out), "--window-duty",
+                                "0.3", "--ready-fd", str(wfd), "--cgroup", cg], pass_fds=(wfd,),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        stack.callback(lambda: col.poll() is None and (col.kill(), col.wait()))
+        os.close(wfd)
+        with os.fdopen(rfd) as ready:
+            assert ready.readline() == "ready\n", col.communicate()[1]
+        time.sleep(0.3)
+        p.send_signal(signal.SIGUSR1)
+        assert p.wait(timeout=30) == 0
+        time.sleep(0.3)
+        col.send_signal(signal.SIGINT)
+        err = col.communicate(timeout=60)[1]
+        assert col.returncode == 0, err
+    rw = results.load(str(out)).header["request_windows"]
+    assert rw["active"] and rw["io_calls"]["source"].startswith("task I/O accounting"), rw["io_calls"]
+    assert rw["io_calls"]["reads_total"] < 10, rw["io_calls"]
 
 
 def test_workload_start_is_when_the_command_was_let_go(tmp_path):

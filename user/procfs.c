@@ -165,6 +165,7 @@ struct io_calls_of {
 	pid_t tid;
 	bool gone;		  /* not seen alive at the last look, its exit's counts not yet taken: looked for once more */
 	bool ended;		  /* its exit's counts were taken at this look */
+	bool untraced;		  /* new and not (yet) passing the filters: its counts are a starting point only */
 	unsigned long long start; /* when it started (CLOCK_BOOTTIME ns): a reused id starts later */
 	__u64 reads, writes;
 };
@@ -202,17 +203,26 @@ static struct io_calls_of *io_find(pid_t tid, struct io_calls_of *v, size_t n)
 
 static struct io_calls_of *io_was(pid_t tid) { return io_seen.taken ? io_find(tid, io_seen.v, io_seen.n) : NULL; }
 
+/* the same thread as seen at a look (a thread id reused starts later) */
+static struct io_calls_of *io_same(struct io_calls_of *seen, unsigned long long start)
+{
+	return seen && seen->start == start ? seen : NULL;
+}
+
 /* one live thread's counts from the iterator: into next, and what it read since the last look into delta */
 static void io_take(const struct fst_task_calls *c, struct io_calls_of **next, size_t *n, size_t *cap,
 		    struct io_calls *delta)
 {
-	struct io_calls_of *x = io_push(next, n, cap), *was = io_was((pid_t)c->tid);
+	struct io_calls_of *x = io_push(next, n, cap), *was = io_same(io_was((pid_t)c->tid), c->start_ns);
 	x->tid = c->tid;
 	x->gone = x->ended = false;
+	x->untraced = !c->traced;
 	x->start = c->start_ns;
 	x->reads = c->calls.reads;
 	x->writes = c->calls.writes;
-	if (was && was->start == x->start && x->reads >= was->reads && x->writes >= was->writes) {
+	if (x->untraced)
+		return;
+	if (was && x->reads >= was->reads && x->writes >= was->writes) {
 		delta->reads += x->reads - was->reads;
 		delta->writes += x->writes - was->writes;
 	} else if (io_seen.taken && x->start >= io_seen.at) { /* started since the last look */
@@ -221,15 +231,16 @@ static void io_take(const struct fst_task_calls *c, struct io_calls_of **next, s
 	}
 }
 
-bool io_calls_step(int iter_link_fd, int exited_fd, struct io_calls *delta)
+bool io_calls_step(int iter_link_fd, int exited_fd, __u64 *new_since_ns, struct io_calls *delta)
 {
+	/* before the first look every thread is an old one: none needs a starting point */
+	*new_since_ns = io_seen.taken ? io_seen.at : ~0ull;
+	unsigned long long now = now_ns(CLOCK_BOOTTIME);
 	int it = bpf_iter_create(iter_link_fd);
 	if (it < 0)
 		return false;
-	unsigned long long now = now_ns(CLOCK_BOOTTIME);
 	struct io_calls_of *next = NULL;
 	size_t n = 0, cap = 0, have = 0;
-	pid_t self = getpid(); /* the collector's own reads are not the workload's */
 	char buf[256 * sizeof(struct fst_task_calls)];
 	ssize_t got;
 	/* whole records, however the reads split them */
@@ -241,8 +252,7 @@ bool io_calls_step(int iter_link_fd, int exited_fd, struct io_calls *delta)
 		for (size_t off = 0; off < whole; off += sizeof(struct fst_task_calls)) {
 			struct fst_task_calls c;
 			memcpy(&c, buf + off, sizeof(c));
-			if ((pid_t)c.tgid != self)
-				io_take(&c, &next, &n, &cap, delta);
+			io_take(&c, &next, &n, &cap, delta);
 		}
 		memmove(buf, buf + whole, have - whole);
 		have -= whole;
@@ -257,9 +267,11 @@ bool io_calls_step(int iter_link_fd, int exited_fd, struct io_calls *delta)
 	if (n)
 		qsort(next, n, sizeof(*next), cmp_io_tid);
 
-	/* the threads that exited: their calls since the last look (all of them when it did not see them) */
+	/* the threads that exited: their calls since this look or the last one saw them; all of them when neither
+	 * did and they started since the last look; none when they are older (they joined the filters since the
+	 * last look, and what they read before is not the traced threads') */
 	__u32 key, prev = 0, *pk = NULL;
-	struct fst_io_calls c;
+	struct fst_task_calls c;
 	size_t alive = n;
 	while (exited_fd >= 0 && !bpf_map_get_next_key(exited_fd, pk, &key)) {
 		pk = &prev;
@@ -268,11 +280,14 @@ bool io_calls_step(int iter_link_fd, int exited_fd, struct io_calls *delta)
 			continue;
 		/* the exit fires before the thread is a zombie: this look may have counted it alive already, up to
 		 * what it read then; else the last look did */
-		struct io_calls_of *now_seen = io_find((pid_t)key, next, alive), *was = io_was((pid_t)key);
+		struct io_calls_of *now_seen = io_same(io_find((pid_t)key, next, alive), c.start_ns);
+		struct io_calls_of *was = io_same(io_was((pid_t)key), c.start_ns);
 		struct io_calls_of *base = now_seen ? now_seen : was;
-		__u64 r0 = base ? base->reads : 0, w0 = base ? base->writes : 0;
-		delta->reads += c.reads >= r0 ? c.reads - r0 : 0;
-		delta->writes += c.writes >= w0 ? c.writes - w0 : 0;
+		if (base || (io_seen.taken && c.start_ns >= io_seen.at)) {
+			__u64 r0 = base ? base->reads : 0, w0 = base ? base->writes : 0;
+			delta->reads += c.calls.reads >= r0 ? c.calls.reads - r0 : 0;
+			delta->writes += c.calls.writes >= w0 ? c.calls.writes - w0 : 0;
+		}
 		if (now_seen)
 			now_seen->ended = true; /* gone by the next look, with nothing left to take */
 		if (was)

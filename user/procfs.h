@@ -38,15 +38,16 @@ long long proc_number(const char *path);
  * The kernel's own count of read and write syscalls of the traced threads (task I/O accounting: what /proc/PID/
  * task/TID/io shows as syscr and syscw), always kept and free: what --budget's windows are weighted against.
  * io_calls_step runs the task iterator of iter_link_fd (tasks.bpf.c: one record per live thread the task filters
- * pass) and adds to *delta the calls made since its previous call by those threads, the collector's own left
- * out; false when the iterator cannot be read.  A thread seen for the first time counts whole when it started
- * after the previous call; one that exited left its counts in exited_fd (requests.bpf.c exited_calls, records.h
- * struct fst_io_calls by thread id), taken out here.
+ * pass, the collector's own left out, and per thread started since the previous call, a starting point) and adds
+ * to *delta the calls made since its previous call by the traced threads; false when the iterator cannot be read.
+ * *new_since_ns is the iterator's (tasks.bpf.c new_since_ns), set here.  A thread seen for the first time counts
+ * whole when it started after the previous call, else from its first sighting; one that exited left its counts
+ * in exited_fd (requests.bpf.c exited_calls, records.h struct fst_task_calls by thread id), taken out here.
  */
 struct io_calls {
 	__u64 reads, writes;
 };
-bool io_calls_step(int iter_link_fd, int exited_fd, struct io_calls *delta);
+bool io_calls_step(int iter_link_fd, int exited_fd, __u64 *new_since_ns, struct io_calls *delta);
 
 /* kernel.task_delayacct: set to on (-1: only read); returns what it was */
 int delayacct_set(int on);

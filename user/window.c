@@ -297,7 +297,8 @@ static void io_step(__u64 now)
 	if (!w.io_ok || w.io_done)
 		return;
 	struct io_calls d = { 0 };
-	bool read = io_calls_step(bpf_link__fd(w.calls_iter), bpf_map__fd(w.reqs->maps.exited_calls), &d);
+	bool read = io_calls_step(bpf_link__fd(w.calls_iter), bpf_map__fd(w.reqs->maps.exited_calls),
+				  &w.tsk->bss->new_since_ns, &d);
 	if (!read || w.tsk->bss->no_io_accounting) {
 		w.io_ok = false;
 		w.reqs->bss->exited_calls_on = 0;
