@@ -46,6 +46,7 @@ import argparse
 import json
 import math
 import os
+import select
 import shutil
 import signal
 import statistics
@@ -218,15 +219,22 @@ def run_one(config, argv, cwd, devs, work):
 def start_collector(argv):
     """The collector of argv started with --ready-fd, dying with this process: (process, the ready pipe's read end)."""
     rfd, wfd = os.pipe()
-    collector = subprocess.Popen(argv[:1] + ["--ready-fd", str(wfd)] + argv[1:], pass_fds=(wfd,),
-                                 preexec_fn=die_with_parent, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    os.close(wfd)
+    try:
+        collector = subprocess.Popen(argv[:1] + ["--ready-fd", str(wfd)] + argv[1:], pass_fds=(wfd,),
+                                     preexec_fn=die_with_parent, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except BaseException:
+        os.close(rfd)
+        raise
+    finally:
+        os.close(wfd)
     return collector, rfd
 
 
-def wait_ready(rfd, what):
-    """Until the collector says it is attached (raises when it exits before)."""
+def wait_ready(rfd, what, timeout_s=300):
+    """Until the collector says it is attached (raises when it exits before, or has not within timeout_s)."""
     with os.fdopen(rfd) as ready:
+        if not select.select([ready], [], [], timeout_s)[0]:
+            raise RuntimeError("%s: the collector did not attach within %d s" % (what, timeout_s))
         if ready.readline().strip() != "ready":
             raise RuntimeError("%s: the collector exited before attaching" % what)
 
@@ -313,12 +321,18 @@ def idle_run(config, devs, work):
         wait_ready(ready, config)
         c0, t0 = cpu_s(), time.monotonic()
         time.sleep(IDLE_S)
+        # a collector that died meanwhile would read as one that took no CPU
+        if collector.poll() is not None:
+            raise RuntimeError("%s: the idle collector exited while measured (status %d)" % (config,
+                                                                                          collector.returncode))
         c1, t1 = cpu_s(), time.monotonic()
     finally:
-        stop_process(collector)
+        status = stop_process(collector)
         for path in (fst, fst + ".prom"):
             if os.path.exists(path):
                 os.unlink(path)
+    if status != 0:
+        raise RuntimeError("%s: the idle collector ended with status %d" % (config, status))
     return (c1 - c0) / (t1 - t0) * 1e3
 
 
@@ -336,9 +350,9 @@ def idle_collector(windowed, devs, work):
         if extra:
             helper = subprocess.Popen([sys.executable, "-c", SLEEPERS, str(extra)], stdout=subprocess.PIPE,
                                       text=True, preexec_fn=die_with_parent)
-            if helper.stdout.readline().strip() != "ready":
-                raise RuntimeError("bench: the sleeping threads did not start")
         try:
+            if helper and helper.stdout.readline().strip() != "ready":
+                raise RuntimeError("bench: the sleeping threads did not start")
             for cfg in windowed:
                 threads = threads_on_machine()
                 ms = [idle_run(cfg, devs, work) for _ in range(IDLE_RUNS)]
@@ -347,6 +361,7 @@ def idle_collector(windowed, devs, work):
         finally:
             if helper:
                 stop_process(helper, sig=signal.SIGKILL)
+                helper.stdout.close()
     return rows
 
 

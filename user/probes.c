@@ -663,7 +663,8 @@ void tracer_load(struct tracer *t)
 	}
 
 	/* only windows weigh their counts by the traced threads' own calls (window.c io_step) */
-	snprintf(t->tasks_why, sizeof(t->tasks_why), "not loaded: no --budget windows");
+	snprintf(t->tasks_why, sizeof(t->tasks_why), "not loaded: %s",
+		 !window_asked() ? "no --budget windows" : "no request tracing (--block-only)");
 	if (window_asked() && t->reqs)
 		LOAD_HELPER_SKEL(tasks_bpf, t->tsk, t->tasks_why, "the task iterator did not load");
 	if (opt.sample_hz > 0 && t->reqs) {
