@@ -4,6 +4,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -21,8 +22,13 @@ class Browser:
 
     def __init__(self):
         self.profile = tempfile.mkdtemp(prefix="fstrace-test-chromium-")
+        # its own temporary files (the singleton socket, shared memory without /dev/shm) inside the profile, and
+        # its helper processes in a group of their own: close() ends them all before it removes the profile
+        tmp = os.path.join(self.profile, "tmp")
+        os.mkdir(tmp)
         self.p = subprocess.Popen(CHROMIUM + ["--user-data-dir=" + self.profile, "about:blank"],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                  env=dict(os.environ, TMPDIR=tmp), start_new_session=True)
         deadline = time.time() + 60
         seen = ""
         while time.time() < deadline:
@@ -47,13 +53,24 @@ class Browser:
         return pg
 
     def close(self):
-        if self.p.poll() is None:
-            self.p.terminate()
+        """End Chromium and every helper it started (a helper still writing into the profile would leave it
+        behind), then remove the profile."""
+        def signal_group(sig):
             try:
-                self.p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
+                os.killpg(self.p.pid, sig)
+                return True
+            except ProcessLookupError:  # the group is empty
+                return False
+        signal_group(signal.SIGTERM)
+        try:
+            self.p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            signal_group(signal.SIGKILL)
+            self.p.wait()
+        deadline = time.time() + 10
+        while signal_group(0) and time.time() < deadline:
+            time.sleep(0.05)
+        signal_group(signal.SIGKILL)
         shutil.rmtree(self.profile, ignore_errors=True)
 
 
