@@ -213,6 +213,28 @@ signal.sigwait({signal.SIGUSR1})
 """
 
 
+@contextlib.contextmanager
+def _collecting(out, *args):
+    """The collector (--window-duty 0.3, then args) from when it says it is attached until the block ends, then
+    stopped as Ctrl-C stops it, at which it takes its last look at the counts; it must end cleanly."""
+    rfd, wfd = os.pipe()
+    col = subprocess.Popen([os.path.join(ROOT, "build", "fstrace-collect"), "-o", str(out), "--window-duty", "0.3",
+                            "--ready-fd", str(wfd)] + list(args), pass_fds=(wfd,), stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)
+    os.close(wfd)
+    try:
+        with os.fdopen(rfd) as ready:
+            assert ready.readline() == "ready\n", col.communicate()[1]
+        yield
+        col.send_signal(signal.SIGINT)
+        err = col.communicate(timeout=60)[1]
+        assert col.returncode == 0, err
+    finally:
+        if col.poll() is None:
+            col.kill()
+            col.wait()
+
+
 @pytest.mark.parametrize("how", ["pid", "comm", "cgroup"])
 def test_windows_weights_count_the_live_traced_threads_through_the_iterator(tmp_path, how):
     """Readers alive from before the attach to after the last look at the counts: what they read reaches the
@@ -229,22 +251,12 @@ def test_windows_weights_count_the_live_traced_threads_through_the_iterator(tmp_
         for p in readers:
             assert p.stdout.readline() == "ready\n"
         only = {"pid": ["--pid", str(readers[0].pid)], "comm": ["--comm", "fst-rd"], "cgroup": ["--cgroup", cg]}[how]
-        rfd, wfd = os.pipe()
-        col = subprocess.Popen([os.path.join(ROOT, "build", "fstrace-collect"), "-o", str(out), "--window-duty",
-                                "0.3", "--ready-fd", str(wfd)] + only, pass_fds=(wfd,), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
-        stack.callback(lambda: col.poll() is None and (col.kill(), col.wait()))
-        os.close(wfd)
-        with os.fdopen(rfd) as ready:
-            assert ready.readline() == "ready\n", col.communicate()[1]
-        for p in readers:
-            p.send_signal(signal.SIGUSR1)
-        for p in readers:
-            assert p.stdout.readline() == "done\n"
-        time.sleep(0.3)
-        col.send_signal(signal.SIGINT)
-        err = col.communicate(timeout=60)[1]
-        assert col.returncode == 0, err
+        with _collecting(out, *only):
+            for p in readers:
+                p.send_signal(signal.SIGUSR1)
+            for p in readers:
+                assert p.stdout.readline() == "done\n"
+            time.sleep(0.3)
         assert all(p.poll() is None for p in readers)  # alive at the last look
     rw = results.load(str(out)).header["request_windows"]
     assert rw["active"] and rw["io_calls"]["source"].startswith("task I/O accounting"), rw["io_calls"]
@@ -269,21 +281,11 @@ def test_a_thread_that_joins_the_cgroup_and_exits_between_looks_brings_no_earlie
                              stdout=subprocess.PIPE, text=True)
         stack.callback(lambda: (p.kill(), p.wait()))
         assert p.stdout.readline() == "ready\n"
-        rfd, wfd = os.pipe()
-        col = subprocess.Popen([os.path.join(ROOT, "build", "fstrace-collect"), "-o", str(out), "--window-duty",
-                                "0.3", "--ready-fd", str(wfd), "--cgroup", cg], pass_fds=(wfd,),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        stack.callback(lambda: col.poll() is None and (col.kill(), col.wait()))
-        os.close(wfd)
-        with os.fdopen(rfd) as ready:
-            assert ready.readline() == "ready\n", col.communicate()[1]
-        time.sleep(0.3)
-        p.send_signal(signal.SIGUSR1)
-        assert p.wait(timeout=30) == 0
-        time.sleep(0.3)
-        col.send_signal(signal.SIGINT)
-        err = col.communicate(timeout=60)[1]
-        assert col.returncode == 0, err
+        with _collecting(out, "--cgroup", cg):
+            time.sleep(0.3)
+            p.send_signal(signal.SIGUSR1)
+            assert p.wait(timeout=30) == 0
+            time.sleep(0.3)
     rw = results.load(str(out)).header["request_windows"]
     assert rw["active"] and rw["io_calls"]["source"].startswith("task I/O accounting"), rw["io_calls"]
     assert rw["io_calls"]["reads_total"] < 10, rw["io_calls"]

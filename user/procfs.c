@@ -203,6 +203,9 @@ static struct io_calls_of *io_find(pid_t tid, struct io_calls_of *v, size_t n)
 
 static struct io_calls_of *io_was(pid_t tid) { return io_seen.taken ? io_find(tid, io_seen.v, io_seen.n) : NULL; }
 
+/* a thread started since the last look: all it read is since then (none is before the first look) */
+static bool io_new(unsigned long long start) { return io_seen.taken && start >= io_seen.at; }
+
 /* the same thread as seen at a look (a thread id reused starts later) */
 static struct io_calls_of *io_same(struct io_calls_of *seen, unsigned long long start)
 {
@@ -225,7 +228,7 @@ static void io_take(const struct fst_task_calls *c, struct io_calls_of **next, s
 	if (was && x->reads >= was->reads && x->writes >= was->writes) {
 		delta->reads += x->reads - was->reads;
 		delta->writes += x->writes - was->writes;
-	} else if (io_seen.taken && x->start >= io_seen.at) { /* started since the last look */
+	} else if (io_new(x->start)) {
 		delta->reads += x->reads;
 		delta->writes += x->writes;
 	}
@@ -283,7 +286,7 @@ bool io_calls_step(int iter_link_fd, int exited_fd, __u64 *new_since_ns, struct 
 		struct io_calls_of *now_seen = io_same(io_find((pid_t)key, next, alive), c.start_ns);
 		struct io_calls_of *was = io_same(io_was((pid_t)key), c.start_ns);
 		struct io_calls_of *base = now_seen ? now_seen : was;
-		if (base || (io_seen.taken && c.start_ns >= io_seen.at)) {
+		if (base || io_new(c.start_ns)) {
 			__u64 r0 = base ? base->reads : 0, w0 = base ? base->writes : 0;
 			delta->reads += c.calls.reads >= r0 ? c.calls.reads - r0 : 0;
 			delta->writes += c.calls.writes >= w0 ? c.calls.writes - w0 : 0;
