@@ -956,8 +956,8 @@ struct fst_io_calls {
 
 /*
  * A thread's counts as tasks.bpf.c's task iterator writes them, one after another, for a live thread; and as
- * requests.bpf.c leaves them at a traced thread's exit in exited_calls, by thread id (they leave the task list
- * with it), until user/procfs.c io_calls_step takes them out.
+ * requests.bpf.c leaves them at a traced thread's exit in exited_calls, by struct fst_thread_key (they leave the
+ * task list with it), until user/procfs.c io_calls_step takes them out.
  */
 #define FST_EXITED_CALLS_MAX 16384
 struct fst_task_calls {
@@ -967,6 +967,14 @@ struct fst_task_calls {
 	/* 0: a thread the task filters do not pass (yet), written only when it started since the collector's last
 	 * look (tasks.bpf.c new_since_ns): what it has read by now is where its count starts if it passes later */
 	__u32 traced;
+	__u32 pad0;
+};
+
+/* exited_calls' key: a thread id can be reused before the collector's next look (two threads of one id exiting
+ * between two looks), the pair of it and the thread's start cannot */
+struct fst_thread_key {
+	__u64 start_ns;
+	__u32 tid;
 	__u32 pad0;
 };
 

@@ -809,13 +809,14 @@ static __always_inline int handle_fork(struct task_struct *parent, struct task_s
 	return 0;
 }
 
-/* --budget: records.h struct fst_task_calls of the traced threads that exited, by thread id, until the collector
- * takes them (user/procfs.c io_calls_step); kept only while it does (exited_calls_on, set by user/window.c) */
+/* --budget: records.h struct fst_task_calls of the traced threads that exited, by thread id and start, until the
+ * collector takes them (user/procfs.c io_calls_step); kept only while it does (exited_calls_on, set by
+ * user/window.c) */
 __u32 exited_calls_on;
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, FST_EXITED_CALLS_MAX);
-	__type(key, __u32);
+	__type(key, struct fst_thread_key);
 	__type(value, struct fst_task_calls);
 } exited_calls SEC(".maps");
 
@@ -833,7 +834,8 @@ static __always_inline int handle_exit(void)
 					    .tid = pid,
 					    .tgid = pid_tgid >> 32,
 					    .traced = 1 };
-		if (task_io_calls(task, &c.calls) && bpf_map_update_elem(&exited_calls, &pid, &c, BPF_ANY))
+		struct fst_thread_key key = { .start_ns = c.start_ns, .tid = pid };
+		if (task_io_calls(task, &c.calls) && bpf_map_update_elem(&exited_calls, &key, &c, BPF_ANY))
 			loss_count(FST_LOSS_EXITED_CALLS);
 	}
 	if (delays && traced) {

@@ -273,7 +273,7 @@ bool io_calls_step(int iter_link_fd, int exited_fd, __u64 *new_since_ns, struct 
 	/* the threads that exited: their calls since this look or the last one saw them; all of them when neither
 	 * did and they started since the last look; none when they are older (they joined the filters since the
 	 * last look, and what they read before is not the traced threads') */
-	__u32 key, prev = 0, *pk = NULL;
+	struct fst_thread_key key, prev, *pk = NULL;
 	struct fst_task_calls c;
 	size_t alive = n;
 	while (exited_fd >= 0 && !bpf_map_get_next_key(exited_fd, pk, &key)) {
@@ -283,8 +283,8 @@ bool io_calls_step(int iter_link_fd, int exited_fd, __u64 *new_since_ns, struct 
 			continue;
 		/* the exit fires before the thread is a zombie: this look may have counted it alive already, up to
 		 * what it read then; else the last look did */
-		struct io_calls_of *now_seen = io_same(io_find((pid_t)key, next, alive), c.start_ns);
-		struct io_calls_of *was = io_same(io_was((pid_t)key), c.start_ns);
+		struct io_calls_of *now_seen = io_same(io_find((pid_t)c.tid, next, alive), c.start_ns);
+		struct io_calls_of *was = io_same(io_was((pid_t)c.tid), c.start_ns);
 		struct io_calls_of *base = now_seen ? now_seen : was;
 		if (base || io_new(c.start_ns)) {
 			__u64 r0 = base ? base->reads : 0, w0 = base ? base->writes : 0;
