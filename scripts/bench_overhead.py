@@ -19,6 +19,9 @@ repetition, so drift on a shared machine hits all alike):
                     request hooks (the syscall tracepoints) only in windows sized to the default budget
                     (user/window.c); the read count the windows estimate is checked against fio's own
   fstrace-serve-budget  fstrace-serve at serve's default budget, likewise
+  fstrace-attach-floor, fstrace-serve-floor  the floors of those two: the same options with --empty-programs,
+                    the hooks attached all the time and the windowed ones in windows, each with a program that
+                    only returns; a ratio target of a configuration with a floor in the run is checked beside it
   fstrace-untraced  the collector as `fstrace attach --pid P` starts it, attached to another process (a
                     sleeping one) while the workload runs outside the traced set: what fstrace left attached to
                     a live system costs the tasks it does not trace (its system-wide hooks; no device traced)
@@ -67,7 +70,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # collector options of each fstrace configuration: the default is what run/attach use, not a bench variant
 FSTRACE_CONFIGS = {
-    "fstrace-floor": tracing_options() + ["--empty-programs"],
     "fstrace-full": tracing_options(),
     "fstrace-nosample": tracing_options(Tracing(sample_hz=0)),
     "fstrace-records-all": tracing_options(Tracing(records="all")),
@@ -79,11 +81,17 @@ FSTRACE_CONFIGS = {
     "fstrace-serve-budget": SERVE_OPTIONS + ["--exposition", "{fst}.prom", "--exposition-interval", "1",
                                              "--budget", "%g" % DEFAULT_BUDGET_PCT],
 }
+# each ratio target's floor: the same options with --empty-programs, the same hooks (the windowed ones in the same
+# kind of windows) each with a program that only returns
+FLOOR_OF = {"fstrace-full": "fstrace-floor", "fstrace-attach": "fstrace-attach-floor",
+            "fstrace-serve-budget": "fstrace-serve-floor"}
+FSTRACE_CONFIGS.update({floor: FSTRACE_CONFIGS[cfg] + ["--empty-programs"] for cfg, floor in FLOOR_OF.items()})
 # the configurations whose request counts come from windows: their estimate is checked against fio's own count
 WINDOWED = ("fstrace-attach", "fstrace-serve-budget")
 CASES = ["fio-randread-4k-cold", "fio-randread-4k-warm", "tar-seqread-cold"]
 CONFIGS = ["none", "fstrace-floor", "fstrace-full", "fstrace-nosample", "fstrace-records-all", "fstrace-block",
-           "fstrace-serve", "fstrace-attach", "fstrace-serve-budget", "fstrace-untraced", "bpftrace-hist", "biolatency"]
+           "fstrace-serve", "fstrace-attach", "fstrace-attach-floor", "fstrace-serve-budget", "fstrace-serve-floor",
+           "fstrace-untraced", "bpftrace-hist", "biolatency"]
 BPFTRACE_HIST = "tracepoint:block:block_rq_complete { @bytes = hist(args->nr_sector * 512); }"
 SAMPLING = "perf_event sampling"  # perf sampling's row among the programs
 
@@ -500,29 +508,31 @@ def coverage_row(cfg, case, wc):
 def targets(out):
     """Each target of the run: the median, its interval, and whether this run shows it met."""
     rows = []
+
+    def ratio_row(what, res, cfg, target):
+        """The ratio target row of cfg, beside its floor's ratio where the run has it (FLOOR_OF)."""
+        q = res[cfg]["ratio_to_none"]
+        row = {"what": what, "target": ">= %.2f" % target, "median": q["median"], "interval": q["median_interval"],
+               "coverage": q["median_interval_coverage"],
+               "verdict": verdict(q["median_interval"], target, q["median_interval_coverage"])}
+        fq = (res.get(FLOOR_OF[cfg]) or {}).get("ratio_to_none") or {}
+        if fq.get("median_interval"):
+            row["floor_median"] = fq["median"]
+            row["floor_interval"] = fq["median_interval"]
+            if fq["median_interval"][1] < target and fq["median_interval_coverage"] >= 0.95:
+                row["verdict"] += "; beyond this machine: the hooks alone (floor) keep less"
+        return row
+
     for case, target in FULL_TARGETS.items():
         res = out["cases"].get(case, {})
-        full, floor = res.get("fstrace-full"), res.get("fstrace-floor")
+        full = res.get("fstrace-full")
         if full and full["ratio_to_none"].get("median_interval"):
-            q = full["ratio_to_none"]
-            row = {"what": "fstrace-full ratio, " + case, "target": ">= %.2f" % target, "median": q["median"],
-                   "interval": q["median_interval"], "coverage": q["median_interval_coverage"],
-                   "verdict": verdict(q["median_interval"], target, q["median_interval_coverage"])}
-            if floor and floor["ratio_to_none"].get("median_interval"):
-                fq = floor["ratio_to_none"]
-                row["floor_median"] = fq["median"]
-                row["floor_interval"] = fq["median_interval"]
-                if fq["median_interval"][1] < target and fq["median_interval_coverage"] >= 0.95:
-                    row["verdict"] += "; beyond this machine: the hooks alone (floor) keep less"
-            rows.append(row)
+            rows.append(ratio_row("fstrace-full ratio, " + case, res, "fstrace-full", target))
         for cfg in WINDOWED:
             r = res.get(cfg)
             if r and r["ratio_to_none"].get("median_interval"):
-                q = r["ratio_to_none"]
-                rows.append({"what": "%s (budget %g %%) ratio, %s" % (cfg, DEFAULT_BUDGET_PCT, case),
-                             "target": ">= %.2f" % BUDGET_TARGET, "median": q["median"],
-                             "interval": q["median_interval"], "coverage": q["median_interval_coverage"],
-                             "verdict": verdict(q["median_interval"], BUDGET_TARGET, q["median_interval_coverage"])})
+                rows.append(ratio_row("%s (budget %g %%) ratio, %s" % (cfg, DEFAULT_BUDGET_PCT, case), res, cfg,
+                                      BUDGET_TARGET))
             wc = (r or {}).get("window_counts")
             if wc:
                 rows.append(coverage_row(cfg, case, wc))

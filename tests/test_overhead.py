@@ -232,6 +232,54 @@ def test_floor_takes_exactly_the_hooks_of_the_shipped_configuration(tmp_path):
     assert attached["floor"] == attached["full"]
 
 
+def empty_links(programs):
+    """How many BPF links hold one of programs (ids) now; None when bpftool could not tell (it fails when a link it
+    listed is gone before it opens it, and the collector attaches and detaches links all the time)."""
+    out = subprocess.run(["bpftool", "-j", "link", "show"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                         text=True)
+    if out.returncode:
+        return None
+    return sum(1 for link in json.loads(out.stdout or "[]") if link.get("prog_id") in programs)
+
+
+@pytest.mark.bpf
+def test_windowed_floor_takes_the_windowed_hooks_only_in_windows(tmp_path):
+    """make bench-overhead's floors of attach and serve (--empty-programs with --budget) sit on the hooks of the
+    configurations they are the floors of, the windowed ones only in the windows: the same probes and windowed
+    probes as the real run, and over the run the empty programs' links are all of them and all but the windowed
+    ones, never fewer."""
+    from analysis import results
+    from cli.runner import tracing_options
+    seen, header = {}, {}
+    for mode, extra in (("real", []), ("floor", ["--empty-programs"])):
+        f = tmp_path / (mode + ".fst")
+        before = empty_program_ids()
+        p = subprocess.Popen([COLLECTOR, "-o", str(f)] + tracing_options() + ["--window-duty", "0.4"] + extra +
+                             ["--", "sh", "-c", "for i in $(seq 40); do cat /etc/passwd > /dev/null; sleep 0.05; done"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        counts = set()
+        while p.poll() is None:
+            counts.add(empty_links(empty_program_ids() - before))
+            time.sleep(0.02)
+        counts.discard(None)
+        assert p.returncode == 0, p.stderr.read()
+        res = results.load(str(f))
+        rw = res.header["request_windows"]
+        assert rw["active"] and rw["windows_total"] >= 2, rw
+        header[mode] = ({(q["probe"], q["tier"]) for q in res.header["probes"] if q["tier"] != "unavailable"},
+                        rw["windowed_probes"])
+        seen[mode] = counts
+        if mode == "floor":
+            assert not len(res["req"]) and not len(res["io"])
+    assert header["floor"] == header["real"]
+    assert seen["real"] == {0}
+    hooks, windowed = len(header["floor"][0]), len(header["floor"][1])
+    # 0 before the attach and after the detach: the collector's start and end; between all and all but the
+    # windowed ones while a window's hooks come and go one by one
+    assert {hooks, hooks - windowed} <= seen["floor"] <= {0} | set(range(hooks - windowed, hooks + 1)), (
+        seen, hooks, windowed)
+
+
 @pytest.mark.bpf
 def test_io_stack_sampling_reconciles(erofs_randread, erofs_tar_16k):
     """Rate-limited bio stacks (the default) and every bio's (--io-stacks all): origins cover every request."""
@@ -410,6 +458,29 @@ def test_bench_median_interval_is_the_order_statistic_one():
     assert B.verdict([0.90, 0.96], 0.97, 0.96) == "not met"
     assert B.verdict([0.96, 0.99], 0.97, 0.96).startswith("undecided")
     assert B.verdict([0.98, 0.99], 0.97, 0.75).startswith("undecided")
+
+
+@pytest.mark.unit
+def test_bench_checks_each_ratio_target_beside_its_own_floor():
+    """Each ratio target is reported beside its own configuration's floor (the same options with empty programs):
+    attach's beside fstrace-attach-floor, not the full configuration's fstrace-floor, and said to be beyond the
+    machine only when that floor's own interval lies below the target."""
+    from scripts import bench_overhead as B
+
+    def ratio(median, lo, hi):
+        return {"ratio_to_none": {"median": median, "median_interval": [lo, hi], "median_interval_coverage": 0.96}}
+
+    assert B.FSTRACE_CONFIGS["fstrace-attach-floor"] == B.FSTRACE_CONFIGS["fstrace-attach"] + ["--empty-programs"]
+    out = {"configs": [], "cases": {"fio-randread-4k-cold": {
+        "fstrace-full": ratio(0.93, 0.90, 0.95), "fstrace-floor": ratio(0.99, 0.985, 1.0),
+        "fstrace-attach": ratio(0.94, 0.92, 0.96), "fstrace-attach-floor": ratio(0.95, 0.93, 0.97),
+        "fstrace-serve-budget": ratio(0.97, 0.95, 0.99)}}}
+    rows = {r["what"].split(" ")[0]: r for r in B.targets(out) if "ratio" in r["what"]}
+    assert rows["fstrace-full"]["verdict"] == "not met" and rows["fstrace-full"]["floor_median"] == 0.99
+    assert rows["fstrace-attach"]["floor_median"] == 0.95
+    assert rows["fstrace-attach"]["verdict"] == "not met; beyond this machine: the hooks alone (floor) keep less"
+    assert rows["fstrace-serve-budget"]["verdict"].startswith("undecided")
+    assert "floor_median" not in rows["fstrace-serve-budget"]  # no serve floor in this run
 
 
 @pytest.mark.unit

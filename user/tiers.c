@@ -331,6 +331,16 @@ int tiers_attach(struct probe *probes, int n)
 	return 0;
 }
 
+/* empty_fd, an empty program loaded like prog (attach_empty_like), attached at prog's hook: its link fd, or -errno */
+static int attach_empty_twin(struct bpf_program *prog, int empty_fd)
+{
+	/* a raw_tp program names its tracepoint at attach; a tracing program (tp_btf, fentry, fexit) has it */
+	const char *sec = bpf_program__section_name(prog), *slash = strchr(sec, '/');
+	bool raw = bpf_program__type(prog) == BPF_PROG_TYPE_RAW_TRACEPOINT;
+	int link = bpf_raw_tracepoint_open(raw && slash ? slash + 1 : NULL, empty_fd);
+	return link < 0 ? -errno : link;
+}
+
 /* an empty program of prog's type on prog's attach point, attached: its link fd, or -errno */
 static int attach_empty_like(struct bpf_program *prog, int *prog_fd)
 {
@@ -358,10 +368,7 @@ static int attach_empty_like(struct bpf_program *prog, int *prog_fd)
 	if (fd < 0)
 		return err;
 	*prog_fd = fd;
-	/* a raw_tp program names its tracepoint at attach; a tracing program (tp_btf, fentry, fexit) has it */
-	const char *sec = bpf_program__section_name(prog), *slash = strchr(sec, '/');
-	int link = bpf_raw_tracepoint_open(type == BPF_PROG_TYPE_RAW_TRACEPOINT && slash ? slash + 1 : NULL, fd);
-	return link < 0 ? -errno : link;
+	return attach_empty_twin(prog, fd);
 }
 
 int tiers_attach_empty(struct probe *probes, int n)
@@ -392,6 +399,42 @@ int tiers_attach_empty(struct probe *probes, int n)
 		}
 		if (p->tier == FST_TIER_NONE)
 			p->prog = p->exit_prog = NULL;
+	}
+	return 0;
+}
+
+bool tier_attached(const struct probe *p) { return p->link || p->empty_link_fd[0] > 0; }
+
+int tier_run_fd(const struct probe *p, int k)
+{
+	if (p->empty_fd[k] > 0)
+		return p->empty_fd[k];
+	struct bpf_program *prog = k ? p->exit_prog : p->prog;
+	return prog ? bpf_program__fd(prog) : -1;
+}
+
+void tier_unhook(struct probe *p)
+{
+	if (p->empty_link_fd[0] > 0)
+		close(p->empty_link_fd[0]);
+	p->empty_link_fd[0] = 0;
+	bpf_link__destroy(p->link);
+	p->link = NULL;
+}
+
+int tier_rehook(struct probe *p)
+{
+	if (p->empty_fd[0] > 0) {
+		int link = attach_empty_twin(p->prog, p->empty_fd[0]);
+		if (link < 0)
+			return link;
+		p->empty_link_fd[0] = link;
+		return 0;
+	}
+	p->link = bpf_program__attach(p->prog);
+	if (!p->link) {
+		int err = -errno;
+		return err ? err : -EINVAL;
 	}
 	return 0;
 }

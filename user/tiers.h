@@ -53,6 +53,16 @@ void tiers_detach(struct probe *probes, int n);
  */
 int tiers_attach_empty(struct probe *probes, int n);
 
+/* Whether a probe's entry hook is attached: its program, or (--empty-programs) its empty twin. */
+bool tier_attached(const struct probe *p);
+/* The fd of the program that runs at a probe's entry (k 0) or exit (k 1) hook: its own, or its empty twin;
+ * -1 = none. */
+int tier_run_fd(const struct probe *p, int k);
+/* --budget's windows (user/window.c): a probe's entry hook off, and on again (0 or -errno), with whichever
+ * program it had.  Windowed probes are tracepoints: they have no exit twin. */
+void tier_unhook(struct probe *p);
+int tier_rehook(struct probe *p);
+
 /* Position (from 0) of func's parameter named param, from the BTF of vmlinux or a module; -1 = unknown. */
 int func_param_index(const char *func, const char *param);
 /* Does the kernel have func (in the BTF of vmlinux or a module: not inlined everywhere, not renamed)? */

@@ -213,22 +213,6 @@ static void req_agg_note(__u64 *counted, __u64 *tracer_ns, const struct window *
 	}
 }
 
-static int hook_attach(struct probe *p)
-{
-	p->link = bpf_program__attach(p->prog);
-	if (!p->link) {
-		int err = -errno;
-		return err ? err : -EINVAL;
-	}
-	return 0;
-}
-
-static void hook_detach(struct probe *p)
-{
-	bpf_link__destroy(p->link);
-	p->link = NULL;
-}
-
 static __u64 thread_cpu_ns(void) { return now_ns(CLOCK_THREAD_CPUTIME_ID); }
 
 static bool is_windowed(const struct probe *p)
@@ -259,11 +243,11 @@ static void run_ns_sums(__u64 *windowed, __u64 *always)
 			if (!p->prog)
 				continue;
 			/* a probe with an exit twin (fexit, kretprobe) runs both */
-			__u64 ns = run_ns_of(bpf_program__fd(p->prog)) +
-				   (p->exit_prog ? run_ns_of(bpf_program__fd(p->exit_prog)) : 0);
+			int exit_fd = tier_run_fd(p, 1);
+			__u64 ns = run_ns_of(tier_run_fd(p, 0)) + (exit_fd >= 0 ? run_ns_of(exit_fd) : 0);
 			if (is_windowed(p))
 				*windowed += ns;
-			else if (p->link)
+			else if (tier_attached(p))
 				*always += ns;
 		}
 	if (w.sample_fd >= 0)
@@ -314,9 +298,9 @@ static void io_step(__u64 now)
 /* both hooks on (sys_exit first: every request whose start is seen can have its end seen) */
 static int hooks_on(void)
 {
-	int err = hook_attach(w.exit);
-	if (!err && (err = hook_attach(w.enter)))
-		hook_detach(w.exit);
+	int err = tier_rehook(w.exit);
+	if (!err && (err = tier_rehook(w.enter)))
+		tier_unhook(w.exit);
 	return err;
 }
 
@@ -356,8 +340,8 @@ static int calibrate(__u64 busy0, __u64 t_busy0, __u64 cpu0)
 		double on = getppid_ns();
 		__u64 seen1 = percpu_u64(w.syscalls_fd, 0), t1 = now_ns(CLOCK_MONOTONIC);
 		run_ns_sums(&run1, &unused);
-		hook_detach(w.enter);
-		hook_detach(w.exit);
+		tier_unhook(w.enter);
+		tier_unhook(w.exit);
 		a[r] = (double)(thread_cpu_ns() - c0) - on * CALIBRATION_CALLS;
 		/* the two programs' run per syscall (the attribution hooks are off): the slow path is the rest */
 		p[r] = seen1 > seen0 ? (double)(run1 - run0) / (seen1 - seen0) : 0;
@@ -448,10 +432,10 @@ static void attribution_on(bool on)
 {
 	for (int i = 0; i < w.nr_attrib; i++) {
 		if (!on) {
-			hook_detach(w.attrib[i]);
+			tier_unhook(w.attrib[i]);
 			continue;
 		}
-		int err = hook_attach(w.attrib[i]);
+		int err = tier_rehook(w.attrib[i]);
 		if (err)
 			die("--budget: attaching %s for a window: %s", w.attrib[i]->name, strerror(-err));
 	}
@@ -489,10 +473,10 @@ void window_init(struct tracer *t, __u64 t_start)
 				w.enter = p;
 			else if (!strcmp(p->name, "sys_exit"))
 				w.exit = p;
-			else if (p->link && w.nr_attrib < N(w.attrib) && is_attribution_hook(p->name))
+			else if (tier_attached(p) && w.nr_attrib < N(w.attrib) && is_attribution_hook(p->name))
 				w.attrib[w.nr_attrib++] = p;
 		}
-	if (!t->reqs || !w.enter || !w.exit || !w.enter->link || !w.exit->link) {
+	if (!t->reqs || !w.enter || !w.exit || !tier_attached(w.enter) || !tier_attached(w.exit)) {
 		snprintf(w.why, sizeof(w.why), "requests are not bounded by the syscall tracepoints here: nothing "
 					       "taxes every syscall, so nothing is windowed");
 		no_windows(t);
@@ -526,8 +510,8 @@ void window_init(struct tracer *t, __u64 t_start)
 	__u64 seed = now_ns(CLOCK_REALTIME) ^ ((__u64)getpid() << 16);
 	memcpy(w.rng, &seed, sizeof(w.rng));
 	__u64 busy0 = busy_ns_now(), t0 = now_ns(CLOCK_MONOTONIC), cpu0 = thread_cpu_ns();
-	hook_detach(w.enter);
-	hook_detach(w.exit);
+	tier_unhook(w.enter);
+	tier_unhook(w.exit);
 	/* off until the first window, the calibration included (its program time is the syscall hooks' alone); the
 	 * bio queue stacks with them, taken from here on only in windows */
 	attribution_on(false);
@@ -562,12 +546,12 @@ static void open_window(__u64 now)
 	stats_on();
 	run_ns_sums(&w.windowed_before, &w.always_before);
 	attribution_on(true);
-	int err = hook_attach(w.exit);
+	int err = tier_rehook(w.exit);
 	/* taken before sys_enter is attached: a request may begin as soon as its registration is done, before
 	 * the attach returns (its end, enter_closed, is taken after the detach returns, for the same reason) */
 	w.cur.open = now_ns(CLOCK_MONOTONIC);
-	if (!err && (err = hook_attach(w.enter)))
-		hook_detach(w.exit);
+	if (!err && (err = tier_rehook(w.enter)))
+		tier_unhook(w.exit);
 	if (err)
 		die("--budget: attaching the syscall hooks for a window: %s", strerror(-err));
 	/* right after sys_enter's attach, as the closing look right after its detach: the calls a look misses or
@@ -585,7 +569,7 @@ static void open_window(__u64 now)
 static void close_enter(void)
 {
 	__u64 c0 = thread_cpu_ns(), t0 = now_ns(CLOCK_MONOTONIC);
-	hook_detach(w.enter);
+	tier_unhook(w.enter);
 	w.cur.enter_closed = now_ns(CLOCK_MONOTONIC);
 	io_step(w.cur.enter_closed);
 	w.cur.calls.reads = w.io_total.reads - w.io_at_open.reads;
@@ -599,7 +583,7 @@ static void close_enter(void)
 static void close_exit(void)
 {
 	__u64 c0 = thread_cpu_ns();
-	hook_detach(w.exit);
+	tier_unhook(w.exit);
 	attribution_on(false);
 	struct window *x = &w.cur;
 	x->exit_closed = now_ns(CLOCK_MONOTONIC);
