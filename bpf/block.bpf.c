@@ -423,7 +423,7 @@ __noinline int io_completed(struct rq_done *d)
 	__u32 io_slot = dc->io_slot;
 	struct fst_dev_io *io = bpf_map_lookup_elem(&dev_io, &io_slot); /* an array: no hashing */
 	if (io) {
-		hist_count((struct fst_hist *)io->bytes[sub], bytes, false);
+		slot_count(io->bytes[sub], log2_slot(bytes));
 		count_alignment(&io->align, dc, sector, bytes);
 	}
 	/* only for an exposition: the records have these figures, and a run should not pay for them twice */
@@ -433,8 +433,8 @@ __noinline int io_completed(struct rq_done *d)
 	if (r) {
 		__u64 q = r->ts_queue ? r->ts_queue : r->ts_issue;
 		if (io) {
-			hist_count((struct fst_hist *)io->q2c_us[sub], now - q, true);
-			hist_count((struct fst_hist *)io->d2c_us[sub], now - r->ts_issue, true);
+			slot_count(io->q2c_us[sub], log2_slot_us(now - q));
+			slot_count(io->d2c_us[sub], log2_slot_us(now - r->ts_issue));
 		}
 		if (sum) {
 			__sync_fetch_and_add(&sum->q2c_ns, now - q);

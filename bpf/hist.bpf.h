@@ -35,18 +35,12 @@ static __always_inline __u32 log2_slot_us(__u64 ns)
 	return k < FST_HIST_SLOTS ? k : FST_HIST_SLOTS - 1;
 }
 
-/*
- * One more in h's slot of v (log2_slot), or with us of v ns in microseconds (log2_slot_us), a histogram other CPUs
- * add to as well.  A global function: the verifier checks the slot's search once, where inlined it walked the rest
- * of the caller once per slot the search can end at (most of block_rq_complete's load time).
- */
-__noinline int hist_count(struct fst_hist *h, __u64 v, bool us)
+/* one more in slots[slot] of a histogram other CPUs add to as well */
+static __always_inline void slot_count(__u64 *slots, __u32 slot)
 {
-	__u32 slot = us ? log2_slot_us(v) : log2_slot(v);
 	barrier_var(slot); /* bound checked on the register that indexes (see requests.bpf.c slot_inc) */
-	if (h && slot < FST_HIST_SLOTS)
-		__sync_fetch_and_add(&h->slots[slot], 1);
-	return 0;
+	if (slot < FST_HIST_SLOTS)
+		__sync_fetch_and_add(&slots[slot], 1);
 }
 
 static __always_inline void hist_add(__u32 metric, __u32 dev, __u32 sub, __u64 value)
@@ -60,7 +54,7 @@ static __always_inline void hist_add(__u32 metric, __u32 dev, __u32 sub, __u64 v
 		if (!h)
 			return;
 	}
-	hist_count(h, value, false);
+	slot_count(h->slots, log2_slot(value));
 }
 
 #endif

@@ -212,24 +212,18 @@ static __always_inline void note_kstat(struct task_req *r)
 	note_stat(r, BPF_CORE_READ(st, dev), BPF_CORE_READ(st, ino), BPF_CORE_READ(st, mode));
 }
 
-/*
- * The current task's file behind fd, noted in the request: through typed loads where it can be (storage mode:
- * tp_btf, the task's BTF pointer).  A global function: the verifier checks it once, where inlined it walked what
- * follows it once per case of fd_file_btf's switch (most of sys_enter's and sys_exit's load time).
- */
-__noinline int note_fd(struct task_req *r, long fd)
+/* the file behind fd, noted in the request: through typed loads where it can be (storage mode: tp_btf, cur the
+ * current task's BTF pointer) */
+static __always_inline void note_fd(struct task_req *r, struct task_struct *cur, long fd)
 {
-	if (!r)
-		return 0;
 	if (cfg.task_storage && fd >= 0 && fd < 64) {
-		struct file *f = fd_file_btf(bpf_get_current_task_btf(), fd);
+		struct file *f = fd_file_btf(cur, fd);
 		if (f) {
 			note_file(r, f, true);
-			return 0;
+			return;
 		}
 	}
 	note_file(r, fd_file(fd), false);
-	return 0;
 }
 
 /*
@@ -355,7 +349,7 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
 	__u16 kind = fst_syscall_kind(id);
 	if (!kind || kind_fs_bound(kind))
 		return 0;
-	/* storage mode: the current task's BTF pointer, for its state and the filters' verdict kept in it */
+	/* storage mode: the current task's BTF pointer, taken once (a helper call) for the lookups below */
 	struct task_struct *cur = cfg.task_storage ? bpf_get_current_task_btf() : NULL;
 	struct task_req *r = cfg.task_storage ? bpf_task_storage_get(&task_reqs, cur, 0, 0) : current_state();
 	r = traced_state(cur, r);
@@ -363,7 +357,7 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long id)
 		return 0;
 	long fd = req_begin(r, id, kind, regs);
 	if (fst_syscall_has_fd(id, kind)) {
-		note_fd(r, fd);
+		note_fd(r, cur, fd);
 		if (!r->sdev_traced)
 			return 0; /* a pipe, /dev/null, another filesystem: no request, and no clock read */
 	}
@@ -433,16 +427,10 @@ static __always_inline void slot_inc(__u64 *slots, __u32 slot, __u32 nslots)
 		slots[slot]++;
 }
 
-/* a global function: checked once by the verifier, where inlined each part's branches multiplied the states of
- * every part after it */
-__noinline int agg_part_in(struct fst_req_agg *a, __u32 part, __u64 ns, __u32 slot)
+static __always_inline void agg_part_in(struct fst_req_agg *a, int part, __u64 ns, __u32 slot)
 {
-	barrier_var(part); /* bound checked on the register that indexes (slot_inc) */
-	if (!a || part >= FST_NR_PARTS)
-		return 0;
 	a->part_ns[part] += ns;
 	slot_inc(a->part_hist[part], slot, FST_HIST_SLOTS);
-	return 0;
 }
 
 /* a part of a counted request */
@@ -517,23 +505,28 @@ static __always_inline void req_end(struct task_req *r, __u64 now)
 	r->in_req = 0;
 }
 
-/* openat: the file is known only once the descriptor exists (and kept: the reads that follow find it) */
+/*
+ * openat: the file is known only once the descriptor exists (and kept: the reads that follow find it).  A global
+ * function, called at an open's end only: inlined, the verifier walked the rest of sys_exit once per case of
+ * fd_file_btf's switch (most of its 44 ms of load time on a 2-core VM); a call costs every request it is on.
+ */
+__noinline int note_opened_fd(struct task_req *r, long fd)
+{
+	if (r)
+		note_fd(r, cfg.task_storage ? bpf_get_current_task_btf() : NULL, fd);
+	return 0;
+}
+
 static __always_inline void note_opened(struct task_req *r, long ret)
 {
 	if (r->kind == FST_REQ_OPEN && ret >= 0)
-		note_fd(r, ret);
+		note_opened_fd(r, ret);
 }
 
-/*
- * A request that ended (req_end) and returned ret: counted or recorded when it was placed on a traced filesystem,
- * else its off-CPU time is set apart from the kept requests'.  A global function: the verifier checks it once, not
- * once for each path of the handler before it (sys_exit's load took 44 ms of the collector's start on a 2-core VM
- * when it was inlined).
- */
-__noinline int req_finish(struct task_req *r, long ret, __u64 now)
+/* a request that ended (req_end) and returned ret: counted or recorded when it was placed on a traced
+ * filesystem, else its off-CPU time is set apart from the kept requests' */
+static __always_inline void req_finish(struct task_req *r, long ret, __u64 now)
 {
-	if (!r)
-		return 0;
 	/* a request not placed on a traced filesystem (a failed stat call has nothing to place it by) */
 	if (!r->sdev_traced) {
 		if (cfg.offcpu_stacks && r->nr_switches) {
@@ -543,7 +536,7 @@ __noinline int req_finish(struct task_req *r, long ret, __u64 now)
 			offcpu_drop_add(FST_OFF_LOCK, r->part[FST_PART_LOCK]);
 			offcpu_drop_add(FST_OFF_WORKER, r->part[FST_PART_WORKER] + r->part[FST_PART_WORKER_WAIT]);
 		}
-		return 0;
+		return;
 	}
 
 	/* the handlers' time is in the on-CPU intervals; never more than them (the clamp is what keeps the
@@ -554,7 +547,7 @@ __noinline int req_finish(struct task_req *r, long ret, __u64 now)
 	part[FST_PART_ONCPU] -= part[FST_PART_TRACER]; /* from here on, the workload's own on-CPU time */
 	__u64 wall = now - r->start;
 	if (req_is_countable(r, ret, wall) && req_count(r, ret, wall))
-		return 0;
+		return;
 
 	struct fst_req *rec = record_reserve(FST_REC_REQ, sizeof(*rec));
 	if (rec) {
@@ -587,7 +580,6 @@ __noinline int req_finish(struct task_req *r, long ret, __u64 now)
 		current_comm(rec->comm);
 		record_submit(rec);
 	}
-	return 0;
 }
 
 static __always_inline int handle_sys_exit(long ret)

@@ -150,18 +150,17 @@ static __always_inline struct task_req *current_req(void)
  */
 FST_FLIGHT_TABLE(task_inflight, __s64, FST_INFLIGHT_BUCKETS, 0, FST_LOSS_INFLIGHT_TABLE)
 
-/* a global function: checked once by the verifier, not once per way of the lookups around its callers */
-__noinline int inflight_add(__u32 pid, __s64 delta)
+static __always_inline void inflight_add(__u32 pid, __s64 delta)
 {
 	if (!pid || !cfg.requests) /* read only by sched_switch's I/O-wait test */
-		return 0;
+		return;
 	struct task_inflight_slot *n = task_inflight_find(pid);
 	if (n) {
 		__sync_fetch_and_add(&n->v, delta);
-		return 0;
+		return;
 	}
 	if (delta <= 0)
-		return 0;
+		return;
 	/*
 	 * A slot claimed here is set, not added to: an add that found the slot of an exiting thread can land after
 	 * inflight_forget cleared it, and must not pass to the next thread that takes it.  Two CPUs taking a first
@@ -170,7 +169,6 @@ __noinline int inflight_add(__u32 pid, __s64 delta)
 	n = task_inflight_claim_free(pid);
 	if (n)
 		n->v = delta;
-	return 0;
 }
 
 /* a thread exits: every slot it holds is given back */
