@@ -374,7 +374,10 @@ __noinline int io_completed(struct rq_done *d)
 	struct fst_dev_cfg *dc = dev_cfg(d->dev);
 	if (!dc)
 		return 0;
-	struct fst_rq_start *r = d->have_rs ? &d->rs : NULL;
+	/* never NULL, its use tested on have_rs: a pointer NULL or not by have_rs, clang tested through a spilled copy
+	 * of have_rs, whose value the 6.1 verifier does not keep in a 4-byte spill (it then saw a NULL dereference) */
+	struct fst_rq_start *r = &d->rs;
+	bool have_rs = d->have_rs;
 	__u32 bytes = d->bytes;
 	__u64 now = d->now, sector = d->sector;
 
@@ -388,7 +391,7 @@ __noinline int io_completed(struct rq_done *d)
 		rec->cmd_flags = d->cmd_flags;
 		rec->error = d->error;
 		rec->pad0 = 0;
-		if (r) {
+		if (have_rs) {
 			rec->ts_queue_ns = r->ts_queue ? r->ts_queue : r->ts_issue;
 			rec->ts_issue_ns = r->ts_issue;
 			rec->nr_bios = r->nr_bios;
@@ -414,7 +417,7 @@ __noinline int io_completed(struct rq_done *d)
 		 * work its last part queues names no record */
 		__u32 zero = 0;
 		struct completing_rq *c = bpf_map_lookup_elem(&completing, &zero);
-		if (c && (!r || !r->bytes_done))
+		if (c && (!have_rs || !r->bytes_done))
 			c->io.ts_complete = now;
 	}
 
@@ -430,7 +433,7 @@ __noinline int io_completed(struct rq_done *d)
 	struct fst_io_sum *sum = io && cfg.io_sums && sub < FST_IO_SUBS ? &io->sums[sub] : NULL;
 	if (sum)
 		__sync_fetch_and_add(&sum->bytes, bytes);
-	if (r) {
+	if (have_rs) {
 		__u64 q = r->ts_queue ? r->ts_queue : r->ts_issue;
 		if (io) {
 			slot_count(io->q2c_us[sub], log2_slot_us(now - q));
