@@ -873,7 +873,8 @@ def window_weights(length_ns, window_ns, grace_ns):
 def window_auxiliary(rw, rows, kind):
     """The windows' auxiliary for requests of kind: the traced processes' own read (write) syscall counts in each
     window and over the whole traced time, as the collector took them from task I/O accounting, and what they
-    are; (None, None, None) where it has none (another kind, an older file, or no such counts here)."""
+    are; (None, None, None) where it has none (another kind, an older file, or no such counts here).  A window
+    whose count a failed look left unknown has None."""
     field = {"read": "read_calls", "write": "write_calls"}.get(kind)
     io = rw.get("io_calls") or {}
     if not field or "reads_total" not in io or any(field not in r or "open_edge_ns" not in r for r in rows):
@@ -928,6 +929,17 @@ def request_windows(res, kind="read"):
         out["why"] = "no window opened while tracing"
         return out
     aux, aux_total, aux_what = window_auxiliary(rw, rows, kind)
+    if aux_what:
+        # by the calls, over the windows whose calls are known: a look at the counts that failed at a window's
+        # edge left its own unknown (what the look missed, a later one took: the total is whole)
+        known = [a is not None for a in aux]
+        out["windows_without_calls"] = known.count(False)
+        if known.count(True) < 2:
+            aux = aux_what = None
+        else:
+            rows, weighted, lengths, aux = ([x for x, keep in zip(v, known) if keep]
+                                            for v in (rows, weighted, lengths, aux))
+            k, total_len = len(rows), float(sum(lengths))
     if aux is None:
         aux, aux_total = lengths, span
     total_aux = float(sum(aux))
@@ -947,6 +959,9 @@ def request_windows(res, kind="read"):
                          "the time the windows covered" if not aux_what else
                          "the traced processes' own %s syscalls in the windows against all of theirs (%s: tracing "
                          "slows a window's requests, and these slow with them)" % (kind, aux_what)))
+    if aux_what and out["windows_without_calls"]:
+        out["method"] += ("; %d more windows left out: a look at the counts failed at an edge of each, leaving "
+                          "its calls unknown" % out["windows_without_calls"])
     if k < 2:
         out["why"] = "one window: no interval"
         return out

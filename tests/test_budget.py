@@ -1,6 +1,7 @@
 """attach --budget on a tracepoint-only kernel: the syscall hooks are attached only in windows, and what they saw
 is weighted up to the whole traced time, with an interval that holds the workload's own count."""
 import contextlib
+import errno
 import json
 import os
 import re
@@ -39,13 +40,13 @@ def _fio_randread(mnt, runtime_s, rate_iops):
             (["--rate_iops=%d" % rate_iops] if rate_iops else []))
 
 
-def _attach_around_fio(tmp_path, mnt, *attach_args, rate_iops=20000, records="all"):
-    """attach for 9 s; fio inside it, rate-limited (unless rate_iops is None) so that it reads steadily for about
-    6 s: its own count is every read the attach could have seen."""
+def _attach_around_fio(tmp_path, mnt, *attach_args, rate_iops=20000, records="all", env=None):
+    """attach for 9 s (env: added to its environment); fio inside it, rate-limited (unless rate_iops is None) so
+    that it reads steadily for about 6 s: its own count is every read the attach could have seen."""
     out = tmp_path / "out"
     p = subprocess.Popen([FSTRACE, "attach", "--mount", mnt, "--duration", "9", "--interval", "0", "--records", records,
                           "-o", str(out)] + list(attach_args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True)
+                         text=True, env=dict(os.environ, **(env or {})))
     seen = ""
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -130,6 +131,36 @@ def test_windows_weighted_by_the_readers_own_calls_hold_fios_count_when_tracing_
     by_time = S.request_windows(res)
     assert by_time["auxiliary"] == "window time" and by_time["seen"] == w["seen"]
     assert by_time["estimate"] < min(fio_ios, w["estimate"]), (by_time, w, fio_ios)
+
+
+def test_a_failed_look_at_the_counts_leaves_out_only_its_windows(tmp_path, mounted):
+    """Two looks at the readers' counts fail (FSTRACE_FAIL_CALL_LOOKS: the second window's opening look, the third's
+    closing one, as an unreadable task iterator would): those two windows' calls are unknown and left out, the
+    others still weight the estimate by fio's own calls, whose interval holds fio's count, and no call is lost
+    (the next look takes what a failed one missed)."""
+    res, s, fio_ios, _ = _attach_around_fio(tmp_path, mounted, "--window-duty", "0.4", "--comm", "fio",
+                                            rate_iops=None, records="slow", env={"FSTRACE_FAIL_CALL_LOOKS": "3,6"})
+    rw = res.header["request_windows"]
+    io = rw["io_calls"]
+    assert io["source"].startswith("task I/O accounting") and io["failed_looks"] == 2, io
+    assert io["failed_why"] == "the task iterator: %s" % os.strerror(errno.EIO)
+    assert io["reads_total"] >= fio_ios
+    rows = [dict(zip(rw["window_fields"], r)) for r in rw["windows"]]
+    assert len(rows) >= 5
+    assert [i for i, r in enumerate(rows) if r["read_calls"] is None] == [1, 2]
+    assert all(r["write_calls"] is None for r in rows[1:3])
+    w = s["request_windows"]
+    assert w["auxiliary"].startswith("task I/O accounting") and w["windows_without_calls"] == 2, w
+    assert "2 more windows left out" in w["method"]
+    lo, hi = w["interval95"]
+    assert lo <= fio_ios <= hi, (w, fio_ios)
+    # with the calls of fewer than two windows known, no ratio by calls is left: weighted by time
+    fields = rw["window_fields"]
+    few = [[None if fields[j] in ("read_calls", "write_calls") and i else v for j, v in enumerate(r)]
+           for i, r in enumerate(rw["windows"])]
+    res.header = dict(res.header, request_windows=dict(rw, windows=few))
+    by_time = S.request_windows(res)
+    assert by_time["auxiliary"] == "window time" and by_time["windows_without_calls"] == len(rows) - 1, by_time
 
 
 def test_windows_weights_count_every_read_call_of_the_traced_tree(tmp_path):

@@ -70,6 +70,7 @@ struct window {
 	__u64 windowed_prog_ns;		       /* run time of the windowed programs (0: statistics unavailable) */
 	__u64 always_prog_ns;		       /* run time of the programs attached all the time, meanwhile */
 	struct io_calls calls;		       /* the traced processes' read and write syscalls, open to enter_closed */
+	bool calls_known;		       /* both looks at its edges read the counts (else calls is unknown) */
 	__u64 open_edge_ns, close_edge_ns;     /* from sys_enter's (de)registration to the end of the look at the
 						* counts: calls then may be on the other side of the edge */
 	__u64 counted[FST_NR_REQ_KINDS + 1];   /* requests counted in the kernel (req_agg), per kind */
@@ -82,7 +83,9 @@ struct series_sums {
 	struct fst_req_agg_key key;
 	__u64 before;	  /* its count when the window opened */
 	double n, nn, nl; /* sum over windows of n, n^2, n*L (n: requests counted, L: window ns) */
-	double na;	  /* sum over windows of n*A (A: the traced processes' calls of the series' kind, io_calls) */
+	/* over the windows whose calls are known (window.calls_known): the sums of n, n^2 and n*A (A: the traced
+	 * processes' calls of the series' kind, io_calls) */
+	double nk, nnk, na;
 };
 
 static struct {
@@ -114,6 +117,12 @@ static struct {
 	struct tasks_bpf *tsk;
 	struct bpf_link *calls_iter; /* tasks.bpf.c's iterator, run at each look */
 	bool io_done;		     /* tracing ended: no later call counts */
+	unsigned io_failed;	     /* looks that could not read the counts: they fold into the next look's */
+	char io_failed_why[160];     /* the first one's reason */
+	unsigned long fail_looks;    /* test hook (FSTRACE_FAIL_CALL_LOOKS): bit n-1 fails look n after the baseline */
+	unsigned nlooks;	     /* looks after the baseline */
+	bool io_baseline_taken;
+	bool open_look_ok; /* the current window's opening look read the counts */
 	struct io_calls io_total, io_at_open;
 	__u64 io_from, io_to; /* the span io_total covers */
 	double attach_cpu_ns; /* CPU time of one attach + detach of both hooks (the thread walks) */
@@ -135,6 +144,7 @@ static struct {
 	double sum_l, sum_ll; /* sum over windows of L and L^2 */
 	/* [0] reads, [1] writes: sum over windows of A, A^2, and the calls the edges may have put on either side */
 	double sum_a[2], sum_aa[2], edge_a[2];
+	unsigned nwins_calls; /* windows whose calls are known: the sums above are over them */
 	struct window *wins;
 	unsigned nwins, nwins_total;
 	__u64 in_windows_ns, t_start;
@@ -206,8 +216,11 @@ static void req_agg_note(__u64 *counted, __u64 *tracer_ns, const struct window *
 			x->nn += n * n;
 			x->nl += n * l;
 			int c = calls_index(key.kind);
-			if (c >= 0)
+			if (c >= 0 && win->calls_known) {
+				x->nk += n;
+				x->nnk += n * n;
 				x->na += n * calls_of(win, c);
+			}
 		}
 		x->before = sum.count;
 	}
@@ -275,24 +288,49 @@ static void stats_off(void)
 	w.stats_fd = -1;
 }
 
-/* the traced processes' read and write syscalls since the last look, into io_total */
-static void io_step(__u64 now)
+static void io_off(const char *why, const char *detail)
+{
+	w.io_ok = false;
+	w.reqs->bss->exited_calls_on = 0;
+	snprintf(w.io_why, sizeof(w.io_why), "%s%s", why, detail);
+}
+
+/*
+ * The traced processes' read and write syscalls since the last look, into io_total; false when this look could
+ * not read them.  Such a look changes nothing (procfs.h io_calls_step): the threads' counts are cumulative and
+ * the exits wait in their map, so the next look takes what this one missed, and only the windows with this
+ * look at an edge lose their own count (close_enter).
+ */
+static bool io_step(__u64 now)
 {
 	if (!w.io_ok || w.io_done)
-		return;
+		return false;
 	struct io_calls d = { 0 };
-	bool read = io_calls_step(bpf_link__fd(w.calls_iter), bpf_map__fd(w.reqs->maps.exited_calls),
-				  &w.tsk->bss->new_since_ns, &d);
-	if (!read || w.tsk->bss->no_io_accounting) {
-		w.io_ok = false;
-		w.reqs->bss->exited_calls_on = 0;
-		snprintf(w.io_why, sizeof(w.io_why), "the threads' read counts could not be read (%s%s)",
-			 read ? "no task I/O accounting in this kernel" : "the task iterator: ", read ? "" : strerror(errno));
-		return;
+	bool baseline = !w.io_baseline_taken, fail = !baseline && w.nlooks < 64 && (w.fail_looks >> w.nlooks & 1);
+	if (!baseline)
+		w.nlooks++;
+	bool read = !fail && io_calls_step(bpf_link__fd(w.calls_iter), bpf_map__fd(w.reqs->maps.exited_calls),
+					   &w.tsk->bss->new_since_ns, &d);
+	if (fail)
+		errno = EIO;
+	if (read && w.tsk->bss->no_io_accounting) {
+		io_off("the threads' read counts could not be read: no task I/O accounting in this kernel", "");
+		return false;
 	}
+	if (!read && baseline) {
+		io_off("the threads' read counts could not be read at the start (the task iterator): ", strerror(errno));
+		return false;
+	}
+	if (!read) {
+		if (!w.io_failed++)
+			snprintf(w.io_failed_why, sizeof(w.io_failed_why), "the task iterator: %s", strerror(errno));
+		return false;
+	}
+	w.io_baseline_taken = true;
 	w.io_total.reads += d.reads;
 	w.io_total.writes += d.writes;
 	w.io_to = now;
+	return true;
 }
 
 /* both hooks on (sys_exit first: every request whose start is seen can have its end seen) */
@@ -497,7 +535,14 @@ void window_init(struct tracer *t, __u64 t_start)
 	w.io_ok = w.calls_iter != NULL;
 	w.io_from = now_ns(CLOCK_MONOTONIC);
 	w.reqs->bss->exited_calls_on = w.io_ok; /* before the baseline: an exit after it is taken at the next look */
-	io_step(w.io_from);			/* the baseline: nothing before it counts */
+	/* the tests' way to make given looks fail as an unreadable iterator would: "3,6" fails the third and the
+	 * sixth look after the baseline (in attach: the second window's opening look, the third's closing one) */
+	for (const char *f = getenv("FSTRACE_FAIL_CALL_LOOKS"); f && *f; f += strcspn(f, ","), f += *f == ',') {
+		long n = strtol(f, NULL, 10);
+		if (n >= 1 && n <= 64)
+			w.fail_looks |= 1ul << (n - 1);
+	}
+	io_step(w.io_from); /* the baseline: nothing before it counts */
 	w.io_total = (struct io_calls){ 0 };
 	w.sampling = t->smp != NULL;
 	w.blk = t->blk;
@@ -558,7 +603,7 @@ static void open_window(__u64 now)
 	 * counts beside the requests the window records are then alike at both edges (taken before the attach,
 	 * the attribution hooks' attach time was a percent of a 100 ms window counted and never recorded); what is
 	 * left is bounded by the edges' times (the analysis widens the interval by it) */
-	io_step(now_ns(CLOCK_MONOTONIC));
+	w.open_look_ok = io_step(now_ns(CLOCK_MONOTONIC));
 	w.io_at_open = w.io_total;
 	w.cur.open_edge_ns = now_ns(CLOCK_MONOTONIC) - w.cur.open;
 	w.enter_close_at = now_ns(CLOCK_MONOTONIC) + WINDOW_NS;
@@ -571,9 +616,13 @@ static void close_enter(void)
 	__u64 c0 = thread_cpu_ns(), t0 = now_ns(CLOCK_MONOTONIC);
 	tier_unhook(w.enter);
 	w.cur.enter_closed = now_ns(CLOCK_MONOTONIC);
-	io_step(w.cur.enter_closed);
-	w.cur.calls.reads = w.io_total.reads - w.io_at_open.reads;
-	w.cur.calls.writes = w.io_total.writes - w.io_at_open.writes;
+	/* a look that failed at either edge leaves the window's calls unknown: what it missed is taken by a later
+	 * look, in another window's count or between windows */
+	w.cur.calls_known = io_step(w.cur.enter_closed) && w.open_look_ok;
+	if (w.cur.calls_known) {
+		w.cur.calls.reads = w.io_total.reads - w.io_at_open.reads;
+		w.cur.calls.writes = w.io_total.writes - w.io_at_open.writes;
+	}
 	w.cur.close_edge_ns = now_ns(CLOCK_MONOTONIC) - t0;
 	w.exit_close_at = w.cur.enter_closed + GRACE_NS;
 	w.phase = W_GRACE;
@@ -606,7 +655,8 @@ static void close_exit(void)
 	double len = (double)(x->enter_closed - x->open);
 	w.sum_l += len;
 	w.sum_ll += len * len;
-	for (int c = 0; c < 2; c++) {
+	w.nwins_calls += x->calls_known;
+	for (int c = 0; c < 2 && x->calls_known; c++) {
 		double a = calls_of(x, c);
 		w.sum_a[c] += a;
 		w.sum_aa[c] += a * a;
@@ -683,7 +733,9 @@ void window_finish(struct tracer *t, __u64 now)
 		nanosleep(&ts, NULL);
 		close_exit();
 	}
-	io_step(now_ns(CLOCK_MONOTONIC));
+	/* the last look: what it missed, no later one takes, so the total would fall short */
+	if (w.io_ok && !io_step(now_ns(CLOCK_MONOTONIC)) && w.io_ok)
+		io_off("the last look at the threads' read counts failed (the task iterator): ", strerror(errno));
 	w.io_done = true; /* serve's last exposition after this counts nothing more */
 	w.reqs->bss->exited_calls_on = 0;
 	bpf_link__destroy(w.calls_iter);
@@ -719,23 +771,29 @@ bool window_estimate(__u32 sdev, __u16 kind, __u64 now, double *est, double *lo,
 	int c = w.io_ok ? calls_index(kind) : -1;
 	if (c >= 0 && now > w.io_to + 100000000ull) /* the calls up to now, looked at most ten times a second */
 		io_step(now);
-	double total, sum, sum_sq, cross, edge = 0;
-	if (c >= 0 && w.io_ok && w.sum_a[c] > 0) {
+	/* by the calls: over the windows whose calls are known (a failed look left the others' unknown) */
+	double total, sum, sum_sq, cross, n, nn, edge = 0;
+	if (c >= 0 && w.io_ok && w.sum_a[c] > 0 && w.nwins_calls >= 2) {
+		k = w.nwins_calls;
 		total = (double)(c ? w.io_total.writes : w.io_total.reads);
 		sum = w.sum_a[c];
 		sum_sq = w.sum_aa[c];
 		cross = x->na;
+		n = x->nk;
+		nn = x->nnk;
 		edge = w.edge_a[c] / w.sum_a[c];
 	} else {
 		total = (double)(now - w.t_start);
 		sum = w.sum_l;
 		sum_sq = w.sum_ll;
 		cross = x->nl;
+		n = x->n;
+		nn = x->nn;
 	}
-	double rate = x->n / sum;
+	double rate = n / sum;
 	*est = rate * total;
 	/* the ratio estimator's variance from the windows' spread, finite-population corrected (as the analysis) */
-	double ss = x->nn - 2 * rate * cross + rate * rate * sum_sq;
+	double ss = nn - 2 * rate * cross + rate * rate * sum_sq;
 	double mean = sum / k, fpc = total > 0 ? 1 - sum / total : 0;
 	double var_rate = (ss > 0 ? ss : 0) / (k - 1) / k / (mean * mean);
 	double half = t95(k - 1) * sqrt(var_rate * (fpc > 0 ? fpc : 0)) * total + *est * edge;
@@ -797,6 +855,10 @@ json *window_header(__u64 t_start, __u64 t_end)
 		jset(io, "writes_total", ju64(w.io_total.writes));
 		jset(io, "from_ns", ju64(w.io_from));
 		jset(io, "to_ns", ju64(w.io_to));
+		/* each took nothing away (the next look took what it missed); the windows with one at an edge have
+		 * their calls unknown (null) and are left out of the estimate by calls */
+		jset(io, "failed_looks", ju64(w.io_failed));
+		jset(io, "failed_why", w.io_failed ? jstr(w.io_failed_why) : NULL);
 	} else {
 		jset(io, "why", jstr(w.io_why));
 	}
@@ -831,8 +893,8 @@ json *window_header(__u64 t_start, __u64 t_end)
 		jpush(row, ju64(x->tracer_ns));
 		jpush(row, ju64(x->windowed_prog_ns));
 		jpush(row, ju64(x->always_prog_ns));
-		jpush(row, ju64(x->calls.reads));
-		jpush(row, ju64(x->calls.writes));
+		jpush(row, x->calls_known ? ju64(x->calls.reads) : NULL);
+		jpush(row, x->calls_known ? ju64(x->calls.writes) : NULL);
 		jpush(row, ju64(x->open_edge_ns));
 		jpush(row, ju64(x->close_edge_ns));
 		jpush(row, ju64_array(x->counted, FST_NR_REQ_KINDS + 1));
