@@ -330,11 +330,13 @@ static __always_inline int handle_rq_issue(struct request *rq, bool btf)
 	return 0;
 }
 
-static __always_inline void count_alignment(struct fst_align *a, struct fst_dev_cfg *dc, __u64 sector, __u32 bytes)
+/* unit: the device's alignment unit (fst_dev_cfg unit_bytes, 0 = 4096) */
+static __always_inline void count_alignment(struct fst_align *a, __u64 unit, __u64 sector, __u32 bytes)
 {
 	__u64 start = sector << 9;
 	__u64 end = start + bytes;
-	__u64 unit = dc->unit_bytes ? dc->unit_bytes : 4096;
+	if (!unit)
+		unit = 4096;
 
 	__sync_fetch_and_add(&a->nr, 1);
 	if ((start & 4095) == 0)
@@ -359,20 +361,18 @@ struct rq_done {
 	__u32 cmd_flags;
 	__s32 error;
 	__u32 have_rs;
-	__u32 pad;
+	__u32 io_slot;	  /* the device's (struct fst_dev_cfg): looked up once, by handle_rq_complete */
+	__u32 unit_bytes; /* the same */
 };
 
 /*
- * The io record, histograms, sums and alignment counters of a request's last completion (d).  A global function:
- * the verifier checks it once, not once for each way the in-flight table lookups before it went (that took
- * block_rq_complete's load to 70 ms of the collector's start on a 2-core VM).
+ * The io record, histograms, sums and alignment counters of a request's last completion (d); 1 when it wrote
+ * the record.  A global function: the verifier checks it once, not once for each way the in-flight table
+ * lookups before it went (that took block_rq_complete's load to 70 ms of the collector's start on a 2-core VM).
  */
 __noinline int io_completed(struct rq_done *d)
 {
 	if (!d)
-		return 0;
-	struct fst_dev_cfg *dc = dev_cfg(d->dev);
-	if (!dc)
 		return 0;
 	/* never NULL, its use tested on have_rs: a pointer NULL or not by have_rs, clang tested through a spilled copy
 	 * of have_rs, whose value the 6.1 verifier does not keep in a 4-byte spill (it then saw a NULL dereference) */
@@ -413,21 +413,15 @@ __noinline int io_completed(struct rq_done *d)
 			__builtin_memset(rec->comm, 0, sizeof(rec->comm));
 		}
 		record_submit(rec);
-		/* a request completed in parts has its record at its first sector, not this completion's: the
-		 * work its last part queues names no record */
-		__u32 zero = 0;
-		struct completing_rq *c = bpf_map_lookup_elem(&completing, &zero);
-		if (c && (!have_rs || !r->bytes_done))
-			c->io.ts_complete = now;
 	}
 
 	__u32 op = d->cmd_flags & FST_OP_MASK;
 	__u32 sub = FST_IO_SUB(op);
-	__u32 io_slot = dc->io_slot;
+	__u32 io_slot = d->io_slot;
 	struct fst_dev_io *io = bpf_map_lookup_elem(&dev_io, &io_slot); /* an array: no hashing */
 	if (io) {
 		slot_count(io->bytes[sub], log2_slot(bytes));
-		count_alignment(&io->align, dc, sector, bytes);
+		count_alignment(&io->align, d->unit_bytes, sector, bytes);
 	}
 	/* only for an exposition: the records have these figures, and a run should not pay for them twice */
 	struct fst_io_sum *sum = io && cfg.io_sums && sub < FST_IO_SUBS ? &io->sums[sub] : NULL;
@@ -444,7 +438,7 @@ __noinline int io_completed(struct rq_done *d)
 			__sync_fetch_and_add(&sum->d2c_ns, now - r->ts_issue);
 		}
 	}
-	return 0;
+	return rec != NULL;
 }
 
 static __always_inline int handle_rq_complete(struct request *rq, int error, unsigned int nr_bytes, bool btf)
@@ -453,7 +447,9 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 	struct fst_dev_cfg *dc = dev_cfg(dev);
 	if (!dc)
 		return 0;
-	struct rq_done d = { .now = bpf_ktime_get_ns(), .dev = dev, .error = error };
+	struct rq_done d = {
+		.now = bpf_ktime_get_ns(), .dev = dev, .error = error, .io_slot = dc->io_slot, .unit_bytes = dc->unit_bytes
+	};
 	d.cmd_flags = FST_FIELD(btf, rq, cmd_flags);
 	d.sector = FST_FIELD(btf, rq, __sector);
 	__u32 data_len = FST_FIELD(btf, rq, __data_len);
@@ -504,7 +500,10 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 			d.bytes += d.rs.bytes_done;
 			d.error = error ? error : d.rs.error;
 		}
-		io_completed(&d);
+		/* a request completed in parts has its record at its first sector, not this completion's: the work its
+		 * last part queues names no record */
+		if (io_completed(&d) && c && (!d.have_rs || !d.rs.bytes_done))
+			c->io.ts_complete = d.now;
 	}
 	/* mostly in an interrupt: charged to the request it interrupted, whose on-CPU time it took */
 	tracer_charge(current_req(), FST_SITE_RQ_COMPLETE, d.now);

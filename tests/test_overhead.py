@@ -199,39 +199,6 @@ def empty_program_ids():
     return {p["id"] for p in json.loads(out or "[]") if p.get("name") == "fst_empty"}
 
 
-@pytest.mark.bpf
-def test_floor_takes_exactly_the_hooks_of_the_shipped_configuration(tmp_path):
-    """make bench-overhead's fstrace-floor (--empty-programs) is only a floor if it sits on the same hooks as the
-    configuration it is the floor of: same probes, same tiers, one do-nothing program per hook while it runs,
-    none left after, and nothing recorded."""
-    from analysis import results
-    from cli.runner import tracing_options
-    attached = {}
-    for mode, extra in (("full", []), ("floor", ["--empty-programs"])):
-        f = tmp_path / (mode + ".fst")
-        before = empty_program_ids()
-        p = subprocess.Popen([COLLECTOR, "-o", str(f)] + tracing_options() + extra +
-                             ["--", "sh", "-c", "cat /etc/passwd > /dev/null; sleep 2"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        time.sleep(1.2)
-        during = empty_program_ids() - before
-        assert p.wait(timeout=60) == 0, p.stderr.read()
-        # a program closed by its last holder is freed after an RCU grace period, not at once
-        deadline = time.time() + 10
-        while empty_program_ids() - before and time.time() < deadline:
-            time.sleep(0.2)
-        assert not empty_program_ids() - before
-        res = results.load(str(f))
-        attached[mode] = {(q["probe"], q["tier"]) for q in res.header["probes"] if q["tier"] != "unavailable"}
-        if mode == "floor":
-            assert len(during) == len(attached[mode])  # entry-only probes here: one program each
-            assert not len(res["req"]) and not len(res["io"])
-            assert not res.header["sampling"].get("runs")
-        else:
-            assert not during
-    assert attached["floor"] == attached["full"]
-
-
 def empty_links(programs):
     """How many BPF links hold one of programs (ids) now; None when bpftool could not tell (it fails when a link it
     listed is gone before it opens it, and the collector attaches and detaches links all the time)."""
@@ -242,42 +209,72 @@ def empty_links(programs):
     return sum(1 for link in json.loads(out.stdout or "[]") if link.get("prog_id") in programs)
 
 
+def real_and_floor(tmp_path, options, script, watch):
+    """The collector with the shipped tracing options and options over `sh -c script`, as itself ("real") and as
+    its floor (--empty-programs): per mode, its results and what watch(ids of the empty programs it loaded) returned
+    while it ran (a set, None left out).  Neither leaves an empty program behind."""
+    from analysis import results
+    from cli.runner import tracing_options
+    runs = {}
+    for mode, extra in (("real", []), ("floor", ["--empty-programs"])):
+        f = tmp_path / (mode + ".fst")
+        before = empty_program_ids()
+        argv = [COLLECTOR, "-o", str(f)] + tracing_options() + options + extra + ["--", "sh", "-c", script]
+        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        seen = set()
+        while p.poll() is None:
+            seen.add(watch(empty_program_ids() - before))
+            time.sleep(0.02)
+        seen.discard(None)
+        assert p.returncode == 0, p.stderr.read()
+        # a program closed by its last holder is freed after an RCU grace period, not at once
+        deadline = time.time() + 10
+        while empty_program_ids() - before and time.time() < deadline:
+            time.sleep(0.2)
+        assert not empty_program_ids() - before
+        runs[mode] = (results.load(str(f)), seen)
+    return runs
+
+
+def attached_probes(res):
+    return {(q["probe"], q["tier"]) for q in res.header["probes"] if q["tier"] != "unavailable"}
+
+
+@pytest.mark.bpf
+def test_floor_takes_exactly_the_hooks_of_the_shipped_configuration(tmp_path):
+    """make bench-overhead's fstrace-floor (--empty-programs) is only a floor if it sits on the same hooks as the
+    configuration it is the floor of: same probes, same tiers, one do-nothing program per hook while it runs,
+    none left after, and nothing recorded."""
+    runs = real_and_floor(tmp_path, [], "cat /etc/passwd > /dev/null; sleep 2", len)
+    (real, real_seen), (floor, floor_seen) = runs["real"], runs["floor"]
+    assert attached_probes(floor) == attached_probes(real)
+    assert real_seen == {0}
+    assert max(floor_seen) == len(attached_probes(floor))  # entry-only probes here: one program each
+    assert not len(floor["req"]) and not len(floor["io"])
+    assert not floor.header["sampling"].get("runs")
+
+
 @pytest.mark.bpf
 def test_windowed_floor_takes_the_windowed_hooks_only_in_windows(tmp_path):
     """make bench-overhead's floors of attach and serve (--empty-programs with --budget) sit on the hooks of the
     configurations they are the floors of, the windowed ones only in the windows: the same probes and windowed
     probes as the real run, and over the run the empty programs' links are all of them and all but the windowed
     ones, never fewer."""
-    from analysis import results
-    from cli.runner import tracing_options
-    seen, header = {}, {}
-    for mode, extra in (("real", []), ("floor", ["--empty-programs"])):
-        f = tmp_path / (mode + ".fst")
-        before = empty_program_ids()
-        p = subprocess.Popen([COLLECTOR, "-o", str(f)] + tracing_options() + ["--window-duty", "0.4"] + extra +
-                             ["--", "sh", "-c", "for i in $(seq 40); do cat /etc/passwd > /dev/null; sleep 0.05; done"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        counts = set()
-        while p.poll() is None:
-            counts.add(empty_links(empty_program_ids() - before))
-            time.sleep(0.02)
-        counts.discard(None)
-        assert p.returncode == 0, p.stderr.read()
-        res = results.load(str(f))
+    runs = real_and_floor(tmp_path, ["--window-duty", "0.4"],
+                          "for i in $(seq 40); do cat /etc/passwd > /dev/null; sleep 0.05; done", empty_links)
+    header = {}
+    for mode, (res, _) in runs.items():
         rw = res.header["request_windows"]
         assert rw["active"] and rw["windows_total"] >= 2, rw
-        header[mode] = ({(q["probe"], q["tier"]) for q in res.header["probes"] if q["tier"] != "unavailable"},
-                        rw["windowed_probes"])
-        seen[mode] = counts
-        if mode == "floor":
-            assert not len(res["req"]) and not len(res["io"])
+        header[mode] = (attached_probes(res), rw["windowed_probes"])
+    floor, seen = runs["floor"]
+    assert not len(floor["req"]) and not len(floor["io"])
     assert header["floor"] == header["real"]
-    assert seen["real"] == {0}
+    assert runs["real"][1] == {0}
     hooks, windowed = len(header["floor"][0]), len(header["floor"][1])
     # 0 before the attach and after the detach: the collector's start and end; between all and all but the
     # windowed ones while a window's hooks come and go one by one
-    assert {hooks, hooks - windowed} <= seen["floor"] <= {0} | set(range(hooks - windowed, hooks + 1)), (
-        seen, hooks, windowed)
+    assert {hooks, hooks - windowed} <= seen <= {0} | set(range(hooks - windowed, hooks + 1)), (seen, hooks, windowed)
 
 
 @pytest.mark.bpf
