@@ -12,7 +12,7 @@ import time
 
 from cli.cgroups import remove_cgroup
 from cli.devices import mounts
-from common.system import STATE_DIR, FstraceError, proc_start, recording, retry, run
+from common.system import STATE_DIR, FstraceError, proc_start, recording, require_host_pid_namespace, retry, run
 
 
 def _cmdline(pid):
@@ -85,7 +85,8 @@ def _undo_record(item):
 def sweep_dead_runs():
     """Undo what runs that died without cleaning up (SIGKILL, power cut of the shell) left behind, one line
     each on stderr; runs whose process is alive are left alone.  Also restores kernel.task_delayacct once
-    no live collector holds it."""
+    no live collector holds it.  Only from the host's pid namespace: elsewhere every run looks dead."""
+    require_host_pid_namespace()
     if not os.path.isdir(STATE_DIR):
         return
     with open(os.path.join(STATE_DIR, "sweep.lock"), "w") as lk:

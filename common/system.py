@@ -162,6 +162,24 @@ def stat_fields(pid):
         return None
 
 
+# the initial pid namespace's inode number (the kernel's PROC_PID_INIT_INO, fixed since 3.8)
+INIT_PID_NS_INO = 0xEFFFFFFC
+
+
+def require_host_pid_namespace():
+    """fstrace names processes by the host's ids: its BPF side does, and the runs it undoes after a crash are
+    known by pid.  From a pid namespace of its own (a container's) it would take live runs for dead ones and
+    tear down their mounts and loop devices, and trace the wrong threads or none: refused."""
+    try:
+        ino = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return  # a kernel without namespaces: there is only the one
+    if ino != INIT_PID_NS_INO:
+        raise FstraceError("this process is in a pid namespace of its own (a container's): fstrace names processes "
+                           "by the host's ids; run it in the host's pid namespace (docker run --pid=host, "
+                           "Kubernetes hostPID: true)")
+
+
 def proc_start(pid):
     """A process's start time (clock ticks after boot), which with its pid names it uniquely; None if gone."""
     fields = stat_fields(pid)

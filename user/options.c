@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statfs.h>
 #include <linux/magic.h>
 #include <unistd.h>
@@ -179,6 +180,24 @@ static void parse_dev(const char *arg, struct dev_arg *d)
 	d->is_loop = d->is_loop || d->major == FST_LOOP_MAJOR;
 }
 
+/* the initial pid namespace's inode number (the kernel's PROC_PID_INIT_INO, fixed since 3.8) */
+#define INIT_PID_NS_INO 0xEFFFFFFCu
+
+/* why this process cannot trace from its pid namespace (a container's without the host's), NULL when it can */
+static const char *pid_ns_refusal(void)
+{
+	struct stat st;
+	if (stat("/proc/self/ns/pid", &st))
+		return NULL; /* a kernel without namespaces: there is only the one */
+	if (st.st_ino == INIT_PID_NS_INO)
+		return NULL;
+	/* the BPF side names threads by the host's ids (bpf_get_current_pid_tgid), and this side reads /proc, the
+	 * process filters and user stacks by this namespace's: a run would trace the wrong threads or none, quietly */
+	return "this process is in a pid namespace of its own (a container's): the kernel side names threads by "
+	       "the host's ids, which /proc here does not show; run fstrace in the host's pid namespace (docker run "
+	       "--pid=host, Kubernetes hostPID: true)";
+}
+
 void parse_args(int argc, char **argv)
 {
 	static struct option longopts[] = {
@@ -297,12 +316,7 @@ void parse_args(int argc, char **argv)
 		case 'p': {
 			if (opt.nr_pids == MAX_PIDS)
 				die("too many --pid (at most %d)", MAX_PIDS);
-			int pid = parse_long("--pid", optarg, 1, INT_MAX);
-			char proc[32];
-			snprintf(proc, sizeof(proc), "/proc/%d", pid);
-			if (access(proc, F_OK))
-				die("--pid %d: no such process", pid);
-			opt.pids[opt.nr_pids++] = pid;
+			opt.pids[opt.nr_pids++] = parse_long("--pid", optarg, 1, INT_MAX);
 			break;
 		}
 		case 'd':
@@ -317,6 +331,16 @@ void parse_args(int argc, char **argv)
 				die("unknown option -%c (see --help)", optopt);
 			die("unknown option %s (see --help)", argv[optind - 1]);
 		}
+	}
+	/* before the pids are looked for: in a container's namespace they would be the wrong ones */
+	const char *ns = pid_ns_refusal();
+	if (ns)
+		die("%s", ns);
+	for (int i = 0; i < opt.nr_pids; i++) {
+		char proc[32];
+		snprintf(proc, sizeof(proc), "/proc/%d", opt.pids[i]);
+		if (access(proc, F_OK))
+			die("--pid %d: no such process", opt.pids[i]);
 	}
 	if (opt.openmetrics && !opt.exposition)
 		die("--openmetrics needs --exposition (it is the same figures in another format)");
