@@ -261,23 +261,32 @@ def test_a_start_in_a_pid_namespace_of_its_own_is_refused_and_sweeps_nothing(tmp
     """fstrace and its collector started in a pid namespace of their own (a container's, here unshare's) see no
     host process: a live run would look dead to the leftover sweep, which would tear down its mounts and loop
     devices, and the BPF side's thread ids would match no filter.  Both refuse in one line before doing anything,
-    and the live run goes on untouched."""
+    and the live run (its fio stopped meanwhile, so that it is still running) goes on untouched."""
     out = tmp_path / "out"
     p = start_run(out, scale="0.25", workload="randread")
-    coll, _ = wait_tracing(p, want=("fio",))
-    before, held = machine_state(p.pid), delayacct()
-    own_ns = ["unshare", "--pid", "--fork", "--mount-proc"]
-    q = subprocess.run(own_ns + [FSTRACE, "attach", "--duration", "5"], stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, text=True, timeout=120)
-    said = ("fstrace: error: this process is in a pid namespace of its own (a container's): fstrace names processes "
-            "by the host's ids; run it in the host's pid namespace (docker run --pid=host, Kubernetes hostPID: true)")
-    assert q.returncode == 1 and q.stderr.splitlines() == [said], q.stderr
-    f = tmp_path / "c.fst"
-    c = subprocess.run(own_ns + [COLLECTOR, "-o", str(f), "--pid", "1", "--", "true"], stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, text=True, timeout=60)
-    assert c.returncode == 2 and len(c.stderr.splitlines()) == 1 and "pid namespace of its own" in c.stderr, c.stderr
-    assert not os.path.exists(f) and not glob.glob(str(f) + "*")
-    assert alive(coll) and machine_state(p.pid) == before and delayacct() == held == 1
+    coll, fio = wait_tracing(p, want=("fio",))
+    for pid in fio:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        before, held = machine_state(p.pid), delayacct()
+        own_ns = ["unshare", "--pid", "--fork", "--mount-proc"]
+        q = subprocess.run(own_ns + [FSTRACE, "attach", "--duration", "5"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=120)
+        said = ("fstrace: error: this process is in a pid namespace of its own (a container's): fstrace names "
+                "processes by the host's ids; run it in the host's pid namespace (docker run --pid=host, Kubernetes "
+                "hostPID: true)")
+        assert q.returncode == 1 and q.stderr.splitlines() == [said], q.stderr
+        f = tmp_path / "c.fst"
+        c = subprocess.run(own_ns + [COLLECTOR, "-o", str(f), "--pid", "1", "--", "true"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=60)
+        assert c.returncode == 2 and len(c.stderr.splitlines()) == 1 and "pid namespace of its own" in c.stderr, \
+            c.stderr
+        assert not os.path.exists(f) and not glob.glob(str(f) + "*")
+        assert alive(coll) and machine_state(p.pid) == before and delayacct() == held == 1
+    finally:
+        for pid in fio:
+            if alive(pid):
+                os.kill(pid, signal.SIGCONT)
     p.send_signal(signal.SIGINT)
     finish(p)
 
