@@ -121,8 +121,6 @@ static struct {
 	char io_failed_why[160];     /* the first one's reason */
 	unsigned long fail_looks;    /* test hook (FSTRACE_FAIL_CALL_LOOKS): bit n-1 fails look n after the baseline */
 	unsigned nlooks;	     /* looks after the baseline */
-	bool io_baseline_taken;
-	bool open_look_ok; /* the current window's opening look read the counts */
 	struct io_calls io_total, io_at_open;
 	__u64 io_from, io_to; /* the span io_total covers */
 	double attach_cpu_ns; /* CPU time of one attach + detach of both hooks (the thread walks) */
@@ -306,7 +304,7 @@ static bool io_step(__u64 now)
 	if (!w.io_ok || w.io_done)
 		return false;
 	struct io_calls d = { 0 };
-	bool baseline = !w.io_baseline_taken, fail = !baseline && w.nlooks < 64 && (w.fail_looks >> w.nlooks & 1);
+	bool baseline = !w.io_to /* set by the first look that read them */, fail = !baseline && w.nlooks < 64 && (w.fail_looks >> w.nlooks & 1);
 	if (!baseline)
 		w.nlooks++;
 	bool read = !fail && io_calls_step(bpf_link__fd(w.calls_iter), bpf_map__fd(w.reqs->maps.exited_calls),
@@ -326,7 +324,6 @@ static bool io_step(__u64 now)
 			snprintf(w.io_failed_why, sizeof(w.io_failed_why), "the task iterator: %s", strerror(errno));
 		return false;
 	}
-	w.io_baseline_taken = true;
 	w.io_total.reads += d.reads;
 	w.io_total.writes += d.writes;
 	w.io_to = now;
@@ -603,7 +600,7 @@ static void open_window(__u64 now)
 	 * counts beside the requests the window records are then alike at both edges (taken before the attach,
 	 * the attribution hooks' attach time was a percent of a 100 ms window counted and never recorded); what is
 	 * left is bounded by the edges' times (the analysis widens the interval by it) */
-	w.open_look_ok = io_step(now_ns(CLOCK_MONOTONIC));
+	w.cur.calls_known = io_step(now_ns(CLOCK_MONOTONIC)); /* and the closing look's (close_enter) */
 	w.io_at_open = w.io_total;
 	w.cur.open_edge_ns = now_ns(CLOCK_MONOTONIC) - w.cur.open;
 	w.enter_close_at = now_ns(CLOCK_MONOTONIC) + WINDOW_NS;
@@ -618,7 +615,7 @@ static void close_enter(void)
 	w.cur.enter_closed = now_ns(CLOCK_MONOTONIC);
 	/* a look that failed at either edge leaves the window's calls unknown: what it missed is taken by a later
 	 * look, in another window's count or between windows */
-	w.cur.calls_known = io_step(w.cur.enter_closed) && w.open_look_ok;
+	w.cur.calls_known = io_step(w.cur.enter_closed) && w.cur.calls_known;
 	if (w.cur.calls_known) {
 		w.cur.calls.reads = w.io_total.reads - w.io_at_open.reads;
 		w.cur.calls.writes = w.io_total.writes - w.io_at_open.writes;
