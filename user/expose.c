@@ -179,14 +179,25 @@ static void requests(struct jbuf *b, int fd, int keys_fd, const __u32 *sdevs, in
 		       "--budget: requests since the start estimated from the windows the request hooks were attached "
 		       "in (fstrace_requests_total counts only those), with the bounds of its 95 % interval.");
 		__u64 now = now_ns(CLOCK_MONOTONIC);
+		static signed char by_calls[MAX_AGG_KEYS]; /* -1: no estimate for the row */
 		for (int i = 0; i < n; i++) {
 			double est, lo, hi;
-			if (!window_estimate(rows[i].key.sdev, rows[i].key.kind, now, &est, &lo, &hi))
+			bool calls;
+			by_calls[i] = -1;
+			if (!window_estimate(rows[i].key.sdev, rows[i].key.kind, now, &est, &lo, &hi, &calls))
 				continue;
+			by_calls[i] = calls;
 			jb_add(b, "fstrace_requests_estimated{%s,bound=\"estimate\"} %.1f\n", lab[i], est);
 			jb_add(b, "fstrace_requests_estimated{%s,bound=\"lower95\"} %.1f\n", lab[i], lo);
 			jb_add(b, "fstrace_requests_estimated{%s,bound=\"upper95\"} %.1f\n", lab[i], hi);
 		}
+		family(b, "fstrace_requests_estimated_by_calls", "gauge",
+		       "--budget: 1 where fstrace_requests_estimated is weighted by the traced processes' own calls of "
+		       "its kind (reads, writes: they slow with tracing as the requests do), 0 where by the windows' "
+		       "time (other kinds; no task I/O accounting; fewer than two windows whose calls are known).");
+		for (int i = 0; i < n; i++)
+			if (by_calls[i] >= 0)
+				jb_add(b, "fstrace_requests_estimated_by_calls{%s} %d\n", lab[i], by_calls[i]);
 	}
 	family(b, "fstrace_request_bytes_total", "counter", "Bytes the requests returned (sum of positive return values).");
 	for (int i = 0; i < n; i++)
@@ -513,6 +524,14 @@ static void drops_and_probes(struct jbuf *b, const struct expose_maps *m, const 
 	jb_add(b, "fstrace_request_window_fraction %.6f\n", window_fraction(now_ns(CLOCK_MONOTONIC)));
 	family(b, "fstrace_request_windows_total", "counter", "Windows the request hooks were attached in (--budget).");
 	jb_add(b, "fstrace_request_windows_total %u\n", window_count());
+	family(b, "fstrace_request_windows_without_calls_total", "counter",
+	       "Windows whose traced processes' read and write counts are unknown (a look at them at one of its edges "
+	       "failed), left out of the estimates weighted by calls.");
+	jb_add(b, "fstrace_request_windows_without_calls_total %u\n", window_calls_unknown());
+	family(b, "fstrace_call_count_looks_failed_total", "counter",
+	       "Looks at the traced processes' read and write counts (--budget's weights) that failed; the next look "
+	       "takes what one missed.");
+	jb_add(b, "fstrace_call_count_looks_failed_total %u\n", window_failed_looks());
 	double always = window_always_on_share();
 	if (always >= 0) { /* known only from windows: nothing is written while none has closed */
 		family(b, "fstrace_always_on_cpu_share", "gauge",

@@ -119,8 +119,8 @@ static struct {
 	bool io_done;		     /* tracing ended: no later call counts */
 	unsigned io_failed;	     /* looks that could not read the counts: they fold into the next look's */
 	char io_failed_why[160];     /* the first one's reason */
-	unsigned long fail_looks;    /* test hook (FSTRACE_FAIL_CALL_LOOKS): bit n-1 fails look n after the baseline */
-	unsigned nlooks;	     /* looks after the baseline */
+	unsigned long fail_looks;    /* test hook (FSTRACE_FAIL_CALL_LOOKS): bit n-1 fails edge look n */
+	unsigned nlooks;	     /* looks at the windows' edges and the last one, after the baseline */
 	struct io_calls io_total, io_at_open;
 	__u64 io_from, io_to; /* the span io_total covers */
 	double attach_cpu_ns; /* CPU time of one attach + detach of both hooks (the thread walks) */
@@ -299,13 +299,16 @@ static void io_off(const char *why, const char *detail)
  * the exits wait in their map, so the next look takes what this one missed, and only the windows with this
  * look at an edge lose their own count (close_enter).
  */
-static bool io_step(__u64 now)
+static bool io_step(__u64 now, bool at_edge)
 {
 	if (!w.io_ok || w.io_done)
 		return false;
 	struct io_calls d = { 0 };
-	bool baseline = !w.io_to /* set by the first look that read them */, fail = !baseline && w.nlooks < 64 && (w.fail_looks >> w.nlooks & 1);
-	if (!baseline)
+	/* the test hook numbers only the looks at the windows' edges (and the last): serve's expositions look too,
+	 * as often as they are written, which would make which windows a numbered failure hits a matter of timing */
+	bool baseline = !w.io_to /* set by the first look that read them */, numbered = !baseline && at_edge;
+	bool fail = numbered && w.nlooks < 64 && (w.fail_looks >> w.nlooks & 1);
+	if (numbered)
 		w.nlooks++;
 	bool read = !fail && io_calls_step(bpf_link__fd(w.calls_iter), bpf_map__fd(w.reqs->maps.exited_calls),
 					   &w.tsk->bss->new_since_ns, &d);
@@ -533,13 +536,14 @@ void window_init(struct tracer *t, __u64 t_start)
 	w.io_from = now_ns(CLOCK_MONOTONIC);
 	w.reqs->bss->exited_calls_on = w.io_ok; /* before the baseline: an exit after it is taken at the next look */
 	/* the tests' way to make given looks fail as an unreadable iterator would: "3,6" fails the third and the
-	 * sixth look after the baseline (in attach: the second window's opening look, the third's closing one) */
+	 * sixth look at a window's edge after the baseline (the second window's opening look, the third's closing
+	 * one) */
 	for (const char *f = getenv("FSTRACE_FAIL_CALL_LOOKS"); f && *f; f += strcspn(f, ","), f += *f == ',') {
 		long n = strtol(f, NULL, 10);
 		if (n >= 1 && n <= 64)
 			w.fail_looks |= 1ul << (n - 1);
 	}
-	io_step(w.io_from); /* the baseline: nothing before it counts */
+	io_step(w.io_from, true); /* the baseline: nothing before it counts */
 	w.io_total = (struct io_calls){ 0 };
 	w.sampling = t->smp != NULL;
 	w.blk = t->blk;
@@ -600,7 +604,7 @@ static void open_window(__u64 now)
 	 * counts beside the requests the window records are then alike at both edges (taken before the attach,
 	 * the attribution hooks' attach time was a percent of a 100 ms window counted and never recorded); what is
 	 * left is bounded by the edges' times (the analysis widens the interval by it) */
-	w.cur.calls_known = io_step(now_ns(CLOCK_MONOTONIC)); /* and the closing look's (close_enter) */
+	w.cur.calls_known = io_step(now_ns(CLOCK_MONOTONIC), true); /* and the closing look's (close_enter) */
 	w.io_at_open = w.io_total;
 	w.cur.open_edge_ns = now_ns(CLOCK_MONOTONIC) - w.cur.open;
 	w.enter_close_at = now_ns(CLOCK_MONOTONIC) + WINDOW_NS;
@@ -615,7 +619,7 @@ static void close_enter(void)
 	w.cur.enter_closed = now_ns(CLOCK_MONOTONIC);
 	/* a look that failed at either edge leaves the window's calls unknown: what it missed is taken by a later
 	 * look, in another window's count or between windows */
-	w.cur.calls_known = io_step(w.cur.enter_closed) && w.cur.calls_known;
+	w.cur.calls_known = io_step(w.cur.enter_closed, true) && w.cur.calls_known;
 	if (w.cur.calls_known) {
 		w.cur.calls.reads = w.io_total.reads - w.io_at_open.reads;
 		w.cur.calls.writes = w.io_total.writes - w.io_at_open.writes;
@@ -731,7 +735,7 @@ void window_finish(struct tracer *t, __u64 now)
 		close_exit();
 	}
 	/* the last look: what it missed, no later one takes, so the total would fall short */
-	if (w.io_ok && !io_step(now_ns(CLOCK_MONOTONIC)) && w.io_ok)
+	if (w.io_ok && !io_step(now_ns(CLOCK_MONOTONIC), true) && w.io_ok)
 		io_off("the last look at the threads' read counts failed (the task iterator): ", strerror(errno));
 	w.io_done = true; /* serve's last exposition after this counts nothing more */
 	w.reqs->bss->exited_calls_on = 0;
@@ -744,6 +748,10 @@ bool window_io_stacks(void) { return w.active && io_stacks_windowed(); }
 
 bool window_active(void) { return w.active; }
 
+unsigned window_calls_unknown(void) { return w.io_ok ? w.nwins_total - w.nwins_calls : 0; }
+
+unsigned window_failed_looks(void) { return w.io_failed; }
+
 /* two-sided 95 % Student t quantile for df degrees of freedom (the analysis's table, analysis/summary.py t95) */
 static double t95(unsigned df)
 {
@@ -753,7 +761,7 @@ static double t95(unsigned df)
 	return df >= 1 && df <= (unsigned)N(t) ? t[df - 1] : 1.96;
 }
 
-bool window_estimate(__u32 sdev, __u16 kind, __u64 now, double *est, double *lo, double *hi)
+bool window_estimate(__u32 sdev, __u16 kind, __u64 now, double *est, double *lo, double *hi, bool *by_calls)
 {
 	struct fst_req_agg_key key = { .sdev = sdev, .kind = kind };
 	unsigned k = w.nwins_total;
@@ -767,10 +775,11 @@ bool window_estimate(__u32 sdev, __u16 kind, __u64 now, double *est, double *lo,
 	 * with tracing as the requests do), else the windows' time */
 	int c = w.io_ok ? calls_index(kind) : -1;
 	if (c >= 0 && now > w.io_to + 100000000ull) /* the calls up to now, looked at most ten times a second */
-		io_step(now);
+		io_step(now, false);
 	/* by the calls: over the windows whose calls are known (a failed look left the others' unknown) */
 	double total, sum, sum_sq, cross, n, nn, edge = 0;
-	if (c >= 0 && w.io_ok && w.sum_a[c] > 0 && w.nwins_calls >= 2) {
+	*by_calls = c >= 0 && w.io_ok && w.sum_a[c] > 0 && w.nwins_calls >= 2;
+	if (*by_calls) {
 		k = w.nwins_calls;
 		total = (double)(c ? w.io_total.writes : w.io_total.reads);
 		sum = w.sum_a[c];

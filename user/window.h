@@ -37,7 +37,12 @@ bool window_active(void);
 /* the sampled bio queue stacks were taken only in windows */
 bool window_io_stacks(void);
 /* serve: the requests of (sdev, kind) since the start estimated from the windows so far, with a 95 % interval
- * (as the analysis's request_windows); false while there is no estimate (windows off, or fewer than two) */
-bool window_estimate(__u32 sdev, __u16 kind, __u64 now, double *est, double *lo, double *hi);
+ * (as the analysis's request_windows), *by_calls: weighted by the traced processes' own calls of the kind (else
+ * by the windows' time); false while there is no estimate (windows off, or fewer than two) */
+bool window_estimate(__u32 sdev, __u16 kind, __u64 now, double *est, double *lo, double *hi, bool *by_calls);
+/* serve: windows whose call counts a failed look left unknown (left out of the estimates by calls; 0 once the
+ * calls are not used at all), and the looks at the counts that failed */
+unsigned window_calls_unknown(void);
+unsigned window_failed_looks(void);
 
 #endif
