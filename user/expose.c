@@ -526,7 +526,7 @@ static void drops_and_probes(struct jbuf *b, const struct expose_maps *m, const 
 	jb_add(b, "fstrace_request_windows_total %u\n", window_count());
 	family(b, "fstrace_request_windows_without_calls_total", "counter",
 	       "Windows whose traced processes' read and write counts are unknown (a look at them at one of its edges "
-	       "failed), left out of the estimates weighted by calls.");
+	       "failed, or they cannot be read: then every window), left out of the estimates weighted by calls.");
 	jb_add(b, "fstrace_request_windows_without_calls_total %u\n", window_calls_unknown());
 	family(b, "fstrace_call_count_looks_failed_total", "counter",
 	       "Looks at the traced processes' read and write counts (--budget's weights) that failed; the next look "

@@ -748,7 +748,7 @@ bool window_io_stacks(void) { return w.active && io_stacks_windowed(); }
 
 bool window_active(void) { return w.active; }
 
-unsigned window_calls_unknown(void) { return w.io_ok ? w.nwins_total - w.nwins_calls : 0; }
+unsigned window_calls_unknown(void) { return w.nwins_total - w.nwins_calls; }
 
 unsigned window_failed_looks(void) { return w.io_failed; }
 

@@ -40,8 +40,8 @@ bool window_io_stacks(void);
  * (as the analysis's request_windows), *by_calls: weighted by the traced processes' own calls of the kind (else
  * by the windows' time); false while there is no estimate (windows off, or fewer than two) */
 bool window_estimate(__u32 sdev, __u16 kind, __u64 now, double *est, double *lo, double *hi, bool *by_calls);
-/* serve: windows whose call counts a failed look left unknown (left out of the estimates by calls; 0 once the
- * calls are not used at all), and the looks at the counts that failed */
+/* serve: windows whose call counts are unknown (a look at an edge failed, or the counts were never readable),
+ * which the estimates by calls leave out: it only grows, as a counter must; and the looks that failed */
 unsigned window_calls_unknown(void);
 unsigned window_failed_looks(void);
 
