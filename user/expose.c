@@ -194,7 +194,8 @@ static void requests(struct jbuf *b, int fd, int keys_fd, const __u32 *sdevs, in
 		family(b, "fstrace_requests_estimated_by_calls", "gauge",
 		       "--budget: 1 where fstrace_requests_estimated is weighted by the traced processes' own calls of "
 		       "its kind (reads, writes: they slow with tracing as the requests do), 0 where by the windows' "
-		       "time (other kinds; no task I/O accounting; fewer than two windows whose calls are known).");
+		       "time (other kinds; the counts unreadable, or given up after a failed first or last look; fewer "
+		       "than two windows whose calls are known, or none with calls of the kind).");
 		for (int i = 0; i < n; i++)
 			if (by_calls[i] >= 0)
 				jb_add(b, "fstrace_requests_estimated_by_calls{%s} %d\n", lab[i], by_calls[i]);

@@ -299,16 +299,17 @@ static void io_off(const char *why, const char *detail)
  * the exits wait in their map, so the next look takes what this one missed, and only the windows with this
  * look at an edge lose their own count (close_enter).
  */
-static bool io_step(__u64 now, bool at_edge)
+static bool io_step(__u64 now, bool numbered)
 {
 	if (!w.io_ok || w.io_done)
 		return false;
 	struct io_calls d = { 0 };
-	/* the test hook numbers only the looks at the windows' edges (and the last): serve's expositions look too,
-	 * as often as they are written, which would make which windows a numbered failure hits a matter of timing */
-	bool baseline = !w.io_to /* set by the first look that read them */, numbered = !baseline && at_edge;
-	bool fail = numbered && w.nlooks < 64 && (w.fail_looks >> w.nlooks & 1);
-	if (numbered)
+	/* numbered: a look of the windows' own (at their edges, the baseline, the last), which the test hook
+	 * numbers; serve's expositions look too, as often as they are written, and numbering those would make which
+	 * windows a failure hits a matter of timing */
+	bool baseline = !w.io_to /* set by the first look that read them */;
+	bool fail = !baseline && numbered && w.nlooks < 64 && (w.fail_looks >> w.nlooks & 1);
+	if (!baseline && numbered)
 		w.nlooks++;
 	bool read = !fail && io_calls_step(bpf_link__fd(w.calls_iter), bpf_map__fd(w.reqs->maps.exited_calls),
 					   &w.tsk->bss->new_since_ns, &d);
