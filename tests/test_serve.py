@@ -947,3 +947,33 @@ def test_serve_on_a_budget_leaves_out_only_the_windows_of_a_failed_look(mounted_
         assert lo - other_reads <= ios <= hi + other_reads, (lo, hi, ios, other_reads)
     finally:
         stop(p, rest)
+
+
+@pytest.mark.bpf
+def test_serve_on_a_budget_weights_by_time_when_no_window_has_its_calls(mounted_erofs):  # noqa: F811
+    """Every look at the counts after the first fails (FSTRACE_FAIL_CALL_LOOKS 1 to 64): every window's calls are
+    unknown, so the estimate falls back to the windows' time and says so (by_calls 0), the counter of windows
+    without calls keeps up with the windows, and with fio held to a rate tracing does not slow, the estimate by
+    time still holds fio's count."""
+    mnt, _ = mounted_erofs
+    subprocess.run(["cat", os.path.join(mnt, "big.bin")], stdout=subprocess.DEVNULL, check=True)  # warm
+    p, port, rest = start_serve("--mount", mnt, "--comm", "fio", "--budget", "1", "--window-duty", "0.4",
+                                env={"FSTRACE_FAIL_CALL_LOOKS": ",".join(str(n) for n in range(1, 65))})
+    try:
+        time.sleep(0.5)
+        # 3 s: the hook numbers 64 looks, two per 0.3 s window period, so the scrape comes before the 33rd window
+        ios, other_reads = _fio_and_its_other_reads(mnt, "--rate_iops=5000", "--time_based", "--runtime=3s")
+        time.sleep(1.0)
+        after = parse(fresh_scrape(port))
+        windows = value(after, "fstrace_request_windows_total")
+        assert windows < 32
+        assert windows >= 4
+        assert value(after, "fstrace_request_windows_without_calls_total") == windows
+        # both looks of each window, and the opening one of a window open at the scrape
+        assert 2 * windows <= value(after, "fstrace_call_count_looks_failed_total") <= 2 * windows + 1
+        assert value(after, "fstrace_requests_estimated_by_calls", kind="read", mount=mnt) == 0
+        lo = value(after, "fstrace_requests_estimated", kind="read", mount=mnt, bound="lower95")
+        hi = value(after, "fstrace_requests_estimated", kind="read", mount=mnt, bound="upper95")
+        assert lo - other_reads <= ios <= hi + other_reads, (lo, hi, ios, other_reads)
+    finally:
+        stop(p, rest)
