@@ -30,6 +30,13 @@ def rss(pid):
         return int(next(l for l in f if l.startswith("VmRSS:")).split()[1]) * 1024
 
 
+def promtool_findings(text):
+    """What Prometheus's own linter says of an exposition: "" when it passes with nothing to say."""
+    lint = subprocess.run(["promtool", "check", "metrics"], input=text, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    return lint.stdout.strip() or ("" if lint.returncode == 0 else "exit status %d" % lint.returncode)
+
+
 def undocumented(text):
     """The metric families of an exposition that docs/serve.md's table does not name."""
     with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "serve.md")) as f:
@@ -94,9 +101,7 @@ def test_serve_counts_every_read_and_prometheus_agrees(mounted_erofs, collector_
         t1 = time.time()
 
         # the exposition is valid by Prometheus's own linter
-        lint = subprocess.run(["promtool", "check", "metrics"], input=text, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
-        assert lint.returncode == 0 and not lint.stdout.strip(), lint.stdout
+        assert promtool_findings(text) == ""
         assert undocumented(text) == []
 
         # every read fio made is counted once, with the bytes it returned (fio is the only reader there)
@@ -866,6 +871,21 @@ def _fio_and_its_other_reads(mnt, *fio_args):
     return ios, int(fio.stdout.split()[-1]) - ios
 
 
+def _serve_fio_on_a_budget(mnt, env=None):
+    """serve at --budget 1 with windows for 0.4 of the time, tracing fio only, its file warm: start_serve's"""
+    subprocess.run(["cat", os.path.join(mnt, "big.bin")], stdout=subprocess.DEVNULL, check=True)  # warm
+    return start_serve("--mount", mnt, "--comm", "fio", "--budget", "1", "--window-duty", "0.4", env=env)
+
+
+def _assert_estimate_holds(after, mnt, ios, other_reads):
+    """fstrace_requests_estimated's reads lie inside its own bounds, and the bounds hold fio's count of reads, give
+    or take its reads of other files (the windows are weighted by all its read syscalls)"""
+    lo, est, hi = (value(after, "fstrace_requests_estimated", kind="read", mount=mnt, bound=b)
+                   for b in ("lower95", "estimate", "upper95"))
+    assert lo <= est <= hi
+    assert lo - other_reads <= ios <= hi + other_reads, (lo, est, hi, ios, other_reads)
+
+
 @pytest.mark.bpf
 def test_serve_on_a_budget_estimates_reads_with_an_interval(mounted_erofs):  # noqa: F811
     """--budget: the request hooks only in windows; fstrace_requests_total counts what they saw, and
@@ -874,8 +894,7 @@ def test_serve_on_a_budget_estimates_reads_with_an_interval(mounted_erofs):  # n
     task traced, another process's reads too), and fio's start reads its libraries and /proc in a burst no
     window may see, which the windows' spread cannot show."""
     mnt, _ = mounted_erofs
-    subprocess.run(["cat", os.path.join(mnt, "big.bin")], stdout=subprocess.DEVNULL, check=True)  # warm
-    p, port, rest = start_serve("--mount", mnt, "--comm", "fio", "--budget", "1", "--window-duty", "0.4")
+    p, port, rest = _serve_fio_on_a_budget(mnt)
     try:
         time.sleep(0.5)
         before = parse(fresh_scrape(port))
@@ -899,11 +918,7 @@ def test_serve_on_a_budget_estimates_reads_with_an_interval(mounted_erofs):  # n
         seen = value(after, "fstrace_requests_total", kind="read", mount=mnt) - value(
             before, "fstrace_requests_total", kind="read", mount=mnt)
         assert 0 < seen < ios  # the hooks were off part of the time
-        lo = value(after, "fstrace_requests_estimated", kind="read", mount=mnt, bound="lower95")
-        hi = value(after, "fstrace_requests_estimated", kind="read", mount=mnt, bound="upper95")
-        est = value(after, "fstrace_requests_estimated", kind="read", mount=mnt, bound="estimate")
-        assert lo <= est <= hi
-        assert lo - other_reads <= ios <= hi + other_reads, (lo, est, hi, ios, other_reads)
+        _assert_estimate_holds(after, mnt, ios, other_reads)
         # weighted by fio's own read calls, every window's known
         assert value(after, "fstrace_requests_estimated_by_calls", kind="read", mount=mnt) == 1
         assert value(after, "fstrace_request_windows_without_calls_total") == 0
@@ -921,9 +936,7 @@ def test_serve_on_a_budget_leaves_out_only_the_windows_of_a_failed_look(mounted_
     estimate is still weighted by fio's own calls over the other windows, and its 95 % bounds hold fio's count
     (give or take its reads of other files, as above)."""
     mnt, _ = mounted_erofs
-    subprocess.run(["cat", os.path.join(mnt, "big.bin")], stdout=subprocess.DEVNULL, check=True)  # warm
-    p, port, rest = start_serve("--mount", mnt, "--comm", "fio", "--budget", "1", "--window-duty", "0.4",
-                                env={"FSTRACE_FAIL_CALL_LOOKS": "15,18"})
+    p, port, rest = _serve_fio_on_a_budget(mnt, env={"FSTRACE_FAIL_CALL_LOOKS": "15,18"})
     try:
         time.sleep(0.5)
         before = parse(fresh_scrape(port))
@@ -933,18 +946,14 @@ def test_serve_on_a_budget_leaves_out_only_the_windows_of_a_failed_look(mounted_
         assert 0 < other_reads < ios / 20, (other_reads, ios)
         time.sleep(1.0)
         text = fresh_scrape(port)
-        lint = subprocess.run(["promtool", "check", "metrics"], input=text, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
-        assert lint.returncode == 0 and not lint.stdout.strip(), lint.stdout
+        assert promtool_findings(text) == ""
         assert undocumented(text) == []
         after = parse(text)
         assert value(after, "fstrace_request_windows_total") >= 12
         assert value(after, "fstrace_call_count_looks_failed_total") == 2
         assert value(after, "fstrace_request_windows_without_calls_total") == 2
         assert value(after, "fstrace_requests_estimated_by_calls", kind="read", mount=mnt) == 1
-        lo = value(after, "fstrace_requests_estimated", kind="read", mount=mnt, bound="lower95")
-        hi = value(after, "fstrace_requests_estimated", kind="read", mount=mnt, bound="upper95")
-        assert lo - other_reads <= ios <= hi + other_reads, (lo, hi, ios, other_reads)
+        _assert_estimate_holds(after, mnt, ios, other_reads)
     finally:
         stop(p, rest)
 
@@ -956,9 +965,7 @@ def test_serve_on_a_budget_weights_by_time_when_no_window_has_its_calls(mounted_
     without calls keeps up with the windows, and with fio held to a rate tracing does not slow, the estimate by
     time still holds fio's count."""
     mnt, _ = mounted_erofs
-    subprocess.run(["cat", os.path.join(mnt, "big.bin")], stdout=subprocess.DEVNULL, check=True)  # warm
-    p, port, rest = start_serve("--mount", mnt, "--comm", "fio", "--budget", "1", "--window-duty", "0.4",
-                                env={"FSTRACE_FAIL_CALL_LOOKS": ",".join(str(n) for n in range(1, 65))})
+    p, port, rest = _serve_fio_on_a_budget(mnt, env={"FSTRACE_FAIL_CALL_LOOKS": ",".join(str(n) for n in range(1, 65))})
     try:
         time.sleep(0.5)
         # 3 s: the hook numbers 64 looks, two per 0.3 s window period, so the scrape comes before the 33rd window
@@ -966,14 +973,11 @@ def test_serve_on_a_budget_weights_by_time_when_no_window_has_its_calls(mounted_
         time.sleep(1.0)
         after = parse(fresh_scrape(port))
         windows = value(after, "fstrace_request_windows_total")
-        assert windows < 32
-        assert windows >= 4
+        assert 4 <= windows < 32
         assert value(after, "fstrace_request_windows_without_calls_total") == windows
         # both looks of each window, and the opening one of a window open at the scrape
         assert 2 * windows <= value(after, "fstrace_call_count_looks_failed_total") <= 2 * windows + 1
         assert value(after, "fstrace_requests_estimated_by_calls", kind="read", mount=mnt) == 0
-        lo = value(after, "fstrace_requests_estimated", kind="read", mount=mnt, bound="lower95")
-        hi = value(after, "fstrace_requests_estimated", kind="read", mount=mnt, bound="upper95")
-        assert lo - other_reads <= ios <= hi + other_reads, (lo, hi, ios, other_reads)
+        _assert_estimate_holds(after, mnt, ios, other_reads)
     finally:
         stop(p, rest)
