@@ -109,6 +109,55 @@ def test_no_run_logs_or_history(path):
         assert not m, "%s: %r reads as a run log or history" % (os.path.basename(path), m.group(0))
 
 
+# Names the docs quote that are the kernel's, not the tree's (functions and syscalls no program of ours names):
+# every other code name in backticks must be found in the tree (below).
+KERNEL_NAMES = {"page_cache_ra_unbounded", "copy_file_range"}
+TREE_DIRS = ("analysis", "bpf", "cli", "common", "dashboards", "docs", "man", "scripts", "tests", "user",
+             "vmlinux", "workloads", ".ci")
+
+
+def tracked_files():
+    return subprocess.run(["git", "-C", ROOT, "ls-files"], stdout=subprocess.PIPE, text=True,
+                          check=True).stdout.split()
+
+
+def quoted_code_names(text):
+    """The code names a page quotes in backticks: ("path", p) for a path in the tree or a source file's name,
+    ("name", n) for an identifier that can only be code (snake_case, a call `f()`, or SHOUTING_CASE)."""
+    for q in re.findall(r"`([^`\n]+)`", text):
+        q = q.strip()
+        path = re.sub(r"(#[\w-]+|:\d+(-\d+)?)$", "", q)  # an anchor or a line number after a path
+        if re.fullmatch(r"[\w.-]+(/[\w.-]+)+/?", path) and path.split("/")[0] in TREE_DIRS:
+            yield "path", path.rstrip("/")
+        elif re.fullmatch(r"[\w-]+\.(c|h|py|sh|js)", path):
+            yield "path", path
+        elif re.fullmatch(r"[A-Za-z]\w*(\(\))?", q) and ("_" in q or q.endswith("()")) \
+                and not q.startswith("CONFIG_"):  # kernel build options are the kernel's
+            yield "name", q.removesuffix("()")
+
+
+@pytest.mark.unit
+def test_code_names_the_docs_quote_exist_in_the_tree():
+    """Every function, variable, macro and file a page quotes as code is in the tree, so that a rename or a
+    removal cannot leave the docs pointing at nothing."""
+    files = [f for f in tracked_files() if os.path.isfile(os.path.join(ROOT, f))]
+    basenames = {os.path.basename(f) for f in files}
+    dirs = {os.path.dirname(f) for f in files}
+    code = "\n".join(read(os.path.join(ROOT, f)) for f in files
+                      if not f.endswith(".md") and not f.startswith(("vmlinux/", "tests/data/")))
+    words = set(re.findall(r"\w+", code))
+    missing = []
+    for path in markdown_files():
+        for kind, q in quoted_code_names(read(path)):
+            if kind == "path":
+                found = q in files or q in dirs or ("/" not in q and q in basenames)
+            else:
+                found = q in words or q in KERNEL_NAMES
+            if not found:
+                missing.append("%s: `%s`" % (os.path.relpath(path, ROOT), q))
+    assert not missing, "quoted as code but not in the tree: " + ", ".join(missing)
+
+
 def xmacro_fields(name):
     """[(C type, field name, size)] of `#define name(F, S)` in bpf/records.h, in order."""
     m = re.search(r"#define %s\(F, S\)((?:.*\\\n)*.*)" % re.escape(name), read(RECORDS_H))
