@@ -227,8 +227,3 @@ def mean_times(hist):
     """Mean of a {times: units} histogram: how many times a unit was looked up (read), on average."""
     n = sum(hist.values())
     return sum(int(k) * v for k, v in hist.items()) / n if n else 0.0
-
-
-def _times(hist):
-    """'1x: 120, 2x: 3' of a {times: units} histogram, 0x (never) first."""
-    return ", ".join("%sx %d" % (k, v) for k, v in sorted(hist.items(), key=lambda kv: int(kv[0])))

@@ -68,15 +68,6 @@ def check(name, iops_cap):
     return profile(name) if name else None
 
 
-def describe(p):
-    return "%s: read %s/s %d IOPS, write %s/s %d IOPS" % (p["name"], _rate(p["rbps"]), p["riops"],
-                                                         _rate(p["wbps"]), p["wiops"])
-
-
-def _rate(b):
-    return "%.0f MiB" % (b / MIB) if b % MIB == 0 else "%.0f MB" % (b / 1e6)
-
-
 def add_argument(p):
     p.add_argument("--storage", help="throttle the image's device to a medium (cgroup io.max): %s"
                    % ", ".join(PROFILES))
