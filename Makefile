@@ -29,7 +29,7 @@ LINK_LIBS := -static -ljson-c -lbpf -lelf -lz -lzstd -lm
 STATIC_FLAG := 1
 endif
 
-.PHONY: all clean vmlinux test test-unit install bench-overhead bench-helpers vmtest FORCE
+.PHONY: all clean vmlinux test test-unit test-c install bench-overhead bench-helpers vmtest FORCE
 all: $(OUT)/fstrace-collect
 
 $(OUT):
@@ -129,3 +129,19 @@ bench-overhead: all
 vmtest: all
 	./scripts/setup.sh --test
 	build/venv/bin/python3 -m scripts.vmtest $(VMTEST_ARGS)
+
+# The collector's pure parts tested alone, with cmocka, as any user (tests/test_collector_units.py runs them in
+# the unit lane): `make test-c [TEST_C_OUT=DIR]` builds tests/c/NAME_test.c with the user/ sources it tests
+# (below) and runs each.
+TEST_C_OUT ?= $(OUT)/test-c
+TEST_C_BINS := $(patsubst tests/c/%.c,$(TEST_C_OUT)/%,$(wildcard tests/c/*_test.c))
+$(TEST_C_OUT)/jbuf_test: user/jbuf.c
+$(TEST_C_OUT)/openmetrics_test: user/openmetrics.c user/jbuf.c
+$(TEST_C_OUT)/options_test: user/options.c
+$(TEST_C_OUT)/names_test: user/names.c
+$(TEST_C_OUT)/%_test: tests/c/%_test.c $(USER_HDRS) bpf/records.h
+	@mkdir -p $(@D)
+	$(CC) $(USER_CFLAGS) -Iuser $(filter %.c,$^) -o $@ -lcmocka
+
+test-c: $(TEST_C_BINS)
+	@for t in $(TEST_C_BINS); do $$t || exit 1; done

@@ -35,8 +35,9 @@ VENV_PACKAGES="perfetto==0.59.1 protobuf==7.36.2"
 # building erofs-utils 1.8.6 from Debian trixie's source (scripts/build-erofs-utils.sh, part of workloads)
 EROFS_BUILD="dpkg-dev autoconf automake libtool pkg-config make gcc liblz4-dev liblzma-dev libzstd-dev libdeflate-dev zlib1g-dev uuid-dev libxxhash-dev"
 # the unit test lane (tests on stored results and the documentation, as any user): pytest, groff-base and man-db
-# to render the manual pages (man/) as tests/test_docs.py checks them, clang-format (14) for the C style check
-UNIT="python3-pytest groff-base man-db clang-format"
+# to render the manual pages (man/) as tests/test_docs.py checks them, clang-format (14) for the C style check, gcc,
+# make and libcmocka-dev for the collector's C unit tests (tests/c/, make test-c)
+UNIT="python3-pytest groff-base man-db clang-format gcc make libcmocka-dev"
 # The Python linter the unit lane runs (tests/test_style.py; its configuration: ruff.toml), pinned, from PyPI into
 # a virtual environment of its own, build/lint (the tests', not the command line's)
 LINT_PACKAGES="ruff==0.17.6"

@@ -1,5 +1,5 @@
-"""The sources are as their formatter and linter leave them: clang-format (.clang-format) for the C of bpf/, user/
-and scripts/, ruff (ruff.toml, pinned in scripts/setup.sh) for the Python."""
+"""The sources are as their formatter and linter leave them: clang-format (.clang-format) for the C of bpf/, user/,
+scripts/ and tests/c/, ruff (ruff.toml, pinned in scripts/setup.sh) for the Python."""
 import glob
 import os
 import subprocess
@@ -10,7 +10,7 @@ from conftest import ROOT
 
 pytestmark = pytest.mark.unit
 
-C_SOURCES = sorted(f for pattern in ("bpf/*.c", "bpf/*.h", "user/*.c", "user/*.h", "scripts/*.c")
+C_SOURCES = sorted(f for pattern in ("bpf/*.c", "bpf/*.h", "user/*.c", "user/*.h", "scripts/*.c", "tests/c/*.c")
                    for f in glob.glob(pattern, root_dir=ROOT))
 
 

@@ -24,7 +24,7 @@
 #include "openmetrics.h"
 #include "window.h"
 #include "procfs.h"
-#include "results.h"
+#include "jbuf.h"
 
 unsigned long long expose_unaggregated_requests;
 unsigned long long expose_expired_bios, expose_expired_requests;

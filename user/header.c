@@ -13,6 +13,7 @@
 #include "window.h"
 #include "ksyms.h"
 #include "names.h"
+#include "jbuf.h"
 #include "results.h"
 #include "stacks.h"
 

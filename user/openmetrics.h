@@ -7,7 +7,7 @@
 #define FSTRACE_OPENMETRICS_H
 
 #include <stddef.h>
-#include "results.h"
+#include "jbuf.h"
 
 /* om (emptied first) := the OpenMetrics text of the classic exposition text[0..len); created: the counters'
  * _created time (the collector's start, in seconds since the epoch: they start at 0 then) */

@@ -3,37 +3,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
+#include "jbuf.h"
 #include "results.h"
-
-void jb_add(struct jbuf *b, const char *fmt, ...)
-{
-	va_list ap;
-	for (;;) {
-		size_t room = b->cap - b->len;
-		va_start(ap, fmt);
-		int n = vsnprintf(b->s ? b->s + b->len : NULL, room, fmt, ap);
-		va_end(ap);
-		if (n < 0)
-			return;
-		if ((size_t)n < room) {
-			b->len += n;
-			return;
-		}
-		size_t cap = (b->cap + n + 1) * 2;
-		char *s = realloc(b->s, cap);
-		if (!s)
-			abort();
-		b->s = s;
-		b->cap = cap;
-	}
-}
 
 /* Field tables generated from the X-macros in records.h: the one definition of each layout. */
 static void field(json *a, const char *name, const char *type, size_t offset, size_t size)

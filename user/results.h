@@ -53,11 +53,4 @@ int results_add(struct results *r, const void *data, size_t size);
 int results_finish(struct results *r, json *header);
 void results_discard(struct results *r);
 
-/* a growing string (folded stacks, the exposition's text); the header itself is built with jsonw.h */
-struct jbuf {
-	char *s;
-	size_t len, cap;
-};
-void jb_add(struct jbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
 #endif

@@ -17,7 +17,7 @@
 #include "ksyms.h"
 #include "names.h"
 #include "probes.h"
-#include "results.h"
+#include "jbuf.h"
 #include "stacks.h"
 #include "ustack.h"
 #include "block.skel.h"

@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <linux/types.h>
 
-#include "results.h"
+#include "jbuf.h"
 
 /* read the executable mappings of a process the first time it is seen (it must still be running) */
 void ustack_note_process(__u32 tgid, const char *comm);
