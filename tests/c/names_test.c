@@ -20,6 +20,13 @@ struct named {
 
 #define VALUE_OF(c, v, ...) s.value[s.n++] = v;
 
+/* the values of one records.h X-macro */
+#define NAMED(xmacro)                   \
+	({                              \
+		struct named s = { 0 }; \
+		xmacro(VALUE_OF) s;     \
+	})
+
 /*
  * every value's name: no two alike, and not the fallback except for the value records.h itself names so
  * (fallback_value; -1: none); a value past them all: the fallback
@@ -51,22 +58,19 @@ static const char *op_of(unsigned v) { return op_name(v); }
 
 static void tiers(void **state)
 {
-	struct named s = { 0 };
-	FST_TIERS(VALUE_OF)
+	struct named s = NAMED(FST_TIERS);
 	check_names(&s, tier_of, "unknown", -1);
 }
 
 static void figures(void **state)
 {
-	struct named s = { 0 };
-	FST_FIGURES(VALUE_OF)
+	struct named s = NAMED(FST_FIGURES);
 	check_names(&s, figure_of, "unknown", -1);
 }
 
 static void request_kinds(void **state)
 {
-	struct named s = { 0 };
-	FST_REQ_KINDS(VALUE_OF)
+	struct named s = NAMED(FST_REQ_KINDS);
 	check_names(&s, kind_name, "unknown", -1);
 }
 
@@ -81,32 +85,8 @@ static void io_ops(void **state)
 
 static void filesystems_algorithms_work_sites_parts(void **state)
 {
-	struct named fs = { 0 }, algs = { 0 }, work = { 0 }, sites = { 0 }, parts = { 0 };
-	{
-		struct named s = { 0 };
-		FST_FILESYSTEMS(VALUE_OF)
-		fs = s;
-	}
-	{
-		struct named s = { 0 };
-		FST_ALGS(VALUE_OF)
-		algs = s;
-	}
-	{
-		struct named s = { 0 };
-		FST_WORK_KINDS(VALUE_OF)
-		work = s;
-	}
-	{
-		struct named s = { 0 };
-		FST_TRACER_SITES(VALUE_OF)
-		sites = s;
-	}
-	{
-		struct named s = { 0 };
-		FST_PARTS(VALUE_OF)
-		parts = s;
-	}
+	struct named fs = NAMED(FST_FILESYSTEMS), algs = NAMED(FST_ALGS), work = NAMED(FST_WORK_KINDS),
+		     sites = NAMED(FST_TRACER_SITES), parts = NAMED(FST_PARTS);
 	check_names(&fs, fs_name, "unknown", -1);
 	check_names(&algs, alg_name, "unknown", FST_ALG_UNKNOWN);
 	check_names(&work, work_kind_name, "filesystem work", -1);
