@@ -282,8 +282,8 @@ def run_bench(configs, workloads, media, droot, manifest, cache, outdir, runs, w
     for medium in media:
         name = medium["name"] if medium else None
         cells = {(wl, label) for m, wl, label in mine if m == name}
-        if not cells:
-            continue
+        if not cells and (mine or medium is not media[0]):
+            continue  # a shard of no cells at all (more shards than cells) still writes an empty bench
         used = [(fs, o) for fs, o in configs if any(images.label(fs, o) == label for _, label in cells)]
         wls = [w for w in workloads if any(w.name == wl for wl, _ in cells)]
         d = outdir if len(media) == 1 else os.path.join(outdir, medium["name"])

@@ -227,7 +227,11 @@ def cmd_bench(args):
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         results = ResultsDir(args.out or os.path.join("fstrace-results", "%s-bench-merged" % stamp))
         with results as outdir:
-            shards.merge(args.merge, outdir)
+            try:
+                shards.merge(args.merge, outdir)
+            except (AttributeError, KeyError, TypeError, ValueError) as e:
+                raise FstraceError("%s: not what bench writes there, or damaged (%s: %s)"
+                                   % (" ".join(args.merge), type(e).__name__, str(e)[:100]))
         progress("merged bench in %s" % results.outdir)
         return 0
     shard = shards.parse(args.shard) if args.shard else None

@@ -183,6 +183,9 @@ def merge(inputs, outdir):
             doc["machines"][name] = part.get("machine")
             suffix = "@" + name if several else ""
             for r in part["rows"]:
+                if r["workload"] not in m["workloads"] or r["label"] not in m["configs"]:
+                    raise FstraceError("%s: %s on %s is not a cell of its own matrix; refused"
+                                       % (os.path.join(d, "bench.json"), r["workload"], r["label"]))
                 cell = (name, r["workload"], r["label"], r["run"])
                 if cell in seen:
                     raise FstraceError("%s on %s, run %d, is in two parts (%s among them): shards of one matrix "

@@ -116,6 +116,13 @@ def test_merge_refuses_a_missing_shard_and_a_foreign_part(tmp_path):
     p = fstrace("bench", "--merge", first, other, "-o", str(tmp_path / "m"), check=False)
     assert p.returncode == 1 and "not parts of one bench: their matrix differ" in p.stderr
     assert not (tmp_path / "m").exists() and not (tmp_path / "m.partial").exists()
+    # a damaged part (its matrix names no configurations): one line, nothing written
+    damaged = _bench_dir(str(tmp_path / "d"), a, [("randread", "erofs-a")],
+                         matrix={"preset": None, "media": [None], "workloads": ["randread"], "configs": 5})
+    p = fstrace("bench", "--merge", damaged, "-o", str(tmp_path / "m"), check=False)
+    assert p.returncode == 1 and "not what bench writes there, or damaged (TypeError" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and p.stderr.count("fstrace: error:") == 1
+    assert not (tmp_path / "m").exists() and not (tmp_path / "m.partial").exists()
 
 
 def _run_dir(d, s):
