@@ -43,6 +43,7 @@ def pair(a, b):
             "amplification": (amplification.row(amp_a), amplification.row(amp_b)),
             "amplification_detail": (amp_a, amp_b),
             "received_bytes": (amp_a["received_bytes"], amp_b["received_bytes"]),
+            "figures": (figures(a, amp_a), figures(b, amp_b)),
             "accounts_for": accounts_for(rows, delta_wall)}
 
 
@@ -123,19 +124,71 @@ def render(c, sa, sb, name_a="A", name_b="B"):
     return "\n".join(out) + "\n"
 
 
-def companions(c, name_a, name_b):
-    """The amplification figures that go with the parts that moved: device bytes beside I/O wait, decompression
-    beside on-CPU time."""
-    ra, rb = c["amplification"]
+# the figures that may go with a part's change, each with the parts it goes with: the image device's requests (their
+# count, mean size and queue-to-complete latency) and its bytes with I/O wait (and the uninterruptible sleep that
+# waits on others' I/O), decompression with the CPU parts
+IO_PARTS = {"io_wait", "dsleep"}
+CPU_PARTS = {"oncpu", "worker", "worker_wait"}
+FIGURES = (("device_requests", "device requests", IO_PARTS, "%d"),
+           ("device_mean_bytes", "mean request size", IO_PARTS, "%.1f KiB"),
+           ("device_q2c_mean_us", "mean queue-to-complete", IO_PARTS, "%.0f us"),
+           ("loop_read_per_received", "loop device bytes per byte received", IO_PARTS, "%.2f"),
+           ("backing_read_per_received", "backing device bytes per byte received", IO_PARTS, "%.2f"),
+           ("decompressed_per_received", "decompressed per byte received", CPU_PARTS, "%.2f"),
+           ("unit_lookups", "compressed unit lookups", CPU_PARTS, "%d"))
+
+
+def figures(s, amp):
+    """The figures of FIGURES of one run (None: not measured on it): the image's (loop) device requests from the
+    summary's devices, the amplification row, the lookups of compressed units (erofs pclusters looked up, squashfs
+    blocks read into its caches)."""
+    loop = [d for d in (s.get("devices") or {}).values() if d.get("level") == "loop"]
+    loop = loop[0] if loop else {}
+    out = dict(amplification.row(amp))
+    out["device_requests"] = loop.get("requests")
+    out["device_mean_bytes"] = loop["mean_bytes"] / 1024 if loop.get("mean_bytes") is not None else None
+    out["device_q2c_mean_us"] = (loop.get("q2c_us") or {}).get("mean")
+    lookups = amp.get(amplification.UNIT_LOOKUPS) or {}
+    out["unit_lookups"] = (None if not lookups.get("available") else
+                           sum(int(k) * v for k, v in lookups["times"].items()) if "times" in lookups else
+                           lookups["units"])
+    return out
+
+
+def _change(a, b):
+    """How far a figure moved: the factor between A and B, either way (2 for double or half), infinite from or to
+    zero."""
+    if a == b:
+        return 1.0
+    if not a or not b:
+        return float("inf")
+    return max(abs(b / a), abs(a / b))
+
+
+def moved_with(c):
+    """The figures that go with the parts accounting for the difference, both runs having them, ranked by how
+    far each moved (the one that moved most first): [(key, what, A, B, factor)]; and those a run lacks."""
+    fa, fb = c["figures"]
     parts = {x["part"] for x in c["accounts_for"]}
-    out = []
-    if parts & {"io_wait", "dsleep"}:
-        for key, what in (("loop_read_per_received", "loop device bytes per byte received"),
-                          ("backing_read_per_received", "backing device bytes per byte received")):
-            if ra.get(key) is not None and rb.get(key) is not None:
-                out.append("%s %.2f (%s) -> %.2f (%s)" % (what, ra[key], name_a, rb[key], name_b))
-                break
-    if parts & {"oncpu", "kworker", "worker", "worker_wait"}:
-        out.append("decompressed bytes per byte received %s (%s) -> %s (%s)" % (
-            amplification.decompressed_text(ra), name_a, amplification.decompressed_text(rb), name_b))
+    ranked, missing = [], []
+    for key, what, goes_with, fmt in FIGURES:
+        if not parts & goes_with:
+            continue
+        if fa.get(key) is None or fb.get(key) is None:
+            missing.append(what)
+            continue
+        ranked.append((key, what, fmt, fa[key], fb[key], _change(fa[key], fb[key])))
+    ranked.sort(key=lambda x: -x[5])
+    return ranked, missing
+
+
+def companions(c, name_a, name_b):
+    """The figures that moved with the parts that account for the difference, most first: "what" A (A) -> B (B),
+    and how many times over; then those one of the runs could not measure."""
+    ranked, missing = moved_with(c)
+    out = ["%s %s (%s) -> %s (%s), %s" % (what, fmt % a, name_a, fmt % b, name_b,
+                                          "unchanged" if factor == 1 else "x%.2f" % (b / a) if a else "from 0")
+           for _, what, fmt, a, b, factor in ranked]
+    if missing:
+        out.append("not measured in both: " + ", ".join(missing))
     return out

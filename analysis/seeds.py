@@ -207,13 +207,20 @@ def seed004(docs):
         total = {lb: sum(_median(runs[(wl, lb)]) for wl in dict.fromkeys(r["workload"] for r in doc["rows"])
                          if (wl, lb) in runs) for lb in cfgs}
         order = sorted(total, key=total.get)
-        choices.append((medium or "unthrottled", order))
+        choices.append((medium or "unthrottled", order, total, doc.get("machine_name")))
         w("")
     w("choices (by the sum of the median times of every workload)")
     w("%-16s %-12s %-12s %-12s %-12s" % ("hardware", "best", "2nd", "3rd", "worst"))
-    for medium, order in choices:
+    for medium, order, _, _ in choices:
         w("%-16s %-12s %-12s %-12s %-12s" % (medium, *(order[:3] + ["-"] * (3 - len(order[:3]))), order[-1]))
     w("")
+    if any(machine for *_, machine in choices):
+        # a merged bench of several machines (bench --merge): the same sums side by side, a column per machine
+        w("sum of the median times of every workload (s), per machine")
+        labels = list(dict.fromkeys(lb for _, order, _, _ in choices for lb in order))
+        _table(w, ["file system"] + [medium for medium, *_ in choices],
+               [[lb] + ["%.3f" % total[lb] if lb in total else "-" for _, _, total, _ in choices] for lb in labels])
+        w("")
     w("disk usage: image blocks allocated over the tree's bytes; write: cp -a of the tree into an empty image && "
       "sync (large file: of the single file); tar: tar cf - . | cat; cp: cp -a to /dev/shm.")
     return out

@@ -4,7 +4,6 @@ Runs alternate between configurations (for run i: every configuration once, in a
 shared machine affects all configurations alike; tables report min/median/max like hyperfine.
 """
 import datetime
-import json
 import os
 import sys
 import time
@@ -13,7 +12,8 @@ from analysis.render import sets_html, write_html
 from analysis.seeds import SEED002_COMPRESSORS
 from cli.directories import ResultsDir
 from cli.runner import check_iops_cap, check_ready, check_workload_ok, resolve_dataset, run_once, tool_versions
-from common.system import FstraceError, progress
+from cli import shards
+from common.system import FstraceError, progress, write_json_atomic
 
 SEED001_SIZES = [4096 << i for i in range(9)]  # the seed's block sizes, 4 KiB to 1 MiB
 
@@ -213,17 +213,19 @@ def _duration(s):
 
 
 def measure(configs, workloads, droot, manifest, cache, outdir, runs, warm=False, iops_cap=None, imgs=None,
-            clock=None, baseline=True, storage=None):
+            clock=None, baseline=True, storage=None, cells=None, record=None):
     """Every workload on every configuration, runs times, into the bench directory outdir (bench.json, bench.csv,
     tables.txt and one results directory per run); returns the bench document.  imgs: the image table, if the
     caller has built it already; clock: a RunClock shared by several matrices (advise's uncapped and capped);
     baseline: each run also runs untraced, before the traced run in odd runs and after it in even ones, so that
-    neither order's cache or clock effects favour one side."""
+    neither order's cache or clock effects favour one side.  cells: the (workload, label) pairs to run (a shard's),
+    all when None; record: more fields for bench.json (a shard's machine and place in the matrix)."""
     from analysis import tables
     from workloads import images
     if imgs is None:
         imgs = image_table(configs, sorted({w.part for w in workloads if not w.writes}), droot, manifest, cache)
-    plan = [(wl, run, fs, opts) for wl in workloads for run in range(1, runs + 1) for fs, opts in configs]
+    plan = [(wl, run, fs, opts) for wl in workloads for run in range(1, runs + 1) for fs, opts in configs
+            if cells is None or (wl.name, images.label(fs, opts)) in cells]
     clock = clock or RunClock(len(plan))
     rows = []
     for wl, run, fs, opts in plan:
@@ -242,48 +244,72 @@ def measure(configs, workloads, droot, manifest, cache, outdir, runs, warm=False
            "runs": runs, "cache": "warm" if warm else "cold", "iops_cap": iops_cap, "storage": storage,
            "images": imgs, "rows": rows,
            "configs": [{"fs": fs, "options": opts, "label": images.label(fs, opts)} for fs, opts in configs],
-           "kernel": os.uname().release}
-    tmp = os.path.join(outdir, "bench.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=1)
-    os.rename(tmp, os.path.join(outdir, "bench.json"))
+           "kernel": os.uname().release, "machine": shards.machine(storage, cache)}
+    doc.update(record or {})
+    write_bench(doc, outdir)
+    return doc
+
+
+def write_bench(doc, outdir):
+    """A bench directory's files from its document: bench.json (last, atomically), bench.csv, tables.txt."""
+    from analysis import tables
     with open(os.path.join(outdir, "bench.csv"), "w") as f:
         f.write(tables.render_csv(doc))
     with open(os.path.join(outdir, "tables.txt"), "w") as f:
         f.write(tables.render_bench(doc))
-    return doc
+    write_json_atomic(os.path.join(outdir, "bench.json"), doc, indent=1)
 
 
 def run_bench(configs, workloads, media, droot, manifest, cache, outdir, runs, warm=False, iops_cap=None,
-              baseline=True, preset=None):
+              baseline=True, preset=None, shard=None):
     """The bench into outdir (the bench directory's .partial: it is complete only once renamed): measure() on
     each storage medium of media; on several (a preset's), one bench directory per medium under it, and the
-    seed's tables across them when preset names the seed."""
+    seed's tables across them when preset names the seed.  shard: (index, count), run only that part of the
+    matrix (shards.cells_of); its seed tables are the merge's (bench --merge), not its own."""
     from analysis import seeds
-    progress("bench: %d configurations x %d workloads x %d runs%s" % (
+    from workloads import images
+    matrix = shards.matrix(preset, configs, workloads, media)
+    mine = shards.cells_of(matrix, shard)
+    progress("bench: %d configurations x %d workloads x %d runs%s%s" % (
         len(configs), len(workloads), runs,
         " x %d storage profiles (%s)" % (len(media), ", ".join(m["name"] for m in media)) if len(media) > 1 else
-        ", storage %s" % media[0]["name"] if media[0] else ""))
-    clock = RunClock(len(configs) * len(workloads) * runs * len(media))
-    imgs = image_table(configs, sorted({w.part for w in workloads if not w.writes}), droot, manifest, cache)
+        ", storage %s" % media[0]["name"] if media[0] else "",
+        ": shard %d of %d, %d of the %d cells" % (shard[0], shard[1], len(mine), len(shards.cells_of(matrix)))
+        if shard else ""))
+    clock = RunClock(len(mine) * runs)
+    record = {"matrix": matrix, "shard": {"index": shard[0], "count": shard[1]} if shard else None}
     docs, dirs = [], []
     for medium in media:
+        name = medium["name"] if medium else None
+        cells = {(wl, label) for m, wl, label in mine if m == name}
+        if not cells and (mine or medium is not media[0]):
+            continue  # a shard of no cells at all (more shards than cells) still writes an empty bench
+        used = [(fs, o) for fs, o in configs if any(images.label(fs, o) == label for _, label in cells)]
+        wls = [w for w in workloads if any(w.name == wl for wl, _ in cells)]
         d = outdir if len(media) == 1 else os.path.join(outdir, medium["name"])
         os.makedirs(d, exist_ok=True)
-        doc = measure(configs, workloads, droot, manifest, cache, d, runs, warm=warm, iops_cap=iops_cap,
-                      imgs=imgs, clock=clock, storage=medium, baseline=baseline)
-        docs.append((medium["name"] if medium else None, doc))
-        dirs.append((medium["name"] if medium and len(media) > 1 else "", d))
+        imgs = image_table(used, sorted({w.part for w in wls if not w.writes}), droot, manifest, cache)
+        doc = measure(used, wls, droot, manifest, cache, d, runs, warm=warm, iops_cap=iops_cap, imgs=imgs,
+                      clock=clock, storage=medium, baseline=baseline, cells=cells, record=record)
+        docs.append((name, doc))
+        dirs.append((name if medium and len(media) > 1 else "", d))
+    seed = seeds.render(preset, docs, PRESETS[preset]["not_reproduced"]) if preset and not shard else None
+    finish(outdir, dirs, [n for n, _ in docs], preset, seed, manifest["id"], shard=record["shard"])
+
+
+def finish(outdir, dirs, media, preset, seed, dataset_id, shard=None):
+    """A bench's last files: the seed tables and preset.json of a preset, report.html; the tables to stdout.
+    dirs: [(medium name or "", bench directory)]; media: their storage profiles' names (None: unthrottled)."""
     text = "".join(open(os.path.join(d, "tables.txt")).read() for _, d in dirs)
     if preset:
-        p = PRESETS[preset]
-        seed = seeds.render(preset, docs, p["not_reproduced"])
-        with open(os.path.join(outdir, "seed-tables.txt"), "w") as f:
-            f.write(seed)
-        with open(os.path.join(outdir, "preset.json"), "w") as f:
-            json.dump({"preset": preset, "storage": [n for n, _ in docs], "not_reproduced": p["not_reproduced"],
-                       "benches": [os.path.relpath(d, outdir) for _, d in dirs]}, f, indent=1)
-        text = seed + "\n" + text
+        if seed:
+            with open(os.path.join(outdir, "seed-tables.txt"), "w") as f:
+                f.write(seed)
+            text = seed + "\n" + text
+        write_json_atomic(os.path.join(outdir, "preset.json"), {
+            "preset": preset, "storage": media, "shard": shard,
+            "not_reproduced": PRESETS[preset]["not_reproduced"],
+            "benches": [os.path.relpath(d, outdir) for _, d in dirs]}, indent=1)
     sys.stdout.write(text)
-    write_html(os.path.join(outdir, "report.html"), sets_html("fstrace bench: dataset %s" % manifest["id"],
-                                                              dirs, text if preset else None))
+    write_html(os.path.join(outdir, "report.html"), sets_html("fstrace bench: dataset %s" % dataset_id,
+                                                              dirs, text if seed else None))

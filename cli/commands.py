@@ -217,7 +217,24 @@ def cmd_serve(args):
 
 
 def cmd_bench(args):
-    from cli import bench
+    from cli import bench, shards
+    if args.merge:
+        given = [o for o, v in (("--preset", args.preset), ("--fs", args.fs), ("--workload", args.workload),
+                                ("--shard", args.shard), ("--storage", args.storage),
+                                ("--iops-cap", args.iops_cap)) if v]
+        if given:
+            raise FstraceError("--merge takes the matrix from the parts it merges; drop %s" % ", ".join(given))
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        results = ResultsDir(args.out or os.path.join("fstrace-results", "%s-bench-merged" % stamp))
+        with results as outdir:
+            try:
+                shards.merge(args.merge, outdir)
+            except (AttributeError, KeyError, TypeError, ValueError) as e:
+                raise FstraceError("%s: not what bench writes there, or damaged (%s: %s)"
+                                   % (" ".join(args.merge), type(e).__name__, str(e)[:100]))
+        progress("merged bench in %s" % results.outdir)
+        return 0
+    shard = shards.parse(args.shard) if args.shard else None
     bench.check_counts(args.runs, args.iops_cap)
     configs = bench.plan_configs(preset=args.preset, fs=args.fs, compress=args.compress, cluster=args.cluster,
                                  features=args.features)
@@ -226,7 +243,7 @@ def cmd_bench(args):
     results, droot, manifest, cache = bench.prepare("bench", args.out, args.dataset, args.cache, args.scale)
     with results as outdir:
         bench.run_bench(configs, workloads, media, droot, manifest, cache, outdir, args.runs, warm=args.warm,
-                        iops_cap=args.iops_cap, baseline=not args.no_baseline, preset=args.preset)
+                        iops_cap=args.iops_cap, baseline=not args.no_baseline, preset=args.preset, shard=shard)
     progress("bench results in %s" % results.outdir)
     return 0
 
@@ -276,7 +293,8 @@ def report_bench(bench_dir):
         stored = load_doc(os.path.join(rundir, "summary.json"), results.SUMMARY_SCHEMA)
         fst = in_dir(rundir, "results.fst")
         s, _ = analyse(load_results(fst), stored.get("ground_truth"), fst, baseline=stored.get("baseline"))
-        rows.append(dict(tables.row_from_summary(s), run=r["run"], dir=r["dir"]))
+        # a merged bench's cells keep the machine in their label (cli/shards.py), which no run's summary has
+        rows.append(dict(tables.row_from_summary(s), run=r["run"], dir=r["dir"], label=r["label"]))
     doc["rows"] = rows
     sys.stdout.write(report.terminal_safe(tables.render_bench(doc)))
     return 0
@@ -434,7 +452,9 @@ In a source tree the command is ./fstrace. See man fstrace (man -l man/fstrace.8
   sudo fstrace bench --preset seed000 --runs 3
   sudo fstrace bench --fs erofs,squashfs --compress none,lz4hc --cluster 4096,131072 --workload tar-data,randread
   sudo fstrace bench --fs erofs --compress lz4hc,lzma,deflate,zstd --features fragments --workload randread
-  sudo fstrace bench --fs btrfs,ext4,xfs --compress none,zstd:1 --workload write-small --iops-cap 3000""",
+  sudo fstrace bench --fs btrfs,ext4,xfs --compress none,zstd:1 --workload write-small --iops-cap 3000
+  sudo fstrace bench --preset seed004 --shard 0/4 -o shards/0     (and 1/4, 2/4, 3/4, on any machines)
+  fstrace bench --merge shards/* -o merged""",
     "advise": """examples:
   sudo fstrace advise --mix boot
   sudo fstrace advise --dataset rootfs.tar --mix app --iops-cap 3000 --runs 5
@@ -514,6 +534,10 @@ def build_parser():
     storage.add_argument(b)
     b.add_argument("--dataset", help="directory or tarball instead of the built-in dataset")
     b.add_argument("--scale", type=float, default=1.0, help=argparse.SUPPRESS)
+    b.add_argument("--shard", metavar="I/N", help="run only part I of N of the matrix (I from 0, as Slurm's and "
+                   "Kubernetes' array indexes): the same split on every machine; bench --merge joins the parts")
+    b.add_argument("--merge", nargs="+", metavar="DIR", help="merge these bench directories (shards, or whole "
+                   "benches from several machines) into one, -o; no root needed")
     b.add_argument("-o", "--out", help="bench directory (default: fstrace-results/<time>-bench)")
     b.add_argument("--cache", default=os.environ.get("FSTRACE_CACHE", DEFAULT_CACHE))
     b.set_defaults(func=cmd_bench)

@@ -41,11 +41,17 @@ UNIT="python3-pytest groff-base man-db clang-format gcc make libcmocka-dev"
 # The Python linter the unit lane runs (tests/test_style.py; its configuration: ruff.toml), pinned, from PyPI into
 # a virtual environment of its own, build/lint (the tests', not the command line's)
 LINT_PACKAGES="ruff==0.17.6"
+# Slurm's controller and node daemons, its client commands and munge (its authentication): the test of bench's Slurm
+# job array (tests/test_shards.py) starts them as its own processes on this machine, with a slurm.conf of its own
+SLURM="slurmctld slurmd slurm-client munge"
 # python3-websocket: the tests drive headless Chromium over its DevTools protocol (click, type, read back);
 # python3-jsonschema: they check exported profiles against the viewer's own schema; python3-pyfuse3: the FUSE file
 # whose reads the block tests hold or cut short (tests/slow_disk.py); libbpf-tools: the overhead bench's
 # biolatency, which a test interrupts as it runs
-TEST="$UNIT qemu-system-x86 busybox-static kmod cpio chromium python3-pil strace prometheus python3-prometheus-client python3-websocket python3-jsonschema python3-pyfuse3 libbpf-tools"
+TEST="$UNIT qemu-system-x86 busybox-static kmod cpio chromium python3-pil strace prometheus python3-prometheus-client python3-websocket python3-jsonschema python3-pyfuse3 libbpf-tools $SLURM"
+# kubernetes-validate validates bench's Kubernetes Indexed Job (scripts/k8s-bench-job.yaml) against the
+# Kubernetes API's own schemas, which it ships (no cluster, no network), pinned, into build/k8s (the unit lane's)
+K8S_PACKAGES="kubernetes-validate==1.37.0"
 # The speedscope viewer the tests open exported profiles in, pinned, from the npm registry into build/speedscope
 # (npm from Debian's nodejs and npm packages where no npm is installed yet)
 SPEEDSCOPE="speedscope@1.25.0"
@@ -55,7 +61,7 @@ if [ "${1:-}" = "--test" ]; then
 elif [ $# -eq 0 ]; then
 	set -- collector workloads analysis
 fi
-PKGS="" build="" erofs="" venv="" viewer="" lint=""
+PKGS="" build="" erofs="" venv="" viewer="" lint="" k8s=""
 for part in "$@"; do
 	case "$part" in
 	collector) PKGS="$PKGS $COLLECTOR" build=1 ;;
@@ -63,8 +69,8 @@ for part in "$@"; do
 	cli) PKGS="$PKGS $CLI" ;;
 	numpy) PKGS="$PKGS $CLI $NUMPY" venv=1 ;;
 	plots | analysis) PKGS="$PKGS $CLI $NUMPY $PLOTS" venv=1 ;;  # plots.py draws numpy arrays
-	unit) PKGS="$PKGS $CLI $NUMPY $PLOTS $UNIT" venv=1 lint=1 ;;
-	test) PKGS="$PKGS $TEST" viewer=1 lint=1 ;;
+	unit) PKGS="$PKGS $CLI $NUMPY $PLOTS $UNIT" venv=1 lint=1 k8s=1 ;;
+	test) PKGS="$PKGS $TEST" viewer=1 lint=1 k8s=1 ;;
 	*) echo "setup.sh: unknown part '$part' (collector, workloads, cli, numpy, plots, analysis, unit, test or --test)" >&2
 		exit 2 ;;
 	esac
@@ -120,11 +126,19 @@ make_lint() {
 	# shellcheck disable=SC2086
 	"$here/build/lint/bin/pip" install -q --disable-pip-version-check $LINT_PACKAGES >&2
 }
+make_k8s() {
+	/usr/bin/python3 -m venv "$here/build/k8s"
+	# shellcheck disable=SC2086
+	"$here/build/k8s/bin/pip" install -q --disable-pip-version-check $K8S_PACKAGES >&2
+}
 if [ -n "$venv" ]; then
 	pinned venv "$VENV_PACKAGES" make_venv
 fi
 if [ -n "$lint" ]; then
 	pinned lint "$LINT_PACKAGES" make_lint
+fi
+if [ -n "$k8s" ]; then
+	pinned k8s "$K8S_PACKAGES" make_k8s
 fi
 if [ -n "$viewer" ]; then
 	pinned speedscope "$SPEEDSCOPE" npm install --prefix "$here/build/speedscope" --no-save --no-package-lock \
