@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -242,9 +243,12 @@ int trusted_dir_open(const char *dir, const char **why)
 		close(fd);
 		return err;
 	}
-	*why = st.st_uid != geteuid()		? "it is owned by another user" :
-	       st.st_mode & (S_IWGRP | S_IWOTH) ? "others may write to it" :
-						  NULL;
+	/* a sticky directory of root's (/tmp): no one else can rename or remove what is made in it, and nothing in it is
+	 * followed (a temporary's name taken fails, results.fst is replaced, never written through) */
+	bool sticky = st.st_uid == 0 && st.st_mode & S_ISVTX;
+	*why = st.st_uid != geteuid() && !sticky	   ? "it is owned by another user" :
+	       st.st_mode & (S_IWGRP | S_IWOTH) && !sticky ? "others may write to it" :
+							     NULL;
 	if (*why) {
 		close(fd);
 		return -EPERM;

@@ -50,8 +50,8 @@ struct results {
 
 /*
  * dir opened for root to write in (O_DIRECTORY | O_NOFOLLOW on its last component): a directory this user owns and
- * no one else may write to, as fstrace makes its results directories; or a negative errno, with *why saying
- * what is wrong with it when that is not an error of open().
+ * no one else may write to, as fstrace makes its results directories, or root's sticky one (/tmp); or a negative
+ * errno, with *why saying what is wrong with it when that is not an error of open().
  */
 int trusted_dir_open(const char *dir, const char **why);
 /* a negative errno; *why set when path's directory is not one to write in (trusted_dir_open) */
