@@ -34,9 +34,9 @@ def why_untrusted(st, uids=None):
     """Why a directory with stat st is not one others cannot change, or None."""
     uids = trusted_uids() if uids is None else uids
     if st.st_uid not in uids:
-        return "it is owned by uid %d" % st.st_uid
+        return "owned by uid %d" % st.st_uid
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not (st.st_mode & stat.S_ISVTX and st.st_uid == 0):
-        return "it is writable by %s" % ("others" if st.st_mode & stat.S_IWOTH else "its group")
+        return "writable by %s" % ("others" if st.st_mode & stat.S_IWOTH else "its group")
     return None
 
 
@@ -63,7 +63,7 @@ class VerifiedDir:
         try:
             why = why_untrusted(os.fstat(fd), uids)
             if why:
-                raise refuse(path, "/: " + why, doing)
+                raise refuse(path, "/ is " + why, doing)
             while todo:
                 name = todo.pop(0)
                 if name == ".":
@@ -105,7 +105,7 @@ class VerifiedDir:
                 fd, at = nfd, sub
                 why = why_untrusted(os.fstat(fd), uids)
                 if why:
-                    raise refuse(path, "%s: %s" % (shown(sub), why), doing)
+                    raise refuse(path, "%s is %s" % (shown(sub), why), doing)
         except BaseException:
             os.close(fd)
             raise
