@@ -209,7 +209,7 @@ def narrow_modes(vdir):
             try:
                 fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
             except OSError as e:
-                if e.errno == errno.ELOOP:
+                if e.errno in (errno.ELOOP, errno.ENXIO):  # a link; a socket (no mode of ours to narrow)
                     continue
                 raise
             try:

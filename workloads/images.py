@@ -412,15 +412,20 @@ def world_readable(src):
     return True
 
 
+def image_name(fs, o, dataset_id, version):
+    """The cached image's file name: its cache key, of (dataset id, fs, normalized options o, tool version)."""
+    key = hashlib.sha256(json.dumps([dataset_id, fs, o, version], sort_keys=True).encode()).hexdigest()[:12]
+    return "%s-%s.img" % (label(fs, o), key)
+
+
 def ensure_image(fs, opts, src, dataset_id, cache_dir, progress=None):
     """Build (or reuse) the image of src; returns its record (dict).  The image file is readable by every user
     only when every file of src is (world_readable): anyone who can read an image can read every file in it."""
     o = normalize(fs, opts)
     version = tool_version(fs)
-    key = hashlib.sha256(json.dumps([dataset_id, fs, o, version], sort_keys=True).encode()).hexdigest()[:12]
     # root losetups, mounts and chmods what it finds here: only in a directory no other user can change
     with trusted_cache(os.path.join(cache_dir, "images")) as d:
-        name = "%s-%s.img" % (label(fs, o), key)
+        name = image_name(fs, o, dataset_id, version)
         image = d.join(name)
         with cache_lock(image):  # the same new image asked for by two runs: one builds it, the other waits
             rec = _ensure_image(fs, o, version, image, src, dataset_id, progress)
