@@ -265,3 +265,16 @@ def test_collector_alone_refuses_a_directory_another_user_controls(nobodys_dir):
     assert p.returncode != 0
     assert "%s/box.fst" % nobodys_dir in p.stderr and "owned by another user" in p.stderr, p.stderr
     assert os.listdir(nobodys_dir) == []
+
+
+@pytest.mark.bpf
+def test_the_sudo_users_own_directory_is_trusted(nobodys_dir, monkeypatch):
+    """sudo fstrace run in the invoking user's own checkout: that user's directory is theirs to write in, not
+    another user's; for anyone else it is refused."""
+    from common.safedir import VerifiedDir
+    with pytest.raises(FstraceError):
+        VerifiedDir.open(nobodys_dir)
+    monkeypatch.setenv("SUDO_UID", str(NOBODY_UID))
+    with VerifiedDir.open(os.path.join(nobodys_dir, "fstrace-results"), create=True) as d:
+        d.write_atomic("f", "text")
+    assert stat.S_IMODE(os.stat(os.path.join(nobodys_dir, "fstrace-results", "f")).st_mode) == 0o640
