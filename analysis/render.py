@@ -5,10 +5,9 @@ Functions over summaries and loaded results; the analysis modules (numpy, matplo
 they are used, so that importing this costs commands that draw nothing (serve, --help) nothing.
 """
 import os
-import tempfile
 
 from analysis.load import error, in_dir, load_doc, load_results, note_unverified
-from common.system import FstraceError
+from common.safedir import RESULTS_FILE_MODE, VerifiedDir
 
 
 def failed_requests(res):
@@ -82,25 +81,12 @@ FLAMEGRAPHS = [("wallclock", "Wall-clock flamegraph",
 
 def write_html(path, text):
     """Write a report (HTML, SVG) in place atomically.  Root writes reports where other users can write (/tmp)
-    and from results made elsewhere: the temporary is created exclusively under a random name (mkstemp),
-    and a symlink at the final path is refused (rename would replace, never follow, one planted later)."""
-    if os.path.islink(path):
-        raise FstraceError("%s is a symbolic link; refusing to write the report through it" % path)
-    try:
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
-                                   prefix=".%s." % os.path.basename(path), suffix=".tmp")
-    except OSError as e:
-        raise FstraceError("cannot write %s: %s" % (path, e.strerror))
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            os.fchmod(f.fileno(), 0o644)  # mkstemp makes it 0600; a report is for reading
-        os.rename(tmp, path)
-    except BaseException as e:
-        os.unlink(tmp)
-        if isinstance(e, OSError):
-            raise FstraceError("cannot write %s: %s" % (path, e.strerror))
-        raise
+    and from results made elsewhere: the directory is a VerifiedDir (one no other user can change: none could
+    swap it or a name in it for a link), the temporary is made there exclusively under a random name, and a
+    symlink at the final path is refused (rename would replace, never follow, one planted later)."""
+    path = os.path.abspath(path)
+    with VerifiedDir.open(os.path.dirname(path)) as d:
+        d.write_atomic(os.path.basename(path), text, mode=RESULTS_FILE_MODE)
 
 
 def run_html(s, res):

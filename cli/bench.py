@@ -170,7 +170,7 @@ def prepare(command, out, dataset, cache, scale=1.0):
     path)."""
     check_ready("fstrace " + command)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    results = ResultsDir(out or os.path.join("fstrace-results", "%s-%s" % (stamp, command)))
+    results = ResultsDir(out or os.path.join("fstrace-results", "%s-%s" % (stamp, command)), numbered=not out)
     droot, manifest = resolve_dataset(dataset, cache, scale)
     return results, droot, manifest, os.path.abspath(cache)
 

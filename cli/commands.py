@@ -77,7 +77,7 @@ def cmd_run(args):
     check_collector_options(tracing_options(tracing))
     opts = images.normalize(args.fs, parse_image_opts(args))
     label = images.label(args.fs, opts)
-    outdir = ResultsDir(args.out or default_outdir(label, wl.name))  # checked before any work
+    outdir = ResultsDir(args.out or default_outdir(label, wl.name), numbered=not args.out)  # checked before any work
     tools = tool_versions(args.fs, wl)
     droot, manifest = resolve_dataset(args.dataset, args.cache, args.scale)
     summary = run_once(args.fs, opts, wl, droot, manifest, os.path.abspath(args.cache), outdir,
@@ -164,7 +164,7 @@ def cmd_attach(args):
     if not args.interval >= 0:
         raise FstraceError("--interval must be 0 (no live view) or more seconds, got %g" % args.interval)
     check_collector_options(attach_argv(args, chosen, devs))
-    outdir = ResultsDir(args.out or default_outdir("attach", args.fs or "all"))
+    outdir = ResultsDir(args.out or default_outdir("attach", args.fs or "all"), numbered=not args.out)
     with outdir as partial:
         summary = _attach(args, partial, chosen, sdevs, devs)
     sys.stdout.write(render_summary(summary, full=False))

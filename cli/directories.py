@@ -2,8 +2,10 @@
 import fcntl
 import os
 import shutil
+import stat
 
 from cli.devices import mount_of
+from common.safedir import VerifiedDir, narrow_modes
 from common.system import Cleanup, FstraceError, forget_recorded, lock_path
 
 
@@ -29,20 +31,20 @@ _NO_RESULTS_FS = {"proc", "sysfs", "cgroup", "cgroup2", "debugfs", "tracefs", "b
 class ResultsDir:
     """A results directory that appears only when complete: checked and locked when made (before any work),
     written as DIR.partial/ (recorded, so a SIGKILLed run's is removed by the next start) and renamed to DIR
-    on success, removed on failure.  Two runs on the same DIR: the second fails at once."""
+    on success, removed on failure.  Two runs on the same DIR: the second fails at once; numbered (a default
+    name, made of the time): the second takes DIR-2 (DIR-3...) instead.
 
-    def __init__(self, outdir):
-        self.outdir = os.path.abspath(outdir)
-        self.partial = self.outdir + ".partial"
-        if os.path.islink(self.outdir):
-            raise FstraceError("output directory %s is a symbolic link; give the real path" % self.outdir)
-        if os.path.exists(self.outdir) and (not os.path.isdir(self.outdir) or os.listdir(self.outdir)):
-            raise FstraceError("output directory %s exists and is not empty" % self.outdir)
-        parent = os.path.dirname(self.outdir)
+    DIR's parent is a VerifiedDir (no other user can change it, so nobody can swap DIR.partial for a link while
+    root writes in it), held open: DIR.partial is made and renamed relative to it, and is itself made
+    RESULTS_DIR_MODE (results hold other users' commands, paths and stacks)."""
+
+    def __init__(self, outdir, numbered=False):
+        outdir = os.path.abspath(outdir)
+        parent = os.path.dirname(outdir)
         while not os.path.exists(parent):
             parent = os.path.dirname(parent)
         if not os.path.isdir(parent):
-            raise FstraceError("cannot create %s: %s is not a directory" % (self.outdir, parent))
+            raise FstraceError("cannot create %s: %s is not a directory" % (outdir, parent))
         m = mount_of(parent)
         if m and m[1] in _NO_RESULTS_FS:
             raise FstraceError("cannot write results under %s (a %s filesystem)" % (m[0], m[1]))
@@ -50,22 +52,56 @@ class ResultsDir:
             raise FstraceError("cannot write results under %s: read-only filesystem" % parent)
         if not os.access(parent, os.W_OK | os.X_OK):
             raise FstraceError("cannot write results under %s: permission denied" % parent)
-        self._lock = open(lock_path("out", self.outdir), "a+")
+        self.parent = VerifiedDir.open(os.path.dirname(outdir), create=True)
         try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            for n in range(1, 1000 if numbered else 2):
+                self.outdir = outdir if n == 1 else "%s-%d" % (outdir, n)
+                self.name = os.path.basename(self.outdir)
+                self.partial = self.outdir + ".partial"
+                why = self._taken()
+                if why is None:
+                    break
+                if not numbered:
+                    raise FstraceError(why)
+            else:
+                raise FstraceError(why)
+        except BaseException:
+            self.parent.close()
+            raise
+
+    def _taken(self):
+        """Why self.outdir cannot be this run's (None: it is now, locked), checked relative to the parent."""
+        st = self.parent.lstat(self.name)
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            return "output directory %s is a symbolic link; give the real path" % self.outdir
+        if st is not None and (not stat.S_ISDIR(st.st_mode) or self._listdir(self.name)):
+            return "output directory %s exists and is not empty" % self.outdir
+        lock = open(lock_path("out", self.outdir), "a+")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            self._lock.close()
-            raise FstraceError("output directory %s is being written by another fstrace run" % self.outdir)
-        if os.path.lexists(self.partial):
+            lock.close()
+            return "output directory %s is being written by another fstrace run" % self.outdir
+        if self.parent.lstat(self.name + ".partial") is not None:
             # not a dead run's (those were swept at start): someone's files, never deleted for them
-            self._lock.close()
-            raise FstraceError("%s already exists; remove it or choose another -o" % self.partial)
+            lock.close()
+            return "%s already exists; remove it or choose another -o" % self.partial
+        self._lock = lock
+        return None
+
+    def _listdir(self, name):
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.parent.fd)
+        try:
+            return os.listdir(fd)
+        finally:
+            os.close(fd)
 
     def __enter__(self):
         try:
-            os.makedirs(self.partial)
+            self.dir = self.parent.mkdir(self.name + ".partial")
         except OSError as e:
             self._lock.close()
+            self.parent.close()
             raise FstraceError("cannot create %s: %s" % (self.partial, e.strerror))
         self._cleanup = Cleanup()
         self._cleanup.push("remove " + self.partial, remove_tree, self.partial,
@@ -75,12 +111,16 @@ class ResultsDir:
     def __exit__(self, exc_type, *rest):
         try:
             if exc_type is None:
-                if os.path.isdir(self.outdir):
-                    os.rmdir(self.outdir)  # empty (checked above): replaced by the complete one
-                os.rename(self.partial, self.outdir)
+                narrow_modes(self.dir)
+                st = self.parent.lstat(self.name)
+                if st is not None and stat.S_ISDIR(st.st_mode):
+                    os.rmdir(self.name, dir_fd=self.parent.fd)  # empty (checked above): replaced by the complete one
+                self.parent.rename(self.name + ".partial", self.name)
                 forget_recorded("dir", self.partial)
             else:
                 self._cleanup.run()
         finally:
+            self.dir.close()
+            self.parent.close()
             self._lock.close()
         return False

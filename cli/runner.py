@@ -20,6 +20,7 @@ from cli.devices import (backing_block_device, dev_numbers, drop_caches, kdev, m
 from cli.directories import make_tmpdir
 from cli.leftovers import delayacct_sweep
 from cli.signals import Interrupted, stop_process
+from common.safedir import trusted_cache
 from common.system import Cleanup, FstraceError, losetup, mount, proc_start, progress, run, write_json_atomic, writing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -90,6 +91,7 @@ def resolve_dataset(given, cache, scale=1.0):
     scale; datasets are kept under cache."""
     from workloads import dataset
     cache = os.path.abspath(cache)
+    trusted_cache(cache).close()  # checked before root unpacks into it or uses what it finds there
     if given:
         return dataset.from_user(given, cache, progress)
     return dataset.ensure_default(cache, scale, progress)

@@ -36,8 +36,9 @@ def shown(text):
                    for c in text)
 
 
-def run(argv, **kw):
-    """Run a command; a failure becomes an FstraceError naming the command and its last stderr line."""
+def run(argv, whole_stderr=False, **kw):
+    """Run a command; a failure becomes an FstraceError naming the command and its last stderr line (whole_stderr:
+    all its lines, for a command such as mount whose last line is a hint and whose reason comes first)."""
     kw.setdefault("stdout", subprocess.PIPE)
     kw.setdefault("stderr", subprocess.PIPE)
     try:
@@ -45,9 +46,10 @@ def run(argv, **kw):
     except FileNotFoundError:
         raise FstraceError("%s is not installed" % argv[0])
     if p.returncode != 0:
-        err = (p.stderr or "").strip().splitlines()
+        err = [line.strip() for line in (p.stderr or "").splitlines() if line.strip()]
+        err = " ".join(err) if whole_stderr else err[-1] if err else ""
         raise FstraceError("%s failed (exit %d)%s" % (" ".join(argv[:3]), p.returncode,
-                                                      ": " + err[-1] if err else ""))
+                                                      ": " + shown(err) if err else ""))
     return p
 
 
@@ -264,7 +266,7 @@ def losetup(image, cleanup, direct_io=True, read_only=True):
 def mount(dev, mnt, fstype, cleanup, options="ro"):
     os.makedirs(mnt, exist_ok=True)
     try:
-        run(["mount", "-t", fstype, "-o", options, dev, mnt])
+        run(["mount", "-t", fstype, "-o", options, dev, mnt], whole_stderr=True)
     except FstraceError as e:
         raise FstraceError("cannot mount %s as %s: %s" % (dev, fstype, e))
     # the workload's cgroup is killed and emptied before this runs; allow the last file references a moment

@@ -29,12 +29,12 @@ def victim():
 
 
 @pytest.fixture
-def users_dir():
-    """A directory an unprivileged user owns (not sticky, so the kernel's protected_symlinks does not
-    step in: fstrace alone must refuse the links planted there)."""
-    d = tempfile.mkdtemp(prefix="fstrace-user-")
-    os.chown(d, 65534, 65534)
-    os.chmod(d, 0o755)
+def sticky_dir():
+    """Root's sticky directory every user may write to, as /tmp: a report may be written there (no other user
+    can rename root's files in it), but not through a link another user planted (fs.protected_symlinks is off
+    here: fstrace alone must refuse)."""
+    d = tempfile.mkdtemp(prefix="fstrace-sticky-")
+    os.chmod(d, 0o1777)
     yield d
     shutil.rmtree(d)
 
@@ -50,31 +50,31 @@ def plant_link(target, link):
 
 
 @pytest.mark.bpf
-def test_html_target_symlink_is_refused(real, tmp_path, victim, users_dir):
+def test_html_target_symlink_is_refused(real, tmp_path, victim, sticky_dir):
     run = results_dir(str(tmp_path / "run"), real[1])
-    html = os.path.join(users_dir, "report.html")
+    html = os.path.join(sticky_dir, "report.html")
     plant_link(victim[0], html)
     line = one_line_error(fstrace("report", run, "--html", html))
     assert "symbolic link" in line and html in line
     assert open(victim[0]).read() == victim[1]
     assert os.readlink(html) == victim[0]
-    assert sorted(os.listdir(users_dir)) == ["report.html"]
+    assert sorted(os.listdir(sticky_dir)) == ["report.html"]
 
 
 @pytest.mark.bpf
-def test_planted_tmp_symlink_is_not_followed(real, tmp_path, victim, users_dir):
+def test_planted_tmp_symlink_is_not_followed(real, tmp_path, victim, sticky_dir):
     """The old FILE.tmp name, planted as a link: the report goes to a fresh temporary of its own."""
     run = results_dir(str(tmp_path / "run"), real[1])
-    html = os.path.join(users_dir, "report.html")
+    html = os.path.join(sticky_dir, "report.html")
     plant_link(victim[0], html + ".tmp")
     p = fstrace("report", run, "--html", html)
     assert p.returncode == 0, p.stderr
     assert open(victim[0]).read() == victim[1]
     assert os.readlink(html + ".tmp") == victim[0]
     st = os.lstat(html)
-    assert not os.path.islink(html) and st.st_uid == 0 and st.st_mode & 0o777 == 0o644
+    assert not os.path.islink(html) and st.st_uid == 0 and st.st_mode & 0o777 == 0o640
     assert open(html).read().startswith("<!DOCTYPE html>")
-    assert sorted(os.listdir(users_dir)) == ["report.html", "report.html.tmp"]
+    assert sorted(os.listdir(sticky_dir)) == ["report.html", "report.html.tmp"]
 
 
 @pytest.mark.unit

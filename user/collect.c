@@ -283,9 +283,10 @@ int main(int argc, char **argv)
 	libbpf_set_print(libbpf_print);
 
 	struct results res = {};
-	int err = opt.out ? results_open(&res, opt.out) : 0;
+	const char *why = NULL;
+	int err = opt.out ? results_open(&res, opt.out, &why) : 0;
 	if (err)
-		die("cannot create results next to %s: %s", opt.out, strerror(-err));
+		die("cannot create results next to %s: %s", opt.out, why ? why : strerror(-err));
 	json *meta = header_meta(opt.meta_file);
 
 	int go = -1;

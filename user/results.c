@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,19 +181,22 @@ static json *records_layout_json(void)
  */
 #define SPOOL_BUFFER_BYTES (256 * 1024)
 
-/* an unlinked file in dir, written through buf (SPOOL_BUFFER_BYTES) if not NULL: nothing is left behind if we
- * die */
-static FILE *unlinked_file(const char *dir, char *buf)
+/* an unlinked file in the directory dir_fd, written through buf (SPOOL_BUFFER_BYTES) if not NULL: nothing is left
+ * behind if we die */
+static FILE *unlinked_file(int dir_fd, char *buf)
 {
-	int fd = open(dir, O_TMPFILE | O_RDWR, 0600);
-	if (fd < 0) {
-		char tmpl[4096];
-		snprintf(tmpl, sizeof(tmpl), "%s/.fstrace-spool-XXXXXX", dir);
-		fd = mkstemp(tmpl);
-		if (fd < 0)
+	int fd = openat(dir_fd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	for (int tries = 0; fd < 0 && tries < 100; tries++) { /* a filesystem without O_TMPFILE */
+		char name[64];
+		snprintf(name, sizeof(name), ".fstrace-spool-%d-%ld", getpid(), random());
+		fd = openat(dir_fd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd >= 0)
+			unlinkat(dir_fd, name, 0);
+		else if (errno != EEXIST)
 			return NULL;
-		unlink(tmpl);
 	}
+	if (fd < 0)
+		return NULL;
 	FILE *f = fdopen(fd, "w+");
 	if (!f) {
 		close(fd);
@@ -205,33 +209,55 @@ static FILE *unlinked_file(const char *dir, char *buf)
 	return f;
 }
 
-static char *dir_of(const char *path)
+int trusted_dir_open(const char *dir, const char **why)
 {
-	char *copy = strdup(path);
-	char *d = strdup(dirname(copy));
-	free(copy);
-	return d;
+	struct stat st;
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st)) {
+		int err = -errno;
+		close(fd);
+		return err;
+	}
+	/* a sticky directory of root's (/tmp): no one else can rename or remove what is made in it, and nothing in it is
+	 * followed (a temporary's name taken fails, results.fst is replaced, never written through) */
+	bool sticky = st.st_uid == 0 && st.st_mode & S_ISVTX;
+	*why = st.st_uid != geteuid() && !sticky	   ? "it is owned by another user" :
+	       st.st_mode & (S_IWGRP | S_IWOTH) && !sticky ? "others may write to it" :
+							     NULL;
+	if (*why) {
+		close(fd);
+		return -EPERM;
+	}
+	return fd;
 }
 
-int results_open(struct results *r, const char *path)
+int results_open(struct results *r, const char *path, const char **why)
 {
 	memset(r, 0, sizeof(*r));
 	r->path = path;
-	char *dir = dir_of(path);
+	char *copy = strdup(path), *dir_copy = strdup(path);
+	if (!copy || !dir_copy)
+		abort();
+	r->base = path + (strlen(path) - strlen(basename(copy)));
+	r->dir_fd = trusted_dir_open(dirname(dir_copy), why);
+	free(copy);
+	free(dir_copy);
+	if (r->dir_fd < 0)
+		return r->dir_fd;
 	for (int t = 1; t < FST_MAX_REC_TYPES; t++) {
 		if (!rec_name(t))
 			continue;
 		r->spools[t].rec_size = rec_size(t);
 		r->spools[t].buf = malloc(SPOOL_BUFFER_BYTES);
-		r->spools[t].f = r->spools[t].buf ? unlinked_file(dir, r->spools[t].buf) : NULL;
+		r->spools[t].f = r->spools[t].buf ? unlinked_file(r->dir_fd, r->spools[t].buf) : NULL;
 		if (!r->spools[t].f) {
 			int err = -errno;
-			free(dir);
 			results_discard(r);
 			return err;
 		}
 	}
-	free(dir);
 	return 0;
 }
 
@@ -272,11 +298,12 @@ static int copy_spool(FILE *from, FILE *to, uint32_t *crc)
 
 int results_finish(struct results *r, json *header)
 {
-	char *dir = dir_of(r->path);
-	FILE *out = unlinked_file(dir, NULL); /* written in large pieces (copy_spool) */
-	free(dir);
-	if (!out)
-		return -errno;
+	FILE *out = unlinked_file(r->dir_fd, NULL); /* written in large pieces (copy_spool) */
+	if (!out) {
+		int err = -errno;
+		results_discard(r);
+		return err;
+	}
 
 	/* sections: offsets are relative to the start of the data area */
 	jset(header, "records", records_layout_json());
@@ -324,15 +351,17 @@ int results_finish(struct results *r, json *header)
 	for (int t = 1; !err && t < FST_MAX_REC_TYPES; t++)
 		if (r->spools[t].f)
 			err = copy_spool(r->spools[t].f, out, NULL);
-	if (!err && (fflush(out) || fchmod(fileno(out), 0644) || fsync(fileno(out))))
+	/* 0640: results hold other users' commands, paths and stacks */
+	if (!err && (fflush(out) || fchmod(fileno(out), 0640) || fsync(fileno(out))))
 		err = -errno;
 	if (!err) {
 		char proc[64], tmp[4096];
 		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fileno(out));
-		snprintf(tmp, sizeof(tmp), "%s.tmp.%d", r->path, getpid());
-		if (linkat(AT_FDCWD, proc, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) || rename(tmp, r->path)) {
+		snprintf(tmp, sizeof(tmp), ".%s.tmp.%d", r->base, getpid());
+		if (linkat(AT_FDCWD, proc, r->dir_fd, tmp, AT_SYMLINK_FOLLOW) ||
+		    renameat(r->dir_fd, tmp, r->dir_fd, r->base)) {
 			err = -errno;
-			unlink(tmp);
+			unlinkat(r->dir_fd, tmp, 0);
 		}
 	}
 	fclose(out);
@@ -349,4 +378,7 @@ void results_discard(struct results *r)
 		r->spools[t].f = NULL;
 		r->spools[t].buf = NULL;
 	}
+	if (r->dir_fd > 0)
+		close(r->dir_fd);
+	r->dir_fd = -1;
 }

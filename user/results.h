@@ -42,11 +42,20 @@ struct spool {
 
 struct results {
 	const char *path;
+	int dir_fd;	  /* path's directory, opened once (trusted_dir_open): every file is made and linked relative to it */
+	const char *base; /* path's last component */
 	struct spool spools[FST_MAX_REC_TYPES];
 	uint64_t bad_records; /* records whose size did not match their type */
 };
 
-int results_open(struct results *r, const char *path);
+/*
+ * dir opened for root to write in (O_DIRECTORY | O_NOFOLLOW on its last component): a directory this user owns and
+ * no one else may write to, as fstrace makes its results directories, or root's sticky one (/tmp); or a negative
+ * errno, with *why saying what is wrong with it when that is not an error of open().
+ */
+int trusted_dir_open(const char *dir, const char **why);
+/* a negative errno; *why set when path's directory is not one to write in (trusted_dir_open) */
+int results_open(struct results *r, const char *path, const char **why);
 /* append one record from the ring buffer to its type's spool */
 int results_add(struct results *r, const void *data, size_t size);
 /* add the record layouts, enums and sections to header, write it and all spooled records; link into place */

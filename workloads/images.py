@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 import time
 
+from common.safedir import trusted_cache
 from common.system import Cleanup, FstraceError, cache_lock, losetup, mount, run, write_json_atomic
 
 FILESYSTEMS = ("erofs", "squashfs", "btrfs", "ext4", "xfs")
@@ -411,19 +412,25 @@ def world_readable(src):
     return True
 
 
+def image_name(fs, o, dataset_id, version):
+    """The cached image's file name: its cache key, of (dataset id, fs, normalized options o, tool version)."""
+    key = hashlib.sha256(json.dumps([dataset_id, fs, o, version], sort_keys=True).encode()).hexdigest()[:12]
+    return "%s-%s.img" % (label(fs, o), key)
+
+
 def ensure_image(fs, opts, src, dataset_id, cache_dir, progress=None):
     """Build (or reuse) the image of src; returns its record (dict).  The image file is readable by every user
     only when every file of src is (world_readable): anyone who can read an image can read every file in it."""
     o = normalize(fs, opts)
     version = tool_version(fs)
-    key = hashlib.sha256(json.dumps([dataset_id, fs, o, version], sort_keys=True).encode()).hexdigest()[:12]
-    d = os.path.join(cache_dir, "images")
-    os.makedirs(d, exist_ok=True)
-    image = os.path.join(d, "%s-%s.img" % (label(fs, o), key))
-    with cache_lock(image):  # the same new image asked for by two runs: one builds it, the other waits
-        rec = _ensure_image(fs, o, version, image, src, dataset_id, progress)
-        os.chmod(image, 0o644 if world_readable(src) else 0o600)  # also an image cached before this rule
-        return rec
+    # root losetups, mounts and chmods what it finds here: only in a directory no other user can change
+    with trusted_cache(os.path.join(cache_dir, "images")) as d:
+        name = image_name(fs, o, dataset_id, version)
+        image = d.join(name)
+        with cache_lock(image):  # the same new image asked for by two runs: one builds it, the other waits
+            rec = _ensure_image(fs, o, version, image, src, dataset_id, progress)
+            d.chmod(name, 0o644 if world_readable(src) else 0o600)  # also an image cached before this rule
+            return rec
 
 
 def _ensure_image(fs, o, version, image, src, dataset_id, progress):
@@ -473,7 +480,9 @@ def _ensure_image(fs, o, version, image, src, dataset_id, progress):
 
 def _cached_record(image, meta_path):
     """The cached image's record, or None: no image, or no readable record of it (a record cut short by a
-    full disk or a crash, from a version that wrote it in place, means the image is rebuilt, not a traceback)."""
+    full disk or a crash, from a version that wrote it in place, means the image is rebuilt, not a traceback),
+    or one that is not this image's as it is now (another path; a size other than built, as an image cut short
+    by a full disk or a copy has: it would fail every mount, and be reused so forever)."""
     if not (os.path.exists(image) and os.path.exists(meta_path)):
         return None
     try:
@@ -481,7 +490,9 @@ def _cached_record(image, meta_path):
             rec = json.load(f)
     except (OSError, ValueError):
         return None
-    return rec if isinstance(rec, dict) and "label" in rec else None
+    if not (isinstance(rec, dict) and "label" in rec) or rec.get("path") != image:
+        return None
+    return rec if rec.get("bytes") == os.stat(image).st_size else None
 
 
 def alignment_unit(fs, o):
