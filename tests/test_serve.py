@@ -981,3 +981,62 @@ def test_serve_on_a_budget_weights_by_time_when_no_window_has_its_calls(mounted_
         _assert_estimate_holds(after, mnt, ios, other_reads)
     finally:
         stop(p, rest)
+
+
+@contextlib.contextmanager
+def nobodys_directory_with_a_planted_tmp(tmp_path, name):
+    """(directory the user nobody owns, root's victim file): nobody, as an attacker would, has put
+    <name>.tmp there as a symlink to the victim (the temporary name the collector used to open with O_TRUNC)."""
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"root's data\n")
+    d = tempfile.mkdtemp(prefix="fstrace-attacker-")
+    try:
+        os.chmod(d, 0o755)
+        os.chown(d, 65534, 65534)
+        subprocess.run(["runuser", "-u", "nobody", "--", "ln", "-s", str(victim), os.path.join(d, name + ".tmp")],
+                       check=True)
+        yield d, victim
+    finally:
+        subprocess.run(["rm", "-rf", d], check=True)
+
+
+@pytest.mark.bpf
+def test_serve_refuses_a_textfile_directory_others_can_write(tmp_path):
+    """Security: serve (root) refuses --textfile in a directory nobody owns, in one line, and touches nothing
+    there: it used to open <file>.tmp with O_CREAT|O_TRUNC, through the symlink nobody planted."""
+    with nobodys_directory_with_a_planted_tmp(tmp_path, "x.prom") as (d, victim):
+        p = subprocess.Popen([FSTRACE, "serve", "--listen", "127.0.0.1:0", "--textfile", os.path.join(d, "x.prom")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        err = ""
+        for line in p.stderr:
+            err += line
+            if "serving http" in line:  # it served there: stopped, and the test fails below
+                p.send_signal(signal.SIGTERM)
+        p.wait(timeout=60)
+        lines = [l for l in err.splitlines() if l.startswith("fstrace")]
+        assert p.returncode != 0 and len(lines) == 1 and "other users can write its directory" in lines[0], err
+        assert victim.read_bytes() == b"root's data\n"
+        assert sorted(os.listdir(d)) == ["x.prom.tmp"]
+
+
+@pytest.mark.bpf
+def test_collector_alone_never_writes_through_a_planted_symlink(tmp_path):
+    """Security: the collector run alone (no directory check) into a directory nobody owns writes a new file of
+    its own and renames it: nobody's <file>.tmp symlink leads nowhere, the victim keeps its bytes."""
+    with nobodys_directory_with_a_planted_tmp(tmp_path, "x.prom") as (d, victim):
+        out = os.path.join(d, "x.prom")
+        p = subprocess.Popen([COLLECTOR, "--records", "none", "--no-io-records", "--sample-hz", "0", "--exposition",
+                              out, "--exposition-interval", "1000", "--comm", "fstrace-nobody"],
+                             stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.time() + 60
+            while not os.path.exists(out) and p.poll() is None and time.time() < deadline:
+                time.sleep(0.05)
+        finally:
+            p.send_signal(signal.SIGTERM)
+            err = p.communicate(timeout=60)[1]
+        assert victim.read_bytes() == b"root's data\n"
+        assert p.returncode == 0, err
+        assert value(parse(open(out).read()), "fstrace_start_time_seconds") > 0
+        assert not os.path.islink(out) and os.stat(out).st_uid == 0
+        assert sorted(os.listdir(d)) == ["x.prom", "x.prom.tmp"]  # nobody's link, left alone

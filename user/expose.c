@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <bpf/bpf.h>
@@ -590,19 +591,25 @@ static void drops_and_probes(struct jbuf *b, const struct expose_maps *m, const 
 		}
 }
 
-/* path, atomically (a temporary file in its directory, then rename); 0 or a negative errno */
+/*
+ * path, atomically (a temporary file in its directory, then rename); 0 or a negative errno.  The temporary
+ * file is a new one of a random name (mkostemp: O_CREAT|O_EXCL), never an existing path: a fixed name would
+ * follow a symlink someone who can write the directory planted there, and truncate its target as root.
+ */
 static int write_atomic(const char *path, const char *data, size_t len)
 {
 	char *tmp;
-	if (asprintf(&tmp, "%s.tmp", path) < 0)
+	if (asprintf(&tmp, "%s.tmp.XXXXXX", path) < 0)
 		return -ENOMEM;
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	int fd = mkostemp(tmp, O_CLOEXEC);
 	int err = 0;
 	if (fd < 0) {
 		err = -errno;
 	} else {
+		if (fchmod(fd, 0644)) /* readable by the exporter that reads the directory, as the file was */
+			err = -errno;
 		size_t off = 0;
-		while (off < len) {
+		while (!err && off < len) {
 			ssize_t w = write(fd, data + off, len - off);
 			if (w < 0) {
 				if (errno == EINTR)
