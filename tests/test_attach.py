@@ -105,6 +105,25 @@ def test_attach_comm_filter_and_ctrl_c(tmp_path, mounted_erofs):
     assert bpf_objects_left(objs) == set()
 
 
+def test_task_names_with_control_bytes_reach_the_terminal_escaped(tmp_path, mounted_erofs):
+    """Security: any process sets its own name, so a name of terminal escapes (clear screen, set the title, ring)
+    must reach attach's live view, report and verdict escaped, never as the raw bytes."""
+    mnt, _ = mounted_erofs
+    name = "\x1b[2J\x1b]0;x\x07\x9b"  # 14 bytes: CSI 2J, OSC title, BEL, and U+009B (C1 CSI) in UTF-8
+    out = tmp_path / "out"
+    drop_caches()
+    p, seen = start_attach(out, "--mount", mnt, "--interval", "0.5", "--records", "all")
+    subprocess.run(["python3", "-c", "import ctypes,sys,time; libc=ctypes.CDLL(None); "
+                    "libc.prctl(15, sys.argv[1].encode(), 0, 0, 0); f=open(sys.argv[2],'rb'); "
+                    "[(f.seek(0), f.read(), time.sleep(0.1)) for _ in range(15)]",
+                    name, os.path.join(mnt, "big.bin")], check=True)
+    text = finish(p, seen, signal.SIGINT)
+    res = results.load(str(out / "results.fst"))
+    assert name.encode() in {bytes(c).rstrip(b"\0") for c in res["req"]["comm"]}  # it was traced
+    assert "\\x1b[2J\\x1b]0;x\\x07\\xc2\\x9b" in text  # in the live view's table, escaped
+    assert not [c for c in text if (ord(c) < 0x20 and c != "\n") or 0x7f <= ord(c) < 0xa0], text
+
+
 def test_collector_alone_then_offline_report(tmp_path, mounted_erofs):
     """As on a target box without Python: the collector by itself, the report elsewhere without root."""
     mnt, _ = mounted_erofs
