@@ -1040,3 +1040,44 @@ def test_collector_alone_never_writes_through_a_planted_symlink(tmp_path):
         assert value(parse(open(out).read()), "fstrace_start_time_seconds") > 0
         assert not os.path.islink(out) and os.stat(out).st_uid == 0
         assert sorted(os.listdir(d)) == ["x.prom", "x.prom.tmp"]  # nobody's link, left alone
+
+
+@pytest.mark.bpf
+def test_labels_of_long_and_invalid_utf8_names_stay_valid_utf8(tmp_path):
+    """A mount path past a label's 255 bytes is cut after a whole character (it was cut inside one), and a task
+    name's invalid bytes are U+FFFD: Prometheus refuses a whole scrape with one label of invalid UTF-8."""
+    img, _ = small_erofs(tmp_path)
+    base = os.path.join(str(tmp_path), "m")
+    # "é" (2 bytes) from base on: byte 255 falls inside one
+    pad = "" if (255 - len(base.encode()) - 1) % 2 else "x"
+    mnt = os.path.join(base + pad, "é" * 120)
+    os.makedirs(mnt)
+    want = mnt.encode()[:254].decode()  # the 255th byte starts an "é" the label has no room for
+    assert len(mnt.encode()) > 255 and len(want.encode()) == 254
+    loop = subprocess.run(["losetup", "-f", "--show", "-r", img], check=True, stdout=subprocess.PIPE,
+                          text=True).stdout.strip()
+    mounted = False
+    try:
+        subprocess.run(["mount", "-t", "erofs", "-o", "ro", loop, mnt], check=True)
+        mounted = True
+        p, port, rest = start_serve("--mount", mnt, "--per-comm")
+        try:
+            subprocess.run(["python3", "-c", "import ctypes,sys; libc=ctypes.CDLL(None); "
+                            "libc.prctl(15, b'rd\\xff\\xc3', 0, 0, 0); open(sys.argv[1],'rb').read()",
+                            os.path.join(mnt, "f")], check=True)
+            time.sleep(0.5)
+            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
+                raw = r.read()
+        finally:
+            log = stop(p, rest)
+        assert p.returncode == 0, log
+        text = raw.decode("utf-8")  # strictly: it was refused here before
+        assert promtool_findings(text) == ""
+        samples = parse(text)
+        assert value(samples, "fstrace_filesystem_mounted", mount=want) == 1
+        assert value(samples, "fstrace_requests_total", kind="read", mount=want) >= 1
+        assert value(samples, "fstrace_comm_requests_total", comm="rd\ufffd\ufffd", mount=want) >= 1
+    finally:
+        if mounted:
+            subprocess.run(["umount", mnt], check=True)
+        subprocess.run(["losetup", "-d", loop], check=True)

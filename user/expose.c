@@ -72,16 +72,22 @@ static void refresh_fs_labels(void)
 	}
 }
 
-/* a label value: backslash, double quote and newline escaped (exposition format) */
+/* a label value: backslash, double quote and newline escaped (exposition format), and valid UTF-8 (a path or
+ * task name is any bytes; Prometheus refuses a whole scrape for one invalid label): an invalid byte is U+FFFD */
 static void label_value(struct jbuf *b, const char *s)
 {
-	for (; *s; s++) {
-		if (*s == '\\' || *s == '"')
+	for (int n; *s; s += n) {
+		n = utf8_char_len(s);
+		if (!n) {
+			jb_add(b, "\xef\xbf\xbd");
+			n = 1;
+		} else if (*s == '\\' || *s == '"') {
 			jb_add(b, "\\%c", *s);
-		else if (*s == '\n')
+		} else if (*s == '\n') {
 			jb_add(b, "\\n");
-		else
-			jb_add(b, "%c", *s);
+		} else {
+			jb_add(b, "%.*s", n, s);
+		}
 	}
 }
 
@@ -163,7 +169,8 @@ static void requests(struct jbuf *b, int fd, int keys_fd, const __u32 *sdevs, in
 	}
 	refresh_fs_labels();
 	struct jbuf l = {};
-	static char lab[MAX_AGG_KEYS][1024]; /* a mount label is at most 255 bytes, 510 escaped */
+	/* kind, device, fs (31 bytes) and mount (255): at most 3 bytes each escaped (U+FFFD for an invalid byte) */
+	static char lab[MAX_AGG_KEYS][1280];
 	for (int i = 0; i < n; i++) {
 		l.len = 0;
 		jb_add(&l, "kind=\"%s\",", kind_name(rows[i].key.kind));

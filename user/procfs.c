@@ -50,7 +50,16 @@ bool sdev_mount(__u32 kdev, char *fstype, size_t fstype_len, char *mnt, size_t m
 			continue;
 		unescape_octal(path);
 		snprintf(fstype, fstype_len, "%s", type);
-		snprintf(mnt, mnt_len, "%s", path);
+		/* a path too long for mnt is cut after its last whole character, never inside one (a label of
+		 * invalid UTF-8 makes Prometheus refuse the whole scrape); an invalid byte counts as one */
+		size_t len = 0;
+		for (int n; path[len]; len += n) {
+			n = utf8_char_len(path + len);
+			n = n ? n : 1;
+			if (len + n >= mnt_len)
+				break;
+		}
+		snprintf(mnt, mnt_len, "%.*s", (int)len, path);
 		found = true;
 	}
 	fclose(f);
