@@ -12,7 +12,8 @@ import time
 
 from cli.cgroups import remove_cgroup
 from cli.devices import mounts
-from common.system import STATE_DIR, FstraceError, proc_start, recording, require_host_pid_namespace, retry, run
+from common.system import (STATE_DIR, FstraceError, proc_start, recording, remove_unheld_cache_locks,
+                           require_host_pid_namespace, retry, run)
 
 
 def _cmdline(pid):
@@ -111,6 +112,7 @@ def sweep_dead_runs():
                     print("fstrace: leftover of dead run %s: %s" % (doc.get("pid"), what), file=sys.stderr)
             os.unlink(path)
         delayacct_sweep()
+        remove_unheld_cache_locks()
 
 
 DELAYACCT_REFS = os.path.join(STATE_DIR, "delayacct")

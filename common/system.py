@@ -272,13 +272,53 @@ def mount(dev, mnt, fstype, cleanup, options="ro"):
                  record={"kind": "mount", "path": mnt})
 
 
+def _lock_at(lp, blocking=True):
+    """The open lock file at lp, flocked, or None (not blocking, and someone holds it).  A file its holder removed
+    while this waited on it locks nothing any more: then the one at lp now is taken (made if missing)."""
+    while True:
+        f = open(lp, "a")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            f.close()
+            return None
+        try:
+            st, now = os.fstat(f.fileno()), os.stat(lp)
+            if (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino):
+                return f
+        except FileNotFoundError:
+            pass
+        f.close()
+
+
+def _unlock_removing(f, lp):
+    """Remove the lock file while still holding it (its waiters then take the next one at lp), then unlock."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(lp)
+    f.close()
+
+
 @contextlib.contextmanager
 def cache_lock(path):
     """Exclusive lock on a cache entry while it is checked and, if missing, made.  The lock file lives in
-    STATE_DIR, not in the cache: a failed build leaves nothing there."""
-    with open(lock_path("cache", path), "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    STATE_DIR, not in the cache: a failed build leaves nothing there; its holder removes it when done, so STATE_DIR
+    does not keep one per cache entry ever made."""
+    lp = lock_path("cache", path)
+    f = _lock_at(lp)
+    try:
         yield
+    finally:
+        _unlock_removing(f, lp)
+
+
+def remove_unheld_cache_locks():
+    """Remove the cache lock files no one holds (a run killed while it held one leaves it)."""
+    for name in os.listdir(STATE_DIR):
+        if name.startswith("cache-") and name.endswith(".lock"):
+            lp = os.path.join(STATE_DIR, name)
+            f = _lock_at(lp, blocking=False)
+            if f:
+                _unlock_removing(f, lp)
 
 
 def lock_path(kind, path):
