@@ -21,7 +21,7 @@ from cli.devices import block_devices_of_mount, kdev, mount_of, mounts, sdev_arg
 from cli.directories import ResultsDir, make_tmpdir
 from cli.leftovers import recorded_run
 from cli.signals import Interrupted, install_signal_handlers
-from common.system import Cleanup, FstraceError, proc_start, progress, shown
+from common.system import Cleanup, FstraceError, process_alive, progress, shown
 
 DEFAULT_CACHE = "/var/cache/fstrace"
 # the longest --duration/--interval the collector accepts (MAX_SECONDS in user/collect.c)
@@ -130,7 +130,7 @@ def resolve_filters(args):
             raise FstraceError("--dev %s: no such block device" % d)
         devs.append((ma, mi))
     for pid in args.pid or []:
-        if pid <= 0 or proc_start(pid) is None:
+        if pid <= 0 or not process_alive(pid):
             raise FstraceError("--pid %d: no such process" % pid)
     if args.cgroup and not is_cgroup2_dir(args.cgroup):
         raise FstraceError("--cgroup %s: not a cgroup v2 directory" % args.cgroup)

@@ -180,6 +180,23 @@ def require_host_pid_namespace():
                            "Kubernetes hostPID: true)")
 
 
+def process_alive(pid):
+    """Whether any thread of process pid runs: its main thread may have exited (a zombie leader, which /proc/PID/stat
+    shows) while the others go on."""
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return False
+    for tid in tids:
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                if f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+                    return True
+        except (OSError, IndexError):
+            pass
+    return False
+
+
 def proc_start(pid):
     """A process's start time (clock ticks after boot), which with its pid names it uniquely; None if gone."""
     fields = stat_fields(pid)

@@ -170,6 +170,26 @@ bool pid_alive(int pid)
 	return proc_stat(pid, "stat", &state, &start) && state != 'Z' && state != 'X';
 }
 
+bool process_alive(int pid)
+{
+	char dir[32];
+	snprintf(dir, sizeof(dir), "/proc/%d/task", pid);
+	DIR *d = opendir(dir);
+	if (!d)
+		return false;
+	bool alive = false;
+	for (struct dirent *e; !alive && (e = readdir(d));) {
+		char name[sizeof(e->d_name) + 16], state;
+		unsigned long long start;
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(name, sizeof(name), "task/%s/stat", e->d_name);
+		alive = proc_stat(pid, name, &state, &start) && state != 'Z' && state != 'X';
+	}
+	closedir(d);
+	return alive;
+}
+
 struct io_calls_of {
 	pid_t tid;
 	bool gone;		  /* not seen alive at the last look, its exit's counts not yet taken: looked for once more */
