@@ -266,8 +266,10 @@ def losetup(image, cleanup, direct_io=True, read_only=True):
     if direct_io:
         argv.append("--direct-io=on")
     dev = run(argv + [image]).stdout.strip()
-    cleanup.push("detach " + dev, lambda: retry(lambda: run(["losetup", "-d", dev])),
-                 record={"kind": "loop", "dev": dev, "backing": os.path.realpath(image)})
+    backing = os.path.realpath(image)
+    cleanup.push("detach " + dev, lambda: detach_loop(dev, backing) or progress(
+        "%s was detached already (not by fstrace): nothing to undo there" % dev),
+                 record={"kind": "loop", "dev": dev, "backing": backing})
     name = os.path.basename(dev)
     dio = False
     try:
@@ -284,9 +286,32 @@ def mount(dev, mnt, fstype, cleanup, options="ro"):
         run(["mount", "-t", fstype, "-o", options, dev, mnt])
     except FstraceError as e:
         raise FstraceError("cannot mount %s as %s: %s" % (dev, fstype, e))
-    # the workload's cgroup is killed and emptied before this runs; allow the last file references a moment
-    cleanup.push("unmount " + mnt, lambda: retry(lambda: run(["umount", mnt]), tries=100),
+    cleanup.push("unmount " + mnt, lambda: unmount(mnt) or progress(
+        "%s was unmounted already (not by fstrace): nothing to undo there" % mnt),
                  record={"kind": "mount", "path": mnt})
+
+
+def unmount(mnt):
+    """Unmount mnt; False when it is no mount point any more (someone unmounted it: there is nothing to undo, and
+    what was traced on it stands)."""
+    if not os.path.ismount(mnt):
+        return False
+    # the workload's cgroup is killed and emptied before this runs; allow the last file references a moment
+    retry(lambda: run(["umount", mnt]) if os.path.ismount(mnt) else None, tries=100)
+    return True
+
+
+def detach_loop(dev, backing):
+    """Detach loop device dev from backing; False when it is not attached to backing any more (detached by
+    someone else, and maybe attached since to another file, which is not fstrace's to detach)."""
+    try:
+        with open("/sys/block/%s/loop/backing_file" % os.path.basename(dev)) as f:
+            if f.read().strip() != backing:
+                return False
+    except OSError:
+        return False
+    retry(lambda: run(["losetup", "-d", dev]))
+    return True
 
 
 def _lock_at(lp, blocking=True):
