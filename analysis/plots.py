@@ -1,10 +1,33 @@
 """Plots for the HTML report, drawn with matplotlib into SVG text (data in, SVG text out)."""
+import atexit
 import io
+import os
+import shutil
+import tempfile
 
 import numpy as np
 
 
+def _private_config_dir():
+    """Sets MPLCONFIGDIR to a private directory removed at exit when matplotlib's default ($XDG_CONFIG_HOME or
+    ~/.config, /matplotlib) is no writable directory (a read-only HOME, nobody's /nonexistent): what matplotlib
+    itself falls back to, without the warning it prints on stderr then."""
+    if os.environ.get("MPLCONFIGDIR"):
+        return
+    default = os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config"),
+                           "matplotlib")
+    try:
+        os.makedirs(default, exist_ok=True)
+    except OSError:
+        pass
+    if os.path.isdir(default) and os.access(default, os.W_OK):
+        return
+    os.environ["MPLCONFIGDIR"] = tempfile.mkdtemp(prefix="fstrace-matplotlib-")
+    atexit.register(shutil.rmtree, os.environ["MPLCONFIGDIR"], True)
+
+
 def _pyplot():
+    _private_config_dir()
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

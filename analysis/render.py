@@ -50,6 +50,17 @@ def analyse(res, gt, fst, full=True, baseline=None):
     return s, text
 
 
+def run_summary(d):
+    """A run directory's summary: its summary.json, or, when it holds only results.fst (a collector run alone,
+    or a run whose summary was not kept), the analysis of that file, as `report` makes it."""
+    from analysis import results
+    spath = os.path.join(d, "summary.json")
+    if os.path.lexists(spath):
+        return load_doc(spath, results.SUMMARY_SCHEMA)
+    fst = in_dir(d, "results.fst")
+    return analyse(load_results(fst), None, fst, full=False)[0]
+
+
 def flamegraph_specs(res):
     """(name, folded stacks, title, subtitle, unit) of each flamegraph the results hold stacks for."""
     from analysis import sampling

@@ -479,12 +479,14 @@ def decompression(res, reqs):
 
 
 def by_thread(records, ns):
-    """The threads that did the work of some records, busiest first: pid, comm, records, time."""
-    out = []
-    for pid in np.unique(records["pid"]):
-        m = records["pid"] == pid
-        out.append({"pid": int(pid), "comm": bytes(records["comm"][m][0]).rstrip(b"\0").decode(errors="replace"),
-                    "items": int(m.sum()), "ns": int(ns[m].sum())})
+    """The threads that did the work of some records, busiest first: pid, comm, records, time.  Grouped by one
+    sort, not a pass per thread: forks churned through by the million make as many threads."""
+    pids, first, inv, items = np.unique(records["pid"], return_index=True, return_inverse=True, return_counts=True)
+    total = np.zeros(len(pids), dtype=np.int64)
+    np.add.at(total, inv.reshape(-1), np.asarray(ns, dtype=np.int64))
+    comms = records["comm"][first]
+    out = [{"pid": int(pid), "comm": bytes(c).rstrip(b"\0").decode(errors="replace"), "items": int(k), "ns": int(t)}
+           for pid, c, k, t in zip(pids, comms, items, total)]
     return sorted(out, key=lambda x: -x["ns"])
 
 
@@ -551,19 +553,27 @@ def times_hist(counts):
 
 
 def records_in_requests(reqs, pids, ts):
-    """Index into reqs of the request each (pid, ts) event fell in, -1 outside any request."""
-    out = np.full(len(ts), -1, dtype=np.int64)
-    for pid in np.unique(pids):
-        ri = np.nonzero(reqs["pid"] == pid)[0]
-        if not len(ri):
-            continue
-        order = ri[np.argsort(reqs["ts_start_ns"][ri])]
-        ei = np.nonzero(pids == pid)[0]
-        k = np.searchsorted(reqs["ts_start_ns"][order], ts[ei], side="right") - 1
-        ok = k >= 0
-        hit = np.zeros(len(ei), dtype=bool)
-        hit[ok] = ts[ei][ok] <= reqs["ts_end_ns"][order[k[ok]]]
-        out[ei[hit]] = order[k[hit]]
+    """Index into reqs of the request each (pid, ts) event fell in, -1 outside any request.  One sort of requests
+    and events together (by pid, then time, a request before an event at its start): an event's request is the
+    last request before it in that order, if it is the event's thread's and has not ended -- no pass per thread,
+    which forks churned through by the million would make quadratic."""
+    n, m = len(reqs), len(ts)
+    out = np.full(m, -1, dtype=np.int64)
+    if not n or not m:
+        return out
+    pid = np.concatenate([reqs["pid"].astype(np.int64), np.asarray(pids, dtype=np.int64)])
+    at = np.concatenate([reqs["ts_start_ns"].astype(np.uint64), np.asarray(ts, dtype=np.uint64)])
+    is_event = np.concatenate([np.zeros(n, dtype=np.int8), np.ones(m, dtype=np.int8)])
+    order = np.lexsort((is_event, at, pid))
+    # the position in that order of the latest request at or before each position (-1 before any)
+    last_req = np.maximum.accumulate(np.where(order < n, np.arange(n + m), -1))
+    events = order >= n
+    ev, at_req = order[events] - n, last_req[events]
+    ok = at_req >= 0
+    ev, k = ev[ok], order[at_req[ok]]
+    hit = (reqs["pid"][k].astype(np.int64) == np.asarray(pids, dtype=np.int64)[ev]) & \
+        (np.asarray(ts, dtype=np.uint64)[ev] <= reqs["ts_end_ns"][k].astype(np.uint64))
+    out[ev[hit]] = k[hit]
     return out
 
 
@@ -807,20 +817,24 @@ def write_compression(res):
 
 
 def delay_accounting(res):
-    """Per traced thread that exited: the kernel's blkio delay next to fstrace's I/O wait in its requests."""
+    """Per traced thread that exited: the kernel's blkio delay next to fstrace's I/O wait in its requests.  The
+    requests' wait is summed per thread once (grouped by a sort) and looked up per task record: a pass over the
+    requests per task record took minutes after fork churn's millions of task records."""
     t = res.records.get("task")
     if t is None or not len(t):
         return None
     req = res["req"]
-    threads = []
     waited = (req["io_wait_ns"].astype(np.int64) + req["worker_ns"].astype(np.int64) +
               req["worker_wait_ns"].astype(np.int64))
-    for x in t:
-        ours = int(waited[req["pid"] == x["pid"]].sum())  # a column, not the rows: requests are wide records
-        if x["blkio_count"] or ours:
-            threads.append({"pid": int(x["pid"]), "comm": bytes(x["comm"]).rstrip(b"\0").decode(errors="replace"),
-                            "blkio_delay_ns": int(x["blkio_delay_ns"]), "blkio_count": int(x["blkio_count"]),
-                            "fstrace_io_wait_ns": ours})
+    # a column, not the rows: requests are wide records
+    req_pids, inv = np.unique(req["pid"], return_inverse=True)
+    waited_by_pid = np.zeros(len(req_pids) + 1, dtype=np.int64)  # the last: threads without requests
+    np.add.at(waited_by_pid, inv.reshape(-1), waited)
+    ours = waited_by_pid[np.where(np.isin(t["pid"], req_pids), np.searchsorted(req_pids, t["pid"]), len(req_pids))]
+    keep = np.nonzero((t["blkio_count"] != 0) | (ours != 0))[0]
+    threads = [{"pid": int(x["pid"]), "comm": bytes(x["comm"]).rstrip(b"\0").decode(errors="replace"),
+                "blkio_delay_ns": int(x["blkio_delay_ns"]), "blkio_count": int(x["blkio_count"]),
+                "fstrace_io_wait_ns": int(o)} for x, o in zip(t[keep], ours[keep])]
     return {"threads": threads,
             "note": "blkio delay: the kernel's time in io_schedule() over the thread's life (task delay "
                     "accounting); fstrace: I/O wait (+ kworker time) inside its requests"}

@@ -199,14 +199,14 @@ def render_csv(doc):
     return buf.getvalue()
 
 
-def load_rows(path):
-    """Rows of a bench directory (bench.json) or of a single run directory (summary.json): read as every file of
-    a results directory is (results.load_json: a regular file, bounded in size)."""
+def load_rows(path, summary_of):
+    """Rows of a bench directory (bench.json, read as every file of a results directory is: results.load_json, a
+    regular file, bounded in size) or of a single run directory: summary_of(path), its summary."""
     from analysis import results
     bench = os.path.join(path, "bench.json")
     if os.path.exists(bench):
         return results.load_json(bench)["rows"]
-    return [dict(row_from_summary(results.load_json(os.path.join(path, "summary.json"))), run=1)]
+    return [dict(row_from_summary(summary_of(path)), run=1)]
 
 
 COMPONENTS = ("io_wait_s", "oncpu_s", "other_s")
@@ -239,7 +239,8 @@ def render_compare(rows):
                                                      "component change (s): io_wait / on-CPU / other")]
     for r in rows:
         d = r["component_delta_s"]
+        # "-": a collector run alone names neither workload nor configuration
         lines.append("%-14s %-26s %9.3f %9.3f %7.3f  %-14s %+.3f / %+.3f / %+.3f" % (
-            r["workload"], r["label"], r["time_a"], r["time_b"], r["ratio"] or 0, r["moved_most"][:-2],
+            r["workload"] or "-", r["label"] or "-", r["time_a"], r["time_b"], r["ratio"] or 0, r["moved_most"][:-2],
             d["io_wait_s"], d["oncpu_s"], d["other_s"]))
     return "\n".join(lines) + "\n"

@@ -4,13 +4,15 @@ Invoked through ./fstrace (which installs and builds what is missing first) as `
 """
 import argparse
 import datetime
+import functools
 import json
 import os
 import sys
 
 
 from analysis.load import error, in_dir, load_doc, load_results, note_unverified
-from analysis.render import analyse, flamegraph_specs, render_summary, run_html, sets_html, write_html
+from analysis.render import (analyse, flamegraph_specs, render_summary, run_html, run_summary, sets_html,
+                             write_html)
 from cli.runner import (COLLECTOR, DEFAULT_BUDGET_PCT, Tracing, add_tracing_arguments, check_collector_options,
                         check_iops_cap, check_ready, check_workload_ok, resolve_dataset, run_collector, run_once,
                         tool_versions, tracing_options, write_summary)
@@ -19,7 +21,7 @@ from cli.devices import block_devices_of_mount, kdev, mount_of, mounts, sdev_arg
 from cli.directories import ResultsDir, make_tmpdir
 from cli.leftovers import recorded_run
 from cli.signals import Interrupted, install_signal_handlers
-from common.system import Cleanup, FstraceError, proc_start, progress, shown
+from common.system import Cleanup, FstraceError, process_alive, progress, shown
 
 DEFAULT_CACHE = "/var/cache/fstrace"
 
@@ -126,7 +128,7 @@ def resolve_filters(args):
             raise FstraceError("--dev %s: no such block device" % d)
         devs.append((ma, mi))
     for pid in args.pid or []:
-        if pid <= 0 or proc_start(pid) is None:
+        if pid <= 0 or not process_alive(pid):
             raise FstraceError("--pid %d: no such process" % pid)
     if args.cgroup and not is_cgroup2_dir(args.cgroup):
         raise FstraceError("--cgroup %s: not a cgroup v2 directory" % args.cgroup)
@@ -334,12 +336,18 @@ def cmd_report(args):
     return 0
 
 
+@functools.lru_cache(maxsize=None)
+def summary_of(d):
+    """run_summary(d), made once per directory: a results file alone is analysed once however often compare
+    asks for its summary."""
+    return run_summary(d)
+
+
 def median_summary(d, rows):
     """The summary of the median run of rows (one configuration and workload) in the bench or run directory d."""
-    from analysis import results, tables
+    from analysis import tables
     m = tables._median_row(rows)
-    rundir = in_dir(d, m["dir"], os.path.join(d, "bench.json")) if m.get("dir") else d
-    return load_doc(os.path.join(rundir, "summary.json"), results.SUMMARY_SCHEMA)
+    return summary_of(in_dir(d, m["dir"], os.path.join(d, "bench.json")) if m.get("dir") else d)
 
 
 def config_pairs(a, rows_a, b, rows_b):
@@ -363,17 +371,17 @@ def cmd_compare(args):
     from analysis import compare, report, results, sampling, tables
     docs = []
     for d in (args.a, args.b):
-        bench, summ = os.path.join(d, "bench.json"), os.path.join(d, "summary.json")
+        bench, summ, fst = (os.path.join(d, n) for n in ("bench.json", "summary.json", "results.fst"))
         if os.path.exists(bench):
             load_doc(bench, results.BENCH_SCHEMA)
             docs.append(bench)
-        elif os.path.exists(summ):
-            load_doc(summ, results.SUMMARY_SCHEMA)
-            docs.append(summ)
+        elif os.path.exists(summ) or os.path.exists(fst):
+            summary_of(d)
+            docs.append(summ if os.path.exists(summ) else fst)
         else:
-            raise FstraceError("%s holds neither bench.json nor summary.json" % d)
+            raise FstraceError("%s holds none of bench.json, summary.json and results.fst" % d)
     try:
-        rows_a, rows_b = tables.load_rows(args.a), tables.load_rows(args.b)
+        rows_a, rows_b = tables.load_rows(args.a, summary_of), tables.load_rows(args.b, summary_of)
         same = tables.compare(rows_a, rows_b)
         pairs = [] if same else config_pairs(args.a, rows_a, args.b, rows_b)
         if same or not pairs:

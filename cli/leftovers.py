@@ -11,8 +11,8 @@ import sys
 import time
 
 from cli.cgroups import remove_cgroup
-from cli.devices import mounts
-from common.system import STATE_DIR, FstraceError, proc_start, recording, require_host_pid_namespace, retry, run
+from common.system import (STATE_DIR, FstraceError, detach_loop, proc_start, recording, remove_unheld_cache_locks,
+                           require_host_pid_namespace, unmount)
 
 
 def _cmdline(pid):
@@ -60,20 +60,10 @@ def _undo_record(item):
         remove_cgroup(path)
         return "removed cgroup %s" % path
     if kind == "mount":
-        if not any(m[0] == path for m in mounts()):
-            return None
-        retry(lambda: run(["umount", path]), tries=100)
-        return "unmounted %s" % path
-    if kind == "loop":
-        name = os.path.basename(item["dev"])
-        try:
-            with open("/sys/block/%s/loop/backing_file" % name) as f:
-                if f.read().strip() != item["backing"]:
-                    return None  # detached since, and reused by someone else
-        except OSError:
-            return None
-        retry(lambda: run(["losetup", "-d", item["dev"]]))
-        return "detached loop device %s (%s)" % (item["dev"], item["backing"])
+        return "unmounted %s" % path if unmount(path) else None
+    if kind == "loop":  # not if detached since, and maybe reused by someone else
+        return "detached loop device %s (%s)" % (item["dev"], item["backing"]) \
+            if detach_loop(item["dev"], item["backing"]) else None
     if kind == "dir":
         if not os.path.isdir(path):
             return None
@@ -111,6 +101,7 @@ def sweep_dead_runs():
                     print("fstrace: leftover of dead run %s: %s" % (doc.get("pid"), what), file=sys.stderr)
             os.unlink(path)
         delayacct_sweep()
+        remove_unheld_cache_locks()
 
 
 DELAYACCT_REFS = os.path.join(STATE_DIR, "delayacct")

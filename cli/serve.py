@@ -13,6 +13,7 @@ import os
 import select
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 import threading
@@ -105,7 +106,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         om = wants_openmetrics(self.headers.get("Accept"))
         try:
-            with open(self.server.openmetrics if om else self.server.exposition, "rb") as f:
+            # never through a symlink: the collector renames a regular file there (textfile_path)
+            fd = os.open(self.server.openmetrics if om else self.server.exposition, os.O_RDONLY | os.O_NOFOLLOW)
+            with open(fd, "rb") as f:
                 data = f.read()
         except OSError as e:
             self.send_error(503, "exposition not readable: %s" % e.strerror)
@@ -283,6 +286,30 @@ def start_collector(collector_argv, path, om_path, settings, stop):
     raise FstraceError("the collector did not start: it %s" % ended(proc.returncode))
 
 
+def textfile_path(textfile):
+    """--textfile's absolute path, refused (FstraceError) where someone else could swap it for a symlink: in a
+    directory another user can write, unless it is root's and sticky (as /tmp: then no one can remove what the
+    collector writes there, and the file itself must not be a symlink).  The collector writes a new file of a
+    random name and renames it over the path in any case (user/expose.c write_atomic)."""
+    path = os.path.abspath(textfile)
+    parent = os.path.dirname(path)
+    try:
+        st = os.stat(parent)
+    except OSError:
+        raise FstraceError("--textfile %s: no such directory %s" % (textfile, parent)) from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise FstraceError("--textfile %s: no such directory %s" % (textfile, parent))
+    others_write = st.st_mode & stat.S_IWOTH or (st.st_mode & stat.S_IWGRP and st.st_gid != 0) or \
+        st.st_uid not in (0, os.geteuid())
+    if others_write and not (st.st_mode & stat.S_ISVTX and st.st_uid == 0):
+        raise FstraceError("--textfile %s: other users can write its directory %s (mode %04o, owner uid %d, group "
+                           "gid %d): they could replace the file by a symlink; use a directory only root can write"
+                           % (textfile, parent, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid))
+    if others_write and os.path.islink(path):
+        raise FstraceError("--textfile %s: a symlink, in a directory others can write: refused" % textfile)
+    return path
+
+
 def serve(listen, resolve, settings, progress):
     """Serve on listen (parse_listen's address) until stopped, with settings (Settings); resolve() -> (mounts
     chosen, collector argv of the filters): at start, and again when a mount moved."""
@@ -291,9 +318,7 @@ def serve(listen, resolve, settings, progress):
                            % settings.update_interval)
     chosen, collector_argv = resolve()
     if settings.textfile:
-        path = os.path.abspath(settings.textfile)
-        if not os.path.isdir(os.path.dirname(path)):
-            raise FstraceError("--textfile %s: no such directory %s" % (settings.textfile, os.path.dirname(path)))
+        path = textfile_path(settings.textfile)
     # the OpenMetrics version is ours alone: kept out of a textfile directory, whose readers want one format.
     # Recorded: should this process be SIGKILLed, the next fstrace start removes it
     cleanup = Cleanup()

@@ -182,6 +182,23 @@ def require_host_pid_namespace():
                            "Kubernetes hostPID: true)")
 
 
+def process_alive(pid):
+    """Whether any thread of process pid runs: its main thread may have exited (a zombie leader, which /proc/PID/stat
+    shows) while the others go on."""
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return False
+    for tid in tids:
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                if f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+                    return True
+        except (OSError, IndexError):
+            pass
+    return False
+
+
 def proc_start(pid):
     """A process's start time (clock ticks after boot), which with its pid names it uniquely; None if gone."""
     fields = stat_fields(pid)
@@ -251,8 +268,10 @@ def losetup(image, cleanup, direct_io=True, read_only=True):
     if direct_io:
         argv.append("--direct-io=on")
     dev = run(argv + [image]).stdout.strip()
-    cleanup.push("detach " + dev, lambda: retry(lambda: run(["losetup", "-d", dev])),
-                 record={"kind": "loop", "dev": dev, "backing": os.path.realpath(image)})
+    backing = os.path.realpath(image)
+    cleanup.push("detach " + dev, lambda: detach_loop(dev, backing) or progress(
+        "%s was detached already (not by fstrace): nothing to undo there" % dev),
+                 record={"kind": "loop", "dev": dev, "backing": backing})
     name = os.path.basename(dev)
     dio = False
     try:
@@ -269,18 +288,81 @@ def mount(dev, mnt, fstype, cleanup, options="ro"):
         run(["mount", "-t", fstype, "-o", options, dev, mnt], whole_stderr=True)
     except FstraceError as e:
         raise FstraceError("cannot mount %s as %s: %s" % (dev, fstype, e))
-    # the workload's cgroup is killed and emptied before this runs; allow the last file references a moment
-    cleanup.push("unmount " + mnt, lambda: retry(lambda: run(["umount", mnt]), tries=100),
+    cleanup.push("unmount " + mnt, lambda: unmount(mnt) or progress(
+        "%s was unmounted already (not by fstrace): nothing to undo there" % mnt),
                  record={"kind": "mount", "path": mnt})
+
+
+def unmount(mnt):
+    """Unmount mnt; False when it is no mount point any more (someone unmounted it: there is nothing to undo, and
+    what was traced on it stands)."""
+    if not os.path.ismount(mnt):
+        return False
+    # the workload's cgroup is killed and emptied before this runs; allow the last file references a moment
+    retry(lambda: run(["umount", mnt]) if os.path.ismount(mnt) else None, tries=100)
+    return True
+
+
+def detach_loop(dev, backing):
+    """Detach loop device dev from backing; False when it is not attached to backing any more (detached by
+    someone else, and maybe attached since to another file, which is not fstrace's to detach)."""
+    try:
+        with open("/sys/block/%s/loop/backing_file" % os.path.basename(dev)) as f:
+            if f.read().strip() != backing:
+                return False
+    except OSError:
+        return False
+    retry(lambda: run(["losetup", "-d", dev]))
+    return True
+
+
+def _lock_at(lp, blocking=True):
+    """The open lock file at lp, flocked, or None (not blocking, and someone holds it).  A file its holder removed
+    while this waited on it locks nothing any more: then the one at lp now is taken (made if missing)."""
+    while True:
+        f = open(lp, "a")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            f.close()
+            return None
+        try:
+            st, now = os.fstat(f.fileno()), os.stat(lp)
+            if (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino):
+                return f
+        except FileNotFoundError:
+            pass
+        f.close()
+
+
+def _unlock_removing(f, lp):
+    """Remove the lock file while still holding it (its waiters then take the next one at lp), then unlock."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(lp)
+    f.close()
 
 
 @contextlib.contextmanager
 def cache_lock(path):
     """Exclusive lock on a cache entry while it is checked and, if missing, made.  The lock file lives in
-    STATE_DIR, not in the cache: a failed build leaves nothing there."""
-    with open(lock_path("cache", path), "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    STATE_DIR, not in the cache: a failed build leaves nothing there; its holder removes it when done, so STATE_DIR
+    does not keep one per cache entry ever made."""
+    lp = lock_path("cache", path)
+    f = _lock_at(lp)
+    try:
         yield
+    finally:
+        _unlock_removing(f, lp)
+
+
+def remove_unheld_cache_locks():
+    """Remove the cache lock files no one holds (a run killed while it held one leaves it)."""
+    for name in os.listdir(STATE_DIR):
+        if name.startswith("cache-") and name.endswith(".lock"):
+            lp = os.path.join(STATE_DIR, name)
+            f = _lock_at(lp, blocking=False)
+            if f:
+                _unlock_removing(f, lp)
 
 
 def lock_path(kind, path):

@@ -105,6 +105,74 @@ def test_attach_comm_filter_and_ctrl_c(tmp_path, mounted_erofs):
     assert bpf_objects_left(objs) == set()
 
 
+def test_task_names_with_control_bytes_reach_the_terminal_escaped(tmp_path, mounted_erofs):
+    """Security: any process sets its own name, so a name of terminal escapes (clear screen, set the title, ring)
+    must reach attach's live view, report and verdict escaped, never as the raw bytes."""
+    mnt, _ = mounted_erofs
+    name = "\x1b[2J\x1b]0;x\x07\x9b"  # 14 bytes: CSI 2J, OSC title, BEL, and U+009B (C1 CSI) in UTF-8
+    out = tmp_path / "out"
+    drop_caches()
+    p, seen = start_attach(out, "--mount", mnt, "--interval", "0.5", "--records", "all")
+    subprocess.run(["python3", "-c", "import ctypes,sys,time; libc=ctypes.CDLL(None); "
+                    "libc.prctl(15, sys.argv[1].encode(), 0, 0, 0); f=open(sys.argv[2],'rb'); "
+                    "[(f.seek(0), f.read(), time.sleep(0.1)) for _ in range(15)]",
+                    name, os.path.join(mnt, "big.bin")], check=True)
+    text = finish(p, seen, signal.SIGINT)
+    res = results.load(str(out / "results.fst"))
+    assert name.encode() in {bytes(c).rstrip(b"\0") for c in res["req"]["comm"]}  # it was traced
+    assert "\\x1b[2J\\x1b]0;x\\x07\\xc2\\x9b" in text  # in the live view's table, escaped
+    assert not [c for c in text if (ord(c) < 0x20 and c != "\n") or 0x7f <= ord(c) < 0xa0], text
+
+
+ZOMBIE_LEADER = """
+import ctypes, os, sys, threading, time
+path, go, done, stop = sys.argv[1:]
+def reader():
+    while not os.path.exists(go):
+        time.sleep(0.01)
+    with open(path, "rb", buffering=0) as f:
+        for _ in range(50):
+            os.pread(f.fileno(), 4096, 0)
+    open(done, "w").close()
+    while not os.path.exists(stop):
+        time.sleep(0.01)
+threading.Thread(target=reader).start()
+ctypes.CDLL(None).syscall(60, 0)  # exit(2): the main thread alone ends (a zombie leader); the reader goes on
+"""
+
+
+def test_pid_of_a_process_whose_main_thread_exited(tmp_path, mounted_erofs):
+    """--pid of a live process whose main thread exited (its leader a zombie, its other thread running): traced,
+    each of the 50 reads its thread makes once attach runs counted, and attach ends when the process does (it
+    refused the pid; the collector took the process for gone at once)."""
+    mnt, _ = mounted_erofs
+    go, done, stop = tmp_path / "go", tmp_path / "done", tmp_path / "stop"
+    w = subprocess.Popen(["python3", "-c", ZOMBIE_LEADER, os.path.join(mnt, "small.txt"), str(go), str(done),
+                          str(stop)])
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            with open("/proc/%d/stat" % w.pid) as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+            time.sleep(0.05)
+        tids = [int(t) for t in os.listdir("/proc/%d/task" % w.pid)]
+        assert len(tids) == 2  # the zombie leader and the reader
+        out = tmp_path / "out"
+        p, seen = start_attach(out, "--pid", str(w.pid), "--interval", "0.5", "--records", "all")
+        go.touch()
+        while not done.exists() and p.poll() is None and time.time() < deadline + 30:
+            time.sleep(0.05)
+        stop.touch()
+        text = finish(p, seen)  # ends on its own once the reader, the last thread, is gone
+    finally:
+        stop.touch()
+        w.wait(timeout=30)
+    reads = S.reads_of(results.load(str(out / "results.fst")), os.stat(os.path.join(mnt, "small.txt")).st_ino)
+    reader = [t for t in tids if t != w.pid]
+    assert len(reads[reads["pid"] == reader[0]]) == 50, text
+
+
 def test_collector_alone_then_offline_report(tmp_path, mounted_erofs):
     """As on a target box without Python: the collector by itself, the report elsewhere without root."""
     mnt, _ = mounted_erofs

@@ -338,6 +338,22 @@ def test_report_on_damaged_directories(real, tmp_path):
 
 
 @pytest.mark.unit
+def test_compare_reads_a_directory_of_results_fst_alone(real, tmp_path):
+    """A run directory with results.fst and no summary.json (the collector run alone): report reads it, and so
+    does compare, with the figures of report's own analysis of the file."""
+    a = results_dir(str(tmp_path / "a"), real[1])
+    b = results_dir(str(tmp_path / "b"), real[1])
+    with open(os.path.join(b, "summary.json"), "w") as f:  # B as a run keeps it: the same figures either way
+        json.dump(summary.summarize(results.load(real[0])), f)
+    p = subprocess.run([FSTRACE, "compare", a, b], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=120)
+    assert p.returncode == 0 and not p.stderr, p.stderr
+    wall = "%.3f" % summary.summarize(results.load(real[0]))["wall_s"]
+    row = p.stdout.splitlines()[1].split()
+    assert row[:4] == ["-", "-", wall, wall] and row[4] == "1.000", p.stdout
+
+
+@pytest.mark.unit
 def test_report_says_format_1_is_unverified(real, tmp_path):
     _, raw = real
     _, header, data = split(raw)

@@ -981,3 +981,103 @@ def test_serve_on_a_budget_weights_by_time_when_no_window_has_its_calls(mounted_
         _assert_estimate_holds(after, mnt, ios, other_reads)
     finally:
         stop(p, rest)
+
+
+@contextlib.contextmanager
+def nobodys_directory_with_a_planted_tmp(tmp_path, name):
+    """(directory the user nobody owns, root's victim file): nobody, as an attacker would, has put
+    <name>.tmp there as a symlink to the victim (the temporary name the collector used to open with O_TRUNC)."""
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"root's data\n")
+    d = tempfile.mkdtemp(prefix="fstrace-attacker-")
+    try:
+        os.chmod(d, 0o755)
+        os.chown(d, 65534, 65534)
+        subprocess.run(["runuser", "-u", "nobody", "--", "ln", "-s", str(victim), os.path.join(d, name + ".tmp")],
+                       check=True)
+        yield d, victim
+    finally:
+        subprocess.run(["rm", "-rf", d], check=True)
+
+
+@pytest.mark.bpf
+def test_serve_refuses_a_textfile_directory_others_can_write(tmp_path):
+    """Security: serve (root) refuses --textfile in a directory nobody owns, in one line, and touches nothing
+    there: it used to open <file>.tmp with O_CREAT|O_TRUNC, through the symlink nobody planted."""
+    with nobodys_directory_with_a_planted_tmp(tmp_path, "x.prom") as (d, victim):
+        p = subprocess.Popen([FSTRACE, "serve", "--listen", "127.0.0.1:0", "--textfile", os.path.join(d, "x.prom")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        err = ""
+        for line in p.stderr:
+            err += line
+            if "serving http" in line:  # it served there: stopped, and the test fails below
+                p.send_signal(signal.SIGTERM)
+        p.wait(timeout=60)
+        lines = [l for l in err.splitlines() if l.startswith("fstrace")]
+        assert p.returncode != 0 and len(lines) == 1 and "other users can write its directory" in lines[0], err
+        assert victim.read_bytes() == b"root's data\n"
+        assert sorted(os.listdir(d)) == ["x.prom.tmp"]
+
+
+@pytest.mark.bpf
+def test_collector_alone_never_writes_through_a_planted_symlink(tmp_path):
+    """Security: the collector run alone (no directory check) into a directory nobody owns writes a new file of
+    its own and renames it: nobody's <file>.tmp symlink leads nowhere, the victim keeps its bytes."""
+    with nobodys_directory_with_a_planted_tmp(tmp_path, "x.prom") as (d, victim):
+        out = os.path.join(d, "x.prom")
+        p = subprocess.Popen([COLLECTOR, "--records", "none", "--no-io-records", "--sample-hz", "0", "--exposition",
+                              out, "--exposition-interval", "1000", "--comm", "fstrace-nobody"],
+                             stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.time() + 60
+            while not os.path.exists(out) and p.poll() is None and time.time() < deadline:
+                time.sleep(0.05)
+        finally:
+            p.send_signal(signal.SIGTERM)
+            err = p.communicate(timeout=60)[1]
+        assert victim.read_bytes() == b"root's data\n"
+        assert p.returncode == 0, err
+        assert value(parse(open(out).read()), "fstrace_start_time_seconds") > 0
+        assert not os.path.islink(out) and os.stat(out).st_uid == 0
+        assert sorted(os.listdir(d)) == ["x.prom", "x.prom.tmp"]  # nobody's link, left alone
+
+
+@pytest.mark.bpf
+def test_labels_of_long_and_invalid_utf8_names_stay_valid_utf8(tmp_path):
+    """A mount path past a label's 255 bytes is cut after a whole character (it was cut inside one), and a task
+    name's invalid bytes are U+FFFD: Prometheus refuses a whole scrape with one label of invalid UTF-8."""
+    img, _ = small_erofs(tmp_path)
+    base = os.path.join(str(tmp_path), "m")
+    # "é" (2 bytes) from base on: byte 255 falls inside one
+    pad = "" if (255 - len(base.encode()) - 1) % 2 else "x"
+    mnt = os.path.join(base + pad, "é" * 120)
+    os.makedirs(mnt)
+    want = mnt.encode()[:254].decode()  # the 255th byte starts an "é" the label has no room for
+    assert len(mnt.encode()) > 255 and len(want.encode()) == 254
+    loop = subprocess.run(["losetup", "-f", "--show", "-r", img], check=True, stdout=subprocess.PIPE,
+                          text=True).stdout.strip()
+    mounted = False
+    try:
+        subprocess.run(["mount", "-t", "erofs", "-o", "ro", loop, mnt], check=True)
+        mounted = True
+        p, port, rest = start_serve("--mount", mnt, "--per-comm")
+        try:
+            subprocess.run(["python3", "-c", "import ctypes,sys; libc=ctypes.CDLL(None); "
+                            "libc.prctl(15, b'rd\\xff\\xc3', 0, 0, 0); open(sys.argv[1],'rb').read()",
+                            os.path.join(mnt, "f")], check=True)
+            time.sleep(0.5)
+            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
+                raw = r.read()
+        finally:
+            log = stop(p, rest)
+        assert p.returncode == 0, log
+        text = raw.decode("utf-8")  # strictly: it was refused here before
+        assert promtool_findings(text) == ""
+        samples = parse(text)
+        assert value(samples, "fstrace_filesystem_mounted", mount=want) == 1
+        assert value(samples, "fstrace_requests_total", kind="read", mount=want) >= 1
+        assert value(samples, "fstrace_comm_requests_total", comm="rd\ufffd\ufffd", mount=want) >= 1
+    finally:
+        if mounted:
+            subprocess.run(["umount", mnt], check=True)
+        subprocess.run(["losetup", "-d", loop], check=True)

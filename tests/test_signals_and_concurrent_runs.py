@@ -514,3 +514,41 @@ def test_sigint_mid_run_leaves_nothing(tmp_path):
     assert not out.exists()
     assert not os.path.exists(str(out) + ".partial")
     assert not list(tmp_path.glob("**/*.fst*"))
+
+
+def test_a_trace_whose_mount_and_loop_device_vanished_before_cleanup_is_kept(tmp_path, delayacct_off):
+    """Someone else unmounts the run's image (lazily: tar reads on in its working directory) and detaches its
+    loop device while the workload runs: the run completes, its results are kept, and cleanup says in one line
+    each that there was nothing left to undo (it was "cleanup incomplete" and the finished trace was discarded)."""
+    out = tmp_path / "out"
+    p = start_run(out, "--no-baseline")
+    coll, _ = wait_tracing(p)
+    mnt = machine_state(p.pid)["mounts"][0]
+    dev = next(l.split()[0] for l in open("/proc/mounts") if l.split()[1] == mnt)
+    subprocess.run(["umount", "-l", mnt], check=True)
+    subprocess.run(["losetup", "-d", dev], check=True)  # busy: detached once its filesystem lets go (autoclear)
+    err = finish(p, timeout=600)
+    assert p.returncode == 0, err
+    assert "cleanup incomplete" not in err and "Traceback" not in err, err
+    assert "%s was unmounted already (not by fstrace): nothing to undo there" % mnt in err, err
+    assert (out / "results.fst").exists() and (out / "summary.json").exists()
+    assert machine_state(p.pid) == {"mounts": [], "loops": [], "cgroups": [], "state": False}
+
+
+def test_cleanup_leaves_a_loop_device_reused_by_someone_else(tmp_path):
+    """The run's loop device detached by someone else and attached again to another file: not fstrace's any more,
+    cleanup leaves it attached (and says so) instead of detaching someone else's device."""
+    from common.system import Cleanup, losetup
+    mine, theirs = tmp_path / "mine.img", tmp_path / "theirs.img"
+    for f in (mine, theirs):
+        f.write_bytes(bytes(1 << 20))
+    c = Cleanup()
+    dev, _ = losetup(str(mine), c, direct_io=False)
+    try:
+        subprocess.run(["losetup", "-d", dev], check=True)
+        subprocess.run(["losetup", "-r", dev, str(theirs)], check=True)
+        c.run()
+        with open("/sys/block/%s/loop/backing_file" % os.path.basename(dev)) as f:
+            assert f.read().strip() == str(theirs)
+    finally:
+        subprocess.run(["losetup", "-d", dev])

@@ -246,7 +246,7 @@ static void trace(struct tracer *t, struct ring_buffer *rb, struct results *res,
 		if (ri->child <= 0 && opt.nr_pids) { /* --pid: stop once every traced process is gone */
 			bool any = false;
 			for (int i = 0; i < opt.nr_pids && !any; i++)
-				any = pid_alive(opt.pids[i]);
+				any = process_alive(opt.pids[i]);
 			if (!any)
 				break;
 		}

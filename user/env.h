@@ -97,4 +97,27 @@ static inline __u64 now_ns(clockid_t clk)
 /* CPU time this process has used (user and system, every thread; not its children's) */
 static inline __u64 self_cpu_ns(void) { return now_ns(CLOCK_PROCESS_CPUTIME_ID); }
 
+/* bytes of the well-formed UTF-8 character s starts with (RFC 3629: no overlong form, surrogate or value past
+ * U+10FFFF), 0 when it starts none (an invalid byte, or a character cut short) */
+static inline int utf8_char_len(const char *s)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	int n = 0;
+	if (u[0] < 0x80)
+		n = 1;
+	else if (u[0] >= 0xc2 && u[0] < 0xe0)
+		n = 2;
+	else if (u[0] >= 0xe0 && u[0] < 0xf0)
+		n = 3;
+	else if (u[0] >= 0xf0 && u[0] < 0xf5)
+		n = 4;
+	for (int i = 1; i < n; i++)
+		if ((u[i] & 0xc0) != 0x80)
+			return 0;
+	if ((n == 3 && ((u[0] == 0xe0 && u[1] < 0xa0) || (u[0] == 0xed && u[1] >= 0xa0))) ||
+	    (n == 4 && ((u[0] == 0xf0 && u[1] < 0x90) || (u[0] == 0xf4 && u[1] >= 0x90))))
+		return 0;
+	return n;
+}
+
 #endif

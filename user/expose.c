@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <bpf/bpf.h>
@@ -71,16 +72,22 @@ static void refresh_fs_labels(void)
 	}
 }
 
-/* a label value: backslash, double quote and newline escaped (exposition format) */
+/* a label value: backslash, double quote and newline escaped (exposition format), and valid UTF-8 (a path or
+ * task name is any bytes; Prometheus refuses a whole scrape for one invalid label): an invalid byte is U+FFFD */
 static void label_value(struct jbuf *b, const char *s)
 {
-	for (; *s; s++) {
-		if (*s == '\\' || *s == '"')
+	for (int n; *s; s += n) {
+		n = utf8_char_len(s);
+		if (!n) {
+			jb_add(b, "\xef\xbf\xbd");
+			n = 1;
+		} else if (*s == '\\' || *s == '"') {
 			jb_add(b, "\\%c", *s);
-		else if (*s == '\n')
+		} else if (*s == '\n') {
 			jb_add(b, "\\n");
-		else
-			jb_add(b, "%c", *s);
+		} else {
+			jb_add(b, "%.*s", n, s);
+		}
 	}
 }
 
@@ -162,7 +169,8 @@ static void requests(struct jbuf *b, int fd, int keys_fd, const __u32 *sdevs, in
 	}
 	refresh_fs_labels();
 	struct jbuf l = {};
-	static char lab[MAX_AGG_KEYS][1024]; /* a mount label is at most 255 bytes, 510 escaped */
+	/* kind, device, fs (31 bytes) and mount (255): at most 3 bytes each escaped (U+FFFD for an invalid byte) */
+	static char lab[MAX_AGG_KEYS][1280];
 	for (int i = 0; i < n; i++) {
 		l.len = 0;
 		jb_add(&l, "kind=\"%s\",", kind_name(rows[i].key.kind));
@@ -590,19 +598,25 @@ static void drops_and_probes(struct jbuf *b, const struct expose_maps *m, const 
 		}
 }
 
-/* path, atomically (a temporary file in its directory, then rename); 0 or a negative errno */
+/*
+ * path, atomically (a temporary file in its directory, then rename); 0 or a negative errno.  The temporary
+ * file is a new one of a random name (mkostemp: O_CREAT|O_EXCL), never an existing path: a fixed name would
+ * follow a symlink someone who can write the directory planted there, and truncate its target as root.
+ */
 static int write_atomic(const char *path, const char *data, size_t len)
 {
 	char *tmp;
-	if (asprintf(&tmp, "%s.tmp", path) < 0)
+	if (asprintf(&tmp, "%s.tmp.XXXXXX", path) < 0)
 		return -ENOMEM;
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	int fd = mkostemp(tmp, O_CLOEXEC);
 	int err = 0;
 	if (fd < 0) {
 		err = -errno;
 	} else {
+		if (fchmod(fd, 0644)) /* readable by the exporter that reads the directory, as the file was */
+			err = -errno;
 		size_t off = 0;
-		while (off < len) {
+		while (!err && off < len) {
 			ssize_t w = write(fd, data + off, len - off);
 			if (w < 0) {
 				if (errno == EINTR)

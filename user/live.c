@@ -121,6 +121,24 @@ static int cmp_wait(const void *a, const void *b)
 	return x->io_wait_ns < y->io_wait_ns ? 1 : (x->io_wait_ns > y->io_wait_ns ? -1 : 0);
 }
 
+/*
+ * A task name as the terminal may show it: any process sets its own (prctl PR_SET_NAME), so every byte that is
+ * not printable ASCII (control bytes, escape sequences, C1 controls in UTF-8) is written \xNN.
+ */
+static const char *printable_comm(const char *comm, char out[16 * 4 + 1])
+{
+	char *o = out;
+	for (int i = 0; i < 16 && comm[i]; i++) {
+		unsigned char c = comm[i];
+		if (c < 0x20 || c >= 0x7f || c == '\\')
+			o += sprintf(o, "\\x%02x", c);
+		else
+			*o++ = c;
+	}
+	*o = 0;
+	return out;
+}
+
 void live_print(FILE *out, double interval_s, unsigned long long drops, int clear)
 {
 	char stamp[16];
@@ -159,8 +177,9 @@ void live_print(FILE *out, double interval_s, unsigned long long drops, int clea
 		const struct top_entry *p = &L.procs[i], *f = &L.files[i];
 		if (!p->used && !f->used)
 			break;
+		char comm[16 * 4 + 1];
 		if (p->used)
-			fprintf(out, "  %-8llu %-16.16s %12.1f %9llu", (unsigned long long)p->key, p->comm,
+			fprintf(out, "  %-8llu %-16s %12.1f %9llu", (unsigned long long)p->key, printable_comm(p->comm, comm),
 				p->io_wait_ns / 1e6, (unsigned long long)p->requests);
 		else
 			fprintf(out, "  %-8s %-16s %12s %9s", "", "", "", "");

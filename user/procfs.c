@@ -50,7 +50,16 @@ bool sdev_mount(__u32 kdev, char *fstype, size_t fstype_len, char *mnt, size_t m
 			continue;
 		unescape_octal(path);
 		snprintf(fstype, fstype_len, "%s", type);
-		snprintf(mnt, mnt_len, "%s", path);
+		/* a path too long for mnt is cut after its last whole character, never inside one (a label of
+		 * invalid UTF-8 makes Prometheus refuse the whole scrape); an invalid byte counts as one */
+		size_t len = 0;
+		for (int n; path[len]; len += n) {
+			n = utf8_char_len(path + len);
+			n = n ? n : 1;
+			if (len + n >= mnt_len)
+				break;
+		}
+		snprintf(mnt, mnt_len, "%.*s", (int)len, path);
 		found = true;
 	}
 	fclose(f);
@@ -159,6 +168,26 @@ bool pid_alive(int pid)
 	char state;
 	unsigned long long start;
 	return proc_stat(pid, "stat", &state, &start) && state != 'Z' && state != 'X';
+}
+
+bool process_alive(int pid)
+{
+	char dir[32];
+	snprintf(dir, sizeof(dir), "/proc/%d/task", pid);
+	DIR *d = opendir(dir);
+	if (!d)
+		return false;
+	bool alive = false;
+	for (struct dirent *e; !alive && (e = readdir(d));) {
+		char name[sizeof(e->d_name) + 16], state;
+		unsigned long long start;
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(name, sizeof(name), "task/%s/stat", e->d_name);
+		alive = proc_stat(pid, name, &state, &start) && state != 'Z' && state != 'X';
+	}
+	closedir(d);
+	return alive;
 }
 
 struct io_calls_of {

@@ -30,6 +30,8 @@ unsigned long long dev_inflight(const struct dev_arg *d);
 void add_pid_tree(int map_fd, int pid);
 /* running or sleeping; a zombie counts as gone */
 bool pid_alive(int pid);
+/* any thread of process pid runs: its leader may have exited (a zombie) while other threads go on */
+bool process_alive(int pid);
 
 /* a number in a /proc file (a sysctl), -1 when it cannot be read */
 long long proc_number(const char *path);

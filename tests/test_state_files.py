@@ -1,0 +1,75 @@
+"""What fstrace leaves on the machine between runs: cache lock files are removed by their holder (and the stale
+ones of killed runs by the next start's sweep), and matplotlib says nothing on stderr when HOME is read-only."""
+import fcntl
+import os
+import subprocess
+
+import pytest
+
+from common import system
+from conftest import FSTRACE
+
+
+@pytest.fixture
+def state_dir(tmp_path, monkeypatch):
+    d = str(tmp_path / "state")
+    monkeypatch.setattr(system, "STATE_DIR", d)
+    return d
+
+
+@pytest.mark.unit
+def test_cache_lock_files_go_with_their_holder(state_dir, tmp_path):
+    entries = [str(tmp_path / ("entry%d" % i)) for i in range(5)]
+    for e in entries:
+        with system.cache_lock(e):
+            assert os.listdir(state_dir) == [os.path.basename(system.lock_path("cache", e))]
+    with pytest.raises(RuntimeError):
+        with system.cache_lock(entries[0]):
+            raise RuntimeError("a failed build")
+    assert os.listdir(state_dir) == []
+
+
+@pytest.mark.unit
+def test_a_lock_removed_while_waited_on_is_taken_again_at_its_path(state_dir, tmp_path):
+    """A waiter that opened the lock file its holder then removed must not count as holding the lock: it takes the
+    file at the path, which whoever came after the removal may hold."""
+    entry = str(tmp_path / "entry")
+    lp = system.lock_path("cache", entry)
+    with system.cache_lock(entry):
+        waiter = open(lp, "a")  # opened before the holder is done, as a waiter's open is
+    with system.cache_lock(entry):  # a later run holds the file now at the path
+        fcntl.flock(waiter, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the removed file: free, but no lock any more
+        assert system._lock_at(lp, blocking=False) is None  # the path's is taken: the waiter waits for it
+    waiter.close()
+    assert os.listdir(state_dir) == []
+
+
+@pytest.mark.unit
+def test_the_sweep_removes_only_the_cache_locks_no_one_holds(state_dir, tmp_path):
+    os.makedirs(state_dir)
+    held, stale = system.lock_path("cache", str(tmp_path / "a")), system.lock_path("cache", str(tmp_path / "b"))
+    other = os.path.join(state_dir, "out-0123.lock")
+    for p in (stale, other):
+        open(p, "w").close()  # a killed run's
+    holder = system._lock_at(held)
+    system.remove_unheld_cache_locks()
+    assert sorted(os.listdir(state_dir)) == sorted([os.path.basename(held), "out-0123.lock"])
+    holder.close()
+
+
+@pytest.mark.unit
+def test_html_report_says_nothing_of_matplotlib_when_home_is_read_only(real, tmp_path):
+    """HOME with no writable ~/.config (a read-only home, nobody's /nonexistent): matplotlib wrote a warning on
+    stderr on every report --html; now it gets a private directory, removed after."""
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "results.fst").write_bytes(real[1])
+    env = {k: v for k, v in os.environ.items() if k not in ("MPLCONFIGDIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME")}
+    env["HOME"] = "/dev/null/home"  # under a file: nothing can be made there, even by root
+    env["TMPDIR"] = str(tmp_path)
+    p = subprocess.run([FSTRACE, "report", str(d), "--html", str(tmp_path / "r.html")], env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "atplotlib" not in p.stderr, p.stderr
+    assert "<svg" in (tmp_path / "r.html").read_text()
+    assert [n for n in os.listdir(tmp_path) if "matplotlib" in n] == []
