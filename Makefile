@@ -138,7 +138,7 @@ bench-overhead: all
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bpftrace libbpf-tools >/dev/null
 	build/venv/bin/python3 -m scripts.bench_overhead $(BENCH_ARGS)
 
-# The fentry/kprobe tier on the kernel matrix (Debian 6.1 and 6.12) under QEMU (one vCPU under TCG, two under KVM); prints the table of
+# The fentry/kprobe tier on the kernel matrix (Debian 6.1 and 6.12, x86_64 and arm64) under QEMU (one vCPU under TCG, two under KVM); prints the table of
 # kernel x probe x tier chosen x fired / checked, the request boundaries' counts against fio's and each boundary
 # program's bpf_stats beside the syscall tracepoints', and the ns per call of an untraced task's getppid and
 # preads with nothing, fentry and the syscall tracepoints attached (the test suite runs the same guests through
