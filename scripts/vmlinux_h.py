@@ -68,13 +68,15 @@ def raw_btf(path, out, base=None):
 
 def blocks(text):
     """The definitions of a bpftool C dump, in order (it separates them by blank lines)."""
-    return [b for b in text.split("\n\n") if b.strip()]
+    return [b.strip("\n") for b in text.split("\n\n") if b.strip()]
 
 
 def names(block):
     """The names a definition of a bpftool C dump declares: its struct, union or enum tag, typedef, enumerators."""
     found = {"%s %s" % m for m in re.findall(r"^(struct|union|enum) (\w+) \{", block, re.M)}
     found |= {"typedef " + m for m in re.findall(r"^typedef .*?\(?\**(\w+)\)?(?:\(.*\))?(?:\[\d*\])*;$", block, re.M)}
+    if block.startswith("typedef "):  # of a type defined in it: typedef struct {...} name;
+        found |= {"typedef " + m for m in re.findall(r"^\} (\w+);$", block, re.M)}
     if re.match(r"(typedef )?enum( \w+)? \{", block):
         found |= {"enumerator " + m for m in re.findall(r"^\t(\w+) = ", block, re.M)}
     return found
@@ -87,6 +89,27 @@ def module_path(pkg, name):
     return found[0]
 
 
+def merge(kernel, modules):
+    """The header's definitions: the kernel's (a bpftool C dump's blocks), the modules' own ((name, their C dump
+    over the kernel's BTF) each) before its last two (the attribute pop and the include guard's #endif).  A
+    module's definition naming a type or enumerator already defined (btrfs's struct workspace beside another
+    module's, erofs's and btrfs's mount option enumerators) is left out; returns (blocks, what was left out)."""
+    seen, added, skipped = set(kernel), [], []
+    defined = set().union(*(names(b) for b in kernel))
+    for name, text in modules:
+        for b in blocks(text):
+            if b in seen:
+                continue
+            seen.add(b)
+            clash = names(b) & defined
+            if clash:
+                skipped.append("%s: %s" % (name, ",".join(sorted(clash))))
+                continue
+            defined.update(names(b))
+            added.append(b)
+    return kernel[:-2] + added + kernel[-2:], skipped
+
+
 def main():
     if len(sys.argv) != 3:
         raise SystemExit("usage: python3 -m scripts.vmlinux_h KERNEL_PACKAGE_DIR OUT")
@@ -97,26 +120,13 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         base = os.path.join(tmp, "vmlinux.btf")
         kernel = blocks(raw_btf(images[0], base))
-        seen, added, skipped = set(kernel), [], []
-        defined = set().union(*(names(b) for b in kernel))
-        for name in MODULES:
-            text = raw_btf(module_path(pkg, name), os.path.join(tmp, name + ".btf"), base)
-            for b in blocks(text):
-                if b in seen:
-                    continue
-                seen.add(b)
-                clash = names(b) & defined
-                if clash:  # another module's type of the same name (btrfs's and squashfs's struct workspace)
-                    skipped.append("%s: %s" % (name, ",".join(sorted(clash))))
-                    continue
-                defined.update(names(b))
-                added.append(b)
+        modules = [(name, raw_btf(module_path(pkg, name), os.path.join(tmp, name + ".btf"), base))
+                   for name in MODULES]
+    header, skipped = merge(kernel, modules)
     if skipped:
         print("vmlinux_h: left out, named as a type before: " + "; ".join(skipped), file=sys.stderr)
-    # the header ends with the attribute pop and the include guard's #endif: the modules' types go before them
-    tail = kernel[-2:]
     with open(out + ".tmp", "w") as f:
-        f.write("\n\n".join(kernel[:-2] + added + tail) + "\n")
+        f.write("\n\n".join(header) + "\n")
     os.replace(out + ".tmp", out)
 
 

@@ -149916,4 +149916,3 @@ struct btrfs_verity_descriptor_item {
 #endif
 
 #endif /* __VMLINUX_H__ */
-
