@@ -1,12 +1,24 @@
 # fstrace build: CO-RE BPF objects, skeletons, and the collector.
-# `make` builds everything; `make vmlinux` regenerates vmlinux/<arch>/vmlinux.h from BTF.
+# `make` builds everything; `make vmlinux` regenerates vmlinux/<arch>/vmlinux.h from BTF; `make ARCH=arm64`
+# cross-builds the collector and its BPF objects into build/arm64/.
 
-ARCH ?= $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/')
+HOST_ARCH := $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/')
+ARCH ?= $(HOST_ARCH)
 CLANG ?= clang
 BPFTOOL ?= bpftool
-CC ?= cc
 BTF ?= /sys/kernel/btf/vmlinux
+# The native build goes to build/; another architecture's (`make ARCH=arm64` on an x86 host) to build/<arch>/,
+# with the cross compiler of Debian's gcc-<triplet> and the static libraries of the :<arch> -dev packages
+# (scripts/setup.sh cross-arm64). CC given on the command line or in the environment wins.
+ifeq ($(ARCH),$(HOST_ARCH))
 OUT := build
+else
+OUT := build/$(ARCH)
+CROSS_COMPILE := $(patsubst %,%-linux-gnu-,$(subst arm64,aarch64,$(subst x86,x86_64,$(ARCH))))
+ifeq ($(origin CC),default)
+CC := $(CROSS_COMPILE)gcc
+endif
+endif
 
 BPF_SRCS := $(wildcard bpf/*.bpf.c)
 BPF_OBJS := $(patsubst bpf/%.bpf.c,$(OUT)/%.bpf.o,$(BPF_SRCS))
@@ -57,10 +69,16 @@ FORCE:
 $(OUT)/link-mode: FORCE | $(OUT)
 	@echo $(STATIC_FLAG) | cmp -s - $@ || echo $(STATIC_FLAG) > $@
 
+# from BTF (default: the running kernel's), or with KERNEL_PKG=<a Debian linux-image package unpacked with dpkg-deb
+# -x> from that kernel's image and the modules whose types bpf/ reads (scripts/vmlinux_h.py): another architecture's
 vmlinux:
 	mkdir -p vmlinux/$(ARCH)
+ifdef KERNEL_PKG
+	$(PYTHON) -m scripts.vmlinux_h $(KERNEL_PKG) vmlinux/$(ARCH)/vmlinux.h
+else
 	$(BPFTOOL) btf dump file $(BTF) format c > vmlinux/$(ARCH)/vmlinux.h.tmp
 	mv vmlinux/$(ARCH)/vmlinux.h.tmp vmlinux/$(ARCH)/vmlinux.h
+endif
 
 clean:
 	rm -rf $(OUT)
@@ -120,7 +138,7 @@ bench-overhead: all
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bpftrace libbpf-tools >/dev/null
 	build/venv/bin/python3 -m scripts.bench_overhead $(BENCH_ARGS)
 
-# The fentry/kprobe tier on the kernel matrix (Debian 6.1 and 6.12) under QEMU (one vCPU under TCG, two under KVM); prints the table of
+# The fentry/kprobe tier on the kernel matrix (Debian 6.1 and 6.12, x86_64 and arm64) under QEMU (one vCPU under TCG, two under KVM); prints the table of
 # kernel x probe x tier chosen x fired / checked, the request boundaries' counts against fio's and each boundary
 # program's bpf_stats beside the syscall tracepoints', and the ns per call of an untraced task's getppid and
 # preads with nothing, fentry and the syscall tracepoints attached (the test suite runs the same guests through

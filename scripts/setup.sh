@@ -4,7 +4,8 @@
 # fstrace's CO-RE objects are compiled once and relocated by libbpf on any kernel with BTF.
 #
 #   setup.sh [PART...]   PART: collector, workloads, cli, numpy, plots, analysis (cli numpy plots), unit (the
-#                        analysis and what the unit test lane needs), test; none: collector workloads analysis
+#                        analysis and what the unit test lane needs), cross-arm64 (`make ARCH=arm64`), test;
+#                        none: collector workloads analysis
 #   setup.sh --test      all of them (the test command)
 # so that `fstrace attach` on a production box installs no fio, mkfs tools or test tools, and `fstrace serve`
 # no numpy or matplotlib either (see ./fstrace).
@@ -26,7 +27,7 @@ PLOTS="python3-matplotlib"
 # environment over Debian's Python (--system-site-packages: numpy, matplotlib, pytest stay Debian's).
 # ./fstrace and scripts/test.sh run build/venv/bin/python3 when it is there.
 VENV_PACKAGES="perfetto==0.59.1 protobuf==7.36.2"
-# only the tests: pytest; QEMU, busybox, kmod and cpio for the Debian 6.1 kernel test; headless Chromium
+# only the tests: pytest; QEMU (x86 and arm), busybox, kmod and cpio for the Debian kernel guests (tests/test_vm.py); headless Chromium
 # and PIL to check the HTML report renders; strace to see that bad collector options load nothing; prometheus
 # (the server and promtool) to scrape fstrace serve and lint its exposition (where systemd runs, Debian also
 # starts its own prometheus service on :9090; the tests start theirs on 127.0.0.1 and never use that one);
@@ -48,7 +49,11 @@ SLURM="slurmctld slurmd slurm-client munge"
 # python3-jsonschema: they check exported profiles against the viewer's own schema; python3-pyfuse3: the FUSE file
 # whose reads the block tests hold or cut short (tests/slow_disk.py); libbpf-tools: the overhead bench's
 # biolatency, which a test interrupts as it runs
-TEST="$UNIT qemu-system-x86 busybox-static kmod cpio chromium python3-pil strace prometheus python3-prometheus-client python3-websocket python3-jsonschema python3-pyfuse3 libbpf-tools $SLURM"
+TEST="$UNIT qemu-system-x86 qemu-system-arm busybox-static kmod cpio chromium python3-pil strace prometheus python3-prometheus-client python3-websocket python3-jsonschema python3-pyfuse3 libbpf-tools $SLURM"
+# cross-building the collector for arm64 (`make ARCH=arm64`, into build/arm64/): Debian's cross compiler and the
+# arm64 static libraries it links (multiarch :arm64 packages; the part adds the architecture to dpkg); the vm test
+# lane boots arm64 guests with it under qemu-system-aarch64 (in qemu-system-arm)
+CROSS_ARM64="gcc-aarch64-linux-gnu libbpf-dev:arm64 libelf-dev:arm64 zlib1g-dev:arm64 libzstd-dev:arm64 libjson-c-dev:arm64"
 # kubernetes-validate validates bench's Kubernetes Indexed Job (scripts/k8s-bench-job.yaml) against the
 # Kubernetes API's own schemas, which it ships (no cluster, no network), pinned, into build/k8s (the unit lane's)
 K8S_PACKAGES="kubernetes-validate==1.37.0"
@@ -57,11 +62,11 @@ K8S_PACKAGES="kubernetes-validate==1.37.0"
 SPEEDSCOPE="speedscope@1.25.0"
 
 if [ "${1:-}" = "--test" ]; then
-	set -- collector workloads analysis test
+	set -- collector workloads analysis test cross-arm64
 elif [ $# -eq 0 ]; then
 	set -- collector workloads analysis
 fi
-PKGS="" build="" erofs="" venv="" viewer="" lint="" k8s=""
+PKGS="" build="" erofs="" venv="" viewer="" lint="" k8s="" cross=""
 for part in "$@"; do
 	case "$part" in
 	collector) PKGS="$PKGS $COLLECTOR" build=1 ;;
@@ -71,7 +76,8 @@ for part in "$@"; do
 	plots | analysis) PKGS="$PKGS $CLI $NUMPY $PLOTS" venv=1 ;;  # plots.py draws numpy arrays
 	unit) PKGS="$PKGS $CLI $NUMPY $PLOTS $UNIT" venv=1 lint=1 k8s=1 ;;
 	test) PKGS="$PKGS $TEST" viewer=1 lint=1 k8s=1 ;;
-	*) echo "setup.sh: unknown part '$part' (collector, workloads, cli, numpy, plots, analysis, unit, test or --test)" >&2
+	cross-arm64) PKGS="$PKGS $COLLECTOR $CROSS_ARM64" cross=arm64 ;;
+	*) echo "setup.sh: unknown part '$part' (collector, workloads, cli, numpy, plots, analysis, unit, cross-arm64, test or --test)" >&2
 		exit 2 ;;
 	esac
 done
@@ -91,6 +97,9 @@ if [ -n "$missing" ]; then
 	fi
 	echo "fstrace: installing:$missing" >&2
 	export DEBIAN_FRONTEND=noninteractive
+	case "$missing" in *:arm64*)
+		dpkg --print-foreign-architectures | grep -qx arm64 || dpkg --add-architecture arm64 ;;
+	esac
 	apt-get update -qq >/dev/null
 	# shellcheck disable=SC2086
 	apt-get install -y -qq --no-install-recommends $missing >/dev/null
@@ -98,6 +107,9 @@ fi
 
 if [ -n "$build" ]; then
 	make -s -C "$here" >&2
+fi
+if [ -n "$cross" ]; then
+	make -s -C "$here" ARCH="$cross" >&2
 fi
 if [ -n "$erofs" ]; then
 	"$here/scripts/build-erofs-utils.sh"

@@ -27,6 +27,7 @@ def fresh_machine(tmp_path):
     bin_dir.mkdir()
     log = tmp_path / "log"
     stubs = {"dpkg-query": "exit 1",
+             "dpkg": 'echo "dpkg $*" >> %s' % log,  # no foreign architecture; adding one is recorded
              "apt-get": 'echo "apt-get $*" >> %s' % log,
              "make": 'echo "make $*" >> %s' % log}
     for name, body in stubs.items():
@@ -108,6 +109,20 @@ def test_the_test_command_installs_everything(fresh_machine):
     assert COLLECTOR_PKGS | WORKLOAD_PKGS | ANALYSIS_PKGS | TEST_PKGS <= pkgs and built
 
 
+@pytest.mark.bpf
+def test_cross_arm64_adds_the_architecture_and_builds_for_it(fresh_machine):
+    """setup.sh cross-arm64 (part of --test: the vm lane's arm64 guests) adds arm64 to dpkg before installing the
+    cross compiler and the :arm64 static libraries, and cross-builds the collector (make ARCH=arm64)."""
+    env, log = fresh_machine
+    subprocess.run([os.path.join(ROOT, "scripts", "setup.sh"), "cross-arm64"], env=env, check=True)
+    lines = log.read_text().splitlines()
+    pkgs, _ = installed(log)
+    assert {"gcc-aarch64-linux-gnu", "libbpf-dev:arm64", "libjson-c-dev:arm64"} <= pkgs, pkgs
+    added = lines.index("dpkg --add-architecture arm64")
+    assert added < min(i for i, l in enumerate(lines) if l.startswith("apt-get ")), lines
+    assert any(re.fullmatch(r"make -s -C \S+ ARCH=arm64", l) for l in lines), lines
+
+
 @pytest.mark.unit
 def test_help_and_unknown_commands_install_nothing(fresh_machine):
     env, log = fresh_machine
@@ -123,7 +138,8 @@ def test_unknown_setup_part_is_refused(fresh_machine):
     p = subprocess.run([os.path.join(ROOT, "scripts", "setup.sh"), "everything"], env=env, stderr=subprocess.PIPE,
                        text=True)
     assert p.returncode == 2 and p.stderr.strip() == \
-        "setup.sh: unknown part 'everything' (collector, workloads, cli, numpy, plots, analysis, unit, test or --test)"
+        "setup.sh: unknown part 'everything' (collector, workloads, cli, numpy, plots, analysis, unit, " \
+        "cross-arm64, test or --test)"
     assert installed(log) == (set(), False)
 
 

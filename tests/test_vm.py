@@ -8,15 +8,21 @@ has a core per vCPU), which traces cold reads of erofs, squashfs (xz, lz4) and b
 cp -a && sync onto a compress=zstd:1 btrfs, once per tier, then fio's reads and a tree walk with the requests
 bounded by each tier; the guest's results files are extracted on the host and the tests below assert on them,
 against the images' own layout, the bytes the workload read, the files copied, fio's own counts and the other
-tiers of the same run."""
+tiers of the same run. The arm64 kernels' guests (qemu-system-aarch64, the collector cross-built by make ARCH=arm64)
+run the request bounds and the scattered reads only (vmtest.STEPS; the other tests skip there and say why), and one
+of their results files is reported by fstrace report on the host."""
 import concurrent.futures
+import json
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 
 import pytest
 
+from analysis import verdict
+from conftest import FSTRACE
 from scripts import vmtest
 
 KERNELS = [k for k in os.environ.get("FSTRACE_VM_KERNELS", ",".join(vmtest.KERNELS)).split(",") if k]
@@ -57,18 +63,20 @@ def vm_host(request):
         for kname in wanted:  # downloads and probes one at a time: they share the cache's files
             try:
                 vmlinuz, moddir = vmtest.kernel(vmcache, kname)
-                images_run, why = vmtest.images_for(vmlinuz, paths, skipped)
-                accel = vmtest.choose_accel("auto", vmlinuz, vmcache)
+                arch = vmtest.kernel_arch(kname)
+                images_run, why = vmtest.images_for(vmlinuz, paths, skipped, arch)
+                accel = vmtest.choose_accel("auto", vmlinuz, vmcache, arch)
+                userland = vmtest.guest_userland(vmcache, arch)
             except (Exception, SystemExit) as e:
                 runs[kname] = _failed(e if isinstance(e, Exception) else RuntimeError(str(e)))
                 continue
-            jobs.append((kname, vmlinuz, moddir, images_run, why, accel, vmtest.vcpus(SMP, accel)))
+            jobs.append((kname, vmlinuz, moddir, images_run, why, accel, vmtest.vcpus(SMP, accel), userland))
 
-        def boot(kname, vmlinuz, moddir, images_run, why, accel, smp):
+        def boot(kname, vmlinuz, moddir, images_run, why, accel, smp, userland):
             kwork = os.path.join(work, kname)
             os.makedirs(kwork)
             run = vmtest.run_guest_retrying(kname, vmlinuz, moddir, images_run, paths, src, kwork, smp, accel,
-                                            GUEST_TIMEOUT_S, deadline=deadline)
+                                            GUEST_TIMEOUT_S, deadline=deadline, userland=userland)
             run["skipped"] = why
             return run
 
@@ -94,6 +102,12 @@ def guest(vm_host, request):
     return run
 
 
+def _needs_step(guest, step):
+    """Skip a test of a step the guest's architecture does not run (vmtest.STEPS; docs/vmtest.md says why)."""
+    if step not in guest["steps"]:
+        pytest.skip("the %s guest runs only the steps %s (docs/vmtest.md)" % (guest["arch"], ", ".join(guest["steps"])))
+
+
 @pytest.mark.vm
 @pytest.mark.parametrize("kname", KERNELS)
 def test_guest_finished(guest, kname):
@@ -101,7 +115,8 @@ def test_guest_finished(guest, kname):
     tail = open(guest["console"], errors="replace").read()[-6000:]
     assert guest["finished"], "qemu exit %s after %s s:\n%s" % (guest["qemu_exit"], guest["seconds"], tail)
     assert not guest["lockup"], "\n".join(guest["lockup"]) + "\n" + tail
-    assert vmtest.guest_kernel(guest["outdir"]).startswith(kname + "."), vmtest.guest_kernel(guest["outdir"])
+    kver = vmtest.guest_kernel(guest["outdir"])
+    assert kver.startswith(kname.split("-")[0] + ".") and kver.endswith("-" + guest["arch"]), kver
 
 
 @pytest.mark.vm
@@ -112,6 +127,7 @@ def test_read_probes(guest, kname, image, vm_host):
     with, unit sizes within the image's cluster/block size, output covering the bytes read; erofs's against the
     workqueue tier and its own tracepoints of the same run; squashfs's cache lookups against the image's
     metadata and fragment blocks, and the device bytes outside the blocks it read against its layout."""
+    _needs_step(guest, "run")
     entry = [e for e in guest["images"] if e[0] == image]
     if not entry:
         pytest.skip("%s not run on %s: %s" % (image, kname, guest["skipped"][image]))
@@ -130,6 +146,7 @@ def test_unneeded_share_of_scattered_squashfs_reads(guest, kname, image, vm_host
     """fio's 4 KiB random reads of one file alone on a squashfs image: every block read is one of the image's, and
     the device bytes outside the blocks read (the summary's device_unneeded) are those that squashfs_bio_read's
     whole 1 KiB device blocks around them give, with the device's bytes /proc/diskstats' and some outside."""
+    _needs_step(guest, "scattered")
     if image not in [e[0] for e in guest["images"]]:
         pytest.skip("%s not run on %s: %s" % (image, kname, guest["skipped"].get(image)))
     failures, lines = [], []
@@ -145,6 +162,7 @@ def test_serve_options_load_no_record_only_squashfs_probe(guest, kname, image):
     squashfs's cache-lookup and block-read probes, whose events are per-request records only, are not loaded (the
     header says why) and write nothing, while its decompression probe still times every block; the reads are
     counted in the kernel, as many and as many bytes as fio made."""
+    _needs_step(guest, "scattered")
     if image not in [e[0] for e in guest["images"]]:
         pytest.skip("%s not run on %s: %s" % (image, kname, guest["skipped"].get(image)))
     failures, lines = [], []
@@ -157,6 +175,7 @@ def test_serve_options_load_no_record_only_squashfs_probe(guest, kname, image):
 def test_write_compression(guest, kname, vm_host):
     """btrfs compression on write, both tiers, against the files copied and the work items the tracepoint tier
     timed; from 6.6 on (trampolines take up to 12 arguments) the fentry run must use the fentry variant."""
+    _needs_step(guest, "write")
     failures, lines = [], []
     kver = vmtest.guest_kernel(guest["outdir"])
     for name, _ in vmtest.WRITES:
@@ -196,10 +215,33 @@ def test_untraced_syscall_cost_measured(guest, kname):
     """The cost step measured an untraced task's getppid and preads with nothing attached and with the fentry
     and syscall tracepoint tiers attached (the figures are printed by make vmtest, not judged here: no timing
     thresholds)."""
+    _needs_step(guest, "cost")
     failures, lines = [], []
     table = vmtest.check_cost(guest["outdir"], failures.append, lines)
     assert not failures, "\n".join(failures + lines)
     assert set(table) == set(vmtest.COST_CONFIGS)
+
+
+@pytest.mark.vm
+@pytest.mark.parametrize("kname", [k for k in KERNELS if vmtest.kernel_arch(k) != vmtest.HOST_ARCH])
+def test_host_reports_a_run_of_another_architecture(guest, kname, tmp_path):
+    """A results directory whose results the arm64 guest's collector wrote (fio's scattered 4 KiB reads of one
+    squashfs file alone), reported by `fstrace report` on the x86 host: the guest's kernel, and as many reads and
+    bytes as fio made by its own count."""
+    _needs_step(guest, "scattered")
+    name = vmtest.SCATTERED[0]
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(os.path.join(guest["outdir"], "scattered-%s.fst" % name), run / "results.fst")
+    with open(os.path.join(guest["outdir"], "scattered-%s-fio.json" % name)) as f:
+        text = f.read()
+    fio = json.loads(text[text.index("{"):])["jobs"][0]["read"]
+    p = subprocess.run([FSTRACE, "report", str(run)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.returncode == 0, p.stderr
+    kver = vmtest.guest_kernel(guest["outdir"])
+    assert p.stdout.splitlines()[0].endswith("kernel %s" % kver) and kver.endswith("-" + guest["arch"]), p.stdout
+    assert "  reads: %d requests, %s in " % (fio["total_ios"], verdict.size(fio["io_bytes"])) in p.stdout, \
+        (fio["total_ios"], fio["io_bytes"], p.stdout)
 
 
 STALL = """[   55.95] NMI backtrace for cpu 1

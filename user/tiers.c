@@ -114,6 +114,17 @@ static bool tracepoint_exists(const char *tp)
 static int fentry_policy_err;
 
 /* Does the running kernel let us use fentry on func (BTF of vmlinux or a module, and a test load)? */
+/* the usual cause of ENOTSUPP at a test attach, by architecture (docs/measuring.md): x86-64's trampolines before
+ * 6.6 take at most 6 arguments; arm64's attach to a kernel function only through ftrace direct calls, which
+ * Debian's arm64 6.1 is built without (no CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS) */
+#if defined(__x86_64__)
+#define FENTRY_ENOTSUPP_HINT "; trampolines before 6.6 take at most 6 arguments"
+#elif defined(__aarch64__)
+#define FENTRY_ENOTSUPP_HINT "; arm64 trampolines need ftrace direct calls"
+#else
+#define FENTRY_ENOTSUPP_HINT ""
+#endif
+
 static bool fentry_can_attach(const char *func, char *why, size_t why_len)
 {
 	int obj_fd;
@@ -146,7 +157,7 @@ static bool fentry_can_attach(const char *func, char *why, size_t why_len)
 	}
 	if (err == -524) /* ENOTSUPP, kernel-internal: strerror has no name for it */
 		snprintf(why, why_len, "fentry: test %s of %s failed: not supported for this function by the "
-				       "kernel (ENOTSUPP; trampolines before 6.6 take at most 6 arguments)",
+				       "kernel (ENOTSUPP" FENTRY_ENOTSUPP_HINT ")",
 			 prog_fd < 0 ? "load" : "attach", func);
 	else if (err)
 		snprintf(why, why_len, "fentry: test %s of %s failed: %s", prog_fd < 0 ? "load" : "attach",
