@@ -43,8 +43,10 @@ LINT_PACKAGES="ruff==0.17.6"
 # python3-websocket: the tests drive headless Chromium over its DevTools protocol (click, type, read back);
 # python3-jsonschema: they check exported profiles against the viewer's own schema; python3-pyfuse3: the FUSE file
 # whose reads the block tests hold or cut short (tests/slow_disk.py); libbpf-tools: the overhead bench's
-# biolatency, which a test interrupts as it runs
-TEST="$UNIT qemu-system-x86 busybox-static kmod cpio chromium python3-pil strace prometheus python3-prometheus-client python3-websocket python3-jsonschema python3-pyfuse3 libbpf-tools"
+# biolatency, which a test interrupts as it runs; debhelper and dh-python build the Debian package (make deb) and
+# debootstrap the minimal bookworm root tests/test_deb.py installs it into; systemd for systemd-analyze, which
+# checks serve's unit
+TEST="$UNIT qemu-system-x86 busybox-static kmod cpio chromium python3-pil strace prometheus python3-prometheus-client python3-websocket python3-jsonschema python3-pyfuse3 libbpf-tools debhelper dh-python debootstrap systemd"
 # The speedscope viewer the tests open exported profiles in, pinned, from the npm registry into build/speedscope
 # (npm from Debian's nodejs and npm packages where no npm is installed yet)
 SPEEDSCOPE="speedscope@1.25.0"
