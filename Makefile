@@ -41,7 +41,7 @@ LINK_LIBS := -static -ljson-c -lbpf -lelf -lz -lzstd -lm
 STATIC_FLAG := 1
 endif
 
-.PHONY: all clean vmlinux test test-unit test-c install bench-overhead bench-helpers vmtest FORCE
+.PHONY: all clean vmlinux test test-unit test-c install deb bench-overhead bench-helpers vmtest FORCE
 all: $(OUT)/fstrace-collect
 
 $(OUT):
@@ -85,13 +85,16 @@ clean:
 
 # `make install [PREFIX=/usr/local] [DESTDIR=]`: the collector, the fstrace command (scripts/fstrace-installed,
 # which runs the Python package installed under $(LIBDIR) with Debian's Python), the manual pages and the bash
-# completion. The package keeps the source tree's layout (cli/, bpf/records.h, build/fstrace-collect), so it runs
+# completion and the systemd unit of `fstrace serve`. The package keeps the source tree's layout (cli/, bpf/records.h, build/fstrace-collect), so it runs
 # unchanged; its collector is a relative link to the installed one.
 PREFIX ?= /usr/local
 BINDIR := $(PREFIX)/bin
 LIBDIR := $(PREFIX)/lib/fstrace
 MAN8DIR := $(PREFIX)/share/man/man8
 COMPLETIONDIR := $(PREFIX)/share/bash-completion/completions
+# the unit of `fstrace serve` (systemd/fstrace-serve.service.in, which gets the command's path); Debian's
+# package puts it under /lib/systemd/system
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 PYTHON ?= /usr/bin/python3
 PY_PACKAGES := analysis cli common workloads
 # the package's files: its modules and what they read beside them (analysis/flamegraph.js)
@@ -104,14 +107,38 @@ $(OUT)/fstrace.bash: scripts/completion.py $(foreach d,$(PY_PACKAGES),$(wildcard
 
 install: $(OUT)/fstrace-collect $(OUT)/fstrace.bash
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/bpf $(DESTDIR)$(LIBDIR)/build $(DESTDIR)$(MAN8DIR) \
-		$(DESTDIR)$(COMPLETIONDIR)
+		$(DESTDIR)$(COMPLETIONDIR) $(DESTDIR)$(SYSTEMDUNITDIR)
 	install -m 755 $(OUT)/fstrace-collect $(DESTDIR)$(BINDIR)/fstrace-collect
 	install -m 755 scripts/fstrace-installed $(DESTDIR)$(BINDIR)/fstrace
 	for f in $(PACKAGE_FILES); do install -D -m 644 $$f $(DESTDIR)$(LIBDIR)/$$f || exit 1; done
 	install -m 644 bpf/records.h $(DESTDIR)$(LIBDIR)/bpf/records.h
+	sed -n 's/^VENV_PACKAGES="\(.*\)"/\1/p' scripts/setup.sh > $(DESTDIR)$(LIBDIR)/timeline-packages
+	chmod 644 $(DESTDIR)$(LIBDIR)/timeline-packages
 	ln -sfn ../../../bin/fstrace-collect $(DESTDIR)$(LIBDIR)/build/fstrace-collect
 	install -m 644 $(MAN_PAGES) $(DESTDIR)$(MAN8DIR)/
 	install -m 644 $(OUT)/fstrace.bash $(DESTDIR)$(COMPLETIONDIR)/fstrace
+	sed 's|@BINDIR@|$(BINDIR)|g' systemd/fstrace-serve.service.in > $(DESTDIR)$(SYSTEMDUNITDIR)/fstrace-serve.service
+	chmod 644 $(DESTDIR)$(SYSTEMDUNITDIR)/fstrace-serve.service
+
+# `make deb [DEB_ARCH=amd64|arm64]`: the Debian package (debian/, debhelper) in build/deb/, built by
+# dpkg-buildpackage from a copy of the sources (so the checkout's build/ and debian/ stay as they are), with
+# debian/changelog written there for the collector's version (user/env.h, the one place it is set).
+# DEB_ARCH other than the build machine's cross-builds (dpkg-buildpackage -a; debian/rules passes ARCH and CC);
+# the package's tests are tests/test_deb.py (root, BPF), not the build's (nocheck).
+DEB_ARCH ?= $(shell dpkg --print-architecture)
+DEB_SOURCES := Makefile analysis bpf cli common debian man scripts systemd user vmlinux workloads
+VERSION = $(shell sed -n 's/^\#define FSTRACE_VERSION "\(.*\)"/\1/p' user/env.h)
+deb:
+	rm -rf $(OUT)/deb/src && mkdir -p $(OUT)/deb/src/fstrace
+	cp -a $(DEB_SOURCES) $(OUT)/deb/src/fstrace/
+	find $(OUT)/deb/src/fstrace -name __pycache__ -prune -exec rm -rf {} +
+	printf 'fstrace (%s) unstable; urgency=medium\n\n  * Built from the sources by make deb.\n\n -- %s  %s\n' \
+		'$(VERSION)' "$$(sed -n 's/^Maintainer: //p' debian/control)" \
+		"$$(date -R -d @$${SOURCE_DATE_EPOCH:-$$(date +%s)})" > $(OUT)/deb/src/fstrace/debian/changelog
+	cd $(OUT)/deb/src/fstrace && DEB_BUILD_OPTIONS="noddebs nocheck $${DEB_BUILD_OPTIONS:-}" \
+		CC=$$(dpkg-architecture -a$(DEB_ARCH) -qDEB_HOST_GNU_TYPE 2>/dev/null)-gcc dpkg-buildpackage -a$(DEB_ARCH) -b -us -uc
+	mv $(OUT)/deb/src/fstrace_$(VERSION)_$(DEB_ARCH).deb $(OUT)/deb/
+	@echo "make: $(OUT)/deb/fstrace_$(VERSION)_$(DEB_ARCH).deb"
 
 test:
 	./scripts/test.sh

@@ -27,11 +27,13 @@ scripts/setup.sh); its TraceProcessor is not used (it downloads a binary at run 
 """
 import heapq
 import itertools
+import os
 import zlib
 
 import numpy as np
 
 from analysis.summary import dev_name, enum_name, records_in_requests
+from common.system import INSTALLED, ROOT
 
 SEQ = 1               # the one packet sequence of the trace
 CLOCK = 64            # its incremental clock (sequence-scoped clock ids start at 64)
@@ -43,6 +45,9 @@ CHUNK = 4096          # packets per deflated chunk
 FLOW_IO_WORK = 1 << 40   # + the work item's index + 1
 FLOW_WORK_REQ = 2 << 40  # + the woken request's index + 1
 NAME = "timeline.pftrace"
+# the writer's pinned PyPI packages: scripts/setup.sh's VENV_PACKAGES, which `make install` copies beside an
+# installed package (an installed fstrace has no scripts/)
+PACKAGES = open(os.path.join(ROOT, "timeline-packages")).read().split() if INSTALLED else []
 
 
 def protos():
@@ -51,6 +56,12 @@ def protos():
         from perfetto.protos.perfetto.trace import perfetto_trace_pb2
         from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
     except ImportError as e:
+        if INSTALLED:  # Debian has neither package: a virtual environment over Debian's Python adds them
+            raise ImportError(
+                "the timeline needs the Python packages %s from PyPI (Debian has neither): python3 -m venv "
+                "--system-site-packages /opt/fstrace-venv && /opt/fstrace-venv/bin/pip install %s, then run "
+                "fstrace with FSTRACE_PYTHON=/opt/fstrace-venv/bin/python3 (%s)" % (
+                    " and ".join(p.split("=")[0] for p in PACKAGES), " ".join(PACKAGES), e))
         raise ImportError("the timeline needs the Python package perfetto (and protobuf) from build/venv: run "
                           "scripts/setup.sh (%s)" % e)
     return perfetto_trace_pb2, StreamingTraceProtoBuilder
@@ -344,6 +355,7 @@ def write(res, path):
     """Write the trace to path; returns {"packets", "bytes", "flows"}."""
     t0 = int(res.header["time"]["start_ns"])
     counts = {"flows": 0}
+    protos()  # before the file is made: without the writer's packages there is no timeline, not an empty one
     with open(path, "wb") as f:
         w = Writer(f, t0)
         uuids = itertools.count(1)

@@ -7,7 +7,6 @@ import ctypes
 import dataclasses
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +20,8 @@ from cli.directories import make_tmpdir
 from cli.leftovers import delayacct_sweep
 from cli.signals import Interrupted, stop_process
 from common.safedir import trusted_cache
-from common.system import Cleanup, FstraceError, losetup, mount, proc_start, progress, run, write_json_atomic, writing
+from common.system import (Cleanup, FstraceError, losetup, mount, proc_start, progress, require_tools, run,
+                           write_json_atomic, writing)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COLLECTOR = os.path.join(ROOT, "build", "fstrace-collect")
@@ -77,11 +77,12 @@ def check_iops_cap(iops):
 
 
 def tool_versions(fs, wl):
+    """The versions of the tools an image of fs and the workload wl run, each missing one named first (all of
+    them in one line, with their packages)."""
     from workloads import images
+    require_tools("--fs %s --workload %s" % (fs, wl.name), images.tools_needed(fs) + list(wl.tools))
     tools = {"mkfs": images.tool_version(fs)}
-    if wl.part == "single":
-        if not shutil.which("fio"):
-            raise FstraceError("fio is not installed (needed for --workload %s); run scripts/setup.sh" % wl.name)
+    if any(cmd == "fio" for cmd, _ in wl.tools):
         tools["fio"] = subprocess.run(["fio", "--version"], stdout=subprocess.PIPE, text=True).stdout.strip()
     return tools
 

@@ -277,6 +277,10 @@ def start_collector(collector_argv, path, om_path, settings, stop):
         os.close(r)
     if ready:
         return proc
+    if not stop.is_set():
+        # its end of the pipe closed as it exits, a moment before it can be reaped: not hung, exited
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
     hung = proc.poll() is None
     stop_collector(proc, lambda msg: None)
     if stop.is_set():

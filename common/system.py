@@ -18,6 +18,11 @@ import sys
 import time
 
 STATE_DIR = "/run/fstrace"  # what live runs created, and locks; tmpfs: gone at reboot like mounts and loops
+# the packages' root: a checkout, or an installed fstrace's PREFIX/lib/fstrace (make install, the Debian package)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# a checkout has scripts/setup.sh, which ./fstrace runs to install what a command needs; an installed fstrace
+# installs nothing, so what is missing is named with the Debian package that has it
+INSTALLED = not os.path.exists(os.path.join(ROOT, "scripts", "setup.sh"))
 
 
 class FstraceError(Exception):
@@ -34,6 +39,22 @@ def shown(text):
     return "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii")
                    if ord(c) < 0xd800 or ord(c) > 0xdfff else "\\x%02x" % (ord(c) - 0xdc00)
                    for c in text)
+
+
+def require_tools(what, tools):
+    """tools: [(command, the Debian package that has it)] (a command with a "/" is that file; without, one on PATH).
+    Raises one FstraceError naming every missing command and its package, with how to get them."""
+    import shutil
+    missing = [(cmd, pkg) for cmd, pkg in tools
+               if not (os.access(cmd, os.X_OK) if "/" in cmd else shutil.which(cmd))]
+    if not missing:
+        return
+    names = ", ".join("%s (Debian package %s)" % (cmd, pkg) for cmd, pkg in missing)
+    if INSTALLED:
+        how = "apt-get install %s" % " ".join(dict.fromkeys(pkg for _, pkg in missing))
+    else:
+        how = "sudo ./fstrace setup"
+    raise FstraceError("%s needs %s, not installed: %s" % (what, names, how))
 
 
 def run(argv, whole_stderr=False, **kw):

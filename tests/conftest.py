@@ -62,6 +62,35 @@ def fstrace(*args, check=True, **kw):
     return p
 
 
+def start_attach(out, *args, command=(FSTRACE,)):
+    """fstrace attach -o out, once it traces: (process, what it printed so far).  command: how fstrace is started
+    (e.g. in a chroot, where out is a path in the root)."""
+    import time
+    # --budget 100: these tests check exact counts, so the request hooks stay attached (test_budget.py
+    # checks the windows)
+    p = subprocess.Popen(list(command) + ["attach", "--budget", "100", "-o", str(out)] + list(args),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # tracing is live once the collector prints its first live view line
+    deadline = time.time() + 120
+    seen = ""
+    while time.time() < deadline:
+        line = p.stdout.readline()
+        seen += line
+        if line.startswith("fstrace ") and "requests/s" in line:
+            return p, seen
+        assert line or p.poll() is None, seen
+    raise AssertionError("attach never started:\n" + seen)
+
+
+def finish_attach(p, seen, sig=None):
+    """attach's whole output, once it has ended (after sig, if given) with 0."""
+    if sig:
+        p.send_signal(sig)
+    rest = p.communicate(timeout=120)[0]
+    assert p.returncode == 0, seen + rest
+    return seen + rest
+
+
 def run_summary(tmp_path, *args):
     """fstrace run with the test dataset and cache; its summary.json."""
     tmp_path.mkdir(parents=True, exist_ok=True)

@@ -50,12 +50,14 @@ def value(samples, name, **labels):
     return sum(v for (n, ls), v in samples.items() if n == name and want <= ls)
 
 
-def start_serve(*args, env=None):
-    """fstrace serve on a free port (env: added to its environment): (process, port, its later messages)"""
+def start_serve(*args, env=None, command=(FSTRACE,)):
+    """fstrace serve on a free port (env: added to its environment; command: how fstrace is started, e.g. in a
+    chroot): (process, port, its later messages)"""
     # --budget 100: these tests check exact counts, so the request hooks stay attached (test_budget.py
     # checks the windows)
-    p = subprocess.Popen([FSTRACE, "serve", "--listen", "127.0.0.1:0", "--update-interval", "0.2", "--budget", "100"]
-                         + list(args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    p = subprocess.Popen(list(command) + ["serve", "--listen", "127.0.0.1:0", "--update-interval", "0.2",
+                                          "--budget", "100"] + list(args),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                          env=dict(os.environ, **(env or {})))
     seen = ""
     deadline = time.time() + 120

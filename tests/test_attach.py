@@ -12,34 +12,9 @@ from analysis import results
 from analysis import summary as S
 from cli.devices import backing_block_device
 from conftest import COLLECTOR, FSTRACE, NOBODY, bpf_objects_left, bpf_objects_of, collector_under, drop_caches, \
-    settled_leftovers
+    finish_attach, settled_leftovers, start_attach
 
 pytestmark = pytest.mark.bpf
-
-
-def start_attach(out, *args):
-    # --budget 100: these tests check exact counts, so the request hooks stay attached (test_budget.py
-    # checks the windows)
-    p = subprocess.Popen([FSTRACE, "attach", "--budget", "100", "-o", str(out)] + list(args), stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)
-    # tracing is live once the collector prints its first live view line
-    deadline = time.time() + 120
-    seen = ""
-    while time.time() < deadline:
-        line = p.stdout.readline()
-        seen += line
-        if line.startswith("fstrace ") and "requests/s" in line:
-            return p, seen
-        assert line or p.poll() is None, seen
-    raise AssertionError("attach never started:\n" + seen)
-
-
-def finish(p, seen, sig=None):
-    if sig:
-        p.send_signal(sig)
-    rest = p.communicate(timeout=120)[0]
-    assert p.returncode == 0, seen + rest
-    return seen + rest
 
 
 def test_attach_mount_counts_every_read_of_the_workload(tmp_path, mounted_erofs):
@@ -50,7 +25,7 @@ def test_attach_mount_counts_every_read_of_the_workload(tmp_path, mounted_erofs)
     fio = subprocess.run(["fio", "--name=x", "--filename=" + os.path.join(mnt, "big.bin"), "--rw=randread",
                           "--bs=4k", "--ioengine=psync", "--readonly", "--io_size=2m", "--output-format=json"],
                          stdout=subprocess.PIPE, text=True, check=True)
-    text = finish(p, seen)
+    text = finish_attach(p, seen)
     ios = json.loads(fio.stdout[fio.stdout.index("{"):])["jobs"][0]["read"]["total_ios"]
     res = results.load(str(out / "results.fst"))
     st = os.stat(os.path.join(mnt, "big.bin"))
@@ -95,7 +70,7 @@ def test_attach_comm_filter_and_ctrl_c(tmp_path, mounted_erofs):
         subprocess.run(["python3", "-c", "import ctypes,sys; libc=ctypes.CDLL(None); "
                         "libc.prctl(15, sys.argv[1].encode(), 0, 0, 0); open(sys.argv[2],'rb').read()",
                         name, target], check=True)
-    finish(p, seen, signal.SIGINT)
+    finish_attach(p, seen, signal.SIGINT)
     res = results.load(str(out / "results.fst"))
     comms = {bytes(c).rstrip(b"\0") for c in res["req"]["comm"]}
     assert comms == {b"fstrace-reader"}
@@ -117,7 +92,7 @@ def test_task_names_with_control_bytes_reach_the_terminal_escaped(tmp_path, moun
                     "libc.prctl(15, sys.argv[1].encode(), 0, 0, 0); f=open(sys.argv[2],'rb'); "
                     "[(f.seek(0), f.read(), time.sleep(0.1)) for _ in range(15)]",
                     name, os.path.join(mnt, "big.bin")], check=True)
-    text = finish(p, seen, signal.SIGINT)
+    text = finish_attach(p, seen, signal.SIGINT)
     res = results.load(str(out / "results.fst"))
     assert name.encode() in {bytes(c).rstrip(b"\0") for c in res["req"]["comm"]}  # it was traced
     assert "\\x1b[2J\\x1b]0;x\\x07\\xc2\\x9b" in text  # in the live view's table, escaped
@@ -164,7 +139,7 @@ def test_pid_of_a_process_whose_main_thread_exited(tmp_path, mounted_erofs):
         while not done.exists() and p.poll() is None and time.time() < deadline + 30:
             time.sleep(0.05)
         stop.touch()
-        text = finish(p, seen)  # ends on its own once the reader, the last thread, is gone
+        text = finish_attach(p, seen)  # ends on its own once the reader, the last thread, is gone
     finally:
         stop.touch()
         w.wait(timeout=30)

@@ -395,7 +395,8 @@ def test_make_install_puts_everything_under_destdir(tmp_path):
     for rel in ("bin/fstrace", "bin/fstrace-collect", "lib/fstrace/cli/__main__.py", "lib/fstrace/analysis/results.py",
                 "lib/fstrace/workloads/catalog.py", "lib/fstrace/common/system.py", "lib/fstrace/bpf/records.h",
                 "share/man/man8/fstrace.8", "share/man/man8/fstrace-collect.8",
-                "share/bash-completion/completions/fstrace"):
+                "share/bash-completion/completions/fstrace", "lib/systemd/system/fstrace-serve.service",
+                "lib/fstrace/timeline-packages"):
         assert (prefix / rel).is_file(), "make install did not install %s" % rel
     assert os.access(prefix / "bin" / "fstrace", os.X_OK) and os.access(prefix / "bin" / "fstrace-collect", os.X_OK)
     # every file of the package's directories that is not the collector's C source: modules and the data they read

@@ -84,6 +84,21 @@ def test_oncpu_stacks_carry_the_user_frames_that_made_the_syscall(xz_run):
     assert any(re.search(r"read|write", f) for f in named), callers
 
 
+@pytest.mark.unit
+def test_no_timeline_file_without_the_writers_packages(tmp_path, monkeypatch):
+    """Without perfetto and protobuf the timeline is missing (the results say why), not an empty file that reads
+    as one."""
+    from analysis import timeline
+
+    def missing():
+        raise ImportError("the timeline needs the Python packages perfetto and protobuf")
+    monkeypatch.setattr(timeline, "protos", missing)
+    res = type("Results", (), {"header": {"time": {"start_ns": 0}}})()
+    with pytest.raises(ImportError):
+        timeline.write(res, str(tmp_path / timeline.NAME))
+    assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.bpf
 def test_timeline_holds_every_request_and_block_request(xz_run):
     from analysis import timeline

@@ -378,6 +378,34 @@ def test_collector_killed_under_serve_is_one_line(mounted_erofs):  # noqa: F811
     assert not os.path.exists("/run/fstrace/run-%d.json" % p.pid)
 
 
+@pytest.mark.bpf
+def test_collector_that_cannot_load_is_one_line_saying_it_exited():
+    """Without CAP_PERFMON (serve as root's uid with CAP_BPF alone, as a unit's CapabilityBoundingSet may leave it)
+    the collector cannot load its programs and exits 2 at once: serve says that, under the collector's own line,
+    not that it hung."""
+    p = subprocess.run(["setpriv", "--bounding-set=-all,+bpf", "--inh-caps=-all", FSTRACE, "serve", "--listen",
+                        "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    said = p.stderr.splitlines()
+    assert p.returncode == 1 and p.stdout == ""
+    assert re.fullmatch(r"fstrace-collect: loading \w+: Operation not permitted", said[-2]), p.stderr
+    assert said[-1] == "fstrace: error: the collector did not start: it exited 2; see its message above", p.stderr
+
+
+@pytest.mark.unit
+def test_a_collector_that_exits_before_ready_is_said_to_have_exited():
+    """Its end of the ready pipe closes as it exits, a moment before it can be reaped: serve must not take that
+    moment for a hang (a stand-in closes the pipe, then exits 2 a little later)."""
+    import sys
+    from cli import serve as S
+    from common.system import FstraceError
+    script = "import os, sys, time; os.close(int(sys.argv[-1])); time.sleep(0.3); sys.exit(2)"  # the fd: last
+    settings = S.Settings(listen="127.0.0.1:0", update_interval=1.0)
+    with pytest.raises(FstraceError) as e:
+        S.start_collector([sys.executable, "-c", script], "/nonexistent/x.prom", "/nonexistent/x.om", settings,
+                          threading.Event())
+    assert str(e.value) == "the collector did not start: it exited 2; see its message above"
+
+
 def small_erofs(tmp_path):
     """(an erofs image holding f, 8 KiB; an empty mount point) in tmp_path."""
     src = tmp_path / "src"

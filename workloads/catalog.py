@@ -15,6 +15,8 @@ RANDOM_LIST_SEED = 500  # the same random file order on every image of one datas
 
 class Workload:
     writes = False  # writes into an empty, writable image instead of reading the dataset's image
+    # [(command, Debian package)] it runs beyond Debian's essential ones (sh, bash, tar, cat, cp, xargs, stat)
+    tools = ()
 
     def __init__(self, name, part, summary, seed_ref):
         self.name = name
@@ -99,6 +101,7 @@ class ListWorkload(Workload):
 
 class Fio(Workload):
     """fio 4 KiB reads on the large single file; fio's own JSON is the ground truth."""
+    tools = (("fio", "fio"),)
 
     def __init__(self, name, summary, rw, io_size=None, runtime_s=None):
         super().__init__(name, "single", summary, "000")

@@ -20,7 +20,8 @@ import tempfile
 import time
 
 from common.safedir import trusted_cache
-from common.system import Cleanup, FstraceError, cache_lock, losetup, mount, run, write_json_atomic
+from common.system import (INSTALLED, ROOT, Cleanup, FstraceError, cache_lock, losetup, mount, require_tools, run,
+                           write_json_atomic)
 
 FILESYSTEMS = ("erofs", "squashfs", "btrfs", "ext4", "xfs")
 
@@ -36,10 +37,16 @@ DEFAULTS = {
 _MKFS = {"erofs": "mkfs.erofs", "squashfs": "mksquashfs", "btrfs": "mkfs.btrfs", "ext4": "mkfs.ext4",
          "xfs": "mkfs.xfs"}
 
-# fstrace's own erofs-utils (scripts/build-erofs-utils.sh); FSTRACE_EROFS_UTILS names another prefix (the
-# tests point it at bookworm's /usr to see features refused by a tool that lacks them)
-EROFS_PREFIX = os.environ.get("FSTRACE_EROFS_UTILS") or os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build", "erofs-utils")
+# the Debian package of each mkfs tool (and of unsquashfs, which reads squashfs images back)
+PACKAGES = {"mkfs.erofs": "erofs-utils", "dump.erofs": "erofs-utils", "mksquashfs": "squashfs-tools",
+            "unsquashfs": "squashfs-tools", "mkfs.btrfs": "btrfs-progs", "mkfs.ext4": "e2fsprogs",
+            "mkfs.xfs": "xfsprogs"}
+
+# a checkout's own erofs-utils (scripts/build-erofs-utils.sh), an installed fstrace's the system's (Debian's
+# erofs-utils); FSTRACE_EROFS_UTILS names another prefix (the tests point it at bookworm's /usr to see features
+# refused by a tool that lacks them; an installed fstrace at a build of 1.8, docs/erofs-utils.md)
+EROFS_PREFIX = os.environ.get("FSTRACE_EROFS_UTILS") or ("/usr" if INSTALLED else os.path.join(ROOT, "build",
+                                                                                                 "erofs-utils"))
 
 # mkfs.erofs -E features fstrace offers -> the superblock feature flag dump.erofs shows for each, None: no flag
 # (all-fragments puts every file's data into the packed inode: the superblock knows it only as fragments;
@@ -52,16 +59,27 @@ def erofs_tool(name):
     """Absolute path of fstrace's mkfs.erofs / dump.erofs; raises if it was not built."""
     path = os.path.join(EROFS_PREFIX, "bin", name)
     if not os.access(path, os.X_OK):
+        if INSTALLED or "FSTRACE_EROFS_UTILS" in os.environ:
+            require_tools("--fs erofs", [(path, PACKAGES[name])])
         raise FstraceError("%s is not built in %s (run scripts/setup.sh)" % (name, EROFS_PREFIX))
     return path
+
+
+def tools_needed(fs):
+    """[(command, package)] that building and checking an image of fs runs (a checkout's own erofs-utils is
+    not a package: erofs_tool says how it is built)."""
+    if fs == "erofs":
+        if not INSTALLED and "FSTRACE_EROFS_UTILS" not in os.environ:
+            return []
+        return [(os.path.join(EROFS_PREFIX, "bin", t), PACKAGES[t]) for t in ("mkfs.erofs", "dump.erofs")]
+    return [(t, PACKAGES[t]) for t in (_MKFS[fs], "unsquashfs" if fs == "squashfs" else None) if t]
 
 
 def tool_version(fs):
     tool = _MKFS[fs]
     if fs == "erofs":
         return _erofs_version(erofs_tool("mkfs.erofs"))
-    if not shutil.which(tool):
-        raise FstraceError("%s is not installed (needed for --fs %s); run scripts/setup.sh" % (tool, fs))
+    require_tools("--fs %s" % fs, tools_needed(fs))
     for args in (["-V"], ["-version"], ["--version"]):
         p = subprocess.run([tool] + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         m = re.search(r"(\d+\.\d+(\.\d+)*)", p.stdout)
