@@ -31,29 +31,79 @@ def uncompressed(run):
     return None
 
 
+# what each device level (records.h FST_DEV_LEVELS) counts, in the order the verdict names them
+LEVEL_METHODS = {
+    "loop": "every read block request on the image's loop device",
+    "disk": "read block requests the traced tasks queued on the disk the filesystem sits on (charge direct), or a "
+            "loop device queued there for them (charge loop): that disk's other reads are the rest of the system's",
+    "backing": "read block requests the loop device issued on it for the workload (charge loop)",
+    "device": "read block requests the traced tasks queued on it (charge direct or loop)",
+}
+# the levels a filesystem's own device can be: the reads the filesystem issued for the workload are there
+FS_LEVELS = ("loop", "disk")
+
+
+def _windows_note(s):
+    """With --budget windows: the reads received are those the windows saw, so the device bytes counted against
+    them are those queued in the windows too; None when the request hooks were always attached."""
+    w = s.get("request_windows") or {}
+    if not w.get("active"):
+        return None
+    return ("; only those queued while the request hooks were attached (--budget windows, %.1f %% of the time), "
+            "as the bytes received are of the reads those windows saw: both windowed" % (100 * (w["fraction"] or 0)))
+
+
 def device_levels(s, received):
-    """Per traced device level (loop: the image's device, all its reads; backing: the reads the loop device
-    issued there for the workload, charge "loop"): bytes read and bytes per byte received; the kernel's own
-    count where the device is the image's alone (loop)."""
+    """Per traced device level (records.h FST_DEV_LEVELS, LEVEL_METHODS: loop, the image's device, all its reads;
+    disk, a disk a filesystem sits on, the traced tasks' reads there; backing, the reads a loop device issued
+    there for the workload): bytes read and bytes per byte received, on the received bytes' footing (with --budget
+    windows: both windowed); the kernel's own count where the device is the image's alone (loop)."""
     out = {}
-    for name, d in sorted((s.get("devices") or {}).items(), key=lambda kv: kv[1].get("level") != "loop"):
+    windowed = _windows_note(s)
+    order = list(LEVEL_METHODS)
+    for name, d in sorted((s.get("devices") or {}).items(),
+                          key=lambda kv: order.index(kv[1].get("level")) if kv[1].get("level") in order else 9):
         level = d.get("level")
-        if level == "loop":
-            n = d.get("bytes", 0)
-            how = "every read block request on the image's loop device"
+        own = d.get("workload_reads")
+        lv = {"device": name, "method": LEVEL_METHODS.get(level, LEVEL_METHODS["device"])}
+        if own is None:  # a summary from before it counted them: the loop and backing levels it had
+            n = d.get("bytes", 0) if level == "loop" else \
+                ((d.get("by_charge") or {}).get("loop") or {}).get("bytes", 0)
+            reread = d.get("reread_bytes") if d.get("requests") else None
+        elif windowed and own.get("in_windows") is None:
+            n, reread = own["bytes"], None
+            lv["method"] += ("; the windows were not all kept: these bytes of all the time, against the reads of "
+                             "the windows, make no ratio")
         else:
-            n = ((d.get("by_charge") or {}).get("loop") or {}).get("bytes", 0)
-            how = "read block requests the loop device issued on it for the workload (charge loop)"
-        lv = {"device": name, "bytes": int(n), "per_received": _ratio(n, received), "method": how}
+            counted = own["in_windows"] if windowed else own
+            n, reread = counted["bytes"], counted["reread_bytes"] if counted["requests"] else None
+            if windowed:
+                lv["method"] += windowed
+        ratio = own is None or not windowed or own.get("in_windows") is not None
+        lv.update({"bytes": int(n), "per_received": _ratio(n, received) if ratio else None})
         delta = d.get("diskstats_delta")
         if level == "loop" and delta:
             lv["diskstats_bytes"] = delta["sectors_read"] * 512
         if d.get("unseen_sectors"):
             lv["unseen_bytes"] = d["unseen_sectors"] * 512  # completed without fstrace seeing them: a lower bound
-        if d.get("requests"):
-            lv["reread_bytes"] = d.get("reread_bytes")
-        out[level] = lv
+        if reread is not None:
+            lv["reread_bytes"] = reread
+        out[level if level not in out else "%s %s" % (level, name)] = lv
     return out
+
+
+def reread(levels):
+    """The share of the filesystem's own device's bytes (the image's loop device, or the disk it sits on) that
+    the workload had read before in the run."""
+    fs = [lv for level, lv in levels.items() if level.split(" ")[0] in FS_LEVELS]
+    if not fs:
+        return {"available": False, "why": "no filesystem's own device traced"}
+    fs = [lv for lv in fs if lv["bytes"]]
+    n = sum(lv["bytes"] for lv in fs)
+    again = [lv.get("reread_bytes") for lv in fs]
+    if not n or None in again:
+        return {"available": False, "why": "no reads of the workload on the filesystem's device"}
+    return {"available": True, "share": sum(again) / n, "bytes": sum(again)}
 
 
 def decompressed(s, received):
@@ -133,16 +183,13 @@ def figures(s, sch=None):
     received = s["reads"]["bytes"]
     levels = device_levels(s, received)
     lookups, reads = unit_counts(s)
-    loop = levels.get("loop") or {}
     out = {
         "received_bytes": received,
         DEVICE_READ: levels,
         DECOMPRESSED: decompressed(s, received),
         UNIT_LOOKUPS: lookups,
         UNIT_READS: reads,
-        REREAD: ({"available": True, "share": loop["reread_bytes"] / loop["bytes"],
-                  "bytes": loop["reread_bytes"]} if loop.get("bytes") and loop.get("reread_bytes") is not None
-                 else {"available": False, "why": "no reads on the image's device"}),
+        REREAD: reread(levels),
         UNNEEDED: unneeded(s),
     }
     if not received:

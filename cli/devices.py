@@ -1,5 +1,5 @@
 """The mounts and block devices a command traces: mountinfo, device numbers as the kernel records them, the
-devices under a mount (a loop device's backing disk), readahead, tracefs."""
+devices under a mount (its disk, or its loop device and the disk behind it), readahead, tracefs."""
 import glob
 import os
 import re
@@ -34,11 +34,26 @@ def read_ahead_kb(dev):
         return int(f.read())
 
 
+def whole_disk(dev, sysfs="/sys"):
+    """The disk a block device (major, minor) is part of: a partition's disk, which the block tracepoints name for
+    its requests (with sectors counted from the disk's start); any other device itself."""
+    base = os.path.join(sysfs, "dev/block/%d:%d" % dev)
+    if not os.path.exists(os.path.join(base, "partition")):
+        return dev
+    try:
+        with open(os.path.join(base, "..", "dev")) as f:
+            ma, mi = f.read().split(":")
+    except (OSError, ValueError):
+        return dev
+    return int(ma), int(mi)
+
+
 def backing_block_device(path):
-    """(major, minor) of the block device holding path's filesystem, or None (tmpfs, overlay, ...)."""
+    """(major, minor) of the disk holding path's filesystem (a partition's disk: whole_disk), or None (tmpfs,
+    overlay, ...)."""
     ma, mi = dev_numbers(path)
     if os.path.exists("/sys/dev/block/%d:%d" % (ma, mi)):
-        return ma, mi
+        return whole_disk((ma, mi))
     return None
 
 
@@ -150,21 +165,22 @@ def sdev_arg(mount):
 
 
 def block_devices_of_mount(m):
-    """Block devices under a mount: its own device, and for a loop device the disk holding its backing file."""
+    """Block devices under a mount, each (major, minor) with its level (records.h FST_DEV_LEVELS): its own
+    device (a loop device: "loop"; a disk or a partition's disk: "disk"), and for a loop device the disk holding
+    its backing file ("backing")."""
     _, _, source, sdev = m
-    devs = []
+    own = None
     if os.path.exists("/sys/dev/block/%d:%d" % sdev):
-        devs.append(sdev)
+        own = sdev
     elif source.startswith("/dev/") and os.path.exists(source):
-        devs.append(dev_numbers(source))   # btrfs: anonymous superblock device, real one is the source
-    for d in list(devs):
-        name = os.path.basename(os.path.realpath("/sys/dev/block/%d:%d" % d))
-        try:
-            with open("/sys/block/%s/loop/backing_file" % name) as f:
-                backing = f.read().strip()
-        except OSError:
-            continue
-        under = backing_block_device(backing) if os.path.exists(backing) else None
-        if under and under not in devs:
-            devs.append(under)
-    return devs
+        own = dev_numbers(source)   # btrfs: anonymous superblock device, real one is the source
+    if own is None:
+        return []
+    name = os.path.basename(os.path.realpath("/sys/dev/block/%d:%d" % own))
+    try:
+        with open("/sys/block/%s/loop/backing_file" % name) as f:
+            backing = f.read().strip()
+    except OSError:
+        return [(whole_disk(own), "disk")]
+    under = backing_block_device(backing) if os.path.exists(backing) else None
+    return [(own, "loop")] + ([(under, "backing")] if under and under != own else [])

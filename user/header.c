@@ -100,6 +100,17 @@ static json *json_filter(pid_t child)
 	return f;
 }
 
+static const char *dev_level_name(enum fst_dev_level level)
+{
+#define DEV_LEVEL_CASE(c, v, n) \
+	case c: return n;
+	switch (level) {
+		FST_DEV_LEVELS(DEV_LEVEL_CASE)
+	}
+#undef DEV_LEVEL_CASE
+	return "device";
+}
+
 static json *json_devices(const struct run_info *ri)
 {
 	json *a = jarr();
@@ -111,6 +122,7 @@ static json *json_devices(const struct run_info *ri)
 		jset(o, "dev", ju64(dev_arg_kdev(d)));
 		jset(o, "unit_bytes", ju64(d->unit ? d->unit : 4096));
 		jset(o, "is_loop", jbool(d->is_loop));
+		jset(o, "level", jstr(dev_level_name(d->level)));
 		jset(o, "diskstats_start", json_diskstat(&ri->ds_start[i]));
 		jset(o, "diskstats_end", json_diskstat(&ri->ds_end[i]));
 	}
