@@ -43,44 +43,43 @@ LEVEL_METHODS = {
 FS_LEVELS = ("loop", "disk")
 
 
-def _windows_note(s):
-    """With --budget windows: the reads received are those the windows saw, so the device bytes counted against
-    them are those queued in the windows too; None when the request hooks were always attached."""
+def received_footing(s):
+    """The bytes received the device levels are counted against, on their footing, and how: the block programs
+    are always attached, so with --budget windows, where the reads received were seen only in the windows, those
+    bytes weighted up to all the time as the reads were (the windows' estimate over the reads they saw): both
+    weighted.  (None, why) where there is no estimate; (bytes received, None) with the hooks always attached."""
+    received = s["reads"]["bytes"]
     w = s.get("request_windows") or {}
     if not w.get("active"):
-        return None
-    return ("; only those queued while the request hooks were attached (--budget windows, %.1f %% of the time), "
-            "as the bytes received are of the reads those windows saw: both windowed" % (100 * (w["fraction"] or 0)))
+        return received, None
+    if "estimate" not in w or not s["reads"]["count"]:
+        return None, ("the reads received were seen only in the --budget windows, and no estimate of all of them "
+                      "was made (%s): the device bytes of all the time make no ratio with them"
+                      % (w.get("why") or "no reads seen"))
+    return received * w["estimate"] / s["reads"]["count"], (
+        "the device bytes of all the time per byte received weighted up to all the time as the reads were (the "
+        "windows saw %d reads, estimated %.0f in all): both weighted" % (s["reads"]["count"], w["estimate"]))
 
 
 def device_levels(s, received):
     """Per traced device level (records.h FST_DEV_LEVELS, LEVEL_METHODS: loop, the image's device, all its reads;
     disk, a disk a filesystem sits on, the traced tasks' reads there; backing, the reads a loop device issued
-    there for the workload): bytes read and bytes per byte received, on the received bytes' footing (with --budget
-    windows: both windowed); the kernel's own count where the device is the image's alone (loop)."""
+    there for the workload): bytes read and bytes per byte received (received: on the device bytes' footing,
+    received_footing; None: no ratio); the kernel's own count where the device is the image's alone (loop)."""
     out = {}
-    windowed = _windows_note(s)
     order = list(LEVEL_METHODS)
     for name, d in sorted((s.get("devices") or {}).items(),
                           key=lambda kv: order.index(kv[1].get("level")) if kv[1].get("level") in order else 9):
         level = d.get("level")
         own = d.get("workload_reads")
-        lv = {"device": name, "method": LEVEL_METHODS.get(level, LEVEL_METHODS["device"])}
         if own is None:  # a summary from before it counted them: the loop and backing levels it had
             n = d.get("bytes", 0) if level == "loop" else \
                 ((d.get("by_charge") or {}).get("loop") or {}).get("bytes", 0)
             reread = d.get("reread_bytes") if d.get("requests") else None
-        elif windowed and own.get("in_windows") is None:
-            n, reread = own["bytes"], None
-            lv["method"] += ("; the windows were not all kept: these bytes of all the time, against the reads of "
-                             "the windows, make no ratio")
         else:
-            counted = own["in_windows"] if windowed else own
-            n, reread = counted["bytes"], counted["reread_bytes"] if counted["requests"] else None
-            if windowed:
-                lv["method"] += windowed
-        ratio = own is None or not windowed or own.get("in_windows") is not None
-        lv.update({"bytes": int(n), "per_received": _ratio(n, received) if ratio else None})
+            n, reread = own["bytes"], own["reread_bytes"] if own["requests"] else None
+        lv = {"device": name, "bytes": int(n), "per_received": _ratio(n, received),
+              "method": LEVEL_METHODS.get(level, LEVEL_METHODS["device"])}
         delta = d.get("diskstats_delta")
         if level == "loop" and delta:
             lv["diskstats_bytes"] = delta["sectors_read"] * 512
@@ -181,7 +180,10 @@ def figures(s, sch=None):
     for figure in (DEVICE_READ, DECOMPRESSED, UNIT_LOOKUPS, UNIT_READS, REREAD, UNNEEDED):
         sch.amp(figure)
     received = s["reads"]["bytes"]
-    levels = device_levels(s, received)
+    footing, how = received_footing(s)
+    levels = device_levels(s, footing)
+    for lv in levels.values():
+        lv["method"] += "; " + (how or "per byte the workload received")
     lookups, reads = unit_counts(s)
     out = {
         "received_bytes": received,
@@ -192,6 +194,8 @@ def figures(s, sch=None):
         REREAD: reread(levels),
         UNNEEDED: unneeded(s),
     }
+    if how:  # --budget windows: the device levels' per-byte figures are over the weighted bytes
+        out["received_footing"] = {"bytes": footing, "method": how}
     if not received:
         out["note"] = "the workload received no bytes (metadata only): per-byte figures are n/a, bytes are given"
     return out
@@ -239,9 +243,16 @@ def lines(s):
     for level, lv in a[DEVICE_READ].items():
         items.append("%s %s" % (level, "%.2f" % lv["per_received"] if lv["per_received"] is not None
                                 else size(lv["bytes"])))
-    txt = "  read amplification %s: %s" % (
-        "per byte received (%s)" % size(received) if received else "(nothing received; device bytes)",
-        ", ".join(items))
+    footing = a.get("received_footing")
+    if footing and footing["bytes"] is not None and received:
+        # --budget windows: the device's bytes are of all the time, the received ones weighted up to it
+        per = "per byte received (%s seen in the windows, %s estimated in all)" % (size(received),
+                                                                                 size(footing["bytes"]))
+    elif footing and received:
+        per = "(reads seen only in the windows, no estimate: device bytes)"
+    else:
+        per = "per byte received (%s)" % size(received) if received else "(nothing received; device bytes)"
+    txt = "  read amplification %s: %s" % (per, ", ".join(items))
     dec = a[DECOMPRESSED]
     if dec.get("applies") is False:
         txt += "; decompressed: none (%s)" % dec["why"].split(":")[0]

@@ -359,40 +359,14 @@ def device_level(d):
     return d.get("level") or ("loop" if d["is_loop"] else "backing")
 
 
-def window_spans(res):
-    """--budget: [(open_ns, exit_closed_ns)] of every request window, the times the traced tasks' reads could be
-    seen and the block requests they queued in them; None when the request hooks were always attached, "unknown"
-    when the file kept only the first windows."""
-    rw = res.header.get("request_windows") or {}
-    if not rw.get("active"):
-        return None
-    if rw["windows_kept"] < rw["windows_total"]:
-        return "unknown"
-    return [(w["open_ns"], w["exit_closed_ns"]) for w in (dict(zip(rw["window_fields"], row))
-                                                          for row in rw["windows"])]
-
-
-def workload_reads(res, reads, level, spans):
+def workload_reads(res, reads, level):
     """A device's read block requests its level counts as the workload's (LEVEL_CHARGES): requests, bytes, bytes
-    read again; with --budget windows (spans) also those queued inside a window ("in_windows"; None when the
-    windows are unknown)."""
+    read again, and which charges counted."""
     charges = LEVEL_CHARGES.get(level, LEVEL_CHARGES["device"])
     mine = reads if charges is None else \
         reads[np.isin(reads["charge"], [enum_value(res.header, "charge", c) for c in charges])]
-
-    def counts(rows):
-        return {"requests": int(len(rows)), "bytes": int(rows["bytes"].astype(np.uint64).sum()),
-                "reread_bytes": reread_bytes(rows)}
-    out = dict(counts(mine), charges=list(charges) if charges else "all")
-    if spans == "unknown":
-        out["in_windows"] = None
-    elif spans is not None:
-        queued = mine["ts_queue_ns"].astype(np.int64)
-        inside = np.zeros(len(mine), dtype=bool)
-        for a, b in spans:
-            inside |= (queued >= a) & (queued <= b)
-        out["in_windows"] = counts(mine[inside])
-    return out
+    return {"requests": int(len(mine)), "bytes": int(mine["bytes"].astype(np.uint64).sum()),
+            "reread_bytes": reread_bytes(mine), "charges": list(charges) if charges else "all"}
 
 
 def device_stats(res):
@@ -400,13 +374,12 @@ def device_stats(res):
     io = res.records.get("io")
     out = {}
     read_op, write_op = res.io_op("read"), res.io_op("write")
-    spans = window_spans(res)
     for d in res.header.get("devices", []):
         rows = io[io["dev"] == d["dev"]] if io is not None else io
         reads = rows[res.io_ops(rows) == read_op]
         st = io_stats(reads, d["unit_bytes"], res.schema.hist_slots)
         st["level"] = device_level(d)
-        st["workload_reads"] = workload_reads(res, reads, st["level"], spans)
+        st["workload_reads"] = workload_reads(res, reads, st["level"])
         st["all_ops_requests"] = int(len(rows))
         charge_none = enum_value(res.header, "charge", "none")
         st["charged_to_workload"] = int((reads["charge"] != charge_none).sum())

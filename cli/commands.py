@@ -111,7 +111,8 @@ def resolve_filters(args):
         m = mount_of(path)
         if m[0] != os.path.realpath(path):
             raise FstraceError("--mount %s is not a mount point (it is on %s)" % (path, m[0]))
-        chosen.append(m)
+        if m not in chosen:  # also of the --fs type: named once
+            chosen.append(m)
     sdevs, devs = [], {}
     for m in chosen:
         if m[3] not in sdevs:

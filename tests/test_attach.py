@@ -1,8 +1,10 @@
 """fstrace attach: filters applied in the kernel, live view, Ctrl-C ends normally, results like run's."""
 import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 
 import numpy as np
@@ -10,7 +12,7 @@ import pytest
 
 from analysis import results
 from analysis import summary as S
-from cli.devices import backing_block_device
+from cli.devices import backing_block_device, block_devices_of_mount, mount_of
 from conftest import COLLECTOR, FSTRACE, NOBODY, bpf_objects_left, bpf_objects_of, collector_under, drop_caches, \
     settled_leftovers
 
@@ -132,3 +134,64 @@ def test_collector_alone_then_offline_report(tmp_path, mounted_erofs):
     res = results.load(str(f))
     reads = S.reads_of(res, os.stat(target).st_ino)
     assert int(reads["ret"].sum()) == os.path.getsize(target)
+
+
+def test_attach_on_the_root_disk_counts_the_readers_own_reads(tmp_path):
+    """attach on a filesystem that sits on a disk (this machine's root filesystem; its files read only, the test's
+    own written under /var/tmp and removed): the disk is named for what it is, and its amplification and re-read
+    are of the reader's own block requests there, at least the bytes the reader needed from the disk (its files,
+    dropped from the cache) and at most what /proc/diskstats counted on the disk meanwhile (other tasks' I/O
+    included); every request diskstats counted was seen; and no other filesystem's figure is listed unavailable."""
+    root = mount_of("/")
+    levels = dict((level, dev) for dev, level in block_devices_of_mount(root))
+    if "disk" not in levels:
+        pytest.skip("/ is not on a disk here (%s)" % (root,))
+    disk = "%d:%d" % levels["disk"]
+    d = tempfile.mkdtemp(dir="/var/tmp", prefix="fstrace-disk-test-")
+    try:
+        files = []
+        for i in range(4):
+            files.append(os.path.join(d, "f%d" % i))
+            with open(files[-1], "wb") as f:
+                f.write(os.urandom(4 << 20))
+        needed = sum(os.path.getsize(f) for f in files)
+        drop_caches()
+        go = os.path.join(d, "go")
+        os.mkfifo(go)
+        # the reader waits until attach is live, then reads every file once, cold
+        reader = subprocess.Popen(["sh", "-c", 'read x < "$0"; exec cat "$@" > /dev/null', go] + files)
+        out = tmp_path / "out"
+        p, seen = start_attach(out, "--fs", root[1], "--mount", "/", "--pid", str(reader.pid), "--interval", "0.5")
+        with open(go, "w") as f:
+            f.write("go\n")
+        text = finish(p, seen)  # attach ends when the reader has exited
+        assert reader.wait(timeout=60) == 0
+    finally:
+        shutil.rmtree(d)
+    s = json.loads((out / "summary.json").read_text())
+    assert {n: dv["level"] for n, dv in s["devices"].items()} == {disk: "disk"}
+    dev = s["devices"][disk]
+    # the collector's own /proc/diskstats snapshots of the disk: every read it counted was seen
+    assert dev["unseen_requests"] == 0 and dev["unseen_sectors"] == 0, dev
+    own = dev["workload_reads"]
+    assert needed <= own["bytes"] <= dev["diskstats_delta"]["sectors_read"] * 512, (needed, own, dev)
+    assert own["bytes"] == dev["by_charge"]["direct"]["bytes"] + dev["by_charge"]["loop"]["bytes"]
+    a = s["amplification"]
+    received = s["reads"]["bytes"]
+    assert received >= needed  # every byte of the files (and what the loader read of cat's libraries)
+    lv = a["device_read_per_received"]
+    assert list(lv) == ["disk"] and lv["disk"]["bytes"] == own["bytes"]
+    assert lv["disk"]["per_received"] == own["bytes"] / received
+    assert a["device_reread_share"] == {"available": True, "bytes": own["reread_bytes"],
+                                        "share": own["reread_bytes"] / own["bytes"]}
+    amp_line = next(line for line in text.splitlines() if "read amplification" in line)
+    assert " disk %.2f" % lv["disk"]["per_received"] in amp_line and "backing" not in text
+    h = results.load(str(out / "results.fst")).header
+    # every figure of another filesystem is named so in the results (records.h FST_FS_FIGURES), and none is listed
+    others = {fig: fs for fig, fs in h["schema"]["figure_fs"].items() if fs != root[1]}
+    assert {p["figure"] for p in h["probes"] if p["figure"].split("_")[0] in ("erofs", "squashfs", "btrfs")} <= \
+        set(others)
+    measures = {p["measures"] for p in h["probes"] if p["figure"] in others}
+    assert not [u for u in s["unavailable"] if u["figure"] in measures or "decompression" in u["figure"]], \
+        s["unavailable"]
+    assert not [u for u in s["unavailable"] if "backing" in u["figure"]]
