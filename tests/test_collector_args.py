@@ -143,7 +143,7 @@ def test_every_advertised_option_is_parsed(tmp_path):
     meta.write_text("{}")
     valid = {"FILE": str(meta), "PID": str(os.getpid()), "PATH": cgroup2_root(), "NAME": "x", "MAJ:MIN": "0:1",
              "MAJ:MIN[=SMAJ:SMIN]": "0:39=0:40",
-             "SEC": "1", "FD": "1", "HZ": "0", "MAJ:MIN[:UNIT[:loop]]": a_block_device() + ":4096",
+             "SEC": "1", "FD": "1", "HZ": "0", "MAJ:MIN[:UNIT[:LEVEL]]": a_block_device() + ":4096:disk",
              "US": "1000", "MODE": "all", "PCT": "1", "F": "0.5"}
     for opt, metavar in usage_options():
         assert metavar is None or metavar in valid, "a valid value for %s %s belongs in this table" % (opt, metavar)
