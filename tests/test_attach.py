@@ -140,8 +140,9 @@ def test_attach_on_the_root_disk_counts_the_readers_own_reads(tmp_path):
     """attach on a filesystem that sits on a disk (this machine's root filesystem; its files read only, the test's
     own written under /var/tmp and removed): the disk is named for what it is, and its amplification and re-read
     are of the reader's own block requests there, at least the bytes the reader needed from the disk (its files,
-    dropped from the cache) and at most what /proc/diskstats counted on the disk meanwhile (other tasks' I/O
-    included); every request diskstats counted was seen; and no other filesystem's figure is listed unavailable."""
+    dropped from the cache; unless the kernel skipped a completion, which is said) and at most what /proc/diskstats
+    counted on the disk meanwhile (other tasks' I/O included); and no other filesystem's figure is listed
+    unavailable."""
     root = mount_of("/")
     levels = dict((level, dev) for dev, level in block_devices_of_mount(root))
     if "disk" not in levels:
@@ -171,10 +172,17 @@ def test_attach_on_the_root_disk_counts_the_readers_own_reads(tmp_path):
     s = json.loads((out / "summary.json").read_text())
     assert {n: dv["level"] for n, dv in s["devices"].items()} == {disk: "disk"}
     dev = s["devices"][disk]
-    # the collector's own /proc/diskstats snapshots of the disk: every read it counted was seen
-    assert dev["unseen_requests"] == 0 and dev["unseen_sectors"] == 0, dev
     own = dev["workload_reads"]
-    assert needed <= own["bytes"] <= dev["diskstats_delta"]["sectors_read"] * 512, (needed, own, dev)
+    # at most what the kernel counted on the disk between the collector's own /proc/diskstats snapshots, which
+    # enclose the reader's life
+    assert own["bytes"] <= dev["diskstats_delta"]["sectors_read"] * 512, (own, dev)
+    if dev["unseen_requests"] or s["losses"]["request_completion_missed"]:
+        # Linux 6.18 now and then runs no BPF program for a block completion (docs/measuring.md, Lost events):
+        # the shortfall is said, never hidden, and the reader's bytes may be short by it
+        assert "LOST" in text and "unseen" in text or "ends never seen" in text, text
+    else:
+        # every request the kernel counted was seen: all the bytes the reader needed from the disk are there
+        assert needed <= own["bytes"], (needed, own, dev)
     assert own["bytes"] == dev["by_charge"]["direct"]["bytes"] + dev["by_charge"]["loop"]["bytes"]
     a = s["amplification"]
     received = s["reads"]["bytes"]
