@@ -100,17 +100,6 @@ static json *json_filter(pid_t child)
 	return f;
 }
 
-static const char *dev_level_name(enum fst_dev_level level)
-{
-#define DEV_LEVEL_CASE(c, v, n) \
-	case c: return n;
-	switch (level) {
-		FST_DEV_LEVELS(DEV_LEVEL_CASE)
-	}
-#undef DEV_LEVEL_CASE
-	return "device";
-}
-
 static json *json_devices(const struct run_info *ri)
 {
 	json *a = jarr();

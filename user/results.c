@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
+#include "names.h"
 #include "results.h"
 
 void jb_add(struct jbuf *b, const char *fmt, ...)
@@ -126,25 +127,6 @@ static json *enums_json(void)
 	ENUM_OBJ("figure", FST_FIGURES);
 	return o;
 }
-
-#define NAME_CASE(c, v, n) \
-	case c: return n;
-static const char *figure_name(enum fst_figure f)
-{
-	switch (f) {
-		FST_FIGURES(NAME_CASE)
-	}
-	return NULL;
-}
-
-static const char *fs_name(enum fst_fs fs)
-{
-	switch (fs) {
-		FST_FILESYSTEMS(NAME_CASE)
-	}
-	return NULL;
-}
-#undef NAME_CASE
 
 /*
  * What the analysis reads of records.h beyond the record layouts and the enumerations, so that it reads it from
