@@ -359,12 +359,18 @@ def device_level(d):
     return d.get("level") or ("loop" if d["is_loop"] else "backing")
 
 
+def of_workload(res, rows, level):
+    """The block requests of a device of this level that it counts as the workload's (LEVEL_CHARGES)."""
+    charges = LEVEL_CHARGES.get(level, LEVEL_CHARGES["device"])
+    return rows if charges is None else \
+        rows[np.isin(rows["charge"], [enum_value(res.header, "charge", c) for c in charges])]
+
+
 def workload_reads(res, reads, level):
     """A device's read block requests its level counts as the workload's (LEVEL_CHARGES): requests, bytes, bytes
     read again, and which charges counted."""
     charges = LEVEL_CHARGES.get(level, LEVEL_CHARGES["device"])
-    mine = reads if charges is None else \
-        reads[np.isin(reads["charge"], [enum_value(res.header, "charge", c) for c in charges])]
+    mine = of_workload(res, reads, level)
     return {"requests": int(len(mine)), "bytes": int(mine["bytes"].astype(np.uint64).sum()),
             "reread_bytes": reread_bytes(mine), "charges": list(charges) if charges else "all"}
 
@@ -735,9 +741,13 @@ def device_unneeded(res):
     if io is None or not devs:
         return {"available": False, "why": "no block requests recorded on the filesystem's device"}
     rd = io[(res.io_ops(io) == res.io_op("read")) & np.isin(io["dev"], devs)]
+    levels = {d["dev"]: device_level(d) for d in res.header.get("devices", [])}
     total = unneeded = no_unit = no_unit_requests = 0
     for d in np.unique(rd["dev"]):
         rows = rd[rd["dev"] == d]
+        # on a disk the whole system reads: the workload's reads there, as the amplification counts them
+        if int(d) in levels:
+            rows = of_workload(res, rows, levels[int(d)])
         m = places["dev"] == d
         qs = rows["sector"].astype(np.int64) * 512
         qe = qs + rows["bytes"].astype(np.int64)
@@ -748,12 +758,13 @@ def device_unneeded(res):
         no_unit += int(outside[inside == 0].sum())
         no_unit_requests += int((inside == 0).sum())
     if not total:
-        return {"available": False, "why": "no reads on the image's device"}
+        return {"available": False, "why": "no reads of the workload on the filesystem's device"}
     return {"available": True, "bytes": total, "unneeded_bytes": unneeded, "no_unit_bytes": no_unit,
             "no_unit_requests": no_unit_requests, "units_looked_up": int(len(places["start"])),
             "needed": places["units"], "apart": places["not_units"],
-            "method": "every read block request on the filesystem's device, less its bytes inside the union of "
-                      "the units looked up in the run, over the requests that carry a unit's byte"}
+            "method": "every read block request of the workload on the filesystem's device (on a disk, the traced "
+                      "tasks'), less its bytes inside the union of the units looked up in the run, over the requests "
+                      "that carry a unit's byte"}
 
 
 def fs_caches(res, reqs):
