@@ -192,6 +192,7 @@ def test_attach_on_the_root_disk_counts_the_readers_own_reads(tmp_path):
     assert lv["disk"]["per_received"] == own["bytes"] / received
     assert a["device_reread_share"] == {"available": True, "bytes": own["reread_bytes"],
                                         "share": own["reread_bytes"] / own["bytes"]}
+    assert "device %s (disk): %d reads (%d the traced tasks')" % (disk, dev["requests"], own["requests"]) in text
     amp_line = next(line for line in text.splitlines() if "read amplification" in line)
     assert " disk %.2f" % lv["disk"]["per_received"] in amp_line and "backing" not in text
     h = results.load(str(out / "results.fst")).header

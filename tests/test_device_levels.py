@@ -47,6 +47,9 @@ def test_a_disk_counts_the_traced_tasks_reads_and_a_backing_disk_the_loop_device
     lv = disk["amplification"][amplification.DEVICE_READ]["disk"]
     assert lv["device"] == name and lv["bytes"] == direct["bytes"]
     assert lv["per_received"] == direct["bytes"] / disk["reads"]["bytes"]
+    from analysis import verdict
+    assert "device %s (disk): %d reads (%d the traced tasks')" % (name, dev["requests"], direct["requests"]) in \
+        verdict.render(disk)
     rr = disk["amplification"][amplification.REREAD]
     assert rr["available"] and rr["bytes"] == dev["workload_reads"]["reread_bytes"] == dev["reread_bytes"]
     backing = summary.summarize(forged(tmp_path, real, "backing"))
