@@ -59,13 +59,14 @@
 
 /*
  * What a traced block device is to the traced filesystems (the results header's "level" of each device; the
- * collector's -d MAJ:MIN:UNIT:LEVEL).  Block tracepoints name a partition's disk, so a filesystem on a partition
- * is traced on its disk.  The read amplification counts on each level what it says there (analysis/amplification).
+ * collector's -d MAJ:MIN:UNIT:LEVEL).  A filesystem on a partition is traced on the partition: a request is named
+ * by the partition it is for (the io record's dev).  The read amplification counts on each level what it says
+ * there (analysis/amplification).
  */
 #define FST_DEV_LEVELS(E)                                                      \
 	E(FST_LEVEL_DEVICE, 0, "device")	/* named alone (--dev): under no traced filesystem */ \
-	E(FST_LEVEL_DISK, 1, "disk")	/* the disk a traced filesystem sits on directly (a partition: its disk) */ \
-	E(FST_LEVEL_LOOP, 2, "loop")	/* the loop device a traced filesystem sits on (an image) */ \
+	E(FST_LEVEL_DISK, 1, "disk")	/* the disk or partition a traced filesystem sits on directly */ \
+	E(FST_LEVEL_LOOP, 2, "loop")	/* the loop device (or a partition of it) a traced filesystem sits on: an image */ \
 	E(FST_LEVEL_BACKING, 3, "backing")	/* the disk holding a traced loop device's backing file */
 
 #define FST_HIST_METRICS(E)                                                    \

@@ -15,7 +15,7 @@ from cli.runner import (COLLECTOR, DEFAULT_BUDGET_PCT, Tracing, add_tracing_argu
                         check_iops_cap, check_ready, check_workload_ok, resolve_dataset, run_collector, run_once,
                         tool_versions, tracing_options, write_summary)
 from cli.cgroups import is_cgroup2_dir
-from cli.devices import block_devices_of_mount, kdev, mount_of, mounts, sdev_arg, whole_disk
+from cli.devices import block_devices_of_mount, kdev, mount_of, mounts, sdev_arg
 from cli.directories import ResultsDir, make_tmpdir
 from cli.leftovers import recorded_run
 from cli.signals import Interrupted, install_signal_handlers
@@ -126,9 +126,7 @@ def resolve_filters(args):
             raise FstraceError("--dev wants MAJ:MIN, got %r" % d)
         if not os.path.exists("/sys/dev/block/%d:%d" % (ma, mi)):
             raise FstraceError("--dev %s: no such block device" % d)
-        # a partition's requests are its disk's (the block tracepoints name the disk); the collector names
-        # the level of a device under no traced filesystem
-        devs.setdefault(whole_disk((ma, mi)), None)
+        devs.setdefault((ma, mi), None)  # under no traced filesystem: the collector names its level
     for pid in args.pid or []:
         if pid <= 0 or proc_start(pid) is None:
             raise FstraceError("--pid %d: no such process" % pid)

@@ -35,8 +35,8 @@ def read_ahead_kb(dev):
 
 
 def whole_disk(dev, sysfs="/sys"):
-    """The disk a block device (major, minor) is part of: a partition's disk, which the block tracepoints name for
-    its requests (with sectors counted from the disk's start); any other device itself."""
+    """The disk a block device (major, minor) is part of: a partition's disk (whose loop device, if it is one,
+    serves the partition's requests); any other device itself."""
     base = os.path.join(sysfs, "dev/block/%d:%d" % dev)
     if not os.path.exists(os.path.join(base, "partition")):
         return dev
@@ -49,11 +49,11 @@ def whole_disk(dev, sysfs="/sys"):
 
 
 def backing_block_device(path):
-    """(major, minor) of the disk holding path's filesystem (a partition's disk: whole_disk), or None (tmpfs,
-    overlay, ...)."""
+    """(major, minor) of the block device holding path's filesystem (a partition: fstrace names a request by the
+    partition it is for, as /proc/diskstats counts it there too), or None (tmpfs, overlay, ...)."""
     ma, mi = dev_numbers(path)
     if os.path.exists("/sys/dev/block/%d:%d" % (ma, mi)):
-        return whole_disk((ma, mi))
+        return ma, mi
     return None
 
 
@@ -166,8 +166,9 @@ def sdev_arg(mount):
 
 def block_devices_of_mount(m):
     """Block devices under a mount, each (major, minor) with its level (records.h FST_DEV_LEVELS): its own
-    device (a loop device: "loop"; a disk or a partition's disk: "disk"), and for a loop device the disk holding
-    its backing file ("backing")."""
+    device (a loop device or a partition of one: "loop"; a disk or a partition of one: "disk"), and for a loop
+    device the device holding its backing file ("backing").  A partition is traced as itself: the block programs
+    name a request by the partition it is for (the request's part), as /proc/diskstats counts it."""
     _, _, source, sdev = m
     own = None
     if os.path.exists("/sys/dev/block/%d:%d" % sdev):
@@ -176,11 +177,12 @@ def block_devices_of_mount(m):
         own = dev_numbers(source)   # btrfs: anonymous superblock device, real one is the source
     if own is None:
         return []
-    name = os.path.basename(os.path.realpath("/sys/dev/block/%d:%d" % own))
+    # a partition of a loop device is the image's device as the loop device would be
+    name = os.path.basename(os.path.realpath("/sys/dev/block/%d:%d" % whole_disk(own)))
     try:
         with open("/sys/block/%s/loop/backing_file" % name) as f:
             backing = f.read().strip()
     except OSError:
-        return [(whole_disk(own), "disk")]
+        return [(own, "disk")]
     under = backing_block_device(backing) if os.path.exists(backing) else None
     return [(own, "loop")] + ([(under, "backing")] if under and under != own else [])

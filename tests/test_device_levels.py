@@ -111,9 +111,9 @@ def test_the_unavailable_figures_are_the_traced_filesystems_only(tmp_path, real)
     assert len(unavailable()) == len(every)
 
 
-def test_a_partition_is_traced_as_its_disk(tmp_path):
-    """The block tracepoints name a partition's disk: a partition (sysfs's partition file) maps to the device
-    of its parent directory, any other device to itself."""
+def test_a_partitions_disk_is_its_parent(tmp_path):
+    """A partition's disk (whose loop device, if it is one, serves it) is the device of its parent directory in
+    sysfs (the partition has a partition file); any other device is its own."""
     disk = tmp_path / "devices" / "sda"
     part = disk / "sda1"
     part.mkdir(parents=True)
