@@ -107,7 +107,8 @@ def reread(levels):
 
 def decompressed(s, received):
     """Bytes decompressed: exact from the decompression probes, else at most the length each erofs pcluster
-    lookup mapped (a bound), else unavailable; does not apply on an uncompressed image."""
+    lookup mapped (a bound), else unavailable; does not apply on an uncompressed image.  Per byte received on
+    the footing of received_footing (the filesystems' probes are attached all the time, as the block ones)."""
     why = uncompressed(s["run"])
     if why:
         return {"applies": False, "why": why + ": nothing is decompressed"}
@@ -188,7 +189,8 @@ def figures(s, sch=None):
     out = {
         "received_bytes": received,
         DEVICE_READ: levels,
-        DECOMPRESSED: decompressed(s, received),
+        # the filesystems' probes stay attached through --budget windows too: on the device bytes' footing
+        DECOMPRESSED: decompressed(s, footing),
         UNIT_LOOKUPS: lookups,
         UNIT_READS: reads,
         REREAD: reread(levels),

@@ -86,6 +86,11 @@ def test_budget_windows_weight_the_bytes_received_up_to_the_device_bytes(tmp_pat
     assert "both weighted" in lv["method"] and "both weighted" in a["received_footing"]["method"]
     line = amplification.lines(dict(s, amplification=a))[0]
     assert "estimated in all" in line and "disk %.2f" % (own / (4.0 * received)) in line
+    # bytes decompressed (probes attached all the time, as the block ones) on the same footing
+    dec = dict(s, run=dict(s["run"], fs="erofs"),
+               decompression={"available": True, "groups": [{"out_bytes": 3 * received}], "probes": {"p": "fentry"}})
+    assert amplification.figures(windowed(dec, estimate=4.0 * count))[amplification.DECOMPRESSED][
+        "per_received"] == pytest.approx(3 / 4.0)
     a = amplification.figures(windowed(s, why="one window: no interval"))
     assert a[amplification.DEVICE_READ]["disk"]["per_received"] is None
     assert "no estimate" in a["received_footing"]["method"]
