@@ -745,9 +745,10 @@ def device_unneeded(res):
     total = unneeded = no_unit = no_unit_requests = 0
     for d in np.unique(rd["dev"]):
         rows = rd[rd["dev"] == d]
-        # on a disk the whole system reads: the workload's reads there, as the amplification counts them
-        if int(d) in levels:
-            rows = of_workload(res, rows, levels[int(d)])
+        # on a disk the whole system reads: the workload's reads there, as the amplification counts them (a
+        # device named alone, -d without a level, is kept whole, as files from before levels were read)
+        if levels.get(int(d)) == "disk":
+            rows = of_workload(res, rows, "disk")
         m = places["dev"] == d
         qs = rows["sector"].astype(np.int64) * 512
         qe = qs + rows["bytes"].astype(np.int64)
