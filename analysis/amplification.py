@@ -31,34 +31,84 @@ def uncompressed(run):
     return None
 
 
+# what each device level (records.h FST_DEV_LEVELS) counts, in the order the verdict names them
+LEVEL_METHODS = {
+    "loop": "every read block request on the image's loop device",
+    "disk": "read block requests the traced tasks queued on the disk the filesystem sits on (charge direct), or a "
+            "loop device queued there for them (charge loop): that disk's other reads are the rest of the system's",
+    "backing": "read block requests the loop device issued on it for the workload (charge loop)",
+    "device": "read block requests the traced tasks queued on it (charge direct or loop)",
+}
+# the levels a filesystem's own device can be: the reads the filesystem issued for the workload are there
+FS_LEVELS = ("loop", "disk")
+
+
+def received_footing(s):
+    """The bytes received the device levels are counted against, on their footing, and how: the block programs
+    are always attached, so with --budget windows, where the reads received were seen only in the windows, those
+    bytes weighted up to all the time as the reads were (the windows' estimate over the reads they saw): both
+    weighted.  (None, why) where there is no estimate; (bytes received, None) with the hooks always attached."""
+    received = s["reads"]["bytes"]
+    w = s.get("request_windows") or {}
+    if not w.get("active"):
+        return received, None
+    if "estimate" not in w or not s["reads"]["count"]:
+        return None, ("the reads received were seen only in the --budget windows, and no estimate of all of them "
+                      "was made (%s): the device bytes of all the time make no ratio with them"
+                      % (w.get("why") or "no reads seen"))
+    return received * w["estimate"] / s["reads"]["count"], (
+        "the device bytes of all the time per byte received weighted up to all the time as the reads were (the "
+        "windows saw %d reads, estimated %.0f in all): both weighted" % (s["reads"]["count"], w["estimate"]))
+
+
 def device_levels(s, received):
-    """Per traced device level (loop: the image's device, all its reads; backing: the reads the loop device
-    issued there for the workload, charge "loop"): bytes read and bytes per byte received; the kernel's own
-    count where the device is the image's alone (loop)."""
+    """Per traced device level (records.h FST_DEV_LEVELS, LEVEL_METHODS: loop, the image's device, all its reads;
+    disk, a disk a filesystem sits on, the traced tasks' reads there; backing, the reads a loop device issued
+    there for the workload): bytes read and bytes per byte received (received: on the device bytes' footing,
+    received_footing; None: no ratio); the kernel's own count where the device is the image's alone (loop)."""
     out = {}
-    for name, d in sorted((s.get("devices") or {}).items(), key=lambda kv: kv[1].get("level") != "loop"):
+    order = list(LEVEL_METHODS)
+    for name, d in sorted((s.get("devices") or {}).items(),
+                          key=lambda kv: order.index(kv[1].get("level")) if kv[1].get("level") in order else 9):
         level = d.get("level")
-        if level == "loop":
-            n = d.get("bytes", 0)
-            how = "every read block request on the image's loop device"
+        own = d.get("workload_reads")
+        if own is None:  # a summary from before it counted them: the loop and backing levels it had
+            n = d.get("bytes", 0) if level == "loop" else \
+                ((d.get("by_charge") or {}).get("loop") or {}).get("bytes", 0)
+            reread = d.get("reread_bytes") if d.get("requests") else None
         else:
-            n = ((d.get("by_charge") or {}).get("loop") or {}).get("bytes", 0)
-            how = "read block requests the loop device issued on it for the workload (charge loop)"
-        lv = {"device": name, "bytes": int(n), "per_received": _ratio(n, received), "method": how}
+            n, reread = own["bytes"], own["reread_bytes"] if own["requests"] else None
+        lv = {"device": name, "bytes": int(n), "per_received": _ratio(n, received),
+              "method": LEVEL_METHODS.get(level, LEVEL_METHODS["device"])}
         delta = d.get("diskstats_delta")
         if level == "loop" and delta:
             lv["diskstats_bytes"] = delta["sectors_read"] * 512
         if d.get("unseen_sectors"):
             lv["unseen_bytes"] = d["unseen_sectors"] * 512  # completed without fstrace seeing them: a lower bound
-        if d.get("requests"):
-            lv["reread_bytes"] = d.get("reread_bytes")
-        out[level] = lv
+        if reread is not None:
+            lv["reread_bytes"] = reread
+        out[level if level not in out else "%s %s" % (level, name)] = lv
     return out
+
+
+def reread(levels):
+    """The share of the filesystem's own device's bytes (the image's loop device, or the disk it sits on) that
+    the workload had read before in the run."""
+    fs = [lv for level, lv in levels.items() if level.split(" ")[0] in FS_LEVELS]
+    if not fs:
+        return {"available": False, "why": "no filesystem's own device traced"}
+    fs = [lv for lv in fs if lv["bytes"]]
+    n = sum(lv["bytes"] for lv in fs)
+    again = [lv.get("reread_bytes") for lv in fs]
+    if not n or None in again:
+        return {"available": False, "why": "no reads of the workload on the filesystem's device"}
+    return {"available": True, "share": sum(again) / n, "bytes": sum(again)}
 
 
 def decompressed(s, received):
     """Bytes decompressed: exact from the decompression probes, else at most the length each erofs pcluster
-    lookup mapped (a bound), else unavailable; does not apply on an uncompressed image."""
+    lookup mapped (a bound), else unavailable; does not apply on an uncompressed image.  Per byte received on
+    the footing of received_footing (the filesystems' probes are attached all the time, as the block ones)."""
     why = uncompressed(s["run"])
     if why:
         return {"applies": False, "why": why + ": nothing is decompressed"}
@@ -131,20 +181,23 @@ def figures(s, sch=None):
     for figure in (DEVICE_READ, DECOMPRESSED, UNIT_LOOKUPS, UNIT_READS, REREAD, UNNEEDED):
         sch.amp(figure)
     received = s["reads"]["bytes"]
-    levels = device_levels(s, received)
+    footing, how = received_footing(s)
+    levels = device_levels(s, footing)
+    for lv in levels.values():
+        lv["method"] += "; " + (how or "per byte the workload received")
     lookups, reads = unit_counts(s)
-    loop = levels.get("loop") or {}
     out = {
         "received_bytes": received,
         DEVICE_READ: levels,
-        DECOMPRESSED: decompressed(s, received),
+        # the filesystems' probes stay attached through --budget windows too: on the device bytes' footing
+        DECOMPRESSED: decompressed(s, footing),
         UNIT_LOOKUPS: lookups,
         UNIT_READS: reads,
-        REREAD: ({"available": True, "share": loop["reread_bytes"] / loop["bytes"],
-                  "bytes": loop["reread_bytes"]} if loop.get("bytes") and loop.get("reread_bytes") is not None
-                 else {"available": False, "why": "no reads on the image's device"}),
+        REREAD: reread(levels),
         UNNEEDED: unneeded(s),
     }
+    if how:  # --budget windows: the device levels' per-byte figures are over the weighted bytes
+        out["received_footing"] = {"bytes": footing, "method": how}
     if not received:
         out["note"] = "the workload received no bytes (metadata only): per-byte figures are n/a, bytes are given"
     return out
@@ -192,9 +245,16 @@ def lines(s):
     for level, lv in a[DEVICE_READ].items():
         items.append("%s %s" % (level, "%.2f" % lv["per_received"] if lv["per_received"] is not None
                                 else size(lv["bytes"])))
-    txt = "  read amplification %s: %s" % (
-        "per byte received (%s)" % size(received) if received else "(nothing received; device bytes)",
-        ", ".join(items))
+    footing = a.get("received_footing")
+    if footing and footing["bytes"] is not None and received:
+        # --budget windows: the device's bytes are of all the time, the received ones weighted up to it
+        per = "per byte received (%s seen in the windows, %s estimated in all)" % (size(received),
+                                                                                 size(footing["bytes"]))
+    elif footing and received:
+        per = "(reads seen only in the windows, no estimate: device bytes)"
+    else:
+        per = "per byte received (%s)" % size(received) if received else "(nothing received; device bytes)"
+    txt = "  read amplification %s: %s" % (per, ", ".join(items))
     dec = a[DECOMPRESSED]
     if dec.get("applies") is False:
         txt += "; decompressed: none (%s)" % dec["why"].split(":")[0]

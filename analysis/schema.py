@@ -68,8 +68,9 @@ IO_OPS = {"read": 0, "write": 1, "other": 2}
 class Schema:
     """What one results file says records.h was: parts (fields in index order), part_group, part_colour,
     part_meaning ({field: ...}), figures and decomp_figures (names), lat_sub_bits, lat_slots, hist_slots, and
-    req_agg_max: the (superblock, kind) pairs the kernel could count requests of (the rest were recorded), and
-    amplification: the read amplification figures the analysis derives ({id: meaning})."""
+    req_agg_max: the (superblock, kind) pairs the kernel could count requests of (the rest were recorded),
+    amplification: the read amplification figures the analysis derives ({id: meaning}), and figure_fs: the
+    figures that belong to one filesystem ({figure: fs}; empty in files from before records.h said)."""
 
     def __init__(self, doc, figures):
         self.parts = tuple(p["field"] for p in doc["parts"])
@@ -83,6 +84,7 @@ class Schema:
         self.hist_slots = doc["hist_slots"]
         self.req_agg_max = doc["req_agg_max"]
         self.amplification = {a["name"]: a["meaning"] for a in doc["amplification"]}
+        self.figure_fs = dict(doc.get("figure_fs") or {})
 
     def parts_in(self, group):
         """The parts the bench tables sum into one column (FST_PARTS' group)."""

@@ -323,8 +323,15 @@ def io_stats(io, unit, hist_slots):
         "issued_before_tracing": int((~known).sum()),
         # requeued at least once (older collectors recorded each part of such a request apart, and no count)
         "requeued": int((io["nr_requeues"] > 0).sum()) if "nr_requeues" in io.dtype.names else None,
-        "reread_bytes": int(nbytes.sum()) - union_bytes(start, end),
+        "reread_bytes": reread_bytes(io),
     }
+
+
+def reread_bytes(io):
+    """Bytes of these block requests that an earlier one of them (or another in the same place) had read."""
+    start = io["sector"].astype(np.uint64) * np.uint64(512)
+    end = start + io["bytes"].astype(np.uint64)
+    return int(io["bytes"].astype(np.uint64).sum()) - union_bytes(start, end)
 
 
 def union_bytes(starts, ends):
@@ -339,6 +346,35 @@ def union_bytes(starts, ends):
     return int(np.maximum(e - np.maximum(s, prev), 0).sum())
 
 
+# The read block requests each device level (records.h FST_DEV_LEVELS) counts as the workload's, by records.h
+# FST_CHARGES name (None: every one): the image's loop device is the workload's alone; on the disk behind it,
+# what the loop device issued for the traced tasks; a disk a traced filesystem sits on is the whole system's, and
+# so is a device named alone: the traced tasks' own reads there (queued by them, or by a loop device for them).
+LEVEL_CHARGES = {"loop": None, "backing": ("loop",), "disk": ("direct", "loop"), "device": ("direct", "loop")}
+
+
+def device_level(d):
+    """A header device's level; files from before the header said: the image's loop device, or the disk behind
+    it (all that run traced then)."""
+    return d.get("level") or ("loop" if d["is_loop"] else "backing")
+
+
+def of_workload(res, rows, level):
+    """The block requests of a device of this level that it counts as the workload's (LEVEL_CHARGES)."""
+    charges = LEVEL_CHARGES.get(level, LEVEL_CHARGES["device"])
+    return rows if charges is None else \
+        rows[np.isin(rows["charge"], [enum_value(res.header, "charge", c) for c in charges])]
+
+
+def workload_reads(res, reads, level):
+    """A device's read block requests its level counts as the workload's (LEVEL_CHARGES): requests, bytes, bytes
+    read again, and which charges counted."""
+    charges = LEVEL_CHARGES.get(level, LEVEL_CHARGES["device"])
+    mine = of_workload(res, reads, level)
+    return {"requests": int(len(mine)), "bytes": int(mine["bytes"].astype(np.uint64).sum()),
+            "reread_bytes": reread_bytes(mine), "charges": list(charges) if charges else "all"}
+
+
 def device_stats(res):
     """Per traced device: records vs the kernel's own /proc/diskstats delta over the run."""
     io = res.records.get("io")
@@ -348,7 +384,8 @@ def device_stats(res):
         rows = io[io["dev"] == d["dev"]] if io is not None else io
         reads = rows[res.io_ops(rows) == read_op]
         st = io_stats(reads, d["unit_bytes"], res.schema.hist_slots)
-        st["level"] = "loop" if d["is_loop"] else "backing"
+        st["level"] = device_level(d)
+        st["workload_reads"] = workload_reads(res, reads, st["level"])
         st["all_ops_requests"] = int(len(rows))
         charge_none = enum_value(res.header, "charge", "none")
         st["charged_to_workload"] = int((reads["charge"] != charge_none).sum())
@@ -714,9 +751,14 @@ def device_unneeded(res):
     if io is None or not devs:
         return {"available": False, "why": "no block requests recorded on the filesystem's device"}
     rd = io[(res.io_ops(io) == res.io_op("read")) & np.isin(io["dev"], devs)]
+    levels = {d["dev"]: device_level(d) for d in res.header.get("devices", [])}
     total = unneeded = no_unit = no_unit_requests = 0
     for d in np.unique(rd["dev"]):
         rows = rd[rd["dev"] == d]
+        # on a disk the whole system reads: the workload's reads there, as the amplification counts them (a
+        # device named alone, -d without a level, is kept whole, as files from before levels were read)
+        if levels.get(int(d)) == "disk":
+            rows = of_workload(res, rows, "disk")
         m = places["dev"] == d
         qs = rows["sector"].astype(np.int64) * 512
         qe = qs + rows["bytes"].astype(np.int64)
@@ -727,12 +769,13 @@ def device_unneeded(res):
         no_unit += int(outside[inside == 0].sum())
         no_unit_requests += int((inside == 0).sum())
     if not total:
-        return {"available": False, "why": "no reads on the image's device"}
+        return {"available": False, "why": "no reads of the workload on the filesystem's device"}
     return {"available": True, "bytes": total, "unneeded_bytes": unneeded, "no_unit_bytes": no_unit,
             "no_unit_requests": no_unit_requests, "units_looked_up": int(len(places["start"])),
             "needed": places["units"], "apart": places["not_units"],
-            "method": "every read block request on the filesystem's device, less its bytes inside the union of "
-                      "the units looked up in the run, over the requests that carry a unit's byte"}
+            "method": "every read block request of the workload on the filesystem's device (on a disk, the traced "
+                      "tasks'), less its bytes inside the union of the units looked up in the run, over the requests "
+                      "that carry a unit's byte"}
 
 
 def fs_caches(res, reqs):
@@ -840,17 +883,31 @@ def delay_accounting(res):
                     "accounting); fstrace: I/O wait (+ kworker time) inside its requests"}
 
 
+def traced_fs_types(cfg):
+    """The types of the filesystems a run traced (its image's; attach's mounts'), or None: all of them."""
+    return cfg.get("fs_types") or ([cfg["fs"]] if cfg.get("fs") else None)
+
+
+def others_figure(res, p):
+    """A probe whose figure belongs to a filesystem this run did not trace (the schema's figure_fs): not this
+    run's to miss."""
+    traced, fs = traced_fs_types(res.config), res.schema.figure_fs.get(p["figure"])
+    return traced is not None and fs is not None and fs not in traced
+
+
 def unavailable(res):
-    """Figures this run could not measure, with the reason; printed instead of zeros."""
+    """Figures this run could not measure, with the reason; printed instead of zeros.  Only the traced
+    filesystems' own figures (and those of any filesystem): an ext4 run does not miss squashfs's."""
     out = []
-    dec = decompression_probes(res)
+    all_dec = decompression_probes(res)
+    dec = [p for p in all_dec if not others_figure(res, p)]
     # a figure some probe measured is available, even if its other-kernel twin (same figure id) is not
     measured = {p["figure"] for p in res.header.get("probes", []) if p["tier"] != "unavailable"}
     seen = {}
     for p in res.header.get("probes", []):
-        if unused_boundary(res.header, p):
+        if unused_boundary(res.header, p) or others_figure(res, p) or p in all_dec:
             continue
-        if p["tier"] == "unavailable" and p not in dec and p["figure"] not in measured:
+        if p["tier"] == "unavailable" and p["figure"] not in measured:
             why = p["why"] or "probe could not attach"
             if p["figure"] in seen:  # twins for other kernels: one line, each twin's reason
                 seen[p["figure"]]["why"] += "; %s: %s" % (p["probe"], why)
@@ -858,9 +915,14 @@ def unavailable(res):
             seen[p["figure"]] = {"figure": p["measures"], "why": why}  # the figure in words, for the report
             out.append(seen[p["figure"]])
     if dec and all(p["tier"] == "unavailable" for p in dec):
-        out.append({"figure": "decompression time (erofs, squashfs, btrfs)",
+        order = {name: int(v) for v, name in res.header.get("enums", {}).get("fs", {}).items()}
+        fss = sorted({res.schema.figure_fs.get(p["figure"]) for p in dec} - {None}, key=lambda f: order.get(f, 0))
+        out.append({"figure": "decompression time (%s)" % (", ".join(fss) if fss else "erofs, squashfs, btrfs"),
                     "why": sorted({p["why"] for p in dec})[0]})
-    if not res.header.get("loop_charging"):
+    # a loop device's backing-disk I/O charged to its reader: missed only where a loop device or the disk behind
+    # one was traced
+    loops = [d for d in res.header.get("devices", []) if device_level(d) in ("loop", "backing")]
+    if not res.header.get("loop_charging") and loops:
         out.append({"figure": "backing-device I/O charged to the reader",
                     "why": "loop work function addresses not readable from /proc/kallsyms"})
     return out

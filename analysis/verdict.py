@@ -179,8 +179,11 @@ def attribution_lines(s):
 def device_line(name, d):
     if not d.get("requests"):
         return "  device %s (%s): no read requests" % (name, d["level"])
-    line = "  device %s (%s): %d reads, mean %s, 4 KiB-aligned %.1f %%" % (
-        name, d["level"], d["requests"], size(d["mean_bytes"]), d["aligned_4k_pct"])
+    own = d.get("workload_reads") or {}
+    # a disk the whole system reads: how many of its reads were the traced tasks' (the amplification's)
+    mine = " (%d the traced tasks')" % own["requests"] if d["level"] in ("disk", "device") and own else ""
+    line = "  device %s (%s): %d reads%s, mean %s, 4 KiB-aligned %.1f %%" % (
+        name, d["level"], d["requests"], mine, size(d["mean_bytes"]), d["aligned_4k_pct"])
     if d["unit_bytes"] != 4096:
         line += ", %s-unit-aligned %.1f %%" % (size(d["unit_bytes"]), d["aligned_unit_pct"])
     if d.get("q2c_us"):

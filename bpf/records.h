@@ -57,6 +57,18 @@
 	E(FST_CHARGE_DIRECT, 1, "direct")	/* queued by the traced task itself */       \
 	E(FST_CHARGE_LOOP, 2, "loop")	/* queued by a loop worker serving the task's loop request */
 
+/*
+ * What a traced block device is to the traced filesystems (the results header's "level" of each device; the
+ * collector's -d MAJ:MIN:UNIT:LEVEL).  A filesystem on a partition is traced on the partition: a request is named
+ * by the partition it is for (the io record's dev).  The read amplification counts on each level what it says
+ * there (analysis/amplification).
+ */
+#define FST_DEV_LEVELS(E)                                                      \
+	E(FST_LEVEL_DEVICE, 0, "device")	/* named alone (--dev): under no traced filesystem */ \
+	E(FST_LEVEL_DISK, 1, "disk")	/* the disk or partition a traced filesystem sits on directly */ \
+	E(FST_LEVEL_LOOP, 2, "loop")	/* the loop device (or a partition of it) a traced filesystem sits on: an image */ \
+	E(FST_LEVEL_BACKING, 3, "backing")	/* the disk holding a traced loop device's backing file */
+
 #define FST_HIST_METRICS(E)                                                    \
 	E(FST_H_IO_Q2C_US, 1, "io_q2c_us")	/* block request queue-to-complete; sub = op */ \
 	E(FST_H_IO_D2C_US, 2, "io_d2c_us")	/* block request issue-to-complete; sub = op */ \
@@ -226,6 +238,28 @@
 	FST_DECOMP_FIGURES(E)
 
 /*
+ * The figures that belong to one filesystem (figure, FST_FILESYSTEMS member): the results' schema "figure_fs",
+ * so that a run that traces other filesystems does not list them as unavailable.  Every other figure is any
+ * filesystem's.
+ */
+#define FST_FS_FIGURES(E)                                                      \
+	E(FST_FIG_EROFS_EXTENTS, FST_FS_EROFS)                                  \
+	E(FST_FIG_EROFS_READAHEAD, FST_FS_EROFS)                                \
+	E(FST_FIG_EROFS_READ_FOLIO, FST_FS_EROFS)                               \
+	E(FST_FIG_EROFS_LZ4, FST_FS_EROFS)                                      \
+	E(FST_FIG_EROFS_LZMA, FST_FS_EROFS)                                     \
+	E(FST_FIG_EROFS_DEFLATE, FST_FS_EROFS)                                  \
+	E(FST_FIG_EROFS_ZSTD, FST_FS_EROFS)                                     \
+	E(FST_FIG_EROFS_PLAIN, FST_FS_EROFS)                                    \
+	E(FST_FIG_SQUASHFS_CACHE, FST_FS_SQUASHFS)                              \
+	E(FST_FIG_SQUASHFS_CACHE_MISS, FST_FS_SQUASHFS)                         \
+	E(FST_FIG_SQUASHFS_DECOMPRESS, FST_FS_SQUASHFS)                         \
+	E(FST_FIG_BTRFS_COMPRESS, FST_FS_BTRFS)                                 \
+	E(FST_FIG_BTRFS_ZSTD, FST_FS_BTRFS)                                     \
+	E(FST_FIG_BTRFS_LZO, FST_FS_BTRFS)                                      \
+	E(FST_FIG_BTRFS_ZLIB, FST_FS_BTRFS)
+
+/*
  * Read amplification: figures the analysis derives per run from the records above (summary "amplification",
  * the verdict, bench rows, compare and advise all name them by these ids).  No program writes them; they are
  * here so that every figure id has one definition.  The last column says what the figure is, for people.
@@ -242,6 +276,7 @@
 enum fst_rec_type { FST_REC_TYPES(FST_ENUM_MEMBER) };
 enum fst_req_kind { FST_REQ_KINDS(FST_ENUM_MEMBER) };
 enum fst_charge { FST_CHARGES(FST_ENUM_MEMBER) };
+enum fst_dev_level { FST_DEV_LEVELS(FST_ENUM_MEMBER) };
 enum fst_hist_metric { FST_HIST_METRICS(FST_ENUM_MEMBER) };
 enum fst_fs { FST_FILESYSTEMS(FST_ENUM_MEMBER) };
 enum fst_alg { FST_ALGS(FST_ENUM_MEMBER) };
@@ -272,6 +307,7 @@ enum fst_part { FST_PARTS(FST_PART_ENUM_MEMBER) };
 FST_ASSERT_DISTINCT(FST_REC_TYPES);
 FST_ASSERT_NUMBERED(FST_REQ_KINDS, 1, FST_NR_REQ_KINDS);
 FST_ASSERT_DISTINCT(FST_CHARGES);
+FST_ASSERT_DISTINCT(FST_DEV_LEVELS);
 FST_ASSERT_DISTINCT(FST_HIST_METRICS);
 FST_ASSERT_DISTINCT(FST_FILESYSTEMS);
 FST_ASSERT_DISTINCT(FST_ALGS);

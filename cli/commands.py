@@ -95,7 +95,7 @@ def cmd_run(args):
 
 def resolve_filters(args):
     """attach and serve: (mounts chosen by --fs/--mount, their superblock devices, block devices to trace: those
-    under the mounts and every --dev), each device as (major, minor)."""
+    under the mounts and every --dev: {(major, minor): level}, the level None where the collector names it)."""
     if not 0 < args.budget <= 100:  # also nan; checked here, before anything is loaded
         raise FstraceError("--budget wants a percentage above 0 and at most 100, got %g" % args.budget)
     if args.window_duty is not None and not 0 < args.window_duty <= 1:
@@ -111,14 +111,14 @@ def resolve_filters(args):
         m = mount_of(path)
         if m[0] != os.path.realpath(path):
             raise FstraceError("--mount %s is not a mount point (it is on %s)" % (path, m[0]))
-        chosen.append(m)
-    sdevs, devs = [], []
+        if m not in chosen:  # also of the --fs type: named once
+            chosen.append(m)
+    sdevs, devs = [], {}
     for m in chosen:
         if m[3] not in sdevs:
             sdevs.append(m[3])
-        for d in block_devices_of_mount(m):
-            if d not in devs:
-                devs.append(d)
+        for d, level in block_devices_of_mount(m):
+            devs.setdefault(d, level)  # a disk under one mount and behind another's loop device: the first's
     for d in args.dev or []:
         try:
             ma, mi = (int(x) for x in d.split(":"))
@@ -126,7 +126,7 @@ def resolve_filters(args):
             raise FstraceError("--dev wants MAJ:MIN, got %r" % d)
         if not os.path.exists("/sys/dev/block/%d:%d" % (ma, mi)):
             raise FstraceError("--dev %s: no such block device" % d)
-        devs.append((ma, mi))
+        devs.setdefault((ma, mi), None)  # under no traced filesystem: the collector names its level
     for pid in args.pid or []:
         if pid <= 0 or not process_alive(pid):
             raise FstraceError("--pid %d: no such process" % pid)
@@ -140,9 +140,8 @@ def filter_argv(args, chosen, devs):
     argv = ["--budget", "%g" % args.budget]
     if args.window_duty is not None:
         argv += ["--window-duty", "%g" % args.window_duty]
-    for ma, mi in devs:
-        is_loop = os.path.exists("/sys/dev/block/%d:%d/loop" % (ma, mi))
-        argv += ["-d", "%d:%d:4096%s" % (ma, mi, ":loop" if is_loop else "")]
+    for (ma, mi), level in devs.items():
+        argv += ["-d", "%d:%d:4096%s" % (ma, mi, ":" + level if level else "")]
     seen = set()
     for m in chosen:  # two subvolumes of one btrfs: one superblock, two stat() devices, both mapped
         arg = sdev_arg(m)
@@ -189,6 +188,8 @@ def _attach(args, partial, chosen, sdevs, devs):
     argv = [COLLECTOR, "-o", os.path.join(partial, "results.fst")] + attach_argv(args, chosen, devs)
     meta = {"mode": "attach", "label": "attach", "workload": "attach", "fs": args.fs,
             "mounts": [m[0] for m in chosen], "fs_kdevs": [kdev(*d) for d in sdevs] or None,
+            # the traced filesystems' types: figures of others are not this run's to miss (summary.unavailable)
+            "fs_types": sorted({m[1] for m in chosen}) or None,
             "devices_note": "alignment measured against 4 KiB (image cluster size unknown when attaching)",
             "filters": {"fs": args.fs, "mount": args.mount, "dev": args.dev, "pid": args.pid,
                         "comm": args.comm, "cgroup": args.cgroup}}

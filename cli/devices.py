@@ -1,5 +1,5 @@
 """The mounts and block devices a command traces: mountinfo, device numbers as the kernel records them, the
-devices under a mount (a loop device's backing disk), readahead, tracefs."""
+devices under a mount (its disk, or its loop device and the disk behind it), readahead, tracefs."""
 import glob
 import os
 import re
@@ -34,8 +34,23 @@ def read_ahead_kb(dev):
         return int(f.read())
 
 
+def whole_disk(dev, sysfs="/sys"):
+    """The disk a block device (major, minor) is part of: a partition's disk (whose loop device, if it is one,
+    serves the partition's requests); any other device itself."""
+    base = os.path.join(sysfs, "dev/block/%d:%d" % dev)
+    if not os.path.exists(os.path.join(base, "partition")):
+        return dev
+    try:
+        with open(os.path.join(base, "..", "dev")) as f:
+            ma, mi = f.read().split(":")
+    except (OSError, ValueError):
+        return dev
+    return int(ma), int(mi)
+
+
 def backing_block_device(path):
-    """(major, minor) of the block device holding path's filesystem, or None (tmpfs, overlay, ...)."""
+    """(major, minor) of the block device holding path's filesystem (a partition: fstrace names a request by the
+    partition it is for, as /proc/diskstats counts it there too), or None (tmpfs, overlay, ...)."""
     ma, mi = dev_numbers(path)
     if os.path.exists("/sys/dev/block/%d:%d" % (ma, mi)):
         return ma, mi
@@ -150,21 +165,24 @@ def sdev_arg(mount):
 
 
 def block_devices_of_mount(m):
-    """Block devices under a mount: its own device, and for a loop device the disk holding its backing file."""
+    """Block devices under a mount, each (major, minor) with its level (records.h FST_DEV_LEVELS): its own
+    device (a loop device or a partition of one: "loop"; a disk or a partition of one: "disk"), and for a loop
+    device the device holding its backing file ("backing").  A partition is traced as itself: the block programs
+    name a request by the partition it is for (the request's part), as /proc/diskstats counts it."""
     _, _, source, sdev = m
-    devs = []
+    own = None
     if os.path.exists("/sys/dev/block/%d:%d" % sdev):
-        devs.append(sdev)
+        own = sdev
     elif source.startswith("/dev/") and os.path.exists(source):
-        devs.append(dev_numbers(source))   # btrfs: anonymous superblock device, real one is the source
-    for d in list(devs):
-        name = os.path.basename(os.path.realpath("/sys/dev/block/%d:%d" % d))
-        try:
-            with open("/sys/block/%s/loop/backing_file" % name) as f:
-                backing = f.read().strip()
-        except OSError:
-            continue
-        under = backing_block_device(backing) if os.path.exists(backing) else None
-        if under and under not in devs:
-            devs.append(under)
-    return devs
+        own = dev_numbers(source)   # btrfs: anonymous superblock device, real one is the source
+    if own is None:
+        return []
+    # a partition of a loop device is the image's device as the loop device would be
+    name = os.path.basename(os.path.realpath("/sys/dev/block/%d:%d" % whole_disk(own)))
+    try:
+        with open("/sys/block/%s/loop/backing_file" % name) as f:
+            backing = f.read().strip()
+    except OSError:
+        return [(own, "disk")]
+    under = backing_block_device(backing) if os.path.exists(backing) else None
+    return [(own, "loop")] + ([(under, "backing")] if under and under != own else [])

@@ -294,7 +294,7 @@ def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io
             devs = ["-d", "%d:%d:%d:loop" % (loop[0], loop[1], unit), "--sdev", sdev_arg(mount_of(mnt))]
             backing = backing_block_device(image["path"])
             if backing:
-                devs += ["-d", "%d:%d:4096" % backing]
+                devs += ["-d", "%d:%d:4096:backing" % backing]
             wl_argv = wl.prepare(mnt, partial, ctx)
             # the run's own cgroup (ended as a whole at cleanup) and the one throttling the image's device
             # (--iops-cap, --storage)

@@ -632,7 +632,7 @@ def main():
             devs += ["-d", "%d:%d:4096:loop" % (ma, mi), "--sdev", sdev_arg(mount_of(mnt))]
         backing = backing_block_device(img_single["path"])
         if backing:
-            devs += ["-d", "%d:%d" % backing]
+            devs += ["-d", "%d:%d:4096:backing" % backing]
         cold = catalog.Fio("bench-cold", "", "randread", io_size="16m")
         warm = catalog.Fio("bench-warm", "", "randread", runtime_s=3)
         fio_ctx = {"single_file": single_ctx["single_file"]}

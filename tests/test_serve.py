@@ -133,6 +133,8 @@ def test_serve_counts_every_read_and_prometheus_agrees(mounted_erofs, collector_
         assert blk(after, "fstrace_block_request_bytes_sum") - blk(before, "fstrace_block_request_bytes_sum") == \
             ds1[1] - ds0[1]
         assert value(after, "fstrace_probe_info", probe="sys_exit") == 1
+        # the image's device is named for what it is (records.h FST_DEV_LEVELS), as attach's results name it
+        assert value(after, "fstrace_block_device_info", device=loop, level="loop") == 1
         assert value(after, "fstrace_filesystem_mounted", mount=mnt) == 1
         assert value(after, "fstrace_dropped_records_total") == 0
         assert value(after, "fstrace_unaggregated_requests_total") == 0

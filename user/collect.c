@@ -27,6 +27,7 @@
 #include "expose.h"
 #include "header.h"
 #include "live.h"
+#include "names.h"
 #include "probes.h"
 #include "procfs.h"
 #include "results.h"
@@ -138,6 +139,7 @@ struct exposer {
 	struct expose_input in;
 	struct expose_probes probes[8];
 	__u32 sdevs[MAX_DEVS], devs[MAX_DEVS];
+	const char *dev_levels[MAX_DEVS];
 	bool failing;
 };
 
@@ -164,13 +166,16 @@ static void exposer_init(struct exposer *x, struct tracer *t, __u64 t_start_real
 		x->probes[g] = (struct expose_probes){ probe_groups[g].probes, probe_groups[g].n };
 	for (int i = 0; i < opt.nr_sdevs; i++)
 		x->sdevs[i] = sdev_kdev(i);
-	for (int i = 0; i < opt.nr_devs; i++)
+	for (int i = 0; i < opt.nr_devs; i++) {
 		x->devs[i] = dev_arg_kdev(&opt.devs[i]);
+		x->dev_levels[i] = dev_level_name(opt.devs[i].level);
+	}
 	x->in.groups = x->probes;
 	x->in.ngroups = nr_probe_groups;
 	x->in.sdevs = x->sdevs;
 	x->in.nr_sdevs = opt.nr_sdevs;
 	x->in.devs = x->devs;
+	x->in.dev_levels = x->dev_levels;
 	x->in.nr_devs = opt.nr_devs;
 	x->in.ds_start = ds_start;
 	x->in.start_time_s = t_start_real / 1e9;

@@ -29,6 +29,7 @@ struct dev_arg {
 	unsigned major, minor;
 	unsigned unit;
 	bool is_loop;
+	enum fst_dev_level level; /* what it is to the traced filesystems (records.h FST_DEV_LEVELS) */
 };
 
 struct options {

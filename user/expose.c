@@ -466,6 +466,13 @@ static void block(struct jbuf *b, const struct expose_input *in)
 		{ FST_H_IO_D2C_US, "fstrace_block_request_d2c_seconds",
 		  "Block request time from issue to the driver to completion (device)." },
 	};
+	family(b, "fstrace_block_device_info", "gauge",
+	       "1 for every traced block device, with its level: what it is to the traced filesystems (disk: one sits "
+	       "on it, its block series count every task's requests; loop: an image's; backing: the disk behind a loop "
+	       "device; device: named alone).");
+	for (int d = 0; d < nr_devs; d++)
+		jb_add(b, "fstrace_block_device_info{device=\"%u:%u\",level=\"%s\"} 1\n", FST_KDEV_MAJOR(devs[d]),
+		       FST_KDEV_MINOR(devs[d]), in->dev_levels ? in->dev_levels[d] : "device");
 	family(b, "fstrace_block_requests_total", "counter", "Completed block requests on the traced devices.");
 	for (int i = 0; i < n; i++) {
 		if (rows[i].key.metric != FST_H_IO_BYTES)

@@ -44,7 +44,8 @@ struct expose_input {
 	int ngroups;
 	const __u32 *sdevs; /* the filesystems filtered on (kernel dev_t): their series are there from the start */
 	int nr_sdevs;
-	const __u32 *devs; /* the traced block devices (kernel dev_t), whose series are there from the start */
+	const __u32 *devs;	       /* the traced block devices (kernel dev_t), whose series are there from the start */
+	const char *const *dev_levels; /* each one's level: what it is to the traced filesystems (FST_DEV_LEVELS) */
 	int nr_devs;
 	const struct diskstat *ds_start; /* each device's /proc/diskstats when tracing began (NULL: none) */
 	double start_time_s;		 /* the collector's start (realtime): counters start at 0 then */

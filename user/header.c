@@ -112,6 +112,7 @@ static json *json_devices(const struct run_info *ri)
 		jset(o, "dev", ju64(dev_arg_kdev(d)));
 		jset(o, "unit_bytes", ju64(d->unit ? d->unit : 4096));
 		jset(o, "is_loop", jbool(d->is_loop));
+		jset(o, "level", jstr(dev_level_name(d->level)));
 		jset(o, "diskstats_start", json_diskstat(&ri->ds_start[i]));
 		jset(o, "diskstats_end", json_diskstat(&ri->ds_end[i]));
 	}

@@ -30,6 +30,14 @@ const char *kind_name(unsigned kind)
 	return "unknown";
 }
 
+const char *dev_level_name(unsigned level)
+{
+	switch (level) {
+		FST_DEV_LEVELS(NAME_CASE)
+	}
+	return "device";
+}
+
 const char *op_name(__u32 sub)
 {
 	switch (sub) {

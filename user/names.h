@@ -20,6 +20,8 @@ const char *kind_name(unsigned kind);
 const char *op_name(__u32 sub);
 /* FST_FILESYSTEMS; "unknown" */
 const char *fs_name(unsigned fs);
+/* FST_DEV_LEVELS: what a traced block device is to the traced filesystems; "device" */
+const char *dev_level_name(unsigned level);
 /* FST_ALGS; "unknown" */
 const char *alg_name(unsigned alg);
 /* FST_WORK_KINDS; "filesystem work" (a work item of a kind records.h does not name) */

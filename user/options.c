@@ -31,13 +31,18 @@ void die(const char *fmt, ...)
 	exit(2);
 }
 
+/* the FST_DEV_LEVELS names, each after a space: the levels --dev takes */
+#define DEV_LEVEL_NAME(c, v, n) " " n
+#define DEV_LEVEL_NAMES FST_DEV_LEVELS(DEV_LEVEL_NAME)
+
 static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: fstrace-collect -o FILE [options] [-- COMMAND [ARGS...]]\n"
 		"  -o, --out FILE          results file to write (created only when complete)\n"
 		"  -m, --meta FILE         JSON object stored as the results' \"config\"\n"
-		"  -d, --dev MAJ:MIN[:UNIT[:loop]]  trace this block device; UNIT = fs block/cluster bytes\n"
+		"  -d, --dev MAJ:MIN[:UNIT[:LEVEL]]  trace this block device; UNIT = fs block/cluster bytes; LEVEL:\n"
+		"                          what it is to the traced filesystems:" DEV_LEVEL_NAMES "\n"
 		"  -p, --pid PID           trace this process (all threads) and its future children;\n"
 		"                          without COMMAND, tracing ends when every such process has exited\n"
 		"  -g, --cgroup PATH       trace the tasks of this cgroup v2 directory\n"
@@ -153,31 +158,46 @@ static const char *parse_majmin(const char *s, unsigned *major, unsigned *minor)
 	return dev_field(s + 1, 1ul << FST_MINORBITS, minor);
 }
 
+/* a records.h FST_DEV_LEVELS name ending the argument: the end of the string, or NULL when it is none */
+static const char *parse_dev_level(const char *s, enum fst_dev_level *level)
+{
+#define DEV_LEVEL_MATCH(c, v, n)      \
+	if (!strcmp(s, n)) {          \
+		*level = c;           \
+		return s + strlen(s); \
+	}
+	FST_DEV_LEVELS(DEV_LEVEL_MATCH)
+#undef DEV_LEVEL_MATCH
+	return NULL;
+}
+
 static void parse_dev(const char *arg, struct dev_arg *d)
 {
 	const char *s = parse_majmin(arg, &d->major, &d->minor);
 	d->unit = 0; /* 0: the block side measures alignment against 4 KiB */
-	d->is_loop = false;
 	if (s && *s == ':') {
 		s = dev_field(s + 1, (1ul << 30) + 1, &d->unit);
 		if (s && d->unit < 512)
 			s = NULL;
 	}
+	bool level_given = false;
 	if (s && *s == ':') {
-		d->is_loop = !strcmp(s + 1, "loop");
-		s = d->is_loop ? "" : NULL;
+		s = parse_dev_level(s + 1, &d->level);
+		level_given = s != NULL;
 	}
 	if (s && *s) /* anything after the fields ('=' ends a number for --sdev only) */
 		s = NULL;
 	if (!s)
-		die("--dev wants MAJ:MIN[:UNIT[:loop]] (major < 4096, minor < 1048576, UNIT 512 to 1073741824 "
-		    "bytes), got '%s'",
+		die("--dev wants MAJ:MIN[:UNIT[:LEVEL]] (major < 4096, minor < 1048576, UNIT 512 to 1073741824 "
+		    "bytes, LEVEL one of" DEV_LEVEL_NAMES "), got '%s'",
 		    arg);
 	char sys[64];
 	snprintf(sys, sizeof(sys), "/sys/dev/block/%u:%u", d->major, d->minor);
 	if (access(sys, F_OK))
 		die("--dev %s: no block device %u:%u", arg, d->major, d->minor);
-	d->is_loop = d->is_loop || d->major == FST_LOOP_MAJOR;
+	if (!level_given) /* a device named alone: a loop device is an image's, any other under no traced filesystem */
+		d->level = d->major == FST_LOOP_MAJOR ? FST_LEVEL_LOOP : FST_LEVEL_DEVICE;
+	d->is_loop = d->level == FST_LEVEL_LOOP || d->major == FST_LOOP_MAJOR;
 }
 
 /* the initial pid namespace's inode number (the kernel's PROC_PID_INIT_INO, fixed since 3.8) */

@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <zlib.h>
 #include "jbuf.h"
+#include "names.h"
 #include "results.h"
 
 /* Field tables generated from the X-macros in records.h: the one definition of each layout. */
@@ -82,6 +83,7 @@ static json *enums_json(void)
 	ENUM_OBJ("rec_type", FST_REC_TYPES);
 	ENUM_OBJ("req_kind", FST_REQ_KINDS);
 	ENUM_OBJ("charge", FST_CHARGES);
+	ENUM_OBJ("dev_level", FST_DEV_LEVELS);
 	ENUM_OBJ("hist_metric", FST_HIST_METRICS);
 	ENUM_OBJ("fs", FST_FILESYSTEMS);
 	ENUM_OBJ("alg", FST_ALGS);
@@ -109,7 +111,8 @@ static json *enums_json(void)
  * the file rather than from a records.h of another day: the attribution parts in index order (the bench tables'
  * column each is summed into, its colour in plots, its meaning), the figures that are per-unit decompression (or
  * copy) times, the counted requests' histogram layout and how many (superblock, kind) pairs they can be counted
- * for, and the read amplification figures the analysis derives (FST_AMPLIFICATION).
+ * for, the figures that belong to one filesystem (FST_FS_FIGURES), and the read amplification figures the analysis
+ * derives (FST_AMPLIFICATION).
  */
 static json *schema_json(void)
 {
@@ -131,6 +134,10 @@ static json *schema_json(void)
 	jset(o, "lat_slots", ji64(FST_LAT_SLOTS));
 	jset(o, "hist_slots", ji64(FST_HIST_SLOTS));
 	jset(o, "req_agg_max", ji64(FST_REQ_AGG_MAX)); /* (superblock, kind) pairs the kernel can count requests of */
+	json *figure_fs = jset(o, "figure_fs", jobj());
+#define FIGURE_FS_JSON(fig, fs) jset(figure_fs, figure_name(fig), jstr(fs_name(fs)));
+	FST_FS_FIGURES(FIGURE_FS_JSON)
+#undef FIGURE_FS_JSON
 	json *amp = jset(o, "amplification", jarr());
 #define AMP_JSON(c, v, n, meaning)                 \
 	do {                                       \

@@ -83,10 +83,11 @@ static void io_ops(void **state)
 	assert_string_equal(op_of(FST_IO_OTHER + 1), "other");
 }
 
-static void filesystems_algorithms_work_sites_parts(void **state)
+static void levels_filesystems_algorithms_work_sites_parts(void **state)
 {
-	struct named fs = NAMED(FST_FILESYSTEMS), algs = NAMED(FST_ALGS), work = NAMED(FST_WORK_KINDS),
+	struct named levels = NAMED(FST_DEV_LEVELS), fs = NAMED(FST_FILESYSTEMS), algs = NAMED(FST_ALGS), work = NAMED(FST_WORK_KINDS),
 		     sites = NAMED(FST_TRACER_SITES), parts = NAMED(FST_PARTS);
+	check_names(&levels, dev_level_name, "device", FST_LEVEL_DEVICE);
 	check_names(&fs, fs_name, "unknown", -1);
 	check_names(&algs, alg_name, "unknown", FST_ALG_UNKNOWN);
 	check_names(&work, work_kind_name, "filesystem work", -1);
@@ -108,7 +109,7 @@ int main(void)
 		cmocka_unit_test(figures),
 		cmocka_unit_test(request_kinds),
 		cmocka_unit_test(io_ops),
-		cmocka_unit_test(filesystems_algorithms_work_sites_parts),
+		cmocka_unit_test(levels_filesystems_algorithms_work_sites_parts),
 	};
 	return cmocka_run_group_tests_name("names", tests, NULL, NULL);
 }

@@ -126,8 +126,11 @@ static const struct refused {
 	{ { "-o", "r", "--sdev", "8:-1" },
 	  "--sdev wants MAJ:MIN or MAJ:MIN=MAJ:MIN (major < 4096, minor < 1048576), got '8:-1'" },
 	{ { "-o", "r", "--dev", "8:0:100" },
-	  "--dev wants MAJ:MIN[:UNIT[:loop]] (major < 4096, minor < 1048576, UNIT 512 to 1073741824 bytes), got "
-	  "'8:0:100'" },
+	  "--dev wants MAJ:MIN[:UNIT[:LEVEL]] (major < 4096, minor < 1048576, UNIT 512 to 1073741824 bytes, LEVEL "
+	  "one of device disk loop backing), got '8:0:100'" },
+	{ { "-o", "r", "--dev", "8:0:4096:tape" },
+	  "--dev wants MAJ:MIN[:UNIT[:LEVEL]] (major < 4096, minor < 1048576, UNIT 512 to 1073741824 bytes, LEVEL "
+	  "one of device disk loop backing), got '8:0:4096:tape'" },
 	{ { "-o", "r", "--per-comm" }, "--per-comm needs --records none" },
 	{ { "--exposition", "e", "--openmetrics", "o" }, NULL }, /* accepted: see below */
 	{ { "-o", "r", "--openmetrics", "o" }, "--openmetrics needs --exposition" },
