@@ -139,15 +139,18 @@ FIGURES = (("device_requests", "device requests", IO_PARTS, "%d"),
 
 
 def figures(s, amp):
-    """The figures of FIGURES of one run (None: not measured on it): the image's (loop) device requests from the
-    summary's devices, the amplification row, the lookups of compressed units (erofs pclusters looked up, squashfs
-    blocks read into its caches)."""
-    loop = [d for d in (s.get("devices") or {}).values() if d.get("level") == "loop"]
-    loop = loop[0] if loop else {}
+    """The figures of FIGURES of one run (None: not measured on it): the requests of the device the filesystem sits
+    on (its image's loop device, else its disk) from the summary's devices, the amplification row, the lookups of
+    compressed units (erofs pclusters looked up, squashfs blocks read into its caches).  On a disk, which the rest
+    of the system reads too, the count is the traced tasks' own reads (its workload_reads)."""
+    devices = (s.get("devices") or {}).values()
+    own = [d for d in devices if d.get("level") == "loop"] or [d for d in devices if d.get("level") == "disk"]
+    own = own[0] if own else {}
     out = dict(amplification.row(amp))
-    out["device_requests"] = loop.get("requests")
-    out["device_mean_bytes"] = loop["mean_bytes"] / 1024 if loop.get("mean_bytes") is not None else None
-    out["device_q2c_mean_us"] = (loop.get("q2c_us") or {}).get("mean")
+    mine = own.get("workload_reads") if own.get("level") == "disk" else None
+    out["device_requests"] = mine["requests"] if mine else own.get("requests")
+    out["device_mean_bytes"] = own["mean_bytes"] / 1024 if own.get("mean_bytes") is not None else None
+    out["device_q2c_mean_us"] = (own.get("q2c_us") or {}).get("mean")
     lookups = amp.get(amplification.UNIT_LOOKUPS) or {}
     out["unit_lookups"] = (None if not lookups.get("available") else
                            sum(int(k) * v for k, v in lookups["times"].items()) if "times" in lookups else
