@@ -50,8 +50,8 @@ SLURM="slurmctld slurmd slurm-client munge"
 # whose reads the block tests hold or cut short (tests/slow_disk.py); libbpf-tools: the overhead bench's
 # biolatency, which a test interrupts as it runs; debhelper and dh-python build the Debian package (make deb) and
 # debootstrap the minimal bookworm root tests/test_deb.py installs it into; systemd for systemd-analyze, which
-# checks serve's unit
-TEST="$UNIT qemu-system-x86 qemu-system-arm busybox-static kmod cpio chromium python3-pil strace prometheus python3-prometheus-client python3-websocket python3-jsonschema python3-pyfuse3 libbpf-tools debhelper dh-python debootstrap systemd $SLURM"
+# checks serve's unit; qemu-user-static runs the arm64 package's collector (tests/test_deb.py)
+TEST="$UNIT qemu-system-x86 qemu-system-arm busybox-static kmod cpio chromium python3-pil strace prometheus python3-prometheus-client python3-websocket python3-jsonschema python3-pyfuse3 libbpf-tools debhelper dh-python debootstrap systemd qemu-user-static $SLURM"
 # cross-building the collector for arm64 (`make ARCH=arm64`, into build/arm64/): Debian's cross compiler and the
 # arm64 static libraries it links (multiarch :arm64 packages; the part adds the architecture to dpkg); the vm test
 # lane boots arm64 guests with it under qemu-system-aarch64 (in qemu-system-arm)

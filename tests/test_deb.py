@@ -188,3 +188,35 @@ def test_serve_unit_verifies_and_runs_the_installed_command(tmp_path):
     p = subprocess.run(["systemd-analyze", "verify", "--man=no", str(unit)], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True)
     assert p.returncode == 0 and p.stdout == "", p.stdout
+
+
+def test_arm64_package_holds_a_static_aarch64_collector_that_runs(tmp_path):
+    """make deb DEB_ARCH=arm64 cross-builds the same package for arm64: its control says arm64, its collector is a
+    static AArch64 executable (no program interpreter: it needs no library on the box) that checks its options
+    under qemu-user, and it holds the same files as the native package."""
+    for old in glob.glob(os.path.join(ROOT, "build", "deb", "fstrace_*_arm64.deb")):
+        os.unlink(old)
+    subprocess.run(["make", "-s", "-C", ROOT, "deb", "DEB_ARCH=arm64"], check=True, stdout=subprocess.DEVNULL)
+    found = glob.glob(os.path.join(ROOT, "build", "deb", "fstrace_*_arm64.deb"))
+    assert len(found) == 1, found
+    info = subprocess.run(["dpkg-deb", "-f", found[0], "Architecture", "Package"], stdout=subprocess.PIPE,
+                          text=True, check=True).stdout
+    assert info.split() == ["Architecture:", "arm64", "Package:", "fstrace"], info
+    subprocess.run(["dpkg-deb", "-x", found[0], str(tmp_path)], check=True)
+    collector = tmp_path / "usr" / "bin" / "fstrace-collect"
+    with open(collector, "rb") as f:
+        elf = f.read(64)
+    assert elf[:4] == b"\x7fELF" and elf[4] == 2 and int.from_bytes(elf[18:20], "little") == 183  # EM_AARCH64
+    headers = subprocess.run(["readelf", "-lW", str(collector)], stdout=subprocess.PIPE, text=True,
+                             check=True).stdout
+    assert "INTERP" not in headers and "DYNAMIC" not in headers, headers
+    ran = subprocess.run(["qemu-aarch64-static", str(collector), "--check", "--duration", "1"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert ran.returncode == 0 and ran.stderr == "", ran.stderr
+    bad = subprocess.run(["qemu-aarch64-static", str(collector), "--check", "--budget", "0"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.startswith("fstrace-collect: --budget wants"), bad.stderr
+    listed = subprocess.run(["dpkg-deb", "-c", found[0]], stdout=subprocess.PIPE, text=True, check=True).stdout
+    for path in ("./usr/bin/fstrace", "./usr/lib/fstrace/cli/commands.py", "./usr/lib/fstrace/bpf/records.h",
+                 "./usr/share/man/man8/fstrace.8.gz", "./lib/systemd/system/fstrace-serve.service"):
+        assert path in listed, path
