@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -386,7 +387,27 @@ def remove_unheld_cache_locks():
                 _unlock_removing(f, lp)
 
 
+def lock_dir():
+    """Where this user's locks live: STATE_DIR for root; for another user (report, compare, bench --merge, which
+    need no root) a directory of its own, mode 0700, in XDG_RUNTIME_DIR or /tmp, refused when it is anything else
+    (another user could have made it, or put a link there, to have this user's lock files made where it chose)."""
+    if os.geteuid() == 0:
+        os.makedirs(STATE_DIR, exist_ok=True)
+        return STATE_DIR
+    return private_dir(os.environ.get("XDG_RUNTIME_DIR") or "/tmp", "fstrace-locks", os.geteuid())
+
+
+def private_dir(base, name, uid):
+    """base/name-uid, made mode 0700 if missing; FstraceError unless it is a directory (not a link) of uid alone."""
+    d = os.path.join(base, "%s-%d" % (name, uid))
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(d, 0o700)
+    st = os.lstat(d)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & 0o077:
+        raise FstraceError("%s is not a directory of this user's alone (mode 0700): move it away" % shown(d))
+    return d
+
+
 def lock_path(kind, path):
-    os.makedirs(STATE_DIR, exist_ok=True)
     key = hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:16]
-    return os.path.join(STATE_DIR, "%s-%s.lock" % (kind, key))
+    return os.path.join(lock_dir(), "%s-%s.lock" % (kind, key))

@@ -117,8 +117,9 @@ TREE_DIRS = ("analysis", "bpf", "cli", "common", "dashboards", "docs", "man", "s
 
 
 def tracked_files():
-    return subprocess.run(["git", "-C", ROOT, "ls-files"], stdout=subprocess.PIPE, text=True,
-                          check=True).stdout.split()
+    # safe.directory: the unit lane also runs as a user who does not own the checkout
+    return subprocess.run(["git", "-c", "safe.directory=*", "-C", ROOT, "ls-files"], stdout=subprocess.PIPE,
+                          text=True, check=True).stdout.split()
 
 
 def quoted_code_names(text):

@@ -241,7 +241,8 @@ def test_sigkill_of_fstrace_leftovers_removed_by_next_start(tmp_path, delayacct_
     for cg in before["cgroups"]:
         assert "removed cgroup " + cg in said, q.stderr
     assert any(l.endswith("kernel.task_delayacct restored to 0") for l in q.stderr.splitlines()), q.stderr
-    assert q.stderr.splitlines()[-1] == "fstrace: error: --duration must be more than 0 seconds, got -1"
+    assert q.stderr.splitlines()[-1] == ("fstrace: error: --duration wants a number of seconds above 0 (at most "
+                                         "1e+08), got '-1.0'")
     assert_clean(p.pid, coll, progs, work, out, 0)
 
 

@@ -12,8 +12,10 @@ from conftest import FSTRACE
 
 @pytest.fixture
 def state_dir(tmp_path, monkeypatch):
+    """The locks' directory, root's STATE_DIR, as a directory of the test's (the lane runs as any user)."""
     d = str(tmp_path / "state")
     monkeypatch.setattr(system, "STATE_DIR", d)
+    monkeypatch.setattr(system, "lock_dir", lambda: (os.makedirs(d, exist_ok=True), d)[1])
     return d
 
 
@@ -73,3 +75,24 @@ def test_html_report_says_nothing_of_matplotlib_when_home_is_read_only(real, tmp
     assert "atplotlib" not in p.stderr, p.stderr
     assert "<svg" in (tmp_path / "r.html").read_text()
     assert [n for n in os.listdir(tmp_path) if "matplotlib" in n] == []
+
+
+@pytest.mark.unit
+def test_another_users_locks_are_in_a_directory_of_its_own_and_a_planted_one_is_refused(tmp_path):
+    """A user other than root (report, compare and bench --merge need no root) locks in a directory of its own,
+    mode 0700; one another user made in its place, a link there or a wider mode is refused in one line, never
+    written through."""
+    me = os.geteuid()
+    d = system.private_dir(str(tmp_path), "fstrace-locks", me)
+    assert d == str(tmp_path / ("fstrace-locks-%d" % me)) and (os.stat(d).st_mode & 0o777) == 0o700
+    assert system.private_dir(str(tmp_path), "fstrace-locks", me) == d  # taken again as it is
+    with pytest.raises(system.FstraceError, match="not a directory of this user's alone"):
+        system.private_dir(str(tmp_path), "fstrace-locks", me + 1)  # made by another user
+    os.chmod(d, 0o777)
+    with pytest.raises(system.FstraceError, match="not a directory of this user's alone"):
+        system.private_dir(str(tmp_path), "fstrace-locks", me)
+    os.rmdir(d)
+    (tmp_path / "elsewhere").mkdir(mode=0o700)
+    os.symlink(str(tmp_path / "elsewhere"), d)
+    with pytest.raises(system.FstraceError, match="not a directory of this user's alone"):
+        system.private_dir(str(tmp_path), "fstrace-locks", me)
