@@ -51,9 +51,14 @@ IMAGES = [
 EROFS_MORE = [("erofs-" + a, "erofs", {"compress": a, "cluster": 16384}, a) for a in ("lzma", "deflate", "zstd")]
 # Debian kernels the matrix runs: name -> (apt suite, package pattern with the ABI/patch number as group 1)
 KERNELS = {
+    "5.10": ("bullseye", r"linux-image-5\.10\.0-(\d+)-amd64-unsigned"),
     "6.1": ("bookworm", r"linux-image-6\.1\.0-(\d+)-amd64-unsigned"),
     "6.12": ("bookworm-backports", r"linux-image-6\.12\.(\d+)\+deb12-amd64-unsigned"),
 }
+# kernels the collector does not load on yet, left out of the default list (--kernels or FSTRACE_VM_KERNELS name
+# them): why
+UNPROVEN = {"5.10": "block.bpf.c uses BPF atomic exchange and compare-and-swap, which the kernel rejects"}
+DEFAULT_KERNELS = [k for k in KERNELS if k not in UNPROVEN]
 # (disk, source image): the source's files copied onto an empty btrfs mounted with compress=zstd:1
 WRITES = [("bw", "sqxz")]
 
@@ -1202,7 +1207,7 @@ def format_table(rows):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cache", default=os.environ.get("FSTRACE_CACHE", "/var/cache/fstrace"))
-    ap.add_argument("--kernels", default=os.environ.get("FSTRACE_VM_KERNELS", ",".join(KERNELS)),
+    ap.add_argument("--kernels", default=os.environ.get("FSTRACE_VM_KERNELS", ",".join(DEFAULT_KERNELS)),
                     help="comma-separated, from: %s" % ", ".join(KERNELS))
     ap.add_argument("--smp", type=int, default=0, help="vCPUs per guest (default: 2 under KVM, 1 under TCG)")
     ap.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto")

@@ -19,7 +19,7 @@ import pytest
 
 from scripts import vmtest
 
-KERNELS = [k for k in os.environ.get("FSTRACE_VM_KERNELS", ",".join(vmtest.KERNELS)).split(",") if k]
+KERNELS = [k for k in os.environ.get("FSTRACE_VM_KERNELS", ",".join(vmtest.DEFAULT_KERNELS)).split(",") if k]
 SMP = int(os.environ.get("FSTRACE_VM_SMP", "0"))  # 0: vmtest.vcpus chooses by accelerator
 # every guest of the session (retries included) within this many seconds, so a stalled guest cannot hold CI: a
 # guest is given 20 minutes at most (its console times each step; under TCG on a 2-core host with both guests
