@@ -31,6 +31,36 @@ bool tp_btf_exists(const char *tp)
 	return btf && btf__find_by_name_kind(btf, name, BTF_KIND_TYPEDEF) > 0;
 }
 
+/* the prototype of tracepoint tp's BTF (btf_trace_<tp>: typedef -> pointer -> (void *__data, its arguments...)) */
+static const struct btf_type *tp_proto(struct btf *btf, const char *tp)
+{
+	char tname[256];
+	snprintf(tname, sizeof(tname), "btf_trace_%s", tp);
+	int id = btf ? btf__find_by_name_kind(btf, tname, BTF_KIND_TYPEDEF) : -1;
+	if (id <= 0)
+		return NULL;
+	const struct btf_type *t = btf__type_by_id(btf, btf__resolve_type(btf, id));
+	t = t && btf_is_ptr(t) ? btf__type_by_id(btf, t->type) : NULL;
+	return t && btf_is_func_proto(t) ? t : NULL;
+}
+
+int tp_nr_args(const char *tp)
+{
+	const struct btf_type *t = tp_proto(vmlinux_btf(), tp);
+	return t ? btf_vlen(t) - 1 : -1;
+}
+
+bool tp_arg0_is_struct(const char *tp, const char *name)
+{
+	struct btf *btf = vmlinux_btf();
+	const struct btf_type *t = tp_proto(btf, tp);
+	if (!t || btf_vlen(t) < 2)
+		return false;
+	const struct btf_type *arg = btf__type_by_id(btf, btf__resolve_type(btf, btf_params(t)[1].type));
+	arg = arg && btf_is_ptr(arg) ? btf__type_by_id(btf, btf__resolve_type(btf, arg->type)) : NULL;
+	return arg && btf_is_struct(arg) && !strcmp(btf__name_by_offset(btf, arg->name_off), name);
+}
+
 /* module BTFs, loaded once (Debian 6.1 builds erofs/squashfs/btrfs as modules) */
 #define MAX_MOD_BTF 256
 static struct {
@@ -101,6 +131,25 @@ int func_param_index(const char *func, const char *param)
 	return -1;
 }
 
+/* Do the kernel's modules have BTF of their own ("bpf: Load and verify kernel module BTFs", 5.11)?  Without it a
+ * module's functions, tracepoints and types are unknown to BTF, and a program reading its types cannot load. */
+static bool modules_have_btf(void)
+{
+	if (nr_mod_btfs < 0 && vmlinux_btf())
+		load_module_btfs(vmlinux_btf());
+	return nr_mod_btfs > 0;
+}
+
+/* "... has no BTF" and why, into why */
+static void no_btf_why(const char *tier, const char *what, char *why, size_t why_len)
+{
+	if (modules_have_btf())
+		snprintf(why, why_len, "%s: %s has no BTF (inlined, renamed or not built)", tier, what);
+	else
+		snprintf(why, why_len, "%s: %s has no BTF (not in vmlinux's, and this kernel's modules have none)", tier,
+			 what);
+}
+
 /* Is there a tracepoint of this name, in vmlinux or a loaded module?  Unknown (true) without BTF. */
 static bool tracepoint_exists(const char *tp)
 {
@@ -119,7 +168,7 @@ static bool fentry_can_attach(const char *func, char *why, size_t why_len)
 	int obj_fd;
 	int id = find_func_btf(func, &obj_fd);
 	if (id < 0) {
-		snprintf(why, why_len, "fentry: %s has no BTF (inlined, renamed or not built)", func);
+		no_btf_why("fentry", func, why, why_len);
 		return false;
 	}
 	if (fentry_policy_err) {
@@ -162,11 +211,22 @@ static bool fentry_can_attach(const char *func, char *why, size_t why_len)
 	return !err;
 }
 
+bool kernel_has_func(const char *func)
+{
+	int mod;
+	return find_btf(func, BTF_KIND_FUNC, &mod) > 0;
+}
+
 /* Can a kprobe be placed on func (kprobe PMU, function listed as traceable)? */
 static bool kprobe_can_attach(const char *func, char *why, size_t why_len)
 {
 	if (access("/sys/bus/event_source/devices/kprobe/type", R_OK)) {
 		snprintf(why, why_len, "kprobe: kernel has no kprobe PMU (CONFIG_KPROBES off)");
+		return false;
+	}
+	/* the kprobe programs read their function's arguments through CO-RE: a module's types need its BTF */
+	if (vmlinux_btf() && !modules_have_btf() && !kernel_has_func(func)) {
+		no_btf_why("kprobe", func, why, why_len);
 		return false;
 	}
 	const char *lists[] = { "/sys/kernel/tracing/available_filter_functions",
@@ -193,12 +253,6 @@ static bool kprobe_can_attach(const char *func, char *why, size_t why_len)
 	return true;
 }
 
-bool kernel_has_func(const char *func)
-{
-	int mod;
-	return find_btf(func, BTF_KIND_FUNC, &mod) > 0;
-}
-
 static bool tier_offered(enum fst_tier t, const char *name, bool no_btf_tp, bool no_fentry, char *why, size_t why_len)
 {
 	switch (t) {
@@ -222,7 +276,10 @@ static bool tier_offered(enum fst_tier t, const char *name, bool no_btf_tp, bool
 		return true;
 	case FST_TIER_RAW_TP:
 		if (!tracepoint_exists(name)) {
-			snprintf(why, why_len, "no tracepoint %s in this kernel", name);
+			if (modules_have_btf())
+				snprintf(why, why_len, "no tracepoint %s in this kernel", name);
+			else
+				snprintf(why, why_len, "no tracepoint %s in this kernel's BTF (its modules have none)", name);
 			return false;
 		}
 		return true;
@@ -453,4 +510,36 @@ void tiers_detach(struct probe *probes, int n)
 		bpf_link__destroy(probes[i].exit_link);
 		probes[i].link = probes[i].exit_link = NULL;
 	}
+}
+
+/* Does the verifier take BPF atomic compare-and-swap (BPF_ATOMIC | BPF_CMPXCHG: exchange, compare-and-swap and
+ * fetch-and-add came together)?  A test load of a socket filter that swaps a stack slot. */
+static bool atomics_load(void)
+{
+	struct bpf_insn insns[] = {
+		{ .code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_1, .imm = 0 },
+		{ .code = BPF_STX | BPF_MEM | BPF_DW, .dst_reg = BPF_REG_10, .src_reg = BPF_REG_1, .off = -8 },
+		{ .code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = 0 },
+		{ .code = BPF_STX | BPF_ATOMIC | BPF_DW, .dst_reg = BPF_REG_10, .src_reg = BPF_REG_1, .off = -8, .imm = BPF_CMPXCHG },
+		{ .code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = 0 },
+		{ .code = BPF_JMP | BPF_EXIT },
+	};
+	int fd = bpf_prog_load(BPF_PROG_TYPE_SOCKET_FILTER, "fst_atomics", "GPL", insns, 6, NULL);
+	if (fd >= 0)
+		close(fd);
+	return fd >= 0;
+}
+
+bool bpf_build_plain(char *why, size_t len)
+{
+	why[0] = 0;
+	if (getenv("FSTRACE_BPF_PLAIN")) /* tests: the plain build on a kernel that loads the full one */
+		snprintf(why, len, "asked for (FSTRACE_BPF_PLAIN)");
+	else if (!atomics_load())
+		snprintf(why, len, "no BPF atomic compare-and-swap (test load refused)");
+	else if (libbpf_probe_bpf_helper(BPF_PROG_TYPE_RAW_TRACEPOINT, BPF_FUNC_loop, NULL) != 1)
+		snprintf(why, len, "no bpf_loop helper (test load refused)");
+	else if (libbpf_probe_bpf_prog_type(BPF_PROG_TYPE_SYSCALL, NULL) != 1)
+		snprintf(why, len, "no syscall programs (test load refused)");
+	return why[0] != 0;
 }
