@@ -1218,6 +1218,11 @@ def table_rows(run, failures, skipped):
     def tiers(h, recs):
         return ",".join(sorted({h["enums"]["tier"][str(t)] for t in set(recs["tier"].tolist())})) or "-"
 
+    def none_chosen(res, figures):
+        """No records: "unavailable" where every probe of the figures is (the checks then verified why), else "-"."""
+        probes = [p for p in res.header["probes"] if p["figure"] in figures]
+        return "unavailable" if probes and all(p["tier"] == "unavailable" for p in probes) else "-"
+
     for name, fs, opts, alg in run["images"]:
         for mode in ("fentry", "kprobe"):
             path = os.path.join(out, "%s-%s.fst" % (name, mode))
@@ -1231,11 +1236,12 @@ def table_rows(run, failures, skipped):
             mine = d[d["fs"] == fs_id] if d is not None else d
             n = len(mine) if mine is not None else 0
             rows.append((run["kernel"], "decompression %s %s" % (fs, alg), mode,
-                         tiers(h, mine) if n else "-", n, status(name, mode)))
+                         tiers(h, mine) if n else none_chosen(res, res.schema.decomp_figures), n, status(name, mode)))
             if fs == "squashfs":
                 c = res.records.get("fs_cache")
                 n = len(c) if c is not None else 0
-                rows.append((run["kernel"], "squashfs caches (%s)" % alg, mode, tiers(h, c) if n else "-", n,
+                rows.append((run["kernel"], "squashfs caches (%s)" % alg, mode,
+                             tiers(h, c) if n else none_chosen(res, squashfs_cache_figures(res)), n,
                              status(name, mode)))
     for name, _ in WRITES:
         for mode in ("fentry", "kprobe"):
@@ -1246,8 +1252,9 @@ def table_rows(run, failures, skipped):
             res = load_cached(path)
             c = res.records.get("compress")
             n = len(c) if c is not None else 0
-            rows.append((run["kernel"], "btrfs compression on write", mode, tiers(res.header, c) if n else "-", n,
-                         status(name, mode)))
+            rows.append((run["kernel"], "btrfs compression on write", mode,
+                         tiers(res.header, c) if n else none_chosen(res, {res.schema.figure("btrfs_compress_write")}),
+                         n, status(name, mode)))
     for name, fs, _, _ in run["images"]:
         if name not in BOUNDS:
             continue
