@@ -162,8 +162,9 @@ static bool tracepoint_exists(const char *tp)
 /* EPERM/EACCES on a test load is the kernel's policy for all fentry programs: ask once */
 static int fentry_policy_err;
 
-/* Does the running kernel let us use fentry on func (BTF of vmlinux or a module, and a test load)? */
-static bool fentry_can_attach(const char *func, char *why, size_t why_len)
+/* Does the running kernel let us use fentry on func (BTF of vmlinux or a module, and a test load)?  func_args: the
+ * programs read their arguments with bpf_get_func_arg/ret, which the test program then calls too. */
+static bool fentry_can_attach(const char *func, bool func_args, char *why, size_t why_len)
 {
 	int obj_fd;
 	int id = find_func_btf(func, &obj_fd);
@@ -177,15 +178,20 @@ static bool fentry_can_attach(const char *func, char *why, size_t why_len)
 			close(obj_fd);
 		return false;
 	}
-	/* r0 = 0; exit */
-	struct bpf_insn insns[2] = {
+	/* [bpf_get_func_arg(ctx, 0, fp - 8);] r0 = 0; exit */
+	struct bpf_insn insns[] = {
+		{ .code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_2, .imm = 0 },
+		{ .code = BPF_ALU64 | BPF_MOV | BPF_X, .dst_reg = BPF_REG_3, .src_reg = BPF_REG_10 },
+		{ .code = BPF_ALU64 | BPF_ADD | BPF_K, .dst_reg = BPF_REG_3, .imm = -8 },
+		{ .code = BPF_JMP | BPF_CALL, .imm = BPF_FUNC_get_func_arg },
 		{ .code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = 0 },
 		{ .code = BPF_JMP | BPF_EXIT },
 	};
+	int skip = func_args ? 0 : 4;
 	LIBBPF_OPTS(bpf_prog_load_opts, opts, .expected_attach_type = BPF_TRACE_FENTRY, .attach_btf_id = id);
 	if (obj_fd >= 0)
 		opts.attach_btf_obj_fd = obj_fd;
-	int prog_fd = bpf_prog_load(BPF_PROG_TYPE_TRACING, "fst_probe", "GPL", insns, 2, &opts);
+	int prog_fd = bpf_prog_load(BPF_PROG_TYPE_TRACING, "fst_probe", "GPL", insns + skip, 6 - skip, &opts);
 	int err = prog_fd < 0 ? -errno : 0;
 	int link_fd = -1;
 	if (!err) {
@@ -197,10 +203,13 @@ static bool fentry_can_attach(const char *func, char *why, size_t why_len)
 		snprintf(why, why_len, "fentry: test %s of %s failed: not supported for this function by the "
 				       "kernel (ENOTSUPP; trampolines before 6.6 take at most 6 arguments)",
 			 prog_fd < 0 ? "load" : "attach", func);
+	else if (err && func_args && prog_fd < 0)
+		snprintf(why, why_len, "fentry: test load of %s calling bpf_get_func_arg, as its program does, failed: %s",
+			 func, strerror(-err));
 	else if (err)
 		snprintf(why, why_len, "fentry: test %s of %s failed: %s", prog_fd < 0 ? "load" : "attach",
 			 func, strerror(-err));
-	if (err == -EPERM || err == -EACCES)
+	if ((err == -EPERM || err == -EACCES) && !func_args)
 		fentry_policy_err = -err;
 	if (link_fd >= 0)
 		close(link_fd);
@@ -253,7 +262,20 @@ static bool kprobe_can_attach(const char *func, char *why, size_t why_len)
 	return true;
 }
 
-static bool tier_offered(enum fst_tier t, const char *name, bool no_btf_tp, bool no_fentry, char *why, size_t why_len)
+/* Does prog (before load) call bpf_get_func_arg, bpf_get_func_ret or bpf_get_func_arg_cnt? */
+static bool calls_func_arg_helpers(const struct bpf_program *prog)
+{
+	const struct bpf_insn *insn = prog ? bpf_program__insns(prog) : NULL;
+	for (size_t i = 0; insn && i < bpf_program__insn_cnt(prog); i++)
+		if (insn[i].code == (BPF_JMP | BPF_CALL) && insn[i].src_reg == 0 &&
+		    (insn[i].imm == BPF_FUNC_get_func_arg || insn[i].imm == BPF_FUNC_get_func_ret ||
+		     insn[i].imm == BPF_FUNC_get_func_arg_cnt))
+			return true;
+	return false;
+}
+
+static bool tier_offered(enum fst_tier t, const char *name, bool func_args, bool no_btf_tp, bool no_fentry, char *why,
+			 size_t why_len)
 {
 	switch (t) {
 	case FST_TIER_FENTRY:
@@ -261,7 +283,7 @@ static bool tier_offered(enum fst_tier t, const char *name, bool no_btf_tp, bool
 			snprintf(why, why_len, "fentry: disabled for this load");
 			return false;
 		}
-		return fentry_can_attach(name, why, why_len);
+		return fentry_can_attach(name, func_args, why, why_len);
 	case FST_TIER_KPROBE:
 		return kprobe_can_attach(name, why, why_len);
 	case FST_TIER_TP_BTF:
@@ -326,7 +348,8 @@ void tiers_select(const void *skel, struct probe *probes, int n, bool no_btf_tp,
 			if (p->tier != FST_TIER_NONE)
 				continue;
 			char why[160] = "";
-			if (tier_offered(t, p->name, no_btf_tp, no_fentry, why, sizeof(why))) {
+			bool func_args = calls_func_arg_helpers(prog) || calls_func_arg_helpers(exit_prog);
+			if (tier_offered(t, p->name, func_args, no_btf_tp, no_fentry, why, sizeof(why))) {
 				p->tier = t;
 				p->prog = prog;
 				p->exit_prog = exit_prog;
