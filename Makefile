@@ -23,6 +23,10 @@ endif
 BPF_SRCS := $(wildcard bpf/*.bpf.c)
 BPF_OBJS := $(patsubst bpf/%.bpf.c,$(OUT)/%.bpf.o,$(BPF_SRCS))
 SKELS := $(patsubst bpf/%.bpf.c,$(OUT)/%.skel.h,$(BPF_SRCS))
+# the plain build of every object but ksyms (which has a fallback of its own): for kernels without BPF atomic
+# exchange, compare-and-swap and fetch-and-add, bpf_loop and syscall programs (bpf/flight.bpf.h); the collector
+# chooses it by a test load (user/tiers.c bpf_build_select) and loads its bytes through the same skeletons
+PLAIN_SKELS := $(patsubst bpf/%.bpf.c,$(OUT)/%.plain.skel.h,$(filter-out bpf/ksyms.bpf.c,$(BPF_SRCS)))
 BPF_HDRS := $(wildcard bpf/*.h) vmlinux/$(ARCH)/vmlinux.h
 USER_SRCS := $(wildcard user/*.c)
 USER_HDRS := $(wildcard user/*.h)
@@ -50,11 +54,17 @@ $(OUT):
 $(OUT)/%.bpf.o: bpf/%.bpf.c $(BPF_HDRS) | $(OUT)
 	$(CLANG) $(BPF_CFLAGS) -c $< -o $@
 
+$(OUT)/%.plain.bpf.o: bpf/%.bpf.c $(BPF_HDRS) | $(OUT)
+	$(CLANG) $(BPF_CFLAGS) -DFST_PLAIN_BPF -c $< -o $@
+
+$(OUT)/%.plain.skel.h: $(OUT)/%.plain.bpf.o
+	$(BPFTOOL) gen skeleton $< name $*_bpf_plain > $@.tmp && mv $@.tmp $@
+
 $(OUT)/%.skel.h: $(OUT)/%.bpf.o
 	$(BPFTOOL) gen skeleton $< > $@.tmp && mv $@.tmp $@
 
 # linked under a temporary name and renamed, so a collector that is running keeps its binary
-$(OUT)/fstrace-collect: $(USER_SRCS) $(USER_HDRS) $(SKELS) bpf/records.h $(OUT)/link-mode | $(OUT)
+$(OUT)/fstrace-collect: $(USER_SRCS) $(USER_HDRS) $(SKELS) $(PLAIN_SKELS) bpf/records.h $(OUT)/link-mode | $(OUT)
 	$(CC) $(USER_CFLAGS) -DFSTRACE_STATIC=$(STATIC_FLAG) $(USER_SRCS) -o $@.tmp $(LINK_LIBS) || { \
 		rm -f $@.tmp; \
 		if [ $(STATIC_FLAG) = 1 ]; then echo "make: linking the static collector failed (static json-c, libbpf, libelf," \

@@ -42,18 +42,12 @@ struct {
 	__type(value, struct fst_dev_io);
 } dev_io SEC(".maps");
 
-static __always_inline __u32 bio_dev(struct bio *bio, bool btf)
-{
-	struct block_device *bdev = FST_FIELD(btf, bio, bi_bdev); /* FST_FIELD does not nest */
-	return FST_FIELD(btf, bdev, bd_dev);
-}
-
 static __always_inline __u32 rq_dev(struct request *rq, bool btf)
 {
-	struct block_device *part = request_part(rq, btf);
+	__u32 part = request_part_dev(rq, btf);
 	if (part)
-		return FST_FIELD(btf, part, bd_dev);
-	struct gendisk *disk = BPF_CORE_READ(rq, q, disk);
+		return part;
+	struct gendisk *disk = request_disk(rq);
 	return FST_KDEV(BPF_CORE_READ(disk, major), BPF_CORE_READ(disk, first_minor));
 }
 
@@ -227,6 +221,7 @@ static __always_inline void fold_bio(struct fst_rq_start *r, struct bio *bio)
 	bio_starts_release(slot);
 }
 
+#ifndef FST_PLAIN_BPF
 /* bpf_loop's callback over the rest of the chain: the links are read by a helper (the callback's argument loses
  * the bio's BTF type) */
 static int walk_bio(__u32 i, struct rq_walk *w)
@@ -238,6 +233,7 @@ static int walk_bio(__u32 i, struct rq_walk *w)
 	fold_bio(w->r, bio);
 	return 0;
 }
+#endif
 
 /* a request's chain of bios as fold_bio_chain takes it: kernel addresses (0 = none), stored by the caller */
 struct bio_chain {
@@ -251,15 +247,25 @@ struct bio_chain {
  * counts are such lookups).  Its pointers come as memory, not arguments: a global function takes no BTF pointer,
  * and a privileged program may store one where a plain number is read back.
  */
-__noinline int fold_bio_chain(struct fst_rq_start *r, struct bio_chain *ch)
+FST_GLOBAL_FN int fold_bio_chain(struct fst_rq_start *r, struct bio_chain *ch)
 {
 	if (!r || !ch || !ch->first)
 		return 0;
 	fold_bio(r, (struct bio *)ch->first);
+#ifdef FST_PLAIN_BPF
+	/* a bounded C loop, for kernels without bpf_loop (the plain build) */
+	struct bio *bio = (struct bio *)ch->next;
+	for (int i = 0; i < MAX_RQ_BIOS && bio; i++) {
+		struct bio *next = BPF_CORE_READ(bio, bi_next);
+		fold_bio(r, bio);
+		bio = next;
+	}
+#else
 	/* bpf_loop, not a C loop: the 6.1 verifier rejects loops that close on a fall-through edge */
 	struct rq_walk w = { .bio = (struct bio *)ch->next, .r = r };
 	if (w.bio)
 		bpf_loop(MAX_RQ_BIOS, walk_bio, &w, 0);
+#endif
 	return 0;
 }
 
@@ -370,7 +376,7 @@ struct rq_done {
  * the record.  A global function: the verifier checks it once, not once for each way the in-flight table
  * lookups before it went (that took block_rq_complete's load to 70 ms of the collector's start on a 2-core VM).
  */
-__noinline int io_completed(struct rq_done *d)
+FST_GLOBAL_FN int io_completed(struct rq_done *d)
 {
 	if (!d)
 		return 0;
@@ -510,15 +516,34 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 	return 0;
 }
 
+/*
+ * A block tracepoint's first argument, after the request_queue where the kernel still passes it (FST_TPQ_*).
+ * Each load is its own instruction with a constant offset: merged into one load from ctx plus a chosen offset,
+ * the verifier refuses it (a modified context pointer).
+ */
+static __always_inline void *block_tp_arg0(__u64 *ctx, __u8 tpq)
+{
+	void *p;
+	if (cfg.block_tp_queue_first & tpq)
+		asm volatile("%0 = *(u64 *)(%1 + 8)"
+			     : "=r"(p)
+			     : "r"(ctx));
+	else
+		asm volatile("%0 = *(u64 *)(%1 + 0)"
+			     : "=r"(p)
+			     : "r"(ctx));
+	return p;
+}
+
 SEC("tp_btf/block_bio_queue")
-int BPF_PROG(block_bio_queue_btf, struct bio *bio) { return handle_bio_queue(ctx, bio, true); }
+int block_bio_queue_btf(__u64 *ctx) { return handle_bio_queue(ctx, block_tp_arg0(ctx, FST_TPQ_BIO_QUEUE), true); }
 SEC("raw_tp/block_bio_queue")
-int BPF_PROG(block_bio_queue_raw, struct bio *bio) { return handle_bio_queue(ctx, bio, false); }
+int block_bio_queue_raw(__u64 *ctx) { return handle_bio_queue(ctx, block_tp_arg0(ctx, FST_TPQ_BIO_QUEUE), false); }
 
 SEC("tp_btf/block_split")
-int BPF_PROG(block_split_btf, struct bio *bio, unsigned int new_sector) { return handle_bio_split(bio, true); }
+int block_split_btf(__u64 *ctx) { return handle_bio_split(block_tp_arg0(ctx, FST_TPQ_SPLIT), true); }
 SEC("raw_tp/block_split")
-int BPF_PROG(block_split_raw, struct bio *bio, unsigned int new_sector) { return handle_bio_split(bio, false); }
+int block_split_raw(__u64 *ctx) { return handle_bio_split(block_tp_arg0(ctx, FST_TPQ_SPLIT), false); }
 
 SEC("tp_btf/block_bio_complete")
 int BPF_PROG(block_bio_complete_btf, struct request_queue *q, struct bio *bio) { return handle_bio_complete(bio); }
@@ -526,14 +551,14 @@ SEC("raw_tp/block_bio_complete")
 int BPF_PROG(block_bio_complete_raw, struct request_queue *q, struct bio *bio) { return handle_bio_complete(bio); }
 
 SEC("tp_btf/block_rq_requeue")
-int BPF_PROG(block_rq_requeue_btf, struct request *rq) { return handle_rq_requeue(rq); }
+int block_rq_requeue_btf(__u64 *ctx) { return handle_rq_requeue(block_tp_arg0(ctx, FST_TPQ_RQ_REQUEUE)); }
 SEC("raw_tp/block_rq_requeue")
-int BPF_PROG(block_rq_requeue_raw, struct request *rq) { return handle_rq_requeue(rq); }
+int block_rq_requeue_raw(__u64 *ctx) { return handle_rq_requeue(block_tp_arg0(ctx, FST_TPQ_RQ_REQUEUE)); }
 
 SEC("tp_btf/block_rq_issue")
-int BPF_PROG(block_rq_issue_btf, struct request *rq) { return handle_rq_issue(rq, true); }
+int block_rq_issue_btf(__u64 *ctx) { return handle_rq_issue(block_tp_arg0(ctx, FST_TPQ_RQ_ISSUE), true); }
 SEC("raw_tp/block_rq_issue")
-int BPF_PROG(block_rq_issue_raw, struct request *rq) { return handle_rq_issue(rq, false); }
+int block_rq_issue_raw(__u64 *ctx) { return handle_rq_issue(block_tp_arg0(ctx, FST_TPQ_RQ_ISSUE), false); }
 
 SEC("tp_btf/block_rq_complete")
 int BPF_PROG(block_rq_complete_btf, struct request *rq, int error, unsigned int nr_bytes)
@@ -563,6 +588,7 @@ _Static_assert(FST_BIO_BUCKETS % FST_EXPIRE_SLICES == 0 && FST_RQ_BUCKETS % FST_
 		   FST_WORKER_BUCKETS % FST_EXPIRE_SLICES == 0,
 	       "every in-flight table splits into FST_EXPIRE_SLICES slices");
 
+#ifndef FST_PLAIN_BPF
 struct expire_walk {
 	__u64 now;
 	__u32 first; /* the slice's first bucket in the table walked */
@@ -642,3 +668,13 @@ int expire_stale(void *ctx)
 	bpf_loop(FST_WORKER_BUCKETS / FST_EXPIRE_SLICES, work_queued_expire_bucket, &w, 0);
 	return 0;
 }
+#else
+/* the plain build's flight tables are hash maps, whose entries go only at their end events: no walk.  A program
+ * of the same name, which the collector does not load (BPF_PROG_TYPE_SYSCALL is 5.14's) */
+SEC("raw_tp")
+int expire_stale(void *ctx)
+{
+	expire_next_slice++; /* used as the full build does: the globals keep the full build's layout */
+	return 0;
+}
+#endif

@@ -35,6 +35,17 @@ const volatile struct fst_cfg cfg = {};
  */
 #define FST_FIELD(btf, ptr, field) ((btf) ? (ptr)->field : BPF_CORE_READ(ptr, field))
 
+/*
+ * A global function: verified once, not at each call.  A global function taking pointers to memory needs "bpf:
+ * Support pointers in global func args" (5.12); the plain build (flight.bpf.h), for kernels without 5.12's
+ * atomics, makes it a static one, verified at each call as before.
+ */
+#ifdef FST_PLAIN_BPF
+#define FST_GLOBAL_FN static __noinline
+#else
+#define FST_GLOBAL_FN __noinline
+#endif
+
 /* kernel #defines that BTF does not carry */
 #define TASK_UNINTERRUPTIBLE_BIT 0x2 /* task state: TASK_UNINTERRUPTIBLE */
 /* include/linux/sched.h: task flags */

@@ -15,15 +15,67 @@
 /* part of common.bpf.h, which includes it (with cfg, FST_FIELD, the kernel and libbpf headers) */
 
 /*
- * The partition a block request is accounted to, NULL when it has none (its disk stands for it then).  Not a
- * kernel change: struct request has part in 6.1, 6.12 and 6.18 alike; the test keeps a kernel without it
- * loading the block programs, on the disk's device.
+ * A bio's device.  Until "block: store a block_device pointer in struct bio" (5.12, commit 309dca309fc3) a bio
+ * named its disk and partition number (bi_disk, bi_partno: Debian bullseye's 5.10), since then its block_device
+ * (bi_bdev: 6.1, 6.12, 6.18).
  */
-static __always_inline struct block_device *request_part(struct request *rq, bool btf)
+struct bio___with_disk {
+	struct gendisk *bi_disk;
+	__u8 bi_partno;
+} __attribute__((preserve_access_index));
+
+static __always_inline __u32 bio_dev(struct bio *bio, bool btf)
+{
+	if (bpf_core_field_exists(bio->bi_bdev)) {
+		struct block_device *bdev = FST_FIELD(btf, bio, bi_bdev); /* FST_FIELD does not nest */
+		return FST_FIELD(btf, bdev, bd_dev);
+	}
+	struct bio___with_disk *old = (void *)bio;
+	struct gendisk *disk = BPF_CORE_READ(old, bi_disk);
+	return FST_KDEV(BPF_CORE_READ(disk, major), BPF_CORE_READ(disk, first_minor) + BPF_CORE_READ(old, bi_partno));
+}
+
+/*
+ * The disk of a block request.  Its request_queue names it (6.1, 6.12, 6.18); before "block: remove the ->rq_disk
+ * field in struct request" (5.17, commit f3fa33acca9f: its LTTng fix and a mainline commit list say so) the
+ * request did, and a 5.10 request_queue has no disk (Debian bullseye's).
+ */
+struct request___with_rq_disk {
+	struct gendisk *rq_disk;
+} __attribute__((preserve_access_index));
+
+static __always_inline struct gendisk *request_disk(struct request *rq)
+{
+	if (bpf_core_field_exists(struct request___with_rq_disk, rq_disk))
+		return BPF_CORE_READ((struct request___with_rq_disk *)rq, rq_disk);
+	return BPF_CORE_READ(rq, q, disk);
+}
+
+/*
+ * The device of the partition a block request is accounted to, 0 when it has none (its disk stands for it then).
+ * struct request has part in 5.10, 6.1, 6.12 and 6.18 alike, but until "block: merge struct block_device and
+ * struct hd_struct" (5.11: the subject in linux-next's reports on the block tree) it was a struct hd_struct,
+ * whose device number is in its struct device (Debian bullseye's 5.10); the test of part's existence keeps a kernel without it loading the block
+ * programs, on the disk's device.
+ */
+struct hd_struct___old {
+	struct device __dev;
+} __attribute__((preserve_access_index));
+
+struct request___with_hd_struct {
+	struct hd_struct___old *part;
+} __attribute__((preserve_access_index));
+
+static __always_inline __u32 request_part_dev(struct request *rq, bool btf)
 {
 	if (!bpf_core_field_exists(rq->part))
-		return NULL;
-	return FST_FIELD(btf, rq, part);
+		return 0;
+	if (bpf_core_type_exists(struct hd_struct___old)) {
+		struct hd_struct___old *hd = BPF_CORE_READ((struct request___with_hd_struct *)rq, part);
+		return hd ? BPF_CORE_READ(hd, __dev.devt) : 0;
+	}
+	struct block_device *part = FST_FIELD(btf, rq, part);
+	return part ? FST_FIELD(btf, part, bd_dev) : 0;
 }
 
 /*
@@ -140,6 +192,54 @@ static __always_inline int dir_room(struct dir_context *dir)
 	if (bpf_core_field_exists(buf->count))
 		return BPF_CORE_READ(buf, count);
 	return BPF_CORE_READ((struct dir_context___with_count *)dir, count);
+}
+
+/*
+ * Types of kernel modules (btrfs_work; loop_device and loop_worker: btrfs and loop are modules in Debian's
+ * kernels) are in BTF only where modules have BTF of their own: since "bpf: Load and verify kernel module BTFs"
+ * (5.11, commit 36e68442d1af; Debian bullseye's 5.10 has no /sys/kernel/btf/<module>).  Without them these
+ * give 0 or NULL and the work item is not told apart (its kworker's time stays unattributed).  The loop
+ * device's work items are newer still: "loop: use worker per cgroup instead of kworker" brought loop_worker
+ * and rootcg_work (its release not checked; 6.1 has both, a 5.10 loop device runs a kthread worker instead).
+ */
+static __always_inline __u64 btrfs_work_func(struct work_struct *work)
+{
+	if (!bpf_core_field_exists(struct btrfs_work, normal_work))
+		return 0;
+	struct btrfs_work *bw = (void *)work - bpf_core_field_offset(struct btrfs_work, normal_work);
+	return (__u64)BPF_CORE_READ(bw, func);
+}
+
+static __always_inline struct loop_device *loop_rootcg_device(struct work_struct *work)
+{
+	if (!bpf_core_field_exists(struct loop_device, rootcg_work))
+		return NULL;
+	return (void *)work - bpf_core_field_offset(struct loop_device, rootcg_work);
+}
+
+static __always_inline struct loop_device *loop_worker_device(struct work_struct *work)
+{
+	if (!bpf_core_field_exists(struct loop_worker, work))
+		return NULL;
+	struct loop_worker *w = (void *)work - bpf_core_field_offset(struct loop_worker, work);
+	return BPF_CORE_READ(w, lo);
+}
+
+/*
+ * A task's state, for sched_switch's prev_state where the tracepoint does not pass it: "sched/tracing: Append
+ * prev_state to tp args instead" (5.18) added it as the last argument (fst_cfg.sched_switch_prev_state, read from
+ * the tracepoint's BTF), with the value of prev->__state, read here instead.  task_struct.state became __state in
+ * "sched: Change task_struct::state" (5.14, commit 2f064a59a11f); Debian bullseye's 5.10 has state.
+ */
+struct task_struct___with_state {
+	long state;
+} __attribute__((preserve_access_index));
+
+static __always_inline unsigned int task_run_state(struct task_struct *t)
+{
+	if (bpf_core_field_exists(t->__state))
+		return BPF_CORE_READ(t, __state);
+	return BPF_CORE_READ((struct task_struct___with_state *)t, state);
 }
 
 #endif

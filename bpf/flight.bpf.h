@@ -54,7 +54,8 @@ static __always_inline __u32 flight_bucket_index(__u64 key, __u32 nbuckets, __u3
 	return (((region * 2654435761u) >> 16) + ((lo & 0xffff) >> run_shift)) & (nbuckets - 1);
 }
 
-#define FST_FLIGHT_TABLE(name, value_t, nbuckets, run_shift, loss)                                             \
+#ifndef FST_PLAIN_BPF
+#define FST_FLIGHT_STORE(name, value_t, nbuckets, run_shift, loss)                                             \
 	struct name##_slot {                                                                                   \
 		__u64 key;                                                                                     \
 		value_t v;                                                                                     \
@@ -101,20 +102,63 @@ static __always_inline __u32 flight_bucket_index(__u64 key, __u32 nbuckets, __u3
 		loss_count(loss);                                                                              \
 		return NULL;                                                                                   \
 	}                                                                                                      \
-	/* the slot of key, claimed if it has none; NULL (and a loss counted) when its bucket is full */       \
-	static __always_inline struct name##_slot *name##_claim(__u64 key)                                     \
-	{                                                                                                      \
-		struct name##_slot *held = name##_find(key);                                                   \
-		if (held || !key)                                                                              \
-			return held;                                                                           \
-		return name##_claim_free(key);                                                                 \
-	}                                                                                                      \
 	/* free a slot found or claimed above: its value is zeroed first, so a slot just claimed again never   \
 	 * shows expire_stale its previous holder's times */                                                   \
 	static __always_inline void name##_release(struct name##_slot *slot)                                   \
 	{                                                                                                      \
 		__builtin_memset(&slot->v, 0, sizeof(slot->v));                                                \
 		__atomic_exchange_n(&slot->key, 0, __ATOMIC_SEQ_CST);                                          \
+	}
+#else
+/*
+ * The plain build (Makefile PLAIN_SKELS, chosen by user/tiers.c bpf_build_plain): for kernels whose verifier has no atomic compare-and-swap
+ * or exchange (BPF_ATOMIC, "bpf: Add instructions for atomic_[cmp]xchg", 5.12).  A flight table is then a hash
+ * map of its slots, claimed by an insert that fails when the key is held (BPF_NOEXIST) and freed by a delete:
+ * dearer (see above), and without expire_stale's walk (its entries' end events are all it has).
+ */
+#define FST_FLIGHT_STORE(name, value_t, nbuckets, run_shift, loss)                                        \
+	struct name##_slot {                                                                              \
+		__u64 key;                                                                                \
+		value_t v;                                                                                \
+	};                                                                                                \
+	struct {                                                                                          \
+		__uint(type, BPF_MAP_TYPE_HASH);                                                          \
+		__uint(max_entries, (nbuckets)*FST_FLIGHT_WAYS);                                          \
+		__type(key, __u64);                                                                       \
+		__type(value, struct name##_slot);                                                        \
+	} name SEC(".maps");                                                                              \
+	static __always_inline struct name##_slot *name##_find(__u64 key)                                 \
+	{                                                                                                 \
+		return key ? bpf_map_lookup_elem(&name, &key) : NULL;                                     \
+	}                                                                                                 \
+	static __always_inline struct name##_slot *name##_claim_free(__u64 key)                           \
+	{                                                                                                 \
+		/* a key another CPU inserted first is shared, where the array gives each its own slot */ \
+		struct name##_slot fresh = { .key = key };                                                \
+		bpf_map_update_elem(&name, &key, &fresh, BPF_NOEXIST);                                    \
+		struct name##_slot *slot = bpf_map_lookup_elem(&name, &key);                              \
+		if (!slot)                                                                                \
+			loss_count(loss);                                                                 \
+		return slot;                                                                              \
+	}                                                                                                 \
+	static __always_inline void name##_release(struct name##_slot *slot)                              \
+	{                                                                                                 \
+		__u64 key = slot->key;                                                                    \
+		__builtin_memset(&slot->v, 0, sizeof(slot->v));                                           \
+		bpf_map_delete_elem(&name, &key);                                                         \
+	}
+#endif
+
+/* a flight table in the build's store, and the claim of a key's slot, the same in both */
+#define FST_FLIGHT_TABLE(name, value_t, nbuckets, run_shift, loss)                                       \
+	FST_FLIGHT_STORE(name, value_t, nbuckets, run_shift, loss)                                       \
+	/* the slot of key, claimed if it has none; NULL (and a loss counted) when its bucket is full */ \
+	static __always_inline struct name##_slot *name##_claim(__u64 key)                               \
+	{                                                                                                \
+		struct name##_slot *held = name##_find(key);                                             \
+		if (held || !key)                                                                        \
+			return held;                                                                     \
+		return name##_claim_free(key);                                                           \
 	}
 
 #endif

@@ -1020,6 +1020,20 @@ struct fst_thread_key {
  * Configuration frozen into every program before load.  Task filters combine
  * (a task must pass every one that is on); with none on, every task is traced.
  */
+/*
+ * Block tracepoints that still took the request_queue as their first argument (fst_cfg.block_tp_queue_first,
+ * read from the tracepoint's BTF, so the programs' arguments are found either way; Debian bullseye's 5.10 has
+ * it).  A series of the 5.11 merge window dropped it: "block: remove the request_queue to argument request
+ * based tracepoints" (commit a54895fa057c: block_rq_issue, block_rq_requeue), "block: remove the request_queue
+ * argument to the block_split tracepoint" (eb6f7f7cd3af) and "block: simplify and extend the block_bio_merge
+ * tracepoint class" (e8a676d61c07: block_bio_queue) - the ids and subjects in the mainline commit lists of
+ * distribution changelogs; block_bio_complete keeps its request_queue (6.18 too).
+ */
+#define FST_TPQ_BIO_QUEUE 0x1
+#define FST_TPQ_SPLIT 0x2
+#define FST_TPQ_RQ_REQUEUE 0x4
+#define FST_TPQ_RQ_ISSUE 0x8
+
 struct fst_cfg {
 	__u64 loop_rootcg_workfn; /* kernel addresses of loop work functions (kallsyms), 0 = unknown */
 	__u64 loop_workfn;
@@ -1052,21 +1066,23 @@ struct fst_cfg {
 	__u64 record_over_ns; /* a request this slow is recorded even when it was a page-cache hit */
 	__u8 windowed;	      /* --budget: the syscall hooks are attached in windows (requests.bpf.c window_seq) */
 	char comm[16];
-	__u8 offcpu_at_switch_in; /* off-CPU stacks walked at the switch back in (tp_btf), threshold-sampled */
-	__u8 requests;		  /* requests.bpf.c is loaded: requests are traced (not --block-only) */
-	__u8 pad_cfg[2];
-	__u32 offcpu_sample_ns; /* with it: intervals this long always walked; shorter ones with probability
-				 * length / offcpu_sample_ns, credited offcpu_sample_ns (0: every interval) */
+	__u8 offcpu_at_switch_in;  /* off-CPU stacks walked at the switch back in (tp_btf), threshold-sampled */
+	__u8 requests;		   /* requests.bpf.c is loaded: requests are traced (not --block-only) */
+	__u8 task_pt_regs;	   /* the kernel has bpf_task_pt_regs (a test load): a task's user registers */
+	__u8 block_tp_queue_first; /* FST_TPQ_* bits: block tracepoints whose first argument is the request_queue */
+	__u32 offcpu_sample_ns;	   /* with it: intervals this long always walked; shorter ones with probability
+				    * length / offcpu_sample_ns, credited offcpu_sample_ns (0: every interval) */
 	/* the traced superblocks (--sdev): a file's superblock is compared with these, a few instructions
 	 * (filter.bpf.h sdev_in_cfg), before anything else on the entry points other filesystems share
 	 * (generic_file_read_iter, the splice readers, ...), so that those filesystems' calls cost no map lookup */
 	__u32 sdevs[FST_CFG_SDEVS];
 	__u32 nr_sdevs;
 	__u32 pad_cfg2;
-	__u64 filldir64;    /* getdents64's callback (kallsyms), 0 = unknown: a directory read with it is the
-			     * syscall's, whose byte count the request takes */
-	__u32 dev_hash_mul; /* the traced devices' slots in traced_devs: fst_dev_slot(dev, dev_hash_mul) */
-	__u32 pad_cfg3;
+	__u64 filldir64;	      /* getdents64's callback (kallsyms), 0 = unknown: a directory read with it is the
+				       * syscall's, whose byte count the request takes */
+	__u32 dev_hash_mul;	      /* the traced devices' slots in traced_devs: fst_dev_slot(dev, dev_hash_mul) */
+	__u8 sched_switch_prev_state; /* sched_switch passes prev_state (its BTF), else it is read from prev */
+	__u8 pad_cfg3[3];
 };
 
 #endif

@@ -27,6 +27,15 @@ struct {
 } agg_keys SEC(".maps");
 
 __u32 agg_keys_given; /* entries handed out (or tried: a lost race wastes one) */
+#ifdef FST_PLAIN_BPF
+/* the entries taken, each by the key it was given to (the plain build's claim: see agg_entry_of) */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, FST_REQ_AGG_MAX);
+	__type(key, __u32);
+	__type(value, struct fst_req_agg_key);
+} agg_taken SEC(".maps");
+#endif
 
 /* the req_agg entry + 1 of (sdev, kind) (task_req.agg_entry), FST_AGG_ENTRY_NONE once all FST_REQ_AGG_MAX are
  * given: such requests are then recorded, none counted.  A hash lookup: once per kind of request on a file a
@@ -40,9 +49,25 @@ static __always_inline __u8 agg_entry_of(__u32 sdev, __u16 kind)
 		return *n + 1;
 	if (agg_keys_given >= FST_REQ_AGG_MAX)
 		return FST_AGG_ENTRY_NONE;
+#ifdef FST_PLAIN_BPF
+	/* no fetch-and-add (the plain build): an entry is claimed by the insert of its number into agg_taken, which
+	 * fails when another CPU took it; a few tries, then the request is only recorded */
+	for (int i = 0; i < 4; i++) {
+		__u32 next = agg_keys_given;
+		if (next >= FST_REQ_AGG_MAX)
+			break;
+		__sync_fetch_and_add(&agg_keys_given, 1);
+		if (bpf_map_update_elem(&agg_taken, &next, &key, BPF_NOEXIST))
+			continue;
+		if (!bpf_map_update_elem(&agg_keys, &key, &next, BPF_NOEXIST))
+			return next + 1;
+		break;
+	}
+#else
 	__u32 next = __sync_fetch_and_add(&agg_keys_given, 1);
 	if (next < FST_REQ_AGG_MAX && !bpf_map_update_elem(&agg_keys, &key, &next, BPF_NOEXIST))
 		return next + 1;
+#endif
 	n = bpf_map_lookup_elem(&agg_keys, &key); /* another CPU gave it one first */
 	return n ? *n + 1 : FST_AGG_ENTRY_NONE;
 }
@@ -510,7 +535,7 @@ static __always_inline void req_end(struct task_req *r, __u64 now)
  * function, called at an open's end only: inlined, the verifier walked the rest of sys_exit once per case of
  * fd_file_btf's switch (most of its 44 ms of load time on a 2-core VM); a call costs every request it is on.
  */
-__noinline int note_opened_fd(struct task_req *r, long fd)
+FST_GLOBAL_FN int note_opened_fd(struct task_req *r, long fd)
 {
 	if (r)
 		note_fd(r, cfg.task_storage ? bpf_get_current_task_btf() : NULL, fd);
@@ -603,6 +628,7 @@ static __always_inline int handle_sys_exit(long ret)
 	return 0;
 }
 
+#ifndef FST_PLAIN_BPF
 struct kstack_walk {
 	struct fst_kstack *st;	 /* the frames just taken */
 	struct fst_kstack *kept; /* for a compare: the frames kept under the same hash */
@@ -662,6 +688,14 @@ static __always_inline __s32 offcpu_kstack_of(struct task_struct *next)
 	bpf_loop(nr < MAX_STACK_DEPTH ? nr + 1 : MAX_STACK_DEPTH, kstack_cmp_frame, &w, 0);
 	return w.differs ? -1 : (__s32)id;
 }
+#else
+/* the plain build has no bpf_loop (5.17): the collector walks off-CPU stacks at the switch out there
+ * (cfg.offcpu_at_switch_in off), so this is never reached */
+static __always_inline __s32 offcpu_kstack_of(struct task_struct *next)
+{
+	return -1;
+}
+#endif
 
 /*
  * An off-CPU interval's time by reason, onto its stack.  With cfg.offcpu_at_switch_in the stack is walked
@@ -972,17 +1006,31 @@ int BPF_PROG(sys_exit_btf, struct pt_regs *regs, long ret) { return handle_sys_e
 SEC("raw_tp/sys_exit")
 int BPF_PROG(sys_exit_raw, struct pt_regs *regs, long ret) { return handle_sys_exit(ret); }
 
-SEC("tp_btf/sched_switch")
-int BPF_PROG(sched_switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next,
-	     unsigned int prev_state)
+/*
+ * sched_switch's prev_state: its fourth argument where the kernel passes it, else prev's state.  The argument is
+ * loaded by an instruction of its own, only where it exists (a program reading past a tracepoint's arguments is
+ * refused, at load for tp_btf, at attach for raw_tp).
+ */
+static __always_inline unsigned int switch_prev_state(__u64 *ctx, struct task_struct *prev)
 {
-	return handle_switch(ctx, preempt, prev, next, prev_state, true);
+	__u64 v;
+	if (!cfg.sched_switch_prev_state)
+		return task_run_state(prev);
+	asm volatile("%0 = *(u64 *)(%1 + 24)"
+		     : "=r"(v)
+		     : "r"(ctx));
+	return (unsigned int)v;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(sched_switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	return handle_switch(ctx, preempt, prev, next, switch_prev_state(ctx, prev), true);
 }
 SEC("raw_tp/sched_switch")
-int BPF_PROG(sched_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next,
-	     unsigned int prev_state)
+int BPF_PROG(sched_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
-	return handle_switch(ctx, preempt, prev, next, prev_state, false);
+	return handle_switch(ctx, preempt, prev, next, switch_prev_state(ctx, prev), false);
 }
 
 SEC("tp_btf/sched_wakeup")

@@ -52,7 +52,7 @@ struct {
  */
 static __always_inline __s32 user_stack(struct bpf_perf_event_data *ctx, struct task_req *r)
 {
-	if (!cfg.task_storage)
+	if (!cfg.task_storage || !cfg.task_pt_regs)
 		return bpf_get_stackid(ctx, &user_stacks, BPF_F_USER_STACK);
 	struct pt_regs *uregs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 	__u64 ip = PT_REGS_IP_CORE(uregs), sp = PT_REGS_SP_CORE(uregs);

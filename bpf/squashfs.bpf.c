@@ -27,7 +27,7 @@ static __always_inline __u16 squashfs_alg(struct squashfs_sb_info *msblk)
 static __always_inline void begin(struct squashfs_sb_info *msblk, struct bio *bio, int length, __u16 tier)
 {
 	/* squashfs reads its own block device: the bio's device is the superblock's */
-	decomp_begin(FST_FS_SQUASHFS, squashfs_alg(msblk), length, 0, BPF_CORE_READ(bio, bi_bdev, bd_dev), tier);
+	decomp_begin(FST_FS_SQUASHFS, squashfs_alg(msblk), length, 0, bio_dev(bio, false), tier);
 }
 
 DECOMP_PROBES(squashfs_decompress, begin(msblk, bio, length, tier), int, ret, struct squashfs_sb_info *msblk,

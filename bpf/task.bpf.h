@@ -174,6 +174,11 @@ static __always_inline void inflight_add(__u32 pid, __s64 delta)
 /* a thread exits: every slot it holds is given back */
 static __always_inline void inflight_forget(__u32 pid)
 {
+#ifdef FST_PLAIN_BPF /* one slot per key */
+	struct task_inflight_slot *n = task_inflight_find(pid);
+	if (n)
+		task_inflight_release(n);
+#else
 	struct task_inflight_bucket *bk = pid ? task_inflight_bucket_of(pid) : NULL;
 	if (!bk)
 		return;
@@ -181,6 +186,7 @@ static __always_inline void inflight_forget(__u32 pid)
 	for (int i = 0; i < FST_FLIGHT_WAYS; i++)
 		if (bk->s[i].key == pid)
 			task_inflight_release(&bk->s[i]);
+#endif
 }
 
 /*
@@ -273,6 +279,10 @@ static __always_inline void req_fold_pending_ios(struct task_req *r, __u32 pid)
 
 static __always_inline __s64 inflight_get(__u32 pid)
 {
+#ifdef FST_PLAIN_BPF /* one slot per key */
+	struct task_inflight_slot *n = task_inflight_find(pid);
+	return n ? n->v : 0;
+#else
 	struct task_inflight_bucket *bk = pid ? task_inflight_bucket_of(pid) : NULL;
 	__s64 n = 0;
 	if (!bk)
@@ -282,6 +292,7 @@ static __always_inline __s64 inflight_get(__u32 pid)
 		if (bk->s[i].key == pid)
 			n += bk->s[i].v;
 	return n;
+#endif
 }
 
 #endif

@@ -31,6 +31,30 @@ FST_FLIGHT_TABLE(work_queued, struct work_queued, FST_WORKER_BUCKETS, 0, FST_LOS
 /* numbers the executions of known work items (fst_work.seq), from 1 */
 __u32 work_seq;
 
+#ifdef FST_PLAIN_BPF
+/* the plain build has no fetch-and-add (BPF_ATOMIC with BPF_FETCH, 5.12): each CPU numbers its own executions,
+ * its number in the low 8 bits (unique while there are at most 256 CPUs) */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} work_seq_cpu SEC(".maps");
+
+static __always_inline __u32 next_work_seq(void)
+{
+	__u32 zero = 0, *n = bpf_map_lookup_elem(&work_seq_cpu, &zero);
+	if (!n)
+		return 0;
+	return ++*n << 8 | (bpf_get_smp_processor_id() & 0xff);
+}
+#else
+static __always_inline __u32 next_work_seq(void)
+{
+	return __sync_fetch_and_add(&work_seq, 1) + 1;
+}
+#endif
+
 static __always_inline __u16 fs_work_kind(struct work_struct *work, __u64 fn)
 {
 	if (!fn)
@@ -41,8 +65,7 @@ static __always_inline __u16 fs_work_kind(struct work_struct *work, __u64 fn)
 		return FST_WORK_BTRFS_ENDIO;
 	if (fn == cfg.btrfs_work_helper && cfg.btrfs_compress_fn) {
 		/* btrfs's own workqueues run every item through one helper: the item says what it does */
-		struct btrfs_work *bw = (void *)work - bpf_core_field_offset(struct btrfs_work, normal_work);
-		if ((__u64)BPF_CORE_READ(bw, func) == cfg.btrfs_compress_fn)
+		if (btrfs_work_func(work) == cfg.btrfs_compress_fn)
 			return FST_WORK_BTRFS_COMPRESS;
 	}
 	return 0;
@@ -90,7 +113,7 @@ static __always_inline int handle_work_start(struct work_struct *work, bool btf)
 			.ts_start = bpf_ktime_get_ns(),
 			.work = (__u64)work,
 			.kind = kind,
-			.seq = __sync_fetch_and_add(&work_seq, 1) + 1,
+			.seq = next_work_seq(),
 		};
 		if (q) {
 			ws.ts_queue = q->v.ts_queue;
@@ -102,14 +125,12 @@ static __always_inline int handle_work_start(struct work_struct *work, bool btf)
 			slot->v = ws;
 		return 0;
 	}
-	if (fn == cfg.loop_rootcg_workfn) {
-		lo = (void *)work - bpf_core_field_offset(struct loop_device, rootcg_work);
-	} else if (fn == cfg.loop_workfn) {
-		struct loop_worker *w = (void *)work - bpf_core_field_offset(struct loop_worker, work);
-		lo = BPF_CORE_READ(w, lo);
-	} else {
+	if (fn == cfg.loop_rootcg_workfn)
+		lo = loop_rootcg_device(work);
+	else if (fn == cfg.loop_workfn)
+		lo = loop_worker_device(work);
+	if (!lo)
 		return 0;
-	}
 	struct gendisk *disk = BPF_CORE_READ(lo, lo_disk);
 	__u32 dev = FST_KDEV(BPF_CORE_READ(disk, major), BPF_CORE_READ(disk, first_minor));
 	struct fst_dev_cfg *dc = dev_cfg(dev);

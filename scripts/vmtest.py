@@ -1,7 +1,7 @@
 """Prove the fentry tier and its kprobe twins on real Debian kernels, under QEMU (KVM when it boots, else TCG).
 
-For each kernel of a list (default: bookworm's 6.1 and bookworm-backports' 6.12) the host downloads the
-unsigned image package with apt-get download (a private apt configuration for suites the system does not
+For each kernel of a list (default: bullseye's 5.10, bookworm's 6.1 and bookworm-backports' 6.12) the host
+downloads the unsigned image package with apt-get download (a private apt configuration for suites the system does not
 list; cached), builds a busybox initramfs with the modules the test needs and the static collector, and boots
 it with small erofs, squashfs and btrfs images as virtio disks.  Inside, the collector traces reads of every
 image twice: with fentry allowed, then with --no-fentry (the kprobe twins); then fio's random reads and a tree
@@ -15,7 +15,7 @@ them (tests/test_vm.py asserts on the same checks) and prints the figures.  The 
 busybox, and run the request bounds and the scattered reads only (STEPS; docs/vmtest.md says why).
 
 Usage, from the checkout's root:
-  python3 -m scripts.vmtest [--kernels 6.1,6.12,6.1-arm64,6.12-arm64] [--smp 2] [--accel auto|kvm|tcg]
+  python3 -m scripts.vmtest [--kernels 5.10,6.1,6.12,6.1-arm64,6.12-arm64] [--smp 2] [--accel auto|kvm|tcg]
                             [--cache DIR] [--keep]
 """
 import argparse
@@ -55,6 +55,7 @@ EROFS_MORE = [("erofs-" + a, "erofs", {"compress": a, "cluster": 16384}, a) for 
 # Debian kernels the matrix runs: name -> (apt suite, package pattern with the ABI/patch number as group 1); the
 # package's Debian architecture (amd64, arm64) is the guest's (kernel_arch)
 KERNELS = {
+    "5.10": ("bullseye", r"linux-image-5\.10\.0-(\d+)-amd64-unsigned"),
     "6.1": ("bookworm", r"linux-image-6\.1\.0-(\d+)-amd64-unsigned"),
     "6.12": ("bookworm-backports", r"linux-image-6\.12\.(\d+)\+deb12-amd64-unsigned"),
     "6.1-arm64": ("bookworm", r"linux-image-6\.1\.0-(\d+)-arm64-unsigned"),
@@ -444,6 +445,10 @@ def guest_script(disks, writes, mode="fstrace", fio_file=None, steps=ALL_STEPS):
     if mode == "churn":
         lines.append("wait")
     lines.append("uname -r > /out/kernel.txt")
+    # what the kernel has, for the host's checks (guest_has): modules' BTF, and the symbols of what fstrace
+    # finds by test loads (task storage maps, bpf_task_pt_regs)
+    lines.append("ls /sys/kernel/btf > /out/btf.txt; grep -owE '%s' /proc/kallsyms | sort -u > /out/has.txt"
+                 % "|".join(GUEST_SYMBOLS.values()))
     out_disk = "vd" + chr(ord("a") + len(disks) + len(writes))  # the raw disk after the images
     lines.append("cd /out && tar cf /dev/%s . && sync" % out_disk)
     lines.append("echo vmguest: done")
@@ -601,6 +606,11 @@ def check_unneeded(what, res, image_path, layout, fail, lines, scattered=False):
         fail("%s: scattered reads, yet no device byte outside the blocks read" % what)
 
 
+def squashfs_cache_figures(res):
+    """The figures of squashfs's cache-lookup and block-read probes."""
+    return {res.schema.figure("squashfs_cache_lookups"), res.schema.figure("squashfs_cache_misses")}
+
+
 def check_scattered(outdir, name, image_path, fail, lines):
     """One squashfs disk read at scattered offsets alone: check_unneeded, and fio's own count of its reads."""
     path = os.path.join(outdir, "scattered-%s.fst" % name)
@@ -616,6 +626,9 @@ def check_scattered(outdir, name, image_path, fail, lines):
     if int(reads["ret"][reads["ret"] > 0].sum()) != job["io_bytes"]:
         fail("%s scattered: %d bytes read, fio read %d" % (name, int(reads["ret"][reads["ret"] > 0].sum()),
                                                           job["io_bytes"]))
+    if unavailable_without_module_btf("%s scattered" % name, res, squashfs_cache_figures(res), ["fs_read"], fail,
+                                      lines):
+        return
     check_unneeded("%s scattered" % name, res, image_path, images.squashfs_layout(image_path), fail, lines,
                    scattered=True)
 
@@ -632,8 +645,11 @@ def check_scattered_serve(outdir, name, fail, lines):
         return
     res = results.load(path)
     h = res.header
-    records_only = {res.schema.figure("squashfs_cache_lookups"), res.schema.figure("squashfs_cache_misses")}
-    for p in h["probes"]:
+    records_only = squashfs_cache_figures(res)
+    no_module_btf = unavailable_without_module_btf("%s scattered serve" % name, res,
+                                                   records_only | {res.schema.figure("squashfs_decompress")},
+                                                   ["fs_cache", "fs_read", "decomp"], fail, lines)
+    for p in h["probes"] if not no_module_btf else []:
         if p["figure"] in records_only and not (p["tier"] == "unavailable"
                                                and p["why"].startswith("not loaded: --records none")):
             fail("%s scattered serve: %s on tier %s (%s)" % (name, p["probe"], p["tier"], p["why"]))
@@ -644,7 +660,7 @@ def check_scattered_serve(outdir, name, fail, lines):
     decomp = [p for p in h["probes"] if p["figure"] == res.schema.figure("squashfs_decompress")
               and p["tier"] != "unavailable"]
     d = res.records.get("decomp")
-    if not decomp or d is None or not len(d):
+    if (not decomp or d is None or not len(d)) and not no_module_btf:
         fail("%s scattered serve: no decompression records (probes: %s)"
              % (name, probe_states(h, {res.schema.figure("squashfs_decompress")})))
     with open(fio_path) as f:
@@ -665,6 +681,10 @@ def check_write_compression(name, mode, res, src, fail, lines, kver="?"):
     btrfs write-compression work items the tracepoint tier timed."""
     h = res.header
     c = res.records.get("compress")
+    figure = {res.schema.figure("btrfs_compress_write")}
+    if unavailable_without_module_btf("%-6s %-7s btrfs compression: none;" % (name, mode), res, figure,
+                                      ["compress"], fail, lines):
+        return
     if c is None or not len(c):
         fail("%s %s: no compression records (probes: %s)"
              % (name, mode, probe_states(h, {res.schema.figure("btrfs_compress_write")})))
@@ -751,9 +771,13 @@ def check_image(outdir, name, fs, opts, alg, image_path, fail, lines):
             continue
         res = loaded[mode] = results.load(path)
         h = res.header
-        # 6.1 has task-local storage and tp_btf: the per-task state must live there, on both tiers
-        if (h.get("task_state") or {}).get("store") != "task_storage":
-            fail("%s %s: per-task state not in task storage: %s" % (name, mode, h.get("task_state")))
+        # a kernel with task-local storage maps and tp_btf (6.1 on): the per-task state must live there, on both
+        # tiers; one without (its kallsyms has no task_storage_map_ops): a pid hash, saying so
+        if guest_has(outdir)["task_storage"]:
+            if (h.get("task_state") or {}).get("store") != "task_storage":
+                fail("%s %s: per-task state not in task storage: %s" % (name, mode, h.get("task_state")))
+        elif h["task_state"] != {"store": "pid_hash", "why": "pid hash: the kernel has no task-local storage maps"}:
+            fail("%s %s: per-task state %s on a kernel without task storage" % (name, mode, h["task_state"]))
         # (not starting with the image name: test_vm reads an image's first such line as its decompression)
         lines.append("per-task state %s %s: %s; records: %s, %d requests counted in the kernel" % (
             name, mode, h["task_state"]["store"], h["request_records"]["mode"],
@@ -764,6 +788,11 @@ def check_image(outdir, name, fs, opts, alg, image_path, fail, lines):
         tier_id = [int(k) for k, v in h["enums"]["tier"].items() if v == tier][0]
         mine = d[(d["fs"] == fs_id)] if d is not None else []
         used = {p["probe"]: p["tier"] for p in h["probes"] if p["tier"] == tier}
+        if unavailable_without_module_btf("%s %s" % (name, mode), res, res.schema.decomp_figures, ["decomp"], fail,
+                                          lines):
+            if not int(res["req"][(res["req"]["kind"] == 1) & (res["req"]["ret"] > 0)]["ret"].sum()):
+                fail("%s %s: no bytes read" % (name, mode))
+            continue
         if not len(mine):
             fail("%s %s: no decompression records (probes: %s)"
                  % (name, mode, probe_states(h, res.schema.decomp_figures)))
@@ -849,6 +878,9 @@ def check_image(outdir, name, fs, opts, alg, image_path, fail, lines):
     if fs == "squashfs":
         layout = images.squashfs_layout(image_path)
         for mode, res in loaded.items():
+            if unavailable_without_module_btf("squashfs caches of %s %s" % (name, mode), res,
+                                              squashfs_cache_figures(res), ["fs_cache", "fs_read"], fail, lines):
+                continue
             check_squashfs_caches(name, mode, res, layout, fail, lines)
             check_unneeded("%s %s" % (name, mode), res, image_path, layout, fail, lines)
 
@@ -864,6 +896,12 @@ def syscall_numbers(arch="x86"):
 MACHINES = {"x86_64": "x86", "aarch64": "arm64"}  # uname's machine -> bpf/'s __TARGET_ARCH_ name
 BOUND_TIERS = ("fentry", "kprobe", "syscall")  # the guest's bounds step: requests bounded by each in turn
 COST_CONFIGS = ("none", "fentry", "syscall", "none-after")  # its cost step: nothing attached, a tier, nothing again
+
+
+def bounds_expected(outdir):
+    """Where the fentry and kprobe runs of the bounds step bound the requests: at the filesystem entry points, or
+    at the syscall tracepoints on a kernel without bpf_task_pt_regs (guest_has)."""
+    return "filesystem entry points" if guest_has(outdir)["task_pt_regs"] else "syscall tracepoints"
 
 
 def check_bounds(outdir, name, fail, lines):
@@ -884,11 +922,15 @@ def check_bounds(outdir, name, fail, lines):
         h = res.header
         nr = syscall_numbers(MACHINES[h["kernel"]["machine"]])  # the guest's: its results header says which
         rb = h.get("request_bounds") or {}
-        want = "syscall tracepoints" if mode == "syscall" else "filesystem entry points"
+        want = "syscall tracepoints" if mode == "syscall" else bounds_expected(outdir)
+        # a kernel without bpf_task_pt_regs: the entry points cannot read the syscall, and the header says so
+        if want != "filesystem entry points" and mode != "syscall" and "bpf_task_pt_regs" not in rb.get("why", ""):
+            fail("%s bounds %s: bounded at %s without saying bpf_task_pt_regs is missing (%s)" % (
+                name, mode, rb.get("at"), rb.get("why")))
         if rb.get("at") != want:
             fail("%s bounds %s: requests bounded at %s (%s), not at the %s" % (name, mode, rb.get("at"), rb.get("why"),
                                                                              want))
-        elif mode != "syscall" and set(rb["kinds"].values()) - {mode, "none"}:
+        elif want == "filesystem entry points" and set(rb["kinds"].values()) - {mode, "none"}:
             # fentry asked, its kprobe twins taken: only where the kernel refused each fentry test attach (arm64's
             # 6.1 has no ftrace direct calls for trampolines), and the header says so for each
             twins = [p for p in h["probes"] if p["figure"] in summary.boundary_figures(h) and p["tier"] == "kprobe"]
@@ -972,6 +1014,43 @@ def check_writes(outdir, name, src, kver, fail, lines):
             fail("%s %s: no results" % (name, mode))
             continue
         check_write_compression(name, mode, results.load(path), src, fail, lines, kver)
+
+
+# a capability of the guest's kernel -> the kernel symbol that shows it
+GUEST_SYMBOLS = {"task_storage": "task_storage_map_ops", "task_pt_regs": "bpf_task_pt_regs_proto"}
+
+
+def guest_has(outdir):
+    """What the guest's kernel has, as it listed it: module_btf (loaded modules with BTF of their own in
+    /sys/kernel/btf) and each of GUEST_SYMBOLS (in /proc/kallsyms); everything when the guest did not say."""
+    facts = {"module_btf": True, **{k: True for k in GUEST_SYMBOLS}}
+    btf, has = os.path.join(outdir, "btf.txt"), os.path.join(outdir, "has.txt")
+    if os.path.exists(btf) and os.path.exists(has):
+        facts["module_btf"] = any(n != "vmlinux" for n in open(btf).read().split())
+        syms = set(open(has).read().split())
+        facts.update({k: v in syms for k, v in GUEST_SYMBOLS.items()})
+    return facts
+
+
+def unavailable_without_module_btf(what, res, figures, kinds, fail, lines):
+    """On a kernel whose modules have no BTF (guest_has): every probe of these figures (records.h FST_FIGURES ids)
+    must be unavailable, saying so, and no record of these kinds written.  True when the kernel is such (the
+    caller's checks of the figures are then moot), else False."""
+    if guest_has(os.path.dirname(res.path))["module_btf"]:
+        return False
+    probes = [p for p in res.header["probes"] if p["figure"] in figures]
+    if not probes:
+        fail("%s: no probe of the figures %s in the header" % (what, sorted(figures)))
+    for p in probes:
+        if p["tier"] != "unavailable" or "modules have none" not in p["why"]:
+            fail("%s: %s on tier %s (%s), on a kernel whose modules have no BTF" % (what, p["probe"], p["tier"],
+                                                                                  p["why"]))
+    for kind in kinds:
+        r = res.records.get(kind)
+        if r is not None and len(r):
+            fail("%s: %d %s records from probes that cannot load" % (what, len(r), kind))
+    lines.append("%s tier unavailable: %d probes, as %s" % (what, len(probes), probes[0]["why"] if probes else "?"))
+    return True
 
 
 def guest_kernel(outdir):
@@ -1295,6 +1374,12 @@ def table_rows(run, failures, skipped):
         return ",".join(sorted({h["enums"]["tier"][str(t)] for t in set(recs["tier"].tolist())})) or "-"
 
     steps = run.get("steps", ALL_STEPS)
+
+    def none_chosen(res, figures):
+        """No records: "unavailable" where every probe of the figures is (the checks then verified why), else "-"."""
+        probes = [p for p in res.header["probes"] if p["figure"] in figures]
+        return "unavailable" if probes and all(p["tier"] == "unavailable" for p in probes) else "-"
+
     for name, fs, opts, alg in (run["images"] if "run" in steps else []):
         for mode in ("fentry", "kprobe"):
             path = os.path.join(out, "%s-%s.fst" % (name, mode))
@@ -1308,11 +1393,12 @@ def table_rows(run, failures, skipped):
             mine = d[d["fs"] == fs_id] if d is not None else d
             n = len(mine) if mine is not None else 0
             rows.append((run["kernel"], "decompression %s %s" % (fs, alg), mode,
-                         tiers(h, mine) if n else "-", n, status(name, mode)))
+                         tiers(h, mine) if n else none_chosen(res, res.schema.decomp_figures), n, status(name, mode)))
             if fs == "squashfs":
                 c = res.records.get("fs_cache")
                 n = len(c) if c is not None else 0
-                rows.append((run["kernel"], "squashfs caches (%s)" % alg, mode, tiers(h, c) if n else "-", n,
+                rows.append((run["kernel"], "squashfs caches (%s)" % alg, mode,
+                             tiers(h, c) if n else none_chosen(res, squashfs_cache_figures(res)), n,
                              status(name, mode)))
     for name, _ in (WRITES if "write" in steps else []):
         for mode in ("fentry", "kprobe"):
@@ -1323,8 +1409,9 @@ def table_rows(run, failures, skipped):
             res = load_cached(path)
             c = res.records.get("compress")
             n = len(c) if c is not None else 0
-            rows.append((run["kernel"], "btrfs compression on write", mode, tiers(res.header, c) if n else "-", n,
-                         status(name, mode)))
+            rows.append((run["kernel"], "btrfs compression on write", mode,
+                         tiers(res.header, c) if n else none_chosen(res, {res.schema.figure("btrfs_compress_write")}),
+                         n, status(name, mode)))
     for name, fs, _, _ in run["images"]:
         if name not in BOUNDS:
             continue

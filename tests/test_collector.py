@@ -183,18 +183,24 @@ def test_stale_in_flight_entries_are_expired_from_full_buckets_only(tmp_path, co
     assert ex["full_buckets_only"]
 
 
-def test_task_storage_and_pid_hash_agree(tmp_path):
+@pytest.mark.parametrize("build", ["full", "plain"])
+def test_task_storage_and_pid_hash_agree(tmp_path, build):
     """Per-task state in task-local storage (chosen here: tp_btf and the map type exist) and in the pid-hash
-    fallback (--no-tp-btf) record the same requests of a deterministic workload, each an exact partition."""
+    fallback (--no-tp-btf) record the same requests of a deterministic workload, each an exact partition; so
+    does the plain build of the BPF objects (FSTRACE_BPF_PLAIN: what a kernel without BPF atomics or bpf_loop
+    loads), which says so in its header, with its in-flight expiry unavailable and why."""
     from analysis import results
     n = {}
+    env = dict(os.environ, **({"FSTRACE_BPF_PLAIN": "1"} if build == "plain" else {}))
     for mode, extra in (("task_storage", []), ("pid_hash", ["--no-tp-btf"])):
         f = tmp_path / (mode + ".fst")
         subprocess.run([COLLECTOR, "-o", str(f), "--records", "all"] + extra +
                        ["--", "sh", "-c", "for i in 1 2 3 4 5 6 7 8; do cat /etc/passwd; done > /dev/null"],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
         res = results.load(str(f))
         assert res.header["task_state"]["store"] == mode, res.header["task_state"]
+        assert res.header["bpf_build"]["build"] == build, res.header["bpf_build"]
+        assert ("unavailable" in res.header["expired_in_flight"]) == (build == "plain")
         assert_exact_partition(res)
         req = res["req"]
         passwd = req[req["ino"] == os.stat("/etc/passwd").st_ino]

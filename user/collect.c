@@ -236,7 +236,7 @@ static void trace(struct tracer *t, struct ring_buffer *rb, struct results *res,
 			last_expose = now;
 			expose_again(x);
 		}
-		if (now - last_expire >= FST_EXPIRE_EVERY_NS) {
+		if (now - last_expire >= FST_EXPIRE_EVERY_NS && !t->plain) {
 			last_expire = now;
 			expire_stale(t->blk, &ri->expired);
 			expose_expired_bios = ri->expired.bios;

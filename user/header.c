@@ -205,6 +205,9 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 	jset(o, "was", ji64(ri->delayacct_was));
 	jset(o, "enabled_for_tracing", jbool(delayacct_held && ri->delayacct_was == 0));
 	jset(h, "request_bounds", json_request_bounds(t));
+	o = jset(h, "bpf_build", jobj()); /* which build of the BPF objects loaded (tiers.h bpf_build_plain) */
+	jset(o, "build", jstr(t->plain ? "plain" : "full"));
+	jset(o, "why", jstr(t->plain_why));
 	o = jset(h, "task_state", jobj());
 	jset(o, "store", jstr(opt.block_only ? "none" : (t->task_storage_on ? "task_storage" : "pid_hash")));
 	jset(o, "why", jstr(opt.block_only ? "--block-only: no requests" : t->task_state_why));
@@ -239,6 +242,8 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 	 * that old, in flight or not */
 	jset(o, "full_buckets_only", jbool(true));
 	jset(o, "run_failures", ju64(ri->expired.run_failures));
+	if (t->plain) /* nothing walked: the counts are unavailable, not 0 */
+		jset(o, "unavailable", jstr("the plain BPF build's in-flight tables are hash maps, not walked"));
 	jset(h, "sampling", json_sampling(t->smp, opt.sample_hz, t->sample_why));
 	/* --budget: when the request hooks were attached, and what the analysis weights by */
 	jset(h, "request_windows", window_header(ri->t_start, ri->t_end));

@@ -26,6 +26,13 @@
 #include "squashfs.skel.h"
 #include "btrfs.skel.h"
 #include "sample.skel.h"
+#include "block.plain.skel.h"
+#include "requests.plain.skel.h"
+#include "tasks.plain.skel.h"
+#include "erofs.plain.skel.h"
+#include "squashfs.plain.skel.h"
+#include "btrfs.plain.skel.h"
+#include "sample.plain.skel.h"
 
 /*
  * The probes of each object, its skeleton named first: a probe's programs are fields of that skeleton (tiers.h
@@ -205,7 +212,7 @@ static struct tracer *T;
  * the scheduler's own frames, which a blocked task's stack walk leaves out) */
 static bool offcpu_at_switch_in(void)
 {
-	return T->task_storage_on && opt.sample_hz > 0 && opt.offcpu_sample_us > 0;
+	return T->task_storage_on && !T->plain && opt.sample_hz > 0 && opt.offcpu_sample_us > 0;
 }
 
 const char *const work_fn_names[NR_WORK_FNS] = {
@@ -277,6 +284,21 @@ static void fill_cfg(struct fst_cfg *out)
 	c->btrfs_compress_arg_start = func_param_index(compress_fn, "start");
 	c->btrfs_compress_arg_total_in = func_param_index(compress_fn, "total_in");
 	c->btrfs_compress_arg_total_out = func_param_index(compress_fn, "total_out");
+	/* a test load: bpf_task_pt_regs came after task storage (sample.bpf.c, the entry points' syscall numbers) */
+	c->task_pt_regs = libbpf_probe_bpf_helper(BPF_PROG_TYPE_RAW_TRACEPOINT, BPF_FUNC_task_pt_regs, NULL) == 1;
+	/* sched_switch's prev_state (5 parameters with __data), and the block tracepoints' arguments, from their BTF */
+	c->sched_switch_prev_state = tp_nr_args("sched_switch") >= 4;
+	/* records.h FST_TPQ_* */
+	const struct {
+		const char *tp;
+		__u8 bit;
+	} tpq[] = { { "block_bio_queue", FST_TPQ_BIO_QUEUE },
+		    { "block_split", FST_TPQ_SPLIT },
+		    { "block_rq_requeue", FST_TPQ_RQ_REQUEUE },
+		    { "block_rq_issue", FST_TPQ_RQ_ISSUE } };
+	for (unsigned i = 0; i < N(tpq); i++)
+		if (tp_arg0_is_struct(tpq[i].tp, "request_queue"))
+			c->block_tp_queue_first |= tpq[i].bit;
 	c->filter_cgroup_id = opt.cgroup ? cgroup_id(opt.cgroup) : 0;
 	c->filter_pids = opt.cmd || opt.nr_pids;
 	c->filter_comm = opt.comm != NULL;
@@ -306,6 +328,29 @@ static void fill_cfg(struct fst_cfg *out)
 	out->task_storage = T->task_storage_on; /* decided per load attempt, after the cache was filled */
 	out->offcpu_at_switch_in = offcpu_at_switch_in();
 }
+
+/*
+ * A skeleton opened with the bytes of the build this kernel loads (tracer.plain): the full build's (type##__open),
+ * or the plain build's through the same skeleton (the plain objects have the same programs and globals, and a
+ * few maps more)
+ */
+#define OPEN_BUILD(type)                                                                                      \
+	({                                                                                                    \
+		struct type *o_ = T->plain ? calloc(1, sizeof(struct type)) : type##__open();                 \
+		if (o_ && T->plain) {                                                                         \
+			int e_ = type##__create_skeleton(o_);                                                 \
+			if (!e_) {                                                                            \
+				o_->skeleton->data = (void *)type##_plain__elf_bytes(&o_->skeleton->data_sz); \
+				e_ = bpf_object__open_skeleton(o_->skeleton, NULL);                           \
+			}                                                                                     \
+			if (e_) {                                                                             \
+				type##__destroy(o_);                                                          \
+				o_ = NULL;                                                                    \
+				errno = -e_;                                                                  \
+			}                                                                                     \
+		}                                                                                             \
+		o_;                                                                                           \
+	})
 
 /* every later object shares the first object's maps of the same name */
 static void reuse_maps(struct bpf_object *owner, struct bpf_object *obj)
@@ -354,6 +399,9 @@ static void setup_task_state_map(struct bpf_object *obj)
 	struct bpf_map *k = bpf_object__find_map_by_name(obj, "offcpu_kstacks");
 	if (k && !offcpu_at_switch_in() && bpf_map__set_max_entries(k, 1))
 		die("sizing offcpu_kstacks: %s", strerror(errno)); /* 8 MiB preallocated, unused without storage */
+	struct bpf_program *expire = bpf_object__find_program_by_name(obj, "expire_stale");
+	if (expire && T->plain) /* the plain build's flight tables are not walked (bpf/block.bpf.c) */
+		bpf_program__set_autoload(expire, false);
 	struct bpf_map *m = bpf_object__find_map_by_name(obj, "task_reqs");
 	if (!m || T->task_storage_on)
 		return;
@@ -369,7 +417,7 @@ static void setup_task_state_map(struct bpf_object *obj)
 #define LOAD_SKEL_TRY(type, skel, probes, owner, attempts)                                                    \
 	do {                                                                                                  \
 		for (int attempt = 0; attempt < 2; attempt++) {                                               \
-			skel = type##__open();                                                                \
+			skel = OPEN_BUILD(type);                                                              \
 			if (!skel)                                                                            \
 				die("opening " #type ": %s", strerror(errno));                                \
 			fill_cfg((struct fst_cfg *)&skel->rodata->cfg);                                       \
@@ -442,7 +490,7 @@ static void unload_records_only(const void *skel, struct probe *probes, int n)
 /* open a later object, configured and sharing owner's maps (dies when it cannot be opened) */
 #define OPEN_SHARED_SKEL(type, skel, owner)                            \
 	do {                                                           \
-		skel = type##__open();                                 \
+		skel = OPEN_BUILD(type);                               \
 		if (!skel)                                             \
 			die("opening " #type ": %s", strerror(errno)); \
 		fill_cfg((struct fst_cfg *)&skel->rodata->cfg);        \
@@ -505,6 +553,13 @@ static bool bounds_wanted(struct tracer *t)
 	why[0] = 0;
 	if (opt.syscall_bounds) {
 		snprintf(why, len, "asked for (--syscall-boundaries)");
+		return false;
+	}
+	struct fst_cfg cfg;
+	fill_cfg(&cfg);
+	if (!cfg.task_pt_regs) {
+		snprintf(why, len, "no bpf_task_pt_regs helper (test load refused): the entry points cannot read the "
+				   "syscall's number");
 		return false;
 	}
 	if (!opt.nr_sdevs) {
@@ -583,7 +638,7 @@ static struct requests_bpf *load_requests(struct tracer *t)
 	int attempts = t->task_storage_on ? 1 : 2;
 	for (int attempt = 0; attempt < attempts; attempt++) {
 		for (int with_bounds = bounds; with_bounds >= 0; with_bounds--) {
-			struct requests_bpf *skel = requests_bpf__open();
+			struct requests_bpf *skel = OPEN_BUILD(requests_bpf);
 			if (!skel)
 				die("opening requests_bpf: %s", strerror(errno));
 			fill_cfg((struct fst_cfg *)&skel->rodata->cfg);
@@ -628,6 +683,7 @@ void tracer_load(struct tracer *t)
 	struct bpf_object *none = NULL;
 	T = t;
 	snprintf(t->sample_why, sizeof(t->sample_why), "off (--sample-hz 0)");
+	t->plain = bpf_build_plain(t->plain_why, sizeof(t->plain_why));
 	t->task_storage_on = !opt.block_only && task_storage_usable();
 	for (;;) {
 		LOAD_SKEL(block_bpf, t->blk, block_probes, none);

@@ -38,6 +38,8 @@ struct tracer {
 	char sample_why[160];  /* why sampling is off */
 	struct tasks_bpf *tsk; /* --budget's windows: the traced threads' read and write counts (tasks.bpf.c) */
 	char tasks_why[160];   /* why it is not loaded */
+	bool plain;	       /* the plain build of the BPF objects is loaded (tiers.h bpf_build_plain) */
+	char plain_why[160];   /* why: what the kernel lacks, "" for the full build */
 	bool task_storage_on;  /* per-task state in task-local storage (else a pid hash) */
 	char task_state_why[160];
 	/* requests bounded at the traced filesystems' entry points (requests.bpf.c fs_bound_kinds: 1 << FST_REQ_*),

@@ -31,6 +31,36 @@ bool tp_btf_exists(const char *tp)
 	return btf && btf__find_by_name_kind(btf, name, BTF_KIND_TYPEDEF) > 0;
 }
 
+/* the prototype of tracepoint tp's BTF (btf_trace_<tp>: typedef -> pointer -> (void *__data, its arguments...)) */
+static const struct btf_type *tp_proto(struct btf *btf, const char *tp)
+{
+	char tname[256];
+	snprintf(tname, sizeof(tname), "btf_trace_%s", tp);
+	int id = btf ? btf__find_by_name_kind(btf, tname, BTF_KIND_TYPEDEF) : -1;
+	if (id <= 0)
+		return NULL;
+	const struct btf_type *t = btf__type_by_id(btf, btf__resolve_type(btf, id));
+	t = t && btf_is_ptr(t) ? btf__type_by_id(btf, t->type) : NULL;
+	return t && btf_is_func_proto(t) ? t : NULL;
+}
+
+int tp_nr_args(const char *tp)
+{
+	const struct btf_type *t = tp_proto(vmlinux_btf(), tp);
+	return t ? btf_vlen(t) - 1 : -1;
+}
+
+bool tp_arg0_is_struct(const char *tp, const char *name)
+{
+	struct btf *btf = vmlinux_btf();
+	const struct btf_type *t = tp_proto(btf, tp);
+	if (!t || btf_vlen(t) < 2)
+		return false;
+	const struct btf_type *arg = btf__type_by_id(btf, btf__resolve_type(btf, btf_params(t)[1].type));
+	arg = arg && btf_is_ptr(arg) ? btf__type_by_id(btf, btf__resolve_type(btf, arg->type)) : NULL;
+	return arg && btf_is_struct(arg) && !strcmp(btf__name_by_offset(btf, arg->name_off), name);
+}
+
 /* module BTFs, loaded once (Debian 6.1 builds erofs/squashfs/btrfs as modules) */
 #define MAX_MOD_BTF 256
 static struct {
@@ -101,6 +131,25 @@ int func_param_index(const char *func, const char *param)
 	return -1;
 }
 
+/* Do the kernel's modules have BTF of their own ("bpf: Load and verify kernel module BTFs", 5.11)?  Without it a
+ * module's functions, tracepoints and types are unknown to BTF, and a program reading its types cannot load. */
+static bool modules_have_btf(void)
+{
+	if (nr_mod_btfs < 0 && vmlinux_btf())
+		load_module_btfs(vmlinux_btf());
+	return nr_mod_btfs > 0;
+}
+
+/* "... has no BTF" and why, into why */
+static void no_btf_why(const char *tier, const char *what, char *why, size_t why_len)
+{
+	if (modules_have_btf())
+		snprintf(why, why_len, "%s: %s has no BTF (inlined, renamed or not built)", tier, what);
+	else
+		snprintf(why, why_len, "%s: %s has no BTF (not in vmlinux's, and this kernel's modules have none)", tier,
+			 what);
+}
+
 /* Is there a tracepoint of this name, in vmlinux or a loaded module?  Unknown (true) without BTF. */
 static bool tracepoint_exists(const char *tp)
 {
@@ -113,7 +162,6 @@ static bool tracepoint_exists(const char *tp)
 /* EPERM/EACCES on a test load is the kernel's policy for all fentry programs: ask once */
 static int fentry_policy_err;
 
-/* Does the running kernel let us use fentry on func (BTF of vmlinux or a module, and a test load)? */
 /* the usual cause of ENOTSUPP at a test attach, by architecture (docs/measuring.md): x86-64's trampolines before
  * 6.6 take at most 6 arguments; arm64's attach to a kernel function only through ftrace direct calls, which
  * Debian's arm64 6.1 is built without (no CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS) */
@@ -125,12 +173,14 @@ static int fentry_policy_err;
 #define FENTRY_ENOTSUPP_HINT ""
 #endif
 
-static bool fentry_can_attach(const char *func, char *why, size_t why_len)
+/* Does the running kernel let us use fentry on func (BTF of vmlinux or a module, and a test load)?  func_args: the
+ * programs read their arguments with bpf_get_func_arg/ret, which the test program then calls too. */
+static bool fentry_can_attach(const char *func, bool func_args, char *why, size_t why_len)
 {
 	int obj_fd;
 	int id = find_func_btf(func, &obj_fd);
 	if (id < 0) {
-		snprintf(why, why_len, "fentry: %s has no BTF (inlined, renamed or not built)", func);
+		no_btf_why("fentry", func, why, why_len);
 		return false;
 	}
 	if (fentry_policy_err) {
@@ -139,15 +189,20 @@ static bool fentry_can_attach(const char *func, char *why, size_t why_len)
 			close(obj_fd);
 		return false;
 	}
-	/* r0 = 0; exit */
-	struct bpf_insn insns[2] = {
+	/* [bpf_get_func_arg(ctx, 0, fp - 8);] r0 = 0; exit */
+	struct bpf_insn insns[] = {
+		{ .code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_2, .imm = 0 },
+		{ .code = BPF_ALU64 | BPF_MOV | BPF_X, .dst_reg = BPF_REG_3, .src_reg = BPF_REG_10 },
+		{ .code = BPF_ALU64 | BPF_ADD | BPF_K, .dst_reg = BPF_REG_3, .imm = -8 },
+		{ .code = BPF_JMP | BPF_CALL, .imm = BPF_FUNC_get_func_arg },
 		{ .code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = 0 },
 		{ .code = BPF_JMP | BPF_EXIT },
 	};
+	int skip = func_args ? 0 : 4;
 	LIBBPF_OPTS(bpf_prog_load_opts, opts, .expected_attach_type = BPF_TRACE_FENTRY, .attach_btf_id = id);
 	if (obj_fd >= 0)
 		opts.attach_btf_obj_fd = obj_fd;
-	int prog_fd = bpf_prog_load(BPF_PROG_TYPE_TRACING, "fst_probe", "GPL", insns, 2, &opts);
+	int prog_fd = bpf_prog_load(BPF_PROG_TYPE_TRACING, "fst_probe", "GPL", insns + skip, 6 - skip, &opts);
 	int err = prog_fd < 0 ? -errno : 0;
 	int link_fd = -1;
 	if (!err) {
@@ -159,10 +214,13 @@ static bool fentry_can_attach(const char *func, char *why, size_t why_len)
 		snprintf(why, why_len, "fentry: test %s of %s failed: not supported for this function by the "
 				       "kernel (ENOTSUPP" FENTRY_ENOTSUPP_HINT ")",
 			 prog_fd < 0 ? "load" : "attach", func);
+	else if (err && func_args && prog_fd < 0)
+		snprintf(why, why_len, "fentry: test load of %s calling bpf_get_func_arg, as its program does, failed: %s",
+			 func, strerror(-err));
 	else if (err)
 		snprintf(why, why_len, "fentry: test %s of %s failed: %s", prog_fd < 0 ? "load" : "attach",
 			 func, strerror(-err));
-	if (err == -EPERM || err == -EACCES)
+	if ((err == -EPERM || err == -EACCES) && !func_args)
 		fentry_policy_err = -err;
 	if (link_fd >= 0)
 		close(link_fd);
@@ -173,11 +231,22 @@ static bool fentry_can_attach(const char *func, char *why, size_t why_len)
 	return !err;
 }
 
+bool kernel_has_func(const char *func)
+{
+	int mod;
+	return find_btf(func, BTF_KIND_FUNC, &mod) > 0;
+}
+
 /* Can a kprobe be placed on func (kprobe PMU, function listed as traceable)? */
 static bool kprobe_can_attach(const char *func, char *why, size_t why_len)
 {
 	if (access("/sys/bus/event_source/devices/kprobe/type", R_OK)) {
 		snprintf(why, why_len, "kprobe: kernel has no kprobe PMU (CONFIG_KPROBES off)");
+		return false;
+	}
+	/* the kprobe programs read their function's arguments through CO-RE: a module's types need its BTF */
+	if (vmlinux_btf() && !modules_have_btf() && !kernel_has_func(func)) {
+		no_btf_why("kprobe", func, why, why_len);
 		return false;
 	}
 	const char *lists[] = { "/sys/kernel/tracing/available_filter_functions",
@@ -204,13 +273,20 @@ static bool kprobe_can_attach(const char *func, char *why, size_t why_len)
 	return true;
 }
 
-bool kernel_has_func(const char *func)
+/* Does prog (before load) call bpf_get_func_arg, bpf_get_func_ret or bpf_get_func_arg_cnt? */
+static bool calls_func_arg_helpers(const struct bpf_program *prog)
 {
-	int mod;
-	return find_btf(func, BTF_KIND_FUNC, &mod) > 0;
+	const struct bpf_insn *insn = prog ? bpf_program__insns(prog) : NULL;
+	for (size_t i = 0; insn && i < bpf_program__insn_cnt(prog); i++)
+		if (insn[i].code == (BPF_JMP | BPF_CALL) && insn[i].src_reg == 0 &&
+		    (insn[i].imm == BPF_FUNC_get_func_arg || insn[i].imm == BPF_FUNC_get_func_ret ||
+		     insn[i].imm == BPF_FUNC_get_func_arg_cnt))
+			return true;
+	return false;
 }
 
-static bool tier_offered(enum fst_tier t, const char *name, bool no_btf_tp, bool no_fentry, char *why, size_t why_len)
+static bool tier_offered(enum fst_tier t, const char *name, bool func_args, bool no_btf_tp, bool no_fentry, char *why,
+			 size_t why_len)
 {
 	switch (t) {
 	case FST_TIER_FENTRY:
@@ -218,7 +294,7 @@ static bool tier_offered(enum fst_tier t, const char *name, bool no_btf_tp, bool
 			snprintf(why, why_len, "fentry: disabled for this load");
 			return false;
 		}
-		return fentry_can_attach(name, why, why_len);
+		return fentry_can_attach(name, func_args, why, why_len);
 	case FST_TIER_KPROBE:
 		return kprobe_can_attach(name, why, why_len);
 	case FST_TIER_TP_BTF:
@@ -233,7 +309,10 @@ static bool tier_offered(enum fst_tier t, const char *name, bool no_btf_tp, bool
 		return true;
 	case FST_TIER_RAW_TP:
 		if (!tracepoint_exists(name)) {
-			snprintf(why, why_len, "no tracepoint %s in this kernel", name);
+			if (modules_have_btf())
+				snprintf(why, why_len, "no tracepoint %s in this kernel", name);
+			else
+				snprintf(why, why_len, "no tracepoint %s in this kernel's BTF (its modules have none)", name);
 			return false;
 		}
 		return true;
@@ -280,7 +359,8 @@ void tiers_select(const void *skel, struct probe *probes, int n, bool no_btf_tp,
 			if (p->tier != FST_TIER_NONE)
 				continue;
 			char why[160] = "";
-			if (tier_offered(t, p->name, no_btf_tp, no_fentry, why, sizeof(why))) {
+			bool func_args = calls_func_arg_helpers(prog) || calls_func_arg_helpers(exit_prog);
+			if (tier_offered(t, p->name, func_args, no_btf_tp, no_fentry, why, sizeof(why))) {
 				p->tier = t;
 				p->prog = prog;
 				p->exit_prog = exit_prog;
@@ -464,4 +544,36 @@ void tiers_detach(struct probe *probes, int n)
 		bpf_link__destroy(probes[i].exit_link);
 		probes[i].link = probes[i].exit_link = NULL;
 	}
+}
+
+/* Does the verifier take BPF atomic compare-and-swap (BPF_ATOMIC | BPF_CMPXCHG: exchange, compare-and-swap and
+ * fetch-and-add came together)?  A test load of a socket filter that swaps a stack slot. */
+static bool atomics_load(void)
+{
+	struct bpf_insn insns[] = {
+		{ .code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_1, .imm = 0 },
+		{ .code = BPF_STX | BPF_MEM | BPF_DW, .dst_reg = BPF_REG_10, .src_reg = BPF_REG_1, .off = -8 },
+		{ .code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = 0 },
+		{ .code = BPF_STX | BPF_ATOMIC | BPF_DW, .dst_reg = BPF_REG_10, .src_reg = BPF_REG_1, .off = -8, .imm = BPF_CMPXCHG },
+		{ .code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = 0 },
+		{ .code = BPF_JMP | BPF_EXIT },
+	};
+	int fd = bpf_prog_load(BPF_PROG_TYPE_SOCKET_FILTER, "fst_atomics", "GPL", insns, 6, NULL);
+	if (fd >= 0)
+		close(fd);
+	return fd >= 0;
+}
+
+bool bpf_build_plain(char *why, size_t len)
+{
+	why[0] = 0;
+	if (getenv("FSTRACE_BPF_PLAIN")) /* tests: the plain build on a kernel that loads the full one */
+		snprintf(why, len, "asked for (FSTRACE_BPF_PLAIN)");
+	else if (!atomics_load())
+		snprintf(why, len, "no BPF atomic compare-and-swap (test load refused)");
+	else if (libbpf_probe_bpf_helper(BPF_PROG_TYPE_RAW_TRACEPOINT, BPF_FUNC_loop, NULL) != 1)
+		snprintf(why, len, "no bpf_loop helper (test load refused)");
+	else if (libbpf_probe_bpf_prog_type(BPF_PROG_TYPE_SYSCALL, NULL) != 1)
+		snprintf(why, len, "no syscall programs (test load refused)");
+	return why[0] != 0;
 }

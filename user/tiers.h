@@ -67,7 +67,18 @@ int tier_rehook(struct probe *p);
 int func_param_index(const char *func, const char *param);
 /* Does the kernel have func (in the BTF of vmlinux or a module: not inlined everywhere, not renamed)? */
 bool kernel_has_func(const char *func);
+/* The number of arguments of tracepoint tp (vmlinux BTF's btf_trace_<tp>), -1 = unknown */
+int tp_nr_args(const char *tp);
+/* Is the first argument of tracepoint tp (vmlinux BTF's btf_trace_<tp>) a pointer to struct name? */
+bool tp_arg0_is_struct(const char *tp, const char *name);
 /* Does vmlinux BTF carry the typed tracepoint btf_trace_<tp>? */
 bool tp_btf_exists(const char *tp);
+
+/*
+ * Which build of the BPF objects this kernel loads: the full one (false), or the plain one (Makefile
+ * PLAIN_SKELS, bpf/flight.bpf.h) when a test load finds no BPF atomic compare-and-swap, no bpf_loop or no syscall
+ * programs; why says which.
+ */
+bool bpf_build_plain(char *why, size_t len);
 
 #endif
