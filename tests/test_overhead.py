@@ -229,7 +229,11 @@ def real_and_floor(tmp_path, options, script, watch):
             assert ready.readline() == "ready\n", p.communicate()[1]
         seen = set()
         while not done.exists() and p.poll() is None:
-            seen.add(watch(empty_program_ids() - before))
+            got = watch(empty_program_ids() - before)
+            # kept only when the script had not ended by the look's end: the collector detaches everything as soon
+            # as its command exits, which a look begun just before the script's last step would otherwise see
+            if not done.exists() and p.poll() is None:
+                seen.add(got)
             time.sleep(0.02)
         seen.discard(None)
         assert p.wait(timeout=60) == 0, p.stderr.read()
