@@ -792,7 +792,8 @@ def test_a_device_number_reused_by_another_filesystem_keeps_the_old_labels_whole
     """Image A on a loop device, read N times; unmounted, the loop device detached and set up again (the same
     device number) with image B, mounted elsewhere and read M times: A's series keep exactly what they held,
     with fstrace_filesystem_mounted 0, and B's reads are B's: not exposed under --mount A (B was not chosen),
-    under B's own labels, M of them, when every filesystem is traced."""
+    under B's own labels, M of them, when every filesystem is traced.  Under --mount A (with --per-comm: the task
+    names' series too), A set up again there afterwards is counted on from where it was."""
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     img_a, mnt_a = small_erofs(tmp_path / "a")
@@ -816,7 +817,7 @@ def test_a_device_number_reused_by_another_filesystem_keeps_the_old_labels_whole
     try:
         subprocess.run(["mount", "-t", "erofs", "-o", "ro", loop, mnt_a], check=True)
         mounted.append(mnt_a)
-        p, port, rest = start_serve(*(["--mount", mnt_a] if filtered else []))
+        p, port, rest = start_serve(*(["--mount", mnt_a, "--per-comm"] if filtered else []))
         try:
             read_file(mnt_a, 3)
             deadline = time.time() + 30
@@ -852,6 +853,24 @@ def test_a_device_number_reused_by_another_filesystem_keeps_the_old_labels_whole
             assert of(gone, mnt_a) and of(samples, mnt_a) == of(gone, mnt_a)
             if filtered:
                 assert of(samples, mnt_b) == {}
+                assert value(gone, "fstrace_comm_requests_total", kind="read", mount=mnt_a) == 3
+
+                subprocess.run(["umount", mnt_b], check=True)
+                mounted.remove(mnt_b)
+                fresh_scrape(port)  # B seen unmounted
+                subprocess.run(["losetup", "-d", loop], check=True)
+                attached = False
+                subprocess.run(["losetup", "-r", loop, img_a], check=True)
+                attached = True
+                subprocess.run(["mount", "-t", "erofs", "-o", "ro", loop, mnt_a], check=True)
+                mounted.append(mnt_a)
+                read_file(mnt_a, 4)
+                back = parse(fresh_scrape(port))
+                assert value(back, "fstrace_filesystem_mounted", mount=mnt_a, device=device) == 1
+                assert value(back, "fstrace_requests_total", kind="read", mount=mnt_a) == 7
+                assert value(back, "fstrace_request_bytes_total", kind="read", mount=mnt_a) == 7 * 4096
+                assert value(back, "fstrace_comm_requests_total", kind="read", mount=mnt_a) == 7
+                assert of(back, mnt_b) == {}
             else:
                 assert value(samples, "fstrace_filesystem_mounted", mount=mnt_b, device=device) == 1
                 assert value(samples, "fstrace_requests_total", kind="read", mount=mnt_b, device=device) == 7
