@@ -817,6 +817,106 @@ def test_a_mount_that_goes_away_and_comes_back_on_the_same_device(tmp_path):
 
 
 @pytest.mark.bpf
+@pytest.mark.parametrize("filtered", [True, False], ids=["mount-filter", "every-filesystem"])
+def test_a_device_number_reused_by_another_filesystem_keeps_the_old_labels_whole(tmp_path, filtered):
+    """Image A on a loop device, read N times; unmounted, the loop device detached and set up again (the same
+    device number) with image B, mounted elsewhere and read M times: A's series keep exactly what they held,
+    with fstrace_filesystem_mounted 0, and B's reads are B's: not exposed under --mount A (B was not chosen),
+    under B's own labels, M of them, when every filesystem is traced.  Under --mount A (with --per-comm: the task
+    names' series too), A set up again there afterwards is counted on from where it was."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    img_a, mnt_a = small_erofs(tmp_path / "a")
+    img_b, mnt_b = small_erofs(tmp_path / "b")
+    loop = subprocess.run(["losetup", "-f", "--show", "-r", img_a], check=True, stdout=subprocess.PIPE,
+                          text=True).stdout.strip()
+    rdev = os.stat(loop).st_rdev
+    device = "%d:%d" % (os.major(rdev), os.minor(rdev))
+    attached, mounted = True, []
+
+    def read_file(mnt, n):
+        fd = os.open(os.path.join(mnt, "f"), os.O_RDONLY)
+        try:
+            for _ in range(n):
+                assert len(os.pread(fd, 4096, 0)) == 4096
+        finally:
+            os.close(fd)
+
+    def of(samples, mnt):
+        return {k: v for k, v in samples.items() if ("mount", mnt) in k[1]}
+    try:
+        subprocess.run(["mount", "-t", "erofs", "-o", "ro", loop, mnt_a], check=True)
+        mounted.append(mnt_a)
+        p, port, rest = start_serve(*(["--mount", mnt_a, "--per-comm"] if filtered else []))
+        try:
+            read_file(mnt_a, 3)
+            deadline = time.time() + 30
+            # labelled as the collector finds it mounted when it first writes the device's counts
+            while value(parse(fresh_scrape(port)), "fstrace_requests_total", kind="read", mount=mnt_a) != 3 and \
+                    time.time() < deadline:
+                pass
+            subprocess.run(["umount", mnt_a], check=True)
+            mounted.remove(mnt_a)
+            gone = parse(fresh_scrape(port))
+            while value(gone, "fstrace_filesystem_mounted", mount=mnt_a) != 0 and time.time() < deadline:
+                gone = parse(fresh_scrape(port))
+            assert value(gone, "fstrace_filesystem_mounted", mount=mnt_a, device=device) == 0
+            assert value(gone, "fstrace_requests_total", kind="read", mount=mnt_a) == 3
+            assert value(gone, "fstrace_request_bytes_total", kind="read", mount=mnt_a) == 3 * 4096
+
+            subprocess.run(["losetup", "-d", loop], check=True)
+            attached = False
+            subprocess.run(["losetup", "-r", loop, img_b], check=True)
+            attached = True
+            assert os.stat(loop).st_rdev == rdev
+            subprocess.run(["mount", "-t", "erofs", "-o", "ro", loop, mnt_b], check=True)
+            mounted.append(mnt_b)
+            read_file(mnt_b, 5)
+            samples = parse(fresh_scrape(port))
+            if not filtered:
+                while value(samples, "fstrace_requests_total", kind="read", mount=mnt_b) < 5 and \
+                        time.time() < deadline:
+                    samples = parse(fresh_scrape(port))
+            read_file(mnt_b, 2)
+            samples = parse(fresh_scrape(port))
+            # A's series hold what they held when it was unmounted, not one more
+            assert of(gone, mnt_a) and of(samples, mnt_a) == of(gone, mnt_a)
+            if filtered:
+                assert of(samples, mnt_b) == {}
+                assert value(gone, "fstrace_comm_requests_total", kind="read", mount=mnt_a) == 3
+
+                subprocess.run(["umount", mnt_b], check=True)
+                mounted.remove(mnt_b)
+                fresh_scrape(port)  # B seen unmounted
+                subprocess.run(["losetup", "-d", loop], check=True)
+                attached = False
+                subprocess.run(["losetup", "-r", loop, img_a], check=True)
+                attached = True
+                subprocess.run(["mount", "-t", "erofs", "-o", "ro", loop, mnt_a], check=True)
+                mounted.append(mnt_a)
+                read_file(mnt_a, 4)
+                back = parse(fresh_scrape(port))
+                assert value(back, "fstrace_filesystem_mounted", mount=mnt_a, device=device) == 1
+                assert value(back, "fstrace_requests_total", kind="read", mount=mnt_a) == 7
+                assert value(back, "fstrace_request_bytes_total", kind="read", mount=mnt_a) == 7 * 4096
+                assert value(back, "fstrace_comm_requests_total", kind="read", mount=mnt_a) == 7
+                assert of(back, mnt_b) == {}
+            else:
+                assert value(samples, "fstrace_filesystem_mounted", mount=mnt_b, device=device) == 1
+                assert value(samples, "fstrace_requests_total", kind="read", mount=mnt_b, device=device) == 7
+                assert value(samples, "fstrace_request_bytes_total", kind="read", mount=mnt_b) == 7 * 4096
+            assert p.poll() is None
+        finally:
+            log = stop(p, rest)
+        assert p.returncode == 0, log
+    finally:
+        for mnt in mounted:
+            subprocess.run(["umount", mnt], check=True)
+        if attached:
+            subprocess.run(["losetup", "-d", loop], check=True)
+
+
+@pytest.mark.bpf
 def test_counters_never_shrink_and_memory_stays_flat_over_1000_scrapes(mounted_erofs):
     """Weeks of counters in small: 1000 scrapes (both formats) while cold and warm reads run; every counter,
     histogram bucket, count and sum is a non-negative integer-exact value that never goes down from one scrape to

@@ -30,46 +30,258 @@
 unsigned long long expose_unaggregated_requests;
 unsigned long long expose_expired_bios, expose_expired_requests;
 
+#define MAX_AGG_KEYS FST_REQ_AGG_MAX
+
+struct agg_row {
+	struct fst_req_agg_key key;
+	struct fst_req_agg sum;
+};
+
+struct comm_row {
+	struct fst_comm_agg_key key;
+	struct fst_comm_agg sum;
+};
+
 /*
- * Filesystem and mount point of a superblock device, from /proc/self/mountinfo.  The first seen stay its
- * labels for the collector's life, so a filesystem that is unmounted keeps its series (with mounted 0)
- * instead of turning into a new one.
+ * Filesystem and mount point of a superblock device, from /proc/self/mountinfo.  A device number is labelled
+ * by the first (fs, mount) seen on it, and keeps that label while it is unmounted (its series stay, with
+ * fstrace_filesystem_mounted 0) or mounted again as the same.  When it turns up mounted as another filesystem
+ * (a loop device set up again with another image, an anonymous device number the kernel handed out again),
+ * the kernel's counters of the device go on, but they are the new filesystem's: the old label is retired with
+ * what its series held when the device was first seen unmounted (or, never seen so, when the new one was seen),
+ * and a new label of the device counts from there.  With --sdev filters the new filesystem is not one of those
+ * chosen: its label is hidden (the kernel's filter is fixed when the programs load; what it still counts for
+ * the device is left out of the exposition).
  */
 #define MAX_FS_LABELS 64
 
 static struct fs_label {
 	__u32 kdev;
 	bool known, mounted;
+	bool current; /* the device's label now: the kernel's counts since its start are its own */
+	bool parked;  /* current, but seen unmounted: its splits hold the device's counts as they were then */
+	bool first;   /* the first label of its device */
 	char fs[32];
 	char mount[256];
 } fs_labels[MAX_FS_LABELS];
 static int nr_fs_labels;
+static bool labels_filtered; /* --sdev filters: a later filesystem on a filtered device is hidden */
 
+static bool label_hidden(const struct fs_label *l)
+{
+	return labels_filtered && !l->first;
+}
+
+/* the current label of kdev; the first one is made when a device is first seen, NULL when the table is full
+ * or the device's last filesystem found it full */
 static struct fs_label *fs_label(__u32 kdev)
 {
+	bool seen = false;
 	for (int i = 0; i < nr_fs_labels; i++)
-		if (fs_labels[i].kdev == kdev)
-			return &fs_labels[i];
-	if (nr_fs_labels == MAX_FS_LABELS)
+		if (fs_labels[i].kdev == kdev) {
+			if (fs_labels[i].current)
+				return &fs_labels[i];
+			seen = true;
+		}
+	if (seen || nr_fs_labels == MAX_FS_LABELS)
 		return NULL;
 	struct fs_label *l = &fs_labels[nr_fs_labels++];
 	memset(l, 0, sizeof(*l));
 	l->kdev = kdev;
+	l->current = l->first = true;
 	return l;
 }
 
-static void refresh_fs_labels(void)
+/*
+ * A label's share of one kernel row (a request kind of its device, or a task name and kind): the current
+ * label's value is carried + (kernel row - base), a retired label's carried alone.  Kept only for the labels
+ * of a device that was seen unmounted or taken over (the others have carried = base = 0: the kernel row).
+ */
+enum split_table { SPLIT_REQ,
+		   SPLIT_COMM };
+#define SPLIT_WORDS (sizeof(struct fst_req_agg) / sizeof(__u64))
+_Static_assert(sizeof(struct fst_comm_agg) <= sizeof(struct fst_req_agg), "a split holds either row");
+
+struct split {
+	int label; /* index in fs_labels */
+	enum split_table table;
+	union {
+		struct fst_req_agg_key req;
+		struct fst_comm_agg_key comm;
+	} key;
+	__u64 carried[SPLIT_WORDS], base[SPLIT_WORDS], parked[SPLIT_WORDS];
+	bool estimated, by_calls; /* --budget: the device's estimate when its only label was parked */
+	double est, lo, hi;
+};
+static struct split **splits;
+static int nr_splits;
+
+static size_t key_size(enum split_table t)
 {
-	for (int i = 0; i < nr_fs_labels; i++) {
+	return t == SPLIT_REQ ? sizeof(struct fst_req_agg_key) : sizeof(struct fst_comm_agg_key);
+}
+
+static size_t row_words(enum split_table t)
+{
+	return (t == SPLIT_REQ ? sizeof(struct fst_req_agg) : sizeof(struct fst_comm_agg)) / sizeof(__u64);
+}
+
+/* the split of (label, table, key); made (zero) when create, NULL when absent (or out of memory) */
+static struct split *split_of(int label, enum split_table t, const void *key, bool create)
+{
+	for (int i = 0; i < nr_splits; i++)
+		if (splits[i]->label == label && splits[i]->table == t && !memcmp(&splits[i]->key, key, key_size(t)))
+			return splits[i];
+	if (!create)
+		return NULL;
+	struct split **grown = realloc(splits, (nr_splits + 1) * sizeof(*splits));
+	if (!grown)
+		return NULL;
+	splits = grown;
+	struct split *s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	s->label = label;
+	s->table = t;
+	memcpy(&s->key, key, key_size(t));
+	return splits[nr_splits++] = s;
+}
+
+/* the kernel's rows as read for this exposition: what a label's counts are split from */
+struct kernel_rows {
+	const struct agg_row *req;
+	int nr_req;
+	const struct comm_row *comm;
+	int nr_comm;
+};
+
+static int labels_of(__u32 kdev)
+{
+	int n = 0;
+	for (int i = 0; i < nr_fs_labels; i++)
+		n += fs_labels[i].kdev == kdev;
+	return n;
+}
+
+/* label l (current) seen unmounted, or taken over: what the device's rows hold now is parked in its splits */
+static void park(int l, const struct kernel_rows *k)
+{
+	struct fs_label *fl = &fs_labels[l];
+	__u64 now = now_ns(CLOCK_MONOTONIC);
+	bool only = labels_of(fl->kdev) == 1;
+	for (int i = 0; i < k->nr_req; i++) {
+		if (k->req[i].key.sdev != fl->kdev)
+			continue;
+		struct split *s = split_of(l, SPLIT_REQ, &k->req[i].key, true);
+		if (!s)
+			continue;
+		memcpy(s->parked, &k->req[i].sum, sizeof(k->req[i].sum));
+		/* the windows estimate a device's requests since the start: while it had no other label, that is
+		 * this label's; once another has followed, this one keeps the last estimate of its own */
+		if (only && window_active())
+			s->estimated = window_estimate(fl->kdev, k->req[i].key.kind, now, &s->est, &s->lo, &s->hi,
+						       &s->by_calls);
+	}
+	for (int i = 0; i < k->nr_comm; i++) {
+		if (k->comm[i].key.sdev != fl->kdev || !k->comm[i].key.comm[0])
+			continue;
+		struct split *s = split_of(l, SPLIT_COMM, &k->comm[i].key, true);
+		if (s)
+			memcpy(s->parked, &k->comm[i].sum, sizeof(k->comm[i].sum));
+	}
+	fl->parked = true;
+}
+
+/* parked label from retired, its device's counts since the park going to label to (current from now; -1:
+ * none, the device's later counts are not exposed) */
+static void take_over(int from, int to)
+{
+	for (int i = 0; to >= 0 && i < nr_splits; i++) /* a row to had before, absent from the park, was 0 then */
+		if (splits[i]->label == to)
+			memset(splits[i]->base, 0, sizeof(splits[i]->base));
+	for (int i = 0, n = nr_splits; i < n; i++) {
+		struct split *s = splits[i];
+		if (s->label != from)
+			continue;
+		for (size_t w = 0; w < row_words(s->table); w++)
+			s->carried[w] += s->parked[w] - s->base[w];
+		struct split *t = to >= 0 ? split_of(to, s->table, &s->key, true) : NULL;
+		if (t)
+			memcpy(t->base, s->parked, sizeof(t->base));
+	}
+	fs_labels[from].current = fs_labels[from].parked = fs_labels[from].mounted = false;
+	if (to >= 0) {
+		fs_labels[to].current = true;
+		fs_labels[to].parked = false;
+	}
+}
+
+/* the label of (kdev, fs, mount): a former one of the device, or a new one; -1 when the table is full */
+static int label_for(__u32 kdev, const char *fs, const char *mnt)
+{
+	for (int i = 0; i < nr_fs_labels; i++)
+		if (fs_labels[i].kdev == kdev && fs_labels[i].known && !strcmp(fs_labels[i].fs, fs) &&
+		    !strcmp(fs_labels[i].mount, mnt))
+			return i;
+	if (nr_fs_labels == MAX_FS_LABELS)
+		return -1;
+	struct fs_label *l = &fs_labels[nr_fs_labels];
+	memset(l, 0, sizeof(*l));
+	l->kdev = kdev;
+	l->known = true;
+	snprintf(l->fs, sizeof(l->fs), "%s", fs);
+	snprintf(l->mount, sizeof(l->mount), "%s", mnt);
+	return nr_fs_labels++;
+}
+
+static void refresh_fs_labels(const struct kernel_rows *k)
+{
+	for (int i = 0, n = nr_fs_labels; i < n; i++) {
 		struct fs_label *l = &fs_labels[i];
+		if (!l->current)
+			continue;
 		char fs[sizeof(l->fs)], mnt[sizeof(l->mount)];
-		l->mounted = sdev_mount(l->kdev, fs, sizeof(fs), mnt, sizeof(mnt));
-		if (l->mounted && !l->known) {
+		bool mounted = sdev_mount(l->kdev, fs, sizeof(fs), mnt, sizeof(mnt));
+		if (mounted && l->known && (strcmp(fs, l->fs) || strcmp(mnt, l->mount))) {
+			/* another filesystem on the device number */
+			if (!l->parked)
+				park(i, k);
+			int to = label_for(l->kdev, fs, mnt);
+			take_over(i, to);
+			if (to < 0) /* no room for its label: its requests are not exposed */
+				continue;
+			l = &fs_labels[to];
+		} else if (!mounted && l->mounted && !l->parked) {
+			park(i, k);
+		} else if (mounted) {
+			l->parked = false; /* back as itself: its counts never stopped */
+		}
+		l->mounted = mounted;
+		if (mounted && !l->known) {
 			memcpy(l->fs, fs, sizeof(fs));
 			memcpy(l->mount, mnt, sizeof(mnt));
 			l->known = true;
 		}
 	}
+}
+
+/* label l's value of a kernel row (words u64 of it), in out */
+static void split_value(int l, enum split_table t, const void *key, const __u64 *row, __u64 *out)
+{
+	size_t words = row_words(t);
+	const struct split *s = split_of(l, t, key, false);
+	for (size_t w = 0; w < words; w++) {
+		__u64 v = s ? s->carried[w] : 0;
+		if (fs_labels[l].current)
+			v += row[w] - (s ? s->base[w] : 0);
+		out[w] = v;
+	}
+}
+
+/* whether retired label l has a series of the key (it had the row when it was retired) */
+static bool retired_has(int l, enum split_table t, const void *key)
+{
+	return !fs_labels[l].current && split_of(l, t, key, false);
 }
 
 /* a label value: backslash, double quote and newline escaped (exposition format), and valid UTF-8 (a path or
@@ -91,14 +303,33 @@ static void label_value(struct jbuf *b, const char *s)
 	}
 }
 
-static void fs_labels_of(struct jbuf *b, __u32 kdev)
+/* the labels of a series of kdev under label l (-1: the device has none) */
+static void fs_labels_of(struct jbuf *b, int l, __u32 kdev)
 {
-	struct fs_label *l = fs_label(kdev);
+	const struct fs_label *fl = l >= 0 ? &fs_labels[l] : NULL;
 	jb_add(b, "device=\"%u:%u\",fs=\"", FST_KDEV_MAJOR(kdev), FST_KDEV_MINOR(kdev));
-	label_value(b, l && l->known ? l->fs : "");
+	label_value(b, fl && fl->known ? fl->fs : "");
 	jb_add(b, "\",mount=\"");
-	label_value(b, l && l->known ? l->mount : "");
+	label_value(b, fl && fl->known ? fl->mount : "");
 	jb_add(b, "\"");
+}
+
+/* the labels a kernel row of kdev is exposed under, in labels (MAX_FS_LABELS): its current one and the retired
+ * ones that had it, none hidden; -1 alone when the device has no label (the table was full); their count */
+static int row_labels(enum split_table t, const void *key, __u32 kdev, int *labels)
+{
+	int n = 0;
+	bool any = false;
+	for (int i = 0; i < nr_fs_labels; i++) {
+		if (fs_labels[i].kdev != kdev)
+			continue;
+		any = true;
+		if (!label_hidden(&fs_labels[i]) && (fs_labels[i].current || retired_has(i, t, key)))
+			labels[n++] = i;
+	}
+	if (!any)
+		labels[n++] = -1;
+	return n;
 }
 
 static void family(struct jbuf *b, const char *name, const char *type, const char *help)
@@ -126,13 +357,6 @@ static void histogram(struct jbuf *b, const char *name, const char *labels, cons
 	jb_add(b, "%s_count{%s} %llu\n", name, labels, cum);
 }
 
-#define MAX_AGG_KEYS FST_REQ_AGG_MAX
-
-struct agg_row {
-	struct fst_req_agg_key key;
-	struct fst_req_agg sum;
-};
-
 /* row i of rows[0..n) for key, appended (zero) when absent and there is room; NULL otherwise */
 static struct agg_row *agg_row(struct agg_row *rows, int *n, __u32 sdev, __u16 kind)
 {
@@ -147,9 +371,13 @@ static struct agg_row *agg_row(struct agg_row *rows, int *n, __u32 sdev, __u16 k
 	return &rows[(*n)++];
 }
 
-static void requests(struct jbuf *b, int fd, int keys_fd, const __u32 *sdevs, int nr_sdevs)
+/* the kernel's request rows of this exposition (every label's counts are split from them) */
+static struct agg_row kernel_req[MAX_AGG_KEYS];
+static int nr_kernel_req;
+
+static void read_requests(int fd, int keys_fd, const __u32 *sdevs, int nr_sdevs)
 {
-	static struct agg_row rows[MAX_AGG_KEYS];
+	struct agg_row *rows = kernel_req;
 	int n = 0;
 	struct req_agg_iter it;
 	req_agg_start(&it, fd, keys_fd);
@@ -167,37 +395,77 @@ static void requests(struct jbuf *b, int fd, int keys_fd, const __u32 *sdevs, in
 		FST_REQ_KINDS(KIND_ROW)
 #undef KIND_ROW
 	}
-	refresh_fs_labels();
+	nr_kernel_req = n;
+}
+
+struct req_series {
+	int label; /* in fs_labels, -1: none */
+	struct agg_row row;
+	signed char by_calls; /* --budget: -1 without an estimate */
+	char lab[1280];	      /* kind, device, fs (31 bytes), mount (255): at most 3 bytes each escaped (U+FFFD) */
+};
+
+/* the --budget estimate of a series: the windows estimate a device's requests since the start, so a device
+ * that had another filesystem has none but its first label's, as it was when that was last mounted */
+static bool series_estimate(const struct req_series *r, __u64 now, double *est, double *lo, double *hi, bool *calls)
+{
+	if (r->label < 0 || labels_of(r->row.key.sdev) == 1)
+		return window_estimate(r->row.key.sdev, r->row.key.kind, now, est, lo, hi, calls);
+	const struct split *s = split_of(r->label, SPLIT_REQ, &r->row.key, false);
+	if (!fs_labels[r->label].first || !s || !s->estimated)
+		return false;
+	*est = s->est, *lo = s->lo, *hi = s->hi, *calls = s->by_calls;
+	return true;
+}
+
+static void requests(struct jbuf *b)
+{
+	static struct req_series *rows; /* reused: its size settles at the exposition's */
+	static int cap;
+	int n = 0, labels[MAX_FS_LABELS];
 	struct jbuf l = {};
-	/* kind, device, fs (31 bytes) and mount (255): at most 3 bytes each escaped (U+FFFD for an invalid byte) */
-	static char lab[MAX_AGG_KEYS][1280];
-	for (int i = 0; i < n; i++) {
-		l.len = 0;
-		jb_add(&l, "kind=\"%s\",", kind_name(rows[i].key.kind));
-		fs_labels_of(&l, rows[i].key.sdev);
-		snprintf(lab[i], sizeof(lab[i]), "%s", l.s);
+	for (int k = 0; k < nr_kernel_req; k++) {
+		const struct agg_row *kr = &kernel_req[k];
+		int nl = row_labels(SPLIT_REQ, &kr->key, kr->key.sdev, labels);
+		for (int j = 0; j < nl; j++) {
+			if (n == cap) {
+				struct req_series *grown = realloc(rows, (cap + MAX_AGG_KEYS) * sizeof(*rows));
+				if (!grown)
+					break;
+				rows = grown, cap += MAX_AGG_KEYS;
+			}
+			struct req_series *r = &rows[n++];
+			r->label = labels[j];
+			r->row.key = kr->key;
+			if (r->label < 0)
+				r->row.sum = kr->sum;
+			else
+				split_value(r->label, SPLIT_REQ, &kr->key, (const __u64 *)&kr->sum, (__u64 *)&r->row.sum);
+			l.len = 0;
+			jb_add(&l, "kind=\"%s\",", kind_name(kr->key.kind));
+			fs_labels_of(&l, r->label, kr->key.sdev);
+			snprintf(r->lab, sizeof(r->lab), "%s", l.s);
+		}
 	}
 	free(l.s);
-
 	family(b, "fstrace_requests_total", "counter", "Requests (syscalls) of traced tasks on files of the filesystem.");
 	for (int i = 0; i < n; i++)
-		jb_add(b, "fstrace_requests_total{%s} %llu\n", lab[i], (unsigned long long)rows[i].sum.count);
+		jb_add(b, "fstrace_requests_total{%s} %llu\n", rows[i].lab, (unsigned long long)rows[i].row.sum.count);
 	if (window_active()) {
 		family(b, "fstrace_requests_estimated", "gauge",
 		       "--budget: requests since the start estimated from the windows the request hooks were attached "
 		       "in (fstrace_requests_total counts only those), with the bounds of its 95 % interval.");
 		__u64 now = now_ns(CLOCK_MONOTONIC);
-		static signed char by_calls[MAX_AGG_KEYS]; /* -1: no estimate for the row */
 		for (int i = 0; i < n; i++) {
 			double est, lo, hi;
 			bool calls;
-			by_calls[i] = -1;
-			if (!window_estimate(rows[i].key.sdev, rows[i].key.kind, now, &est, &lo, &hi, &calls))
+			rows[i].by_calls = -1;
+			if (!series_estimate(&rows[i], now, &est, &lo, &hi, &calls))
 				continue;
-			by_calls[i] = calls;
-			jb_add(b, "fstrace_requests_estimated{%s,bound=\"estimate\"} %.1f\n", lab[i], est);
-			jb_add(b, "fstrace_requests_estimated{%s,bound=\"lower95\"} %.1f\n", lab[i], lo);
-			jb_add(b, "fstrace_requests_estimated{%s,bound=\"upper95\"} %.1f\n", lab[i], hi);
+			rows[i].by_calls = calls;
+			jb_add(b, "fstrace_requests_estimated{%s,bound=\"estimate\"} %.1f\n", rows[i].lab, est);
+			jb_add(b, "fstrace_requests_estimated{%s,bound=\"lower95\"} %.1f\n", rows[i].lab, lo);
+			jb_add(b, "fstrace_requests_estimated{%s,bound=\"upper95\"} %.1f\n", rows[i].lab, hi);
 		}
 		family(b, "fstrace_requests_estimated_by_calls", "gauge",
 		       "--budget: 1 where fstrace_requests_estimated is weighted by the traced processes' own calls of "
@@ -205,29 +473,29 @@ static void requests(struct jbuf *b, int fd, int keys_fd, const __u32 *sdevs, in
 		       "time (other kinds; the counts unreadable, or given up after a failed first or last look; fewer "
 		       "than two windows whose calls are known, or none with calls of the kind).");
 		for (int i = 0; i < n; i++)
-			if (by_calls[i] >= 0)
-				jb_add(b, "fstrace_requests_estimated_by_calls{%s} %d\n", lab[i], by_calls[i]);
+			if (rows[i].by_calls >= 0)
+				jb_add(b, "fstrace_requests_estimated_by_calls{%s} %d\n", rows[i].lab, rows[i].by_calls);
 	}
 	family(b, "fstrace_request_bytes_total", "counter", "Bytes the requests returned (sum of positive return values).");
 	for (int i = 0; i < n; i++)
-		jb_add(b, "fstrace_request_bytes_total{%s} %llu\n", lab[i], (unsigned long long)rows[i].sum.bytes);
+		jb_add(b, "fstrace_request_bytes_total{%s} %llu\n", rows[i].lab, (unsigned long long)rows[i].row.sum.bytes);
 	family(b, "fstrace_request_duration_seconds", "histogram", "Wall time of each request, syscall entry to exit.");
 	for (int i = 0; i < n; i++)
-		histogram(b, "fstrace_request_duration_seconds", lab[i], rows[i].sum.wall_hist,
-			  rows[i].sum.wall_ns / 1e9, false);
+		histogram(b, "fstrace_request_duration_seconds", rows[i].lab, rows[i].row.sum.wall_hist,
+			  rows[i].row.sum.wall_ns / 1e9, false);
 	family(b, "fstrace_request_time_seconds_total", "counter",
 	       "Time in requests by attribution part; the parts of a request add up to its wall time.");
 	for (int i = 0; i < n; i++)
 		for (int p = 0; p < FST_NR_PARTS; p++) {
 			/* record field names end in _ns: the part is the name without it */
 			int len = (int)strlen(part_field_name(p)) - 3;
-			jb_add(b, "fstrace_request_time_seconds_total{%s,part=\"%.*s\"} %.9f\n", lab[i], len,
-			       part_field_name(p), rows[i].sum.part_ns[p] / 1e9);
+			jb_add(b, "fstrace_request_time_seconds_total{%s,part=\"%.*s\"} %.9f\n", rows[i].lab, len,
+			       part_field_name(p), rows[i].row.sum.part_ns[p] / 1e9);
 		}
 	family(b, "fstrace_pagecache_misses_total", "counter",
 	       "Folios the requests added to the page cache (their page-cache misses, readahead included).");
 	for (int i = 0; i < n; i++)
-		jb_add(b, "fstrace_pagecache_misses_total{%s} %llu\n", lab[i], (unsigned long long)rows[i].sum.pcache_adds);
+		jb_add(b, "fstrace_pagecache_misses_total{%s} %llu\n", rows[i].lab, (unsigned long long)rows[i].row.sum.pcache_adds);
 }
 
 /*
@@ -298,26 +566,58 @@ static void decompressions(struct jbuf *b)
 	jb_add(b, "fstrace_decompress_unsummed_total %llu\n", decomp_unsummed);
 }
 
-/* --per-comm: requests per task name (the bounded process label; requests.bpf.c comm_agg) */
+/* --per-comm: requests per task name (the bounded process label; requests.bpf.c comm_agg), as the kernel has them */
+static struct comm_row kernel_comm[FST_COMM_AGG_MAX + 1];
+static int nr_kernel_comm;
+
+static void read_per_comm(int fd)
+{
+	int n = 0;
+	struct fst_comm_agg_key key, next;
+	void *prev = NULL;
+	while (fd >= 0 && n < FST_COMM_AGG_MAX + 1 && !bpf_map_get_next_key(fd, prev, &next)) {
+		key = next;
+		prev = &key;
+		if (percpu_sum_value(fd, &key, &kernel_comm[n].sum, sizeof(kernel_comm[n].sum)))
+			continue;
+		kernel_comm[n].key = key;
+		if (key.comm[0])
+			fs_label(key.sdev);
+		n++;
+	}
+	nr_kernel_comm = n;
+}
+
 static void per_comm(struct jbuf *b, int fd)
 {
 	if (fd < 0)
 		return;
 	static struct {
-		struct fst_comm_agg_key key;
-		struct fst_comm_agg sum;
-	} rows[FST_COMM_AGG_MAX + 1];
-	int n = 0;
-	struct fst_comm_agg_key key, next;
-	void *prev = NULL;
-	while (n < FST_COMM_AGG_MAX + 1 && !bpf_map_get_next_key(fd, prev, &next)) {
-		key = next;
-		prev = &key;
-		if (percpu_sum_value(fd, &key, &rows[n].sum, sizeof(rows[n].sum)))
-			continue;
-		rows[n].key = key;
-		fs_label(key.sdev);
-		n++;
+		int label;
+		struct comm_row row;
+	} * rows; /* reused: its size settles at the exposition's */
+	static int cap;
+	int n = 0, labels[MAX_FS_LABELS];
+	for (int k = 0; k < nr_kernel_comm; k++) {
+		const struct comm_row *kr = &kernel_comm[k];
+		/* comm "": every later name on every filesystem, under no filesystem's labels */
+		int nl = kr->key.comm[0] ? row_labels(SPLIT_COMM, &kr->key, kr->key.sdev, labels) : 1;
+		for (int j = 0; j < nl; j++) {
+			if (n == cap) {
+				void *grown = realloc(rows, (cap + FST_COMM_AGG_MAX + 1) * sizeof(*rows));
+				if (!grown)
+					break;
+				rows = grown, cap += FST_COMM_AGG_MAX + 1;
+			}
+			rows[n].label = kr->key.comm[0] ? labels[j] : -1;
+			rows[n].row.key = kr->key;
+			if (rows[n].label < 0)
+				rows[n].row.sum = kr->sum;
+			else
+				split_value(rows[n].label, SPLIT_COMM, &kr->key, (const __u64 *)&kr->sum,
+					    (__u64 *)&rows[n].row.sum);
+			n++;
+		}
 	}
 	static const char *names[] = { "fstrace_comm_requests_total", "fstrace_comm_request_bytes_total",
 				       "fstrace_comm_request_seconds_total", "fstrace_comm_io_wait_seconds_total" };
@@ -331,18 +631,18 @@ static void per_comm(struct jbuf *b, int fd)
 		family(b, names[f], "counter", helps[f]);
 		for (int i = 0; i < n; i++) {
 			char comm[17];
-			memcpy(comm, rows[i].key.comm, 16);
+			memcpy(comm, rows[i].row.key.comm, 16);
 			comm[16] = 0;
 			jb_add(b, "%s{comm=\"", names[f]);
 			label_value(b, comm);
 			if (comm[0]) {
-				jb_add(b, "\",kind=\"%s\",", kind_name(rows[i].key.kind));
-				fs_labels_of(b, rows[i].key.sdev);
+				jb_add(b, "\",kind=\"%s\",", kind_name(rows[i].row.key.kind));
+				fs_labels_of(b, rows[i].label, rows[i].row.key.sdev);
 				jb_add(b, "} ");
 			} else {
 				jb_add(b, "\"} ");
 			}
-			const struct fst_comm_agg *s = &rows[i].sum;
+			const struct fst_comm_agg *s = &rows[i].row.sum;
 			if (f < 2)
 				jb_add(b, "%llu\n", (unsigned long long)(f == 0 ? s->count : s->bytes));
 			else
@@ -356,8 +656,10 @@ static void filesystems(struct jbuf *b)
 	family(b, "fstrace_filesystem_mounted", "gauge",
 	       "1 while the traced filesystem is mounted, 0 once it is gone (its counters stay).");
 	for (int i = 0; i < nr_fs_labels; i++) {
+		if (label_hidden(&fs_labels[i]))
+			continue;
 		jb_add(b, "fstrace_filesystem_mounted{");
-		fs_labels_of(b, fs_labels[i].kdev);
+		fs_labels_of(b, i, fs_labels[i].kdev);
 		jb_add(b, "} %d\n", fs_labels[i].mounted);
 	}
 }
@@ -648,7 +950,12 @@ int expose_write(const char *path, const char *om_path, const struct expose_inpu
 {
 	static struct jbuf b, om; /* reused: their sizes settle at the exposition's, so memory stays flat */
 	b.len = 0;
-	requests(&b, in->maps.req_agg, in->maps.agg_keys, in->sdevs, in->nr_sdevs);
+	/* the kernel's rows first: a device's labels change (refresh_fs_labels) against what they hold now */
+	read_requests(in->maps.req_agg, in->maps.agg_keys, in->sdevs, in->nr_sdevs);
+	read_per_comm(in->maps.comm_agg);
+	labels_filtered = in->nr_sdevs > 0;
+	refresh_fs_labels(&(struct kernel_rows){ .req = kernel_req, .nr_req = nr_kernel_req, .comm = kernel_comm, .nr_comm = nr_kernel_comm });
+	requests(&b);
 	per_comm(&b, in->maps.comm_agg);
 	filesystems(&b);
 	decompressions(&b);
