@@ -64,7 +64,7 @@ $(OUT)/%.skel.h: $(OUT)/%.bpf.o
 	$(BPFTOOL) gen skeleton $< > $@.tmp && mv $@.tmp $@
 
 # linked under a temporary name and renamed, so a collector that is running keeps its binary
-$(OUT)/fstrace-collect: $(USER_SRCS) $(USER_HDRS) $(SKELS) $(PLAIN_SKELS) bpf/records.h $(OUT)/link-mode | $(OUT)
+$(OUT)/fstrace-collect: $(USER_SRCS) $(USER_HDRS) $(SKELS) $(PLAIN_SKELS) bpf/records.h bpf/kernel_state.h $(OUT)/link-mode | $(OUT)
 	$(CC) $(USER_CFLAGS) -DFSTRACE_STATIC=$(STATIC_FLAG) $(USER_SRCS) -o $@.tmp $(LINK_LIBS) || { \
 		rm -f $@.tmp; \
 		if [ $(STATIC_FLAG) = 1 ]; then echo "make: linking the static collector failed (static json-c, libbpf, libelf," \

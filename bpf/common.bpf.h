@@ -24,6 +24,7 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_tracing.h>
 #include "records.h"
+#include "kernel_state.h"
 
 const volatile struct fst_cfg cfg = {};
 

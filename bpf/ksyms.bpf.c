@@ -8,7 +8,7 @@
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
-#include "records.h"
+#include "kernel_state.h"
 
 char LICENSE[] SEC("license") = "GPL";
 

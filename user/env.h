@@ -18,6 +18,7 @@
 #include <time.h>
 #include <linux/types.h>
 #include "records.h"
+#include "kernel_state.h"
 
 #define FSTRACE_VERSION "0.1.0"
 #define MAX_DEVS 16

@@ -228,7 +228,7 @@ const char *const work_fn_names[NR_WORK_FNS] = {
 };
 
 /*
- * The multiplier that puts every traced device in a slot of its own in traced_devs (records.h fst_dev_slot): the
+ * The multiplier that puts every traced device in a slot of its own in traced_devs (kernel_state.h fst_dev_slot): the
  * first of a fixed sequence of odd numbers that does, so that every object's frozen configuration has the same.
  * At most MAX_DEVS devices among 256 slots: a few tries at most.
  */
@@ -288,7 +288,7 @@ static void fill_cfg(struct fst_cfg *out)
 	c->task_pt_regs = libbpf_probe_bpf_helper(BPF_PROG_TYPE_RAW_TRACEPOINT, BPF_FUNC_task_pt_regs, NULL) == 1;
 	/* sched_switch's prev_state (5 parameters with __data), and the block tracepoints' arguments, from their BTF */
 	c->sched_switch_prev_state = tp_nr_args("sched_switch") >= 4;
-	/* records.h FST_TPQ_* */
+	/* kernel_state.h FST_TPQ_* */
 	const struct {
 		const char *tp;
 		__u8 bit;

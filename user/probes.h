@@ -65,7 +65,7 @@ struct prog_run {
 };
 int prog_run_stats(int prog_fd, struct prog_run *out);
 
-/* the configuration every object was loaded with (records.h struct fst_cfg) */
+/* the configuration every object was loaded with (kernel_state.h struct fst_cfg) */
 const struct fst_cfg *tracer_cfg(const struct tracer *t);
 
 /* open, configure and load every object (dies when the required ones cannot load) */
