@@ -73,7 +73,7 @@ static __always_inline struct task_req *charge_current(struct fst_bio_start *s)
 		}
 		return NULL;
 	}
-	struct task_req *st = cfg.requests ? current_state_for_verdict() : NULL;
+	struct task_req *st = cfg.requests ? current_state_for_trace_decision() : NULL;
 	if (cfg.requests ? state_is_traced(st) : current_is_traced()) {
 		s->pid = pid;
 		s->charge = FST_CHARGE_DIRECT;

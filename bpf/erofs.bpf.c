@@ -35,7 +35,7 @@ static __always_inline struct fst_erofs *erofs_record(struct task_req **rp, stru
 						      bool btf)
 {
 	/* not loaded with --records none (user/probes.c unload_records_only): a record is all these events make */
-	struct task_req *r = *rp = current_state_for_verdict();
+	struct task_req *r = *rp = current_state_for_trace_decision();
 	if (!state_is_traced(r))
 		return NULL;
 	struct super_block *sb = FST_FIELD(btf, inode, i_sb);

@@ -56,7 +56,7 @@ struct {
 	__type(value, __u8);
 } traced_pids SEC(".maps");
 
-/* the traced block devices, each at its slot (records.h fst_dev_slot) */
+/* the traced block devices, each at its slot (kernel_state.h fst_dev_slot) */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, FST_DEV_SLOTS);
@@ -125,33 +125,33 @@ static __always_inline bool current_is_traced(void) { return task_passes_filters
 
 /* storage mode, pid-tree filter only: the filter's answer cannot change for a task (pids only join), so it is
  * kept in the task's state and an untraced task's read-family syscall costs one storage lookup */
-static __always_inline bool verdict_cacheable(void)
+static __always_inline bool trace_decision_cacheable(void)
 {
 	return cfg.task_storage && !cfg.filter_comm && !cfg.filter_cgroup_id;
 }
 
 /*
  * The current thread's state for a handler that asks whether it is traced (state_is_traced), created where the
- * process tree filter's verdict can be kept in it: a thread that reaches the block and erofs handlers outside any
+ * process tree filter's trace decision can be kept in it: a thread that reaches the block and erofs handlers outside any
  * request (no sys_enter made its state: --budget between windows) then looks its pid up in traced_pids once, not
  * at each of its bios and erofs events.  Without a process tree filter the filters need no lookup at all.
  */
-static __always_inline struct task_req *current_state_for_verdict(void)
+static __always_inline struct task_req *current_state_for_trace_decision(void)
 {
-	if (!verdict_cacheable() || !cfg.filter_pids)
+	if (!trace_decision_cacheable() || !cfg.filter_pids)
 		return current_state();
 	return bpf_task_storage_get(&task_reqs, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 }
 
-/* whether the current thread (whose state is r) is traced: the verdict its state keeps where that can be
+/* whether the current thread (whose state is r) is traced: the trace decision its state keeps where that can be
  * cached (no hash lookup of the pid), asked of the filters and kept the first time; else the filters.  Outside
  * --budget's windows no sys_enter keeps it, and a reader's every bio and erofs event would ask the filters. */
 static __always_inline bool state_is_traced(struct task_req *r)
 {
-	if (verdict_cacheable() && r) {
-		if (r->keep.verdict == FST_VERDICT_UNKNOWN)
-			r->keep.verdict = current_is_traced() ? FST_VERDICT_TRACED : FST_VERDICT_UNTRACED;
-		return r->keep.verdict == FST_VERDICT_TRACED;
+	if (trace_decision_cacheable() && r) {
+		if (r->keep.trace_decision == FST_TRACE_DECISION_UNKNOWN)
+			r->keep.trace_decision = current_is_traced() ? FST_TRACE_DECISION_TRACED : FST_TRACE_DECISION_UNTRACED;
+		return r->keep.trace_decision == FST_TRACE_DECISION_TRACED;
 	}
 	return current_is_traced();
 }

@@ -61,15 +61,15 @@ static __always_inline bool kind_fs_bound(__u16 kind)
  */
 static __always_inline struct task_req *traced_state(struct task_struct *cur, struct task_req *r)
 {
-	if (verdict_cacheable()) {
-		if (r && r->keep.verdict == FST_VERDICT_UNTRACED)
+	if (trace_decision_cacheable()) {
+		if (r && r->keep.trace_decision == FST_TRACE_DECISION_UNTRACED)
 			return NULL;
-		if (!r || r->keep.verdict != FST_VERDICT_TRACED) {
+		if (!r || r->keep.trace_decision != FST_TRACE_DECISION_TRACED) {
 			bool traced = current_is_traced();
 			if (!r)
 				r = bpf_task_storage_get(&task_reqs, cur, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 			if (r)
-				r->keep.verdict = traced ? FST_VERDICT_TRACED : FST_VERDICT_UNTRACED;
+				r->keep.trace_decision = traced ? FST_TRACE_DECISION_TRACED : FST_TRACE_DECISION_UNTRACED;
 			if (!traced)
 				return NULL;
 		}

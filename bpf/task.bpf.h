@@ -8,10 +8,11 @@
 
 /* part of common.bpf.h, which includes it (with cfg, FST_FIELD, the kernel and libbpf headers) */
 
-/* what the per-task state says of the task filters (storage mode: cached at its first read-family syscall) */
-#define FST_VERDICT_UNKNOWN 0
-#define FST_VERDICT_TRACED 1
-#define FST_VERDICT_UNTRACED 2
+/* the task filters' trace decision for a thread, kept in its state (storage mode: cached at its first read-family
+ * syscall) */
+#define FST_TRACE_DECISION_UNKNOWN 0
+#define FST_TRACE_DECISION_TRACED 1
+#define FST_TRACE_DECISION_UNTRACED 2
 
 /*
  * Per-task state: the request a traced thread is in (in_req), kept between requests.  In task-local storage
@@ -34,8 +35,8 @@ struct task_keep {
 	/* the last two files: a thread that alternates between two (tar between a file and its pipe, cat between
 	 * a pipe and /dev/null) finds both; the one not used last is replaced */
 	struct file_keep files[2];
-	__u8 file_last; /* files[file_last] was used last */
-	__u8 verdict;	/* FST_VERDICT_*: the task filters' answer, when it can be cached */
+	__u8 file_last;	     /* files[file_last] was used last */
+	__u8 trace_decision; /* FST_TRACE_DECISION_*: the task filters' answer, when it can be cached */
 	__u8 pad2[2];
 	__s32 user_stack;
 	__u64 user_ip, user_sp; /* user registers when user_stack was taken (sample.bpf.c); 0: none yet */
