@@ -645,8 +645,8 @@ struct fst_fs_read {
 /*
  * The collector runs the expiry every FST_EXPIRE_EVERY_NS, and each run walks one slice of every in-flight table,
  * so a whole pass takes FST_EXPIRE_SLICES runs: an entry is expired between FST_STALE_NS and FST_STALE_NS plus a
- * pass after its start.  A walk of the whole tables took about a millisecond of CPU a second (in a 2-core VM), a
- * quarter of what an idle collector spent, for entries that must be ten minutes old.  Every table's bucket count
+ * pass after its start.  A walk of the whole tables every second would be a large share of what an idle collector
+ * spends, for entries that must be ten minutes old.  Every table's bucket count
  * is a multiple of it (block.bpf.c checks).
  */
 #define FST_EXPIRE_SLICES 16

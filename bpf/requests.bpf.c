@@ -140,7 +140,7 @@ static __always_inline void req_start(struct task_req *r)
 /*
  * A request that never left the CPU, issued no block I/O, added nothing to the page cache and returned no
  * error (a page-cache hit) is counted in the kernel unless it took longer than cfg.record_over_ns: the
- * answer needs its parts and latency, not a record each (half a million a second when warm).
+ * answer needs its parts and latency, not a record each (a warm reader makes them as fast as it copies memory).
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -280,7 +280,7 @@ static __always_inline void req_end(struct task_req *r, __u64 now)
 /*
  * openat: the file is known only once the descriptor exists (and kept: the reads that follow find it).  A global
  * function, called at an open's end only: inlined, the verifier walked the rest of sys_exit once per case of
- * fd_file_btf's switch (most of its 44 ms of load time on a 2-core VM); a call costs every request it is on.
+ * fd_file_btf's switch (most of its load time); a call costs every request it is on.
  */
 FST_GLOBAL_FN int note_opened_fd(struct task_req *r, long fd)
 {

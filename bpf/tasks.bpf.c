@@ -3,9 +3,9 @@
  * --budget: the traced threads' read and write syscall counts (task I/O accounting), what the windows' request
  * counts are weighted against.  A task iterator writes one struct fst_task_calls per live thread the task filters
  * pass, in one read of its file: the collector looks at every window edge and, under serve, every second, and a
- * walk of /proc opened two files per thread of the system (an idle serve collector beside 2 084 threads took
- * 29 ms of CPU a second that way, 6 with the iterator).  Exited threads left their counts in exited_calls
- * (requests.bpf.c); zombies are skipped here so that none is counted twice.
+ * walk of /proc opened two files per thread of the system, each look (an idle serve collector's CPU time grew with
+ * every thread on the box; the iterator walks the task list in the kernel, in one read).  Exited threads left
+ * their counts in exited_calls (requests.bpf.c); zombies are skipped here so that none is counted twice.
  */
 #include "common.bpf.h"
 

@@ -79,8 +79,8 @@ static int handle_record(void *ctx, void *data, size_t size)
 /*
  * The BPF side wakes the reader only when a quarter of the ring buffer is waiting (ring.bpf.h
  * record_submit): the reader's own timer drains the rest.  epoll reports the ring only after a wakeup, so a
- * poll that times out is followed by an explicit consume.  At 500 k records/s (warm randread, --records all)
- * 50 ms is 2-3 MiB, well under the wakeup threshold.
+ * poll that times out is followed by an explicit consume.  50 ms of records stays well under the wakeup threshold
+ * (a quarter of FST_RINGBUF_BYTES) even from a warm reader under --records all, whose requests are each recorded.
  */
 #define RB_POLL_MS 50
 
