@@ -194,7 +194,7 @@ $(TEST_C_OUT)/jbuf_test: user/jbuf.c
 $(TEST_C_OUT)/openmetrics_test: user/openmetrics.c user/jbuf.c
 $(TEST_C_OUT)/options_test: user/options.c
 $(TEST_C_OUT)/names_test: user/names.c
-$(TEST_C_OUT)/%_test: tests/c/%_test.c $(USER_HDRS) bpf/records.h
+$(TEST_C_OUT)/%_test: tests/c/%_test.c $(USER_HDRS) bpf/records.h bpf/kernel_state.h
 	@mkdir -p $(@D)
 	$(CC) $(USER_CFLAGS) -Iuser $(filter %.c,$^) -o $@ -lcmocka
 

@@ -218,140 +218,198 @@ static const char *pid_ns_refusal(void)
 	       "--pid=host, Kubernetes hostPID: true)";
 }
 
-void parse_args(int argc, char **argv)
+/* the value setters of the options that take one, each checking it (die) before it is kept */
+static void set_out(const char *arg) { opt.out = arg; }
+static void set_meta(const char *arg) { opt.meta_file = arg; }
+
+static void set_cgroup(const char *arg)
 {
-	static struct option longopts[] = {
-		{ "out", required_argument, 0, 'o' },
-		{ "meta", required_argument, 0, 'm' },
-		{ "dev", required_argument, 0, 'd' },
-		{ "pid", required_argument, 0, 'p' },
-		{ "cgroup", required_argument, 0, 'g' },
-		{ "duration", required_argument, 0, 'D' },
-		{ "ready-fd", required_argument, 0, 'r' },
-		{ "progress", no_argument, 0, 'P' },
-		{ "no-tp-btf", no_argument, 0, 'B' },
-		{ "help", no_argument, 0, 'h' },
-		{ "block-only", no_argument, 0, 'b' },
-		{ "comm", required_argument, 0, 'c' },
-		{ "no-fentry", no_argument, 0, 'F' },
-		{ "sample-hz", required_argument, 0, 'S' },
-		{ "sdev", required_argument, 0, 's' },
-		{ "interval", required_argument, 0, 'i' },
-		{ "records", required_argument, 0, 'R' },
-		{ "record-over-us", required_argument, 0, 'U' },
-		{ "io-stacks", required_argument, 0, 'I' },
-		{ "offcpu-sample-us", required_argument, 0, 'O' },
-		{ "no-io-records", no_argument, 0, 'N' },
-		{ "exposition", required_argument, 0, 'E' },
-		{ "exposition-interval", required_argument, 0, 'e' },
-		{ "per-comm", no_argument, 0, 'C' },
-		{ "budget", required_argument, 0, 'Q' },
-		{ "window-duty", required_argument, 0, 'W' },
-		{ "empty-programs", no_argument, 0, 'Z' },
-		{ "openmetrics", required_argument, 0, 'M' },
-		{ "check", no_argument, 0, 'K' },
-		{ "syscall-boundaries", no_argument, 0, 'Y' },
-		{ 0 },
-	};
-	int c;
 	struct statfs fs;
-	opterr = 0; /* its messages come on top of ours: one line, from die() */
-	while ((c = getopt_long(argc, argv, "+:o:m:d:p:g:c:s:i:D:h", longopts, NULL)) != -1) {
-		switch (c) {
-		case 'o': opt.out = optarg; break;
-		case 'm': opt.meta_file = optarg; break;
-		case 'g':
-			/* any other directory has an inode number too: it would filter on a cgroup that never runs */
-			if (statfs(optarg, &fs) || fs.f_type != CGROUP2_SUPER_MAGIC)
-				die("--cgroup %s: not a cgroup v2 directory", optarg);
-			opt.cgroup = optarg;
-			break;
-		case 'D': opt.duration = parse_seconds("--duration", optarg); break;
-		case 'r':
-			opt.ready_fd = parse_long("--ready-fd", optarg, 0, INT_MAX);
-			if (fcntl(opt.ready_fd, F_GETFD) < 0)
-				die("--ready-fd %s: not an open file descriptor", optarg);
-			break;
-		case 'P': opt.progress = true; break;
-		case 'K': opt.check = true; break;
-		case 'B': opt.no_btf_tp = true; break;
-		case 'b': opt.block_only = true; break;
-		case 'Z': opt.empty_programs = true; break;
-		case 'Q': opt.budget_pct = parse_fraction("--budget", optarg, 100); break;
-		case 'W': opt.window_duty = parse_fraction("--window-duty", optarg, 1); break;
-		case 'F': opt.no_fentry = true; break;
-		case 'Y': opt.syscall_bounds = true; break;
-		/* perf's default perf_event_max_sample_rate; the kernel may allow less, which the header reports */
-		case 'S': opt.sample_hz = parse_long("--sample-hz", optarg, 0, 100000); break;
-		case 'c':
-			if (!*optarg || strlen(optarg) > 15) /* a long one shown in part: the message is one line */
-				die("--comm '%.15s%s' (%zu bytes): a task name has 1 to 15 characters", optarg,
-				    strlen(optarg) > 15 ? "..." : "", strlen(optarg));
-			opt.comm = optarg;
-			break;
-		case 'i': opt.interval = parse_seconds("--interval", optarg); break;
-		case 'R':
-			if (strcmp(optarg, "all") && strcmp(optarg, "slow") && strcmp(optarg, "none"))
-				die("--records wants all, slow or none, got '%s'", optarg);
-			opt.records_all = !strcmp(optarg, "all");
-			opt.records_none = !strcmp(optarg, "none");
-			break;
-		case 'N': opt.no_io_records = true; break;
-		case 'C': opt.per_comm = true; break;
-		case 'E':
-			if (!*optarg)
-				die("--exposition wants a file name");
-			opt.exposition = optarg;
-			break;
-		case 'M':
-			if (!*optarg)
-				die("--openmetrics wants a file name");
-			opt.openmetrics = optarg;
-			break;
-		case 'O': opt.offcpu_sample_us = parse_long("--offcpu-sample-us", optarg, 0, 4000000); break;
-		case 'e': opt.exposition_interval = parse_seconds("--exposition-interval", optarg); break;
-		case 'I':
-			if (strcmp(optarg, "all") && strcmp(optarg, "sampled"))
-				die("--io-stacks wants all or sampled, got '%s'", optarg);
-			opt.io_stacks_all = !strcmp(optarg, "all");
-			break;
-		case 'U': {
-			char *end;
-			opt.record_over_us = strtod(optarg, &end);
-			if (end == optarg || *end || !(opt.record_over_us >= 0) || opt.record_over_us > 1e12)
-				die("--record-over-us wants a number of microseconds >= 0, got '%s'", optarg);
-			break;
-		}
-		case 's': {
-			if (opt.nr_sdevs == MAX_DEVS)
-				die("too many --sdev (at most %d)", MAX_DEVS);
-			const char *rest = parse_majmin(optarg, &opt.sdevs[opt.nr_sdevs][0], &opt.sdevs[opt.nr_sdevs][1]);
-			if (rest && *rest == '=')
-				rest = parse_majmin(rest + 1, &opt.stat_devs[opt.nr_sdevs][0], &opt.stat_devs[opt.nr_sdevs][1]);
-			if (!rest || *rest)
-				die("--sdev wants MAJ:MIN or MAJ:MIN=MAJ:MIN (major < 4096, minor < 1048576), got '%s'", optarg);
-			opt.nr_sdevs++;
-			break;
-		}
-		case 'p': {
-			if (opt.nr_pids == MAX_PIDS)
-				die("too many --pid (at most %d)", MAX_PIDS);
-			opt.pids[opt.nr_pids++] = parse_long("--pid", optarg, 1, INT_MAX);
-			break;
-		}
-		case 'd':
-			if (opt.nr_devs == MAX_DEVS)
-				die("too many --dev (at most %d)", MAX_DEVS);
-			parse_dev(optarg, &opt.devs[opt.nr_devs++]);
-			break;
-		case 'h': usage(stdout); exit(0);
-		case ':': die("%s needs a value (see --help)", argv[optind - 1]);
-		default:
-			if (optopt)
-				die("unknown option -%c (see --help)", optopt);
-			die("unknown option %s (see --help)", argv[optind - 1]);
-		}
+	/* any other directory has an inode number too: it would filter on a cgroup that never runs */
+	if (statfs(arg, &fs) || fs.f_type != CGROUP2_SUPER_MAGIC)
+		die("--cgroup %s: not a cgroup v2 directory", arg);
+	opt.cgroup = arg;
+}
+
+static void set_duration(const char *arg) { opt.duration = parse_seconds("--duration", arg); }
+
+static void set_ready_fd(const char *arg)
+{
+	opt.ready_fd = parse_long("--ready-fd", arg, 0, INT_MAX);
+	if (fcntl(opt.ready_fd, F_GETFD) < 0)
+		die("--ready-fd %s: not an open file descriptor", arg);
+}
+
+static void set_budget(const char *arg) { opt.budget_pct = parse_fraction("--budget", arg, 100); }
+static void set_window_duty(const char *arg) { opt.window_duty = parse_fraction("--window-duty", arg, 1); }
+/* perf's default perf_event_max_sample_rate; the kernel may allow less, which the header reports */
+static void set_sample_hz(const char *arg) { opt.sample_hz = parse_long("--sample-hz", arg, 0, 100000); }
+
+static void set_comm(const char *arg)
+{
+	if (!*arg || strlen(arg) > 15) /* a long one shown in part: the message is one line */
+		die("--comm '%.15s%s' (%zu bytes): a task name has 1 to 15 characters", arg, strlen(arg) > 15 ? "..." : "",
+		    strlen(arg));
+	opt.comm = arg;
+}
+
+static void set_interval(const char *arg) { opt.interval = parse_seconds("--interval", arg); }
+
+static void set_records(const char *arg)
+{
+	if (strcmp(arg, "all") && strcmp(arg, "slow") && strcmp(arg, "none"))
+		die("--records wants all, slow or none, got '%s'", arg);
+	opt.records_all = !strcmp(arg, "all");
+	opt.records_none = !strcmp(arg, "none");
+}
+
+static void set_exposition(const char *arg)
+{
+	if (!*arg)
+		die("--exposition wants a file name");
+	opt.exposition = arg;
+}
+
+static void set_openmetrics(const char *arg)
+{
+	if (!*arg)
+		die("--openmetrics wants a file name");
+	opt.openmetrics = arg;
+}
+
+static void set_offcpu_sample_us(const char *arg)
+{
+	opt.offcpu_sample_us = parse_long("--offcpu-sample-us", arg, 0, 4000000);
+}
+
+static void set_exposition_interval(const char *arg)
+{
+	opt.exposition_interval = parse_seconds("--exposition-interval", arg);
+}
+
+static void set_io_stacks(const char *arg)
+{
+	if (strcmp(arg, "all") && strcmp(arg, "sampled"))
+		die("--io-stacks wants all or sampled, got '%s'", arg);
+	opt.io_stacks_all = !strcmp(arg, "all");
+}
+
+static void set_record_over_us(const char *arg)
+{
+	char *end;
+	opt.record_over_us = strtod(arg, &end);
+	if (end == arg || *end || !(opt.record_over_us >= 0) || opt.record_over_us > 1e12)
+		die("--record-over-us wants a number of microseconds >= 0, got '%s'", arg);
+}
+
+static void add_sdev(const char *arg)
+{
+	if (opt.nr_sdevs == MAX_DEVS)
+		die("too many --sdev (at most %d)", MAX_DEVS);
+	const char *rest = parse_majmin(arg, &opt.sdevs[opt.nr_sdevs][0], &opt.sdevs[opt.nr_sdevs][1]);
+	if (rest && *rest == '=')
+		rest = parse_majmin(rest + 1, &opt.stat_devs[opt.nr_sdevs][0], &opt.stat_devs[opt.nr_sdevs][1]);
+	if (!rest || *rest)
+		die("--sdev wants MAJ:MIN or MAJ:MIN=MAJ:MIN (major < 4096, minor < 1048576), got '%s'", arg);
+	opt.nr_sdevs++;
+}
+
+static void add_pid(const char *arg)
+{
+	if (opt.nr_pids == MAX_PIDS)
+		die("too many --pid (at most %d)", MAX_PIDS);
+	opt.pids[opt.nr_pids++] = parse_long("--pid", arg, 1, INT_MAX);
+}
+
+static void add_dev(const char *arg)
+{
+	if (opt.nr_devs == MAX_DEVS)
+		die("too many --dev (at most %d)", MAX_DEVS);
+	parse_dev(arg, &opt.devs[opt.nr_devs++]);
+}
+
+/*
+ * Every option, once: its long name, the value getopt_long returns for it (the short option's letter where it
+ * has one), and what it does: set takes the value of an option that has one, flag is set by one that has none.
+ */
+/* clang-format off */
+#define VALUE(n, c, setter) { .name = n, .val = c, .set = setter }
+#define FLAG(n, c, field) { .name = n, .val = c, .flag = &opt.field }
+/* clang-format on */
+static const struct option_spec {
+	const char *name;
+	int val;
+	void (*set)(const char *arg);
+	bool *flag;
+} option_specs[] = {
+	VALUE("out", 'o', set_out),
+	VALUE("meta", 'm', set_meta),
+	VALUE("dev", 'd', add_dev),
+	VALUE("pid", 'p', add_pid),
+	VALUE("cgroup", 'g', set_cgroup),
+	VALUE("duration", 'D', set_duration),
+	VALUE("ready-fd", 'r', set_ready_fd),
+	FLAG("progress", 'P', progress),
+	FLAG("no-tp-btf", 'B', no_btf_tp),
+	{ .name = "help", .val = 'h' },
+	FLAG("block-only", 'b', block_only),
+	VALUE("comm", 'c', set_comm),
+	FLAG("no-fentry", 'F', no_fentry),
+	VALUE("sample-hz", 'S', set_sample_hz),
+	VALUE("sdev", 's', add_sdev),
+	VALUE("interval", 'i', set_interval),
+	VALUE("records", 'R', set_records),
+	VALUE("record-over-us", 'U', set_record_over_us),
+	VALUE("io-stacks", 'I', set_io_stacks),
+	VALUE("offcpu-sample-us", 'O', set_offcpu_sample_us),
+	FLAG("no-io-records", 'N', no_io_records),
+	VALUE("exposition", 'E', set_exposition),
+	VALUE("exposition-interval", 'e', set_exposition_interval),
+	FLAG("per-comm", 'C', per_comm),
+	VALUE("budget", 'Q', set_budget),
+	VALUE("window-duty", 'W', set_window_duty),
+	FLAG("empty-programs", 'Z', empty_programs),
+	VALUE("openmetrics", 'M', set_openmetrics),
+	FLAG("check", 'K', check),
+	FLAG("syscall-boundaries", 'Y', syscall_bounds),
+};
+
+/* the short options: the letters -h and those with a value, "+" to stop at the command, ":" to tell a
+ * missing value from an unknown option */
+#define SHORT_OPTIONS "+:o:m:d:p:g:c:s:i:D:h"
+
+static const struct option_spec *option_spec_of(int val)
+{
+	for (int i = 0; i < N(option_specs); i++)
+		if (option_specs[i].val == val)
+			return &option_specs[i];
+	return NULL;
+}
+
+/* one option getopt_long returned (c) with its value: set, or die with the one line for what was wrong */
+static void apply_option(int c, char **argv)
+{
+	if (c == 'h') {
+		usage(stdout);
+		exit(0);
 	}
+	if (c == ':')
+		die("%s needs a value (see --help)", argv[optind - 1]);
+	const struct option_spec *s = option_spec_of(c);
+	if (!s) {
+		if (optopt)
+			die("unknown option -%c (see --help)", optopt);
+		die("unknown option %s (see --help)", argv[optind - 1]);
+	}
+	if (s->flag)
+		*s->flag = true;
+	else
+		s->set(optarg);
+}
+
+/* what the options say together, once all are read: the pids exist, and no option lacks the one it needs */
+static void check_options(void)
+{
 	/* before the pids are looked for: in a container's namespace they would be the wrong ones */
 	const char *ns = pid_ns_refusal();
 	if (ns)
@@ -368,6 +426,21 @@ void parse_args(int argc, char **argv)
 		die("--per-comm needs --records none (it counts every request; recorded ones have their comm)");
 	if (!opt.out && !opt.exposition && !opt.check)
 		die("-o FILE is required (see --help)"); /* or --exposition FILE */
+}
+
+void parse_args(int argc, char **argv)
+{
+	struct option longopts[N(option_specs) + 1];
+	for (int i = 0; i < N(option_specs); i++) {
+		const struct option_spec *s = &option_specs[i];
+		longopts[i] = (struct option){ s->name, s->set ? required_argument : no_argument, NULL, s->val };
+	}
+	longopts[N(option_specs)] = (struct option){ 0 };
+	int c;
+	opterr = 0; /* its messages come on top of ours: one line, from die() */
+	while ((c = getopt_long(argc, argv, SHORT_OPTIONS, longopts, NULL)) != -1)
+		apply_option(c, argv);
+	check_options();
 	/* the floor is the hooks' cost: sampling is a timer fstrace adds, not a hook its programs sit on */
 	if (opt.empty_programs)
 		opt.sample_hz = 0;

@@ -29,15 +29,16 @@ static int parse(char **argv)
 	return argc;
 }
 
-/* run parse(argv) in a child: its exit status (99 when parse_args returned) and what it wrote on stderr */
-static int parse_in_child(char **argv, char *err, size_t size)
+/* run parse(argv) in a child: its exit status (99 when parse_args returned) and what it wrote on fd (stderr or
+ * stdout) */
+static int parse_in_child_fd(char **argv, int fd, char *err, size_t size)
 {
 	int fds[2];
 	assert_int_equal(pipe(fds), 0);
 	pid_t pid = fork();
 	assert_true(pid >= 0);
 	if (!pid) {
-		dup2(fds[1], 2);
+		dup2(fds[1], fd);
 		close(fds[0]);
 		parse(argv);
 		_exit(99);
@@ -54,6 +55,8 @@ static int parse_in_child(char **argv, char *err, size_t size)
 	assert_true(WIFEXITED(status));
 	return WEXITSTATUS(status);
 }
+
+static int parse_in_child(char **argv, char *err, size_t size) { return parse_in_child_fd(argv, 2, err, size); }
 
 static void a_full_command_line(void **state)
 {
@@ -131,6 +134,13 @@ static const struct refused {
 	{ { "-o", "r", "--dev", "8:0:4096:tape" },
 	  "--dev wants MAJ:MIN[:UNIT[:LEVEL]] (major < 4096, minor < 1048576, UNIT 512 to 1073741824 bytes, LEVEL "
 	  "one of device disk loop backing), got '8:0:4096:tape'" },
+	{ { "-o", "r", "--ready-fd", "1000000" }, "--ready-fd 1000000: not an open file descriptor" },
+	{ { "-o", "r", "--cgroup", "/proc" }, "--cgroup /proc: not a cgroup v2 directory" },
+	{ { "-o", "r", "--exposition", "" }, "--exposition wants a file name" },
+	{ { "-o", "r", "--offcpu-sample-us", "4000001" },
+	  "--offcpu-sample-us wants a whole number from 0 to 4000000, got '4000001'" },
+	{ { "-o", "r", "--exposition-interval", "0" },
+	  "--exposition-interval wants a number of seconds above 0 (at most 1e+08), got '0'" },
 	{ { "-o", "r", "--per-comm" }, "--per-comm needs --records none" },
 	{ { "--exposition", "e", "--openmetrics", "o" }, NULL }, /* accepted: see below */
 	{ { "-o", "r", "--openmetrics", "o" }, "--openmetrics needs --exposition" },
@@ -164,6 +174,55 @@ static void wrong_options_get_one_line(void **state)
 	}
 }
 
+/* each option without a value sets its own field (the option table's flags) */
+static void every_flag_sets_its_field(void **state)
+{
+	char *argv[] = { "fstrace-collect", "-o", "r", "--progress", "--no-tp-btf", "--block-only", "--no-fentry",
+			 "--no-io-records", "--records", "none", "--per-comm", "--empty-programs",
+			 "--syscall-boundaries", "true", NULL };
+	parse(argv);
+	assert_true(opt.progress && opt.no_btf_tp && opt.block_only && opt.no_fentry && opt.no_io_records);
+	assert_true(opt.per_comm && opt.empty_programs && opt.syscall_bounds);
+	assert_false(opt.check);
+}
+
+/* the short options and the values they set, as their long names do */
+static void short_options_set_what_long_ones_do(void **state)
+{
+	char *argv[] = { "fstrace-collect", "-o", "r", "-m", "meta.json", "-c", "dd", "-i", "0.5", "-D", "3", "-s",
+			 "259:1", "true", NULL };
+	parse(argv);
+	assert_string_equal(opt.meta_file, "meta.json");
+	assert_string_equal(opt.comm, "dd");
+	assert_true(opt.interval == 0.5 && opt.duration == 3);
+	assert_true(opt.nr_sdevs == 1 && opt.sdevs[0][0] == 259 && opt.sdevs[0][1] == 1);
+}
+
+/* every --NAME the help text shows is one the parser takes: none of them is an unknown option */
+static void help_names_only_options_the_parser_takes(void **state)
+{
+	static char help[16384];
+	char *argv[] = { "fstrace-collect", "--help", NULL };
+	assert_int_equal(parse_in_child_fd(argv, 1, help, sizeof(help)), 0);
+	assert_true(!strncmp(help, "usage: fstrace-collect", 22));
+	int names = 0;
+	for (const char *p = strstr(help, "--"); p; p = strstr(p + 2, "--")) {
+		char name[64] = "--";
+		size_t n = strspn(p + 2, "abcdefghijklmnopqrstuvwxyz-");
+		if (!n || n + 3 > sizeof(name))
+			continue;
+		memcpy(name + 2, p + 2, n);
+		name[n + 2] = 0;
+		char err[512];
+		char *args[] = { "fstrace-collect", "--check", name, NULL };
+		parse_in_child(args, err, sizeof(err));
+		if (strstr(err, "unknown option"))
+			fail_msg("--help shows %s, which the parser does not take: %s", name, err);
+		names++;
+	}
+	assert_true(names >= 30);
+}
+
 int main(void)
 {
 	defaults = opt;
@@ -173,6 +232,9 @@ int main(void)
 		cmocka_unit_test(empty_programs_turn_sampling_off),
 		cmocka_unit_test(check_exits_zero_and_loads_nothing),
 		cmocka_unit_test(wrong_options_get_one_line),
+		cmocka_unit_test(every_flag_sets_its_field),
+		cmocka_unit_test(short_options_set_what_long_ones_do),
+		cmocka_unit_test(help_names_only_options_the_parser_takes),
 	};
 	return cmocka_run_group_tests_name("options", tests, NULL, NULL);
 }
