@@ -110,6 +110,25 @@ def test_core_shims_only_in_compat():
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
+def _cycles(graph):
+    """The cycles of a directed graph ({node: [nodes it points to]}), each as "a -> b -> a"."""
+    cycles, state = [], {}  # state: 1 on the walk's path, 2 done
+
+    def walk(node, path):
+        state[node] = 1
+        for nxt in graph.get(node, ()):
+            if state.get(nxt) == 1:
+                cycles.append(" -> ".join(path[path.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                walk(nxt, path + [nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            walk(node, [node])
+    return cycles
+
+
 def test_no_include_cycle():
     """The collector's and the kernel side's quoted includes form no cycle: a header that includes, through
     others, itself compiles only by its guard's accident of order."""
@@ -128,18 +147,32 @@ def test_no_include_cycle():
                         targets.append(os.path.relpath(found[0], ROOT))
                 graph[os.path.relpath(path, ROOT)] = targets
     assert "bpf/common.bpf.h" in graph["bpf/block.bpf.c"]
-    cycles, state = [], {}  # state: 1 on the walk's path, 2 done
-
-    def walk(node, path):
-        state[node] = 1
-        for nxt in graph.get(node, ()):
-            if state.get(nxt) == 1:
-                cycles.append(" -> ".join(path[path.index(nxt):] + [nxt]))
-            elif nxt not in state:
-                walk(nxt, path + [nxt])
-        state[node] = 2
-
-    for node in sorted(graph):
-        if node not in state:
-            walk(node, [node])
+    cycles = _cycles(graph)
     assert not cycles, "#include cycles: " + "; ".join(cycles)
+
+
+def _collector_room_graph():
+    """{room: rooms it uses}: a room of user/ is NAME.c with NAME.h, and it uses every other room whose header
+    its .c or .h includes (directly: a header included through another is that other room's use)."""
+    user = os.path.join(ROOT, "user")
+    rooms = {os.path.splitext(n)[0] for n in os.listdir(user) if n.endswith((".c", ".h"))}
+    graph = {}
+    for room in sorted(rooms):
+        uses = set()
+        for ext in (".c", ".h"):
+            path = os.path.join(user, room + ext)
+            if os.path.exists(path):
+                with open(path) as f:
+                    uses |= {os.path.splitext(inc)[0] for inc in INCLUDE.findall(_strip_c_comments(f.read()))}
+        graph[room] = sorted((uses & rooms) - {room})
+    return graph
+
+
+def test_collector_rooms_form_no_circle():
+    """No room of the collector uses, through others, itself (probes.c once read program statistics that
+    stacks.c and window.c borrowed from it while it called them): each leaf a room needs is a room of its own
+    (progstats.c), so that a room can be read, tested and changed from the ones below it alone."""
+    graph = _collector_room_graph()
+    assert "progstats" in graph["stacks"] and "probes" in graph["window"]
+    cycles = _cycles(graph)
+    assert not cycles, "rooms of user/ in a circle: " + "; ".join(cycles)

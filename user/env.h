@@ -5,8 +5,9 @@
  * rooms depend on it, never it on them, and nothing includes main's file (collect.c).
  *
  * The rooms: collect.c (main: start the command, trace, stop), options.c, probes.c (probe tables, loading,
- * attach) and tiers.c (which tier a probe gets), window.c (--budget), ksyms.c, stacks.c (sampling, stack
- * folding) and ustack.c (user stacks), procfs.c (diskstats, mounts, pids, delay accounting, expiry),
+ * attach) and tiers.c (which tier a probe gets), progstats.c (a program's run statistics), window.c (--budget),
+ * ksyms.c, stacks.c (sampling, stack folding) and ustack.c (user stacks), procfs.c (diskstats, mounts, pids,
+ * delay accounting, expiry),
  * aggregates.c (the in-kernel aggregates read from their maps), header.c (the results header), results.c (the
  * results file), live.c (--interval), expose.c and openmetrics.c (the exposition), names.c (records.h's names
  * by value).
@@ -76,6 +77,8 @@ extern struct options opt;
 
 /* parse and check the command line into opt; one line and exit 2 on anything wrong */
 void parse_args(int argc, char **argv);
+/* --budget below 100 or --window-duty: the syscall hooks are to be windowed where they bound requests (window.c) */
+bool window_asked(void);
 /* "fstrace-collect: <message>" on stderr, exit 2 */
 void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 

@@ -218,6 +218,8 @@ static const char *pid_ns_refusal(void)
 	       "--pid=host, Kubernetes hostPID: true)";
 }
 
+bool window_asked(void) { return opt.budget_pct < 100 || opt.window_duty > 0; }
+
 /* the value setters of the options that take one, each checking it (die) before it is kept */
 static void set_out(const char *arg) { opt.out = arg; }
 static void set_meta(const char *arg) { opt.meta_file = arg; }

@@ -17,8 +17,8 @@
 #include "names.h"
 #include "probes.h"
 #include "procfs.h"
+#include "progstats.h"
 #include "stacks.h"
-#include "window.h"
 #include "block.skel.h"
 #include "requests.skel.h"
 #include "tasks.skel.h"
@@ -857,25 +857,6 @@ int tracer_attach(struct tracer *t)
 		for (int g = 0; g < nr_probe_groups; g++)
 			tiers_detach(probe_groups[g].probes, probe_groups[g].n);
 	return err;
-}
-
-/*
- * Runs the kernel skipped because the program was already active on that CPU
- * (lost events), and runs counted (only while kernel.bpf_stats_enabled=1).
- */
-int prog_run_stats(int prog_fd, struct prog_run *out)
-{
-	struct bpf_prog_info info = {};
-	__u32 len = sizeof(info);
-	memset(out, 0, sizeof(*out));
-	if (prog_fd < 0)
-		return -EBADF;
-	if (bpf_obj_get_info_by_fd(prog_fd, &info, &len))
-		return -errno;
-	out->misses = info.recursion_misses;
-	out->runs = info.run_cnt;
-	out->run_ns = info.run_time_ns;
-	return 0;
 }
 
 static void prog_stats(struct probe *p)

@@ -58,13 +58,6 @@ struct probe_group {
 extern const struct probe_group probe_groups[];
 extern const int nr_probe_groups;
 
-/* a program's counters from the kernel: runs skipped (recursion), and runs and their time (counted only while
- * BPF run-time statistics are on); 0 and all zero, or -errno */
-struct prog_run {
-	__u64 misses, runs, run_ns;
-};
-int prog_run_stats(int prog_fd, struct prog_run *out);
-
 /* the configuration every object was loaded with (kernel_state.h struct fst_cfg) */
 const struct fst_cfg *tracer_cfg(const struct tracer *t);
 

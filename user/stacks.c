@@ -16,7 +16,7 @@
 #include "env.h"
 #include "ksyms.h"
 #include "names.h"
-#include "probes.h"
+#include "progstats.h"
 #include "jbuf.h"
 #include "stacks.h"
 #include "ustack.h"

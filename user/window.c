@@ -44,6 +44,7 @@
 #include "names.h"
 #include "probes.h"
 #include "procfs.h"
+#include "progstats.h"
 #include "stacks.h"
 #include "window.h"
 #include "block.skel.h"
@@ -483,8 +484,6 @@ static void attribution_on(bool on)
 	if (w.blk && io_stacks_windowed()) /* the sampled bio queue stacks too */
 		w.blk->bss->io_stacks_paused = !on;
 }
-
-bool window_asked(void) { return opt.budget_pct < 100 || opt.window_duty > 0; }
 
 void window_prepare(struct tracer *t)
 {

@@ -12,8 +12,6 @@
 
 struct tracer;
 
-/* --budget below 100 or --window-duty: the syscall hooks are to be windowed where they bound requests */
-bool window_asked(void);
 /* after tracer_load, before the attach: when a budget is asked for, what is taken only in windows (the sampled
  * bio queue stacks) is held off from the attach on; window_init lets it go if there are no windows */
 void window_prepare(struct tracer *t);
