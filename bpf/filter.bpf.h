@@ -73,7 +73,7 @@ static __always_inline struct fst_dev_cfg *dev_cfg(__u32 dev)
 }
 
 /* the device stat() reports for a traced filesystem's files -> its superblock's, where they differ (a btrfs
- * subvolume's anonymous device): a path-based stat call is placed by the former (requests.bpf.c note_statbuf) */
+ * subvolume's anonymous device): a path-based stat call is placed by the former (req_file.bpf.h note_statbuf) */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 64);

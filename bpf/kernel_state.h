@@ -101,7 +101,7 @@ struct fst_io_calls {
 
 /*
  * A thread's counts as tasks.bpf.c's task iterator writes them, one after another, for a live thread; and as
- * requests.bpf.c leaves them at a traced thread's exit in exited_calls, by struct fst_thread_key (they leave the
+ * req_fork_exit.bpf.h leaves them at a traced thread's exit in exited_calls, by struct fst_thread_key (they leave the
  * task list with it), until user/procfs.c io_calls_step takes them out.
  */
 #define FST_EXITED_CALLS_MAX 16384

@@ -280,6 +280,52 @@ static void settle(struct ring_buffer *rb)
 	}
 }
 
+/* tracing is attached: the first exposition written, --ready-fd told, and the command let go */
+static void announce_ready(struct exposer *x, struct run_info *ri, int go)
+{
+	int err;
+	/* the first exposition exists before "ready": a reader started then finds a complete one */
+	if (opt.exposition && (err = expose(x)))
+		die("writing --exposition %s: %s", opt.exposition, strerror(-err));
+	if (opt.ready_fd >= 0) {
+		if (write(opt.ready_fd, "ready\n", 6) != 6) { /* the reader went away: keep tracing */
+		}
+		close(opt.ready_fd);
+	}
+	if (ri->child > 0) {
+		ri->t_child_go = now_ns(CLOCK_MONOTONIC);
+		ri->cpu_go_ns = self_cpu_ns();
+		if (write(go, "g", 1) != 1)
+			die("starting command: %s", strerror(errno));
+		close(go);
+	}
+}
+
+/* tracing is over: the end's diskstats (into ds_end, which ri reads) and times taken, the symbols read while the programs are loaded, every
+ * probe detached, the ring buffer drained, and the last exposition written */
+static void stop_tracing(struct tracer *t, struct ring_buffer *rb, struct exposer *x, struct run_info *ri,
+			 struct diskstat *ds_end)
+{
+	int err;
+	settle(rb);
+	for (int i = 0; i < opt.nr_devs; i++)
+		read_diskstat(&opt.devs[i], &ds_end[i]);
+	ri->t_end = now_ns(CLOCK_MONOTONIC);
+	ri->cpu_end_ns = self_cpu_ns();
+	if (opt.out && opt.sample_hz > 0)
+		tracer_read_ksyms(t);
+	window_finish(t, ri->t_end);
+	tracer_detach();
+	while (ring_buffer__consume(rb) > 0)
+		;
+	if (opt.exposition && (err = expose(x)))
+		fprintf(stderr, "fstrace-collect: writing %s: %s\n", opt.exposition, strerror(-err));
+	if (ri->expired.run_failures)
+		fprintf(stderr, "fstrace-collect: expiring stale in-flight block state failed %llu times (header "
+				"expired_in_flight.run_failures): a task may look as if waiting for its own I/O\n",
+			ri->expired.run_failures);
+}
+
 int main(int argc, char **argv)
 {
 	parse_args(argc, argv);
@@ -336,40 +382,9 @@ int main(int argc, char **argv)
 
 	static struct exposer x;
 	exposer_init(&x, &t, ri.t_start_real, ds_start);
-	/* the first exposition exists before "ready": a reader started then finds a complete one */
-	if (opt.exposition && (err = expose(&x)))
-		die("writing --exposition %s: %s", opt.exposition, strerror(-err));
-	if (opt.ready_fd >= 0) {
-		if (write(opt.ready_fd, "ready\n", 6) != 6) { /* the reader went away: keep tracing */
-		}
-		close(opt.ready_fd);
-	}
-	if (ri.child > 0) {
-		ri.t_child_go = now_ns(CLOCK_MONOTONIC);
-		ri.cpu_go_ns = self_cpu_ns();
-		if (write(go, "g", 1) != 1)
-			die("starting command: %s", strerror(errno));
-		close(go);
-	}
-
+	announce_ready(&x, &ri, go);
 	trace(&t, rb, &res, &x, &ri);
-	settle(rb);
-	for (int i = 0; i < opt.nr_devs; i++)
-		read_diskstat(&opt.devs[i], &ds_end[i]);
-	ri.t_end = now_ns(CLOCK_MONOTONIC);
-	ri.cpu_end_ns = self_cpu_ns();
-	if (opt.out && opt.sample_hz > 0)
-		tracer_read_ksyms(&t);
-	window_finish(&t, ri.t_end);
-	tracer_detach();
-	while (ring_buffer__consume(rb) > 0)
-		;
-	if (opt.exposition && (err = expose(&x)))
-		fprintf(stderr, "fstrace-collect: writing %s: %s\n", opt.exposition, strerror(-err));
-	if (ri.expired.run_failures)
-		fprintf(stderr, "fstrace-collect: expiring stale in-flight block state failed %llu times (header "
-				"expired_in_flight.run_failures): a task may look as if waiting for its own I/O\n",
-			ri.expired.run_failures);
+	stop_tracing(&t, rb, &x, &ri, ds_end);
 	if (!opt.out) { /* an exporter: its file is the exposition, already final */
 		tracer_destroy(&t, rb);
 		json_object_put(meta);

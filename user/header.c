@@ -141,6 +141,97 @@ static json *json_request_bounds(const struct tracer *t)
 	return o;
 }
 
+/* the collector itself: its version, its libbpf and how it was linked, and its own cost */
+static json *json_collector(const struct run_info *ri)
+{
+	json *o = jobj();
+	char libbpf[32];
+	snprintf(libbpf, sizeof(libbpf), "%u.%u", libbpf_major_version(), libbpf_minor_version());
+	jset(o, "version", jstr(FSTRACE_VERSION));
+	jset(o, "libbpf", jstr(libbpf));
+	jset(o, "static", jbool(FSTRACE_STATIC));
+	/* its own cost beside its programs' (probes' run_ns): reading and filing the records, the windows, the
+	 * expositions, over the traced interval (time.start_ns to end_ns) */
+	jset(o, "cpu_ns", ju64(ri->cpu_end_ns - ri->cpu_start_ns));
+	return o;
+}
+
+static json *json_kernel(const struct utsname *u)
+{
+	json *o = jobj();
+	jset(o, "release", jstr(u->release));
+	jset(o, "version", jstr(u->version));
+	jset(o, "machine", jstr(u->machine));
+	return o;
+}
+
+static json *json_time(const struct run_info *ri)
+{
+	json *o = jobj();
+	jset(o, "start_ns", ju64(ri->t_start));
+	jset(o, "end_ns", ju64(ri->t_end));
+	jset(o, "start_realtime_ns", ju64(ri->t_start_real));
+	jset(o, "load_attach_ns", ju64(ri->t_attached - ri->t_load0));
+	return o;
+}
+
+static json *json_workload(const struct run_info *ri)
+{
+	json *o = jobj();
+	jset(o, "start_ns", ju64(ri->child > 0 ? ri->t_child_go : ri->t_start));
+	jset(o, "end_ns", ju64(ri->t_child_exit));
+	/* the collector's own CPU time while the command ran (to the end of tracing): what it took beside the
+	 * workload, --budget's calibration before it left out */
+	jset(o, "collector_cpu_ns", ri->child > 0 ? ju64(ri->cpu_end_ns - ri->cpu_go_ns) : NULL);
+	jset(o, "exit_status", ji64(ri->child > 0 && WIFEXITED(ri->wstatus) ? WEXITSTATUS(ri->wstatus) : -1));
+	jset(o, "signal", ji64(ri->child > 0 && WIFSIGNALED(ri->wstatus) ? WTERMSIG(ri->wstatus) : 0));
+	jset(o, "interrupted", jbool(ri->interrupted));
+	return o;
+}
+
+/* how the work functions the programs tell apart were found */
+static json *json_work_functions(const struct tracer *t)
+{
+	json *o = jobj();
+	jset(o, "found_by", jstr(t->ksyms_asked ? "bpf_kallsyms_lookup_name" : "/proc/kallsyms"));
+	/* which of them this kernel has, not where: a kernel address would give away its KASLR offset, and results
+	 * files are made to be copied to other machines */
+	json *found = jset(o, "found", jobj());
+	for (int i = 0; i < NR_WORK_FNS; i++)
+		jset(found, work_fn_names[i], jbool(t->work_fn_addrs[i] != 0));
+	return o;
+}
+
+static json *json_io_stack_sampling(void)
+{
+	json *o = jobj();
+	jset(o, "mode", jstr(!opt.sample_hz ? "off" : (opt.io_stacks_all ? "all" : "sampled")));
+	jset(o, "every_ns", ju64(FST_IO_STACK_EVERY_NS));
+	jset(o, "unsampled_id", ji64(FST_STACK_UNSAMPLED));
+	/* --budget: taken only while the request hooks are attached, like the other samples (user/window.c) */
+	jset(o, "windows_only", jbool(window_io_stacks()));
+	return o;
+}
+
+/* the in-flight entries expired (block.bpf.c expire_stale) */
+static json *json_expired_in_flight(const struct tracer *t, const struct run_info *ri)
+{
+	json *o = jobj();
+	jset(o, "bios", ju64(ri->expired.bios));
+	jset(o, "requests", ju64(ri->expired.requests));
+	jset(o, "work_items", ju64(ri->expired.work_items));
+	jset(o, "after_ns", ju64(FST_STALE_NS));
+	/* a walk of one slice of every table per run: an entry goes between after_ns and after_ns + pass_ns */
+	jset(o, "pass_ns", ju64(FST_EXPIRE_SLICES * FST_EXPIRE_EVERY_NS));
+	/* from buckets with no free slot only (block.bpf.c expire_stale); older collectors expired every entry
+	 * that old, in flight or not */
+	jset(o, "full_buckets_only", jbool(true));
+	jset(o, "run_failures", ju64(ri->expired.run_failures));
+	if (t->plain) /* nothing walked: the counts are unavailable, not 0 */
+		jset(o, "unavailable", jstr("the plain BPF build's in-flight tables are hash maps, not walked"));
+	return o;
+}
+
 json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 {
 	const struct fst_cfg *cfg = tracer_cfg(t);
@@ -150,19 +241,8 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 	jset(h, "format", jstr("fstrace-results"));
 	jset(h, "format_version", ji64(FST_RESULTS_FORMAT));
 	jset(h, "records_version", ji64(FST_RECORDS_VERSION));
-	o = jset(h, "collector", jobj());
-	char libbpf[32];
-	snprintf(libbpf, sizeof(libbpf), "%u.%u", libbpf_major_version(), libbpf_minor_version());
-	jset(o, "version", jstr(FSTRACE_VERSION));
-	jset(o, "libbpf", jstr(libbpf));
-	jset(o, "static", jbool(FSTRACE_STATIC));
-	/* its own cost beside its programs' (probes' run_ns): reading and filing the records, the windows, the
-	 * expositions, over the traced interval (time.start_ns to end_ns) */
-	jset(o, "cpu_ns", ju64(ri->cpu_end_ns - ri->cpu_start_ns));
-	o = jset(h, "kernel", jobj());
-	jset(o, "release", jstr(u.release));
-	jset(o, "version", jstr(u.version));
-	jset(o, "machine", jstr(u.machine));
+	jset(h, "collector", json_collector(ri));
+	jset(h, "kernel", json_kernel(&u));
 	jset(h, "host", jstr(u.nodename));
 	jset(h, "tracer_frame_prefix", jstr(TRACER_FRAME_PREFIX));
 	/* records.h's encodings, as numbers: kernel dev_t = major << minor_bits | minor; a block request's op */
@@ -171,31 +251,19 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 	o = jset(h, "io_op", jobj());
 	jset(o, "cmd_flags_mask", ji64(FST_OP_MASK));
 	jset(h, "clock", jstr("CLOCK_MONOTONIC ns (bpf_ktime_get_ns)"));
-	o = jset(h, "time", jobj());
-	jset(o, "start_ns", ju64(ri->t_start));
-	jset(o, "end_ns", ju64(ri->t_end));
-	jset(o, "start_realtime_ns", ju64(ri->t_start_real));
-	jset(o, "load_attach_ns", ju64(ri->t_attached - ri->t_load0));
+	jset(h, "time", json_time(ri));
 	o = jset(h, "probes", jarr());
 	for (int g = 0; g < nr_probe_groups; g++)
 		json_probes(o, probe_groups[g].probes, probe_groups[g].n);
 	jset(h, "loop_charging", jbool(cfg->loop_rootcg_workfn != 0));
 	jset(h, "filter", json_filter(ri->child));
-	o = jset(h, "workload", jobj());
-	jset(o, "start_ns", ju64(ri->child > 0 ? ri->t_child_go : ri->t_start));
-	jset(o, "end_ns", ju64(ri->t_child_exit));
-	/* the collector's own CPU time while the command ran (to the end of tracing): what it took beside the
-	 * workload, --budget's calibration before it left out */
-	jset(o, "collector_cpu_ns", ri->child > 0 ? ju64(ri->cpu_end_ns - ri->cpu_go_ns) : NULL);
-	jset(o, "exit_status", ji64(ri->child > 0 && WIFEXITED(ri->wstatus) ? WEXITSTATUS(ri->wstatus) : -1));
-	jset(o, "signal", ji64(ri->child > 0 && WIFSIGNALED(ri->wstatus) ? WTERMSIG(ri->wstatus) : 0));
-	jset(o, "interrupted", jbool(ri->interrupted));
+	jset(h, "workload", json_workload(ri));
 	jset(h, "devices", json_devices(ri));
 	jset(h, "drops", aggregates_drops(t->blk));
 	jset(h, "losses", aggregates_losses(t->blk));
 	if (!opt.block_only)
 		jset(h, "tracer_sites", aggregates_tracer_sites(t->blk));
-	/* path-based stat calls carry the file's device and inode (requests.bpf.c note_statbuf): placed like reads */
+	/* path-based stat calls carry the file's device and inode (req_file.bpf.h note_statbuf): placed like reads */
 	jset(h, "stat_calls_placed", jbool(true));
 	o = jset(h, "work_kinds_from_completion", jarr());
 #define FROM_COMPLETION_JSON(c) jpush(o, ju64(c));
@@ -211,39 +279,16 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 	o = jset(h, "task_state", jobj());
 	jset(o, "store", jstr(opt.block_only ? "none" : (t->task_storage_on ? "task_storage" : "pid_hash")));
 	jset(o, "why", jstr(opt.block_only ? "--block-only: no requests" : t->task_state_why));
-	o = jset(h, "work_functions", jobj()); /* how the work functions the programs tell apart were found */
-	jset(o, "found_by", jstr(t->ksyms_asked ? "bpf_kallsyms_lookup_name" : "/proc/kallsyms"));
-	/* which of them this kernel has, not where: a kernel address would give away its KASLR offset, and results
-	 * files are made to be copied to other machines */
-	json *found = jset(o, "found", jobj());
-	for (int i = 0; i < NR_WORK_FNS; i++)
-		jset(found, work_fn_names[i], jbool(t->work_fn_addrs[i] != 0));
+	jset(h, "work_functions", json_work_functions(t));
 	o = jset(h, "request_records", jobj());
 	jset(o, "mode", jstr(opt.records_all ? "all" : (opt.records_none ? "none" : "slow")));
 	jset(o, "record_over_ns", ju64((__u64)(opt.record_over_us * 1000.0)));
-	o = jset(h, "io_stack_sampling", jobj());
-	jset(o, "mode", jstr(!opt.sample_hz ? "off" : (opt.io_stacks_all ? "all" : "sampled")));
-	jset(o, "every_ns", ju64(FST_IO_STACK_EVERY_NS));
-	jset(o, "unsampled_id", ji64(FST_STACK_UNSAMPLED));
-	/* --budget: taken only while the request hooks are attached, like the other samples (user/window.c) */
-	jset(o, "windows_only", jbool(window_io_stacks()));
+	jset(h, "io_stack_sampling", json_io_stack_sampling());
 	o = jset(h, "reader", jobj());
 	jset(o, "wakeup_bytes", ju64(FST_RINGBUF_BYTES / 4));
 	jset(o, "ringbuf_bytes", ju64(FST_RINGBUF_BYTES));
 	jset(o, "poll_ms", ji64(ri->poll_ms));
-	o = jset(h, "expired_in_flight", jobj());
-	jset(o, "bios", ju64(ri->expired.bios));
-	jset(o, "requests", ju64(ri->expired.requests));
-	jset(o, "work_items", ju64(ri->expired.work_items));
-	jset(o, "after_ns", ju64(FST_STALE_NS));
-	/* a walk of one slice of every table per run: an entry goes between after_ns and after_ns + pass_ns */
-	jset(o, "pass_ns", ju64(FST_EXPIRE_SLICES * FST_EXPIRE_EVERY_NS));
-	/* from buckets with no free slot only (block.bpf.c expire_stale); older collectors expired every entry
-	 * that old, in flight or not */
-	jset(o, "full_buckets_only", jbool(true));
-	jset(o, "run_failures", ju64(ri->expired.run_failures));
-	if (t->plain) /* nothing walked: the counts are unavailable, not 0 */
-		jset(o, "unavailable", jstr("the plain BPF build's in-flight tables are hash maps, not walked"));
+	jset(h, "expired_in_flight", json_expired_in_flight(t, ri));
 	jset(h, "sampling", json_sampling(t->smp, opt.sample_hz, t->sample_why));
 	/* --budget: when the request hooks were attached, and what the analysis weights by */
 	jset(h, "request_windows", window_header(ri->t_start, ri->t_end));

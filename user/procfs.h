@@ -44,7 +44,7 @@ long long proc_number(const char *path);
  * to *delta the calls made since its previous call by the traced threads; false when the iterator cannot be read.
  * *new_since_ns is the iterator's (tasks.bpf.c new_since_ns), set here.  A thread seen for the first time counts
  * whole when it started after the previous call, else from its first sighting; one that exited left its counts
- * in exited_fd (requests.bpf.c exited_calls, kernel_state.h struct fst_task_calls by struct fst_thread_key), taken out
+ * in exited_fd (req_fork_exit.bpf.h exited_calls, kernel_state.h struct fst_task_calls by struct fst_thread_key), taken out
  * here.
  */
 struct io_calls {
