@@ -200,3 +200,8 @@ $(TEST_C_OUT)/%_test: tests/c/%_test.c $(USER_HDRS) bpf/records.h bpf/kernel_sta
 
 test-c: $(TEST_C_BINS)
 	@for t in $(TEST_C_BINS); do $$t || exit 1; done
+
+# The kernel side's handlers run by the kernel on forged inputs (BPF_PROG_TEST_RUN) through the collector's
+# skeletons: tests/c/bpf_test_run.c, run as root by tests/test_bpf_test_run.py (bpf lane)
+$(OUT)/bpf-test-run: tests/c/bpf_test_run.c $(OUT)/block.skel.h $(OUT)/requests.skel.h bpf/records.h bpf/kernel_state.h | $(OUT)
+	$(CC) $(USER_CFLAGS) $< -o $@ -lbpf -lelf -lz -lcmocka
