@@ -68,6 +68,7 @@ from cli.runner import COLLECTOR, DEFAULT_BUDGET_PCT, Tracing, die_with_parent, 
 from cli.serve import COLLECTOR_OPTIONS as SERVE_OPTIONS
 from cli.signals import Interrupted, install_signal_handlers, stop_process
 from common.system import Cleanup, FstraceError, losetup, mount, write_json_atomic
+from scripts.overhead_report import FIGURES, ms_list, render
 from workloads import catalog, dataset, images
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -373,11 +374,6 @@ def idle_run(config, devs, work, seconds):
     return (c1 - c0) / (t1 - t0) * 1e3
 
 
-def ms_list(ms):
-    """Per-run figures as text, "-" for a run without one."""
-    return ", ".join("%.1f" % m if m is not None else "-" for m in ms)
-
-
 def idle_collector(windowed, devs, work, seconds=IDLE_S):
     """Rows of the windowed configurations' collector CPU ms per second of an idle seconds, IDLE_RUNS runs each,
     with the machine's threads and with IDLE_THREADS more."""
@@ -638,6 +634,22 @@ BUDGET_NOT_BELOW = 0.98
 ALWAYS_ON_LIMIT_MS_PER_S = 5
 
 
+def poisson_upper_95(k):
+    """The exact (Garwood) two-sided 95 % upper bound of a Poisson mean with k events seen: the mean whose
+    chance of k or fewer is 2.5 % (bisection on the cumulative distribution)."""
+    def at_most_k(mu):
+        term = total = math.exp(-mu)
+        for i in range(1, k + 1):
+            term *= mu / i
+            total += term
+        return total
+    lo, hi = float(k), k + 10.0 + 10 * math.sqrt(k + 1)
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if at_most_k(mid) > 0.025 else (lo, mid)
+    return (lo + hi) / 2
+
+
 def verdict(interval, target, coverage):
     """met / not met when the median's 95 % interval is wholly on one side of the target, else undecided."""
     lo, hi = interval
@@ -648,7 +660,8 @@ def verdict(interval, target, coverage):
 
 def coverage_row(cfg, case, wc):
     """The target row of fio's count against a windowed configuration's 95 % interval (window_counts: wc)."""
-    return {"what": "%s: fio's count inside the 95 %% interval, %s" % (cfg, case), "target": "every repetition",
+    return {"kind": "short-case-windows",
+            "what": "%s: fio's count inside the 95 %% interval, %s" % (cfg, case), "target": "every repetition",
             "median": wc["covered"],
             "verdict": "%d of %d repetitions with an interval%s" % (
                 wc["covered"], wc["with_interval"],
@@ -667,7 +680,8 @@ def always_on_row(cfg, case, r):
     med = always_on_ms_per_s(costs) + c_med
     lo, hi = always_on_ms_per_s(costs, 0) + c_lo, always_on_ms_per_s(costs, 1) + c_hi
     limit = ALWAYS_ON_LIMIT_MS_PER_S
-    return {"what": "%s: always-on programs + collector, CPU ms per s of %s" % (cfg, case), "target": "<= %g" % limit,
+    return {"kind": "always-on", "what": "%s: always-on programs + collector, CPU ms per s of %s" % (cfg, case),
+            "target": "<= %g" % limit,
             "median": med, "range": [lo, hi],
             "verdict": "met" if hi <= limit else "not met" if lo > limit else
             "undecided (the runs' range spans it)"}
@@ -676,7 +690,7 @@ def always_on_row(cfg, case, r):
 def completion_row(cfg, case, ours, biolatency):
     """The target row of the block_rq_complete programs' cost per completion of cfg against biolatency's, each
     over the runs with the statistics on (completion_costs), in the same bench."""
-    row = {"what": "%s: block_rq_complete ns per completion vs biolatency, %s" % (cfg, case),
+    row = {"kind": "completion-cost", "what": "%s: block_rq_complete ns per completion vs biolatency, %s" % (cfg, case),
            "target": "<= biolatency"}
     f = (ours or {}).get("ns_per_completion")
     b = (biolatency or {}).get("ns_per_completion")
@@ -693,18 +707,15 @@ def completion_row(cfg, case, ours, biolatency):
                               "undecided (the runs' ranges overlap): ") + text)
 
 
-FIGURES = (("requests", "request estimate"), ("block", "windowed block requests"),
-           ("erofs", "windowed erofs reads"))
-
-
 def targets(out):
     """Each target of the run: the median, its interval, and whether this run shows it met."""
     rows = []
 
-    def ratio_row(what, res, cfg, target):
+    def ratio_row(kind, what, res, cfg, target):
         """The ratio target row of cfg, beside its floor's ratio where the run has it (FLOOR_OF)."""
         q = res[cfg]["ratio_to_none"]
-        row = {"what": what, "target": ">= %g" % target, "median": q["median"], "interval": q["median_interval"],
+        row = {"kind": kind,
+               "what": what, "target": ">= %g" % target, "median": q["median"], "interval": q["median_interval"],
                "coverage": q["median_interval_coverage"],
                "verdict": verdict(q["median_interval"], target, q["median_interval_coverage"])}
         fq = (res.get(FLOOR_OF[cfg]) or {}).get("ratio_to_none") or {}
@@ -720,13 +731,13 @@ def targets(out):
         res = out["cases"].get(case, {})
         full = res.get("fstrace-full")
         if full and full["ratio_to_none"].get("median_interval"):
-            rows.append(ratio_row("fstrace-full ratio, " + case, res, "fstrace-full", target))
+            rows.append(ratio_row("full-ratio", "fstrace-full ratio, " + case, res, "fstrace-full", target))
         for cfg in WINDOWED:
             r = res.get(cfg)
             q = r and r["ratio_to_none"]
             if q and q.get("median_interval"):
-                rows.append(ratio_row("%s (budget %g %%) ratio, %s" % (cfg, DEFAULT_BUDGET_PCT, case), res, cfg,
-                                      BUDGET_TARGET))
+                rows.append(ratio_row("budget-ratio", "%s (budget %g %%) ratio, %s" % (cfg, DEFAULT_BUDGET_PCT, case),
+                                      res, cfg, BUDGET_TARGET))
                 at_not_below[cfg].append((case, verdict(q["median_interval"], BUDGET_NOT_BELOW,
                                                         q["median_interval_coverage"])))
             wc = (r or {}).get("window_counts")
@@ -741,7 +752,8 @@ def targets(out):
         if pair and pair.get("median_interval"):
             lo, hi = pair["median_interval"]
             cover = pair["median_interval_coverage"]
-            rows.append({"what": "fstrace-block / biolatency throughput, " + case, "target": "not below 1",
+            rows.append({"kind": "block-vs-biolatency",
+                         "what": "fstrace-block / biolatency throughput, " + case, "target": "not below 1",
                          "median": pair["median"], "interval": [lo, hi], "coverage": cover,
                          "verdict": verdict([lo, hi], 1.0, cover) if cover < 0.95 else
                          "not met (shown below)" if hi < 1 else "met (shown at least equal)" if lo >= 1
@@ -750,7 +762,8 @@ def targets(out):
         if vs:
             below = [case for case, v in vs if v == "not met"]
             open_ = [case for case, v in vs if v.startswith("undecided (too few")]
-            rows.append({"what": "%s (budget %g %%): no case not met at %g" % (cfg, DEFAULT_BUDGET_PCT,
+            rows.append({"kind": "budget-not-below", "what": "%s (budget %g %%): no case not met at %g" % (
+                cfg, DEFAULT_BUDGET_PCT,
                                                                             BUDGET_NOT_BELOW),
                          "target": "no case below", "median": len(below),
                          "verdict": "not met (shown below %g: %s)" % (BUDGET_NOT_BELOW, ", ".join(below)) if below
@@ -762,31 +775,40 @@ def targets(out):
             runs = [r for r in cov.get("runs", []) if r["config"] == cfg and r["start"] == start]
             for key, what in FIGURES if runs else ():
                 checks = [r[key] for r in runs]
-                rows.append({"what": "%s: true count inside the 95 %% interval, %s, %g s %s randread" % (
-                    cfg, what, cov["runtime_s"], start), "target": "every run",
-                    "median": sum(1 for c in checks if c.get("covered")), "verdict": coverage_verdict(checks)})
+                row = {"kind": "estimate-" + key,
+                       "what": "%s: true count inside the 95 %% interval, %s, %g s %s randread" % (
+                    cfg, what, cov["runtime_s"], start), "target": "every run", "verdict": coverage_verdict(checks)}
+                if any(c["available"] for c in checks):  # the runs whose interval held the true count
+                    row["median"] = sum(1 for c in checks if c.get("covered"))
+                rows.append(row)
     drops = [r["dropped"]["max"] for res in out["cases"].values() for c, r in res.items()
              if c in out["configs"] and r.get("dropped") is not None]
     if drops:
-        rows.append({"what": "dropped records, every fstrace run", "target": "0", "median": max(drops),
+        rows.append({"kind": "drops", "what": "dropped records, every fstrace run", "target": "0", "median": max(drops),
                      "verdict": "met" if max(drops) == 0 else "not met"})
     for case, res in out["cases"].items():
         la = res.get("fstrace-full", {}).get("load_attach_s")
         if la and la.get("median_interval"):
             lo, hi = la["median_interval"]
             cover = la["median_interval_coverage"]
-            rows.append({"what": "load+attach s, fstrace-full, " + case, "target": "< 0.3", "median": la["median"],
+            rows.append({"kind": "load-attach",
+                         "what": "load+attach s, fstrace-full, " + case, "target": "< 0.3", "median": la["median"],
                          "interval": [lo, hi], "coverage": cover,
                          "verdict": verdict([lo, hi], 0.3, cover) if cover < 0.95 else
                          "met" if hi < 0.3 else "not met" if lo >= 0.3 else "undecided (the interval spans it)"})
     a = out.get("analysis")
     if a:
-        rows.append({"what": "analysis s per million records", "target": "< 2", "median": a["seconds_per_million"],
+        rows.append({"kind": "analysis",
+                     "what": "analysis s per million records", "target": "< 2", "median": a["seconds_per_million"],
                      "verdict": "met" if a["seconds_per_million"] < 2 else "not met"})
     sm = (out.get("main_command") or {}).get("tracer", {}).get("sampled") or {}
     if sm.get("share_95"):
         lo, hi = sm["share_95"]
-        rows.append({"what": "tracer's share of in-request samples, main command", "target": "< 0.10",
+        # the summary's interval is the normal one, which a count of a few samples (none: 0-0) makes too narrow:
+        # the top is at least the exact Poisson one's
+        hi = min(max(hi, poisson_upper_95(sm["tracer_samples"]) / sm["samples"]), 1.0)
+        rows.append({"kind": "tracer-share",
+                     "what": "tracer's share of in-request samples, main command", "target": "< 0.10",
                      "median": sm["share"], "interval": [lo, hi], "coverage": 0.95,
                      "verdict": ("met" if hi < 0.10 else "not met" if lo >= 0.10 else
                                  "undecided (the interval spans it)")})
@@ -827,12 +849,19 @@ def machine():
         except OSError:
             return None
     mem = first("/proc/meminfo", "MemTotal")
-    virt = subprocess.run(["systemd-detect-virt"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                          text=True).stdout.strip() if shutil.which("systemd-detect-virt") else None
+
+    def detect(kind):
+        """systemd-detect-virt's answer for kind (--vm, --container), None for none or without the command."""
+        if not shutil.which("systemd-detect-virt"):
+            return None
+        answer = subprocess.run(["systemd-detect-virt", kind], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                text=True).stdout.strip()
+        return answer if answer and answer != "none" else None
     u = os.uname()
     return {"arch": u.machine, "kernel": u.release, "cpus": os.cpu_count(),
             "cpu_model": first("/proc/cpuinfo", "model name"),
-            "memory_gib": round(int(mem.split()[0]) / 2**20, 1) if mem else None, "virtualization": virt or None}
+            "memory_gib": round(int(mem.split()[0]) / 2**20, 1) if mem else None, "vm": detect("--vm"),
+            "container": detect("--container")}
 
 
 def bench_args(argv):
@@ -968,9 +997,10 @@ def main():
                     res[cfg]["always_on_ms_per_s"] = always_on_ms_per_s(res[cfg]["probe_costs"])
             res["completion_cost"] = {cfg: completion_costs(stat_infos[cfg]) for cfg in stat_cfgs
                                       if cfg in WINDOWED or cfg == "biolatency"}
-            for infos_of in [stat_infos.get("fstrace-full") or [], infos.get("fstrace-full") or []]:
-                if infos_of and not out.get("tiers"):
-                    out["tiers"] = infos_of[0]["tiers"]
+            if not out.get("tiers"):  # what measured: fstrace-full's probes' tiers, else another configuration's
+                cfg = next((c for c in ["fstrace-full"] + list(FSTRACE_CONFIGS) if infos.get(c)), None)
+                if cfg:
+                    out["tiers"] = {"config": cfg, "probes": infos[cfg][0]["tiers"]}
             out["cases"][name] = res
         windowed = [c for c in WINDOWED if c in have]
         if windowed and "fio-randread-4k-warm" in cases_wanted:
@@ -989,82 +1019,6 @@ def main():
     write_json_atomic(args.out, out, indent=1)
     print(render(out))
     log("wrote " + args.out)
-
-
-def target_value(t):
-    """A target row's figure as text: its median and interval (or range), and its floor's, where it has them."""
-    if "median" not in t:
-        return "-"
-    text = "%s %.3f" % ("median" if "interval" in t or "range" in t else "value", t["median"])
-    if "interval" in t:
-        text += ", %.0f %% interval %.3f-%.3f" % (100 * t["coverage"], *t["interval"])
-    if "range" in t:
-        text += ", range %.3f-%.3f" % tuple(t["range"])
-    if "floor_median" in t:
-        text += " (floor %.3f, %.3f-%.3f)" % (t["floor_median"], *t["floor_interval"])
-    return text
-
-
-def check_text(c):
-    """One run's check of a windowed figure as text (figure_check)."""
-    if not c["available"]:
-        return "unavailable (%s)" % c["why"]
-    return "%.0f (%.0f-%.0f) vs %d %s" % (c["estimate"], *c["interval95"], c["truth"],
-                                         "inside" if c["covered"] else "OUTSIDE")
-
-
-def render(out):
-    lines = ["%-22s %-20s %28s %22s %14s %14s %9s %9s %13s" % ("case", "config", "throughput MiB/s min/med/max",
-                                                                 "ratio min/med/max", "med interval", "records/s med",
-                                                                 "dropped", "attach s", "collector ms/s")]
-    for case, res in out["cases"].items():
-        for cfg, r in res.items():
-            if cfg not in out["configs"]:
-                continue
-            t, q = r["throughput_bytes_per_s"], r["ratio_to_none"]
-            lines.append("%-22s %-20s %9.1f %8.1f %8.1f   %6.3f %6.3f %6.3f %14s %14s %9s %9s %13s" % (
-                case, cfg, t["min"] / 2**20, t["median"] / 2**20, t["max"] / 2**20, q["min"], q["median"], q["max"],
-                "%.3f-%.3f" % tuple(q["median_interval"]) if q.get("median_interval") else "-",
-                "%.0f" % r["records_per_s"]["median"] if r.get("records_per_s") else "-",
-                "%d" % r["dropped"]["max"] if r.get("dropped") is not None else "-",
-                "%.3f" % r["load_attach_s"]["median"] if r.get("load_attach_s") else "-",
-                "%.1f" % r["collector_ms_per_s"]["median"] if r.get("collector_ms_per_s") else "-"))
-    for case, res in out["cases"].items():
-        for cfg, r in res.items():
-            if cfg not in out["configs"]:
-                continue
-            for p in r.get("probe_costs") or []:
-                lo, hi = p.get("ns_per_event_range") or (p["ns_per_event"], p["ns_per_event"])
-                lines.append("  per-event cost %-22s %-18s %-34s %10.0f events/s %8.0f ns/event (%.0f-%.0f)%s" % (
-                    case, cfg, p["program"][:34], p["events_per_s"] or 0, p["ns_per_event"] or 0, lo, hi,
-                    " windowed" if p.get("windowed") else ""))
-    for t in out.get("targets", []):
-        lines.append("target %-58s %-14s %s: %s" % (t["what"], t["target"], target_value(t), t["verdict"]))
-    for case, res in out["cases"].items():
-        for cfg, cc in (res.get("completion_cost") or {}).items():
-            c = cc["ns_per_completion"]
-            lines.append("  block_rq_complete %-22s %-20s %s ns per completion (runs: %s)" % (
-                case, cfg, "%.0f (%.0f-%.0f)" % (c["median"], c["min"], c["max"]) if c else "-",
-                ", ".join("%.0f" % x if x is not None else "-" for x in cc["runs"])))
-    cov = out.get("window_coverage") or {}
-    for r in cov.get("runs", []):
-        lines.append("  %g s %s randread %-20s %s" % (cov["runtime_s"], r["start"], r["config"], "; ".join(
-            "%s %s" % (key, check_text(r[key])) for key, _ in FIGURES)))
-    m = out.get("main_command")
-    if m:
-        sm = m["tracer"].get("sampled") or {}
-        lines.append("main command (%s): tracer part %.1f %% of request time (sampled timing); %.1f %% of on-CPU "
-                     "samples inside requests are fstrace's (95 %%: %.1f-%.1f %%)" % (
-                         m["command"], 100 * (m["tracer"]["part_share"] or 0), 100 * (sm.get("share") or 0),
-                         100 * sm["share_95"][0] if sm.get("share_95") else 0,
-                         100 * sm["share_95"][1] if sm.get("share_95") else 0))
-    for r in (out.get("idle") or {}).get("rows", []):
-        lines.append("idle collector %-20s beside %5d threads: %s ms/s" % (
-            r["config"], r["threads"], ms_list(r["collector_ms_per_s"])))
-    a = out["analysis"]
-    lines.append("analysis: %d records in %.2f s = %.2f s per million records (dropped while recording: %d)"
-                 % (a["records"], a["seconds"], a["seconds_per_million"], a["dropped"]))
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

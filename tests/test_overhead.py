@@ -5,6 +5,7 @@ No timing thresholds here: the cost itself is measured by `make bench-overhead`.
 import json
 import os
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -13,7 +14,7 @@ import pytest
 from analysis import hist, results, sampling
 from analysis import summary as S
 from analysis.summary import enum_value
-from conftest import COLLECTOR, assert_exact_partition, drop_caches, offcpu_by_reason, run_workload, trace_python
+from conftest import COLLECTOR, ROOT, assert_exact_partition, drop_caches, offcpu_by_reason, run_workload, trace_python
 
 
 @pytest.fixture(scope="module")
@@ -649,6 +650,92 @@ def test_bench_windowed_figures_against_their_true_counts():
         .startswith("not met")
     assert rows["fstrace-attach: true count inside the 95 % interval, request estimate, 30 s cold randread"] \
         == "met (2 of 2 runs)"
+
+
+@pytest.mark.unit
+def test_bench_tracer_share_with_few_samples_is_not_met_by_a_zero_interval():
+    """The main command's tracer share: with no fstrace sample among a few inside requests the normal interval is
+    0-0; the bench takes the exact Poisson top instead (3.689 events for none seen, 8.767 for 3), so 10 samples
+    decide nothing and 1000 do."""
+    from scripts import bench_overhead as B
+    assert B.poisson_upper_95(0) == pytest.approx(3.689, abs=1e-3)
+    assert B.poisson_upper_95(3) == pytest.approx(8.767, abs=1e-3)  # chi-square(0.975, 8) / 2
+
+    def row(samples, tracer):
+        out = {"configs": [], "cases": {}, "main_command": {"tracer": {"sampled": {
+            "samples": samples, "tracer_samples": tracer, "share": tracer / samples, "share_95": [0.0, 0.0]}}}}
+        return next(r for r in B.targets(out) if r["kind"] == "tracer-share")
+    assert row(10, 0)["verdict"] == "undecided (the interval spans it)"
+    assert row(10, 0)["interval"][1] == pytest.approx(0.3689, abs=1e-4)
+    assert row(1000, 0)["verdict"] == "met"
+
+
+def forged_run():
+    """A bench's JSON, as scripts.bench_overhead writes it, of one windowed configuration on one case."""
+    from scripts import bench_overhead as B
+    stats = {"min": 1e8, "median": 1.1e8, "max": 1.2e8}
+    res = {"none": {"throughput_bytes_per_s": stats, "ratio_to_none": {"min": 1, "median": 1, "max": 1}},
+           "fstrace-attach": dict(forged_ratio(0.99, 0.986, 1.0), throughput_bytes_per_s=stats,
+                                  probe_costs=[{"program": "block_rq_complete", "events_per_s": 1000,
+                                                "ns_per_event": 300, "ns_per_event_range": [250, 350],
+                                                "windowed": False}])}
+    res["fstrace-attach"]["ratio_to_none"].update(min=0.95, max=1.02)
+    out = {"configs": ["none", "fstrace-attach"], "reps": 6, "scale": 0.02, "kernel": "6.18.0",
+           "machine": {"arch": "x86_64", "cpus": 2, "cpu_model": "Xeon", "memory_gib": 23.5, "vm": "kvm",
+                       "container": None},
+           "bench_args": ["--reps", "6", "--scale", "0.02"], "started_utc": "2026-12-06T23:00:00Z",
+           "ended_utc": "2026-12-06T23:10:00Z", "tiers": {"config": "fstrace-attach",
+                                                          "probes": {"sys_enter": "tp_btf", "sys_exit": "tp_btf"}},
+           "cases": {"fio-randread-4k-cold": res}}
+    out["targets"] = B.targets(out)
+    return out
+
+
+@pytest.mark.unit
+def test_overhead_report_says_what_ran_and_each_targets_outcome(tmp_path):
+    """The generated report of a run states its command, machine, kernel, tiers and dates, every target with its
+    outcome, and the full output; README's table counts each kind of target's outcomes; bad input is one line."""
+    from scripts import overhead_report as R
+    out = forged_run()
+    md = R.render_markdown(out)
+    assert '`sudo make bench-overhead BENCH_ARGS="--reps 6 --scale 0.02"`' in md
+    assert "2026-12-06T23:00:00Z, 2026-12-06T23:10:00Z" in md and "| kernel | 6.18.0 |" in md
+    assert "virtual machine: kvm" in md and "fstrace-attach's probes: tp_btf: sys_enter, sys_exit" in md
+    for t in out["targets"]:
+        assert "| %s |" % R.cell(t["verdict"]) in md
+    assert "| fstrace-attach (budget 1 %) ratio, fio-randread-4k-cold | >= 0.985 | median 0.990, 96 % interval " \
+        "0.986-1.000 | met |" in md
+    assert R.render(out) in md
+    block = R.readme_block(out)
+    assert "| `attach` and `serve` (default budget): throughput ratio to untraced | median >= 0.985, every case " \
+        "| 1 met |" in block
+    # 300 ns (250-350) x 1000/s: 0.30 (0.25-0.35) ms/s
+    assert "| `attach` and `serve` (default budget): always-attached programs + collector | at most 5 ms CPU per " \
+        "s of workload, every case | 1 met |" in block
+    assert "| records dropped | none | not in this run |" in block
+    readme = "a\n%s\nold\n%s\nb\n" % (R.README_BEGIN, R.README_END)
+    assert R.replace_readme_block(readme, block) == "a\n%s\nb\n" % block
+    with pytest.raises(ValueError):
+        R.replace_readme_block("no block", block)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    p = subprocess.run([sys.executable, "-m", "scripts.overhead_report", str(bad)], cwd=ROOT,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1 and not p.stdout, p.stderr
+
+
+@pytest.mark.unit
+def test_generated_overhead_run_and_readme_table_are_the_renderers_output():
+    """docs/generated/overhead-run.md and README's overhead table are what `make docs-overhead-run` renders from the
+    JSON kept beside the report: neither is edited by hand, and both change together."""
+    from scripts import overhead_report as R
+    with open(os.path.join(ROOT, "docs", "generated", "overhead-run.json")) as f:
+        out = json.load(f)
+    with open(os.path.join(ROOT, "docs", "generated", "overhead-run.md")) as f:
+        assert f.read() == R.render_markdown(out)
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    assert R.readme_block(out) in readme
 
 
 def bench_mounts(pids):
