@@ -892,6 +892,8 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "bench-results",
                                                   "overhead-%s.json" % time.strftime("%Y%m%d-%H%M%S")))
     args = ap.parse_args()
+    if args.reps < 1 or args.cover_runs < 0 or args.cover_runtime_s <= 0 or args.idle_s <= 0:
+        sys.exit("bench: --reps must be 1 or more, --cover-runs 0 or more, --cover-runtime-s and --idle-s above 0")
     started = time.time()
     droot, manifest = dataset.ensure_default(args.cache, args.scale, log)
     single_ctx = catalog.context(droot, "single", manifest)

@@ -670,6 +670,16 @@ def test_bench_tracer_share_with_few_samples_is_not_met_by_a_zero_interval():
     assert row(1000, 0)["verdict"] == "met"
 
 
+@pytest.mark.unit
+@pytest.mark.parametrize("arg", ["--reps=0", "--cover-runs=-1", "--cover-runtime-s=0", "--idle-s=0"])
+def test_bench_bad_numbers_are_one_line_before_anything_runs(tmp_path, arg):
+    p = subprocess.run([sys.executable, "-m", "scripts.bench_overhead", arg, "--cache", str(tmp_path / "cache"),
+                        "--out", str(tmp_path / "o.json")], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True)
+    assert p.returncode == 1 and p.stderr.count("\n") == 1 and p.stderr.startswith("bench: --reps must be"), p.stderr
+    assert not os.listdir(tmp_path)
+
+
 def forged_run():
     """A bench's JSON, as scripts.bench_overhead writes it, of one windowed configuration on one case."""
     from scripts import bench_overhead as B
