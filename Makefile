@@ -45,7 +45,7 @@ LINK_LIBS := -static -ljson-c -lbpf -lelf -lz -lzstd -lm
 STATIC_FLAG := 1
 endif
 
-.PHONY: all clean vmlinux test test-unit test-c install deb bench-overhead bench-helpers vmtest FORCE
+.PHONY: all clean vmlinux test test-unit test-c install deb bench-overhead bench-helpers docs-overhead-run vmtest FORCE
 all: $(OUT)/fstrace-collect
 
 $(OUT):
@@ -170,10 +170,22 @@ $(OUT)/bench_helpers.bpf.o: scripts/bench_helpers.bpf.c vmlinux/$(ARCH)/vmlinux.
 $(OUT)/bench-helpers: scripts/bench_helpers.c $(OUT)/bench_helpers.skel.h $(OUT)/link-mode | $(OUT)
 	$(CC) $(USER_CFLAGS) $< -o $@ $(LINK_LIBS)
 
+# what tracing costs and whether the design targets are met (docs/overhead.md): prints it and writes BENCH_OUT
+BENCH_OUT ?= bench-results/overhead.json
 bench-overhead: all
 	./scripts/setup.sh
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bpftrace libbpf-tools >/dev/null
-	build/venv/bin/python3 -m scripts.bench_overhead $(BENCH_ARGS)
+	build/venv/bin/python3 -m scripts.bench_overhead --out $(BENCH_OUT) $(BENCH_ARGS)
+
+# docs/generated/overhead-run.md, the report of a bench-overhead run linked from docs/overhead.md, and README's
+# overhead table: rendered from the run's JSON (BENCH_OUT), whose copy is kept beside it (tests/test_overhead.py
+# renders both again and compares)
+OVERHEAD_RUN := docs/generated/overhead-run
+docs-overhead-run:
+	mkdir -p docs/generated
+	cp $(BENCH_OUT) $(OVERHEAD_RUN).json.tmp && mv $(OVERHEAD_RUN).json.tmp $(OVERHEAD_RUN).json
+	$(PYTHON) -m scripts.overhead_report $(OVERHEAD_RUN).json --readme README.md > $(OVERHEAD_RUN).md.tmp
+	mv $(OVERHEAD_RUN).md.tmp $(OVERHEAD_RUN).md
 
 # The fentry/kprobe tier on the kernel matrix (Debian 6.1 and 6.12, x86_64 and arm64) under QEMU (one vCPU under TCG, two under KVM); prints the table of
 # kernel x probe x tier chosen x fired / checked, the request boundaries' counts against fio's and each boundary

@@ -5,6 +5,7 @@ No timing thresholds here: the cost itself is measured by `make bench-overhead`.
 import json
 import os
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -13,7 +14,7 @@ import pytest
 from analysis import hist, results, sampling
 from analysis import summary as S
 from analysis.summary import enum_value
-from conftest import COLLECTOR, assert_exact_partition, drop_caches, offcpu_by_reason, run_workload, trace_python
+from conftest import COLLECTOR, ROOT, assert_exact_partition, drop_caches, offcpu_by_reason, run_workload, trace_python
 
 
 @pytest.fixture(scope="module")
@@ -514,6 +515,237 @@ def test_bench_always_on_cost_leaves_the_windowed_programs_out():
     assert B.collector_cpu_s({"collector": {"cpu_ns": 9_000_000}, "workload": {}, "time": t}) == pytest.approx(0.009)
     assert B.collector_ms_per_s({"collector_cpu_s": B.collector_cpu_s({"collector": {}, "time": t}),
                                  "span_s": 2.0}) is None
+
+
+def forged_ratio(median, lo, hi, coverage=0.96):
+    return {"ratio_to_none": {"median": median, "median_interval": [lo, hi], "median_interval_coverage": coverage}}
+
+
+@pytest.mark.unit
+def test_bench_budget_ratio_targets_every_case_and_none_below():
+    """attach and serve at their default budget: each case's median against 0.985 by its interval, and one row per
+    configuration that is not met when any case's interval lies below 0.98, undecided when a case had too few
+    repetitions for an interval, met otherwise."""
+    from scripts import bench_overhead as B
+    out = {"configs": [], "cases": {
+        "fio-randread-4k-cold": {"fstrace-attach": forged_ratio(0.98, 0.975, 0.99),
+                                 "fstrace-serve-budget": forged_ratio(0.99, 0.981, 0.995)},
+        "fio-randread-4k-warm": {"fstrace-attach": forged_ratio(0.995, 0.99, 1.0),
+                                 "fstrace-serve-budget": forged_ratio(1.0, 0.99, 1.01)},
+        "tar-seqread-cold": {"fstrace-attach": forged_ratio(0.96, 0.95, 0.97),
+                             "fstrace-serve-budget": forged_ratio(0.99, 0.98, 1.0)}}}
+    rows = {r["what"]: r for r in B.targets(out)}
+    ratio = "%s (budget 1 %%) ratio, %s"
+    assert rows[ratio % ("fstrace-attach", "fio-randread-4k-cold")]["target"] == ">= 0.985"
+    assert rows[ratio % ("fstrace-attach", "fio-randread-4k-cold")]["verdict"].startswith("undecided")
+    assert rows[ratio % ("fstrace-attach", "fio-randread-4k-warm")]["verdict"] == "met"
+    assert rows[ratio % ("fstrace-attach", "tar-seqread-cold")]["verdict"] == "not met"
+    assert rows[ratio % ("fstrace-serve-budget", "fio-randread-4k-cold")]["verdict"] == \
+        "undecided (the interval spans it)"
+    below = "%s (budget 1 %%): no case not met at 0.98"
+    assert rows[below % "fstrace-attach"]["verdict"] == "not met (shown below 0.98: tar-seqread-cold)"
+    assert rows[below % "fstrace-serve-budget"]["verdict"] == "met (no case of 3 shown below 0.98)"
+    # too few repetitions for an interval in one case: nothing shown below, nothing shown either
+    out["cases"]["tar-seqread-cold"]["fstrace-serve-budget"] = forged_ratio(0.99, 0.97, 1.0, coverage=0.75)
+    rows = {r["what"]: r for r in B.targets(out)}
+    assert rows[below % "fstrace-serve-budget"]["verdict"].startswith("undecided (too few repetitions")
+
+
+@pytest.mark.unit
+def test_bench_always_on_target_is_five_ms_per_s_by_the_runs_range():
+    """The programs attached all the time (the windowed ones left out) plus the collector process, in CPU ms per
+    second of the workload, against 5: met when even the runs' highest costs and the collector's interval's top
+    stay within it, not met when even the lowest exceed it, else undecided."""
+    from scripts import bench_overhead as B
+
+    def case(ns_range, collector):
+        costs = [{"program": "block_rq_complete", "events_per_s": 10000, "ns_per_event": sum(ns_range) / 2,
+                  "ns_per_event_range": ns_range, "windowed": False},
+                 {"program": "sys_enter", "events_per_s": 1e6, "ns_per_event": 100, "ns_per_event_range": [90, 110],
+                  "windowed": True}]
+        r = dict(forged_ratio(1.0, 0.99, 1.01), probe_costs=costs,
+                 collector_ms_per_s={"median": collector[0], "median_interval": collector[1:]})
+        return {"configs": [], "cases": {"fio-randread-4k-cold": {"fstrace-attach": r}}}
+
+    def row(out):
+        return next(r for r in B.targets(out) if "always-on" in r["what"])
+    # 10 000 completions/s at 200-300 ns: 2-3 ms/s, and the collector's 1 (0.5-1.5): 2.5-4.5, within 5
+    r = row(case([200, 300], (1.0, 0.5, 1.5)))
+    assert r["verdict"] == "met" and r["target"] == "<= 5" and r["range"] == pytest.approx([2.5, 4.5])
+    assert r["median"] == pytest.approx(3.5)
+    assert row(case([200, 400], (1.0, 0.5, 2.5)))["verdict"].startswith("undecided")  # 2.5-6.5
+    assert row(case([500, 600], (1.0, 0.5, 1.5)))["verdict"] == "not met"  # 5.5-7.5
+
+
+@pytest.mark.unit
+def test_bench_completion_cost_against_biolatency_in_the_same_run():
+    """The block_rq_complete programs' run time per completed request (names the kernel cut to 15 characters
+    too), fstrace's windowed configuration's against biolatency's from the same bench: met when its every run is
+    at most biolatency's cheapest, not met when its cheapest is above biolatency's dearest, unavailable (never met)
+    without either."""
+    from scripts import bench_overhead as B
+    # an always-attached program on every completion and a windowed one on some: their time over the completions
+    assert B.completion_cost_ns([("block_rq_complete", 1000, 200000), ("block_rq_complete", 100, 50000),
+                                 ("sys_exit", 5000, 1000000)]) == 250
+    assert B.completion_cost_ns([("block_rq_comple", 10, 3000)]) == 300  # bpftool's name of biolatency's
+    assert B.completion_cost_ns([("sys_exit", 5, 100)]) is None
+    bio = B.completion_costs([{"probes": [("block_rq_comple", 10, 3000)]}, {"probes": [("block_rq_comple", 10, 3400)]}])
+    assert bio["ns_per_completion"] == {"min": 300, "median": 320, "max": 340}
+
+    def verdict(ours, biolatency):
+        res = dict(forged_ratio(1.0, 0.99, 1.01))
+        out = {"configs": [], "cases": {"fio-randread-4k-cold": {
+            "fstrace-attach": res, "completion_cost": {"fstrace-attach": B.completion_costs(
+                [{"probes": [("block_rq_complete", 10, 10 * ns)]} for ns in ours])}}}}
+        if biolatency is not None:
+            out["cases"]["fio-randread-4k-cold"]["completion_cost"]["biolatency"] = B.completion_costs(
+                [{"probes": [("block_rq_comple", 10, 10 * ns)]} for ns in biolatency])
+        return next(r for r in B.targets(out) if "per completion" in r["what"])["verdict"]
+    assert verdict([250, 280], [300, 340]).startswith("met: 265 ns (250-280) against biolatency's 320 ns")
+    assert verdict([350, 400], [300, 340]).startswith("not met")
+    assert verdict([290, 310], [300, 340]).startswith("undecided")
+    assert verdict([290, 310], None) == "unavailable (biolatency was not in this run)"
+    assert verdict([], [300]).startswith("unavailable (no block request completed")
+
+
+@pytest.mark.unit
+def test_bench_windowed_figures_against_their_true_counts():
+    """The 30 s runs' windowed block and erofs figures: estimate objects {"estimate", "interval95"} found under the
+    summary's devices and erofs sections, the device's read requests against the kernel's reads completed and
+    erofs's reads against fio's; a results file without them is unavailable with the reason, never met."""
+    from scripts import bench_overhead as B
+    summ = {"devices": {"7:0": {"requests": {"estimate": 1000.0, "interval95": [900.0, 1100.0], "seen": 30},
+                                "bytes": 4096000, "q2c_us": {"p50": 3}},
+                        "7:1": {"requests": 4}},
+            "erofs": {"events": {"map": {"estimate": 50.0, "interval95": [40.0, 60.0]}},
+                      "reads": {"estimate": 2000.0, "interval95": [1500.0, 2500.0]}}}
+    found = B.windowed_figure_estimates(summ)
+    assert [p for p, _ in found["devices"]["7:0"]] == [("requests",)] and found["devices"]["7:1"] == []
+    assert sorted(p for p, _ in found["erofs"]) == [("events", "map"), ("reads",)]
+    windows = {"estimate": 2100.0, "interval95": [1900.0, 2300.0], "fraction": 0.02, "windows": 12}
+    run = B.coverage_run({"windows": windows, "figures": found}, fio_ios=2000, dev="7:0", disk_reads=1050)
+    assert run["requests"]["covered"] and run["block"]["covered"] and run["erofs"]["covered"]
+    assert run["block"]["truth"] == 1050 and run["block"]["path"] == "requests"
+    outside = B.coverage_run({"windows": windows, "figures": found}, fio_ios=2000, dev="7:0", disk_reads=1200)
+    assert B.coverage_verdict([run["block"], run["block"]]) == "met (2 of 2 runs)"
+    assert B.coverage_verdict([run["block"], outside["block"]]).startswith("not met (1 of 2 runs outside: 1200 not")
+    # exact figures (every program attached all the time), or another layout: unavailable with the reason
+    bare = B.coverage_run({"windows": {"why": "one window: no interval"},
+                           "figures": B.windowed_figure_estimates({"devices": {"7:0": {"requests": 1050}},
+                                                                   "erofs": None})},
+                          fio_ios=2000, dev="7:0", disk_reads=1050)
+    for key in ("requests", "block", "erofs"):
+        assert not bare[key]["available"]
+    assert B.coverage_verdict([bare["block"]]).startswith("unavailable (the results have no estimate under devices/7:0")
+    assert B.coverage_verdict([bare["requests"]]) == "unavailable (one window: no interval)"
+    assert B.coverage_verdict([run["erofs"], bare["erofs"]]).startswith("undecided (1 of 2 runs inside")
+    two = B.count_estimate([(("a", "requests"), {"estimate": 1, "interval95": [0, 2]}),
+                            (("b", "requests"), {"estimate": 1, "interval95": [0, 2]})], ("requests",), "devices/7:0")
+    assert two[0] is None and "more than one" in two[1]
+    # the rows of the run: per configuration, start and figure
+    out = {"configs": [], "cases": {}, "window_coverage": {"runtime_s": 30, "runs": [
+        dict(run, config="fstrace-attach", start="cold"), dict(outside, config="fstrace-attach", start="cold")]}}
+    rows = {r["what"]: r["verdict"] for r in B.targets(out)}
+    assert rows["fstrace-attach: true count inside the 95 % interval, windowed block requests, 30 s cold randread"] \
+        .startswith("not met")
+    assert rows["fstrace-attach: true count inside the 95 % interval, request estimate, 30 s cold randread"] \
+        == "met (2 of 2 runs)"
+
+
+@pytest.mark.unit
+def test_bench_tracer_share_with_few_samples_is_not_met_by_a_zero_interval():
+    """The main command's tracer share: with no fstrace sample among a few inside requests the normal interval is
+    0-0; the bench takes the exact Poisson top instead (3.689 events for none seen, 8.767 for 3), so 10 samples
+    decide nothing and 1000 do."""
+    from scripts import bench_overhead as B
+    assert B.poisson_upper_95(0) == pytest.approx(3.689, abs=1e-3)
+    assert B.poisson_upper_95(3) == pytest.approx(8.767, abs=1e-3)  # chi-square(0.975, 8) / 2
+
+    def row(samples, tracer):
+        out = {"configs": [], "cases": {}, "main_command": {"tracer": {"sampled": {
+            "samples": samples, "tracer_samples": tracer, "share": tracer / samples, "share_95": [0.0, 0.0]}}}}
+        return next(r for r in B.targets(out) if r["kind"] == "tracer-share")
+    assert row(10, 0)["verdict"] == "undecided (the interval spans it)"
+    assert row(10, 0)["interval"][1] == pytest.approx(0.3689, abs=1e-4)
+    assert row(1000, 0)["verdict"] == "met"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("arg", ["--reps=0", "--cover-runs=-1", "--cover-runtime-s=0", "--idle-s=0"])
+def test_bench_bad_numbers_are_one_line_before_anything_runs(tmp_path, arg):
+    p = subprocess.run([sys.executable, "-m", "scripts.bench_overhead", arg, "--cache", str(tmp_path / "cache"),
+                        "--out", str(tmp_path / "o.json")], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True)
+    assert p.returncode == 1 and p.stderr.count("\n") == 1 and p.stderr.startswith("bench: --reps must be"), p.stderr
+    assert not os.listdir(tmp_path)
+
+
+def forged_run():
+    """A bench's JSON, as scripts.bench_overhead writes it, of one windowed configuration on one case."""
+    from scripts import bench_overhead as B
+    stats = {"min": 1e8, "median": 1.1e8, "max": 1.2e8}
+    res = {"none": {"throughput_bytes_per_s": stats, "ratio_to_none": {"min": 1, "median": 1, "max": 1}},
+           "fstrace-attach": dict(forged_ratio(0.99, 0.986, 1.0), throughput_bytes_per_s=stats,
+                                  probe_costs=[{"program": "block_rq_complete", "events_per_s": 1000,
+                                                "ns_per_event": 300, "ns_per_event_range": [250, 350],
+                                                "windowed": False}])}
+    res["fstrace-attach"]["ratio_to_none"].update(min=0.95, max=1.02)
+    out = {"configs": ["none", "fstrace-attach"], "reps": 6, "scale": 0.02, "kernel": "6.18.0",
+           "machine": {"arch": "x86_64", "cpus": 2, "cpu_model": "Xeon", "memory_gib": 23.5, "vm": "kvm",
+                       "container": None},
+           "bench_args": ["--reps", "6", "--scale", "0.02"], "started_utc": "2026-12-06T23:00:00Z",
+           "ended_utc": "2026-12-06T23:10:00Z", "tiers": {"config": "fstrace-attach",
+                                                          "probes": {"sys_enter": "tp_btf", "sys_exit": "tp_btf"}},
+           "cases": {"fio-randread-4k-cold": res}}
+    out["targets"] = B.targets(out)
+    return out
+
+
+@pytest.mark.unit
+def test_overhead_report_says_what_ran_and_each_targets_outcome(tmp_path):
+    """The generated report of a run states its command, machine, kernel, tiers and dates, every target with its
+    outcome, and the full output; README's table counts each kind of target's outcomes; bad input is one line."""
+    from scripts import overhead_report as R
+    out = forged_run()
+    md = R.render_markdown(out)
+    assert '`sudo make bench-overhead BENCH_ARGS="--reps 6 --scale 0.02"`' in md
+    assert "2026-12-06T23:00:00Z, 2026-12-06T23:10:00Z" in md and "| kernel | 6.18.0 |" in md
+    assert "virtual machine: kvm" in md and "fstrace-attach's probes: tp_btf: sys_enter, sys_exit" in md
+    for t in out["targets"]:
+        assert "| %s |" % R.cell(t["verdict"]) in md
+    assert "| fstrace-attach (budget 1 %) ratio, fio-randread-4k-cold | >= 0.985 | median 0.990, 96 % interval " \
+        "0.986-1.000 | met |" in md
+    assert R.render(out) in md
+    block = R.readme_block(out)
+    assert "| `attach` and `serve` (default budget): throughput ratio to untraced | median >= 0.985, every case " \
+        "| 1 met |" in block
+    # 300 ns (250-350) x 1000/s: 0.30 (0.25-0.35) ms/s
+    assert "| `attach` and `serve` (default budget): always-attached programs + collector | at most 5 ms CPU per " \
+        "s of workload, every case | 1 met |" in block
+    assert "| records dropped | none | not in this run |" in block
+    readme = "a\n%s\nold\n%s\nb\n" % (R.README_BEGIN, R.README_END)
+    assert R.replace_readme_block(readme, block) == "a\n%s\nb\n" % block
+    with pytest.raises(ValueError):
+        R.replace_readme_block("no block", block)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    p = subprocess.run([sys.executable, "-m", "scripts.overhead_report", str(bad)], cwd=ROOT,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1 and not p.stdout, p.stderr
+
+
+@pytest.mark.unit
+def test_generated_overhead_run_and_readme_table_are_the_renderers_output():
+    """docs/generated/overhead-run.md and README's overhead table are what `make docs-overhead-run` renders from the
+    JSON kept beside the report: neither is edited by hand, and both change together."""
+    from scripts import overhead_report as R
+    with open(os.path.join(ROOT, "docs", "generated", "overhead-run.json")) as f:
+        out = json.load(f)
+    with open(os.path.join(ROOT, "docs", "generated", "overhead-run.md")) as f:
+        assert f.read() == R.render_markdown(out)
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    assert R.readme_block(out) in readme
 
 
 def bench_mounts(pids):
