@@ -15,6 +15,7 @@ CMD is the command they ran, printed at the top of the page with the machine it 
 target that makes it (tests/test_docs.py checks that the target exists)."""
 import argparse
 import os
+import subprocess
 
 
 # the line every generated page carries: which make target regenerates it (tests/test_docs.py reads it)
@@ -108,7 +109,6 @@ def findings_page(runs_dir, run):
     """The page of docs/findings.md's commands: each run into runs_dir/NAME first when run is set."""
     import shlex
     import shutil
-    import subprocess
     sections = []
     for name, kind, cmd in FINDINGS:
         d = os.path.join(runs_dir, name)
@@ -131,10 +131,16 @@ def main(argv=None):
     ap.add_argument("--run", action="store_true", help="findings: run the commands first (root)")
     ap.add_argument("-o", "--out", required=True)
     args = ap.parse_args(argv)
-    if args.kind == "findings":
-        page = findings_page(args.source, args.run)
-    else:
-        page = (seeds_page if args.kind == "seeds" else vmtest_page)(args.source, args.command)
+    from common.system import FstraceError
+    try:
+        if args.kind == "findings":
+            page = findings_page(args.source, args.run)
+        else:
+            page = (seeds_page if args.kind == "seeds" else vmtest_page)(args.source, args.command)
+    except (FstraceError, OSError, KeyError, ValueError) as e:  # no results to render: one line, no page written
+        raise SystemExit("docs_generated: %s: %s" % (args.source, e.args[-1] if isinstance(e, OSError) else e))
+    except subprocess.CalledProcessError as e:
+        raise SystemExit("docs_generated: %s failed (exit %d); no page written" % (" ".join(e.cmd), e.returncode))
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out + ".tmp", "w") as f:
         f.write(page)

@@ -158,6 +158,17 @@ def test_links_to_generated_pages_are_generated_pages(path):
             os.path.basename(path), file)
 
 
+@pytest.mark.unit
+@pytest.mark.parametrize("kind", ["seeds", "vmtest", "findings"])
+def test_generated_page_renderer_refuses_missing_results_in_one_line(kind, tmp_path):
+    """Rendering a page from results that are not there writes no page and says so in one line."""
+    out = tmp_path / "page.md"
+    p = subprocess.run([sys.executable, "-m", "scripts.docs_generated", kind, str(tmp_path / "none"), "--command",
+                        "x", "-o", str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.returncode != 0 and not out.exists(), p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr, p.stderr
+
+
 # Names the docs quote that are the kernel's, not the tree's (functions and syscalls no program of ours names):
 # every other code name in backticks must be found in the tree (below).
 KERNEL_NAMES = {"page_cache_ra_unbounded", "copy_file_range"}
