@@ -2,7 +2,7 @@
 that the pages of docs/ can state each claim with one short table and link the whole run here.
 
     python3 -m scripts.docs_generated seeds BENCH_DIR --command CMD -o docs/generated/seeds-PRESET.md
-    python3 -m scripts.docs_generated vmtest VMTEST_JSON --command CMD -o docs/generated/vmtest-run.md
+    python3 -m scripts.docs_generated vmtest VMTEST_JSON... --command CMD... -o docs/generated/vmtest-run.md
     python3 -m scripts.docs_generated findings RUNS_DIR [--run] -o docs/generated/findings-run.md
 
 `seeds` reads a `bench --preset` directory (preset.json and each medium's bench.json, as `bench --merge` reads
@@ -54,18 +54,24 @@ def seeds_page(bench_dir, command):
                  _machine(first.get("machine"), first.get("kernel")), sections)
 
 
-def vmtest_page(path, command):
-    """The page of one `scripts/vmtest.py --json` document: the table of every kernel, then each guest's lines."""
+def vmtest_page(paths, commands):
+    """The page of `scripts/vmtest.py --json` documents (one per run, each with the command that made it): the
+    table of every kernel, then each guest's lines."""
     import json
     from scripts.vmtest import format_table
-    with open(path) as f:
-        doc = json.load(f)
-    sections = [("Kernel x probe x tier", format_table(doc["table"]))]
-    for run in doc["runs"]:
-        sections.append(("Kernel %s: the host's checks (%s, %s vCPUs, %.0f s)" % (
-            run.get("kernel"), run.get("accel"), run.get("smp"), run.get("seconds", 0)), "\n".join(run["lines"])))
+    sections = []
+    for n, (path, command) in enumerate(zip(paths, commands), 1):
+        with open(path) as f:
+            doc = json.load(f)
+        run_of = "" if len(paths) == 1 else "Run %d (`%s`): " % (n, command)
+        sections.append((run_of + "kernel x probe x tier", format_table(doc["table"])))
+        for run in doc["runs"]:
+            sections.append(("%skernel %s, the host's checks (%s, %s vCPUs, %.0f s)" % (
+                run_of, run.get("kernel"), run.get("accel"), run.get("smp"), run.get("seconds", 0)),
+                "\n".join(run["lines"])))
     host = os.uname()
-    return _page("docs-vmtest", "make vmtest: one run", command,
+    return _page("docs-vmtest", "make vmtest: %s" % ("one run" if len(paths) == 1 else "%d runs" % len(paths)),
+                 commands[0] if len(paths) == 1 else None,
                  "host Linux %s %s; guests: Debian's kernels under QEMU" % (host.release, host.machine), sections)
 
 
@@ -125,20 +131,27 @@ def findings_page(runs_dir, run):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("kind", choices=("seeds", "vmtest", "findings"))
-    ap.add_argument("source", help="seeds: a bench --preset directory; vmtest: the file vmtest.py --json wrote; "
-                                   "findings: the directory of the findings' results")
-    ap.add_argument("--command", help="seeds, vmtest: the command that made the source, printed on the page")
+    ap.add_argument("source", nargs="+", help="seeds: a bench --preset directory; vmtest: the files vmtest.py --json "
+                                              "wrote, one per run; findings: the directory of the findings' results")
+    ap.add_argument("--command", action="append", default=[],
+                    help="seeds, vmtest: the command that made each source, printed on the page")
     ap.add_argument("--run", action="store_true", help="findings: run the commands first (root)")
     ap.add_argument("-o", "--out", required=True)
     args = ap.parse_args(argv)
     from common.system import FstraceError
+    if len(args.source) > 1 and args.kind != "vmtest" or args.kind != "findings" and \
+            len(args.command) != len(args.source):
+        ap.error("one source, or for vmtest one --command per source")
     try:
         if args.kind == "findings":
-            page = findings_page(args.source, args.run)
+            page = findings_page(args.source[0], args.run)
+        elif args.kind == "seeds":
+            page = seeds_page(args.source[0], args.command[0])
         else:
-            page = (seeds_page if args.kind == "seeds" else vmtest_page)(args.source, args.command)
+            page = vmtest_page(args.source, args.command)
     except (FstraceError, OSError, KeyError, ValueError) as e:  # no results to render: one line, no page written
-        raise SystemExit("docs_generated: %s: %s" % (args.source, e.args[-1] if isinstance(e, OSError) else e))
+        raise SystemExit("docs_generated: %s: %s" % (" ".join(args.source), e.args[-1] if isinstance(e, OSError)
+                                                     else e))
     except subprocess.CalledProcessError as e:
         raise SystemExit("docs_generated: %s failed (exit %d); no page written" % (" ".join(e.cmd), e.returncode))
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
