@@ -45,7 +45,7 @@ LINK_LIBS := -static -ljson-c -lbpf -lelf -lz -lzstd -lm
 STATIC_FLAG := 1
 endif
 
-.PHONY: all clean vmlinux test test-unit test-c install deb bench-overhead bench-helpers docs-overhead-run vmtest FORCE
+.PHONY: all clean vmlinux test test-unit test-c install deb bench-overhead bench-helpers docs-overhead-run vmtest docs-seeds docs-vmtest docs-findings FORCE
 all: $(OUT)/fstrace-collect
 
 $(OUT):
@@ -196,6 +196,35 @@ docs-overhead-run:
 vmtest: all
 	./scripts/setup.sh --test
 	build/venv/bin/python3 -m scripts.vmtest $(VMTEST_ARGS)
+
+# Generated pages (docs/generated/, scripts/docs_generated.py): one run's whole output, rendered from its results,
+# linked from the docs pages that quote a short table of it. The runs load BPF and mount images (root); their
+# results stay in DOCS_RUNS, and DOCS_RERUN=0 renders the pages again from them without running.
+# `make docs-seeds`: every seed preset at SEEDS_ARGS (a small dataset, one run per cell) -> docs/generated/seeds-*.md.
+# `make docs-vmtest [VMTEST_ARGS=...]`: `make vmtest`'s guests -> docs/generated/vmtest-run.md.
+# `make docs-findings`: docs/findings.md's commands (scripts/docs_generated.py FINDINGS) -> docs/generated/findings-run.md.
+DOCS_RUNS ?= build/docs-runs
+DOCS_RERUN ?= 1
+SEEDS_PRESETS ?= seed000 seed001 seed002 seed004
+SEEDS_ARGS ?= --runs 1 --no-baseline --scale 0.05
+docs-seeds: all
+	@for p in $(SEEDS_PRESETS); do \
+		if [ "$(DOCS_RERUN)" = 1 ]; then rm -rf $(DOCS_RUNS)/$$p && mkdir -p $(DOCS_RUNS) && \
+			./fstrace bench --preset $$p $(SEEDS_ARGS) -o $(DOCS_RUNS)/$$p > /dev/null || exit 1; fi; \
+		build/venv/bin/python3 -m scripts.docs_generated seeds $(DOCS_RUNS)/$$p -o docs/generated/seeds-$$p.md \
+			--command "sudo ./fstrace bench --preset $$p $(SEEDS_ARGS)" || exit 1; \
+	done
+
+docs-findings: all
+	build/venv/bin/python3 -m scripts.docs_generated findings $(DOCS_RUNS)/findings $(if $(filter 1,$(DOCS_RERUN)),--run) \
+		-o docs/generated/findings-run.md
+
+docs-vmtest: all
+	./scripts/setup.sh --test
+	if [ "$(DOCS_RERUN)" = 1 ]; then mkdir -p $(DOCS_RUNS) && \
+		build/venv/bin/python3 -m scripts.vmtest $(VMTEST_ARGS) --json $(DOCS_RUNS)/vmtest.json; fi
+	build/venv/bin/python3 -m scripts.docs_generated vmtest $(DOCS_RUNS)/vmtest.json -o docs/generated/vmtest-run.md \
+		--command 'sudo make vmtest VMTEST_ARGS="$(VMTEST_ARGS)"'
 
 # The collector's pure parts tested alone, with cmocka, as any user (tests/test_collector_units.py runs them in
 # the unit lane): `make test-c [TEST_C_OUT=DIR]` builds tests/c/NAME_test.c with the user/ sources it tests

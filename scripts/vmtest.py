@@ -1456,6 +1456,8 @@ def main():
                          "only whether the guest finished without a lockup)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per guest (they take 6-7 min under TCG)")
+    ap.add_argument("--json", metavar="FILE",
+                    help="also write the run's table and per-kernel lines to FILE (what `make docs-vmtest` renders)")
     args = ap.parse_args()
     names = [k for k in args.kernels.split(",") if k]
     bad = [k for k in names if k not in KERNELS]
@@ -1502,8 +1504,9 @@ def main():
                     sys.stderr.write(open(log_path).read()[-3000:])
         if rows:
             print(format_table(rows))
-        with open(os.path.join(vmcache, "last.json"), "w") as f:
-            json.dump({"ok": ok, "table": rows, "runs": report}, f, indent=1)
+        for path in [os.path.join(vmcache, "last.json")] + ([args.json] if args.json else []):
+            with open(path, "w") as f:
+                json.dump({"ok": ok, "table": rows, "runs": report}, f, indent=1)
         if not ok:
             raise SystemExit(1)
     finally:

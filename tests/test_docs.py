@@ -109,6 +109,66 @@ def test_no_run_logs_or_history(path):
         assert not m, "%s: %r reads as a run log or history" % (os.path.basename(path), m.group(0))
 
 
+GENERATED = os.path.join(DOCS, "generated")
+
+
+def make_targets():
+    """{target: its recipe} of the Makefile's rules (a rule's recipe: its tab-indented lines)."""
+    out, target = {}, None
+    for line in read(os.path.join(ROOT, "Makefile")).splitlines():
+        m = re.match(r"([\w.-]+):(?!=)", line)
+        if m:
+            target = m.group(1)
+            out.setdefault(target, "")
+        elif line.startswith("\t") and target:
+            out[target] += line + "\n"
+        elif line.strip() and not line.startswith("\t"):
+            target = None
+    return out
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(GENERATED, "*.md"))), ids=os.path.basename)
+def test_generated_page_names_the_make_target_that_renders_it(path):
+    """A page under docs/generated/ says which make target regenerates it, and that target exists and renders
+    it with scripts/docs_generated.py (a page copied by hand has no target that writes it)."""
+    from scripts.docs_generated import MADE_BY
+    pattern = re.escape(MADE_BY).replace(re.escape("%s"), r"([\w-]+)")
+    m = re.search(pattern, read(path))
+    assert m, "%s does not say which make target generates it (%r)" % (os.path.basename(path), MADE_BY)
+    recipe = make_targets().get(m.group(1))
+    assert recipe is not None, "%s names make %s, which the Makefile does not have" % (path, m.group(1))
+    stem = re.sub(r"-seed\d+$", "", os.path.basename(path)[:-3])  # seeds-seed000.md: the recipe's seeds-$$p.md
+    assert "scripts.docs_generated" in recipe and "docs/generated/%s" % stem in recipe, \
+        "make %s does not render %s with scripts/docs_generated.py" % (m.group(1), os.path.relpath(path, ROOT))
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("path", markdown_files(), ids=os.path.basename)
+def test_links_to_generated_pages_are_generated_pages(path):
+    """A page that links a run's generated output links one that exists and was generated (names its target)."""
+    from scripts.docs_generated import MADE_BY
+    for file, _ in local_links(path):
+        target = os.path.normpath(os.path.join(os.path.dirname(path), file))
+        if os.path.dirname(target) != GENERATED:
+            continue
+        assert os.path.exists(target), "%s links to %s, which is not generated (make docs-...)" % (
+            os.path.basename(path), file)
+        assert MADE_BY.split("%s")[0] in read(target), "%s links to %s, which is not a generated page" % (
+            os.path.basename(path), file)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("kind", ["seeds", "vmtest", "findings"])
+def test_generated_page_renderer_refuses_missing_results_in_one_line(kind, tmp_path):
+    """Rendering a page from results that are not there writes no page and says so in one line."""
+    out = tmp_path / "page.md"
+    p = subprocess.run([sys.executable, "-m", "scripts.docs_generated", kind, str(tmp_path / "none"), "--command",
+                        "x", "-o", str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.returncode != 0 and not out.exists(), p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr, p.stderr
+
+
 # Names the docs quote that are the kernel's, not the tree's (functions and syscalls no program of ours names):
 # every other code name in backticks must be found in the tree (below).
 KERNEL_NAMES = {"page_cache_ra_unbounded", "copy_file_range"}
