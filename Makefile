@@ -180,12 +180,11 @@ bench-overhead: all
 # docs/generated/overhead-run.md, the report of a bench-overhead run linked from docs/overhead.md, and README's
 # overhead table: rendered from the run's JSON (BENCH_OUT), whose copy is kept beside it (tests/test_overhead.py
 # renders both again and compares)
-OVERHEAD_RUN := docs/generated/overhead-run
 docs-overhead-run:
 	mkdir -p docs/generated
-	cp $(BENCH_OUT) $(OVERHEAD_RUN).json.tmp && mv $(OVERHEAD_RUN).json.tmp $(OVERHEAD_RUN).json
-	$(PYTHON) -m scripts.overhead_report $(OVERHEAD_RUN).json --readme README.md > $(OVERHEAD_RUN).md.tmp
-	mv $(OVERHEAD_RUN).md.tmp $(OVERHEAD_RUN).md
+	cp $(BENCH_OUT) docs/generated/overhead-run.json.tmp && mv docs/generated/overhead-run.json.tmp docs/generated/overhead-run.json
+	$(PYTHON) -m scripts.docs_generated overhead docs/generated/overhead-run.json --readme README.md \
+		-o docs/generated/overhead-run.md
 
 # The fentry/kprobe tier on the kernel matrix (Debian 6.1 and 6.12, x86_64 and arm64) under QEMU (one vCPU under TCG, two under KVM); prints the table of
 # kernel x probe x tier chosen x fired / checked, the request boundaries' counts against fio's and each boundary

@@ -4,15 +4,18 @@ that the pages of docs/ can state each claim with one short table and link the w
     python3 -m scripts.docs_generated seeds BENCH_DIR --command CMD -o docs/generated/seeds-PRESET.md
     python3 -m scripts.docs_generated vmtest VMTEST_JSON... --command CMD... -o docs/generated/vmtest-run.md
     python3 -m scripts.docs_generated findings RUNS_DIR [--run] -o docs/generated/findings-run.md
+    python3 -m scripts.docs_generated overhead RUN_JSON [--readme README.md] -o docs/generated/overhead-run.md
 
 `seeds` reads a `bench --preset` directory (preset.json and each medium's bench.json, as `bench --merge` reads
 them) and renders the seed's tables (analysis/seeds.py) and every workload's bench table (analysis/tables.py);
 `vmtest` reads the document `scripts/vmtest.py --json` wrote (the table of kernel x probe x tier and each
-guest's lines); `findings` runs (with --run) and renders the commands of docs/findings.md (FINDINGS), one
-results directory each under RUNS_DIR: a bench's tables, a run's full report, an advice's ranking.  The Makefile's
-targets (`make docs-seeds`, `make docs-vmtest`, `make docs-findings`) run the command and then this;
-CMD is the command they ran, printed at the top of the page with the machine it ran on.  Each page names the
-target that makes it (tests/test_docs.py checks that the target exists)."""
+guest's lines); `overhead` reads the JSON `make bench-overhead` wrote (scripts/overhead_report.py renders it,
+and with --readme rewrites README's overhead table from it); `findings` runs (with --run) and renders the
+commands of docs/findings.md (FINDINGS), one results directory each under RUNS_DIR: a bench's tables, a run's
+full report, an advice's ranking.  The Makefile's targets (`make docs-seeds`, `make docs-vmtest`,
+`make docs-findings`, `make docs-overhead-run`) run the command and then this; CMD is the command they ran,
+printed at the top of the page with the machine it ran on.  Each page names the target that makes it
+(tests/test_docs.py checks that the target exists)."""
 import argparse
 import os
 import subprocess
@@ -128,23 +131,41 @@ def findings_page(runs_dir, run):
     return _page("docs-findings", "docs/findings.md's commands: one run", None, machine, sections)
 
 
+def overhead_page(path, readme):
+    """The page of one `make bench-overhead` run (its JSON), and with readme, README's overhead table rewritten."""
+    import json
+    from scripts import overhead_report
+    with open(path) as f:
+        out = json.load(f)
+    if readme:
+        with open(readme) as f:
+            text = overhead_report.replace_readme_block(f.read(), overhead_report.readme_block(out))
+        with open(readme + ".tmp", "w") as f:
+            f.write(text)
+        os.replace(readme + ".tmp", readme)
+    return overhead_report.render_markdown(out)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("kind", choices=("seeds", "vmtest", "findings"))
+    ap.add_argument("kind", choices=("seeds", "vmtest", "findings", "overhead"))
     ap.add_argument("source", nargs="+", help="seeds: a bench --preset directory; vmtest: the files vmtest.py --json "
                                               "wrote, one per run; findings: the directory of the findings' results")
     ap.add_argument("--command", action="append", default=[],
                     help="seeds, vmtest: the command that made each source, printed on the page")
     ap.add_argument("--run", action="store_true", help="findings: run the commands first (root)")
+    ap.add_argument("--readme", help="overhead: the README whose overhead table to rewrite from the run")
     ap.add_argument("-o", "--out", required=True)
     args = ap.parse_args(argv)
     from common.system import FstraceError
-    if len(args.source) > 1 and args.kind != "vmtest" or args.kind != "findings" and \
+    if len(args.source) > 1 and args.kind != "vmtest" or args.kind in ("seeds", "vmtest") and \
             len(args.command) != len(args.source):
         ap.error("one source, or for vmtest one --command per source")
     try:
         if args.kind == "findings":
             page = findings_page(args.source[0], args.run)
+        elif args.kind == "overhead":
+            page = overhead_page(args.source[0], args.readme)
         elif args.kind == "seeds":
             page = seeds_page(args.source[0], args.command[0])
         else:

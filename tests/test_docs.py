@@ -159,7 +159,7 @@ def test_links_to_generated_pages_are_generated_pages(path):
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("kind", ["seeds", "vmtest", "findings"])
+@pytest.mark.parametrize("kind", ["seeds", "vmtest", "findings", "overhead"])
 def test_generated_page_renderer_refuses_missing_results_in_one_line(kind, tmp_path):
     """Rendering a page from results that are not there writes no page and says so in one line."""
     out = tmp_path / "page.md"

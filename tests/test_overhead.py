@@ -729,9 +729,10 @@ def test_overhead_report_says_what_ran_and_each_targets_outcome(tmp_path):
         R.replace_readme_block("no block", block)
     bad = tmp_path / "bad.json"
     bad.write_text("{")
-    p = subprocess.run([sys.executable, "-m", "scripts.overhead_report", str(bad)], cwd=ROOT,
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1 and not p.stdout, p.stderr
+    page = tmp_path / "page.md"
+    p = subprocess.run([sys.executable, "-m", "scripts.docs_generated", "overhead", str(bad), "-o", str(page)],
+                       cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1 and not page.exists(), p.stderr
 
 
 @pytest.mark.unit
