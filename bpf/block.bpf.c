@@ -42,6 +42,20 @@ struct {
 	__type(value, struct fst_dev_io);
 } dev_io SEC(".maps");
 
+/*
+ * --budget (serve, attach): each traced device's completed requests from block_rq_complete alone (block_rq_done),
+ * by its io_slot, per CPU: no atomics, no hash lookup, no in-flight state (records.h struct fst_dev_done).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FST_MAX_TRACED_DEVS);
+	__type(key, __u32);
+	__type(value, struct fst_dev_done);
+} dev_done SEC(".maps");
+
+/* set by the collector where block_rq_done is attached: io_completed leaves it the sizes, bytes and alignment */
+bool exact_io_on;
+
 static __always_inline __u32 rq_dev(struct request *rq, bool btf)
 {
 	__u32 part = request_part_dev(rq, btf);
@@ -336,25 +350,34 @@ static __always_inline int handle_rq_issue(struct request *rq, bool btf)
 	return 0;
 }
 
-/* unit: the device's alignment unit (fst_dev_cfg unit_bytes, 0 = 4096) */
-static __always_inline void count_alignment(struct fst_align *a, __u64 unit, __u64 sector, __u32 bytes)
+/* one more in *c: by an atomic add where other CPUs add to it too, else (a per-CPU map's value) a plain one */
+static __always_inline void count_one(__u64 *c, bool percpu)
+{
+	if (percpu)
+		(*c)++;
+	else
+		__sync_fetch_and_add(c, 1);
+}
+
+/* unit: the device's alignment unit (fst_dev_cfg unit_bytes, 0 = 4096); percpu: a is this CPU's alone */
+static __always_inline void count_alignment(struct fst_align *a, __u64 unit, __u64 sector, __u32 bytes, bool percpu)
 {
 	__u64 start = sector << 9;
 	__u64 end = start + bytes;
 	if (!unit)
 		unit = 4096;
 
-	__sync_fetch_and_add(&a->nr, 1);
+	count_one(&a->nr, percpu);
 	if ((start & 4095) == 0)
-		__sync_fetch_and_add(&a->start_4k, 1);
+		count_one(&a->start_4k, percpu);
 	if ((end & 4095) == 0)
-		__sync_fetch_and_add(&a->end_4k, 1);
+		count_one(&a->end_4k, percpu);
 	if (start % unit == 0)
-		__sync_fetch_and_add(&a->start_unit, 1);
+		count_one(&a->start_unit, percpu);
 	if (end % unit == 0)
-		__sync_fetch_and_add(&a->end_unit, 1);
+		count_one(&a->end_unit, percpu);
 	if (bytes && (start / unit) != ((end - 1) / unit) && start % unit)
-		__sync_fetch_and_add(&a->cross_unit, 1);
+		count_one(&a->cross_unit, percpu);
 }
 
 /* a request's last completion as io_completed files it: what handle_rq_complete read and looked up */
@@ -425,13 +448,15 @@ FST_GLOBAL_FN int io_completed(struct rq_done *d)
 	__u32 sub = FST_IO_SUB(op);
 	__u32 io_slot = d->io_slot;
 	struct fst_dev_io *io = bpf_map_lookup_elem(&dev_io, &io_slot); /* an array: no hashing */
-	if (io) {
+	/* with block_rq_done attached, the sizes, bytes and alignment are its (exact, per CPU): only the latencies
+	 * from the issue hook are kept here, for devices whose requests carry no timestamps of their own */
+	if (io && !exact_io_on) {
 		slot_count(io->bytes[sub], log2_slot(bytes));
-		count_alignment(&io->align, d->unit_bytes, sector, bytes);
+		count_alignment(&io->align, d->unit_bytes, sector, bytes, false);
 	}
 	/* only for an exposition: the records have these figures, and a run should not pay for them twice */
 	struct fst_io_sum *sum = io && cfg.io_sums && sub < FST_IO_SUBS ? &io->sums[sub] : NULL;
-	if (sum)
+	if (sum && !exact_io_on)
 		__sync_fetch_and_add(&sum->bytes, bytes);
 	if (have_rs) {
 		__u64 q = r->ts_queue ? r->ts_queue : r->ts_issue;
@@ -517,6 +542,47 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 }
 
 /*
+ * --budget's exact per-device figures (dev_done), from the completion alone: the request's count, bytes, size and
+ * alignment, its queue-to-complete time from the start_time_ns the block layer set when it allocated the request
+ * (where blk_mq_need_time_stamp: iostats on, an I/O scheduler) and its issue-to-complete time from the
+ * io_start_time_ns blk_mq_start_request set (with QUEUE_FLAG_STATS); 0 where it keeps none, counted apart (start_kept, io_start_kept) so the collector falls
+ * back to the issue hook's for that device.  Every part's bytes count, the request itself at its last part: as
+ * /proc/diskstats counts them.  A request completed in parts is sized and aligned by its last part.
+ */
+static __always_inline int handle_rq_done(struct request *rq, unsigned int nr_bytes, bool btf)
+{
+	struct fst_dev_cfg *dc = dev_cfg(rq_dev(rq, btf));
+	if (!dc)
+		return 0;
+	__u32 io_slot = dc->io_slot;
+	struct fst_dev_done *d = bpf_map_lookup_elem(&dev_done, &io_slot); /* this CPU's */
+	if (!d)
+		return 0;
+	__u32 sub = FST_IO_SUB(FST_FIELD(btf, rq, cmd_flags) & FST_OP_MASK);
+	if (sub >= FST_IO_SUBS)
+		return 0;
+	d->io.sums[sub].bytes += nr_bytes;
+	__u32 left = FST_FIELD(btf, rq, __data_len);
+	if (nr_bytes < left) /* a part: the request ends at a later completion */
+		return 0;
+	slot_count_cpu(d->io.bytes[sub], log2_slot(left));
+	count_alignment(&d->io.align, dc->unit_bytes, FST_FIELD(btf, rq, __sector), left, true);
+	__u64 now = bpf_ktime_get_ns();
+	__u64 start = FST_FIELD(btf, rq, start_time_ns), io_start = FST_FIELD(btf, rq, io_start_time_ns);
+	if (start && start <= now) {
+		d->start_kept[sub]++;
+		slot_count_cpu(d->io.q2c_us[sub], log2_slot_us(now - start));
+		d->io.sums[sub].q2c_ns += now - start;
+	}
+	if (io_start && io_start <= now) {
+		d->io_start_kept[sub]++;
+		slot_count_cpu(d->io.d2c_us[sub], log2_slot_us(now - io_start));
+		d->io.sums[sub].d2c_ns += now - io_start;
+	}
+	return 0;
+}
+
+/*
  * A block tracepoint's first argument, after the request_queue where the kernel still passes it (FST_TPQ_*).
  * Each load is its own instruction with a constant offset: merged into one load from ctx plus a chosen offset,
  * the verifier refuses it (a modified context pointer).
@@ -569,6 +635,17 @@ SEC("raw_tp/block_rq_complete")
 int BPF_PROG(block_rq_complete_raw, struct request *rq, int error, unsigned int nr_bytes)
 {
 	return handle_rq_complete(rq, error, nr_bytes, false);
+}
+
+SEC("tp_btf/block_rq_complete")
+int BPF_PROG(block_rq_done_btf, struct request *rq, int error, unsigned int nr_bytes)
+{
+	return handle_rq_done(rq, nr_bytes, true);
+}
+SEC("raw_tp/block_rq_complete")
+int BPF_PROG(block_rq_done_raw, struct request *rq, int error, unsigned int nr_bytes)
+{
+	return handle_rq_done(rq, nr_bytes, false);
 }
 
 /*

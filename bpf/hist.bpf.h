@@ -43,6 +43,14 @@ static __always_inline void slot_count(__u64 *slots, __u32 slot)
 		__sync_fetch_and_add(&slots[slot], 1);
 }
 
+/* one more in slots[slot] of a per-CPU histogram: this CPU's copy only, so no atomic */
+static __always_inline void slot_count_cpu(__u64 *slots, __u32 slot)
+{
+	barrier_var(slot);
+	if (slot < FST_HIST_SLOTS)
+		slots[slot]++;
+}
+
 static __always_inline void hist_add(__u32 metric, __u32 dev, __u32 sub, __u64 value)
 {
 	struct fst_hist_key key = { .metric = metric, .dev = dev, .sub = sub };

@@ -85,6 +85,57 @@ void dev_io_read(int fd, __u32 slot, struct fst_dev_io *io)
 		memset(io, 0, sizeof(*io));
 }
 
+const char *const dev_lat_source_names[] = {
+	[LAT_ISSUE_HOOK] = "issue_hook",
+	[LAT_START_TIME_NS] = "start_time_ns",
+	[LAT_IO_START_TIME_NS] = "io_start_time_ns",
+};
+
+__u64 dev_io_requests(const struct fst_dev_io *io, __u32 sub)
+{
+	__u64 c = 0;
+	for (int s = 0; sub < FST_IO_SUBS && s < FST_HIST_SLOTS; s++)
+		c += io->bytes[sub][s];
+	return c;
+}
+
+int dev_done_fd(struct block_bpf *blk) { return blk->bss->exact_io_on ? bpf_map__fd(blk->maps.dev_done) : -1; }
+
+void dev_figures_read(int io_fd, int done_fd, __u32 slot, struct fst_dev_io *io, struct dev_sources *src)
+{
+	static struct fst_dev_done done; /* large: not on the stack */
+	struct dev_sources none;
+	if (!src)
+		src = &none;
+	memset(src, 0, sizeof(*src));
+	dev_io_read(io_fd, slot, io);
+	if (done_fd < 0 || percpu_sum_value(done_fd, &slot, &done, sizeof(done))) {
+		for (__u32 sub = 0; sub < FST_IO_SUBS; sub++)
+			src->requests[sub] = dev_io_requests(io, sub);
+		return;
+	}
+	src->exact_path = true;
+	/* the issue hook's latencies stay where the requests did not all carry the block layer's timestamps: a
+	 * histogram of some requests only is not the device's */
+	for (__u32 sub = 0; sub < FST_IO_SUBS; sub++) {
+		__u64 n = dev_io_requests(&done.io, sub);
+		src->requests[sub] = n;
+		src->start_kept[sub] = done.start_kept[sub];
+		src->io_start_kept[sub] = done.io_start_kept[sub];
+		src->q2c[sub] = n && done.start_kept[sub] == n ? LAT_START_TIME_NS : LAT_ISSUE_HOOK;
+		src->d2c[sub] = n && done.io_start_kept[sub] == n ? LAT_IO_START_TIME_NS : LAT_ISSUE_HOOK;
+		if (src->q2c[sub] == LAT_ISSUE_HOOK) {
+			memcpy(done.io.q2c_us[sub], io->q2c_us[sub], sizeof(io->q2c_us[sub]));
+			done.io.sums[sub].q2c_ns = io->sums[sub].q2c_ns;
+		}
+		if (src->d2c[sub] == LAT_ISSUE_HOOK) {
+			memcpy(done.io.d2c_us[sub], io->d2c_us[sub], sizeof(io->d2c_us[sub]));
+			done.io.sums[sub].d2c_ns = io->sums[sub].d2c_ns;
+		}
+	}
+	*io = done.io;
+}
+
 bool hist_any(const __u64 *slots)
 {
 	for (int s = 0; s < FST_HIST_SLOTS; s++)
@@ -173,6 +224,41 @@ static void json_hist_row(json *a, __u32 metric, __u32 dev, __u32 sub, const __u
 	jset(o, "slots", ju64_array(slots, FST_HIST_SLOTS));
 }
 
+/*
+ * One device's "block_figures": how its block figures were taken.  All of them are exact (every completion seen);
+ * "counted_by" names the program that counted the requests, bytes, sizes and alignment, and per op the source
+ * of each latency histogram.  With block_rq_done, the issue hook's q2c histogram of the same requests is kept
+ * beside it ("issue_hook_q2c_us"), what the completion's can be compared with.
+ */
+static json *block_figures_json(struct block_bpf *blk, __u32 kdev, __u32 slot, const struct fst_dev_io *io,
+				const struct dev_sources *src)
+{
+	json *o = jobj();
+	jset(o, "dev", ju64(kdev));
+	jset(o, "basis", jstr("exact"));
+	jset(o, "counted_by", jstr(src->exact_path ? "block_rq_done" : "block_rq_complete"));
+	static struct fst_dev_io issue; /* large: not on the stack */
+	if (src->exact_path)
+		dev_io_read(bpf_map__fd(blk->maps.dev_io), slot, &issue);
+	json *ops = jset(o, "ops", jobj());
+	for (__u32 sub = 0; sub < FST_IO_SUBS; sub++) {
+		if (!src->requests[sub])
+			continue;
+		json *x = jset(ops, op_name(sub), jobj());
+		jset(x, "requests", ju64(src->requests[sub]));
+		/* the bytes are summed only by block_rq_done, or for an exposition */
+		jset(x, "bytes", src->exact_path || opt.exposition ? ju64(io->sums[sub].bytes) : NULL);
+		jset(x, "q2c_source", jstr(dev_lat_source_names[src->exact_path ? src->q2c[sub] : LAT_ISSUE_HOOK]));
+		jset(x, "d2c_source", jstr(dev_lat_source_names[src->exact_path ? src->d2c[sub] : LAT_ISSUE_HOOK]));
+		if (!src->exact_path)
+			continue;
+		jset(x, "start_kept", ju64(src->start_kept[sub]));
+		jset(x, "io_start_kept", ju64(src->io_start_kept[sub]));
+		jset(x, "issue_hook_q2c_us", ju64_array(issue.q2c_us[sub], FST_HIST_SLOTS));
+	}
+	return o;
+}
+
 json *aggregates_kernel(struct block_bpf *blk, struct requests_bpf *reqs)
 {
 	json *agg = jobj();
@@ -187,10 +273,13 @@ json *aggregates_kernel(struct block_bpf *blk, struct requests_bpf *reqs)
 		if (!bpf_map_lookup_elem(hfd, &key, &h))
 			json_hist_row(hists, key.metric, key.dev, key.sub, h.slots);
 	}
-	/* the block request histograms: device i's are in dev_io entry i, a row for each (metric, op) seen */
+	/* the block request histograms: device i's are in dev_io (dev_done) entry i, a row for each (metric, op) seen */
 	static struct fst_dev_io io[MAX_DEVS];
+	json *figs = jarr();
 	for (int i = 0; i < opt.nr_devs; i++) {
-		dev_io_read(bpf_map__fd(blk->maps.dev_io), i, &io[i]);
+		struct dev_sources src;
+		dev_figures_read(bpf_map__fd(blk->maps.dev_io), dev_done_fd(blk), i, &io[i], &src);
+		jpush(figs, block_figures_json(blk, dev_arg_kdev(&opt.devs[i]), i, &io[i], &src));
 		for (int k = 0; k < DEV_IO_METRICS; k++)
 			for (__u32 sub = 0; sub < FST_IO_SUBS; sub++) {
 				const __u64 *slots = dev_io_hist(&io[i], dev_io_metrics[k], sub);
@@ -212,6 +301,7 @@ json *aggregates_kernel(struct block_bpf *blk, struct requests_bpf *reqs)
 		jset(o, "end_unit", ju64(a->end_unit));
 		jset(o, "cross_unit", ju64(a->cross_unit));
 	}
+	jset(agg, "block_figures", figs);
 	jset(agg, "requests_counted", requests_counted(reqs));
 	return agg;
 }

@@ -40,6 +40,33 @@ extern const __u32 dev_io_metrics[DEV_IO_METRICS];
 const __u64 *dev_io_hist(const struct fst_dev_io *io, __u32 metric, __u32 sub);
 /* device slot's dev_io entry into *io, all zero when it has none yet */
 void dev_io_read(int fd, __u32 slot, struct fst_dev_io *io);
+/* where a device's latency histogram of one op came from (dev_figures_read) */
+enum dev_lat_source {
+	LAT_ISSUE_HOOK,	      /* block_rq_issue's time (and the bios' queue times) kept in flight: rq_starts */
+	LAT_START_TIME_NS,    /* the request's own rq->start_time_ns, read at completion (q2c) */
+	LAT_IO_START_TIME_NS, /* its rq->io_start_time_ns, read at completion (d2c) */
+};
+extern const char *const dev_lat_source_names[];
+
+/* a device's figures as dev_figures_read took them: per op, where each latency histogram came from, and the
+ * requests that carried the block layer's timestamps */
+struct dev_sources {
+	bool exact_path; /* counts, bytes, sizes and alignment from block_rq_done (dev_done) */
+	enum dev_lat_source q2c[FST_IO_SUBS], d2c[FST_IO_SUBS];
+	__u64 requests[FST_IO_SUBS], start_kept[FST_IO_SUBS], io_start_kept[FST_IO_SUBS];
+};
+
+/*
+ * Device slot's figures into *io: dev_io's (io_fd), or where block_rq_done is attached (done_fd >= 0) dev_done's
+ * summed over CPUs, each op's q2c (d2c) histogram and sum from the completion where every request of that op
+ * carried start_time_ns (io_start_time_ns), else dev_io's from the issue hook; *src (may be NULL) says which.
+ */
+void dev_figures_read(int io_fd, int done_fd, __u32 slot, struct fst_dev_io *io, struct dev_sources *src);
+/* the requests of op sub a device's io holds: its size histogram's count */
+__u64 dev_io_requests(const struct fst_dev_io *io, __u32 sub);
+/* block.bpf.c dev_done's fd where block_rq_done is attached (blk->bss->exact_io_on), else -1 */
+int dev_done_fd(struct block_bpf *blk);
+
 /* whether a histogram holds any count */
 bool hist_any(const __u64 *slots);
 

@@ -149,6 +149,7 @@ static void exposer_init(struct exposer *x, struct tracer *t, __u64 t_start_real
 		.req_agg = t->reqs ? bpf_map__fd(t->reqs->maps.req_agg) : -1,
 		.agg_keys = t->reqs ? bpf_map__fd(t->reqs->maps.agg_keys) : -1,
 		.dev_io = bpf_map__fd(t->blk->maps.dev_io),
+		.dev_done = dev_done_fd(t->blk),
 		.drops = bpf_map__fd(t->blk->maps.drops),
 		.comm_agg = t->reqs && opt.per_comm ? bpf_map__fd(t->reqs->maps.comm_agg) : -1,
 		.losses = bpf_map__fd(t->blk->maps.losses),

@@ -684,14 +684,6 @@ struct hist_row {
  */
 static const int diskstat_field[FST_IO_SUBS] = { [FST_IO_READ] = DISKSTAT_READS, [FST_IO_WRITE] = DISKSTAT_WRITES, [FST_IO_OTHER] = -1 };
 
-static unsigned long long requests_of(const struct fst_dev_io *io, __u32 sub)
-{
-	unsigned long long c = 0;
-	for (int s = 0; s < FST_HIST_SLOTS; s++)
-		c += io->bytes[sub][s];
-	return c;
-}
-
 static void block_unseen(struct jbuf *b, const struct expose_input *in, const struct fst_dev_io *seen_before)
 {
 	static unsigned long long unseen[FST_MAX_TRACED_DEVS][FST_IO_SUBS], excess[FST_MAX_TRACED_DEVS][FST_IO_SUBS];
@@ -705,16 +697,16 @@ static void block_unseen(struct jbuf *b, const struct expose_input *in, const st
 		struct diskstat now;
 		struct dev_arg dev = { .major = FST_KDEV_MAJOR(in->devs[d]), .minor = FST_KDEV_MINOR(in->devs[d]) };
 		read_diskstat(&dev, &now);
-		struct fst_dev_io after;
-		__u32 slot = d;
-		if (!now.found || bpf_map_lookup_elem(in->maps.dev_io, &slot, &after))
+		static struct fst_dev_io after; /* large: not on the stack */
+		if (!now.found)
 			continue;
+		dev_figures_read(in->maps.dev_io, in->maps.dev_done, d, &after, NULL);
 		for (__u32 sub = 0; sub < FST_IO_SUBS; sub++) {
 			int f = diskstat_field[sub];
 			if (f < 0)
 				continue;
 			unsigned long long counted = now.v[f] - in->ds_start[d].v[f];
-			unsigned long long seen = requests_of(&after, sub), seen0 = requests_of(&seen_before[d], sub);
+			unsigned long long seen = dev_io_requests(&after, sub), seen0 = dev_io_requests(&seen_before[d], sub);
 			if (now.v[f] >= in->ds_start[d].v[f]) {
 				if (counted > seen && counted - seen > unseen[d][sub])
 					unseen[d][sub] = counted - seen;
@@ -745,8 +737,9 @@ static void block(struct jbuf *b, const struct expose_input *in)
 	if (nr_devs > MAX_EXPOSED_DEVS)
 		nr_devs = MAX_EXPOSED_DEVS;
 	/* device d's figures are in dev_io entry d; its read series exist from the start, at 0 (see requests()) */
+	static struct dev_sources src[MAX_EXPOSED_DEVS];
 	for (int d = 0; d < nr_devs; d++) {
-		dev_io_read(m->dev_io, d, &io[d]);
+		dev_figures_read(m->dev_io, m->dev_done, d, &io[d], &src[d]);
 		for (int k = 0; k < DEV_IO_METRICS; k++)
 			for (__u32 sub = 0; sub < FST_IO_SUBS; sub++) {
 				const __u64 *slots = dev_io_hist(&io[d], dev_io_metrics[k], sub);
@@ -800,6 +793,26 @@ static void block(struct jbuf *b, const struct expose_input *in)
 			histogram(b, fams[f].name, lab, rows[i].h.slots, sum, fams[f].metric == FST_H_IO_BYTES);
 		}
 	}
+	family(b, "fstrace_block_figure_info", "gauge",
+	       "1 for each traced device's block figure of an op: its basis (exact: every completion counted; the "
+	       "block series are never estimated) and source (block_rq_done: the completion alone, --budget; "
+	       "block_rq_complete: with the issue hook's in-flight state; a latency: issue_hook, or the request's own "
+	       "start_time_ns / io_start_time_ns read at completion).");
+	for (int d = 0; d < nr_devs; d++)
+		for (__u32 sub = 0; sub < FST_IO_SUBS; sub++) {
+			if (!src[d].requests[sub] && sub != 0)
+				continue;
+			const char *counted = src[d].exact_path ? "block_rq_done" : "block_rq_complete";
+			const char *figs[][2] = { { "requests", counted },
+						  { "bytes", counted },
+						  { "q2c", dev_lat_source_names[src[d].q2c[sub]] },
+						  { "d2c", dev_lat_source_names[src[d].d2c[sub]] } };
+			for (unsigned k = 0; k < sizeof(figs) / sizeof(figs[0]); k++)
+				jb_add(b,
+				       "fstrace_block_figure_info{device=\"%u:%u\",op=\"%s\",figure=\"%s\",basis=\"exact\","
+				       "source=\"%s\"} 1\n",
+				       FST_KDEV_MAJOR(devs[d]), FST_KDEV_MINOR(devs[d]), op_name(sub), figs[k][0], figs[k][1]);
+		}
 
 	struct jbuf al = {}, au = {}, ac = {};
 	for (int d = 0; d < nr_devs; d++) {

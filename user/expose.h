@@ -20,6 +20,7 @@ struct expose_maps {
 	int req_agg;	   /* requests.bpf.c req_agg (per CPU), -1 without request tracing (--block-only) */
 	int agg_keys;	   /* requests.bpf.c agg_keys: the (superblock, kind) of each of req_agg's entries */
 	int dev_io, drops; /* dev_io: block.bpf.c, indexed by the devices' order in devs */
+	int dev_done;	   /* block.bpf.c dev_done (per CPU, same index) where block_rq_done is attached, else -1 */
 	int comm_agg;	   /* requests.bpf.c comm_agg (per CPU), -1 without --per-comm */
 	int losses;	   /* block.bpf.c losses (per CPU, records.h FST_LOSSES) */
 };

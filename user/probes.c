@@ -67,6 +67,13 @@
  * told from a completion missed.
  */
 static struct probe block_probes[] = {
+	/* --budget's exact per-device figures, on block_rq_complete beside the next (tracer_attach) */
+	{ .name = "block_rq_done",
+	  .hook = "block_rq_complete",
+	  .figure = FST_FIG_RQ_COMPLETE,
+	  .measures = "exact per-device requests, bytes, sizes, alignment and latency from the completion alone",
+	  .prog_at = { [FST_TIER_TP_BTF] = PROBE_PROG(block_bpf, block_rq_done_btf),
+		       [FST_TIER_RAW_TP] = PROBE_PROG(block_bpf, block_rq_done_raw) } },
 	P(block_bpf, block_rq_complete, FST_FIG_RQ_COMPLETE, "completion, size, alignment", true),
 	P(block_bpf, block_rq_requeue, FST_FIG_RQ_REQUEUE, "requeues: the next issue is the same request's", true),
 	P(block_bpf, block_bio_complete, FST_FIG_BIO_COMPLETE, "the end of a bio that ended outside a request",
@@ -829,7 +836,16 @@ int tracer_attach(struct tracer *t)
 {
 	/* --empty-programs: the chosen programs stay loaded, unattached, and do-nothing twins take their hooks */
 	int (*attach)(struct probe *, int) = opt.empty_programs ? tiers_attach_empty : tiers_attach;
+	/* block_rq_done: --budget's (attach, serve); a run's figures are exact from the in-flight state already */
+	struct probe *done = &block_probes[0];
+	if (!window_asked() && done->tier != FST_TIER_NONE) {
+		done->tier = FST_TIER_NONE;
+		done->prog = NULL;
+		snprintf(done->why, sizeof(done->why), "not attached: without --budget the issue hook's figures are exact");
+	}
+	t->blk->bss->exact_io_on = done->prog != NULL; /* before the attach: no completion is left to neither */
 	int err = attach(block_probes, N(block_probes));
+	t->blk->bss->exact_io_on = done->prog != NULL; /* it did attach (else tiers_attach took its prog away) */
 	if (!err && t->reqs)
 		err = attach_requests(t, attach);
 	if (!err && t->ero)

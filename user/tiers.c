@@ -360,7 +360,7 @@ void tiers_select(const void *skel, struct probe *probes, int n, bool no_btf_tp,
 				continue;
 			char why[160] = "";
 			bool func_args = calls_func_arg_helpers(prog) || calls_func_arg_helpers(exit_prog);
-			if (tier_offered(t, p->name, func_args, no_btf_tp, no_fentry, why, sizeof(why))) {
+			if (tier_offered(t, p->hook ? p->hook : p->name, func_args, no_btf_tp, no_fentry, why, sizeof(why))) {
 				p->tier = t;
 				p->prog = prog;
 				p->exit_prog = exit_prog;

@@ -15,6 +15,7 @@
  */
 struct probe {
 	const char *name;		   /* kernel function or tracepoint */
+	const char *hook;		   /* the tracepoint, where a second probe on it has a name of its own */
 	enum fst_figure figure;		   /* the figure it measures (records.h FST_FIGURES): how it is found */
 	const char *measures;		   /* that figure in words, for people */
 	size_t prog_at[FST_NR_TIERS];	   /* its program at each tier, as an offset in the skeleton */

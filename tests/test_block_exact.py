@@ -1,0 +1,130 @@
+"""--budget's exact block figures from the completion alone (block.bpf.c block_rq_done): under serve and attach, a
+device's read requests and bytes are the kernel's own /proc/diskstats count of them, and its queue-to-complete
+histogram from the request's start_time_ns agrees with the issue hook's of the same requests."""
+import os
+
+import pytest
+
+from analysis import results
+from analysis import summary as S
+from conftest import drop_caches, finish_attach, start_attach
+from serving import diskstat, fio_randread, fresh_scrape, parse, start_serve, stop, value
+
+
+def kdev_name(dev):
+    rdev = os.stat(dev).st_rdev
+    return "%d:%d" % (os.major(rdev), os.minor(rdev)), os.major(rdev) << 20 | os.minor(rdev)
+
+
+def iostats_on(dev):
+    """Whether the block layer keeps I/O statistics on dev, and so stamps each request's start_time_ns."""
+    with open("/sys/block/%s/queue/iostats" % os.path.basename(dev)) as f:
+        return f.read().strip() == "1"
+
+
+def cdf(slots):
+    n = sum(slots)
+    out, acc = [], 0
+    for s in slots:
+        acc += s
+        out.append(acc / n)
+    return out
+
+
+def apart_more_than_one_slot(a, b):
+    """The least share of requests that must move more than one log2 slot to turn histogram a into b: for
+    distributions on a line, the largest gap between one's CDF and the other's shifted by one slot."""
+    fa, fb = cdf(a), cdf(b)
+    n = len(fa)
+    return max(max(fa[k] - fb[min(k + 1, n - 1)], fb[k] - fa[min(k + 1, n - 1)]) for k in range(n))
+
+
+@pytest.mark.unit
+def test_apart_more_than_one_slot_measures_the_shift():
+    # same histogram: 0; shifted by one slot: 0; by two: half (the other half can pair one slot apart); by four:
+    # everything
+    h = [0, 5, 10, 5, 0, 0, 0, 0]
+    assert apart_more_than_one_slot(h, h) == 0
+    assert apart_more_than_one_slot(h, [0, 0, 5, 10, 5, 0, 0, 0]) == 0
+    assert apart_more_than_one_slot(h, [0, 0, 0, 5, 10, 5, 0, 0]) == 0.5
+    assert apart_more_than_one_slot(h, [0, 0, 0, 0, 0, 5, 10, 5]) == 1.0
+    # a tenth of the requests two slots away
+    assert abs(apart_more_than_one_slot([0, 10, 0, 0], [0, 9, 0, 1]) - 0.1) < 1e-12
+
+
+@pytest.mark.bpf
+def test_serve_counts_every_block_read_at_the_completion_alone(mounted_erofs):
+    """serve (--budget 1, its default): the loop device's read requests and bytes are counted by block_rq_done
+    and equal its /proc/diskstats delta; every figure says it is exact and where it came from."""
+    mnt, dev = mounted_erofs
+    name, _ = kdev_name(dev)
+    p, port, rest = start_serve("--budget", "1", "--mount", mnt)  # after start_serve's own --budget 100
+    try:
+        drop_caches()
+        before = parse(fresh_scrape(port))
+        ds0 = diskstat(dev)
+        fio_randread(mnt)
+        ds1 = diskstat(dev)
+        after = parse(fresh_scrape(port))
+    finally:
+        log = stop(p, rest)
+    assert p.returncode == 0, log
+    assert value(after, "fstrace_probe_info", probe="block_rq_done", tier="tp_btf") + \
+        value(after, "fstrace_probe_info", probe="block_rq_done", tier="raw_tp") == 1
+
+    def info(figure):
+        return {dict(ls)["source"] for (n, ls), v in after.items() if n == "fstrace_block_figure_info" and v == 1
+                and dict(ls)["device"] == name and dict(ls)["op"] == "read" and dict(ls)["figure"] == figure
+                and dict(ls)["basis"] == "exact"}
+    assert info("requests") == info("bytes") == {"block_rq_done"}
+    assert info("q2c") == {"start_time_ns" if iostats_on(dev) else "issue_hook"}
+
+    def inc(n):
+        return value(after, n, device=name, op="read") - value(before, n, device=name, op="read")
+    requests, nbytes = inc("fstrace_block_requests_total"), inc("fstrace_block_request_bytes_sum")
+    if value(after, "fstrace_probe_missed_runs_total", probe="block_rq_done"):
+        # a completion the kernel ran no program for (measuring.md, Lost events) is short, never more
+        assert 0 < requests <= ds1[0] - ds0[0] and nbytes <= ds1[1] - ds0[1]
+    else:
+        assert (requests, nbytes) == (ds1[0] - ds0[0], ds1[1] - ds0[1]) and requests > 0
+    assert inc("fstrace_block_request_bytes_count") == requests
+
+
+@pytest.mark.bpf
+def test_attach_counts_every_block_read_and_its_latency_agrees_with_the_issue_hook(tmp_path, mounted_erofs):
+    """attach --budget 1: the results' block figures of the loop device are block_rq_done's, its read requests and
+    bytes those of /proc/diskstats between the collector's own snapshots, and its queue-to-complete histogram from
+    start_time_ns puts at least 95 % of the requests within a log2 slot of where the issue hook's (the time
+    block_rq_issue and block_bio_queue kept in flight for the same requests, as run takes it) puts them."""
+    mnt, dev = mounted_erofs
+    name, kdev = kdev_name(dev)
+    drop_caches()
+    out = tmp_path / "out"
+    p, seen = start_attach(out, "--budget", "1", "--mount", mnt, "--duration", "4", "--interval", "0.5")
+    fio_randread(mnt)
+    finish_attach(p, seen)
+    h = results.load(str(out / "results.fst")).header
+    figs = {f["dev"]: f for f in h["kernel_aggregates"]["block_figures"]}
+    f = figs[kdev]
+    assert (f["basis"], f["counted_by"]) == ("exact", "block_rq_done"), f
+    read = f["ops"]["read"]
+    d = next(x for x in h["devices"] if x["dev"] == kdev)
+    reads = d["diskstats_end"]["reads"] - d["diskstats_start"]["reads"]
+    sectors = d["diskstats_end"]["sectors_read"] - d["diskstats_start"]["sectors_read"]
+    probe = next(x for x in h["probes"] if x["probe"] == "block_rq_done")
+    assert probe["tier"] in ("tp_btf", "raw_tp"), probe
+    if probe.get("missed_runs"):
+        assert 0 < read["requests"] <= reads and read["bytes"] <= sectors * 512
+    else:
+        assert (read["requests"], read["bytes"]) == (reads, sectors * 512) and reads > 0
+    if not iostats_on(dev):
+        assert read["q2c_source"] == "issue_hook"
+        pytest.skip("%s keeps no I/O statistics: no start_time_ns to compare" % dev)
+    assert read["q2c_source"] == "start_time_ns" and read["start_kept"] == read["requests"]
+    q2c = next(r for r in h["kernel_aggregates"]["histograms"] if r["dev"] == kdev and r["sub"] == 0
+               and r["metric"] == S.enum_value(h, "hist_metric", "io_q2c_us"))
+    assert sum(q2c["slots"]) == read["requests"]
+    issue = read["issue_hook_q2c_us"]
+    # the issue hook sees the requests issued once it was attached, the completion every one completed since
+    assert 0.95 * read["requests"] <= sum(issue) <= read["requests"]
+    assert apart_more_than_one_slot(q2c["slots"], issue) <= 0.05, (q2c["slots"], issue)
