@@ -3,6 +3,7 @@ import re
 
 from analysis import schema, verdict
 from analysis.hist import format_linear_counts, format_log2
+from analysis.units import percent, size
 
 # C0 controls but the newline, DEL, C1 controls (0x9b is CSI on its own) and the Unicode format
 # characters that reorder or hide text (bidi overrides, zero-width): what could drive or fool a terminal
@@ -14,13 +15,6 @@ def terminal_safe(text):
     strings in a results file (kernel release, labels, task names, stacks) come from other machines."""
     return _UNPRINTABLE.sub(lambda m: "\\x%02x" % ord(m.group()) if ord(m.group()) < 0x100
                             else "\\u%04x" % ord(m.group()), text)
-
-
-_size = verdict.size
-
-
-def _pct(x):
-    return "n/a" if x is None else "%5.1f %%" % (100.0 * x)
 
 
 def heading(w, title):
@@ -43,7 +37,7 @@ def render(s, full=True):
     wr, sy = s.get("writes", {}), s.get("sync", {})
     if wr.get("count") or sy.get("count"):
         w("  writes: %d requests, %s; sync calls: %d, %.1f ms in all"
-          % (wr.get("count", 0), _size(wr.get("bytes", 0)), sy.get("count", 0),
+          % (wr.get("count", 0), size(wr.get("bytes", 0)), sy.get("count", 0),
              (sy["latency_us"]["mean"] * sy["count"] / 1000.0) if sy.get("latency_us") else 0.0))
     m = s["metadata"]
     w("  metadata: %d open/getdents on the image, %d stat calls"
@@ -66,7 +60,7 @@ def render(s, full=True):
         if p == "lock_ns" and not (s.get("lock_wait") or {}).get("available"):
             w("    %-11s unavailable: %s" % ("lock", (s.get("lock_wait") or {}).get("why", "not measured")))
             continue
-        w("    %-11s %9.1f ms  %s  %s" % (p[:-3], a["parts_ns"][p] / 1e6, _pct(a["shares"][p]),
+        w("    %-11s %9.1f ms  %s  %s" % (p[:-3], a["parts_ns"][p] / 1e6, percent(a["shares"][p], width=5),
                                         sch.part_meaning[p]))
     if a["wall_ns"]:
         w("    parts sum to %.2f %% of request wall time; %d requests had a context switch the kernel did not"
@@ -78,9 +72,9 @@ def render(s, full=True):
         smp = tr.get("sampled") or {}
         est = tr.get("estimate") or {}
         w("    fstrace's own cost inside the requests: %.1f ms of its handlers' run time (%s of their time)%s"
-          % (tr["part_ns"] / 1e6, _pct(tr.get("part_share")),
+          % (tr["part_ns"] / 1e6, percent(tr.get("part_share"), width=5),
              "; %s of their on-CPU samples (95 %%: %.1f-%.1f %%)" % (
-                 _pct(smp["share"]).strip(), 100 * smp["share_95"][0], 100 * smp["share_95"][1])
+                 percent(smp["share"]), 100 * smp["share_95"][0], 100 * smp["share_95"][1])
              if smp.get("share") is not None else ""))
         if est.get("error_ns_95") is not None:
             w("      timing: %s; 95 %% error of the total +-%.2f ms" % (est["method"], est["error_ns_95"] / 1e6))
@@ -132,7 +126,7 @@ def render(s, full=True):
         for g in dec["groups"]:
             u = g["unit_us"]
             w("    %-8s %-7s %7d units  in %s  out %s  %.1f ms  per unit p50 %.1f us p99 %.1f us  ran in: %s" % (
-                g["fs"], g["alg"], g["units"], _size(g["in_bytes"]), _size(g["out_bytes"]), g["ns"] / 1e6,
+                g["fs"], g["alg"], g["units"], size(g["in_bytes"]), size(g["out_bytes"]), g["ns"] / 1e6,
                 u["p50"], u["p99"], ", ".join("%s %d" % (k, v["units"]) for k, v in sorted(g["contexts"].items()))))
         w("    inside the reading thread's requests: %.1f ms; elsewhere (kworkers, other tasks): %.1f ms"
           % (dec["in_requests_ns"] / 1e6, dec["elsewhere_ns"] / 1e6))
@@ -172,7 +166,7 @@ def render(s, full=True):
         w("  erofs tracepoints: %s" % ", ".join("%s %d" % kv for kv in er["events"].items()))
         if er.get("pclusters"):
             w("    pclusters the reads needed: %d (%s); from the device once %d, more than once %d, "
-              "already in memory %d" % (er["pclusters"], _size(er["pcluster_bytes"]), er["pclusters_read_once"],
+              "already in memory %d" % (er["pclusters"], size(er["pcluster_bytes"]), er["pclusters_read_once"],
                                         er["pclusters_reread"], er["pclusters_without_device_read"]))
         pr = er["per_request"]["map"]
         if pr["per_request"]:
@@ -184,9 +178,9 @@ def render(s, full=True):
         heading(w, "filesystem caches")
         w("  filesystem caches (%s)" % ", ".join("%s: %s" % kv for kv in sorted(fc["probes"].items())))
         for g in fc["groups"]:
-            w("    %-18s %s %7d lookups  hits %d (%.1f %%)  misses %d (%d blocks, %d missed again, %s)"
-              % (g["cache"], g["dev"], g["lookups"], g["hits"], 100 * g["hit_ratio"], g["misses"],
-                 g["blocks_missed"], g["blocks_missed_again"], _size(g["miss_bytes"])))
+            w("    %-18s %s %7d lookups  hits %d (%s)  misses %d (%d blocks, %d missed again, %s)"
+              % (g["cache"], g["dev"], g["lookups"], g["hits"], percent(g["hit_ratio"]), g["misses"],
+                 g["blocks_missed"], g["blocks_missed_again"], size(g["miss_bytes"])))
             w("      per lookup: hit p50 %s p99 %s us, miss p50 %s p99 %s us; misses took %.1f ms" % (
                 *(("%.1f" % g[k][q]) if g[k] else "-" for k in ("hit_us", "miss_us") for q in ("p50", "p99")),
                 g["miss_ns"] / 1e6))
@@ -203,8 +197,8 @@ def render(s, full=True):
         w("  compression on write (%s)" % ", ".join("%s: %s" % kv for kv in sorted(wc["probes"].items())))
         for g in wc["groups"]:
             w("    %-6s %-5s %6d chunks (%d not compressed)  %s -> %s (%s)  %.1f ms  per chunk p50 %.1f us p99 "
-              "%.1f us" % (g["fs"], g["alg"], g["chunks"], g["not_compressed"], _size(g["in_bytes"]),
-                           _size(g["out_bytes"]), "%.2f" % g["ratio"] if g["ratio"] else "-", g["ns"] / 1e6,
+              "%.1f us" % (g["fs"], g["alg"], g["chunks"], g["not_compressed"], size(g["in_bytes"]),
+                           size(g["out_bytes"]), "%.2f" % g["ratio"] if g["ratio"] else "-", g["ns"] / 1e6,
                            g["chunk_us"]["p50"], g["chunk_us"]["p99"]))
             w("      ran in: " + ", ".join("%s[%d] %d chunks %.1f ms" % (x["comm"], x["pid"], x["items"], x["ns"] / 1e6)
                                          for x in g["by_thread"][:4]))
@@ -229,23 +223,23 @@ def render(s, full=True):
         heading(w, "device %s (%s)" % (name, d["level"]))
         if d.get("write_requests"):
             w("  device %s (%s): %d write requests, %s" % (name, d["level"], d["write_requests"],
-                                                          _size(d["write_bytes"])))
+                                                          size(d["write_bytes"])))
         if not d.get("requests"):
             w("  device %s (%s): no read requests" % (name, d["level"]))
             continue
         w("  device %s (%s): %d read requests, %s, mean %s, %d merges, %d charged to the workload"
-          % (name, d["level"], d["requests"], _size(d["bytes"]), _size(d["mean_bytes"]), d["merges"],
+          % (name, d["level"], d["requests"], size(d["bytes"]), size(d["mean_bytes"]), d["merges"],
              d["charged_to_workload"]))
         if d.get("by_origin"):
-            w("    queued by: " + ", ".join("%s %d (%s)" % (k, v["requests"], _size(v["bytes"]))
+            w("    queued by: " + ", ".join("%s %d (%s)" % (k, v["requests"], size(v["bytes"]))
                                       for k, v in sorted(d["by_origin"].items(), key=lambda kv: -kv[1]["requests"])))
         if d.get("requeued"):
             w("    requeued by the driver and issued again: %d (each one request, its parts summed)" % d["requeued"])
         bc = d["by_charge"]
-        w("    charged: %s" % ", ".join("%s %d (%s)" % (k, v["requests"], _size(v["bytes"]))
+        w("    charged: %s" % ", ".join("%s %d (%s)" % (k, v["requests"], size(v["bytes"]))
                                      for k, v in sorted(bc.items()) if v["requests"]))
         w("    aligned: 4 KiB %.1f %% (start %.1f %%), %s unit %.1f %%, crossing a unit boundary %.1f %%"
-          % (d["aligned_4k_pct"], d["aligned_4k_start_pct"], _size(d["unit_bytes"]), d["aligned_unit_pct"],
+          % (d["aligned_4k_pct"], d["aligned_4k_start_pct"], size(d["unit_bytes"]), d["aligned_unit_pct"],
              d["cross_unit_pct"]))
         if d.get("q2c_us"):
             w("    queue-to-complete: p50 %.1f us  p99 %.1f us" % (d["q2c_us"]["p50"], d["q2c_us"]["p99"]))

@@ -10,24 +10,9 @@ import re
 import textwrap
 
 from analysis import amplification
+from analysis.units import percent, size, us
 
 WIDTH = 100  # wrapped lines (tiers, unavailable figures) fit a terminal of this many columns
-
-
-def size(n):
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return ("%.0f %s" if unit == "B" else "%.1f %s") % (n, unit)
-        n /= 1024.0
-
-
-def us(v):
-    """A latency in microseconds, as us below 1 ms and ms above."""
-    return "%.1f us" % v if v < 1000 else "%.2f ms" % (v / 1000.0)
-
-
-def pct(share):
-    return "%.1f %%" % (100.0 * share)
 
 
 def wrap(label, items, sep=", "):
@@ -167,7 +152,7 @@ def attribution_lines(s):
         return ["  time in requests: no requests on the traced filesystems"]
     sh = shares(s)
     head = "time in requests (%.1f ms)" % (a["wall_ns"] / 1e6)
-    items = ["%s %s" % (name, pct(v)) for name, v in sh if v >= 0.0005]
+    items = ["%s %s" % (name, percent(v)) for name, v in sh if v >= 0.0005]
     if items:
         items[0] += " (dominant)"
     small = [name for name, v in sh if v < 0.0005]
@@ -196,7 +181,7 @@ def decompression_line(s):
     wall = s["attribution"]["wall_ns"]
 
     def share(ns):
-        return " = %s" % pct(ns / wall) if wall else ""
+        return " = %s" % percent(ns / wall) if wall else ""
     kworkers = (s.get("async_work") or {}).get("erofs decompression")
     kw = "; in kworkers: %.1f ms (%d work items)" % (kworkers["ns"] / 1e6, kworkers["items"]) if kworkers else ""
     if dec.get("available"):
@@ -219,13 +204,13 @@ def tracer_line(s):
     line = "  tracer: %.1f ms in requests" % (tr["part_ns"] / 1e6)
     col = tr.get("collector") or {}
     if tr.get("part_share") is not None:
-        line += " = %s" % pct(tr["part_share"])
+        line += " = %s" % percent(tr["part_share"])
     est = tr.get("estimate") or {}
     if est.get("error_ns_95") is not None:
         line += " (+-%.1f ms, 1 in %d runs timed)" % (est["error_ns_95"] / 1e6, est["time_every"])
     smp = tr.get("sampled") or {}
     if smp.get("share") is not None:
-        line += "; %s of on-CPU samples (95%% %.1f-%.1f %%)" % (pct(smp["share"]), 100 * smp["share_95"][0],
+        line += "; %s of on-CPU samples (95%% %.1f-%.1f %%)" % (percent(smp["share"]), 100 * smp["share_95"][0],
                                                                100 * smp["share_95"][1])
     if col.get("cpu_ms_per_s") is not None:
         line += "; its collector %.1f ms CPU/s" % col["cpu_ms_per_s"]

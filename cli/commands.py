@@ -231,7 +231,7 @@ def cmd_bench(args):
         results = ResultsDir(args.out or os.path.join("fstrace-results", "%s-bench-merged" % stamp))
         with results as outdir:
             try:
-                shards.merge(args.merge, outdir)
+                bench.merge(args.merge, outdir)
             except (AttributeError, KeyError, TypeError, ValueError) as e:
                 raise FstraceError("%s: not what bench writes there, or damaged (%s: %s)"
                                    % (" ".join(args.merge), type(e).__name__, str(e)[:100]))

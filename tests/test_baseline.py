@@ -49,7 +49,7 @@ def test_fio_run_reports_untraced_and_traced(erofs_randread):
 
 
 def _mib(n):
-    from analysis.verdict import size
+    from analysis.units import size
     return size(n)
 
 
