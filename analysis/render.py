@@ -10,20 +10,6 @@ from analysis.load import error, in_dir, load_doc, load_results, note_unverified
 from common.safedir import RESULTS_FILE_MODE, VerifiedDir
 
 
-def failed_requests(res):
-    """Requests on the traced filesystems that returned an error: {"read errno 117 (EUCLEAN)": count}."""
-    import errno as errnos
-    from analysis import summary
-    r = summary.fs_requests(res, kinds=("read", "getdents", "open", "stat"))
-    r = r[r["ret"] < 0]
-    out = {}
-    for kind, ret in zip(r["kind"], r["ret"]):
-        e = -int(ret)
-        key = "%s errno %d (%s)" % (summary.enum_name(res.header, "req_kind", kind), e, errnos.errorcode.get(e, "?"))
-        out[key] = out.get(key, 0) + 1
-    return out
-
-
 def render_summary(s, full=True):
     """The terminal report (the verdict; full: then the detail), control characters escaped: task names and
     stacks (attach traces any task) and results from other machines must not drive the terminal."""
@@ -37,10 +23,7 @@ def analyse(res, gt, fst, full=True, baseline=None):
     nothing could tell, or values no collector writes) is one line, not a traceback."""
     from analysis import summary
     try:
-        s = summary.summarize(res, gt)
-        s["failed_requests"] = failed_requests(res)
-        if baseline is not None:  # the untraced run, kept in summary.json: the results file has no trace of it
-            s["baseline"] = baseline
+        s = summary.summarize_run(res, gt, baseline)
         text = render_summary(s, full)
     except (ArithmeticError, AttributeError, IndexError, KeyError, TypeError, ValueError, MemoryError) as e:
         why = ("results format %d has no checksums: the file is probably damaged" % res.format if not res.verified

@@ -516,7 +516,7 @@ def inside(base, name, named_in=None):
 # what `report` reads from the JSON files next to results: their other fields are rendered or recomputed
 SUMMARY_SCHEMA = {"ground_truth": Opt(Null({"read_bytes": Opt(Int(0)), "write_bytes": Opt(Int(0)),
                                              "ios": Opt(Int(0))})),
-                  # the untraced run (cli/runner.py compare_with_baseline): what the verdict prints of it
+                  # the untraced run (analysis/baseline.py compare): what the verdict prints of it
                   "baseline": Opt(Null({"why": Opt(str), "method": Opt(str), "wall_s": Opt(float),
                                         "traced_ratio": Opt(Null(float)),
                                         "throughput_bytes_per_s": Opt(Null(float)),

@@ -4,10 +4,12 @@ summarize() builds the summary.json document (its fields: docs/outputs.md, "summ
 values and record layouts come from the results header, never from constants
 kept here.
 """
+import errno as errnos
 import math
 import numpy as np
 
 from analysis import amplification, results, sampling, schema
+from analysis.baseline import compare
 from analysis.hist import linear_slots, loglin_bounds, log2_slots, merged_percentiles, percentiles
 
 SCHEMA_VERSION = 1
@@ -1057,6 +1059,18 @@ def request_windows(res, kind="read"):
     return out
 
 
+def failed_requests(res):
+    """Requests on the traced filesystems that returned an error: {"read errno 117 (EUCLEAN)": count}."""
+    r = fs_requests(res, kinds=("read", "getdents", "open", "stat"))
+    r = r[r["ret"] < 0]
+    out = {}
+    for kind, ret in zip(r["kind"], r["ret"]):
+        e = -int(ret)
+        key = "%s errno %d (%s)" % (enum_name(res.header, "req_kind", kind), e, errnos.errorcode.get(e, "?"))
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
 def summarize(res, ground_truth=None):
     h = res.header
     cfg = res.config
@@ -1147,4 +1161,15 @@ def summarize(res, ground_truth=None):
         "ground_truth": ground_truth or {},
     }
     s["amplification"] = amplification.figures(s, sch)
+    return s
+
+
+def summarize_run(res, ground_truth=None, baseline=None):
+    """summary.json's document of a run, as `run` writes it and `report` shows it: summarize()'s figures, the
+    requests that failed, and the untraced baseline (analysis/baseline.py compare) where one was measured, or why
+    none was."""
+    s = summarize(res, ground_truth)
+    s["failed_requests"] = failed_requests(res)
+    if baseline is not None:  # the untraced run, kept in summary.json: the results file has no trace of it
+        s["baseline"] = compare(baseline, s) if "wall_s" in baseline else baseline
     return s

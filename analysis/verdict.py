@@ -93,7 +93,7 @@ def warm_misses_line(s):
 
 
 def baseline_line(s):
-    """The untraced run's throughput and latency first, then what tracing cost (runner.compare_with_baseline)."""
+    """The untraced run's throughput and latency first, then what tracing cost (analysis/baseline.py compare)."""
     b = s.get("baseline")
     if b is None:
         return None

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from analysis.render import failed_requests, flamegraph_specs, run_html, write_html
+from analysis.render import flamegraph_specs, run_html, write_html
 from cli.cgroups import in_cgroup, io_throttle, iops_cap, run_cgroup, run_process_group
 from cli.devices import (backing_block_device, dev_numbers, drop_caches, kdev, mount_of, proactive_reclaim,
                          read_ahead_kb, sdev_arg)
@@ -176,13 +176,6 @@ def bpf_program_names():
         return None
 
 
-def _fio_latency_us(gt):
-    """fio's own completion latency percentiles (p50, p99) in microseconds, or None."""
-    pct = ((gt or {}).get("clat_ns") or {}).get("percentile") or {}
-    p50, p99 = pct.get("50.000000"), pct.get("99.000000")
-    return {"p50": p50 / 1e3, "p99": p99 / 1e3} if p50 is not None and p99 is not None else None
-
-
 def run_untraced(wl, mnt, ctx, bdir, cgroups, warm):
     """The workload once with nothing attached, in the traced run's cache state (caches dropped first for a cold
     run; a warm run follows the warming run): the truth the traced run is compared with.  Its own output
@@ -223,35 +216,6 @@ def remount(c, dev, mnt, fs, opts):
     from workloads import images
     c.undo("unmount " + mnt)
     mount(dev, mnt, fs, c, images.mount_options(fs, opts))
-
-
-def compare_with_baseline(base, s):
-    """The untraced run's throughput and latency beside the traced one's, measured alike: fio's own bandwidth and
-    completion latency for fio, bytes the workload read over its wall time otherwise."""
-    gt, bgt = s.get("ground_truth") or {}, base["ground_truth"]
-    out = dict(base)
-    if base["exit_status"] != 0:
-        out["why"] = "the untraced run exited with status %d" % base["exit_status"]
-        return out
-    if "bw_bytes" in bgt and "bw_bytes" in gt:
-        out["method"] = "fio's own bandwidth and completion latency, untraced and traced"
-        out["throughput_bytes_per_s"], traced = bgt["bw_bytes"], gt["bw_bytes"]
-        out["latency_us"], out["traced_latency_us"] = _fio_latency_us(bgt), _fio_latency_us(gt)
-    elif bgt.get("read_bytes") and gt.get("read_bytes") and s.get("wall_s"):
-        out["method"] = "bytes the workload read over its wall time, untraced and traced"
-        out["throughput_bytes_per_s"] = bgt["read_bytes"] / base["wall_s"]
-        traced = gt["read_bytes"] / s["wall_s"]
-    elif s.get("wall_s"):
-        out["method"] = "the workload's wall time, untraced and traced (it reports no bytes of its own)"
-        out["throughput_bytes_per_s"] = None
-        out["traced_ratio"] = base["wall_s"] / s["wall_s"]
-        return out
-    else:
-        out["why"] = "the traced run has no wall time"
-        return out
-    out["traced_throughput_bytes_per_s"] = traced
-    out["traced_ratio"] = traced / out["throughput_bytes_per_s"] if out["throughput_bytes_per_s"] else None
-    return out
 
 
 def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io=True, tools=None, iops=None,
@@ -366,10 +330,7 @@ def write_summary(resdir, wl=None, ctx=None, baseline=None):
     # a workload killed by a signal never said what it read (fio writes its JSON as it ends)
     killed = (res.header.get("workload") or {}).get("signal")
     gt = wl.ground_truth(resdir, ctx) if wl and not killed else None
-    s = summary.summarize(res, gt)
-    s["failed_requests"] = failed_requests(res)
-    if baseline is not None:
-        s["baseline"] = compare_with_baseline(baseline, s) if "wall_s" in baseline else baseline
+    s = summary.summarize_run(res, gt, baseline)
     # a full disk here is one line naming the file (ENOSPC names none); the directory is removed after it
     with writing(os.path.join(resdir, "summary.json")):
         write_json_atomic(os.path.join(resdir, "summary.json"), s, indent=1, sort_keys=True)
