@@ -86,9 +86,9 @@ def write_html(path, text):
 def run_html(s, res):
     """The self-contained HTML report of one run.  Its flamegraphs are drawn again from the results rather
     than read from the directory's SVG files: those could hold script, or be links out of the directory."""
-    from analysis import flamegraph, html, plots, report, summary, tables
+    from analysis import flamegraph, html, plots, report, requests, tables
     label = s["run"].get("label") or "run"
-    figs = [("Latency CDF", plots.latency_cdf([(label, summary.latencies_us(res))], "request latency")),
+    figs = [("Latency CDF", plots.latency_cdf([(label, requests.latencies_us(res))], "request latency")),
             ("Attribution", plots.attribution_bars([(label, s["attribution"]["parts_ns"])], res.schema,
                                                    "where request time went"))]
     drawn = {name: flamegraph.render(stacks, title, subtitle, unit=unit)
@@ -105,7 +105,7 @@ def run_html(s, res):
 def sets_html(title, sets, head_text):
     """HTML of result sets side by side (a comparison, or one bench): latency CDF and attribution per
     configuration, and the sets' tables.  sets: [(name prefix, run or bench directory)]."""
-    from analysis import flamegraph, html, plots, results, sampling, schema, summary, tables
+    from analysis import flamegraph, html, plots, requests, results, sampling, schema, tables
     cdf, bars, texts, schemas = [], [], [], []
     stacks = []  # per set: {(workload, label) or None: on-CPU folded stacks}, for the differential flamegraphs
     for side, d in sets:
@@ -127,8 +127,8 @@ def sets_html(title, sets, head_text):
             fst = in_dir(rd, "results.fst")
             res = load_results(fst)
             note_unverified(res, fst)
-            cdf.append((label, summary.latencies_us(res)))
-            bars.append((label, summary.attribution(summary.fs_requests(
+            cdf.append((label, requests.latencies_us(res)))
+            bars.append((label, requests.attribution(requests.fs_requests(
                 res, kinds=("read", "write", "open", "getdents")), None, res.schema)["parts_ns"]))
             schemas.append(res.schema)
             stacks[-1][key] = sampling.folded(res.header, kworkers=True)

@@ -363,6 +363,8 @@ class Results:
         self.verified = verified
         self.format = fmt
         self.schema = schema.of(header)  # records.h's parts, figures and layouts as this file was written with
+        # requests.fs_requests' selections by kinds (read-only arrays): each copies every record it chose
+        self.request_selections = {}
 
     def __getitem__(self, name):
         return self.records[name]

@@ -1,5 +1,6 @@
 """The shape of the Python code: no import cycles among analysis/, cli/ and common/ (imports inside functions
-included: one there hides a cycle, it does not break it)."""
+included: one there hides a cycle, it does not break it), and no function in analysis/ or cli/ longer than a
+screen."""
 import ast
 import graphlib
 import os
@@ -10,6 +11,13 @@ pytestmark = pytest.mark.unit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("analysis", "cli", "common")
+MAX_FUNCTION_LINES = 60
+# the functions allowed to be longer, each with its reason
+LONG_FUNCTIONS = {
+    "cli/commands.py:build_parser": "argparse's declarations of every command and option, one after another",
+    "cli/serve.py:serve": "one try/finally that undoes all it sets up (signal handlers, the HTTP server, the "
+                          "collector, a private directory) around the loop that serves and follows mounts",
+}
 
 
 def modules():
@@ -63,3 +71,29 @@ def test_the_walk_sees_imports_inside_functions():
     # a cycle through one is found
     with pytest.raises(graphlib.CycleError):
         list(graphlib.TopologicalSorter({"a": {"b"}, "b": {"a"}}).static_order())
+
+
+def long_functions(path, rel):
+    """{"rel:name": lines} of the functions (methods and nested ones too) in a file longer than the limit."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    return {"%s:%s" % (rel, n.name): n.end_lineno - n.lineno + 1 for n in ast.walk(tree)
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and n.end_lineno - n.lineno + 1 > MAX_FUNCTION_LINES}
+
+
+def test_no_function_is_longer_than_a_screen():
+    found = {}
+    for pkg in ("analysis", "cli"):
+        for name in sorted(os.listdir(os.path.join(ROOT, pkg))):
+            if name.endswith(".py"):
+                found.update(long_functions(os.path.join(ROOT, pkg, name), "%s/%s" % (pkg, name)))
+    too_long = {k: v for k, v in found.items() if k not in LONG_FUNCTIONS}
+    assert not too_long, "functions over %d lines (split them): %s" % (MAX_FUNCTION_LINES, too_long)
+    assert set(LONG_FUNCTIONS) <= set(found), "allowed, but no longer long: %s" % (set(LONG_FUNCTIONS) - set(found))
+
+
+def test_the_length_check_counts_a_long_function(tmp_path):
+    body = "".join("    x%d = %d\n" % (i, i) for i in range(MAX_FUNCTION_LINES))
+    (tmp_path / "m.py").write_text("def short():\n    pass\n\n\ndef long():\n" + body)
+    assert long_functions(str(tmp_path / "m.py"), "m.py") == {"m.py:long": MAX_FUNCTION_LINES + 1}
