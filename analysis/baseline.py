@@ -1,6 +1,13 @@
 """The untraced baseline beside the traced run: the same workload with nothing attached (cli/runner.py
 run_untraced measures it), its throughput and latency next to the traced run's, measured alike."""
 
+# how the two runs are compared (summary.json baseline.method), and what the verdict calls the throughput each
+# compares: fio's bandwidth is over its jobs' run time, which leaves out its start and end, so it is not the reads'
+# throughput over the traced wall time the verdict prints beside it
+FIO_METHOD = "fio's own bandwidth and completion latency, untraced and traced"
+WALL_METHOD = "bytes the workload read over its wall time, untraced and traced"
+THROUGHPUT_NAMES = {FIO_METHOD: "fio's bandwidth", WALL_METHOD: "bytes read over wall time"}
+
 
 def fio_latency_us(gt):
     """fio's own completion latency percentiles (p50, p99) in microseconds, or None."""
@@ -22,11 +29,11 @@ def compare(base, s):
         out["why"] = "the untraced run exited with status %d" % base["exit_status"]
         return out
     if "bw_bytes" in bgt and "bw_bytes" in gt:
-        out["method"] = "fio's own bandwidth and completion latency, untraced and traced"
+        out["method"] = FIO_METHOD
         out["throughput_bytes_per_s"], traced = bgt["bw_bytes"], gt["bw_bytes"]
         out["latency_us"], out["traced_latency_us"] = fio_latency_us(bgt), fio_latency_us(gt)
     elif bgt.get("read_bytes") and gt.get("read_bytes") and s.get("wall_s"):
-        out["method"] = "bytes the workload read over its wall time, untraced and traced"
+        out["method"] = WALL_METHOD
         out["throughput_bytes_per_s"] = bgt["read_bytes"] / base["wall_s"]
         traced = gt["read_bytes"] / s["wall_s"]
     elif s.get("wall_s"):

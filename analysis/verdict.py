@@ -10,6 +10,7 @@ import re
 import textwrap
 
 from analysis import amplification
+from analysis.baseline import THROUGHPUT_NAMES
 from analysis.units import percent, size, us
 
 WIDTH = 100  # wrapped lines (tiers, unavailable figures) fit a terminal of this many columns
@@ -102,7 +103,9 @@ def baseline_line(s):
     cost = "tracing cost %.1f %% of throughput" % ((1 - b["traced_ratio"]) * 100)
     if b.get("throughput_bytes_per_s") is None:
         return "  untraced: %.3f s wall; traced: %.3f s (%s)" % (b["wall_s"], s["wall_s"], cost)
-    line = "  untraced: %s/s" % size(b["throughput_bytes_per_s"])
+    # named for what it measures: fio's bandwidth is not the reads' bytes over the traced wall time (reads_line)
+    line = "  untraced, %s: %s/s" % (THROUGHPUT_NAMES.get(b.get("method"), "throughput"),
+                                    size(b["throughput_bytes_per_s"]))
     if b.get("latency_us"):
         line += ", p50 %s, p99 %s" % (us(b["latency_us"]["p50"]), us(b["latency_us"]["p99"]))
     # how each side was measured is in summary.json's baseline.method (fio's own figures, or bytes over wall)

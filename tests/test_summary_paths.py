@@ -55,7 +55,7 @@ def test_run_and_report_give_the_same_summary_and_baseline(tmp_path, real):
     p = fstrace("report", str(d))
     assert p.returncode == 0, p.stderr
     assert p.stdout == text == render.render_summary(stored, full=False)
-    assert "= 0.750 of untraced" in p.stdout
+    assert "= 0.750 of untraced" in " ".join(p.stdout.split())  # the verdict folds long lines
 
 
 def test_a_baseline_without_a_measurement_is_kept_as_its_reason(tmp_path, real):
@@ -64,3 +64,27 @@ def test_a_baseline_without_a_measurement_is_kept_as_its_reason(tmp_path, real):
     why = {"why": "not run (--no-baseline)"}
     s, _ = render.analyse(results.load(str(tmp_path / "r.fst")), None, str(tmp_path / "r.fst"), baseline=why)
     assert s["baseline"] == why
+
+
+def test_the_verdict_names_each_throughput_for_what_it_measures(tmp_path, real):
+    """fio's bandwidth (over its jobs' run time) and the reads over the traced wall time differ: each line says
+    which it is."""
+    d, s = run_dir(tmp_path, real)
+    text = fstrace("report", str(d)).stdout
+    said = " ".join(text.split())  # the verdict folds long lines
+    # 4,000,000 and 3,000,000 bytes/s: fio's own figures, as forged
+    assert "\n  untraced, fio's bandwidth: 3.8 MiB/s, p50 70.0 us, p99 300.0 us;" in text, text
+    assert "; traced: 2.9 MiB/s = 0.750 of untraced" in said, text
+    assert "\n  reads: %d requests, " % s["reads"]["count"] in text, text
+    assert "in %.3f s wall = " % s["wall_s"] in said, text
+    assert s["throughput_bytes_per_s"] == pytest.approx(s["reads"]["bytes"] / s["wall_s"])
+
+
+def test_a_baseline_of_bytes_over_wall_time_is_named_so(tmp_path, real):
+    fmt, header, data = split(real[1])
+    (tmp_path / "r.fst").write_bytes(forge(header, data, fmt))
+    untraced = dict(UNTRACED, ground_truth={"read_bytes": 1 << 20})
+    s, text = render.analyse(results.load(str(tmp_path / "r.fst")), {"read_bytes": 1 << 20},
+                             str(tmp_path / "r.fst"), full=False, baseline=untraced)
+    assert s["baseline"]["throughput_bytes_per_s"] == (1 << 20) / 0.25
+    assert "\n  untraced, bytes read over wall time: 4.0 MiB/s; traced: " in text, text
