@@ -113,7 +113,7 @@ def render(c, sa, sb, name_a="A", name_b="B"):
     for name, r in zip((name_a, name_b), c["amplification"]):
         out.append("  %-6s %10s %10s %10s %10s %10s" % ((name,) + tuple(_amp_cells(r))))
     if c["accounts_for"]:
-        said = ["%s %+.1f ms (%.0f %% of it)" % (x["part"], x["delta_ns"] / 1e6, 100 * x["share_of_change"])
+        said = ["%s %+.1f ms (%s of it)" % (x["part"], x["delta_ns"] / 1e6, percent(x["share_of_change"], digits=0))
                 for x in c["accounts_for"]]
         out += ["", "most of the %s of %.1f ms in requests: %s" % (
             "increase" if c["requests_delta_ns"] > 0 else "decrease", abs(c["requests_delta_ns"]) / 1e6,

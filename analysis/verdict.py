@@ -100,7 +100,7 @@ def baseline_line(s):
         return None
     if b.get("traced_ratio") is None:
         return "  untraced baseline: unavailable (%s)" % b.get("why", "no figure to compare")
-    cost = "tracing cost %.1f %% of throughput" % ((1 - b["traced_ratio"]) * 100)
+    cost = "tracing cost %s of throughput" % percent(1 - b["traced_ratio"])
     if b.get("throughput_bytes_per_s") is None:
         return "  untraced: %.3f s wall; traced: %.3f s (%s)" % (b["wall_s"], s["wall_s"], cost)
     # named for what it measures: fio's bandwidth is not the reads' bytes over the traced wall time (reads_line)
@@ -118,12 +118,12 @@ def windows_line(s):
     w = s.get("request_windows") or {}
     if not w.get("active"):
         return None
-    line = "  windows: request hooks attached %.1f %% of the time (%d windows, budget %g %%" % (
-        100 * (w["fraction"] or 0), w["windows"], w["budget_pct"])
+    line = "  windows: request hooks attached %s of the time (%d windows, budget %g %%" % (
+        percent(w["fraction"] or 0), w["windows"], w["budget_pct"])
     if w.get("always_on_share_in_windows") is not None:
         # the block, filesystem and workqueue programs stay attached: their cost is beside the budget, not in it
-        line += "; the programs attached all the time took %.2f %% of busy CPU besides" % (
-            100 * w["always_on_share_in_windows"])
+        line += "; the programs attached all the time took %s of busy CPU besides" % percent(
+            w["always_on_share_in_windows"], digits=2)
     line += ")"
     if "estimate" not in w:
         return line + "; reads seen %d, no estimate (%s)" % (w["seen"], w.get("why", ""))
