@@ -188,7 +188,7 @@ def _attach(args, partial, chosen, sdevs, devs):
     argv = [COLLECTOR, "-o", os.path.join(partial, "results.fst")] + attach_argv(args, chosen, devs)
     meta = {"mode": "attach", "label": "attach", "workload": "attach", "fs": args.fs,
             "mounts": [m[0] for m in chosen], "fs_kdevs": [kdev(*d) for d in sdevs] or None,
-            # the traced filesystems' types: figures of others are not this run's to miss (summary.unavailable)
+            # the traced filesystems' types: figures of others are not this run's to miss (probes.unavailable)
             "fs_types": sorted({m[1] for m in chosen}) or None,
             "devices_note": "alignment measured against 4 KiB (image cluster size unknown when attaching)",
             "filters": {"fs": args.fs, "mount": args.mount, "dev": args.dev, "pid": args.pid,
