@@ -167,14 +167,19 @@ def explain(better, worse, med, mix):
         what = {"io_wait_s": "in I/O wait", "other_s": "asleep off I/O (locks, kworkers, run queue)"}[moved]
         s.say(": %s spends {} s %s against {} s" % (B, what), ob, oa)
     s.say(".")
-    za = s.fact("bytes", "mib", better["bytes"], A)
-    zb = s.fact("bytes", "mib", worse["bytes"], B)
+    _image_sizes(s, better, worse)
+    return dict(s.as_dict(), better=A, worse=B, workload=wl)
+
+
+def _image_sizes(s, better, worse):
+    """The sentence on what the faster candidate's image costs in size (or saves) against the slower one's."""
+    za = s.fact("bytes", "mib", better["bytes"], better["label"])
+    zb = s.fact("bytes", "mib", worse["bytes"], worse["label"])
     if better["bytes"] <= worse["bytes"]:
         s.say(" Its image is also smaller: {} MiB against {} MiB.", za, zb)
     else:
         r = s.fact("ratio", "ratio", better["bytes"] / worse["bytes"], of=[za, zb])
         s.say(" It costs a {}x larger image: {} MiB against {} MiB.", r, za, zb)
-    return dict(s.as_dict(), better=A, worse=B, workload=wl)
 
 
 def advise(doc, mix, parts):

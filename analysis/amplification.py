@@ -7,6 +7,7 @@ figure that this run could not measure is {"available": False, "why": ...}, and 
 decompress on an uncompressed image) is {"applies": False, "why": ...}: never a zero standing in for either.
 """
 from analysis import schema
+from analysis.units import percent, size
 
 # the figures computed here, by records.h FST_AMPLIFICATION id
 DEVICE_READ = "device_read_per_received"
@@ -239,7 +240,6 @@ def lines(s):
     a = s.get("amplification")
     if not a:
         return []
-    from analysis.verdict import size
     received = a["received_bytes"]
     items = []
     for level, lv in a[DEVICE_READ].items():
@@ -276,10 +276,10 @@ def lines(s):
             txt += ", read %.2fx" % mean_times(rd["times"])
     rr = a[REREAD]
     if rr.get("available"):
-        txt += "; re-read %.1f %%" % (100 * rr["share"])
+        txt += "; re-read %s" % percent(rr["share"])
     un = a.get(UNNEEDED) or {}
     if un.get("available"):
-        txt += "; unneeded %.1f %%" % (100 * un["share"])
+        txt += "; unneeded %s" % percent(un["share"])
     return [txt]
 
 

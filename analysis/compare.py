@@ -7,6 +7,7 @@ Pure functions over two summaries (summary.json); every number is one summary's,
 import textwrap
 
 from analysis import amplification, schema, tables, verdict
+from analysis.units import percent, size
 
 SIDE_WIDTH = 72  # each verdict's column: two side by side fit 150 columns
 
@@ -88,8 +89,7 @@ def _ms(ns):
 def _amp_cells(r):
     return [amplification.ratio_text(r.get("loop_read_per_received")),
             amplification.ratio_text(r.get("backing_read_per_received")), amplification.decompressed_text(r),
-            "-" if r.get("reread_share") is None else "%.1f %%" % (100 * r["reread_share"]),
-            "-" if r.get("unneeded_share") is None else "%.1f %%" % (100 * r["unneeded_share"])]
+            percent(r.get("reread_share"), none="-"), percent(r.get("unneeded_share"), none="-")]
 
 
 def render(c, sa, sb, name_a="A", name_b="B"):
@@ -108,12 +108,12 @@ def render(c, sa, sb, name_a="A", name_b="B"):
     out.append("  %-12s %12.1f %12.1f %+12.1f" % ("wall", 1e3 * c["wall_s"][0], 1e3 * c["wall_s"][1],
                                                   1e3 * (c["wall_s"][1] - c["wall_s"][0])))
     out += ["", "read amplification (per byte received: %s by %s, %s by %s)" % (
-        verdict.size(c["received_bytes"][0]), name_a, verdict.size(c["received_bytes"][1]), name_b),
+        size(c["received_bytes"][0]), name_a, size(c["received_bytes"][1]), name_b),
             "  %-6s %10s %10s %10s %10s %10s" % ("", "loop/B", "backing/B", "decomp/B", "re-read", "unneeded")]
     for name, r in zip((name_a, name_b), c["amplification"]):
         out.append("  %-6s %10s %10s %10s %10s %10s" % ((name,) + tuple(_amp_cells(r))))
     if c["accounts_for"]:
-        said = ["%s %+.1f ms (%.0f %% of it)" % (x["part"], x["delta_ns"] / 1e6, 100 * x["share_of_change"])
+        said = ["%s %+.1f ms (%s of it)" % (x["part"], x["delta_ns"] / 1e6, percent(x["share_of_change"], digits=0))
                 for x in c["accounts_for"]]
         out += ["", "most of the %s of %.1f ms in requests: %s" % (
             "increase" if c["requests_delta_ns"] > 0 else "decrease", abs(c["requests_delta_ns"]) / 1e6,

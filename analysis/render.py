@@ -10,20 +10,6 @@ from analysis.load import error, in_dir, load_doc, load_results, note_unverified
 from common.safedir import RESULTS_FILE_MODE, VerifiedDir
 
 
-def failed_requests(res):
-    """Requests on the traced filesystems that returned an error: {"read errno 117 (EUCLEAN)": count}."""
-    import errno as errnos
-    from analysis import summary
-    r = summary.fs_requests(res, kinds=("read", "getdents", "open", "stat"))
-    r = r[r["ret"] < 0]
-    out = {}
-    for kind, ret in zip(r["kind"], r["ret"]):
-        e = -int(ret)
-        key = "%s errno %d (%s)" % (summary.enum_name(res.header, "req_kind", kind), e, errnos.errorcode.get(e, "?"))
-        out[key] = out.get(key, 0) + 1
-    return out
-
-
 def render_summary(s, full=True):
     """The terminal report (the verdict; full: then the detail), control characters escaped: task names and
     stacks (attach traces any task) and results from other machines must not drive the terminal."""
@@ -37,10 +23,7 @@ def analyse(res, gt, fst, full=True, baseline=None):
     nothing could tell, or values no collector writes) is one line, not a traceback."""
     from analysis import summary
     try:
-        s = summary.summarize(res, gt)
-        s["failed_requests"] = failed_requests(res)
-        if baseline is not None:  # the untraced run, kept in summary.json: the results file has no trace of it
-            s["baseline"] = baseline
+        s = summary.summarize_run(res, gt, baseline)
         text = render_summary(s, full)
     except (ArithmeticError, AttributeError, IndexError, KeyError, TypeError, ValueError, MemoryError) as e:
         why = ("results format %d has no checksums: the file is probably damaged" % res.format if not res.verified
@@ -103,9 +86,9 @@ def write_html(path, text):
 def run_html(s, res):
     """The self-contained HTML report of one run.  Its flamegraphs are drawn again from the results rather
     than read from the directory's SVG files: those could hold script, or be links out of the directory."""
-    from analysis import flamegraph, html, plots, report, summary, tables
+    from analysis import flamegraph, html, plots, report, requests, tables
     label = s["run"].get("label") or "run"
-    figs = [("Latency CDF", plots.latency_cdf([(label, summary.latencies_us(res))], "request latency")),
+    figs = [("Latency CDF", plots.latency_cdf([(label, requests.latencies_us(res))], "request latency")),
             ("Attribution", plots.attribution_bars([(label, s["attribution"]["parts_ns"])], res.schema,
                                                    "where request time went"))]
     drawn = {name: flamegraph.render(stacks, title, subtitle, unit=unit)
@@ -122,7 +105,7 @@ def run_html(s, res):
 def sets_html(title, sets, head_text):
     """HTML of result sets side by side (a comparison, or one bench): latency CDF and attribution per
     configuration, and the sets' tables.  sets: [(name prefix, run or bench directory)]."""
-    from analysis import flamegraph, html, plots, results, sampling, schema, summary, tables
+    from analysis import flamegraph, html, plots, requests, results, sampling, schema, tables
     cdf, bars, texts, schemas = [], [], [], []
     stacks = []  # per set: {(workload, label) or None: on-CPU folded stacks}, for the differential flamegraphs
     for side, d in sets:
@@ -144,8 +127,8 @@ def sets_html(title, sets, head_text):
             fst = in_dir(rd, "results.fst")
             res = load_results(fst)
             note_unverified(res, fst)
-            cdf.append((label, summary.latencies_us(res)))
-            bars.append((label, summary.attribution(summary.fs_requests(
+            cdf.append((label, requests.latencies_us(res)))
+            bars.append((label, requests.attribution(requests.fs_requests(
                 res, kinds=("read", "write", "open", "getdents")), None, res.schema)["parts_ns"]))
             schemas.append(res.schema)
             stacks[-1][key] = sampling.folded(res.header, kworkers=True)

@@ -1,8 +1,10 @@
-"""Terminal report of one run, rendered from its summary (a pure function: summary -> text)."""
+"""Terminal report of one run, rendered from its summary (a pure function: summary -> text): the verdict, then with
+--full one section per heading (SECTIONS), each a small function of the summary that returns its lines."""
 import re
 
 from analysis import schema, verdict
 from analysis.hist import format_linear_counts, format_log2
+from analysis.units import percent, size
 
 # C0 controls but the newline, DEL, C1 controls (0x9b is CSI on its own) and the Unicode format
 # characters that reorder or hide text (bidi overrides, zero-width): what could drive or fool a terminal
@@ -16,271 +18,329 @@ def terminal_safe(text):
                             else "\\u%04x" % ord(m.group()), text)
 
 
-_size = verdict.size
+def heading(title):
+    return ["", "== %s" % title]
 
 
-def _pct(x):
-    return "n/a" if x is None else "%5.1f %%" % (100.0 * x)
+def histogram(slots, unit):
+    """A log2 histogram's lines, as the report indents them."""
+    return format_log2(slots, unit).rstrip("\n").split("\n")
 
 
-def heading(w, title):
-    w("")
-    w("== %s" % title)
+def probes_text(probes):
+    """'probe: tier, ...' of the probes that measured a section."""
+    return ", ".join("%s: %s" % kv for kv in sorted(probes.items()))
 
 
-def render(s, full=True):
-    """The verdict (analysis/verdict.py), then with full the detail under headings."""
-    out = verdict.lines(s)
-    if not full:
-        out.append("  (detail under headings: fstrace report DIR --full, or report.html in the run directory)")
-        return "\n".join(out) + "\n"
+def ran_in(threads, noun):
+    """'ran in: comm[pid] N items T ms, ...' of the busiest four threads that ran some work."""
+    return "ran in: " + ", ".join("%s[%d] %d %s %.1f ms" % (x["comm"], x["pid"], x["items"], noun, x["ns"] / 1e6)
+                                  for x in threads[:4])
+
+
+def requests_section(s):
+    r, out = s["reads"], heading("requests")
     w = out.append
-    r = s["reads"]
-    heading(w, "requests")
     if r.get("counted_in_kernel"):
         w("  %d reads recorded one by one; %d page-cache hits counted in the kernel: their latency percentiles "
           "are within 1/16" % (r["recorded"], r["counted_in_kernel"]))
     wr, sy = s.get("writes", {}), s.get("sync", {})
     if wr.get("count") or sy.get("count"):
         w("  writes: %d requests, %s; sync calls: %d, %.1f ms in all"
-          % (wr.get("count", 0), _size(wr.get("bytes", 0)), sy.get("count", 0),
+          % (wr.get("count", 0), size(wr.get("bytes", 0)), sy.get("count", 0),
              (sy["latency_us"]["mean"] * sy["count"] / 1000.0) if sy.get("latency_us") else 0.0))
     m = s["metadata"]
     w("  metadata: %d open/getdents on the image, %d stat calls"
       % (m["open_getdents"]["count"], m["stat"]["count"]))
     if r["latency_us"]:
-        l = r["latency_us"]
+        lat = r["latency_us"]
         w("  read latency: p50 %.1f us  p90 %.1f us  p99 %.1f us  max %.1f us"
-          % (l["p50"], l["p90"], l["p99"], l["max"]))
-        w("")
-        w("  read request latency")
-        w(format_log2(r["latency_hist_log2_us"], "usecs").rstrip("\n"))
+          % (lat["p50"], lat["p90"], lat["p99"], lat["max"]))
+        out += ["", "  read request latency"] + histogram(r["latency_hist_log2_us"], "usecs")
+    return out
 
-    a = s["attribution"]
-    heading(w, "where request time went")
-    w("  where request time went (%d ms in requests; first-cut model)" % (a["wall_ns"] // 1000000))
+
+def parts_lines(s):
+    """Each attribution part: its time, share and meaning; lock's reason where it was not measured."""
+    a, out = s["attribution"], []
     sch = schema.of_summary(s)
     for p in sch.parts:
         if p not in a["parts_ns"]:  # results from a collector without that part
             continue
         if p == "lock_ns" and not (s.get("lock_wait") or {}).get("available"):
-            w("    %-11s unavailable: %s" % ("lock", (s.get("lock_wait") or {}).get("why", "not measured")))
+            out.append("    %-11s unavailable: %s" % ("lock", (s.get("lock_wait") or {}).get("why", "not measured")))
             continue
-        w("    %-11s %9.1f ms  %s  %s" % (p[:-3], a["parts_ns"][p] / 1e6, _pct(a["shares"][p]),
-                                        sch.part_meaning[p]))
+        out.append("    %-11s %9.1f ms  %s  %s" % (p[:-3], a["parts_ns"][p] / 1e6, percent(a["shares"][p], width=5),
+                                                  sch.part_meaning[p]))
     if a["wall_ns"]:
-        w("    parts sum to %.2f %% of request wall time; %d requests had a context switch the kernel did not"
-          " report to fstrace" % (100.0 * (a["wall_ns"] - a["unaccounted_ns"]) / a["wall_ns"],
-                                 a["requests_with_missed_events"]))
+        out.append("    parts sum to %.2f %% of request wall time; %d requests had a context switch the kernel did "
+                   "not report to fstrace" % (100.0 * (a["wall_ns"] - a["unaccounted_ns"]) / a["wall_ns"],
+                                              a["requests_with_missed_events"]))
+    return out
 
-    tr = s.get("tracer") or {}
-    if tr.get("part_ns") is not None:
-        smp = tr.get("sampled") or {}
-        est = tr.get("estimate") or {}
-        w("    fstrace's own cost inside the requests: %.1f ms of its handlers' run time (%s of their time)%s"
-          % (tr["part_ns"] / 1e6, _pct(tr.get("part_share")),
-             "; %s of their on-CPU samples (95 %%: %.1f-%.1f %%)" % (
-                 _pct(smp["share"]).strip(), 100 * smp["share_95"][0], 100 * smp["share_95"][1])
-             if smp.get("share") is not None else ""))
-        if est.get("error_ns_95") is not None:
-            w("      timing: %s; 95 %% error of the total +-%.2f ms" % (est["method"], est["error_ns_95"] / 1e6))
-        elif est.get("method"):
-            w("      timing: %s" % est["method"])
-        col = tr.get("collector") or {}
-        if col.get("cpu_ms_per_s") is not None:
-            w("    the collector process itself: %.1f ms of CPU per second over %s (%.0f ms in all: reading and filing"
-              " the records, its windows and timers)" % (col["cpu_ms_per_s"], col["over"], col["cpu_ns"] / 1e6))
-        elif col.get("why"):
-            w("    the collector process itself: unavailable (%s)" % col["why"])
 
+def tracer_lines(s):
+    """What fstrace cost inside the requests, how it was timed, and its collector process's CPU."""
+    tr, out = s.get("tracer") or {}, []
+    if tr.get("part_ns") is None:
+        return out
+    smp, est = tr.get("sampled") or {}, tr.get("estimate") or {}
+    out.append("    fstrace's own cost inside the requests: %.1f ms of its handlers' run time (%s of their time)%s"
+               % (tr["part_ns"] / 1e6, percent(tr.get("part_share"), width=5),
+                  "; %s of their on-CPU samples (95 %%: %.1f-%.1f %%)" % (
+                      percent(smp["share"]), 100 * smp["share_95"][0], 100 * smp["share_95"][1])
+                  if smp.get("share") is not None else ""))
+    if est.get("error_ns_95") is not None:
+        out.append("      timing: %s; 95 %% error of the total +-%.2f ms" % (est["method"], est["error_ns_95"] / 1e6))
+    elif est.get("method"):
+        out.append("      timing: %s" % est["method"])
+    col = tr.get("collector") or {}
+    if col.get("cpu_ms_per_s") is not None:
+        out.append("    the collector process itself: %.1f ms of CPU per second over %s (%.0f ms in all: reading and "
+                   "filing the records, its windows and timers)" % (col["cpu_ms_per_s"], col["over"],
+                                                                   col["cpu_ns"] / 1e6))
+    elif col.get("why"):
+        out.append("    the collector process itself: unavailable (%s)" % col["why"])
+    return out
+
+
+def spread_lines(s):
+    """How the larger parts spread over the requests, and the read latency up to p99 on a linear scale."""
+    a, r, out = s["attribution"], s["reads"], []
     for p, slots in sorted((a.get("part_hist_log2_us") or {}).items()):  # the parts the summary has
         if a["shares"].get(p) and a["shares"][p] >= 0.1 and p != "missed_ns":
-            w("")
-            w("  %s per request (requests with any)" % p[:-3])
-            w(format_log2(slots, "usecs").rstrip("\n"))
+            out += ["", "  %s per request (requests with any)" % p[:-3]] + histogram(slots, "usecs")
     if r["count"] and s.get("read_latency_linear_us"):
         lin = s["read_latency_linear_us"]
-        w("")
-        w("  read request latency up to p99, linear (%g us steps)" % lin["step_us"])
-        w(format_linear_counts(lin["counts"], lin["step_us"], "usecs").rstrip("\n"))
+        out += ["", "  read request latency up to p99, linear (%g us steps)" % lin["step_us"],
+                format_linear_counts(lin["counts"], lin["step_us"], "usecs").rstrip("\n")]
+    return out
 
-    lk = s.get("lock_wait") or {}
+
+def lock_lines(s):
+    lk, out = s.get("lock_wait") or {}, []
     if lk.get("available") and lk["waits"] and lk["wait_us"]:
-        w("    lock waits: %d in %d requests, per request p50 %.1f us p99 %.1f us (%s)"
-          % (lk["waits"], lk["requests_waiting"], lk["wait_us"]["p50"], lk["wait_us"]["p99"], lk["tier"]))
+        out.append("    lock waits: %d in %d requests, per request p50 %.1f us p99 %.1f us (%s)"
+                   % (lk["waits"], lk["requests_waiting"], lk["wait_us"]["p50"], lk["wait_us"]["p99"], lk["tier"]))
     spin = lk.get("spin_estimate")
     if spin and spin["samples"]:
-        w("    on-CPU lock spinning (in oncpu), estimated: %.1f ms (95 %% interval %.1f-%.1f ms), under: %s"
-          % (spin["ns"] / 1e6, spin["ci95_ns"][0] / 1e6, spin["ci95_ns"][1] / 1e6,
-             ", ".join("%s %d" % kv for kv in list(spin["by_function"].items())[:3])))
+        out.append("    on-CPU lock spinning (in oncpu), estimated: %.1f ms (95 %% interval %.1f-%.1f ms), under: %s"
+                   % (spin["ns"] / 1e6, spin["ci95_ns"][0] / 1e6, spin["ci95_ns"][1] / 1e6,
+                      ", ".join("%s %d" % kv for kv in list(spin["by_function"].items())[:3])))
+    return out
 
+
+def attribution_section(s):
+    a = s["attribution"]
+    return (heading("where request time went") +
+            ["  where request time went (%d ms in requests; first-cut model)" % (a["wall_ns"] // 1000000)] +
+            parts_lines(s) + tracer_lines(s) + spread_lines(s) + lock_lines(s))
+
+
+def readahead_section(s):
     ra = s.get("readahead") or {}
     if ra.get("available") and ra["windows"]:
-        heading(w, "readahead")
-        w("  readahead: %d windows, %d pages for %d of the reads; largest %d pages (device limit %s KiB)"
-          % (ra["windows"], ra["pages"], ra["requests_with_readahead"], ra["max_window_pages"],
-             ra["device_read_ahead_kb"] if ra["device_read_ahead_kb"] is not None else "?"))
-        w(format_log2(ra["window_hist_log2_pages"], "pages").rstrip("\n"))
-    elif ra and not ra.get("available"):
-        heading(w, "readahead")
-        w("  readahead windows: unavailable (%s)" % ra["why"])
+        return heading("readahead") + [
+            "  readahead: %d windows, %d pages for %d of the reads; largest %d pages (device limit %s KiB)"
+            % (ra["windows"], ra["pages"], ra["requests_with_readahead"], ra["max_window_pages"],
+               ra["device_read_ahead_kb"] if ra["device_read_ahead_kb"] is not None else "?")] + \
+            histogram(ra["window_hist_log2_pages"], "pages")
+    if ra and not ra.get("available"):
+        return heading("readahead") + ["  readahead windows: unavailable (%s)" % ra["why"]]
+    return []
 
+
+def decompression_section(s):
     dec = s.get("decompression") or {}
+    est = dec.get("estimate")
     if dec.get("available"):
-        heading(w, "decompression")
-        w("  decompression (%s)" % ", ".join("%s: %s" % kv for kv in sorted(dec["probes"].items())))
+        out = heading("decompression") + ["  decompression (%s)" % probes_text(dec["probes"])]
         for g in dec["groups"]:
             u = g["unit_us"]
-            w("    %-8s %-7s %7d units  in %s  out %s  %.1f ms  per unit p50 %.1f us p99 %.1f us  ran in: %s" % (
-                g["fs"], g["alg"], g["units"], _size(g["in_bytes"]), _size(g["out_bytes"]), g["ns"] / 1e6,
-                u["p50"], u["p99"], ", ".join("%s %d" % (k, v["units"]) for k, v in sorted(g["contexts"].items()))))
-        w("    inside the reading thread's requests: %.1f ms; elsewhere (kworkers, other tasks): %.1f ms"
-          % (dec["in_requests_ns"] / 1e6, dec["elsewhere_ns"] / 1e6))
+            out.append("    %-8s %-7s %7d units  in %s  out %s  %.1f ms  per unit p50 %.1f us p99 %.1f us  ran in: %s"
+                       % (g["fs"], g["alg"], g["units"], size(g["in_bytes"]), size(g["out_bytes"]), g["ns"] / 1e6,
+                          u["p50"], u["p99"],
+                          ", ".join("%s %d" % (k, v["units"]) for k, v in sorted(g["contexts"].items()))))
+        out.append("    inside the reading thread's requests: %.1f ms; elsewhere (kworkers, other tasks): %.1f ms"
+                   % (dec["in_requests_ns"] / 1e6, dec["elsewhere_ns"] / 1e6))
         for g in dec["groups"]:
-            w("    %s %s time per unit" % (g["fs"], g["alg"]))
-            w(format_log2(g["unit_hist_log2_us"], "usecs").rstrip("\n"))
+            out += ["    %s %s time per unit" % (g["fs"], g["alg"])] + histogram(g["unit_hist_log2_us"], "usecs")
+        return out
+    if not est:
+        return []
+    out = heading("decompression") + [
+        "  decompression in the reading tasks, estimated: %.1f ms (95 %% interval %.1f-%.1f ms), %d of %d samples"
+        % (est["ns"] / 1e6, est["ci95_ns"][0] / 1e6, est["ci95_ns"][1] / 1e6, est["samples"],
+           est["samples_in_requests"]),
+        "    method: " + est["method"]]
+    if est["by_function"]:
+        out.append("    by decompressor: " + ", ".join("%s %d" % kv for kv in list(est["by_function"].items())[:5]))
+    return out
 
-    est = dec.get("estimate")
-    if est and not dec.get("available"):
-        heading(w, "decompression")
-        w("  decompression in the reading tasks, estimated: %.1f ms (95 %% interval %.1f-%.1f ms), %d of %d samples"
-          % (est["ns"] / 1e6, est["ci95_ns"][0] / 1e6, est["ci95_ns"][1] / 1e6, est["samples"],
-             est["samples_in_requests"]))
-        w("    method: " + est["method"])
-        if est["by_function"]:
-            w("    by decompressor: " + ", ".join("%s %d" % kv for kv in list(est["by_function"].items())[:5]))
 
+def delay_accounting_section(s):
     da = s.get("delay_accounting")
-    if da and da["threads"]:
-        heading(w, "I/O wait vs delay accounting")
-        w("  I/O wait vs the kernel's task delay accounting (blkio delay), per thread")
-        for t in sorted(da["threads"], key=lambda t: -t["blkio_delay_ns"])[:5]:
-            w("    %-16s %7d  kernel %9.1f ms (%d waits)  fstrace %9.1f ms" % (
-                t["comm"], t["pid"], t["blkio_delay_ns"] / 1e6, t["blkio_count"], t["fstrace_io_wait_ns"] / 1e6))
+    if not (da and da["threads"]):
+        return []
+    return heading("I/O wait vs delay accounting") + [
+        "  I/O wait vs the kernel's task delay accounting (blkio delay), per thread"] + [
+        "    %-16s %7d  kernel %9.1f ms (%d waits)  fstrace %9.1f ms" % (
+            t["comm"], t["pid"], t["blkio_delay_ns"] / 1e6, t["blkio_count"], t["fstrace_io_wait_ns"] / 1e6)
+        for t in sorted(da["threads"], key=lambda t: -t["blkio_delay_ns"])[:5]]
 
+
+def offcpu_section(s):
     off = s.get("offcpu")
-    if off and off["by_reason"]:
-        heading(w, "off-CPU stacks")
-        w("  off-CPU time by the function it blocked in (kernel stacks at every switch-out in a request)")
-        for reason, r in sorted(off["by_reason"].items(), key=lambda kv: -kv[1]["ns"]):
-            w("    %-8s %9.1f ms: %s" % (reason, r["ns"] / 1e6, ", ".join("%s %.1f ms" % (f, ns / 1e6)
-                                                                    for f, ns in r["top"])))
+    if not (off and off["by_reason"]):
+        return []
+    return heading("off-CPU stacks") + [
+        "  off-CPU time by the function it blocked in (kernel stacks at every switch-out in a request)"] + [
+        "    %-8s %9.1f ms: %s" % (reason, r["ns"] / 1e6, ", ".join("%s %.1f ms" % (f, ns / 1e6) for f, ns in r["top"]))
+        for reason, r in sorted(off["by_reason"].items(), key=lambda kv: -kv[1]["ns"])]
 
+
+def erofs_section(s):
     er = s.get("erofs")
-    if er:
-        heading(w, "erofs")
-        w("  erofs tracepoints: %s" % ", ".join("%s %d" % kv for kv in er["events"].items()))
-        if er.get("pclusters"):
-            w("    pclusters the reads needed: %d (%s); from the device once %d, more than once %d, "
-              "already in memory %d" % (er["pclusters"], _size(er["pcluster_bytes"]), er["pclusters_read_once"],
-                                        er["pclusters_reread"], er["pclusters_without_device_read"]))
-        pr = er["per_request"]["map"]
-        if pr["per_request"]:
-            w("    extents mapped per request that mapped any: p50 %.0f, max %.0f (%d requests)"
-              % (pr["per_request"]["p50"], pr["per_request"]["max"], pr["requests_with"]))
+    if not er:
+        return []
+    out = heading("erofs") + ["  erofs tracepoints: %s" % ", ".join("%s %d" % kv for kv in er["events"].items())]
+    if er.get("pclusters"):
+        out.append("    pclusters the reads needed: %d (%s); from the device once %d, more than once %d, "
+                   "already in memory %d" % (er["pclusters"], size(er["pcluster_bytes"]), er["pclusters_read_once"],
+                                             er["pclusters_reread"], er["pclusters_without_device_read"]))
+    pr = er["per_request"]["map"]
+    if pr["per_request"]:
+        out.append("    extents mapped per request that mapped any: p50 %.0f, max %.0f (%d requests)"
+                   % (pr["per_request"]["p50"], pr["per_request"]["max"], pr["requests_with"]))
+    return out
 
+
+def fs_caches_section(s):
     fc = s.get("fs_caches") or {}
-    if fc.get("available") and fc["groups"]:
-        heading(w, "filesystem caches")
-        w("  filesystem caches (%s)" % ", ".join("%s: %s" % kv for kv in sorted(fc["probes"].items())))
-        for g in fc["groups"]:
-            w("    %-18s %s %7d lookups  hits %d (%.1f %%)  misses %d (%d blocks, %d missed again, %s)"
-              % (g["cache"], g["dev"], g["lookups"], g["hits"], 100 * g["hit_ratio"], g["misses"],
-                 g["blocks_missed"], g["blocks_missed_again"], _size(g["miss_bytes"])))
-            w("      per lookup: hit p50 %s p99 %s us, miss p50 %s p99 %s us; misses took %.1f ms" % (
-                *(("%.1f" % g[k][q]) if g[k] else "-" for k in ("hit_us", "miss_us") for q in ("p50", "p99")),
-                g["miss_ns"] / 1e6))
-        if fc.get("misses_per_request"):
-            w("    misses per request that missed: p50 %.0f, max %.0f (%d requests)"
-              % (fc["misses_per_request"]["p50"], fc["misses_per_request"]["max"], fc["requests_with_misses"]))
-    elif fc and not fc.get("available") and s["run"].get("fs") in (None, "squashfs"):  # only squashfs has them
-        heading(w, "filesystem caches")
-        w("  filesystem cache hits/misses: unavailable (%s)" % fc["why"])
+    if fc and not fc.get("available") and s["run"].get("fs") in (None, "squashfs"):  # only squashfs has them
+        return heading("filesystem caches") + ["  filesystem cache hits/misses: unavailable (%s)" % fc["why"]]
+    if not (fc.get("available") and fc["groups"]):
+        return []
+    out = heading("filesystem caches") + ["  filesystem caches (%s)" % probes_text(fc["probes"])]
+    for g in fc["groups"]:
+        out.append("    %-18s %s %7d lookups  hits %d (%s)  misses %d (%d blocks, %d missed again, %s)"
+                   % (g["cache"], g["dev"], g["lookups"], g["hits"], percent(g["hit_ratio"]), g["misses"],
+                      g["blocks_missed"], g["blocks_missed_again"], size(g["miss_bytes"])))
+        out.append("      per lookup: hit p50 %s p99 %s us, miss p50 %s p99 %s us; misses took %.1f ms" % (
+            *(("%.1f" % g[k][q]) if g[k] else "-" for k in ("hit_us", "miss_us") for q in ("p50", "p99")),
+            g["miss_ns"] / 1e6))
+    if fc.get("misses_per_request"):
+        out.append("    misses per request that missed: p50 %.0f, max %.0f (%d requests)"
+                   % (fc["misses_per_request"]["p50"], fc["misses_per_request"]["max"], fc["requests_with_misses"]))
+    return out
 
+
+def write_compression_section(s):
     wc = s.get("write_compression") or {}
-    if wc.get("available") and wc["groups"]:
-        heading(w, "compression on write")
-        w("  compression on write (%s)" % ", ".join("%s: %s" % kv for kv in sorted(wc["probes"].items())))
-        for g in wc["groups"]:
-            w("    %-6s %-5s %6d chunks (%d not compressed)  %s -> %s (%s)  %.1f ms  per chunk p50 %.1f us p99 "
-              "%.1f us" % (g["fs"], g["alg"], g["chunks"], g["not_compressed"], _size(g["in_bytes"]),
-                           _size(g["out_bytes"]), "%.2f" % g["ratio"] if g["ratio"] else "-", g["ns"] / 1e6,
-                           g["chunk_us"]["p50"], g["chunk_us"]["p99"]))
-            w("      ran in: " + ", ".join("%s[%d] %d chunks %.1f ms" % (x["comm"], x["pid"], x["items"], x["ns"] / 1e6)
-                                         for x in g["by_thread"][:4]))
-    elif wc and not wc.get("available") and (s.get("writes") or {}).get("count"):
-        heading(w, "compression on write")
-        w("  compression time per chunk on write: unavailable (%s)" % wc["why"])
+    if wc and not wc.get("available") and (s.get("writes") or {}).get("count"):
+        return heading("compression on write") + ["  compression time per chunk on write: unavailable (%s)"
+                                                  % wc["why"]]
+    if not (wc.get("available") and wc["groups"]):
+        return []
+    out = heading("compression on write") + ["  compression on write (%s)" % probes_text(wc["probes"])]
+    for g in wc["groups"]:
+        out.append("    %-6s %-5s %6d chunks (%d not compressed)  %s -> %s (%s)  %.1f ms  per chunk p50 %.1f us p99 "
+                   "%.1f us" % (g["fs"], g["alg"], g["chunks"], g["not_compressed"], size(g["in_bytes"]),
+                                size(g["out_bytes"]), "%.2f" % g["ratio"] if g["ratio"] else "-", g["ns"] / 1e6,
+                                g["chunk_us"]["p50"], g["chunk_us"]["p99"]))
+        out.append("      " + ran_in(g["by_thread"], "chunks"))
+    return out
 
-    if s.get("async_work") or s.get("async_work_unlinked"):
-        heading(w, "kworkers")
+
+def kworkers_section(s):
+    if not (s.get("async_work") or s.get("async_work_unlinked")):
+        return []
+    out = heading("kworkers")
     for kind, wk in sorted((s.get("async_work") or {}).items()):
-        w("  %s in kworkers: %d items, %.1f ms, per item p50 %.1f us p99 %.1f us, queued p50 %s us before running"
-          % (kind, wk["items"], wk["ns"] / 1e6, wk["item_us"]["p50"], wk["item_us"]["p99"],
-             "%.1f" % wk["queue_delay_us"]["p50"] if wk["queue_delay_us"] else "n/a"))
+        out.append("  %s in kworkers: %d items, %.1f ms, per item p50 %.1f us p99 %.1f us, queued p50 %s us before "
+                   "running" % (kind, wk["items"], wk["ns"] / 1e6, wk["item_us"]["p50"], wk["item_us"]["p99"],
+                                "%.1f" % wk["queue_delay_us"]["p50"] if wk["queue_delay_us"] else "n/a"))
         if wk.get("by_worker"):
-            w("    ran in: " + ", ".join("%s[%d] %d items %.1f ms" % (x["comm"], x["pid"], x["items"], x["ns"] / 1e6)
-                                       for x in wk["by_worker"][:4]))
+            out.append("    " + ran_in(wk["by_worker"], "items"))
     for kind, wk in sorted((s.get("async_work_unlinked") or {}).items()):
-        w("  %s in kworkers not caused by the traced devices or requests (another device's, or queued before"
-          " tracing): %d items, %.1f ms, not counted above" % (kind, wk["items"], wk["ns"] / 1e6))
+        out.append("  %s in kworkers not caused by the traced devices or requests (another device's, or queued before"
+                   " tracing): %d items, %.1f ms, not counted above" % (kind, wk["items"], wk["ns"] / 1e6))
+    return out
 
-    for name, d in s["devices"].items():
-        heading(w, "device %s (%s)" % (name, d["level"]))
-        if d.get("write_requests"):
-            w("  device %s (%s): %d write requests, %s" % (name, d["level"], d["write_requests"],
-                                                          _size(d["write_bytes"])))
-        if not d.get("requests"):
-            w("  device %s (%s): no read requests" % (name, d["level"]))
-            continue
-        w("  device %s (%s): %d read requests, %s, mean %s, %d merges, %d charged to the workload"
-          % (name, d["level"], d["requests"], _size(d["bytes"]), _size(d["mean_bytes"]), d["merges"],
-             d["charged_to_workload"]))
-        if d.get("by_origin"):
-            w("    queued by: " + ", ".join("%s %d (%s)" % (k, v["requests"], _size(v["bytes"]))
-                                      for k, v in sorted(d["by_origin"].items(), key=lambda kv: -kv[1]["requests"])))
-        if d.get("requeued"):
-            w("    requeued by the driver and issued again: %d (each one request, its parts summed)" % d["requeued"])
-        bc = d["by_charge"]
-        w("    charged: %s" % ", ".join("%s %d (%s)" % (k, v["requests"], _size(v["bytes"]))
-                                     for k, v in sorted(bc.items()) if v["requests"]))
-        w("    aligned: 4 KiB %.1f %% (start %.1f %%), %s unit %.1f %%, crossing a unit boundary %.1f %%"
-          % (d["aligned_4k_pct"], d["aligned_4k_start_pct"], _size(d["unit_bytes"]), d["aligned_unit_pct"],
-             d["cross_unit_pct"]))
-        if d.get("q2c_us"):
-            w("    queue-to-complete: p50 %.1f us  p99 %.1f us" % (d["q2c_us"]["p50"], d["q2c_us"]["p99"]))
-        if d.get("diskstats_delta"):
-            dd = d["diskstats_delta"]
-            w("    kernel diskstats over the run: %d reads, %d sectors, %d merges"
-              % (dd["reads"], dd["sectors_read"], dd["reads_merged"]))
-            if d["unseen_requests"]:
-                w("    LOST: the kernel completed %d read requests (%d sectors) that fstrace's programs never saw;"
-                  % (d["unseen_requests"], d["unseen_sectors"]))
-                w("          the figures for this device cover %d of %d requests" % (d["requests"], dd["reads"]))
-            if d.get("traced_beyond_diskstats"):
-                w("    %d more requests traced than the kernel counted: the device is shared with other I/O, whose "
-                  "completions at the window's edges are not in the kernel's difference" % d["traced_beyond_diskstats"])
-        w("    block request size")
-        w(format_log2(d["size_hist_log2_bytes"], "bytes").rstrip("\n"))
 
-    heading(w, "tiers, losses and what could not be measured")
+def diskstats_lines(d):
+    """A device's reads as the kernel counted them (/proc/diskstats), and what fstrace did not see of them."""
+    dd, out = d["diskstats_delta"], []
+    out.append("    kernel diskstats over the run: %d reads, %d sectors, %d merges"
+               % (dd["reads"], dd["sectors_read"], dd["reads_merged"]))
+    if d["unseen_requests"]:
+        out.append("    LOST: the kernel completed %d read requests (%d sectors) that fstrace's programs never saw;"
+                   % (d["unseen_requests"], d["unseen_sectors"]))
+        out.append("          the figures for this device cover %d of %d requests" % (d["requests"], dd["reads"]))
+    if d.get("traced_beyond_diskstats"):
+        out.append("    %d more requests traced than the kernel counted: the device is shared with other I/O, whose "
+                   "completions at the window's edges are not in the kernel's difference"
+                   % d["traced_beyond_diskstats"])
+    return out
+
+
+def device_section(name, d):
+    out = heading("device %s (%s)" % (name, d["level"]))
+    w = out.append
+    if d.get("write_requests"):
+        w("  device %s (%s): %d write requests, %s" % (name, d["level"], d["write_requests"], size(d["write_bytes"])))
+    if not d.get("requests"):
+        return out + ["  device %s (%s): no read requests" % (name, d["level"])]
+    w("  device %s (%s): %d read requests, %s, mean %s, %d merges, %d charged to the workload"
+      % (name, d["level"], d["requests"], size(d["bytes"]), size(d["mean_bytes"]), d["merges"],
+         d["charged_to_workload"]))
+    if d.get("by_origin"):
+        w("    queued by: " + ", ".join("%s %d (%s)" % (k, v["requests"], size(v["bytes"]))
+                                  for k, v in sorted(d["by_origin"].items(), key=lambda kv: -kv[1]["requests"])))
+    if d.get("requeued"):
+        w("    requeued by the driver and issued again: %d (each one request, its parts summed)" % d["requeued"])
+    w("    charged: %s" % ", ".join("%s %d (%s)" % (k, v["requests"], size(v["bytes"]))
+                                 for k, v in sorted(d["by_charge"].items()) if v["requests"]))
+    w("    aligned: 4 KiB %.1f %% (start %.1f %%), %s unit %.1f %%, crossing a unit boundary %.1f %%"
+      % (d["aligned_4k_pct"], d["aligned_4k_start_pct"], size(d["unit_bytes"]), d["aligned_unit_pct"],
+         d["cross_unit_pct"]))
+    if d.get("q2c_us"):
+        w("    queue-to-complete: p50 %.1f us  p99 %.1f us" % (d["q2c_us"]["p50"], d["q2c_us"]["p99"]))
+    if d.get("diskstats_delta"):
+        out += diskstats_lines(d)
+    return out + ["    block request size"] + histogram(d["size_hist_log2_bytes"], "bytes")
+
+
+def devices_section(s):
+    return [line for name, d in s["devices"].items() for line in device_section(name, d)]
+
+
+def tiers_lines(s):
+    """What bounded the requests, the probes by tier, and the figures unavailable with every probe's reason."""
+    out = []
     rb = s.get("request_bounds")
     if rb:
         kinds = "; ".join("%s: %s" % (t, ", ".join(k)) for t, k in sorted(rb["groups"].items()))
         if rb["at"] == "filesystem entry points":
-            out.extend(verdict.fold("  requests bounded at the traced filesystems' entry points (%s)" % kinds))
+            out += verdict.fold("  requests bounded at the traced filesystems' entry points (%s)" % kinds)
         elif rb["at"] != "none":
-            out.extend(verdict.fold("  requests bounded by the syscall tracepoints (%s), not at the filesystems' "
-                                    "entry points: %s" % (kinds, rb["why"])))
+            out += verdict.fold("  requests bounded by the syscall tracepoints (%s), not at the filesystems' "
+                                "entry points: %s" % (kinds, rb["why"]))
     for tier, probes in verdict.tier_groups(s).items():
-        out.extend(verdict.titled("probes at tier %s" % tier, probes))
+        out += verdict.titled("probes at tier %s" % tier, probes)
     for why, figs in verdict.unavailable_groups(s).items():
-        out.extend(verdict.titled("figures unavailable (%s)" % why, figs, "; "))
+        out += verdict.titled("figures unavailable (%s)" % why, figs, "; ")
     twins = [u for u in s["unavailable"] if verdict.primary_reason(u["why"], s["tiers"]) != u["why"]]
     for u in twins:  # what the figure's other-kernel probes said, in full
-        out.extend(verdict.titled("%s: every probe's reason" % verdict.short_figure(u["figure"]),
-                                  u["why"].split("; "), "; "))
-    d = s["drops"] or {}
+        out += verdict.titled("%s: every probe's reason" % verdict.short_figure(u["figure"]), u["why"].split("; "),
+                              "; ")
+    return out
+
+
+def losses_lines(s):
+    """Dropped records, full kernel tables, expired in-flight state, block requests unseen."""
+    d, out = s["drops"] or {}, []
+    w = out.append
     w("  dropped records (ring buffer full): %s" % (", ".join("%s %d" % kv for kv in sorted(d.items())) or "none"))
     lost = {k: v for k, v in (s.get("losses") or {}).items() if v}
     if lost:  # a full in-kernel table, or an end event never seen: that work went untraced
@@ -296,4 +356,25 @@ def render(s, full=True):
     if beyond:  # a shared device: edge completions the kernel's difference lacks could offset lost ones
         w("  traced beyond the kernel's count (device shared with other I/O; losses there cannot be ruled out): %s"
           % ", ".join("%s %d" % kv for kv in sorted(beyond.items())))
+    return out
+
+
+def tiers_section(s):
+    return heading("tiers, losses and what could not be measured") + tiers_lines(s) + losses_lines(s)
+
+
+# the detail under headings, in the order the report prints them
+SECTIONS = (requests_section, attribution_section, readahead_section, decompression_section,
+            delay_accounting_section, offcpu_section, erofs_section, fs_caches_section, write_compression_section,
+            kworkers_section, devices_section, tiers_section)
+
+
+def render(s, full=True):
+    """The verdict (analysis/verdict.py), then with full the detail under headings (SECTIONS)."""
+    out = verdict.lines(s)
+    if not full:
+        out.append("  (detail under headings: fstrace report DIR --full, or report.html in the run directory)")
+        return "\n".join(out) + "\n"
+    for section in SECTIONS:
+        out += section(s)
     return "\n".join(out) + "\n"

@@ -363,6 +363,8 @@ class Results:
         self.verified = verified
         self.format = fmt
         self.schema = schema.of(header)  # records.h's parts, figures and layouts as this file was written with
+        # requests.fs_requests' selections by kinds (read-only arrays): each copies every record it chose
+        self.request_selections = {}
 
     def __getitem__(self, name):
         return self.records[name]
@@ -516,7 +518,7 @@ def inside(base, name, named_in=None):
 # what `report` reads from the JSON files next to results: their other fields are rendered or recomputed
 SUMMARY_SCHEMA = {"ground_truth": Opt(Null({"read_bytes": Opt(Int(0)), "write_bytes": Opt(Int(0)),
                                              "ios": Opt(Int(0))})),
-                  # the untraced run (cli/runner.py compare_with_baseline): what the verdict prints of it
+                  # the untraced run (analysis/baseline.py compare): what the verdict prints of it
                   "baseline": Opt(Null({"why": Opt(str), "method": Opt(str), "wall_s": Opt(float),
                                         "traced_ratio": Opt(Null(float)),
                                         "throughput_bytes_per_s": Opt(Null(float)),

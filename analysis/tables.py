@@ -1,10 +1,12 @@
 """Seed-style tables with causes: pure functions from run summaries (and bench documents) to rows and text."""
 import csv
+import functools
 import io
 import os
 import statistics
 
 from analysis import amplification, schema
+from analysis.units import percent
 
 SCHEMA_VERSION = 1
 
@@ -96,10 +98,10 @@ def cause(r):
     out = []
     if shares:
         v, name = max(shares)
-        out.append("%s %.0f%%" % (name, 100 * v))
+        out.append("%s %s" % (name, percent(v, digits=0, space=False)))
     if r.get("decompression_share") is not None:
-        out.append("decomp %.0f%%%s" % (100 * r["decompression_share"], "" if r.get("decompression_note") is None
-                                         else " (sampled)"))
+        out.append("decomp %s%s" % (percent(r["decompression_share"], digits=0, space=False),
+                                    "" if r.get("decompression_note") is None else " (sampled)"))
     if r.get("loop_requests"):
         out.append("%d dev %s, %.1f KiB mean" % (r["loop_requests"], "writes" if r.get("loop_op") == "write"
                                                  else "reads", (r.get("loop_mean_bytes") or 0) / 1024))
@@ -109,12 +111,12 @@ def cause(r):
     if dec not in ("-", "n/a"):
         out.append("dec/B %s" % dec)
     if r.get("reread_share"):
-        out.append("reread %.0f%%" % (100 * r["reread_share"]))
+        out.append("reread %s" % percent(r["reread_share"], digits=0, space=False))
     return ", ".join(out)
 
 
-def _pct(x):
-    return "  n/a" if x is None else "%4.0f%%" % (100 * x)
+# a share in a bench table's column: four columns and the sign, '  n/a' when unknown
+_pct = functools.partial(percent, digits=0, width=4, space=False, none="  n/a")
 
 
 def _time(t):

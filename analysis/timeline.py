@@ -32,7 +32,8 @@ import zlib
 
 import numpy as np
 
-from analysis.summary import dev_name, enum_name, records_in_requests
+from analysis.intervals import records_in_requests
+from analysis.selection import dev_name, enum_name
 from common.system import INSTALLED, ROOT
 
 SEQ = 1               # the one packet sequence of the trace
@@ -233,55 +234,57 @@ def waker_of_request(req, work):
     return out
 
 
-def slices(res, w, uuids):
-    """(start, end, track, name, children [(start, end, name)], flow ids, terminating flow ids, terminating flow
-    ids of its end event) of every slice, by start time: merged from each kind's records in start order."""
-    h = res.header
-    req = res.records.get("req")
-    io = res.records.get("io")
-    work = _sorted(res.records.get("work"), "ts_start_ns")
-    threads, procs = {}, {}
-    last_comm = {}  # a traced thread's name as of its last request (its first may predate an exec)
-    if req is not None and len(req):
-        late = req[np.argsort(req["ts_end_ns"], kind="stable")[::-1]]
-        _, first = np.unique(late["pid"], return_index=True)
-        last_comm = {int(late["pid"][k]): _comm(late[k]) for k in first}
+class Slices:
+    """The slices of a trace, one source per kind of record (requests, block requests, work items, in-kernel work),
+    each a generator in start order, and the tracks they go on: a thread's track made as its first slice comes."""
 
-    def thread_track(rec):
+    def __init__(self, res, w, uuids):
+        self.res, self.h, self.w, self.uuids = res, res.header, w, uuids
+        self.req, self.io = res.records.get("req"), res.records.get("io")
+        self.work = _sorted(res.records.get("work"), "ts_start_ns")
+        self.threads, self.procs = {}, {}
+        self.last_comm = {}  # a traced thread's name as of its last request (its first may predate an exec)
+        req, io, work = self.req, self.io, self.work
+        if req is not None and len(req):
+            late = req[np.argsort(req["ts_end_ns"], kind="stable")[::-1]]
+            _, first = np.unique(late["pid"], return_index=True)
+            self.last_comm = {int(late["pid"][k]): _comm(late[k]) for k in first}
+        # request -> block requests charged to its thread and queued while it ran (flow id: block request index + 1)
+        self.owner = None
+        if req is not None and len(req) and io is not None and len(io):
+            self.owner = request_of_io(req, io)
+            owned = np.nonzero(self.owner >= 0)[0]
+            self.by_owner = owned[np.argsort(self.owner[owned], kind="stable")]
+            self.owner_keys = self.owner[self.by_owner]
+        # block request -> the work items its completion queued; work item -> the requests it woke
+        self.cause = io_of_work(io, work) if len(work) else np.zeros(0, dtype=np.int64)
+        self.queued_by = _grouped(self.cause)
+        self.waker = waker_of_request(req, work) if req is not None and len(req) else np.zeros(0, dtype=np.int64)
+        self.woke = _grouped(self.waker)
+
+    def thread_track(self, rec):
         pid = int(rec["pid"])
-        if pid not in threads:
+        if pid not in self.threads:
             tgid = int(rec["tgid"]) if "tgid" in rec.dtype.names else pid
-            if tgid not in procs:
-                procs[tgid] = next(uuids)
-                w.track(procs[tgid], last_comm.get(tgid, _comm(rec)), pid=tgid, process=True)
-            threads[pid] = next(uuids)
-            w.track(threads[pid], last_comm.get(pid, _comm(rec)), procs[tgid], pid=tgid, tid=pid)
-        return threads[pid]
+            if tgid not in self.procs:
+                self.procs[tgid] = next(self.uuids)
+                self.w.track(self.procs[tgid], self.last_comm.get(tgid, _comm(rec)), pid=tgid, process=True)
+            self.threads[pid] = next(self.uuids)
+            self.w.track(self.threads[pid], self.last_comm.get(pid, _comm(rec)), self.procs[tgid], pid=tgid,
+                         tid=pid)
+        return self.threads[pid]
 
-    # request -> block requests charged to its thread and queued while it ran (flow id: block request index + 1)
-    owner = None
-    if req is not None and len(req) and io is not None and len(io):
-        owner = request_of_io(req, io)
-        owned = np.nonzero(owner >= 0)[0]
-        by_owner = owned[np.argsort(owner[owned], kind="stable")]
-        owner_keys = owner[by_owner]
-
-    def flows_of(i):
-        if owner is None:
+    def flows_of(self, i):
+        if self.owner is None:
             return ()
-        lo, hi = np.searchsorted(owner_keys, i, "left"), np.searchsorted(owner_keys, i, "right")
-        return (by_owner[lo:hi] + 1).tolist()
+        lo, hi = np.searchsorted(self.owner_keys, i, "left"), np.searchsorted(self.owner_keys, i, "right")
+        return (self.by_owner[lo:hi] + 1).tolist()
 
-    # block request -> the work items its completion queued; work item -> the requests it woke
-    cause = io_of_work(io, work) if len(work) else np.zeros(0, dtype=np.int64)
-    queued_by = _grouped(cause)
-    waker = waker_of_request(req, work) if req is not None and len(req) else np.zeros(0, dtype=np.int64)
-    woke = _grouped(waker)
-
-    def requests():
+    def requests(self):
+        req = self.req
         if req is None or not len(req):
             return
-        parts = [p for p in res.schema.parts if p in req.dtype.names]
+        parts = [p for p in self.res.schema.parts if p in req.dtype.names]
         for i in np.argsort(req["ts_start_ns"], kind="stable"):
             r = req[i]
             s, e = int(r["ts_start_ns"]), max(int(r["ts_end_ns"]), int(r["ts_start_ns"]))
@@ -291,11 +294,11 @@ def slices(res, w, uuids):
                 if d > 0 and t < e:
                     children.append((t, min(t + d, e), p[:-3]))
                     t += d
-            yield (s, e, thread_track(r), enum_name(h, "req_kind", r["kind"]), children,
-                   flows_of(i), (), (FLOW_WORK_REQ + int(i) + 1,) if waker[i] >= 0 else ())
+            yield (s, e, self.thread_track(r), enum_name(self.h, "req_kind", r["kind"]), children,
+                   self.flows_of(i), (), (FLOW_WORK_REQ + int(i) + 1,) if self.waker[i] >= 0 else ())
 
-    def block_requests():
-        devices = {}
+    def block_requests(self):
+        res, io, devices = self.res, self.io, {}
         read_op = res.io_op("read")
         ops = res.io_ops(io) if io is not None and len(io) else ()
         start = io_start_ns(io) if len(ops) else ()
@@ -303,28 +306,27 @@ def slices(res, w, uuids):
             b = io[i]
             dev = int(b["dev"])
             if dev not in devices:
-                top = next(uuids)
-                w.track(top, "block device %s" % dev_name(dev, res.minor_bits))
-                devices[dev] = Lanes(w, uuids, "requests %s" % dev_name(dev, res.minor_bits), top)
+                top = next(self.uuids)
+                self.w.track(top, "block device %s" % dev_name(dev, res.minor_bits))
+                devices[dev] = Lanes(self.w, self.uuids, "requests %s" % dev_name(dev, res.minor_bits), top)
             s, e = int(start[i]), int(b["ts_complete_ns"])
             issue = int(b["ts_issue_ns"])
             children = [(issue, e, "device")] if s <= issue <= e else []
-            owned = owner is not None and owner[i] >= 0
+            owned = self.owner is not None and self.owner[i] >= 0
             yield (s, e, devices[dev].take(s, e),
                    "%s %d KiB" % ("R" if ops[i] == read_op else "W", int(b["bytes"]) // 1024), children,
-                   [FLOW_IO_WORK + k + 1 for k in queued_by.get(int(i), ())], (int(i) + 1,) if owned else (), ())
+                   [FLOW_IO_WORK + k + 1 for k in self.queued_by.get(int(i), ())], (int(i) + 1,) if owned else (), ())
 
-    def work_items():
-        for k, r in enumerate(work):
-            yield (int(r["ts_start_ns"]), int(r["ts_end_ns"]), thread_track(r),
-                   enum_name(h, "work_kind", r["kind"]), [], [FLOW_WORK_REQ + i + 1 for i in woke.get(k, ())],
-                   (FLOW_IO_WORK + k + 1,) if cause[k] >= 0 else (), ())
+    def work_items(self):
+        for k, r in enumerate(self.work):
+            yield (int(r["ts_start_ns"]), int(r["ts_end_ns"]), self.thread_track(r),
+                   enum_name(self.h, "work_kind", r["kind"]), [], [FLOW_WORK_REQ + i + 1 for i in self.woke.get(k, ())],
+                   (FLOW_IO_WORK + k + 1,) if self.cause[k] >= 0 else (), ())
 
-    def in_kernel_work():
-        """Decompression units, cache misses (hits are sub-microsecond and would bury the track) and write
-        compression chunks, on the thread that ran them."""
-        groups = {}
-        kinds = []
+    def in_kernel_kinds(self):
+        """[(records in start order, their slice's name)] of decompression units, cache misses (hits are
+        sub-microsecond and would bury the track) and write compression chunks."""
+        h, res, kinds = self.h, self.res, []
         dec = res.records.get("decomp")
         if dec is not None and len(dec):
             kinds.append((_sorted(dec, "ts_start_ns"), lambda d: "decompress %s %s" % (
@@ -337,18 +339,29 @@ def slices(res, w, uuids):
         if comp is not None and len(comp):
             kinds.append((_sorted(comp, "ts_start_ns"), lambda c: "compress %s %s" % (
                 enum_name(h, "fs", c["fs"]), enum_name(h, "alg", c["alg"]))))
+        return kinds
+
+    def in_kernel_work(self):
+        """Decompression units, cache misses and write compression chunks, on the thread that ran them."""
+        groups = {}
 
         def stream(n, recs, label):  # binds n and label now: a generator in the comprehension saw the last kind's
             return ((int(r["ts_start_ns"]), n, r, label) for r in recs)
-        streams = [stream(n, recs, label) for n, (recs, label) in enumerate(kinds)]
+        streams = [stream(n, recs, label) for n, (recs, label) in enumerate(self.in_kernel_kinds())]
         for s, _, r, label in heapq.merge(*streams, key=lambda x: x[0]):
             pid = int(r["pid"])
             if pid not in groups:
-                groups[pid] = Lanes(w, uuids, "in-kernel work", thread_track(r))
+                groups[pid] = Lanes(self.w, self.uuids, "in-kernel work", self.thread_track(r))
             e = max(int(r["ts_end_ns"]), s)
             yield (s, e, groups[pid].take(s, e), label(r), [], (), (), ())
 
-    return heapq.merge(requests(), block_requests(), work_items(), in_kernel_work(), key=lambda x: x[0])
+
+def slices(res, w, uuids):
+    """(start, end, track, name, children [(start, end, name)], flow ids, terminating flow ids, terminating flow
+    ids of its end event) of every slice, by start time: merged from each kind's records in start order."""
+    src = Slices(res, w, uuids)
+    return heapq.merge(src.requests(), src.block_requests(), src.work_items(), src.in_kernel_work(),
+                       key=lambda x: x[0])
 
 
 def write(res, path):

@@ -10,24 +10,10 @@ import re
 import textwrap
 
 from analysis import amplification
+from analysis.baseline import THROUGHPUT_NAMES
+from analysis.units import percent, size, us
 
 WIDTH = 100  # wrapped lines (tiers, unavailable figures) fit a terminal of this many columns
-
-
-def size(n):
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return ("%.0f %s" if unit == "B" else "%.1f %s") % (n, unit)
-        n /= 1024.0
-
-
-def us(v):
-    """A latency in microseconds, as us below 1 ms and ms above."""
-    return "%.1f us" % v if v < 1000 else "%.2f ms" % (v / 1000.0)
-
-
-def pct(share):
-    return "%.1f %%" % (100.0 * share)
 
 
 def wrap(label, items, sep=", "):
@@ -108,16 +94,18 @@ def warm_misses_line(s):
 
 
 def baseline_line(s):
-    """The untraced run's throughput and latency first, then what tracing cost (runner.compare_with_baseline)."""
+    """The untraced run's throughput and latency first, then what tracing cost (analysis/baseline.py compare)."""
     b = s.get("baseline")
     if b is None:
         return None
     if b.get("traced_ratio") is None:
         return "  untraced baseline: unavailable (%s)" % b.get("why", "no figure to compare")
-    cost = "tracing cost %.1f %% of throughput" % ((1 - b["traced_ratio"]) * 100)
+    cost = "tracing cost %s of throughput" % percent(1 - b["traced_ratio"])
     if b.get("throughput_bytes_per_s") is None:
         return "  untraced: %.3f s wall; traced: %.3f s (%s)" % (b["wall_s"], s["wall_s"], cost)
-    line = "  untraced: %s/s" % size(b["throughput_bytes_per_s"])
+    # named for what it measures: fio's bandwidth is not the reads' bytes over the traced wall time (reads_line)
+    line = "  untraced, %s: %s/s" % (THROUGHPUT_NAMES.get(b.get("method"), "throughput"),
+                                    size(b["throughput_bytes_per_s"]))
     if b.get("latency_us"):
         line += ", p50 %s, p99 %s" % (us(b["latency_us"]["p50"]), us(b["latency_us"]["p99"]))
     # how each side was measured is in summary.json's baseline.method (fio's own figures, or bytes over wall)
@@ -130,12 +118,12 @@ def windows_line(s):
     w = s.get("request_windows") or {}
     if not w.get("active"):
         return None
-    line = "  windows: request hooks attached %.1f %% of the time (%d windows, budget %g %%" % (
-        100 * (w["fraction"] or 0), w["windows"], w["budget_pct"])
+    line = "  windows: request hooks attached %s of the time (%d windows, budget %g %%" % (
+        percent(w["fraction"] or 0), w["windows"], w["budget_pct"])
     if w.get("always_on_share_in_windows") is not None:
         # the block, filesystem and workqueue programs stay attached: their cost is beside the budget, not in it
-        line += "; the programs attached all the time took %.2f %% of busy CPU besides" % (
-            100 * w["always_on_share_in_windows"])
+        line += "; the programs attached all the time took %s of busy CPU besides" % percent(
+            w["always_on_share_in_windows"], digits=2)
     line += ")"
     if "estimate" not in w:
         return line + "; reads seen %d, no estimate (%s)" % (w["seen"], w.get("why", ""))
@@ -167,7 +155,7 @@ def attribution_lines(s):
         return ["  time in requests: no requests on the traced filesystems"]
     sh = shares(s)
     head = "time in requests (%.1f ms)" % (a["wall_ns"] / 1e6)
-    items = ["%s %s" % (name, pct(v)) for name, v in sh if v >= 0.0005]
+    items = ["%s %s" % (name, percent(v)) for name, v in sh if v >= 0.0005]
     if items:
         items[0] += " (dominant)"
     small = [name for name, v in sh if v < 0.0005]
@@ -196,7 +184,7 @@ def decompression_line(s):
     wall = s["attribution"]["wall_ns"]
 
     def share(ns):
-        return " = %s" % pct(ns / wall) if wall else ""
+        return " = %s" % percent(ns / wall) if wall else ""
     kworkers = (s.get("async_work") or {}).get("erofs decompression")
     kw = "; in kworkers: %.1f ms (%d work items)" % (kworkers["ns"] / 1e6, kworkers["items"]) if kworkers else ""
     if dec.get("available"):
@@ -219,13 +207,13 @@ def tracer_line(s):
     line = "  tracer: %.1f ms in requests" % (tr["part_ns"] / 1e6)
     col = tr.get("collector") or {}
     if tr.get("part_share") is not None:
-        line += " = %s" % pct(tr["part_share"])
+        line += " = %s" % percent(tr["part_share"])
     est = tr.get("estimate") or {}
     if est.get("error_ns_95") is not None:
         line += " (+-%.1f ms, 1 in %d runs timed)" % (est["error_ns_95"] / 1e6, est["time_every"])
     smp = tr.get("sampled") or {}
     if smp.get("share") is not None:
-        line += "; %s of on-CPU samples (95%% %.1f-%.1f %%)" % (pct(smp["share"]), 100 * smp["share_95"][0],
+        line += "; %s of on-CPU samples (95%% %.1f-%.1f %%)" % (percent(smp["share"]), 100 * smp["share_95"][0],
                                                                100 * smp["share_95"][1])
     if col.get("cpu_ms_per_s") is not None:
         line += "; its collector %.1f ms CPU/s" % col["cpu_ms_per_s"]

@@ -313,3 +313,29 @@ def finish(outdir, dirs, media, preset, seed, dataset_id, shard=None):
     sys.stdout.write(text)
     write_html(os.path.join(outdir, "report.html"), sets_html("fstrace bench: dataset %s" % dataset_id,
                                                               dirs, text if seed else None))
+
+
+def merge(inputs, outdir):
+    """bench --merge: the bench directories (each a shard's, or a whole bench's) in inputs merged into outdir (the
+    results directory's .partial): one bench directory per storage medium (cli/shards.py merges each), runs copied
+    in, and a preset's seed tables."""
+    from analysis import seeds
+    benches, names = shards.parts_of(inputs)
+    m = benches[0][1]["matrix"]
+    merged, seed_docs, dirs, media = [], [], [], []
+    for medium in m["media"]:
+        parts = [(d, doc) for d, doc in benches if ((doc.get("storage") or {}).get("name")) == medium]
+        if not parts:
+            continue
+        out = outdir if len(m["media"]) == 1 else os.path.join(outdir, medium)
+        os.makedirs(out, exist_ok=True)
+        doc = shards.merged_medium(parts, names, m, out)
+        write_bench(doc, out)
+        merged.append((medium, doc))
+        dirs.append((medium if len(m["media"]) > 1 else "", out))
+        media.append(medium)
+        seed_docs += shards.per_machine(medium, doc) if len(names) > 1 else [(medium, doc)]
+    preset = m.get("preset")
+    seed = seeds.render(preset, seed_docs, PRESETS[preset]["not_reproduced"]) if preset else None
+    finish(outdir, dirs, media, preset, seed, benches[0][1]["dataset_id"])
+    return merged

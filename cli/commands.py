@@ -188,7 +188,7 @@ def _attach(args, partial, chosen, sdevs, devs):
     argv = [COLLECTOR, "-o", os.path.join(partial, "results.fst")] + attach_argv(args, chosen, devs)
     meta = {"mode": "attach", "label": "attach", "workload": "attach", "fs": args.fs,
             "mounts": [m[0] for m in chosen], "fs_kdevs": [kdev(*d) for d in sdevs] or None,
-            # the traced filesystems' types: figures of others are not this run's to miss (summary.unavailable)
+            # the traced filesystems' types: figures of others are not this run's to miss (probes.unavailable)
             "fs_types": sorted({m[1] for m in chosen}) or None,
             "devices_note": "alignment measured against 4 KiB (image cluster size unknown when attaching)",
             "filters": {"fs": args.fs, "mount": args.mount, "dev": args.dev, "pid": args.pid,
@@ -231,7 +231,7 @@ def cmd_bench(args):
         results = ResultsDir(args.out or os.path.join("fstrace-results", "%s-bench-merged" % stamp))
         with results as outdir:
             try:
-                shards.merge(args.merge, outdir)
+                bench.merge(args.merge, outdir)
             except (AttributeError, KeyError, TypeError, ValueError) as e:
                 raise FstraceError("%s: not what bench writes there, or damaged (%s: %s)"
                                    % (" ".join(args.merge), type(e).__name__, str(e)[:100]))

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from analysis.render import failed_requests, flamegraph_specs, run_html, write_html
+from analysis.render import flamegraph_specs, run_html, write_html
 from cli.cgroups import in_cgroup, io_throttle, iops_cap, run_cgroup, run_process_group
 from cli.devices import (backing_block_device, dev_numbers, drop_caches, kdev, mount_of, proactive_reclaim,
                          read_ahead_kb, sdev_arg)
@@ -176,13 +176,6 @@ def bpf_program_names():
         return None
 
 
-def _fio_latency_us(gt):
-    """fio's own completion latency percentiles (p50, p99) in microseconds, or None."""
-    pct = ((gt or {}).get("clat_ns") or {}).get("percentile") or {}
-    p50, p99 = pct.get("50.000000"), pct.get("99.000000")
-    return {"p50": p50 / 1e3, "p99": p99 / 1e3} if p50 is not None and p99 is not None else None
-
-
 def run_untraced(wl, mnt, ctx, bdir, cgroups, warm):
     """The workload once with nothing attached, in the traced run's cache state (caches dropped first for a cold
     run; a warm run follows the warming run): the truth the traced run is compared with.  Its own output
@@ -225,33 +218,90 @@ def remount(c, dev, mnt, fs, opts):
     mount(dev, mnt, fs, c, images.mount_options(fs, opts))
 
 
-def compare_with_baseline(base, s):
-    """The untraced run's throughput and latency beside the traced one's, measured alike: fio's own bandwidth and
-    completion latency for fio, bytes the workload read over its wall time otherwise."""
-    gt, bgt = s.get("ground_truth") or {}, base["ground_truth"]
-    out = dict(base)
-    if base["exit_status"] != 0:
-        out["why"] = "the untraced run exited with status %d" % base["exit_status"]
-        return out
-    if "bw_bytes" in bgt and "bw_bytes" in gt:
-        out["method"] = "fio's own bandwidth and completion latency, untraced and traced"
-        out["throughput_bytes_per_s"], traced = bgt["bw_bytes"], gt["bw_bytes"]
-        out["latency_us"], out["traced_latency_us"] = _fio_latency_us(bgt), _fio_latency_us(gt)
-    elif bgt.get("read_bytes") and gt.get("read_bytes") and s.get("wall_s"):
-        out["method"] = "bytes the workload read over its wall time, untraced and traced"
-        out["throughput_bytes_per_s"] = bgt["read_bytes"] / base["wall_s"]
-        traced = gt["read_bytes"] / s["wall_s"]
-    elif s.get("wall_s"):
-        out["method"] = "the workload's wall time, untraced and traced (it reports no bytes of its own)"
-        out["throughput_bytes_per_s"] = None
-        out["traced_ratio"] = base["wall_s"] / s["wall_s"]
-        return out
+def run_image(fs, opts, wl, ctx, manifest, cache):
+    """The image a workload runs on: built (or reused from the cache) from its dataset part, or, for a workload that
+    writes, a fresh empty one (made once mounted: mount_image)."""
+    from workloads import images
+    if wl.writes:
+        if fs not in images.WRITABLE:
+            raise FstraceError("workload %s writes: it needs --fs %s" % (wl.name, ", ".join(images.WRITABLE)))
+        return {"fs": fs, "options": opts, "label": images.label(fs, opts), "fresh_empty": True,
+                "tool": images.tool_version(fs)}
+    return images.ensure_image(fs, opts, ctx["source"], "%s/%s" % (manifest["id"], wl.part), cache, progress)
+
+
+def mount_image(c, image, fs, opts, wl, ctx, tmp, mnt, direct_io):
+    """The image on a loop device mounted at mnt (read-only, or an empty one made in tmp for a workload that
+    writes), undone by the Cleanup c: (loop device, whether it does direct I/O)."""
+    from workloads import images
+    if wl.writes:
+        image["path"] = os.path.join(tmp, "empty.img")
+        images.mkfs_empty(fs, image["path"], images.tree_bytes(ctx["source"]))
+        dev, dio = losetup(image["path"], c, direct_io=direct_io, read_only=False)
+        mount(dev, mnt, fs, c, images.mount_options(fs, opts, writable=True))
     else:
-        out["why"] = "the traced run has no wall time"
-        return out
-    out["traced_throughput_bytes_per_s"] = traced
-    out["traced_ratio"] = traced / out["throughput_bytes_per_s"] if out["throughput_bytes_per_s"] else None
-    return out
+        dev, dio = losetup(image["path"], c, direct_io=direct_io)
+        mount(dev, mnt, fs, c, images.mount_options(fs, opts))
+    return dev, dio
+
+
+def traced_devices(loop, unit, mnt, backing):
+    """The collector's device options: the image's loop device (and the disk behind it), and the filesystem mounted
+    at mnt: only the requests on the image (the workload's pipes and /dev/null cost the tracer without a word in the
+    answer: the analysis keeps the image's alone)."""
+    devs = ["-d", "%d:%d:%d:loop" % (loop[0], loop[1], unit), "--sdev", sdev_arg(mount_of(mnt))]
+    if backing:
+        devs += ["-d", "%d:%d:4096:backing" % backing]
+    return devs
+
+
+def workload_cgroups(c, wl_argv, loop, iops, storage, tmp):
+    """The run's own cgroup (ended as a whole at cleanup) and the one throttling the image's device (--iops-cap,
+    --storage): (cgroups, the workload's command run in them)."""
+    own = run_cgroup(c)
+    throttle = (iops_cap([loop], iops, c) if iops else
+                io_throttle([loop], storage, c) if storage else None)
+    cgroups = [d for d in (own, throttle) if d]
+    argv = in_cgroup(wl_argv, cgroups) if cgroups else wl_argv
+    if own is None:  # no cgroup v2: its process group is ended at cleanup instead
+        argv = run_process_group(argv, tmp, c)
+    return cgroups, argv
+
+
+def device_meta(mnt, dev, dio, loop, backing):
+    """The devices of a run's configuration: the filesystem's, its loop device's and the disk's behind it."""
+    # the superblock's device as the kernel records it (btrfs's stat() shows a subvolume's instead)
+    return {"fs_kdev": kdev(*mount_of(mnt)[3]), "loop_device": dev, "loop_kdev": kdev(*loop),
+            "loop_direct_io": dio, "backing_kdev": kdev(*backing) if backing else None,
+            "backing_note": None if backing else "image is not on a block device: backing level not traced"}
+
+
+def write_meta(tmp, meta):
+    """The run's configuration (the collector's -m file, which the results header keeps) in tmp: its path."""
+    path = os.path.join(tmp, "meta.json")
+    with open(path, "w") as f:
+        json.dump(meta, f)
+    return path
+
+
+def prime_caches(wl, ctx, argv, mnt, warm):
+    """What the page cache holds as the workload starts: a write workload's source files (seed 004: the files being
+    copied are already in memory), or, for a warm run, what one untraced run left."""
+    if wl.writes:
+        subprocess.run(["tar", "cf", "-", "."], cwd=ctx["source"], stdout=subprocess.DEVNULL, check=True)
+        os.sync()
+    elif warm:
+        progress("warming the page cache with one untraced run")
+        subprocess.run(argv, cwd=mnt, stdout=subprocess.DEVNULL, check=False)
+
+
+def no_baseline(wl, baseline):
+    """Why the run has no untraced baseline ({"why"}), or None when it has one."""
+    if wl.writes:
+        return {"why": "a write workload: an untraced run would change the image the traced run writes"}
+    if baseline is None:
+        return {"why": "not run (--no-baseline)"}
+    return None
 
 
 def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io=True, tools=None, iops=None,
@@ -267,72 +317,30 @@ def run_once(fs, opts, wl, droot, manifest, cache, outdir, warm=False, direct_io
     error or interrupt leaves no mount, loop device, cgroup or partial output."""
     from workloads import catalog, images
     ctx = catalog.context(droot, wl.part, manifest)
-    if wl.writes:
-        if fs not in images.WRITABLE:
-            raise FstraceError("workload %s writes: it needs --fs %s" % (wl.name, ", ".join(images.WRITABLE)))
-        image = {"fs": fs, "options": opts, "label": images.label(fs, opts), "fresh_empty": True,
-                 "tool": images.tool_version(fs)}
-    else:
-        image = images.ensure_image(fs, opts, ctx["source"], "%s/%s" % (manifest["id"], wl.part), cache,
-                                    progress)
+    image = run_image(fs, opts, wl, ctx, manifest, cache)
     with outdir as partial:
         with Cleanup() as c:
             tmp = make_tmpdir(c)
             mnt = os.path.join(tmp, "mnt")
-            if wl.writes:
-                image["path"] = os.path.join(tmp, "empty.img")
-                images.mkfs_empty(fs, image["path"], images.tree_bytes(ctx["source"]))
-                dev, dio = losetup(image["path"], c, direct_io=direct_io, read_only=False)
-                mount(dev, mnt, fs, c, images.mount_options(fs, opts, writable=True))
-            else:
-                dev, dio = losetup(image["path"], c, direct_io=direct_io)
-                mount(dev, mnt, fs, c, images.mount_options(fs, opts))
+            dev, dio = mount_image(c, image, fs, opts, wl, ctx, tmp, mnt, direct_io)
             loop = dev_numbers(dev)
             unit = images.alignment_unit(fs, opts)
-            # only the requests on the image (the workload's pipes and /dev/null cost the tracer without a word in
-            # the answer: the analysis keeps the image's alone)
-            devs = ["-d", "%d:%d:%d:loop" % (loop[0], loop[1], unit), "--sdev", sdev_arg(mount_of(mnt))]
             backing = backing_block_device(image["path"])
-            if backing:
-                devs += ["-d", "%d:%d:4096:backing" % backing]
+            devs = traced_devices(loop, unit, mnt, backing)
             wl_argv = wl.prepare(mnt, partial, ctx)
-            # the run's own cgroup (ended as a whole at cleanup) and the one throttling the image's device
-            # (--iops-cap, --storage)
-            own = run_cgroup(c)
-            throttle = (iops_cap([loop], iops, c) if iops else
-                        io_throttle([loop], storage, c) if storage else None)
-            cgroups = [d for d in (own, throttle) if d]
-            argv = in_cgroup(wl_argv, cgroups) if cgroups else wl_argv
-            if own is None:  # no cgroup v2: its process group is ended at cleanup instead
-                argv = run_process_group(argv, tmp, c)
-            meta = {
+            cgroups, argv = workload_cgroups(c, wl_argv, loop, iops, storage, tmp)
+            meta_path = write_meta(tmp, dict({
                 "fs": fs, "label": image["label"], "options": opts, "workload": wl.name,
                 "workload_summary": wl.summary, "argv": wl_argv, "cgroups": cgroups, "dataset_id": manifest["id"],
-                "dataset_part": wl.part, "dataset": manifest, "image": image, "tools": tools,
-                # the superblock's device as the kernel records it (btrfs's stat() shows a subvolume's instead)
-                "fs_kdev": kdev(*mount_of(mnt)[3]), "loop_device": dev, "loop_kdev": kdev(*loop),
-                "loop_direct_io": dio, "backing_kdev": kdev(*backing) if backing else None,
-                "backing_note": None if backing else "image is not on a block device: backing level not traced",
-                "cache": "source in page cache" if wl.writes else ("warm" if warm else "cold"),
-                "alignment_unit_bytes": unit, "iops_cap": iops, "storage": storage,
-                "loop_read_ahead_kb": read_ahead_kb(dev),
+                "dataset_part": wl.part, "dataset": manifest, "image": image, "tools": tools},
+                **device_meta(mnt, dev, dio, loop, backing),
+                cache="source in page cache" if wl.writes else ("warm" if warm else "cold"),
+                alignment_unit_bytes=unit, iops_cap=iops, storage=storage, loop_read_ahead_kb=read_ahead_kb(dev),
                 # page cache evicted with no memory pressure: a warm run's misses can be this machine's doing
-                "proactive_reclaim": proactive_reclaim(),
-            }
-            meta_path = os.path.join(tmp, "meta.json")
-            with open(meta_path, "w") as f:
-                json.dump(meta, f)
-            if wl.writes:  # seed 004: the files being copied are already in memory
-                subprocess.run(["tar", "cf", "-", "."], cwd=ctx["source"], stdout=subprocess.DEVNULL, check=True)
-                os.sync()
-            elif warm:
-                progress("warming the page cache with one untraced run")
-                subprocess.run(argv, cwd=mnt, stdout=subprocess.DEVNULL, check=False)
-            if wl.writes:
-                base = {"why": "a write workload: an untraced run would change the image the traced run writes"}
-            elif baseline is None:
-                base = {"why": "not run (--no-baseline)"}
-            else:
+                proactive_reclaim=proactive_reclaim()))
+            prime_caches(wl, ctx, argv, mnt, warm)
+            base = no_baseline(wl, baseline)
+            if base is None:
                 # its own output directory: the traced run's fio.json or file list is not the baseline's
                 bdir = os.path.join(tmp, "baseline")
                 os.makedirs(bdir)
@@ -366,10 +374,7 @@ def write_summary(resdir, wl=None, ctx=None, baseline=None):
     # a workload killed by a signal never said what it read (fio writes its JSON as it ends)
     killed = (res.header.get("workload") or {}).get("signal")
     gt = wl.ground_truth(resdir, ctx) if wl and not killed else None
-    s = summary.summarize(res, gt)
-    s["failed_requests"] = failed_requests(res)
-    if baseline is not None:
-        s["baseline"] = compare_with_baseline(baseline, s) if "wall_s" in baseline else baseline
+    s = summary.summarize_run(res, gt, baseline)
     # a full disk here is one line naming the file (ENOSPC names none); the directory is removed after it
     with writing(os.path.join(resdir, "summary.json")):
         write_json_atomic(os.path.join(resdir, "summary.json"), s, indent=1, sort_keys=True)

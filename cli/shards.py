@@ -148,13 +148,9 @@ def _check_complete(benches, names):
                 name, "s" if len(missing) > 1 else "", ", ".join(str(i) for i in missing), count))
 
 
-def merge(inputs, outdir):
-    """The bench directories (each a shard's, or a whole bench's) in inputs merged into outdir (the results
-    directory's .partial): one bench directory per storage medium, runs copied in, a cell labelled by its
-    machine when more than one machine ran the matrix, and a preset's seed tables."""
-    from analysis import seeds
-    from analysis.load import in_dir
-    from cli import bench
+def parts_of(inputs):
+    """The bench directories (each a shard's, or a whole bench's) in inputs, checked to be parts of one matrix that
+    make it whole: ([(path, bench.json document)], {machine identity: its name in the merge})."""
     benches = [b for d in inputs for b in _benches(d)]
     if not benches:
         raise FstraceError("nothing to merge: %s hold%s no bench" % (", ".join(inputs), "" if len(inputs) > 1
@@ -163,64 +159,56 @@ def merge(inputs, outdir):
     names = _machine_names(benches)
     _check_complete(benches, names)
     several = len(names) > 1
-    m = benches[0][1]["matrix"]
     progress("bench --merge: %d part%s from %d machine%s: %s" % (
         len(benches), "s" if len(benches) > 1 else "", len(names), "s" if several else "",
         ", ".join(names.values())))
-    merged, seed_docs, dirs, media = [], [], [], []
-    for medium in m["media"]:
-        parts = [(d, doc) for d, doc in benches if ((doc.get("storage") or {}).get("name")) == medium]
-        if not parts:
-            continue
-        out = outdir if len(m["media"]) == 1 else os.path.join(outdir, medium)
-        os.makedirs(out, exist_ok=True)
-        doc = {k: parts[0][1].get(k) for k in ("schema_version", "kind", "dataset_id", "runs", "cache", "iops_cap",
-                                               "storage", "matrix")}
-        doc.update(rows=[], images=[], configs=[], machines={}, shard=None, merged_from=[d for d, _ in parts])
-        seen = set()
-        for d, part in parts:
-            name = names[_identity(part.get("machine"))]
-            doc["machines"][name] = part.get("machine")
-            suffix = "@" + name if several else ""
-            for r in part["rows"]:
-                if r["workload"] not in m["workloads"] or r["label"] not in m["configs"]:
-                    raise FstraceError("%s: %s on %s is not a cell of its own matrix; refused"
-                                       % (os.path.join(d, "bench.json"), r["workload"], r["label"]))
-                cell = (name, r["workload"], r["label"], r["run"])
-                if cell in seen:
-                    raise FstraceError("%s on %s, run %d, is in two parts (%s among them): shards of one matrix "
-                                       "share no cell" % (r["workload"], r["label"], r["run"], d))
-                seen.add(cell)
-                new_dir = os.path.join(name, r["dir"]) if several else r["dir"]
-                shutil.copytree(in_dir(d, r["dir"], os.path.join(d, "bench.json")),
-                                os.path.join(out, new_dir), symlinks=True)
-                doc["rows"].append(dict(r, label=r["label"] + suffix, config_label=r["label"], machine=name,
-                                        dir=new_dir))
-            for i in part["images"]:
-                if not any(x["label"] == i["label"] + suffix and x["part"] == i["part"] for x in doc["images"]):
-                    doc["images"].append(dict(i, label=i["label"] + suffix, machine=name))
-            for c in part["configs"]:
-                if not any(x["label"] == c["label"] + suffix for x in doc["configs"]):
-                    doc["configs"].append(dict(c, label=c["label"] + suffix, config_label=c["label"],
-                                               machine=name))
-        # the matrix's order, not the shards': rows by workload, run and configuration as one bench runs them
-        order = {(wl, lb): k for k, (wl, lb) in enumerate((w, c) for w in m["workloads"] for c in m["configs"])}
-        doc["rows"].sort(key=lambda r: (order[(r["workload"], r["config_label"])] // len(m["configs"]), r["run"],
-                                        list(names.values()).index(r["machine"]),
-                                        order[(r["workload"], r["config_label"])]))
-        rank = {c: k for k, c in enumerate(m["configs"])}
-        doc["configs"].sort(key=lambda c: (list(names.values()).index(c["machine"]), rank[c["config_label"]]))
-        kernels = sorted({(rec or {}).get("kernel") or "?" for rec in doc["machines"].values()})
-        doc["kernel"] = ", ".join(kernels)
-        bench.write_bench(doc, out)
-        merged.append((medium, doc))
-        dirs.append((medium if len(m["media"]) > 1 else "", out))
-        media.append(medium)
-        seed_docs += per_machine(medium, doc) if several else [(medium, doc)]
-    preset = m.get("preset")
-    seed = seeds.render(preset, seed_docs, bench.PRESETS[preset]["not_reproduced"]) if preset else None
-    bench.finish(outdir, dirs, media, preset, seed, benches[0][1]["dataset_id"])
-    return merged
+    return benches, names
+
+
+def merged_medium(parts, names, m, out):
+    """One storage medium's parts (parts_of) merged into one bench document, their runs copied into out: a cell
+    labelled by its machine when more than one machine ran the matrix (m: the matrix)."""
+    from analysis.load import in_dir
+    several = len(names) > 1
+    doc = {k: parts[0][1].get(k) for k in ("schema_version", "kind", "dataset_id", "runs", "cache", "iops_cap",
+                                           "storage", "matrix")}
+    doc.update(rows=[], images=[], configs=[], machines={}, shard=None, merged_from=[d for d, _ in parts])
+    seen = set()
+    for d, part in parts:
+        name = names[_identity(part.get("machine"))]
+        doc["machines"][name] = part.get("machine")
+        suffix = "@" + name if several else ""
+        for r in part["rows"]:
+            if r["workload"] not in m["workloads"] or r["label"] not in m["configs"]:
+                raise FstraceError("%s: %s on %s is not a cell of its own matrix; refused"
+                                   % (os.path.join(d, "bench.json"), r["workload"], r["label"]))
+            cell = (name, r["workload"], r["label"], r["run"])
+            if cell in seen:
+                raise FstraceError("%s on %s, run %d, is in two parts (%s among them): shards of one matrix "
+                                   "share no cell" % (r["workload"], r["label"], r["run"], d))
+            seen.add(cell)
+            new_dir = os.path.join(name, r["dir"]) if several else r["dir"]
+            shutil.copytree(in_dir(d, r["dir"], os.path.join(d, "bench.json")),
+                            os.path.join(out, new_dir), symlinks=True)
+            doc["rows"].append(dict(r, label=r["label"] + suffix, config_label=r["label"], machine=name,
+                                    dir=new_dir))
+        for i in part["images"]:
+            if not any(x["label"] == i["label"] + suffix and x["part"] == i["part"] for x in doc["images"]):
+                doc["images"].append(dict(i, label=i["label"] + suffix, machine=name))
+        for c in part["configs"]:
+            if not any(x["label"] == c["label"] + suffix for x in doc["configs"]):
+                doc["configs"].append(dict(c, label=c["label"] + suffix, config_label=c["label"],
+                                           machine=name))
+    # the matrix's order, not the shards': rows by workload, run and configuration as one bench runs them
+    order = {(wl, lb): k for k, (wl, lb) in enumerate((w, c) for w in m["workloads"] for c in m["configs"])}
+    doc["rows"].sort(key=lambda r: (order[(r["workload"], r["config_label"])] // len(m["configs"]), r["run"],
+                                    list(names.values()).index(r["machine"]),
+                                    order[(r["workload"], r["config_label"])]))
+    rank = {c: k for k, c in enumerate(m["configs"])}
+    doc["configs"].sort(key=lambda c: (list(names.values()).index(c["machine"]), rank[c["config_label"]]))
+    kernels = sorted({(rec or {}).get("kernel") or "?" for rec in doc["machines"].values()})
+    doc["kernel"] = ", ".join(kernels)
+    return doc
 
 
 def per_machine(medium, doc):

@@ -50,7 +50,6 @@ PROFILES = {
                   "ms average access); seed 004's disk (a Seagate One Touch HDD) is said to read 'less than "
                   "100MB/s'; throttling caps sequential small requests too, which a disk does not"},
 }
-LIMITS = ("rbps", "wbps", "riops", "wiops")  # io.max's keys, in its order
 
 
 def profile(name):

@@ -140,13 +140,6 @@ class VerifiedDir:
         os.fchmod(fd, mode)  # whatever the umask took away or left
         return VerifiedDir(fd, self.join(name))
 
-    def open_new(self, name, mode=RESULTS_FILE_MODE):
-        """A file object for a new file name, made here exclusively (nothing there is followed or reused)."""
-        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
-                     dir_fd=self.fd)
-        os.fchmod(fd, mode)
-        return os.fdopen(fd, "w")
-
     def write_atomic(self, name, data, mode=RESULTS_FILE_MODE):
         """name replaced whole by data (str or bytes): a temporary of a random name made exclusively, then
         renamed over name; a link at name is refused, not replaced (a user may have meant it)."""

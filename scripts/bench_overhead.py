@@ -62,7 +62,7 @@ import sys
 import tempfile
 import time
 
-from analysis import results, summary
+from analysis import results, summary, tracer, windows
 from cli.devices import backing_block_device, dev_numbers, drop_caches, ensure_tracefs, mount_of, sdev_arg
 from cli.runner import COLLECTOR, DEFAULT_BUDGET_PCT, Tracing, die_with_parent, tracing_options
 from cli.serve import COLLECTOR_OPTIONS as SERVE_OPTIONS
@@ -194,7 +194,7 @@ def collector_cpu_s(header):
     """The collector process's own CPU seconds while the workload ran (reading and filing records, its windows and
     timers; --budget's calibration before it left out), else over the whole traced interval; None from a collector
     that did not say"""
-    c = summary.collector_cpu(header)
+    c = tracer.collector_cpu(header)
     return c["cpu_ns"] / 1e9 if c["available"] else None
 
 
@@ -231,7 +231,7 @@ def run_one(config, argv, cwd, devs, work, estimates=False):
         if estimates:
             info["figures"] = windowed_figure_estimates(summary.summarize(res))
         if config in WINDOWED:
-            w = summary.request_windows(res)
+            w = windows.request_windows(res)
             info["windows"] = {k: w.get(k) for k in ("active", "why", "fraction", "windows", "seen", "estimate",
                                                      "interval95")}
         return info

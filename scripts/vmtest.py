@@ -33,7 +33,7 @@ import time
 
 import numpy as np
 
-from analysis import results, sampling, summary, timeline
+from analysis import caches, devices, probes, requests, results, sampling, selection, timeline
 from cli.runner import COLLECTOR
 from cli.serve import COLLECTOR_OPTIONS as SERVE_OPTIONS
 from workloads import dataset, images
@@ -521,8 +521,8 @@ def check_squashfs_caches(name, mode, res, layout, fail, lines):
         figures = {res.schema.figure("squashfs_cache_lookups"), res.schema.figure("squashfs_cache_misses")}
         fail("%s %s: no squashfs cache lookups (probes: %s)" % (name, mode, probe_states(h, figures)))
         return
-    meta = c[c["cache"] == summary.enum_value(h, "fs_cache", "squashfs metadata")]
-    frag = c[c["cache"] == summary.enum_value(h, "fs_cache", "squashfs fragment")]
+    meta = c[c["cache"] == selection.enum_value(h, "fs_cache", "squashfs metadata")]
+    frag = c[c["cache"] == selection.enum_value(h, "fs_cache", "squashfs fragment")]
     meta_missed = set(meta["block"][meta["missed"] != 0].tolist())
     frag_missed = set(frag["block"][frag["missed"] != 0].tolist())
     lines.append("%-6s %-7s squashfs caches: metadata %d lookups, %d misses on %d blocks (image: %d inode/directory "
@@ -541,7 +541,7 @@ def check_squashfs_caches(name, mode, res, layout, fail, lines):
         fail("%s %s: inode/directory blocks never missed: %s" % (name, mode, sorted(unread)[:5]))
     if not (meta["missed"] == 0).any():
         fail("%s %s: no metadata cache hits" % (name, mode))
-    tier_id = summary.enum_value(h, "tier", mode)
+    tier_id = selection.enum_value(h, "tier", mode)
     if set(c["tier"].tolist()) != {tier_id}:
         fail("%s %s: cache records from tiers %s" % (name, mode, sorted(set(c["tier"].tolist()))))
     slices = [e for e in timeline_slices(res)[1] if e["name"].endswith("cache miss")]
@@ -586,8 +586,8 @@ def check_unneeded(what, res, image_path, layout, fail, lines, scattered=False):
     rounded = [(a // SQUASHFS_DEVBLK * SQUASHFS_DEVBLK, -(-b // SQUASHFS_DEVBLK) * SQUASHFS_DEVBLK) for a, b in reads]
     total = sum(b - a for a, b in rounded)
     outside = sum(int((~unit[a:b]).sum()) for a, b in rounded)
-    u = summary.device_unneeded(res)
-    dev = [d for d in summary.device_stats(res).values() if d.get("diskstats_delta")]
+    u = devices.device_unneeded(res)
+    dev = [d for d in devices.device_stats(res).values() if d.get("diskstats_delta")]
     lines.append("%s: %d blocks read, device %s B (diskstats %s B, squashfs_bio_read's reads %d B); outside the "
                  "blocks %s B + %s B in requests with none (predicted %d B): unneeded share %s" % (
                      what, len(r), u.get("bytes"), dev[0]["diskstats_delta"]["sectors_read"] * 512 if dev else "?",
@@ -622,7 +622,7 @@ def check_scattered(outdir, name, image_path, fail, lines):
     with open(fio_path) as f:
         text = f.read()
     job = json.loads(text[text.index("{"):])["jobs"][0]["read"]
-    reads = res["req"][res["req"]["kind"] == summary.enum_value(res.header, "req_kind", "read")]
+    reads = res["req"][res["req"]["kind"] == selection.enum_value(res.header, "req_kind", "read")]
     if int(reads["ret"][reads["ret"] > 0].sum()) != job["io_bytes"]:
         fail("%s scattered: %d bytes read, fio read %d" % (name, int(reads["ret"][reads["ret"] > 0].sum()),
                                                           job["io_bytes"]))
@@ -666,7 +666,7 @@ def check_scattered_serve(outdir, name, fail, lines):
     with open(fio_path) as f:
         text = f.read()
     job = json.loads(text[text.index("{"):])["jobs"][0]["read"]
-    cnt = summary.counted_requests(res, kinds=("read",)) or {"count": 0, "bytes": 0}
+    cnt = requests.counted_requests(res, kinds=("read",)) or {"count": 0, "bytes": 0}
     if (cnt["count"], cnt["bytes"]) != (job["total_ios"], job["io_bytes"]):
         fail("%s scattered serve: %d reads of %d bytes counted, fio made %d of %d" % (
             name, cnt["count"], cnt["bytes"], job["total_ios"], job["io_bytes"]))
@@ -710,7 +710,7 @@ def check_write_compression(name, mode, res, src, fail, lines, kver="?"):
                      dur.sum() / 1e6, file_bytes, len(sizes),
                      ",".join(sorted({h["enums"]["context"][str(x)] for x in set(c["context"].tolist())})),
                      tier if tier == mode else "%s (%s)" % (tier, probe[0]["why"])))
-    if set(c["tier"].tolist()) != {summary.enum_value(h, "tier", tier)}:
+    if set(c["tier"].tolist()) != {selection.enum_value(h, "tier", tier)}:
         fail("%s %s: compression records from tiers %s" % (name, mode, sorted(set(c["tier"].tolist()))))
     if int(c["in_bytes"].max()) > 128 * 1024:
         fail("%s %s: a chunk of %d bytes, above btrfs's 128 KiB" % (name, mode, c["in_bytes"].max()))
@@ -726,7 +726,7 @@ def check_write_compression(name, mode, res, src, fail, lines, kver="?"):
                                                                              max(sizes)))
     # run by workqueue workers: their names are no proof (6.1 names a workqueue's rescuer after the workqueue,
     # "btrfs-delalloc", and a slow guest's mayday timer hands it work), PF_WQ_WORKER is
-    kworker = summary.enum_value(h, "context", "kworker")
+    kworker = selection.enum_value(h, "context", "kworker")
     if (c["context"] != kworker).any():
         fail("%s %s: %d of %d chunks compressed outside a workqueue worker" % (
             name, mode, int((c["context"] != kworker).sum()), len(c)))
@@ -742,7 +742,7 @@ def check_write_compression(name, mode, res, src, fail, lines, kver="?"):
             name, mode, len(slices), len(c), "; not on their thread: " + ", ".join(misplaced[:3]) if misplaced else ""))
     # the tracepoint tier's exact figure on the same run: compression runs inside the work items
     w = res.records.get("work")
-    kind = summary.enum_value(h, "work_kind", "btrfs write compression")
+    kind = selection.enum_value(h, "work_kind", "btrfs write compression")
     items = w[w["kind"] == kind] if w is not None else []
     if not len(items):
         fail("%s %s: no btrfs write-compression work items timed" % (name, mode))
@@ -862,7 +862,7 @@ def check_image(outdir, name, fs, opts, alg, image_path, fail, lines):
                      % (name, mode, 100.0 * in_kworkers / work_ns))
             # erofs's own tracepoints (raw_tp on this kernel) against the decompressor probes of the same
             # run: the pclusters the reads mapped are the ones decompressed, with the same compressed bytes
-            ev = summary.erofs_events(res, res["req"])
+            ev = caches.erofs_events(res, res["req"])
             if not ev or not ev.get("pclusters"):
                 fail("%s %s: no erofs pclusters from the map tracepoint (%s)" % (name, mode, ev))
             else:
@@ -933,11 +933,11 @@ def check_bounds(outdir, name, fail, lines):
         elif want == "filesystem entry points" and set(rb["kinds"].values()) - {mode, "none"}:
             # fentry asked, its kprobe twins taken: only where the kernel refused each fentry test attach (arm64's
             # 6.1 has no ftrace direct calls for trampolines), and the header says so for each
-            twins = [p for p in h["probes"] if p["figure"] in summary.boundary_figures(h) and p["tier"] == "kprobe"]
+            twins = [p for p in h["probes"] if p["figure"] in probes.boundary_figures(h) and p["tier"] == "kprobe"]
             if mode != "fentry" or set(rb["kinds"].values()) - {mode, "kprobe", "none"} or \
                     not all(p["why"].startswith("fentry: test attach of") for p in twins):
                 fail("%s bounds %s: kinds bounded by %s (%s)" % (name, mode, rb["kinds"],
-                                                               probe_states(h, summary.boundary_figures(h))))
+                                                               probe_states(h, probes.boundary_figures(h))))
             lines.append("%-6s bounds %-7s on kprobe twins: %s" % (name, mode, twins[0]["why"] if twins else ""))
         with open(fio_path) as f:
             text = f.read()
@@ -955,7 +955,7 @@ def check_bounds(outdir, name, fail, lines):
         pread = req["syscall_nr"] == nr["PREAD64"]
         for k in sorted(set(req["kind"].tolist())):
             g = req[(req["kind"] == k) & ~pread]
-            kinds[summary.enum_name(h, "req_kind", k)] = (len(g), int(g["ret"][g["ret"] > 0].sum()))
+            kinds[selection.enum_name(h, "req_kind", k)] = (len(g), int(g["ret"][g["ret"] > 0].sum()))
         fio = req[pread]
         fio_bytes = int(fio["ret"][fio["ret"] > 0].sum())
         per_tier[mode] = kinds
@@ -965,7 +965,7 @@ def check_bounds(outdir, name, fail, lines):
         if len(fio) != job["total_ios"] or fio_bytes != job["io_bytes"]:
             fail("%s bounds %s: %d reads of %d B, fio made %d of %d B" % (name, mode, len(fio), fio_bytes,
                                                                          job["total_ios"], job["io_bytes"]))
-        ran = [p for p in h["probes"] if p["figure"] in summary.boundary_figures(h) and p.get("runs")]
+        ran = [p for p in h["probes"] if p["figure"] in probes.boundary_figures(h) and p.get("runs")]
         for p in ran:
             lines.append("%-6s bounds %-7s bpf_stats %-24s %-7s %7d runs %8.0f ns/run %9.2f ms" % (
                 name, mode, p["probe"], p["tier"], p["runs"], p["run_ns"] / p["runs"], p["run_ns"] / 1e6))
@@ -1391,7 +1391,7 @@ def table_rows(run, failures, skipped):
             res = load_cached(path)
             h = res.header
             d = res.records.get("decomp")
-            fs_id = summary.enum_value(h, "fs", fs)
+            fs_id = selection.enum_value(h, "fs", fs)
             mine = d[d["fs"] == fs_id] if d is not None else d
             n = len(mine) if mine is not None else 0
             rows.append((run["kernel"], "decompression %s %s" % (fs, alg), mode,

@@ -9,7 +9,7 @@ mostly not 4 KiB aligned.
 import numpy as np
 import pytest
 
-from analysis import summary as S
+from analysis import selection
 
 pytestmark = pytest.mark.bpf
 
@@ -55,7 +55,7 @@ def test_kernel_size_histogram_agrees_with_records(erofs_tar_16k):
     from analysis.hist import log2_slots
     _, res, _ = erofs_tar_16k
     io = res["io"]
-    metric = S.enum_value(res.header, "hist_metric", "io_bytes")
+    metric = selection.enum_value(res.header, "hist_metric", "io_bytes")
     hists = [h for h in res.header["kernel_aggregates"]["histograms"] if h["metric"] == metric and
              h["sub"] == res.io_op("read")]
     assert hists

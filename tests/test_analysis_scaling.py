@@ -6,7 +6,7 @@ touches, and the figures must equal those of the per-thread passes they replace 
 import numpy as np
 import pytest
 
-from analysis import results, summary
+from analysis import intervals, results, selection, waits
 
 
 class Counted(np.ndarray):
@@ -85,7 +85,7 @@ def per_thread_passes_by_thread(records, ns):
 @pytest.mark.unit
 def test_per_thread_figures_equal_the_per_thread_passes(real):
     res = churned(real[0], nreq=400, ntask=300, npid=60)
-    da = summary.delay_accounting(res)["threads"]
+    da = waits.delay_accounting(res)["threads"]
     assert da == per_thread_passes_delay_accounting(res)
     assert any(t["blkio_count"] == 0 for t in da) and any(t["fstrace_io_wait_ns"] == 0 for t in da)
     assert len({t["pid"] for t in da}) < len(da)  # thread ids reused: each record gets its thread's wait
@@ -97,12 +97,12 @@ def test_per_thread_figures_equal_the_per_thread_passes(real):
     ts[:100] = req["ts_start_ns"][:100]  # events at a request's start and end belong to it
     ts[100:200] = req["ts_end_ns"][:100]
     pids[:200] = np.tile(req["pid"][:100], 2)
-    got = summary.records_in_requests(req, pids, ts)
+    got = intervals.records_in_requests(req, pids, ts)
     assert np.array_equal(got, per_thread_passes_records_in_requests(req, pids, ts))
     assert (got[:200] >= 0).all() and (got == -1).any()
 
     ns = rng.integers(0, 10 ** 6, len(req))
-    assert summary.by_thread(req, ns) == per_thread_passes_by_thread(req, ns)
+    assert selection.by_thread(req, ns) == per_thread_passes_by_thread(req, ns)
 
 
 @pytest.mark.unit
@@ -114,13 +114,13 @@ def test_per_thread_figures_touch_each_record_a_bounded_number_of_times(real):
     bound = 40 * (len(req) + len(task))
 
     Counted.touched = 0
-    summary.delay_accounting(counted)
+    waits.delay_accounting(counted)
     assert 0 < Counted.touched <= bound
 
     Counted.touched = 0
-    summary.records_in_requests(req, task["pid"], task["ts_exit_ns"])
+    intervals.records_in_requests(req, task["pid"], task["ts_exit_ns"])
     assert 0 < Counted.touched <= bound
 
     Counted.touched = 0
-    summary.by_thread(req, req["io_wait_ns"].view(np.ndarray))
+    selection.by_thread(req, req["io_wait_ns"].view(np.ndarray))
     assert 0 < Counted.touched <= bound

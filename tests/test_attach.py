@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from analysis import results
-from analysis import summary as S
+from analysis import requests, selection
 from cli.devices import backing_block_device, block_devices_of_mount, mount_of
 from conftest import COLLECTOR, FSTRACE, NOBODY, bpf_objects_left, bpf_objects_of, collector_under, drop_caches, \
     finish_attach, settled_leftovers, start_attach
@@ -32,10 +32,10 @@ def test_attach_mount_counts_every_read_of_the_workload(tmp_path, mounted_erofs)
     ios = json.loads(fio.stdout[fio.stdout.index("{"):])["jobs"][0]["read"]["total_ios"]
     res = results.load(str(out / "results.fst"))
     st = os.stat(os.path.join(mnt, "big.bin"))
-    reads = S.reads_of(res, st.st_ino)
+    reads = requests.reads_of(res, st.st_ino)
     # the reads of the file fio read, recorded, and the page-cache hits the kernel counted on that filesystem
     # (fio is the only reader there)
-    cnt = S.counted_requests(res, kinds=("read",))
+    cnt = requests.counted_requests(res, kinds=("read",))
     assert len(reads) + (cnt["count"] if cnt else 0) == ios == 512
     # only requests on the mounted filesystem were kept (in the kernel): nothing from other filesystems
     assert set(np.unique(res["req"]["sdev"]).tolist()) <= {os.major(st.st_dev) << 20 | os.minor(st.st_dev)}
@@ -53,7 +53,7 @@ def test_attach_mount_counts_every_read_of_the_workload(tmp_path, mounted_erofs)
     io = res["io"]
     mine = io[(io["dev"] == (backing[0] << res.minor_bits | backing[1])) & (res.io_ops(io) == res.io_op("read"))]
     by_workers = [r for r in mine if bytes(r["comm"]).startswith(b"kworker")]
-    to_fio = [r for r in by_workers if r["charge"] == S.enum_value(res.header, "charge", "loop")
+    to_fio = [r for r in by_workers if r["charge"] == selection.enum_value(res.header, "charge", "loop")
               and r["pid"] in set(reads["pid"].tolist())]
     assert by_workers and len(to_fio) >= 0.9 * len(by_workers), (len(to_fio), len(by_workers))
 
@@ -77,7 +77,7 @@ def test_attach_comm_filter_and_ctrl_c(tmp_path, mounted_erofs):
     res = results.load(str(out / "results.fst"))
     comms = {bytes(c).rstrip(b"\0") for c in res["req"]["comm"]}
     assert comms == {b"fstrace-reader"}
-    reads = S.reads_of(res, os.stat(target).st_ino)
+    reads = requests.reads_of(res, os.stat(target).st_ino)
     assert int(reads["ret"].sum()) == os.path.getsize(target)
     assert settled_leftovers(expect=before) == before
     assert bpf_objects_left(objs) == set()
@@ -146,7 +146,7 @@ def test_pid_of_a_process_whose_main_thread_exited(tmp_path, mounted_erofs):
     finally:
         stop.touch()
         w.wait(timeout=30)
-    reads = S.reads_of(results.load(str(out / "results.fst")), os.stat(os.path.join(mnt, "small.txt")).st_ino)
+    reads = requests.reads_of(results.load(str(out / "results.fst")), os.stat(os.path.join(mnt, "small.txt")).st_ino)
     reader = [t for t in tids if t != w.pid]
     assert len(reads[reads["pid"] == reader[0]]) == 50, text
 
@@ -176,7 +176,7 @@ def test_collector_alone_then_offline_report(tmp_path, mounted_erofs):
     assert p.returncode == 0, p.stderr
     assert "reads:" in p.stdout
     res = results.load(str(f))
-    reads = S.reads_of(res, os.stat(target).st_ino)
+    reads = requests.reads_of(res, os.stat(target).st_ino)
     assert int(reads["ret"].sum()) == os.path.getsize(target)
 
 

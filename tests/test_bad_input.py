@@ -362,12 +362,12 @@ def test_shared_device_never_gives_a_negative_unseen_count(real):
     """Two runs on one backing disk: the other run's completions at the window's edges make fstrace trace
     more requests than the kernel's diskstats difference.  Replayed on a real results file by lowering the
     kernel's end count below what was traced: nothing is unseen, and the excess is named."""
-    from analysis import report, results, summary
+    from analysis import devices, report, results, selection, summary
     res = results.load(real[0])
     natural = summary.summarize(res)["traced_beyond_diskstats"] or {}  # the real run's own, on other devices
-    stats = summary.device_stats(res)
-    dev = next(d for d in res.header["devices"] if stats[summary.dev_name(d["dev"])].get("requests_in_window"))
-    name = summary.dev_name(dev["dev"])
+    stats = devices.device_stats(res)
+    dev = next(d for d in res.header["devices"] if stats[selection.dev_name(d["dev"])].get("requests_in_window"))
+    name = selection.dev_name(dev["dev"])
     traced = stats[name]["requests_in_window"]
     assert traced > 3
     dev["diskstats_end"] = dict(dev["diskstats_end"], reads=dev["diskstats_start"]["reads"] + traced - 3)
@@ -385,7 +385,7 @@ def test_shared_device_never_gives_a_negative_unseen_count(real):
 
 def traced_sectors_in_window(res, name):
     """Sectors of the reads traced on device `name` that completed between the kernel's two snapshots."""
-    from analysis.summary import dev_name
+    from analysis.selection import dev_name
     io = res["io"]
     t = res.header["time"]
     dev = next(d["dev"] for d in res.header["devices"] if dev_name(d["dev"], res.minor_bits) == name)

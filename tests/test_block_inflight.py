@@ -15,7 +15,7 @@ import time
 import pytest
 
 from analysis import results
-from analysis import summary as S
+from analysis import devices, selection
 from conftest import COLLECTOR, ROOT, assert_exact_partition, collector_map_ids
 from slow_disk import expected
 
@@ -121,7 +121,7 @@ def server_reads(state):
 def read_request(res, r):
     """The req record of READER's read r."""
     req = res["req"]
-    mine = req[(req["pid"] == r["tid"]) & (req["kind"] == S.enum_value(res.header, "req_kind", "read"))
+    mine = req[(req["pid"] == r["tid"]) & (req["kind"] == selection.enum_value(res.header, "req_kind", "read"))
                & (req["ret"] == r["n"]) & (req["ts_start_ns"] <= r["t1"]) & (req["ts_end_ns"] >= r["t0"])]
     assert len(mine) == 1, mine
     return mine[0]
@@ -151,7 +151,7 @@ def test_a_requeued_request_is_one_request(tmp_path, build):
         req["ts_end_ns"]
     assert req["nr_ios"] == 1 and req["io_bytes"] == size
     # the kernel's own count of the device's reads over the run: one request, its sectors
-    d = S.device_stats(res)["%d:%d" % (kdev >> 20, kdev & 0xFFFFF)]
+    d = devices.device_stats(res)["%d:%d" % (kdev >> 20, kdev & 0xFFFFF)]
     assert d["diskstats_delta"]["reads"] == d["requests_in_window"] == 1
     assert d["diskstats_delta"]["sectors_read"] == size // 512 and d["unseen_requests"] == 0
     assert d["traced_beyond_diskstats"] == 0 and d["requeued"] == 1
@@ -184,7 +184,7 @@ def test_io_in_flight_longer_than_any_age_limit_stays_in_flight(tmp_path):
     assert not any(res.header["losses"].values()), res.header["losses"]
     io = res["io"][res["io"]["dev"] == kdev]
     assert sorted(int(s) * 512 for s in io["sector"]) == held + [fifth]
-    direct = S.enum_value(res.header, "charge", "direct")
+    direct = selection.enum_value(res.header, "charge", "direct")
     for rec in io:
         r = by_off[int(rec["sector"]) * 512]
         req = read_request(res, r)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from analysis import results
-from analysis import summary as S
+from analysis import requests, windows
 from conftest import FSTRACE, ROOT, cgroup2_child, erofs_mounted
 
 pytestmark = pytest.mark.bpf
@@ -94,7 +94,7 @@ def test_window_edges_record_no_request_twice_or_half(tmp_path, mounted):
     res, s, fio_ios, _ = _attach_around_fio(tmp_path, mounted, "--window-duty", "0.4")
     rw = res.header["request_windows"]
     rows = [dict(zip(rw["window_fields"], r)) for r in rw["windows"]]
-    reads = S.fs_requests(res, kinds=("read",))
+    reads = requests.fs_requests(res, kinds=("read",))
     assert len(reads) > 1000
     start, end = reads["ts_start_ns"].astype(np.int64), reads["ts_end_ns"].astype(np.int64)
     # every recorded read began while sys_enter was attached and ended while sys_exit still was, in one window
@@ -128,7 +128,7 @@ def test_windows_weighted_by_the_readers_own_calls_hold_fios_count_when_tracing_
     header = dict(res.header)
     header["request_windows"] = {k: v for k, v in res.header["request_windows"].items() if k != "io_calls"}
     res.header = header
-    by_time = S.request_windows(res)
+    by_time = windows.request_windows(res)
     assert by_time["auxiliary"] == "window time" and by_time["seen"] == w["seen"]
     assert by_time["estimate"] < min(fio_ios, w["estimate"]), (by_time, w, fio_ios)
 
@@ -159,7 +159,7 @@ def test_a_failed_look_at_the_counts_leaves_out_only_its_windows(tmp_path, mount
     few = [[None if fields[j] in ("read_calls", "write_calls") and i else v for j, v in enumerate(r)]
            for i, r in enumerate(rw["windows"])]
     res.header = dict(res.header, request_windows=dict(rw, windows=few))
-    by_time = S.request_windows(res)
+    by_time = windows.request_windows(res)
     assert by_time["auxiliary"] == "window time" and by_time["windows_without_calls"] == len(rows) - 1, by_time
 
 
@@ -535,6 +535,6 @@ def test_budget_100_is_always_on(tmp_path, mounted):
     assert s["request_windows"] == {"active": False, "why": "always attached (--budget 100)"}
     assert res.header["io_stack_sampling"]["windows_only"] is False
     # always on: every read fio did is seen (fio ran inside the attach)
-    counted = S.request_stats(S.fs_requests(res, kinds=("read",)), S.counted_requests(res, kinds=("read",)),
-                              res.schema)
+    counted = requests.request_stats(requests.fs_requests(res, kinds=("read",)),
+                                     requests.counted_requests(res, kinds=("read",)), res.schema)
     assert counted["count"] == fio_ios

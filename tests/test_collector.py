@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from analysis import results
-from analysis import summary as S
+from analysis import selection
 from conftest import COLLECTOR, assert_exact_partition, collector_map_ids
 
 pytestmark = pytest.mark.bpf
@@ -36,7 +36,7 @@ def payload(tmp_path_factory):
 def read_requests_of(res, path):
     st = os.stat(path)
     req = res["req"]
-    read = S.enum_value(res.header, "req_kind", "read")
+    read = selection.enum_value(res.header, "req_kind", "read")
     return req[(req["kind"] == read) & (req["ino"] == st.st_ino)]
 
 
@@ -204,7 +204,8 @@ def test_task_storage_and_pid_hash_agree(tmp_path, build):
         assert_exact_partition(res)
         req = res["req"]
         passwd = req[req["ino"] == os.stat("/etc/passwd").st_ino]
-        n[mode] = int(((passwd["kind"] == S.enum_value(res.header, "req_kind", "read")) & (passwd["ret"] > 0)).sum())
+        read = selection.enum_value(res.header, "req_kind", "read")
+        n[mode] = int(((passwd["kind"] == read) & (passwd["ret"] > 0)).sum())
     # each cat reads /etc/passwd in one read that returns data (then one that returns 0)
     assert n["task_storage"] == n["pid_hash"] == 8
 

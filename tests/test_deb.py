@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from analysis import results
-from analysis import summary as S
+from analysis import requests
 from conftest import CACHE, ROOT, drop_caches, finish_attach, fstrace, start_attach
 from serving import fio_randread, fresh_scrape, parse, start_serve, stop, value
 
@@ -144,8 +144,8 @@ def test_installed_attach_and_report_count_fio_reads(installed):
         assert os.path.exists(os.path.join(host_out, name)), (name, sorted(os.listdir(host_out)))
     assert not os.path.exists(os.path.join(host_out, "timeline.pftrace"))
     res = results.load(os.path.join(host_out, "results.fst"))
-    reads = S.reads_of(res, os.stat(os.path.join(mnt, "big.bin")).st_ino)
-    cnt = S.counted_requests(res, kinds=("read",))
+    reads = requests.reads_of(res, os.stat(os.path.join(mnt, "big.bin")).st_ino)
+    cnt = requests.counted_requests(res, kinds=("read",))
     assert len(reads) + (cnt["count"] if cnt else 0) == job["total_ios"] == 512
     summary = json.loads(open(os.path.join(host_out, "summary.json")).read())
     assert summary["run"]["mode"] == "attach"

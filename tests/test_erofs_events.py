@@ -5,7 +5,7 @@ import subprocess
 import pytest
 
 from analysis import results
-from analysis import summary as S
+from analysis import caches
 from conftest import CACHE, COLLECTOR, SCALE, fstrace
 
 pytestmark = pytest.mark.bpf
@@ -51,7 +51,7 @@ def reread_after_dropping_the_file(img, mnt, opts):
     finally:
         subprocess.call(["losetup", "-d", loop])
     res = results.load(out)
-    return S.erofs_events(res, res["req"]), res
+    return caches.erofs_events(res, res["req"]), res
 
 
 def test_without_a_compressed_cache_every_pcluster_comes_from_the_device(tmp_path):

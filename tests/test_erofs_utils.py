@@ -137,11 +137,11 @@ def test_features_are_for_erofs_only(tmp_path):
 
 @pytest.mark.bpf
 def test_zstd_randread_reads_what_fio_says(tmp_path_factory):
-    from analysis import summary as S
+    from analysis import requests
     out, res, summary = run_workload(tmp_path_factory, "erofs", "randread", "--compress", "zstd")
     gt = summary["ground_truth"]
-    reads = S.reads_of(res)
-    counted = S.counted_requests(res, kinds=("read",))
+    reads = requests.reads_of(res)
+    counted = requests.counted_requests(res, kinds=("read",))
     assert gt["ios"] > 1000
     assert len(reads) + (counted["count"] if counted else 0) == gt["ios"]
     assert int(reads["ret"].sum()) + (counted["bytes"] if counted else 0) == gt["read_bytes"]

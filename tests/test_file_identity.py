@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from analysis import summary as S
+from analysis import selection
 from conftest import trace_python
 
 pytestmark = pytest.mark.bpf
@@ -35,7 +35,7 @@ def test_file_identity_is_right_when_struct_files_are_reused(tmp_path):
               "            f.read(64)\n")
     res = trace_python(tmp_path, "files", script, paths)
     req = res["req"]
-    read = S.enum_value(res.header, "req_kind", "read")
+    read = selection.enum_value(res.header, "req_kind", "read")
     expected = inode_devices(paths)
     reads = req[(req["kind"] == read) & np.isin(req["ino"], list(expected)) & (req["count"] == 64)]
     # 20 rounds of one 64-byte read per file, each attributed to its own inode on its own device
@@ -72,7 +72,7 @@ def test_descriptor_paths_and_task_names(tmp_path, mounted_erofs):
               "rounds()\n")
     res = trace_python(tmp_path, "fds", script, files)
     req = res["req"]
-    read = S.enum_value(res.header, "req_kind", "read")
+    read = selection.enum_value(res.header, "req_kind", "read")
     want = inode_devices(files)
     for phase in (b"fst-small", b"fst-high", b"fst-low"):
         mine = req[(req["comm"] == phase) & (req["kind"] == read)]
@@ -106,7 +106,7 @@ def test_path_based_stat_calls_are_placed_on_their_filesystem(tmp_path, mounted_
     res = trace_python(tmp_path, "stat", script, files, "--sdev",
                             "%d:%d" % (os.major(sdev), os.minor(sdev)))
     req = res["req"]
-    stat = req[req["kind"] == S.enum_value(res.header, "req_kind", "stat")]
+    stat = req[req["kind"] == selection.enum_value(res.header, "req_kind", "stat")]
     assert res.header["stat_calls_placed"] is True
     # every kept stat call is on the filesystem, on one of its files: two per file (python's and stat's statx)
     assert set(stat["sdev"].tolist()) == {os.major(sdev) << 20 | os.minor(sdev)}

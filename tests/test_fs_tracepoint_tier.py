@@ -38,7 +38,7 @@ def test_a_read_woken_by_a_completion_on_top_of_a_kworker_is_not_charged_to_its_
     wakeup, not the work item's.  No read may name a waking work item (waker_seq) or have kworker time."""
     import subprocess
     from analysis import results
-    from analysis import summary as S
+    from analysis import selection
     from conftest import FSTRACE
     stop = tmp_path / "stop"
     beside = subprocess.Popen(["sh", "-c", 'i=0; while [ ! -e "$1" ]; do i=$((i+1)); "$2" run --fs erofs --workload '
@@ -62,7 +62,8 @@ def test_a_read_woken_by_a_completion_on_top_of_a_kworker_is_not_charged_to_its_
     # the other run's decompression is not this run's kworker work: kept apart, every item of it
     assert "erofs decompression" not in s["async_work"], s["async_work"]
     other = s["async_work_unlinked"]["erofs decompression"]
-    assert other["items"] == int((work["kind"] == S.enum_value(res.header, "work_kind", "erofs decompression")).sum())
+    kind = selection.enum_value(res.header, "work_kind", "erofs decompression")
+    assert other["items"] == int((work["kind"] == kind).sum())
     assert other["ns"] == int((work["ts_end_ns"] - work["ts_start_ns"]).astype("int64").sum())
 
 

@@ -2,14 +2,14 @@
 import pytest
 import numpy as np
 
-from analysis import summary as S
+from analysis import requests, selection
 
 pytestmark = pytest.mark.bpf
 
 
 def fio_file_reads(res):
     """read-type requests on the fio file: the file fio was told to read, on the mounted image."""
-    reads = S.reads_of(res)
+    reads = requests.reads_of(res)
     # fio reads one file on the image; any other read there would be a fio or fstrace bug
     assert len(np.unique(reads["ino"])) == 1
     return reads
@@ -19,7 +19,7 @@ def test_fio_io_count_and_bytes(erofs_randread):
     _, res, summary = erofs_randread
     gt = summary["ground_truth"]
     reads = fio_file_reads(res)
-    counted = S.counted_requests(res, kinds=("read",))
+    counted = requests.counted_requests(res, kinds=("read",))
     n_counted = counted["count"] if counted else 0
     assert gt["ios"] > 1000
     # every read is recorded or, a page-cache hit, counted in the kernel: together exactly fio's reads
@@ -140,8 +140,8 @@ def test_backing_device_follows_loop(erofs_randread):
 
 def test_tar_reads_every_byte(squashfs_tar):
     _, res, summary = squashfs_tar
-    reads = S.reads_of(res)
-    cnt = S.counted_requests(res, kinds=("read",))
+    reads = requests.reads_of(res)
+    cnt = requests.counted_requests(res, kinds=("read",))
     assert int(reads["ret"][reads["ret"] > 0].sum()) + (cnt["bytes"] if cnt else 0) == \
         summary["ground_truth"]["read_bytes"] == summary["reads"]["bytes"]
 
@@ -202,7 +202,7 @@ def test_io_wait_agrees_with_task_delay_accounting(erofs_randread):
     da = summary["delay_accounting"]
     # the thread that did the reads (fio's job thread), by its read requests: fio's main process also waits
     # for I/O (its own start-up, page faults on a cold cache) about as long, so the longest delay does not say
-    reads = res["req"][res["req"]["kind"] == S.enum_value(res.header, "req_kind", "read")]
+    reads = res["req"][res["req"]["kind"] == selection.enum_value(res.header, "req_kind", "read")]
     pids, counts = np.unique(reads["pid"], return_counts=True)
     reader_pid = int(pids[np.argmax(counts)])
     (reader,) = [t for t in da["threads"] if t["pid"] == reader_pid]

@@ -286,11 +286,11 @@ def test_linear_histogram_counts_every_value_and_keeps_the_tail():
 def test_part_histograms_count_the_requests_that_had_the_part(xz_run):
     res = results.load(str(xz_run / "results.fst"))
     s = json.loads((xz_run / "summary.json").read_text())
-    from analysis import summary as S
+    from analysis import requests
     kinds = tuple(s["attribution"]["kinds"])  # the request kinds the attribution is over (stat calls too)
     assert "stat" in kinds
-    reqs = S.fs_requests(res, kinds=kinds)
-    cnt = S.counted_requests(res, kinds=kinds)
+    reqs = requests.fs_requests(res, kinds=kinds)
+    cnt = requests.counted_requests(res, kinds=kinds)
     for part, slots in s["attribution"]["part_hist_log2_us"].items():
         # recorded requests with the part, and the counted ones the kernel's own histogram holds
         assert sum(slots) == int((reqs[part] > 0).sum()) + (int(cnt["part_hist"][part].sum()) if cnt else 0)

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from analysis import hist, results, sampling
+from analysis import requests
 from analysis import summary as S
-from analysis.summary import enum_value
+from analysis.selection import enum_value
 from conftest import COLLECTOR, ROOT, assert_exact_partition, drop_caches, offcpu_by_reason, run_workload, trace_python
 
 
@@ -34,8 +35,8 @@ def test_warm_randread_every_io_recorded_or_counted_none_dropped(warm_randread):
     gt = s["ground_truth"]
     assert gt["ios"] > 1000
     assert set(s["drops"].values()) == {0}
-    reads = S.reads_of(res)
-    cnt = S.counted_requests(res, kinds=("read",))
+    reads = requests.reads_of(res)
+    cnt = requests.counted_requests(res, kinds=("read",))
     # fio's own count = recorded + counted, and the bytes likewise
     assert len(reads) + cnt["count"] == gt["ios"] == s["reads"]["count"]
     assert int(reads["ret"].sum()) + cnt["bytes"] == gt["read_bytes"] == s["reads"]["bytes"]
@@ -113,9 +114,9 @@ def test_records_all_streams_every_read_without_drops(warm_randread_all):
     gt = s["ground_truth"]
     assert res.header["request_records"]["mode"] == "all"
     assert set(s["drops"].values()) == {0}
-    reads = S.reads_of(res)
+    reads = requests.reads_of(res)
     assert len(reads) == gt["ios"] == s["reads"]["count"]
-    assert S.counted_requests(res, kinds=("read",)) is None
+    assert requests.counted_requests(res, kinds=("read",)) is None
     assert_exact_partition(res)
 
 

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from analysis import report, results, summary
+from analysis import report, results, selection, summary
 from conftest import COLLECTOR, assert_exact_partition, erofs_mounted
 
 pytestmark = pytest.mark.bpf
@@ -40,7 +40,7 @@ def reads_on(res, sdev):
     assert_exact_partition(res)
     req = res["req"]
     ma, mi = (int(x) for x in sdev.split(":"))
-    reads = req[(req["kind"] == summary.enum_value(res.header, "req_kind", "read")) &
+    reads = req[(req["kind"] == selection.enum_value(res.header, "req_kind", "read")) &
                 (req["sdev"] == (ma << res.minor_bits | mi))]
     return len(reads), int(reads["ret"][reads["ret"] > 0].sum())
 

@@ -11,7 +11,7 @@ import zlib
 import numpy as np
 import pytest
 
-from analysis import report, results, schema, summary
+from analysis import devices, report, results, schema, summary
 from analysis.render import analyse
 from conftest import FSTRACE, one_line_error
 from forge import forge, real_results, results_dir, split
@@ -33,8 +33,8 @@ def test_io_records_of_records_version_1_are_read(real):
     requeues: its devices' figures are read, the requeued count unknown (None), not 0."""
     res = results.load(real[0])
     assert res.header["records_version"] == 1 and "nr_requeues" not in res["io"].dtype.names
-    devices = summary.device_stats(res)
-    assert devices and all(d["requests"] and d["requeued"] is None for d in devices.values())
+    stats = devices.device_stats(res)
+    assert stats and all(d["requests"] and d["requeued"] is None for d in stats.values())
 
 
 @pytest.mark.bpf

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import CACHE, SCALE, fstrace, run_workload
 from analysis import amplification
-from analysis import summary as S
+from analysis import selection
 from cli import storage
 from workloads import images
 
@@ -91,9 +91,9 @@ def test_large_cluster_decompresses_more_than_it_returns(erofs_64k_rand):
     assert dec["per_received"] > 1
     # every pcluster the reads looked up is one of the image's own extents (dump.erofs), as mapped
     h = res.header
-    e = S.fs_records(res, "erofs")
-    maps = e[(e["event"] == S.enum_value(h, "erofs_event", "map")) &
-             ((e["map_flags"] & S.enum_value(h, "erofs_map_flag", "encoded")) != 0) & (e["plen"] > 0)]
+    e = selection.fs_records(res, "erofs")
+    maps = e[(e["event"] == selection.enum_value(h, "erofs_event", "map")) &
+             ((e["map_flags"] & selection.enum_value(h, "erofs_map_flag", "encoded")) != 0) & (e["plen"] > 0)]
     assert len(maps) == s["erofs"]["pcluster_lookups"] > 0
     assert dec["bytes"] == int(maps["llen"].astype(np.uint64).sum())
     single = res.config["dataset"]["single_file"]
@@ -153,9 +153,9 @@ def test_unneeded_share_of_a_whole_file_read_is_the_layouts(erofs_64k_seq):
     assert u["share"] == unneeded / total == 0
     assert s["device_unneeded"]["units_looked_up"] >= len(extents)
     h = res.header
-    e = S.fs_records(res, "erofs")
-    maps = e[(e["event"] == S.enum_value(h, "erofs_event", "map")) & (e["plen"] > 0) &
-             ((e["map_flags"] & S.enum_value(h, "erofs_map_flag", "meta")) == 0)]
+    e = selection.fs_records(res, "erofs")
+    maps = e[(e["event"] == selection.enum_value(h, "erofs_event", "map")) & (e["plen"] > 0) &
+             ((e["map_flags"] & selection.enum_value(h, "erofs_map_flag", "meta")) == 0)]
     assert {(int(a), int(b)) for a, b in zip(maps["pa"], maps["plen"])} >= set(extents)
 
 
@@ -165,8 +165,8 @@ def test_unneeded_share_of_random_reads_is_the_layouts(erofs_64k_rand):
     the image's own extent map) over all the device read."""
     _, res, s = erofs_64k_rand
     h = res.header
-    e = S.fs_records(res, "erofs")
-    looked = {int(p) for p in e["pa"][(e["event"] == S.enum_value(h, "erofs_event", "map")) & (e["plen"] > 0)]}
+    e = selection.fs_records(res, "erofs")
+    looked = {int(p) for p in e["pa"][(e["event"] == selection.enum_value(h, "erofs_event", "map")) & (e["plen"] > 0)]}
     extents = [x for x in _single_file_extents(res) if x[0] in looked]
     assert extents
     unneeded, apart, total = _outside_extents(res, s, extents)

@@ -243,7 +243,7 @@ def test_timeline_is_a_perfetto_trace_of_every_request(erofs_randread):
 
 
 def results_dev(res, dev):
-    from analysis.summary import dev_name
+    from analysis.selection import dev_name
     return dev_name(dev, res.minor_bits)
 
 

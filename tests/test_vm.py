@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from analysis import verdict
+from analysis import units
 from conftest import FSTRACE
 from scripts import vmtest
 
@@ -244,7 +244,7 @@ def test_host_reports_a_run_of_another_architecture(guest, kname, tmp_path):
     assert p.returncode == 0, p.stderr
     kver = vmtest.guest_kernel(guest["outdir"])
     assert p.stdout.splitlines()[0].endswith("kernel %s" % kver) and kver.endswith("-" + guest["arch"]), p.stdout
-    assert "  reads: %d requests, %s in " % (fio["total_ios"], verdict.size(fio["io_bytes"])) in p.stdout, \
+    assert "  reads: %d requests, %s in " % (fio["total_ios"], units.size(fio["io_bytes"])) in p.stdout, \
         (fio["total_ios"], fio["io_bytes"], p.stdout)
 
 

@@ -1,0 +1,229 @@
+"""Block devices: each traced device's read requests (sizes, alignment, latency, origins, charges) beside the
+kernel's /proc/diskstats, the requests each device level counts as the workload's, and the bytes read
+outside every unit the filesystem looked up.
+"""
+import numpy as np
+
+from analysis import sampling
+from analysis.hist import log2_slots, percentiles
+from analysis.intervals import covered_bytes, union_bytes
+from analysis.selection import dev_name, enum_value, figure_probes, fs_devices, fs_records, probe_tier
+
+
+def io_stats(io, unit, hist_slots):
+    """Block requests of one device: counts, sizes, alignment, latency (log2 histograms of hist_slots)."""
+    if len(io) == 0:
+        return {"requests": 0}
+    start = io["sector"].astype(np.uint64) * np.uint64(512)
+    nbytes = io["bytes"].astype(np.uint64)
+    end = start + nbytes
+    u = np.uint64(unit)
+    crosses = (start % u != 0) & ((start // u) != ((end - np.uint64(1)) // u)) & (nbytes > 0)
+    known = io["ts_issue_ns"] > 0
+    q2c = (io["ts_complete_ns"][known] - io["ts_queue_ns"][known]) / 1e3
+    d2c = (io["ts_complete_ns"][known] - io["ts_issue_ns"][known]) / 1e3
+    return {
+        "requests": int(len(io)),
+        "bytes": int(nbytes.sum()),
+        "sectors": int(nbytes.sum() // 512),
+        "bios": int(io["nr_bios"].sum()),
+        "merges": int(np.maximum(io["nr_bios"].astype(np.int64) - 1, 0).sum()),
+        "mean_bytes": float(nbytes.mean()),
+        "unit_bytes": int(unit),
+        "aligned_4k_start_pct": 100.0 * float((start % np.uint64(4096) == 0).mean()),
+        "aligned_4k_pct": 100.0 * float(((start % np.uint64(4096) == 0) & (end % np.uint64(4096) == 0)).mean()),
+        "aligned_1k_pct": 100.0 * float(((start % np.uint64(1024) == 0) & (end % np.uint64(1024) == 0)).mean()),
+        "aligned_unit_pct": 100.0 * float(((start % u == 0) & (end % u == 0)).mean()),
+        "cross_unit_pct": 100.0 * float(crosses.mean()),
+        "q2c_us": percentiles(q2c),
+        "d2c_us": percentiles(d2c),
+        "size_hist_log2_bytes": log2_slots(nbytes, hist_slots),
+        "q2c_hist_log2_us": log2_slots(q2c.astype(np.uint64), hist_slots),
+        "issued_before_tracing": int((~known).sum()),
+        # requeued at least once (older collectors recorded each part of such a request apart, and no count)
+        "requeued": int((io["nr_requeues"] > 0).sum()) if "nr_requeues" in io.dtype.names else None,
+        "reread_bytes": reread_bytes(io),
+    }
+
+
+def reread_bytes(io):
+    """Bytes of these block requests that an earlier one of them (or another in the same place) had read."""
+    start = io["sector"].astype(np.uint64) * np.uint64(512)
+    end = start + io["bytes"].astype(np.uint64)
+    return int(io["bytes"].astype(np.uint64).sum()) - union_bytes(start, end)
+
+
+# The read block requests each device level (records.h FST_DEV_LEVELS) counts as the workload's, by records.h
+# FST_CHARGES name (None: every one): the image's loop device is the workload's alone; on the disk behind it,
+# what the loop device issued for the traced tasks; a disk a traced filesystem sits on is the whole system's, and
+# so is a device named alone: the traced tasks' own reads there (queued by them, or by a loop device for them).
+LEVEL_CHARGES = {"loop": None, "backing": ("loop",), "disk": ("direct", "loop"), "device": ("direct", "loop")}
+
+
+def device_level(d):
+    """A header device's level; files from before the header said: the image's loop device, or the disk behind
+    it (all that run traced then)."""
+    return d.get("level") or ("loop" if d["is_loop"] else "backing")
+
+
+def of_workload(res, rows, level):
+    """The block requests of a device of this level that it counts as the workload's (LEVEL_CHARGES)."""
+    charges = LEVEL_CHARGES.get(level, LEVEL_CHARGES["device"])
+    return rows if charges is None else \
+        rows[np.isin(rows["charge"], [enum_value(res.header, "charge", c) for c in charges])]
+
+
+def workload_reads(res, reads, level):
+    """A device's read block requests its level counts as the workload's (LEVEL_CHARGES): requests, bytes, bytes
+    read again, and which charges counted."""
+    charges = LEVEL_CHARGES.get(level, LEVEL_CHARGES["device"])
+    mine = of_workload(res, reads, level)
+    return {"requests": int(len(mine)), "bytes": int(mine["bytes"].astype(np.uint64).sum()),
+            "reread_bytes": reread_bytes(mine), "charges": list(charges) if charges else "all"}
+
+
+def device_stats(res):
+    """Per traced device: records vs the kernel's own /proc/diskstats delta over the run."""
+    io = res.records.get("io")
+    out = {}
+    read_op, write_op = res.io_op("read"), res.io_op("write")
+    for d in res.header.get("devices", []):
+        rows = io[io["dev"] == d["dev"]] if io is not None else io
+        reads = rows[res.io_ops(rows) == read_op]
+        st = io_stats(reads, d["unit_bytes"], res.schema.hist_slots)
+        st["level"] = device_level(d)
+        st["workload_reads"] = workload_reads(res, reads, st["level"])
+        st["all_ops_requests"] = int(len(rows))
+        charge_none = enum_value(res.header, "charge", "none")
+        st["charged_to_workload"] = int((reads["charge"] != charge_none).sum())
+        writes = rows[res.io_ops(rows) == write_op]
+        st["write_requests"] = int(len(writes))
+        st["write_bytes"] = int(writes["bytes"].astype(np.uint64).sum())
+        stacks = res.header.get("io_stacks")
+        if stacks is not None:
+            origins = {}
+            sampled = res.header.get("io_stack_sampling") or {"mode": "all"}
+            unsampled = sampled.get("unsampled_id")
+            for sid, nbytes in zip(reads["queue_stack"].tolist(), reads["bytes"].tolist()):
+                o = "not sampled" if sid == unsampled else \
+                    sampling.io_origin(stacks[str(sid)]) if str(sid) in stacks else "unknown"
+                cur = origins.setdefault(o, {"requests": 0, "bytes": 0})
+                cur["requests"] += 1
+                cur["bytes"] += int(nbytes)
+            st["by_origin"] = origins
+            st["by_origin_method"] = (
+                "every block request's queue stack" if sampled["mode"] == "all" else
+                "queue stacks of at most one bio per %g ms per CPU (the rest 'not sampled'): the origin shares "
+                "of the sampled ones estimate the whole" % (sampled["every_ns"] / 1e6)) + (
+                "; taken only in the request windows (--budget), which are placed at random"
+                if sampled.get("windows_only") else "")
+        st["by_charge"] = {
+            name: {"requests": int((reads["charge"] == int(v)).sum()),
+                   "bytes": int(reads["bytes"][reads["charge"] == int(v)].sum())}
+            for v, name in res.header["enums"]["charge"].items()}
+        s0, s1 = d.get("diskstats_start"), d.get("diskstats_end")
+        if s0 and s1:
+            delta = {k: s1[k] - s0[k] for k in ("reads", "reads_merged", "sectors_read", "writes",
+                                                "sectors_written")}
+            st["diskstats_delta"] = delta
+            # The kernel's own count is exact.  Completions it counted that our programs never saw are
+            # lost events: on some kernels BPF is not run for block completions in certain softirq
+            # contexts and no missed run is counted (docs/measuring.md, "Lost events").
+            t = res.header["time"]
+            inside = reads[(reads["ts_complete_ns"] >= t["start_ns"]) & (reads["ts_complete_ns"] <= t["end_ns"])]
+            st["requests_in_window"] = int(len(inside))
+            # The window's edges are outside the snapshots: on a device shared with other I/O (two runs on
+            # one backing disk), completions there are traced but not in the kernel's difference, so fstrace
+            # can see more than the kernel counted.  Nothing is unseen then; the excess is said, not negated.
+            st["unseen_requests"] = max(0, delta["reads"] - len(inside))
+            st["unseen_sectors"] = max(0, delta["sectors_read"] - int(inside["bytes"].astype(np.uint64).sum() // 512))
+            st["traced_beyond_diskstats"] = max(0, len(inside) - delta["reads"])
+        out[dev_name(d["dev"], res.minor_bits)] = st
+    return out
+
+
+def unit_places(res):
+    """Where the units the filesystem looked up for the workload lie on its device: {"dev", "start", "end"} byte
+    arrays, what they are and what they leave out; or {"why"} when this run does not know them."""
+    fs = res.config.get("fs")
+    h = res.header
+    if fs in ("btrfs", "ext4", "xfs"):
+        return {"why": "%s's blocks are not looked up through a traced probe (btrfs maps its extents through its "
+                       "chunk tree, which no probe records)" % fs if fs == "btrfs" else
+                       "%s's block lookups are not traced (no per-block tracepoint)" % fs}
+    if fs == "erofs" or (fs is None and len(fs_records(res, "erofs"))):
+        probes, attached = figure_probes(res, "erofs_extents")
+        if not attached:
+            return {"why": "erofs_map_blocks_exit was not attached: %s" % "; ".join(p["why"] for p in probes)}
+        e = fs_records(res, "erofs")
+        mapped, meta = enum_value(h, "erofs_map_flag", "mapped"), enum_value(h, "erofs_map_flag", "meta")
+        # inline data lies in a metadata block among inodes: that block is metadata, counted apart
+        m = e[(e["event"] == enum_value(h, "erofs_event", "map")) & ((e["map_flags"] & mapped) != 0) &
+              ((e["map_flags"] & meta) == 0) & (e["plen"] > 0)] if len(e) else e
+        return {"dev": m["dev"] if len(m) else np.zeros(0, dtype=np.uint32),
+                "start": m["pa"] if len(m) else np.zeros(0, dtype=np.uint64),
+                "end": m["pa"] + m["plen"] if len(m) else np.zeros(0, dtype=np.uint64),
+                "units": "the extents and pclusters in data blocks that erofs mapped for the workload's reads "
+                         "(erofs_map_blocks_exit: [m_pa, m_pa + m_plen))",
+                "not_units": "erofs metadata (superblock, inodes with their inline data, compression indexes) is "
+                             "read through the block device's cache: requests that carry no mapped data byte are "
+                             "counted apart (no_unit_bytes), not as unneeded"}
+    if fs == "squashfs" or (fs is None and len(fs_records(res, "fs_read"))):
+        p = probe_tier(res, "squashfs_read_data")
+        if not p or p["tier"] == "unavailable":
+            return {"why": "squashfs's block reads (squashfs_read_data) need fentry or kprobes: %s"
+                           % ((p or {}).get("why") or "no probe")}
+        if "fs_read" not in h["records"]:
+            return {"why": "this results file has no squashfs block reads (its collector did not record them)"}
+        r = fs_records(res, "fs_read")
+        r = r[r["ret"] >= 0] if len(r) else r
+        return {"dev": r["dev"] if len(r) else np.zeros(0, dtype=np.uint32),
+                "start": r["pos"] if len(r) else np.zeros(0, dtype=np.uint64),
+                "end": r["pos"] + r["bytes"] if len(r) else np.zeros(0, dtype=np.uint64),
+                "units": "the blocks squashfs read for the workload (squashfs_read_data: data, fragment and "
+                         "metadata blocks, each [index, index + its length on the device), a metadata block's "
+                         "2-byte length header included)",
+                "not_units": "squashfs reads every block through squashfs_read_data: a request that carries no "
+                             "unit's byte was not read by squashfs for the workload"}
+    return {"why": "no filesystem whose unit lookups fstrace records (erofs; squashfs on the fentry/kprobe tiers)"}
+
+
+def device_unneeded(res):
+    """Bytes the image's device read that lie outside every unit the filesystem looked up for the
+    workload (unit_places), out of every byte it read: the bytes of neighbouring units that partial device
+    blocks, readahead or merged requests brought along.  Block requests that carry no looked-up unit's byte at
+    all are counted apart (no_unit_bytes): on erofs they are metadata read without a mapping."""
+    places = unit_places(res)
+    if "why" in places:
+        return {"available": False, "why": places["why"]}
+    io = res.records.get("io")
+    # the image's device: the one its superblock is on (a loop device, or the disk itself)
+    devs = fs_devices(res) or np.unique(places["dev"]).tolist()
+    if io is None or not devs:
+        return {"available": False, "why": "no block requests recorded on the filesystem's device"}
+    rd = io[(res.io_ops(io) == res.io_op("read")) & np.isin(io["dev"], devs)]
+    levels = {d["dev"]: device_level(d) for d in res.header.get("devices", [])}
+    total = unneeded = no_unit = no_unit_requests = 0
+    for d in np.unique(rd["dev"]):
+        rows = rd[rd["dev"] == d]
+        # on a disk the whole system reads: the workload's reads there, as the amplification counts them (a
+        # device named alone, -d without a level, is kept whole, as files from before levels were read)
+        if levels.get(int(d)) == "disk":
+            rows = of_workload(res, rows, "disk")
+        m = places["dev"] == d
+        qs = rows["sector"].astype(np.int64) * 512
+        qe = qs + rows["bytes"].astype(np.int64)
+        inside = covered_bytes(places["start"][m], places["end"][m], qs, qe)
+        outside = (qe - qs) - inside
+        total += int((qe - qs).sum())
+        unneeded += int(outside[inside > 0].sum())
+        no_unit += int(outside[inside == 0].sum())
+        no_unit_requests += int((inside == 0).sum())
+    if not total:
+        return {"available": False, "why": "no reads of the workload on the filesystem's device"}
+    return {"available": True, "bytes": total, "unneeded_bytes": unneeded, "no_unit_bytes": no_unit,
+            "no_unit_requests": no_unit_requests, "units_looked_up": int(len(places["start"])),
+            "needed": places["units"], "apart": places["not_units"],
+            "method": "every read block request of the workload on the filesystem's device (on a disk, the traced "
+                      "tasks'), less its bytes inside the union of the units looked up in the run, over the requests "
+                      "that carry a unit's byte"}
