@@ -237,19 +237,19 @@ def run_one(config, argv, cwd, devs, work, estimates=False):
         return info
     if config == "fstrace-untraced":
         return run_untraced(argv, cwd, fst)
-    tracer = None
+    tool = None
     if config == "bpftrace-hist":
-        tracer = Tracer(["bpftrace", "-e", BPFTRACE_HIST])
+        tool = Tracer(["bpftrace", "-e", BPFTRACE_HIST])
     elif config == "biolatency":
-        tracer = Tracer(["biolatency"])
+        tool = Tracer(["biolatency"])
     try:
         t0 = time.monotonic()
         run_to_end(argv, cwd=cwd)
-        if tracer:
-            info = {"probes": tracer.prog_stats(), "span_s": time.monotonic() - t0}
+        if tool:
+            info = {"probes": tool.prog_stats(), "span_s": time.monotonic() - t0}
     finally:
-        if tracer:
-            tracer.stop()
+        if tool:
+            tool.stop()
     return info
 
 
