@@ -636,14 +636,13 @@ ALWAYS_ON_LIMIT_MS_PER_S = 5
 
 def poisson_upper_95(k):
     """The exact (Garwood) two-sided 95 % upper bound of a Poisson mean with k events seen: the mean whose
-    chance of k or fewer is 2.5 % (bisection on the cumulative distribution)."""
+    chance of k or fewer is 2.5 % (bisection on the cumulative distribution, summed in log space: exp(-mu) alone
+    underflows from mu of about 745)."""
     def at_most_k(mu):
-        term = total = math.exp(-mu)
-        for i in range(1, k + 1):
-            term *= mu / i
-            total += term
-        return total
-    lo, hi = float(k), k + 10.0 + 10 * math.sqrt(k + 1)
+        logs = [i * math.log(mu) - mu - math.lgamma(i + 1) for i in range(k + 1)]
+        top = max(logs)
+        return math.exp(top) * math.fsum(math.exp(x - top) for x in logs)
+    lo, hi = max(float(k), 1e-9), k + 10.0 + 10 * math.sqrt(k + 1)
     for _ in range(100):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if at_most_k(mid) > 0.025 else (lo, mid)

@@ -137,13 +137,14 @@ def overhead_page(path, readme):
     from scripts import overhead_report
     with open(path) as f:
         out = json.load(f)
+    page = overhead_report.render_markdown(out)  # first: a run that does not render leaves README as it was
     if readme:
         with open(readme) as f:
             text = overhead_report.replace_readme_block(f.read(), overhead_report.readme_block(out))
         with open(readme + ".tmp", "w") as f:
             f.write(text)
         os.replace(readme + ".tmp", readme)
-    return overhead_report.render_markdown(out)
+    return page
 
 
 def main(argv=None):

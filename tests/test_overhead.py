@@ -661,6 +661,9 @@ def test_bench_tracer_share_with_few_samples_is_not_met_by_a_zero_interval():
     from scripts import bench_overhead as B
     assert B.poisson_upper_95(0) == pytest.approx(3.689, abs=1e-3)
     assert B.poisson_upper_95(3) == pytest.approx(8.767, abs=1e-3)  # chi-square(0.975, 8) / 2
+    # chi-square(0.975, 2k + 2) / 2 for k = 100 and 800 (scipy.stats.chi2.ppf): where exp(-mu) alone underflows
+    assert B.poisson_upper_95(100) == pytest.approx(121.627, abs=1e-2)
+    assert B.poisson_upper_95(800) == pytest.approx(857.412, abs=1e-2)
 
     def row(samples, tracer):
         out = {"configs": [], "cases": {}, "main_command": {"tracer": {"sampled": {
