@@ -227,7 +227,10 @@ def run_one(config, argv, cwd, devs, work, estimates=False):
                 "span_s": (wl["end_ns"] - wl["start_ns"]) / 1e9 if wl.get("start_ns") and wl.get("end_ns") else span,
                 "windowed_probes": (rw.get("windowed_probes", []) + ([SAMPLING] if rw.get("sampling_windowed") else [])
                                     if rw.get("active") else []),
-                "tiers": {p["probe"]: p["tier"] for p in res.header["probes"]}}
+                "tiers": {p["probe"]: p["tier"] for p in res.header["probes"]},
+                # the programs on the completion tracepoint, by the hook the header names (two share it)
+                "completion_probes": [p["probe"] for p in res.header["probes"]
+                                      if p.get("hook", p["probe"]) == COMPLETION_HOOK]}
         if estimates:
             info["figures"] = windowed_figure_estimates(summary.summarize(res))
         if config in WINDOWED:
@@ -580,20 +583,25 @@ def coverage_verdict(checks):
 
 
 # the programs on block_rq_complete, by name: the kernel keeps 15 characters of a program's name
-COMPLETION_PROG = "block_rq_comp"
+# the completion tracepoint: fstrace's programs on it are found by their hook in the results header (block_rq_done
+# and block_rq_complete both run on it), biolatency's by its program names, which the kernel cuts to 15 characters
+COMPLETION_HOOK = "block_rq_complete"
+COMPLETION_PROG = COMPLETION_HOOK[:13]
 
 
-def completion_cost_ns(probes):
+def completion_cost_ns(probes, names=None):
     """ns per completed block request of one run's programs on block_rq_complete ((name, runs, run_ns) with the
-    statistics on): their run time summed, over the completions (the most runs of them: an always-attached one runs
-    on every completion, a windowed one only in windows); None where none ran."""
-    rows = [(runs, ns) for name, runs, ns in probes if name.startswith(COMPLETION_PROG) and runs]
+    statistics on; names: those programs' names where the run said which, else found by COMPLETION_PROG): their run
+    time summed, over the completions (the most runs of them: an always-attached one runs on every completion, a
+    windowed one only in windows); None where none ran."""
+    rows = [(runs, ns) for name, runs, ns in probes
+            if (name in names if names is not None else name.startswith(COMPLETION_PROG)) and runs]
     return sum(ns for _, ns in rows) / max(r for r, _ in rows) if rows else None
 
 
 def completion_costs(infos):
     """min/median/max over the runs (run_one infos) of completion_cost_ns, and each run's."""
-    per_run = [completion_cost_ns(i.get("probes") or []) for i in infos]
+    per_run = [completion_cost_ns(i.get("probes") or [], i.get("completion_probes")) for i in infos]
     ran = [c for c in per_run if c is not None]
     return {"runs": per_run, "ns_per_completion": {"min": min(ran), "median": statistics.median(ran),
                                                    "max": max(ran)} if ran else None}

@@ -81,7 +81,7 @@ def test_raw_tp_tier_gives_the_same_answer(tmp_path, payload):
     # every tracepoint probe falls back to its raw_tp twin; function probes (decompressors, squashfs's cache,
     # btrfs's compressor) have no tracepoint tier
     probes = [p for p in res.header["probes"] if p["tier"] not in ("fentry", "kprobe") and
-              not p["why"].startswith("fentry:") and not p["why"].startswith("not attached: without --budget")]
+              not p["why"].startswith("fentry:") and not p["why"].startswith("not loaded: without --budget")]
     attached = {p["figure"] for p in probes if p["tier"] == "raw_tp"}
     for p in probes:
         if p["tier"] != "raw_tp":

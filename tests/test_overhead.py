@@ -590,6 +590,11 @@ def test_bench_completion_cost_against_biolatency_in_the_same_run():
                                  ("sys_exit", 5000, 1000000)]) == 250
     assert B.completion_cost_ns([("block_rq_comple", 10, 3000)]) == 300  # bpftool's name of biolatency's
     assert B.completion_cost_ns([("sys_exit", 5, 100)]) is None
+    # fstrace's programs on the completion by the names the header gave their hook: block_rq_done counts too
+    fst = [("block_rq_done", 1000, 100000), ("block_rq_complete", 1000, 300000), ("block_rq_issue", 1000, 9000)]
+    assert B.completion_cost_ns(fst, ["block_rq_done", "block_rq_complete"]) == 400
+    assert B.completion_costs([{"probes": fst, "completion_probes": ["block_rq_done", "block_rq_complete"]}])[
+        "ns_per_completion"]["median"] == 400
     bio = B.completion_costs([{"probes": [("block_rq_comple", 10, 3000)]}, {"probes": [("block_rq_comple", 10, 3400)]}])
     assert bio["ns_per_completion"] == {"min": 300, "median": 320, "max": 340}
 

@@ -757,7 +757,8 @@ static void block(struct jbuf *b, const struct expose_input *in)
 	} fams[] = {
 		{ FST_H_IO_BYTES, "fstrace_block_request_bytes", "Size of each completed block request." },
 		{ FST_H_IO_Q2C_US, "fstrace_block_request_q2c_seconds",
-		  "Block request time from its first bio queued to completion (queue and device)." },
+		  "Block request time from its start to completion (queue and device): from the request's allocation "
+		  "(start_time_ns) or its first bio queued (the issue hook), as fstrace_block_figure_info's source says." },
 		{ FST_H_IO_D2C_US, "fstrace_block_request_d2c_seconds",
 		  "Block request time from issue to the driver to completion (device)." },
 	};

@@ -59,6 +59,7 @@ static void json_probes(json *a, const struct probe *probes, int n)
 		const struct probe *p = &probes[i];
 		json *o = jpush(a, jobj());
 		jset(o, "probe", jstr(p->name));
+		jset(o, "hook", jstr(p->hook ? p->hook : p->name)); /* two probes share block_rq_complete */
 		jset(o, "tier", jstr(tier_name(p->tier)));
 		jset(o, "figure", jstr(figure_name(p->figure)));
 		jset(o, "measures", jstr(p->measures));

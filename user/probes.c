@@ -70,6 +70,7 @@ static struct probe block_probes[] = {
 	/* --budget's exact per-device figures, on block_rq_complete beside the next (tracer_attach) */
 	{ .name = "block_rq_done",
 	  .hook = "block_rq_complete",
+	  .budget_only = true,
 	  .figure = FST_FIG_RQ_COMPLETE,
 	  .measures = "exact per-device requests, bytes, sizes, alignment and latency from the completion alone",
 	  .prog_at = { [FST_TIER_TP_BTF] = PROBE_PROG(block_bpf, block_rq_done_btf),
@@ -418,6 +419,17 @@ static void setup_task_state_map(struct bpf_object *obj)
 }
 
 /*
+ * A probe only --budget uses (block_rq_done: a run's block figures are exact from the in-flight state already) is
+ * not loaded without it: its verification would lengthen every run's start, and a refusal would fail its object.
+ */
+static void unload_budget_only(const void *skel, struct probe *probes, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (probes[i].budget_only && !window_asked())
+			tiers_unload(skel, &probes[i], "not loaded: without --budget the issue hook's figures are exact");
+}
+
+/*
  * open+load a skeleton with the best tiers; if the kernel refuses tp_btf, fall back to raw_tp (with
  * attempts = 1, no fallback: skel is left NULL instead of dying)
  */
@@ -433,6 +445,7 @@ static void setup_task_state_map(struct bpf_object *obj)
 			else                                                                                  \
 				setup_task_state_map(skel->obj);                                              \
 			tiers_select(skel, probes, N(probes), opt.no_btf_tp || attempt, opt.no_fentry);       \
+			unload_budget_only(skel, probes, N(probes));                                          \
 			if (!type##__load(skel))                                                              \
 				break;                                                                        \
 			int err_ = errno;                                                                     \
@@ -836,16 +849,13 @@ int tracer_attach(struct tracer *t)
 {
 	/* --empty-programs: the chosen programs stay loaded, unattached, and do-nothing twins take their hooks */
 	int (*attach)(struct probe *, int) = opt.empty_programs ? tiers_attach_empty : tiers_attach;
-	/* block_rq_done: --budget's (attach, serve); a run's figures are exact from the in-flight state already */
+	/* block_rq_done (--budget's, else not loaded) attached alone first, and block_rq_complete told whether it did
+	 * before that attaches: every completion is then sized by exactly one of them */
 	struct probe *done = &block_probes[0];
-	if (!window_asked() && done->tier != FST_TIER_NONE) {
-		done->tier = FST_TIER_NONE;
-		done->prog = NULL;
-		snprintf(done->why, sizeof(done->why), "not attached: without --budget the issue hook's figures are exact");
-	}
-	t->blk->bss->exact_io_on = done->prog != NULL; /* before the attach: no completion is left to neither */
-	int err = attach(block_probes, N(block_probes));
-	t->blk->bss->exact_io_on = done->prog != NULL; /* it did attach (else tiers_attach took its prog away) */
+	int err = attach(done, 1);
+	t->blk->bss->exact_io_on = !err && done->prog != NULL; /* tiers_attach takes the prog of one that failed */
+	if (!err)
+		err = attach(block_probes + 1, N(block_probes) - 1);
 	if (!err && t->reqs)
 		err = attach_requests(t, attach);
 	if (!err && t->ero)
