@@ -176,3 +176,43 @@ def test_collector_rooms_form_no_circle():
     assert "progstats" in graph["stacks"] and "probes" in graph["window"]
     cycles = _cycles(graph)
     assert not cycles, "rooms of user/ in a circle: " + "; ".join(cycles)
+
+
+# C functions (the collector's and the kernel side's) no longer than a screen; the allowed ones with their reason
+MAX_C_FUNCTION_LINES = 80
+LONG_C_FUNCTIONS = {
+    "bpf/req_sched.bpf.h:handle_switch": "sched_switch's handler, the hottest path of the kernel side: split into "
+                                         "inline helpers, clang allocates its registers differently, and the "
+                                         "verifier's walk and the measured cost are of this shape",
+}
+C_FUNCTION = re.compile(r"^(?P<sig>[A-Za-z_][^;{}()]*?\b(?P<name>\w+)\s*\([^;{}]*\))\s*\n\{\n(?P<body>.*?)^\}$",
+                        re.M | re.S)
+
+
+def long_c_functions(text, rel):
+    """{"rel:name": lines} of the functions in C source text (each opened by a "{" line and closed by a "}" line at
+    the left margin, as clang-format lays them out) longer than MAX_C_FUNCTION_LINES, signature included."""
+    out = {}
+    for m in C_FUNCTION.finditer(text):
+        n = m.group(0).count("\n") + 1
+        if n > MAX_C_FUNCTION_LINES:
+            out["%s:%s" % (rel, m.group("name"))] = n
+    return out
+
+
+def test_no_c_function_is_longer_than_a_screen():
+    found = {}
+    for d in ("user", "bpf"):
+        for name in sorted(os.listdir(os.path.join(ROOT, d))):
+            if name.endswith((".c", ".h")):
+                with open(os.path.join(ROOT, d, name)) as f:
+                    found.update(long_c_functions(f.read(), "%s/%s" % (d, name)))
+    too_long = {k: v for k, v in found.items() if k not in LONG_C_FUNCTIONS}
+    assert not too_long, "C functions over %d lines (split them): %s" % (MAX_C_FUNCTION_LINES, too_long)
+    assert set(LONG_C_FUNCTIONS) <= set(found), "allowed, but no longer long: %s" % (set(LONG_C_FUNCTIONS) - set(found))
+
+
+def test_the_c_length_check_counts_a_long_function():
+    body = "".join("\tx%d = %d;\n" % (i, i) for i in range(MAX_C_FUNCTION_LINES))
+    text = "static int short_one(void)\n{\n\treturn 0;\n}\n\nint long_one(int a,\n\t     int b)\n{\n" + body + "}\n"
+    assert long_c_functions(text, "f.c") == {"f.c:long_one": MAX_C_FUNCTION_LINES + 4}

@@ -726,31 +726,43 @@ static void block_unseen(struct jbuf *b, const struct expose_input *in, const st
 	free(ex.s);
 }
 
-static void block(struct jbuf *b, const struct expose_input *in)
+/* the histogram rows of the devices' figures (io: each device's, read into it): a device's read series exist
+ * from the start, at 0 (see requests()); the number of rows */
+static int block_rows(struct hist_row *rows, struct fst_dev_io *io, struct dev_sources *src,
+		      const struct expose_input *in, int nr_devs)
 {
-	const struct expose_maps *m = &in->maps;
-	const __u32 *devs = in->devs;
-	int nr_devs = in->nr_devs;
-	static struct hist_row rows[MAX_HIST_KEYS];
-	static struct fst_dev_io io[MAX_EXPOSED_DEVS];
 	int n = 0;
-	if (nr_devs > MAX_EXPOSED_DEVS)
-		nr_devs = MAX_EXPOSED_DEVS;
-	/* device d's figures are in dev_io entry d; its read series exist from the start, at 0 (see requests()) */
-	static struct dev_sources src[MAX_EXPOSED_DEVS];
 	for (int d = 0; d < nr_devs; d++) {
-		dev_figures_read(m->dev_io, m->dev_done, d, &io[d], &src[d]);
+		dev_figures_read(in->maps.dev_io, in->maps.dev_done, d, &io[d], &src[d]);
 		for (int k = 0; k < DEV_IO_METRICS; k++)
 			for (__u32 sub = 0; sub < FST_IO_SUBS; sub++) {
 				const __u64 *slots = dev_io_hist(&io[d], dev_io_metrics[k], sub);
-				if (!hist_any(slots) && sub != 0)
+				if (!hist_any(slots) && sub != FST_IO_READ)
 					continue;
-				rows[n].key = (struct fst_hist_key){ .metric = dev_io_metrics[k], .dev = devs[d], .sub = sub };
+				rows[n].key =
+				    (struct fst_hist_key){ .metric = dev_io_metrics[k], .dev = in->devs[d], .sub = sub };
 				rows[n].dev_index = d;
 				memcpy(rows[n].h.slots, slots, sizeof(rows[n].h.slots));
 				n++;
 			}
 	}
+	return n;
+}
+
+static void block_device_info(struct jbuf *b, const struct expose_input *in, int nr_devs)
+{
+	family(b, "fstrace_block_device_info", "gauge",
+	       "1 for every traced block device, with its level: what it is to the traced filesystems (disk: one sits "
+	       "on it, its block series count every task's requests; loop: an image's; backing: the disk behind a loop "
+	       "device; device: named alone).");
+	for (int d = 0; d < nr_devs; d++)
+		jb_add(b, "fstrace_block_device_info{device=\"%u:%u\",level=\"%s\"} 1\n", FST_KDEV_MAJOR(in->devs[d]),
+		       FST_KDEV_MINOR(in->devs[d]), in->dev_levels ? in->dev_levels[d] : "device");
+}
+
+/* the requests counted (the size histogram's total) and the three histograms, with their sums */
+static void block_histograms(struct jbuf *b, const struct hist_row *rows, int n, const struct fst_dev_io *io)
+{
 	static const struct {
 		__u32 metric;
 		const char *name, *help;
@@ -762,13 +774,6 @@ static void block(struct jbuf *b, const struct expose_input *in)
 		{ FST_H_IO_D2C_US, "fstrace_block_request_d2c_seconds",
 		  "Block request time from issue to the driver to completion (device)." },
 	};
-	family(b, "fstrace_block_device_info", "gauge",
-	       "1 for every traced block device, with its level: what it is to the traced filesystems (disk: one sits "
-	       "on it, its block series count every task's requests; loop: an image's; backing: the disk behind a loop "
-	       "device; device: named alone).");
-	for (int d = 0; d < nr_devs; d++)
-		jb_add(b, "fstrace_block_device_info{device=\"%u:%u\",level=\"%s\"} 1\n", FST_KDEV_MAJOR(devs[d]),
-		       FST_KDEV_MINOR(devs[d]), in->dev_levels ? in->dev_levels[d] : "device");
 	family(b, "fstrace_block_requests_total", "counter", "Completed block requests on the traced devices.");
 	for (int i = 0; i < n; i++) {
 		if (rows[i].key.metric != FST_H_IO_BYTES)
@@ -794,6 +799,12 @@ static void block(struct jbuf *b, const struct expose_input *in)
 			histogram(b, fams[f].name, lab, rows[i].h.slots, sum, fams[f].metric == FST_H_IO_BYTES);
 		}
 	}
+}
+
+/* per device and op, which program counted each figure and where each latency started */
+static void block_figure_info(struct jbuf *b, const struct expose_input *in, const struct dev_sources *src,
+			      int nr_devs)
+{
 	family(b, "fstrace_block_figure_info", "gauge",
 	       "1 for each traced device's block figure of an op: its basis (exact: every completion counted; the "
 	       "block series are never estimated) and source (block_rq_done: the completion alone, --budget; "
@@ -801,7 +812,7 @@ static void block(struct jbuf *b, const struct expose_input *in)
 	       "start_time_ns / io_start_time_ns read at completion).");
 	for (int d = 0; d < nr_devs; d++)
 		for (__u32 sub = 0; sub < FST_IO_SUBS; sub++) {
-			if (!src[d].requests[sub] && sub != 0)
+			if (!src[d].requests[sub] && sub != FST_IO_READ)
 				continue;
 			const char *counted = src[d].exact_path ? "block_rq_done" : "block_rq_complete";
 			const char *figs[][2] = { { "requests", counted },
@@ -812,15 +823,19 @@ static void block(struct jbuf *b, const struct expose_input *in)
 				jb_add(b,
 				       "fstrace_block_figure_info{device=\"%u:%u\",op=\"%s\",figure=\"%s\",basis=\"exact\","
 				       "source=\"%s\"} 1\n",
-				       FST_KDEV_MAJOR(devs[d]), FST_KDEV_MINOR(devs[d]), op_name(sub), figs[k][0], figs[k][1]);
+				       FST_KDEV_MAJOR(in->devs[d]), FST_KDEV_MINOR(in->devs[d]), op_name(sub), figs[k][0],
+				       figs[k][1]);
 		}
+}
 
+static void block_alignment(struct jbuf *b, const struct expose_input *in, const struct fst_dev_io *io, int nr_devs)
+{
 	struct jbuf al = {}, au = {}, ac = {};
 	for (int d = 0; d < nr_devs; d++) {
 		const struct fst_align a = io[d].align;
 		if (!a.nr) /* as the counters come: a device's once it completed a request */
 			continue;
-		unsigned ma = FST_KDEV_MAJOR(devs[d]), mi = FST_KDEV_MINOR(devs[d]);
+		unsigned ma = FST_KDEV_MAJOR(in->devs[d]), mi = FST_KDEV_MINOR(in->devs[d]);
 		jb_add(&al, "fstrace_block_aligned_4k_total{device=\"%u:%u\",edge=\"start\"} %llu\n", ma, mi,
 		       (unsigned long long)a.start_4k);
 		jb_add(&al, "fstrace_block_aligned_4k_total{device=\"%u:%u\",edge=\"end\"} %llu\n", ma, mi,
@@ -844,6 +859,19 @@ static void block(struct jbuf *b, const struct expose_input *in)
 	free(al.s);
 	free(au.s);
 	free(ac.s);
+}
+
+static void block(struct jbuf *b, const struct expose_input *in)
+{
+	static struct hist_row rows[MAX_HIST_KEYS];
+	static struct fst_dev_io io[MAX_EXPOSED_DEVS];
+	static struct dev_sources src[MAX_EXPOSED_DEVS];
+	int nr_devs = in->nr_devs < MAX_EXPOSED_DEVS ? in->nr_devs : MAX_EXPOSED_DEVS;
+	int n = block_rows(rows, io, src, in, nr_devs);
+	block_device_info(b, in, nr_devs);
+	block_histograms(b, rows, n, io);
+	block_figure_info(b, in, src, nr_devs);
+	block_alignment(b, in, io, nr_devs);
 	block_unseen(b, in, io);
 }
 

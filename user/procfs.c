@@ -263,19 +263,13 @@ static void io_take(const struct fst_task_calls *c, struct io_calls_of **next, s
 	}
 }
 
-bool io_calls_step(int iter_link_fd, int exited_fd, __u64 *new_since_ns, struct io_calls *delta)
+/* the live threads' counts from one run of the task iterator (it), whole records however the reads split them,
+ * each taken into *next (n, cap) and delta; errno where the read failed */
+static int io_read_alive(int it, struct io_calls_of **next, size_t *n, size_t *cap, struct io_calls *delta)
 {
-	/* before the first look every thread is an old one: none needs a starting point */
-	*new_since_ns = io_seen.taken ? io_seen.at : ~0ull;
-	unsigned long long now = now_ns(CLOCK_BOOTTIME);
-	int it = bpf_iter_create(iter_link_fd);
-	if (it < 0)
-		return false;
-	struct io_calls_of *next = NULL;
-	size_t n = 0, cap = 0, have = 0;
+	size_t have = 0;
 	char buf[256 * sizeof(struct fst_task_calls)];
 	ssize_t got;
-	/* whole records, however the reads split them */
 	while ((got = read(it, buf + have, sizeof(buf) - have)) > 0 || (got < 0 && errno == EINTR)) {
 		if (got < 0)
 			continue;
@@ -284,27 +278,24 @@ bool io_calls_step(int iter_link_fd, int exited_fd, __u64 *new_since_ns, struct 
 		for (size_t off = 0; off < whole; off += sizeof(struct fst_task_calls)) {
 			struct fst_task_calls c;
 			memcpy(&c, buf + off, sizeof(c));
-			io_take(&c, &next, &n, &cap, delta);
+			io_take(&c, next, n, cap, delta);
 		}
 		memmove(buf, buf + whole, have - whole);
 		have -= whole;
 	}
-	int err = got < 0 ? errno : 0;
-	close(it);
-	if (err) {
-		free(next);
-		errno = err;
-		return false;
-	}
-	if (n)
-		qsort(next, n, sizeof(*next), cmp_io_tid);
+	return got < 0 ? errno : 0;
+}
 
-	/* the threads that exited: their calls since this look or the last one saw them; all of them when neither
-	 * did and they started since the last look; none when they are older (they joined the filters since the
-	 * last look, and what they read before is not the traced threads') */
+/*
+ * The threads that exited (exited_fd's entries, taken out): their calls since this look or the last one saw them;
+ * all of them when neither did and they started since the last look; none when they are older (they joined the
+ * filters since the last look, and what they read before is not the traced threads').  next: this look's alive
+ * threads, sorted.
+ */
+static void io_take_exited(int exited_fd, struct io_calls_of *next, size_t alive, struct io_calls *delta)
+{
 	struct fst_thread_key key, prev, *pk = NULL;
 	struct fst_task_calls c;
-	size_t alive = n;
 	while (exited_fd >= 0 && !bpf_map_get_next_key(exited_fd, pk, &key)) {
 		pk = &prev;
 		prev = key;
@@ -326,6 +317,29 @@ bool io_calls_step(int iter_link_fd, int exited_fd, __u64 *new_since_ns, struct 
 			was->ended = true; /* not carried over */
 		bpf_map_delete_elem(exited_fd, &key);
 	}
+}
+
+bool io_calls_step(int iter_link_fd, int exited_fd, __u64 *new_since_ns, struct io_calls *delta)
+{
+	/* before the first look every thread is an old one: none needs a starting point */
+	*new_since_ns = io_seen.taken ? io_seen.at : ~0ull;
+	unsigned long long now = now_ns(CLOCK_BOOTTIME);
+	int it = bpf_iter_create(iter_link_fd);
+	if (it < 0)
+		return false;
+	struct io_calls_of *next = NULL;
+	size_t n = 0, cap = 0;
+	int err = io_read_alive(it, &next, &n, &cap, delta);
+	close(it);
+	if (err) {
+		free(next);
+		errno = err;
+		return false;
+	}
+	if (n)
+		qsort(next, n, sizeof(*next), cmp_io_tid);
+	size_t alive = n;
+	io_take_exited(exited_fd, next, alive, delta);
 	/* threads of the last look neither alive now nor exited yet (their exit raced this look): once more */
 	for (size_t i = 0; i < io_seen.n; i++) {
 		struct io_calls_of *o = &io_seen.v[i];

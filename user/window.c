@@ -497,13 +497,10 @@ static void no_windows(struct tracer *t)
 	t->blk->bss->io_stacks_paused = false;
 }
 
-void window_init(struct tracer *t, __u64 t_start)
+/* the syscall hooks and the attribution hooks windowed with them: false (w.why says why) where nothing taxes every
+ * syscall, so nothing is windowed */
+static bool window_probes_found(struct tracer *t)
 {
-	if (!window_asked()) {
-		snprintf(w.why, sizeof(w.why), "always attached (--budget 100)");
-		no_windows(t);
-		return;
-	}
 	for (int g = 0; g < nr_probe_groups; g++)
 		for (int i = 0; i < probe_groups[g].n; i++) {
 			struct probe *p = &probe_groups[g].probes[i];
@@ -517,15 +514,19 @@ void window_init(struct tracer *t, __u64 t_start)
 	if (!t->reqs || !w.enter || !w.exit || !tier_attached(w.enter) || !tier_attached(w.exit)) {
 		snprintf(w.why, sizeof(w.why), "requests are not bounded by the syscall tracepoints here: nothing "
 					       "taxes every syscall, so nothing is windowed");
-		no_windows(t);
-		return;
+		return false;
 	}
 	if (w.enter->tier != FST_TIER_TP_BTF && w.enter->tier != FST_TIER_RAW_TP) {
 		snprintf(w.why, sizeof(w.why), "requests are bounded by %s, which costs only the hooked functions",
 			 tier_name(w.enter->tier));
-		no_windows(t);
-		return;
+		return false;
 	}
+	return true;
+}
+
+/* the traced threads' read and write calls, which weigh the windows: the task iterator and its baseline look */
+static void window_io_calls_init(struct tracer *t)
+{
 	w.reqs = t->reqs;
 	w.tsk = t->tsk;
 	if (!t->tsk)
@@ -545,6 +546,20 @@ void window_init(struct tracer *t, __u64 t_start)
 	}
 	io_step(w.io_from, true); /* the baseline: nothing before it counts */
 	w.io_total = (struct io_calls){ 0 };
+}
+
+void window_init(struct tracer *t, __u64 t_start)
+{
+	if (!window_asked()) {
+		snprintf(w.why, sizeof(w.why), "always attached (--budget 100)");
+		no_windows(t);
+		return;
+	}
+	if (!window_probes_found(t)) {
+		no_windows(t);
+		return;
+	}
+	window_io_calls_init(t);
 	w.sampling = t->smp != NULL;
 	w.blk = t->blk;
 	w.sample_fd = t->smp ? bpf_program__fd(t->smp->progs.sample_request_stack) : -1;
@@ -824,24 +839,9 @@ double window_fraction(__u64 now)
 	return now > w.t_start ? (double)in / (now - w.t_start) : 0;
 }
 
-json *window_header(__u64 t_start, __u64 t_end)
+/* how a window's cost was measured: the slow path, the programs' run time, the collector's */
+static void window_cost_json(json *o)
 {
-	json *o = jobj();
-	jset(o, "active", jbool(w.active));
-	if (!w.active) {
-		jset(o, "why", jstr(w.why));
-		return o;
-	}
-	jset(o, "budget_pct", jchk(json_object_new_double(opt.budget_pct)));
-	jset(o, "duty_fixed", opt.window_duty > 0 ? jchk(json_object_new_double(opt.window_duty)) : NULL);
-	json *hooks = jset(o, "windowed_probes", jarr());
-	jpush(hooks, jstr(w.enter->name));
-	jpush(hooks, jstr(w.exit->name));
-	for (int i = 0; i < w.nr_attrib; i++)
-		jpush(hooks, jstr(w.attrib[i]->name));
-	jset(o, "sampling_windowed", jbool(w.sampling));
-	jset(o, "window_ns", ju64(WINDOW_NS));
-	jset(o, "grace_ns", ju64(GRACE_NS));
 	jset(o, "slow_path_ns_per_syscall", jchk(json_object_new_double(w.slow_ns)));
 	jset(o, "program_ns_per_untraced_syscall", w.stats_ok ? jchk(json_object_new_double(w.prog_ns_untraced)) : NULL);
 	jset(o, "cost_method", jstr(w.stats_ok ? "the slow path per syscall times the syscalls, plus the windowed "
@@ -853,6 +853,11 @@ json *window_header(__u64 t_start, __u64 t_end)
 	jset(o, "cost_why", w.stats_ok ? NULL : jstr(w.stats_why));
 	/* with the windows' windowed_prog_ns, all the windowed programs' run time the statistics counted */
 	jset(o, "calibration_prog_ns", ju64(w.calibration_prog_ns));
+}
+
+/* the traced threads' read and write calls the windows are weighted by */
+static void window_io_calls_json(json *o)
+{
 	json *io = jset(o, "io_calls", jobj());
 	if (w.io_ok) {
 		jset(io, "source", jstr("task I/O accounting: syscr and syscw (/proc/PID/task/TID/io) of the traced "
@@ -868,19 +873,11 @@ json *window_header(__u64 t_start, __u64 t_end)
 	} else {
 		jset(io, "why", jstr(w.io_why));
 	}
-	/* what the budget does not bound: the programs attached all the time, as a share of busy CPU time in the
-	 * windows (their rate outside the windows taken as inside) */
-	jset(o, "always_on_share_in_windows", w.stats_ok && w.busy_ns_sum ? jchk(json_object_new_double((double)w.always_ns_sum / w.busy_ns_sum)) : NULL);
-	jset(o, "attach_detach_cpu_ns", jchk(json_object_new_double(w.attach_cpu_ns)));
-	/* the collector's CPU time per window the duty was last sized with (each window's own: collector_cpu_ns) */
-	jset(o, "window_cpu_ns", jchk(json_object_new_double(w.window_cpu_ns)));
-	jset(o, "cost_share_while_attached", jchk(json_object_new_double(w.cost_on)));
-	jset(o, "duty_last", jchk(json_object_new_double(w.duty)));
-	jset(o, "t_start_ns", ju64(t_start));
-	jset(o, "t_end_ns", ju64(t_end));
-	jset(o, "in_windows_ns", ju64(w.in_windows_ns));
-	jset(o, "windows_total", ju64(w.nwins_total));
-	jset(o, "windows_kept", ju64(w.nwins));
+}
+
+/* every window kept, a row each under the names of window_fields */
+static void window_rows_json(json *o)
+{
 	json *fields = jset(o, "window_fields", jarr());
 	const char *names[] = { "open_ns", "enter_closed_ns", "exit_closed_ns", "syscalls", "busy_ns", "tracer_ns",
 				"windowed_prog_ns", "always_prog_ns", "read_calls", "write_calls", "open_edge_ns",
@@ -906,5 +903,41 @@ json *window_header(__u64 t_start, __u64 t_end)
 		jpush(row, ju64_array(x->counted, FST_NR_REQ_KINDS + 1));
 		jpush(row, ju64(x->collector_ns));
 	}
+}
+
+json *window_header(__u64 t_start, __u64 t_end)
+{
+	json *o = jobj();
+	jset(o, "active", jbool(w.active));
+	if (!w.active) {
+		jset(o, "why", jstr(w.why));
+		return o;
+	}
+	jset(o, "budget_pct", jchk(json_object_new_double(opt.budget_pct)));
+	jset(o, "duty_fixed", opt.window_duty > 0 ? jchk(json_object_new_double(opt.window_duty)) : NULL);
+	json *hooks = jset(o, "windowed_probes", jarr());
+	jpush(hooks, jstr(w.enter->name));
+	jpush(hooks, jstr(w.exit->name));
+	for (int i = 0; i < w.nr_attrib; i++)
+		jpush(hooks, jstr(w.attrib[i]->name));
+	jset(o, "sampling_windowed", jbool(w.sampling));
+	jset(o, "window_ns", ju64(WINDOW_NS));
+	jset(o, "grace_ns", ju64(GRACE_NS));
+	window_cost_json(o);
+	window_io_calls_json(o);
+	/* what the budget does not bound: the programs attached all the time, as a share of busy CPU time in the
+	 * windows (their rate outside the windows taken as inside) */
+	jset(o, "always_on_share_in_windows", w.stats_ok && w.busy_ns_sum ? jchk(json_object_new_double((double)w.always_ns_sum / w.busy_ns_sum)) : NULL);
+	jset(o, "attach_detach_cpu_ns", jchk(json_object_new_double(w.attach_cpu_ns)));
+	/* the collector's CPU time per window the duty was last sized with (each window's own: collector_cpu_ns) */
+	jset(o, "window_cpu_ns", jchk(json_object_new_double(w.window_cpu_ns)));
+	jset(o, "cost_share_while_attached", jchk(json_object_new_double(w.cost_on)));
+	jset(o, "duty_last", jchk(json_object_new_double(w.duty)));
+	jset(o, "t_start_ns", ju64(t_start));
+	jset(o, "t_end_ns", ju64(t_end));
+	jset(o, "in_windows_ns", ju64(w.in_windows_ns));
+	jset(o, "windows_total", ju64(w.nwins_total));
+	jset(o, "windows_kept", ju64(w.nwins));
+	window_rows_json(o);
 	return o;
 }
