@@ -377,12 +377,16 @@ static int calibrate(__u64 busy0, __u64 t_busy0, __u64 cpu0)
 		}
 		__u64 seen0 = percpu_u64(w.syscalls_fd, 0), t0 = now_ns(CLOCK_MONOTONIC), run0 = 0, run1 = 0;
 		run_ns_sums(&run0, &unused);
+		__u64 loop_cpu0 = thread_cpu_ns();
 		double on = getppid_ns();
+		__u64 loop_cpu = thread_cpu_ns() - loop_cpu0;
 		__u64 seen1 = percpu_u64(w.syscalls_fd, 0), t1 = now_ns(CLOCK_MONOTONIC);
 		run_ns_sums(&run1, &unused);
 		tier_unhook(w.enter);
 		tier_unhook(w.exit);
-		a[r] = (double)(thread_cpu_ns() - c0) - on * CALIBRATION_CALLS;
+		/* the attach and detach alone: the loop's own CPU time taken out, not its wall time (on a busy machine
+		 * the loop is preempted, and its wall time, longer than its CPU time, took the attach's away) */
+		a[r] = (double)(thread_cpu_ns() - c0 - loop_cpu);
 		/* the two programs' run per syscall (the attribution hooks are off): the slow path is the rest */
 		p[r] = seen1 > seen0 ? (double)(run1 - run0) / (seen1 - seen0) : 0;
 		d[r] = on - off - (w.stats_ok ? p[r] : 0);
