@@ -538,3 +538,22 @@ def test_budget_100_is_always_on(tmp_path, mounted):
     counted = requests.request_stats(requests.fs_requests(res, kinds=("read",)),
                                      requests.counted_requests(res, kinds=("read",)), res.schema)
     assert counted["count"] == fio_ios
+
+
+def test_calibration_measures_the_attach_on_a_busy_machine(tmp_path, mounted):
+    """--budget's calibration takes one attach and detach's CPU time as its own CPU time less the getppid loop's
+    CPU time: on a machine whose every CPU is busy the loop is preempted, and taking its longer wall time out
+    instead left the attach nothing (0, clamped), so the first period was sized with no per-window cost."""
+    spin = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(2 * (os.cpu_count() or 1))]
+    try:
+        out = tmp_path / "out"
+        p = subprocess.run([FSTRACE, "attach", "--mount", mounted, "--budget", "1", "--duration", "2", "--interval",
+                            "0", "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=300)
+    finally:
+        for s in spin:
+            s.kill()
+            s.wait()
+    assert p.returncode == 0, p.stdout
+    rw = results.load(str(out / "results.fst")).header["request_windows"]
+    assert rw["active"] and rw["attach_detach_cpu_ns"] > 0, rw
