@@ -67,6 +67,7 @@ from cli.devices import backing_block_device, dev_numbers, drop_caches, ensure_t
 from cli.runner import COLLECTOR, DEFAULT_BUDGET_PCT, Tracing, die_with_parent, tracing_options
 from cli.serve import COLLECTOR_OPTIONS as SERVE_OPTIONS
 from cli.signals import Interrupted, install_signal_handlers, stop_process
+from common import machine
 from common.system import Cleanup, FstraceError, losetup, mount, write_json_atomic
 from scripts.overhead_report import FIGURES, ms_list, render
 from workloads import catalog, dataset, images
@@ -839,30 +840,6 @@ def window_coverage(windowed, args, mnt, single_file, fio_ctx, devs, work, image
     return out
 
 
-def machine():
-    """What the run ran on: architecture, CPUs and their model, memory, the kernel, and the hypervisor if any."""
-    def first(path, prefix):
-        try:
-            with open(path) as f:
-                return next((line.split(":", 1)[1].strip() for line in f if line.startswith(prefix)), None)
-        except OSError:
-            return None
-    mem = first("/proc/meminfo", "MemTotal")
-
-    def detect(kind):
-        """systemd-detect-virt's answer for kind (--vm, --container), None for none or without the command."""
-        if not shutil.which("systemd-detect-virt"):
-            return None
-        answer = subprocess.run(["systemd-detect-virt", kind], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                text=True).stdout.strip()
-        return answer if answer and answer != "none" else None
-    u = os.uname()
-    return {"arch": u.machine, "kernel": u.release, "cpus": os.cpu_count(),
-            "cpu_model": first("/proc/cpuinfo", "model name"),
-            "memory_gib": round(int(mem.split()[0]) / 2**20, 1) if mem else None, "vm": detect("--vm"),
-            "container": detect("--container")}
-
-
 def bench_args(argv):
     """The bench's arguments as BENCH_ARGS would give them: without --out, which the make target sets."""
     out, skip = [], False
@@ -910,7 +887,7 @@ def main():
     have = [c for c in CONFIGS if c in wanted and (c not in ("bpftrace-hist", "biolatency") or shutil.which(
         "bpftrace" if c == "bpftrace-hist" else "biolatency"))]
     out = {"configs": have, "reps": args.reps, "dataset_id": manifest["id"], "kernel": os.uname().release,
-           "scale": args.scale, "machine": machine(), "bench_args": bench_args(sys.argv[1:]), "cases": {}}
+           "scale": args.scale, "machine": machine.record(), "bench_args": bench_args(sys.argv[1:]), "cases": {}}
     with Cleanup() as c:
         work = tempfile.mkdtemp(prefix="fstrace-bench-")
         c.push("remove " + work, shutil.rmtree, work, True)

@@ -36,6 +36,7 @@ import numpy as np
 from analysis import caches, devices, probes, requests, results, sampling, selection, timeline
 from cli.runner import COLLECTOR
 from cli.serve import COLLECTOR_OPTIONS as SERVE_OPTIONS
+from common import machine
 from workloads import dataset, images
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -1504,9 +1505,10 @@ def main():
                     sys.stderr.write(open(log_path).read()[-3000:])
         if rows:
             print(format_table(rows))
+        # the host the guests ran on, for the page rendered from this file (maybe elsewhere)
         for path in [os.path.join(vmcache, "last.json")] + ([args.json] if args.json else []):
             with open(path, "w") as f:
-                json.dump({"ok": ok, "table": rows, "runs": report}, f, indent=1)
+                json.dump({"ok": ok, "machine": machine.record(), "table": rows, "runs": report}, f, indent=1)
         if not ok:
             raise SystemExit(1)
     finally:
