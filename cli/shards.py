@@ -7,11 +7,10 @@ and a scheduler's array index (Slurm's SLURM_ARRAY_TASK_ID, Kubernetes' JOB_COMP
 the shard's index.
 """
 import os
-import platform
 import shutil
-import socket
 
 from cli.devices import backing_block_device
+from common.machine import record as machine_record
 from common.system import FstraceError, progress
 
 
@@ -49,17 +48,6 @@ def _sys(path):
         return None
 
 
-def _cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or None
-
-
 def disk_of(path):
     """The block device holding path (where the images and their loop devices' backing files are): name, model
     and whether it rotates, as sysfs gives them; a path on no block device of its own says so."""
@@ -75,12 +63,9 @@ def disk_of(path):
 
 
 def machine(storage, cache):
-    """What a bench ran on: host name, kernel, CPU, memory, the disk under the image cache, and the storage
-    profile its image devices were throttled to (None: the disk as it is)."""
-    pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    return {"host": socket.gethostname(), "kernel": os.uname().release, "cpu": _cpu_model(),
-            "cpus": os.cpu_count(), "memory_bytes": pages, "disk": disk_of(cache),
-            "profile": storage["name"] if storage else None}
+    """What a bench ran on: common/machine.py's record, the disk under the image cache, and the storage profile its
+    image devices were throttled to (None: the disk as it is)."""
+    return machine_record() | {"disk": disk_of(cache), "profile": storage["name"] if storage else None}
 
 
 def _identity(rec):

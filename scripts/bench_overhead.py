@@ -67,6 +67,7 @@ from cli.devices import backing_block_device, dev_numbers, drop_caches, ensure_t
 from cli.runner import COLLECTOR, DEFAULT_BUDGET_PCT, Tracing, die_with_parent, tracing_options
 from cli.serve import COLLECTOR_OPTIONS as SERVE_OPTIONS
 from cli.signals import Interrupted, install_signal_handlers, stop_process
+from common import machine
 from common.system import Cleanup, FstraceError, losetup, mount, write_json_atomic
 from scripts.overhead_report import FIGURES, ms_list, render
 from workloads import catalog, dataset, images
@@ -717,77 +718,11 @@ def completion_row(cfg, case, ours, biolatency):
 def targets(out):
     """Each target of the run: the median, its interval, and whether this run shows it met."""
     rows = []
-
-    def ratio_row(kind, what, res, cfg, target):
-        """The ratio target row of cfg, beside its floor's ratio where the run has it (FLOOR_OF)."""
-        q = res[cfg]["ratio_to_none"]
-        row = {"kind": kind,
-               "what": what, "target": ">= %g" % target, "median": q["median"], "interval": q["median_interval"],
-               "coverage": q["median_interval_coverage"],
-               "verdict": verdict(q["median_interval"], target, q["median_interval_coverage"])}
-        fq = (res.get(FLOOR_OF[cfg]) or {}).get("ratio_to_none") or {}
-        if fq.get("median_interval"):
-            row["floor_median"] = fq["median"]
-            row["floor_interval"] = fq["median_interval"]
-            if fq["median_interval"][1] < target and fq["median_interval_coverage"] >= 0.95:
-                row["verdict"] += "; beyond this machine: the hooks alone (floor) keep less"
-        return row
-
     at_not_below = {cfg: [] for cfg in WINDOWED}  # per windowed configuration: (case, verdict at BUDGET_NOT_BELOW)
     for case, target in FULL_TARGETS.items():
-        res = out["cases"].get(case, {})
-        full = res.get("fstrace-full")
-        if full and full["ratio_to_none"].get("median_interval"):
-            rows.append(ratio_row("full-ratio", "fstrace-full ratio, " + case, res, "fstrace-full", target))
-        for cfg in WINDOWED:
-            r = res.get(cfg)
-            q = r and r["ratio_to_none"]
-            if q and q.get("median_interval"):
-                rows.append(ratio_row("budget-ratio", "%s (budget %g %%) ratio, %s" % (cfg, DEFAULT_BUDGET_PCT, case),
-                                      res, cfg, BUDGET_TARGET))
-                at_not_below[cfg].append((case, verdict(q["median_interval"], BUDGET_NOT_BELOW,
-                                                        q["median_interval_coverage"])))
-            wc = (r or {}).get("window_counts")
-            if wc:
-                rows.append(coverage_row(cfg, case, wc))
-            if r and r.get("probe_costs") is not None:
-                rows.append(always_on_row(cfg, case, r))
-            if r and (res.get("completion_cost") or {}).get(cfg):
-                rows.append(completion_row(cfg, case, res["completion_cost"][cfg],
-                                           res["completion_cost"].get("biolatency")))
-        pair = res.get("block_vs_biolatency")
-        if pair and pair.get("median_interval"):
-            lo, hi = pair["median_interval"]
-            cover = pair["median_interval_coverage"]
-            rows.append({"kind": "block-vs-biolatency",
-                         "what": "fstrace-block / biolatency throughput, " + case, "target": "not below 1",
-                         "median": pair["median"], "interval": [lo, hi], "coverage": cover,
-                         "verdict": verdict([lo, hi], 1.0, cover) if cover < 0.95 else
-                         "not met (shown below)" if hi < 1 else "met (shown at least equal)" if lo >= 1
-                         else "not shown below (the interval spans 1)"})
-    for cfg, vs in at_not_below.items():
-        if vs:
-            below = [case for case, v in vs if v == "not met"]
-            open_ = [case for case, v in vs if v.startswith("undecided (too few")]
-            rows.append({"kind": "budget-not-below", "what": "%s (budget %g %%): no case not met at %g" % (
-                cfg, DEFAULT_BUDGET_PCT,
-                                                                            BUDGET_NOT_BELOW),
-                         "target": "no case below", "median": len(below),
-                         "verdict": "not met (shown below %g: %s)" % (BUDGET_NOT_BELOW, ", ".join(below)) if below
-                         else "undecided (too few repetitions for a 95 %% interval: %s)" % ", ".join(open_) if open_
-                         else "met (no case of %d shown below %g)" % (len(vs), BUDGET_NOT_BELOW)})
-    cov = out.get("window_coverage") or {}
-    for cfg in WINDOWED:
-        for start in ("warm", "cold"):
-            runs = [r for r in cov.get("runs", []) if r["config"] == cfg and r["start"] == start]
-            for key, what in FIGURES if runs else ():
-                checks = [r[key] for r in runs]
-                row = {"kind": "estimate-" + key,
-                       "what": "%s: true count inside the 95 %% interval, %s, %g s %s randread" % (
-                    cfg, what, cov["runtime_s"], start), "target": "every run", "verdict": coverage_verdict(checks)}
-                if any(c["available"] for c in checks):  # the runs whose interval held the true count
-                    row["median"] = sum(1 for c in checks if c.get("covered"))
-                rows.append(row)
+        rows += case_target_rows(case, out["cases"].get(case, {}), target, at_not_below)
+    rows += budget_not_below_rows(at_not_below)
+    rows += estimate_rows(out.get("window_coverage") or {})
     drops = [r["dropped"]["max"] for res in out["cases"].values() for c, r in res.items()
              if c in out["configs"] and r.get("dropped") is not None]
     if drops:
@@ -808,18 +743,111 @@ def targets(out):
         rows.append({"kind": "analysis",
                      "what": "analysis s per million records", "target": "< 2", "median": a["seconds_per_million"],
                      "verdict": "met" if a["seconds_per_million"] < 2 else "not met"})
-    sm = (out.get("main_command") or {}).get("tracer", {}).get("sampled") or {}
-    if sm.get("share_95"):
-        lo, hi = sm["share_95"]
-        # the summary's interval is the normal one, which a count of a few samples (none: 0-0) makes too narrow:
-        # the top is at least the exact Poisson one's
-        hi = min(max(hi, poisson_upper_95(sm["tracer_samples"]) / sm["samples"]), 1.0)
-        rows.append({"kind": "tracer-share",
-                     "what": "tracer's share of in-request samples, main command", "target": "< 0.10",
-                     "median": sm["share"], "interval": [lo, hi], "coverage": 0.95,
-                     "verdict": ("met" if hi < 0.10 else "not met" if lo >= 0.10 else
-                                 "undecided (the interval spans it)")})
+    rows += tracer_share_rows(out)
     return rows
+
+
+def ratio_row(kind, what, res, cfg, target):
+    """The ratio target row of cfg, beside its floor's ratio where the run has it (FLOOR_OF)."""
+    q = res[cfg]["ratio_to_none"]
+    row = {"kind": kind,
+           "what": what, "target": ">= %g" % target, "median": q["median"], "interval": q["median_interval"],
+           "coverage": q["median_interval_coverage"],
+           "verdict": verdict(q["median_interval"], target, q["median_interval_coverage"])}
+    fq = (res.get(FLOOR_OF[cfg]) or {}).get("ratio_to_none") or {}
+    if fq.get("median_interval"):
+        row["floor_median"] = fq["median"]
+        row["floor_interval"] = fq["median_interval"]
+        if fq["median_interval"][1] < target and fq["median_interval_coverage"] >= 0.95:
+            row["verdict"] += "; beyond this machine: the hooks alone (floor) keep less"
+    return row
+
+
+def case_target_rows(case, res, target, at_not_below):
+    """One case's target rows: fstrace-full's ratio, each windowed configuration's (its verdict at
+    BUDGET_NOT_BELOW added to at_not_below), coverage, always-on and completion costs, and fstrace-block beside
+    biolatency."""
+    rows = []
+    full = res.get("fstrace-full")
+    if full and full["ratio_to_none"].get("median_interval"):
+        rows.append(ratio_row("full-ratio", "fstrace-full ratio, " + case, res, "fstrace-full", target))
+    for cfg in WINDOWED:
+        r = res.get(cfg)
+        q = r and r["ratio_to_none"]
+        if q and q.get("median_interval"):
+            rows.append(ratio_row("budget-ratio", "%s (budget %g %%) ratio, %s" % (cfg, DEFAULT_BUDGET_PCT, case),
+                                  res, cfg, BUDGET_TARGET))
+            at_not_below[cfg].append((case, verdict(q["median_interval"], BUDGET_NOT_BELOW,
+                                                    q["median_interval_coverage"])))
+        wc = (r or {}).get("window_counts")
+        if wc:
+            rows.append(coverage_row(cfg, case, wc))
+        if r and r.get("probe_costs") is not None:
+            rows.append(always_on_row(cfg, case, r))
+        if r and (res.get("completion_cost") or {}).get(cfg):
+            rows.append(completion_row(cfg, case, res["completion_cost"][cfg],
+                                       res["completion_cost"].get("biolatency")))
+    pair = res.get("block_vs_biolatency")
+    if pair and pair.get("median_interval"):
+        lo, hi = pair["median_interval"]
+        cover = pair["median_interval_coverage"]
+        rows.append({"kind": "block-vs-biolatency",
+                     "what": "fstrace-block / biolatency throughput, " + case, "target": "not below 1",
+                     "median": pair["median"], "interval": [lo, hi], "coverage": cover,
+                     "verdict": verdict([lo, hi], 1.0, cover) if cover < 0.95 else
+                     "not met (shown below)" if hi < 1 else "met (shown at least equal)" if lo >= 1
+                     else "not shown below (the interval spans 1)"})
+    return rows
+
+
+def budget_not_below_rows(at_not_below):
+    """Per windowed configuration: no case shown below BUDGET_NOT_BELOW."""
+    rows = []
+    for cfg, vs in at_not_below.items():
+        if vs:
+            below = [case for case, v in vs if v == "not met"]
+            open_ = [case for case, v in vs if v.startswith("undecided (too few")]
+            rows.append({"kind": "budget-not-below", "what": "%s (budget %g %%): no case not met at %g" % (
+                cfg, DEFAULT_BUDGET_PCT,
+                                                                            BUDGET_NOT_BELOW),
+                         "target": "no case below", "median": len(below),
+                         "verdict": "not met (shown below %g: %s)" % (BUDGET_NOT_BELOW, ", ".join(below)) if below
+                         else "undecided (too few repetitions for a 95 %% interval: %s)" % ", ".join(open_) if open_
+                         else "met (no case of %d shown below %g)" % (len(vs), BUDGET_NOT_BELOW)})
+    return rows
+
+
+def estimate_rows(cov):
+    """The windowed configurations' estimates: the true count inside their 95 % interval on every run."""
+    rows = []
+    for cfg in WINDOWED:
+        for start in ("warm", "cold"):
+            runs = [r for r in cov.get("runs", []) if r["config"] == cfg and r["start"] == start]
+            for key, what in FIGURES if runs else ():
+                checks = [r[key] for r in runs]
+                row = {"kind": "estimate-" + key,
+                       "what": "%s: true count inside the 95 %% interval, %s, %g s %s randread" % (
+                    cfg, what, cov["runtime_s"], start), "target": "every run", "verdict": coverage_verdict(checks)}
+                if any(c["available"] for c in checks):  # the runs whose interval held the true count
+                    row["median"] = sum(1 for c in checks if c.get("covered"))
+                rows.append(row)
+    return rows
+
+
+def tracer_share_rows(out):
+    """The tracer's share of the main command's in-request samples, below 10 %."""
+    sm = (out.get("main_command") or {}).get("tracer", {}).get("sampled") or {}
+    if not sm.get("share_95"):
+        return []
+    lo, hi = sm["share_95"]
+    # the summary's interval is the normal one, which a count of a few samples (none: 0-0) makes too narrow:
+    # the top is at least the exact Poisson one's
+    hi = min(max(hi, poisson_upper_95(sm["tracer_samples"]) / sm["samples"]), 1.0)
+    return [{"kind": "tracer-share",
+             "what": "tracer's share of in-request samples, main command", "target": "< 0.10",
+             "median": sm["share"], "interval": [lo, hi], "coverage": 0.95,
+             "verdict": ("met" if hi < 0.10 else "not met" if lo >= 0.10 else
+                         "undecided (the interval spans it)")}]
 
 
 def window_coverage(windowed, args, mnt, single_file, fio_ctx, devs, work, image_dev):
@@ -847,30 +875,6 @@ def window_coverage(windowed, args, mnt, single_file, fio_ctx, devs, work, image
     return out
 
 
-def machine():
-    """What the run ran on: architecture, CPUs and their model, memory, the kernel, and the hypervisor if any."""
-    def first(path, prefix):
-        try:
-            with open(path) as f:
-                return next((line.split(":", 1)[1].strip() for line in f if line.startswith(prefix)), None)
-        except OSError:
-            return None
-    mem = first("/proc/meminfo", "MemTotal")
-
-    def detect(kind):
-        """systemd-detect-virt's answer for kind (--vm, --container), None for none or without the command."""
-        if not shutil.which("systemd-detect-virt"):
-            return None
-        answer = subprocess.run(["systemd-detect-virt", kind], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                text=True).stdout.strip()
-        return answer if answer and answer != "none" else None
-    u = os.uname()
-    return {"arch": u.machine, "kernel": u.release, "cpus": os.cpu_count(),
-            "cpu_model": first("/proc/cpuinfo", "model name"),
-            "memory_gib": round(int(mem.split()[0]) / 2**20, 1) if mem else None, "vm": detect("--vm"),
-            "container": detect("--container")}
-
-
 def bench_args(argv):
     """The bench's arguments as BENCH_ARGS would give them: without --out, which the make target sets."""
     out, skip = [], False
@@ -884,7 +888,7 @@ def bench_args(argv):
     return out
 
 
-def main():
+def parse_args():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=9)  # 6 or more give each median a 95 % interval; 9: the 2nd and 8th
     ap.add_argument("--scale", type=float, default=1.0)
@@ -901,6 +905,113 @@ def main():
     args = ap.parse_args()
     if args.reps < 1 or args.cover_runs < 0 or args.cover_runtime_s <= 0 or args.idle_s <= 0:
         sys.exit("bench: --reps must be 1 or more, --cover-runs 0 or more, --cover-runtime-s and --idle-s above 0")
+    return args
+
+
+def mount_images(c, work, img_single, img_tree):
+    """Both images mounted on loop devices (undone by c): ({"single"|"tree": mount point}, the collector's device
+    arguments, the single file's loop device as "major:minor")."""
+    mounts = {}
+    devs = []
+    for key, img in (("single", img_single), ("tree", img_tree)):
+        dev, _ = losetup(img["path"], c)
+        mnt = os.path.join(work, "mnt-" + key)
+        mount(dev, mnt, "erofs", c)
+        mounts[key] = mnt
+        ma, mi = dev_numbers(dev)
+        if key == "single":
+            image_dev = "%d:%d" % (ma, mi)  # the loop device fio's reads reach
+        # as fstrace run traces an image: its block device and only the requests on its filesystem
+        devs += ["-d", "%d:%d:4096:loop" % (ma, mi), "--sdev", sdev_arg(mount_of(mnt))]
+    backing = backing_block_device(img_single["path"])
+    if backing:
+        devs += ["-d", "%d:%d:4096:backing" % backing]
+    return mounts, devs, image_dev
+
+
+def bench_cases(mounts, work, manifest, fio_ctx):
+    """The cases (CASES, in order): what each runs, where, and whether from a cold cache."""
+    cold = catalog.Fio("bench-cold", "", "randread", io_size="16m")
+    warm = catalog.Fio("bench-warm", "", "randread", runtime_s=3)
+    cases = {
+        "fio-randread-4k-cold": {"kind": "fio", "wl": cold, "cold": True,
+                                 "argv": cold.prepare(mounts["single"], work, fio_ctx), "cwd": mounts["single"]},
+        "fio-randread-4k-warm": {"kind": "fio", "wl": warm, "cold": False,
+                                 "argv": warm.prepare(mounts["single"], work, fio_ctx), "cwd": mounts["single"]},
+        "tar-seqread-cold": {"kind": "shell", "cold": True, "bytes": manifest["tree_bytes"],
+                             "argv": timed_shell("tar cf - . | cat > /dev/null",
+                                                 os.path.join(work, "elapsed_ns")), "cwd": mounts["tree"]},
+    }
+    assert list(cases) == CASES
+    return cases
+
+
+def run_case(name, case, have, reps, devs, work):
+    """One case, reps repetitions of every configuration in turn (each repetition starting one further on):
+    ({configuration: [throughput]}, {configuration: [run_one's facts]})."""
+    rows = {cfg: [] for cfg in have}
+    infos = {cfg: [] for cfg in have}
+    for rep in range(reps):
+        order = have[rep % len(have):] + have[:rep % len(have)]
+        for cfg in order:
+            if case["cold"]:
+                drop_caches()
+            info = run_one(cfg, case["argv"], case["cwd"], devs, work)
+            rows[cfg].append(throughput(case, work))
+            if cfg in WINDOWED and case["kind"] == "fio":  # the estimate against fio's own count
+                info["windows"]["fio_ios"] = case["wl"].ground_truth(work, None)["ios"]
+            infos[cfg].append(info)
+        log("%s: repetition %d/%d done" % (name, rep + 1, reps))
+    return rows, infos
+
+
+def case_results(case, have, rows, infos):
+    """A case's figures per configuration: throughput and its ratio to none's in the same repetition, the
+    collector's figures, the windowed ones' counts, and fstrace-block beside biolatency."""
+    base = rows["none"]
+    res = {}
+    for cfg in have:
+        ratios = [t / b for t, b in zip(rows[cfg], base)]
+        res[cfg] = {"throughput_bytes_per_s": stats(rows[cfg]), "ratio_to_none": stats(ratios)}
+        if infos[cfg] and infos[cfg][0]:
+            for k in ("records_per_s", "dropped", "load_attach_s", "records"):
+                res[cfg][k] = stats([i[k] for i in infos[cfg] if i.get(k) is not None])
+            ms = [collector_ms_per_s(i) for i in infos[cfg]]
+            res[cfg]["collector_ms_per_s"] = stats([m for m in ms if m is not None]) if any(
+                m is not None for m in ms) else None
+    for cfg in WINDOWED:
+        if cfg in have and case["kind"] == "fio":
+            res[cfg]["window_counts"] = window_counts([i["windows"] for i in infos[cfg]])
+    if "fstrace-block" in have and "biolatency" in have:
+        # the two in the same repetition, paired as each is with none
+        res["block_vs_biolatency"] = stats([b / q for b, q in zip(rows["fstrace-block"], rows["biolatency"])])
+    return res
+
+
+def program_costs(case, have, res, devs, work):
+    """Per-program cost into res: STATS_RUNS runs each, alternating, with the kernel's BPF run-time accounting on
+    the windowed ones: what their always-on programs cost, which the budget does not bound; biolatency beside
+    the windowed ones: its cost per block request completed against theirs."""
+    stat_cfgs = [c for c in ("fstrace-full", "fstrace-untraced") + WINDOWED + ("bpftrace-hist",) if c in have]
+    if "biolatency" in have and any(c in have for c in WINDOWED):
+        stat_cfgs.append("biolatency")
+    stat_infos = {c: [] for c in stat_cfgs}
+    with BpfStats():
+        for _ in range(STATS_RUNS):
+            for cfg in stat_cfgs:
+                if case["cold"]:
+                    drop_caches()
+                stat_infos[cfg].append(run_one(cfg, case["argv"], case["cwd"], devs, work))
+    for cfg in stat_cfgs:
+        res[cfg]["probe_costs"] = probe_costs(stat_infos[cfg])
+        if cfg in WINDOWED:
+            res[cfg]["always_on_ms_per_s"] = always_on_ms_per_s(res[cfg]["probe_costs"])
+    res["completion_cost"] = {cfg: completion_costs(stat_infos[cfg]) for cfg in stat_cfgs
+                              if cfg in WINDOWED or cfg == "biolatency"}
+
+
+def main():
+    args = parse_args()
     started = time.time()
     droot, manifest = dataset.ensure_default(args.cache, args.scale, log)
     single_ctx = catalog.context(droot, "single", manifest)
@@ -918,94 +1029,23 @@ def main():
     have = [c for c in CONFIGS if c in wanted and (c not in ("bpftrace-hist", "biolatency") or shutil.which(
         "bpftrace" if c == "bpftrace-hist" else "biolatency"))]
     out = {"configs": have, "reps": args.reps, "dataset_id": manifest["id"], "kernel": os.uname().release,
-           "scale": args.scale, "machine": machine(), "bench_args": bench_args(sys.argv[1:]), "cases": {}}
+           "scale": args.scale, "machine": machine.record(), "bench_args": bench_args(sys.argv[1:]), "cases": {}}
     with Cleanup() as c:
         work = tempfile.mkdtemp(prefix="fstrace-bench-")
         c.push("remove " + work, shutil.rmtree, work, True)
         if "bpftrace-hist" in have:
             ensure_tracefs(c)
-        mounts = {}
-        devs = []
-        for key, img in (("single", img_single), ("tree", img_tree)):
-            dev, _ = losetup(img["path"], c)
-            mnt = os.path.join(work, "mnt-" + key)
-            mount(dev, mnt, "erofs", c)
-            mounts[key] = mnt
-            ma, mi = dev_numbers(dev)
-            if key == "single":
-                image_dev = "%d:%d" % (ma, mi)  # the loop device fio's reads reach
-            # as fstrace run traces an image: its block device and only the requests on its filesystem
-            devs += ["-d", "%d:%d:4096:loop" % (ma, mi), "--sdev", sdev_arg(mount_of(mnt))]
-        backing = backing_block_device(img_single["path"])
-        if backing:
-            devs += ["-d", "%d:%d:4096:backing" % backing]
-        cold = catalog.Fio("bench-cold", "", "randread", io_size="16m")
-        warm = catalog.Fio("bench-warm", "", "randread", runtime_s=3)
+        mounts, devs, image_dev = mount_images(c, work, img_single, img_tree)
         fio_ctx = {"single_file": single_ctx["single_file"]}
-        cases = {
-            "fio-randread-4k-cold": {"kind": "fio", "wl": cold, "cold": True,
-                                     "argv": cold.prepare(mounts["single"], work, fio_ctx), "cwd": mounts["single"]},
-            "fio-randread-4k-warm": {"kind": "fio", "wl": warm, "cold": False,
-                                     "argv": warm.prepare(mounts["single"], work, fio_ctx), "cwd": mounts["single"]},
-            "tar-seqread-cold": {"kind": "shell", "cold": True, "bytes": manifest["tree_bytes"],
-                                 "argv": timed_shell("tar cf - . | cat > /dev/null",
-                                                     os.path.join(work, "elapsed_ns")), "cwd": mounts["tree"]},
-        }
-        assert list(cases) == CASES
+        cases = bench_cases(mounts, work, manifest, fio_ctx)
         subprocess.run(["cat", os.path.join(mounts["single"], single_ctx["single_file"])],
                        stdout=subprocess.DEVNULL, check=True)
         for name, case in cases.items():
             if name not in cases_wanted:
                 continue
-            rows = {cfg: [] for cfg in have}
-            infos = {cfg: [] for cfg in have}
-            for rep in range(args.reps):
-                order = have[rep % len(have):] + have[:rep % len(have)]
-                for cfg in order:
-                    if case["cold"]:
-                        drop_caches()
-                    info = run_one(cfg, case["argv"], case["cwd"], devs, work)
-                    rows[cfg].append(throughput(case, work))
-                    if cfg in WINDOWED and case["kind"] == "fio":  # the estimate against fio's own count
-                        info["windows"]["fio_ios"] = case["wl"].ground_truth(work, None)["ios"]
-                    infos[cfg].append(info)
-                log("%s: repetition %d/%d done" % (name, rep + 1, args.reps))
-            base = rows["none"]
-            res = {}
-            for cfg in have:
-                ratios = [t / b for t, b in zip(rows[cfg], base)]
-                res[cfg] = {"throughput_bytes_per_s": stats(rows[cfg]), "ratio_to_none": stats(ratios)}
-                if infos[cfg] and infos[cfg][0]:
-                    for k in ("records_per_s", "dropped", "load_attach_s", "records"):
-                        res[cfg][k] = stats([i[k] for i in infos[cfg] if i.get(k) is not None])
-                    ms = [collector_ms_per_s(i) for i in infos[cfg]]
-                    res[cfg]["collector_ms_per_s"] = stats([m for m in ms if m is not None]) if any(
-                        m is not None for m in ms) else None
-            for cfg in WINDOWED:
-                if cfg in have and case["kind"] == "fio":
-                    res[cfg]["window_counts"] = window_counts([i["windows"] for i in infos[cfg]])
-            if "fstrace-block" in have and "biolatency" in have:
-                # the two in the same repetition, paired as each is with none
-                res["block_vs_biolatency"] = stats([b / q for b, q in zip(rows["fstrace-block"], rows["biolatency"])])
-            # per-program cost: STATS_RUNS runs each, alternating, with the kernel's BPF run-time accounting on
-            # the windowed ones: what their always-on programs cost, which the budget does not bound
-            # biolatency beside the windowed ones: its cost per block request completed against theirs
-            stat_cfgs = [c for c in ("fstrace-full", "fstrace-untraced") + WINDOWED + ("bpftrace-hist",) if c in have]
-            if "biolatency" in have and any(c in have for c in WINDOWED):
-                stat_cfgs.append("biolatency")
-            stat_infos = {c: [] for c in stat_cfgs}
-            with BpfStats():
-                for _ in range(STATS_RUNS):
-                    for cfg in stat_cfgs:
-                        if case["cold"]:
-                            drop_caches()
-                        stat_infos[cfg].append(run_one(cfg, case["argv"], case["cwd"], devs, work))
-            for cfg in stat_cfgs:
-                res[cfg]["probe_costs"] = probe_costs(stat_infos[cfg])
-                if cfg in WINDOWED:
-                    res[cfg]["always_on_ms_per_s"] = always_on_ms_per_s(res[cfg]["probe_costs"])
-            res["completion_cost"] = {cfg: completion_costs(stat_infos[cfg]) for cfg in stat_cfgs
-                                      if cfg in WINDOWED or cfg == "biolatency"}
+            rows, infos = run_case(name, case, have, args.reps, devs, work)
+            res = case_results(case, have, rows, infos)
+            program_costs(case, have, res, devs, work)
             if not out.get("tiers"):  # what measured: fstrace-full's probes' tiers, else another configuration's
                 cfg = next((c for c in ["fstrace-full"] + list(FSTRACE_CONFIGS) if infos.get(c)), None)
                 if cfg:

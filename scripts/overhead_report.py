@@ -6,6 +6,7 @@ between README_BEGIN and README_END).
 """
 import shlex
 
+from common import machine
 from scripts.docs_generated import MADE_BY
 
 
@@ -104,13 +105,14 @@ def cell(text):
 
 def machine_text(m):
     """The machine of a run, in words."""
+    m = machine.stored(m)
     if not m:
         return "not recorded"
     parts = ["%s, %s CPUs" % (m.get("arch"), m.get("cpus"))]
-    if m.get("cpu_model"):
-        parts.append(m["cpu_model"])
-    if m.get("memory_gib"):
-        parts.append("%g GiB" % m["memory_gib"])
+    if m.get("cpu"):
+        parts.append(m["cpu"])
+    if m.get("memory_bytes"):
+        parts.append("%g GiB" % round(m["memory_bytes"] / (1 << 30), 1))
     parts.append("virtual machine: %s, container: %s" % (m.get("vm") or "none detected",
                                                          m.get("container") or "none detected"))
     return "; ".join(parts)

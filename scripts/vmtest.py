@@ -36,6 +36,7 @@ import numpy as np
 from analysis import caches, devices, probes, requests, results, sampling, selection, timeline
 from cli.runner import COLLECTOR
 from cli.serve import COLLECTOR_OPTIONS as SERVE_OPTIONS
+from common import machine
 from workloads import dataset, images
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -689,15 +690,7 @@ def check_write_compression(name, mode, res, src, fail, lines, kver="?"):
         fail("%s %s: no compression records (probes: %s)"
              % (name, mode, probe_states(h, {res.schema.figure("btrfs_compress_write")})))
         return
-    # the tier must be the one asked for, unless the probe says why the better one could not be used (6.1's
-    # trampolines take at most 6 arguments: btrfs_compress_pages has 7 and goes to its kprobe twin)
-    probe = [p for p in h["probes"] if p["figure"] == res.schema.figure("btrfs_compress_write") and
-             p["tier"] != "unavailable"]
-    tier = probe[0]["tier"] if probe else "unavailable"
-    before_6_6 = kver == "?" or kver_tuple(kver) < (6, 6)
-    if tier != mode and not (before_6_6 and mode == "fentry" and tier == "kprobe"
-                             and probe[0]["why"].startswith("fentry:")):
-        fail("%s %s: compression probe on tier %s (%s)" % (name, mode, tier, probe[0]["why"] if probe else ""))
+    tier, tier_said = compression_tier(name, mode, res, fail, kver)
     sizes = [os.lstat(os.path.join(d, f)).st_size for d, _, fs in os.walk(src) for f in fs
              if os.path.isfile(os.path.join(d, f)) and not os.path.islink(os.path.join(d, f))]
     file_bytes = sum(sizes)
@@ -709,9 +702,38 @@ def check_write_compression(name, mode, res, src, fail, lines, kver="?"):
                      name, mode, len(c), len(c) - len(ok), in_total, int(ok["out_bytes"].astype("int64").sum()),
                      dur.sum() / 1e6, file_bytes, len(sizes),
                      ",".join(sorted({h["enums"]["context"][str(x)] for x in set(c["context"].tolist())})),
-                     tier if tier == mode else "%s (%s)" % (tier, probe[0]["why"])))
+                     tier_said))
     if set(c["tier"].tolist()) != {selection.enum_value(h, "tier", tier)}:
         fail("%s %s: compression records from tiers %s" % (name, mode, sorted(set(c["tier"].tolist()))))
+    check_compression_chunks(name, mode, c, ok, sizes, in_total, fail)
+    # run by workqueue workers: their names are no proof (6.1 names a workqueue's rescuer after the workqueue,
+    # "btrfs-delalloc", and a slow guest's mayday timer hands it work), PF_WQ_WORKER is
+    kworker = selection.enum_value(h, "context", "kworker")
+    if (c["context"] != kworker).any():
+        fail("%s %s: %d of %d chunks compressed outside a workqueue worker" % (
+            name, mode, int((c["context"] != kworker).sum()), len(c)))
+    check_compression_slices(name, mode, res, c, fail)
+    check_compression_in_work_items(name, mode, res, c, dur, fail, lines)
+
+
+def compression_tier(name, mode, res, fail, kver):
+    """The tier btrfs compression was measured on, and how the results line says it: the one asked for, unless
+    the probe says why the better one could not be used (6.1's trampolines take at most 6 arguments:
+    btrfs_compress_pages has 7 and goes to its kprobe twin)."""
+    probe = [p for p in res.header["probes"] if p["figure"] == res.schema.figure("btrfs_compress_write") and
+             p["tier"] != "unavailable"]
+    tier = probe[0]["tier"] if probe else "unavailable"
+    before_6_6 = kver == "?" or kver_tuple(kver) < (6, 6)
+    if tier != mode and not (before_6_6 and mode == "fentry" and tier == "kprobe"
+                             and probe[0]["why"].startswith("fentry:")):
+        fail("%s %s: compression probe on tier %s (%s)" % (name, mode, tier, probe[0]["why"] if probe else ""))
+    return tier, tier if tier == mode else "%s (%s)" % (tier, probe[0]["why"])
+
+
+def check_compression_chunks(name, mode, c, ok, sizes, in_total, fail):
+    """Each chunk at most btrfs's 128 KiB, shrunk when compressed; the inputs within the copied files' sizes,
+    in all and per file."""
+    file_bytes = sum(sizes)
     if int(c["in_bytes"].max()) > 128 * 1024:
         fail("%s %s: a chunk of %d bytes, above btrfs's 128 KiB" % (name, mode, c["in_bytes"].max()))
     if (ok["out_bytes"] >= ok["in_bytes"]).any():
@@ -724,13 +746,10 @@ def check_write_compression(name, mode, res, src, fail, lines, kver="?"):
     if max(by_ino.values()) > max(sizes):
         fail("%s %s: %d bytes compressed for one file, the largest is %d" % (name, mode, max(by_ino.values()),
                                                                              max(sizes)))
-    # run by workqueue workers: their names are no proof (6.1 names a workqueue's rescuer after the workqueue,
-    # "btrfs-delalloc", and a slow guest's mayday timer hands it work), PF_WQ_WORKER is
-    kworker = selection.enum_value(h, "context", "kworker")
-    if (c["context"] != kworker).any():
-        fail("%s %s: %d of %d chunks compressed outside a workqueue worker" % (
-            name, mode, int((c["context"] != kworker).sum()), len(c)))
-    # each chunk a slice on the in-kernel work track of the thread that ran it
+
+
+def check_compression_slices(name, mode, res, c, fail):
+    """Each chunk a slice on the in-kernel work track of the thread that ran it."""
     tracks, slices = timeline_slices(res)
     slices = [e for e in slices if e["name"].startswith("compress ")]
     ran_by = {(int(r["ts_start_ns"]), max(int(r["ts_end_ns"]), int(r["ts_start_ns"]))):
@@ -740,7 +759,11 @@ def check_write_compression(name, mode, res, src, fail, lines, kver="?"):
     if len(slices) != len(c) or misplaced:
         fail("%s %s: %d compression slices in the timeline for %d chunks%s" % (
             name, mode, len(slices), len(c), "; not on their thread: " + ", ".join(misplaced[:3]) if misplaced else ""))
-    # the tracepoint tier's exact figure on the same run: compression runs inside the work items
+
+
+def check_compression_in_work_items(name, mode, res, c, dur, fail, lines):
+    """The tracepoint tier's exact figure on the same run: compression runs inside the work items."""
+    h = res.header
     w = res.records.get("work")
     kind = selection.enum_value(h, "work_kind", "btrfs write compression")
     items = w[w["kind"] == kind] if w is not None else []
@@ -770,111 +793,8 @@ def check_image(outdir, name, fs, opts, alg, image_path, fail, lines):
             fail("%s %s: no results" % (name, mode))
             continue
         res = loaded[mode] = results.load(path)
-        h = res.header
-        # a kernel with task-local storage maps and tp_btf (6.1 on): the per-task state must live there, on both
-        # tiers; one without (its kallsyms has no bpf_task_storage_get): a pid hash, saying so
-        if guest_has(outdir)["task_storage"]:
-            if (h.get("task_state") or {}).get("store") != "task_storage":
-                fail("%s %s: per-task state not in task storage: %s" % (name, mode, h.get("task_state")))
-        elif h["task_state"] != {"store": "pid_hash", "why": "pid hash: the kernel has no task-local storage maps"}:
-            fail("%s %s: per-task state %s on a kernel without task storage" % (name, mode, h["task_state"]))
-        # (not starting with the image name: test_vm reads an image's first such line as its decompression)
-        lines.append("per-task state %s %s: %s; records: %s, %d requests counted in the kernel" % (
-            name, mode, h["task_state"]["store"], h["request_records"]["mode"],
-            sum(r["count"] for r in h["kernel_aggregates"]["requests_counted"])))
-        d = res.records.get("decomp")
-        fs_id = [int(k) for k, v in h["enums"]["fs"].items() if v == fs][0]
-        alg_id = [int(k) for k, v in h["enums"]["alg"].items() if v == alg][0]
-        tier_id = [int(k) for k, v in h["enums"]["tier"].items() if v == tier][0]
-        mine = d[(d["fs"] == fs_id)] if d is not None else []
-        used = {p["probe"]: p["tier"] for p in h["probes"] if p["tier"] == tier}
-        if unavailable_without_module_btf("%s %s" % (name, mode), res, res.schema.decomp_figures, ["decomp"], fail,
-                                          lines):
-            if not int(res["req"][(res["req"]["kind"] == 1) & (res["req"]["ret"] > 0)]["ret"].sum()):
-                fail("%s %s: no bytes read" % (name, mode))
-            continue
-        if not len(mine):
-            fail("%s %s: no decompression records (probes: %s)"
-                 % (name, mode, probe_states(h, res.schema.decomp_figures)))
-            continue
-        if set(mine["tier"].tolist()) != {tier_id}:
-            fail("%s %s: records from tiers %s" % (name, mode, sorted(set(mine["tier"].tolist()))))
-        if set(mine["alg"].tolist()) - {alg_id, [int(k) for k, v in h["enums"]["alg"].items() if v == "plain"][0]}:
-            fail("%s %s: unexpected algorithms %s" % (name, mode, sorted(set(mine["alg"].tolist()))))
-        read = int(res["req"][(res["req"]["kind"] == 1) & (res["req"]["ret"] > 0)]["ret"].sum())
-        out_total = int(mine["out_bytes"].sum())
-        in_total = int(mine["in_bytes"].sum())
-        dur = (mine["ts_end_ns"] - mine["ts_start_ns"]).astype("int64")
-        unit = opts.get("cluster") or opts.get("block") or 131072
-        if fs == "erofs" and int(mine["in_bytes"].max()) > unit:
-            fail("%s: a pcluster of %d bytes, above the %d-byte cluster size" % (name, mine["in_bytes"].max(),
-                                                                                unit))
-        if fs == "squashfs" and int(mine["out_bytes"].max()) > max(unit, 8192):
-            fail("%s: a block decompressed to %d bytes, above the block size %d" % (
-                name, mine["out_bytes"].max(), unit))
-        if fs == "btrfs" and int(mine["out_bytes"].max()) > 128 * 1024:
-            fail("%s: an extent of %d bytes, above btrfs's 128 KiB compressed extent" % (name,
-                                                                                        mine["out_bytes"].max()))
-        # every byte read came out of a decompression (or was stored uncompressed, inline, or in a
-        # fragment shared with files read before): decompressed output must cover most of it
-        if out_total < 0.5 * read:
-            fail("%s %s: %d bytes decompressed for %d bytes read" % (name, mode, out_total, read))
-        if (dur <= 0).any():
-            fail("%s %s: non-positive decompression times" % (name, mode))
-        lines.append("%-6s %-7s tier %-7s %5d units  in %9d B  out %9d B  read %9d B  time %7.1f ms  ctx %s" % (
-            name, mode, tier, len(mine), in_total, out_total, read, dur.sum() / 1e6,
-            ",".join(sorted({h["enums"]["context"][str(c)] for c in set(mine["context"].tolist())}))))
-        if not used:
-            fail("%s %s: no probe used tier %s" % (name, mode, tier))
-        ctx_traced = [int(k) for k, v in h["enums"]["context"].items() if v == "traced task"][0]
-        in_task = int(dur[mine["context"] == ctx_traced].sum())
-        est = sampling.decompression_estimate(h)
-        if est and in_task > 200e6:  # enough samples for the band: a short decompression time gives too few to bound
-            # sampling tier vs fentry/kprobe on the same run: the estimate must fall in a band around it
-            ratio = est["ns"] / in_task
-            lines.append("%-6s %-7s sampling tier: %.1f ms estimated (95%% %.1f-%.1f) vs %.1f ms measured "
-                         "in the reading task: ratio %.2f" % (name, mode, est["ns"] / 1e6,
-                                                             est["ci95_ns"][0] / 1e6, est["ci95_ns"][1] / 1e6,
-                                                             in_task / 1e6, ratio))
-            if not 0.5 <= ratio <= 1.5:
-                fail("%s %s: sampling estimate %.0f%% of the measured in-task decompression (band 50-150%%)"
-                     % (name, mode, 100 * ratio))
-        if fs == "erofs":
-            # the two tiers on one run: erofs decompression measured by fentry/kprobe inside kworkers
-            # must fit inside the workqueue-timed erofs work items (the tracepoint tier's exact figure)
-            w = res.records.get("work")
-            kind = [int(k) for k, v in h["enums"]["work_kind"].items() if v == "erofs decompression"][0]
-            items = w[w["kind"] == kind] if w is not None else []
-            kctx = [int(k) for k, v in h["enums"]["context"].items() if v == "kworker"][0]
-            in_kworkers = int(dur[mine["context"] == kctx].sum())
-            work_ns = int((items["ts_end_ns"] - items["ts_start_ns"]).sum()) if len(items) else 0
-            lines.append("%-6s %-7s workqueue tier: %d erofs work items, %.1f ms; %s decompression inside "
-                         "them: %.1f ms" % (name, mode, len(items), work_ns / 1e6, tier, in_kworkers / 1e6))
-            if in_kworkers and not len(items):
-                fail("%s %s: kworker decompression measured but no erofs work items" % (name, mode))
-            if in_kworkers > work_ns:
-                fail("%s %s: decompression in kworkers (%d ns) exceeds the work items' time (%d ns)"
-                     % (name, mode, in_kworkers, work_ns))
-            # a floor only on fentry: each kprobe hit is a trap, which under TCG costs more than the work
-            # around it and falls inside the work item but outside the decompression it times
-            if mode == "fentry" and work_ns and in_kworkers < 0.2 * work_ns:
-                fail("%s %s: decompression is only %.0f%% of the erofs work items' time"
-                     % (name, mode, 100.0 * in_kworkers / work_ns))
-            # erofs's own tracepoints (raw_tp on this kernel) against the decompressor probes of the same
-            # run: the pclusters the reads mapped are the ones decompressed, with the same compressed bytes
-            ev = caches.erofs_events(res, res["req"])
-            if not ev or not ev.get("pclusters"):
-                fail("%s %s: no erofs pclusters from the map tracepoint (%s)" % (name, mode, ev))
-            else:
-                lines.append("%-6s %-7s erofs tracepoints: %d pclusters, %d B compressed; decompressor saw "
-                             "%d units, %d B in" % (name, mode, ev["pclusters"], ev["pcluster_bytes"],
-                                                   len(mine), in_total))
-                if not 0.8 <= ev["pclusters"] / len(mine) <= 1.25:
-                    fail("%s %s: %d pclusters mapped vs %d decompressed" % (name, mode, ev["pclusters"],
-                                                                            len(mine)))
-                if not 0.9 <= ev["pcluster_bytes"] / max(in_total, 1) <= 1.1:
-                    fail("%s %s: %d compressed bytes mapped vs %d decompressed" % (
-                        name, mode, ev["pcluster_bytes"], in_total))
+        check_task_state(outdir, name, mode, res.header, fail, lines)
+        check_decompression(name, fs, opts, alg, mode, tier, res, fail, lines)
     if fs == "squashfs":
         layout = images.squashfs_layout(image_path)
         for mode, res in loaded.items():
@@ -883,6 +803,138 @@ def check_image(outdir, name, fs, opts, alg, image_path, fail, lines):
                 continue
             check_squashfs_caches(name, mode, res, layout, fail, lines)
             check_unneeded("%s %s" % (name, mode), res, image_path, layout, fail, lines)
+
+
+def check_task_state(outdir, name, mode, h, fail, lines):
+    """A kernel with task-local storage maps and tp_btf (6.1 on): the per-task state must live there, on both
+    tiers; one without (its kallsyms has no bpf_task_storage_get): a pid hash, saying so."""
+    if guest_has(outdir)["task_storage"]:
+        if (h.get("task_state") or {}).get("store") != "task_storage":
+            fail("%s %s: per-task state not in task storage: %s" % (name, mode, h.get("task_state")))
+    elif h["task_state"] != {"store": "pid_hash", "why": "pid hash: the kernel has no task-local storage maps"}:
+        fail("%s %s: per-task state %s on a kernel without task storage" % (name, mode, h["task_state"]))
+    # (not starting with the image name: test_vm reads an image's first such line as its decompression)
+    lines.append("per-task state %s %s: %s; records: %s, %d requests counted in the kernel" % (
+        name, mode, h["task_state"]["store"], h["request_records"]["mode"],
+        sum(r["count"] for r in h["kernel_aggregates"]["requests_counted"])))
+
+
+def check_decompression(name, fs, opts, alg, mode, tier, res, fail, lines):
+    """One tier's decompression records of an image against the bytes read, the image's unit size and the
+    other tiers of the same run (sampling; erofs: the workqueue and erofs's tracepoints)."""
+    h = res.header
+    d = res.records.get("decomp")
+    fs_id = [int(k) for k, v in h["enums"]["fs"].items() if v == fs][0]
+    alg_id = [int(k) for k, v in h["enums"]["alg"].items() if v == alg][0]
+    tier_id = [int(k) for k, v in h["enums"]["tier"].items() if v == tier][0]
+    mine = d[(d["fs"] == fs_id)] if d is not None else []
+    used = {p["probe"]: p["tier"] for p in h["probes"] if p["tier"] == tier}
+    if unavailable_without_module_btf("%s %s" % (name, mode), res, res.schema.decomp_figures, ["decomp"], fail,
+                                      lines):
+        if not int(res["req"][(res["req"]["kind"] == 1) & (res["req"]["ret"] > 0)]["ret"].sum()):
+            fail("%s %s: no bytes read" % (name, mode))
+        return
+    if not len(mine):
+        fail("%s %s: no decompression records (probes: %s)"
+             % (name, mode, probe_states(h, res.schema.decomp_figures)))
+        return
+    if set(mine["tier"].tolist()) != {tier_id}:
+        fail("%s %s: records from tiers %s" % (name, mode, sorted(set(mine["tier"].tolist()))))
+    if set(mine["alg"].tolist()) - {alg_id, [int(k) for k, v in h["enums"]["alg"].items() if v == "plain"][0]}:
+        fail("%s %s: unexpected algorithms %s" % (name, mode, sorted(set(mine["alg"].tolist()))))
+    read = int(res["req"][(res["req"]["kind"] == 1) & (res["req"]["ret"] > 0)]["ret"].sum())
+    out_total = int(mine["out_bytes"].sum())
+    in_total = int(mine["in_bytes"].sum())
+    dur = (mine["ts_end_ns"] - mine["ts_start_ns"]).astype("int64")
+    check_unit_sizes(name, fs, opts, mine, fail)
+    # every byte read came out of a decompression (or was stored uncompressed, inline, or in a
+    # fragment shared with files read before): decompressed output must cover most of it
+    if out_total < 0.5 * read:
+        fail("%s %s: %d bytes decompressed for %d bytes read" % (name, mode, out_total, read))
+    if (dur <= 0).any():
+        fail("%s %s: non-positive decompression times" % (name, mode))
+    lines.append("%-6s %-7s tier %-7s %5d units  in %9d B  out %9d B  read %9d B  time %7.1f ms  ctx %s" % (
+        name, mode, tier, len(mine), in_total, out_total, read, dur.sum() / 1e6,
+        ",".join(sorted({h["enums"]["context"][str(c)] for c in set(mine["context"].tolist())}))))
+    if not used:
+        fail("%s %s: no probe used tier %s" % (name, mode, tier))
+    check_sampling_band(name, mode, h, mine, dur, fail, lines)
+    if fs == "erofs":
+        check_erofs_work_items(name, mode, tier, res, mine, dur, fail, lines)
+        check_erofs_tracepoints(name, mode, res, mine, in_total, fail, lines)
+
+
+def check_unit_sizes(name, fs, opts, mine, fail):
+    """No decompression larger than the image's unit: erofs's pcluster, squashfs's block, btrfs's extent."""
+    unit = opts.get("cluster") or opts.get("block") or 131072
+    if fs == "erofs" and int(mine["in_bytes"].max()) > unit:
+        fail("%s: a pcluster of %d bytes, above the %d-byte cluster size" % (name, mine["in_bytes"].max(),
+                                                                            unit))
+    if fs == "squashfs" and int(mine["out_bytes"].max()) > max(unit, 8192):
+        fail("%s: a block decompressed to %d bytes, above the block size %d" % (
+            name, mine["out_bytes"].max(), unit))
+    if fs == "btrfs" and int(mine["out_bytes"].max()) > 128 * 1024:
+        fail("%s: an extent of %d bytes, above btrfs's 128 KiB compressed extent" % (name,
+                                                                                    mine["out_bytes"].max()))
+
+
+def check_sampling_band(name, mode, h, mine, dur, fail, lines):
+    """Sampling tier vs fentry/kprobe on the same run: the estimate must fall in a band around the decompression
+    measured in the reading task."""
+    ctx_traced = [int(k) for k, v in h["enums"]["context"].items() if v == "traced task"][0]
+    in_task = int(dur[mine["context"] == ctx_traced].sum())
+    est = sampling.decompression_estimate(h)
+    if est and in_task > 200e6:  # enough samples for the band: a short decompression time gives too few to bound
+        ratio = est["ns"] / in_task
+        lines.append("%-6s %-7s sampling tier: %.1f ms estimated (95%% %.1f-%.1f) vs %.1f ms measured "
+                     "in the reading task: ratio %.2f" % (name, mode, est["ns"] / 1e6,
+                                                         est["ci95_ns"][0] / 1e6, est["ci95_ns"][1] / 1e6,
+                                                         in_task / 1e6, ratio))
+        if not 0.5 <= ratio <= 1.5:
+            fail("%s %s: sampling estimate %.0f%% of the measured in-task decompression (band 50-150%%)"
+                 % (name, mode, 100 * ratio))
+
+
+def check_erofs_work_items(name, mode, tier, res, mine, dur, fail, lines):
+    """The two tiers on one run: erofs decompression measured by fentry/kprobe inside kworkers must fit inside
+    the workqueue-timed erofs work items (the tracepoint tier's exact figure)."""
+    h = res.header
+    w = res.records.get("work")
+    kind = [int(k) for k, v in h["enums"]["work_kind"].items() if v == "erofs decompression"][0]
+    items = w[w["kind"] == kind] if w is not None else []
+    kctx = [int(k) for k, v in h["enums"]["context"].items() if v == "kworker"][0]
+    in_kworkers = int(dur[mine["context"] == kctx].sum())
+    work_ns = int((items["ts_end_ns"] - items["ts_start_ns"]).sum()) if len(items) else 0
+    lines.append("%-6s %-7s workqueue tier: %d erofs work items, %.1f ms; %s decompression inside "
+                 "them: %.1f ms" % (name, mode, len(items), work_ns / 1e6, tier, in_kworkers / 1e6))
+    if in_kworkers and not len(items):
+        fail("%s %s: kworker decompression measured but no erofs work items" % (name, mode))
+    if in_kworkers > work_ns:
+        fail("%s %s: decompression in kworkers (%d ns) exceeds the work items' time (%d ns)"
+             % (name, mode, in_kworkers, work_ns))
+    # a floor only on fentry: each kprobe hit is a trap, which under TCG costs more than the work
+    # around it and falls inside the work item but outside the decompression it times
+    if mode == "fentry" and work_ns and in_kworkers < 0.2 * work_ns:
+        fail("%s %s: decompression is only %.0f%% of the erofs work items' time"
+             % (name, mode, 100.0 * in_kworkers / work_ns))
+
+
+def check_erofs_tracepoints(name, mode, res, mine, in_total, fail, lines):
+    """erofs's own tracepoints (raw_tp on this kernel) against the decompressor probes of the same run: the
+    pclusters the reads mapped are the ones decompressed, with the same compressed bytes."""
+    ev = caches.erofs_events(res, res["req"])
+    if not ev or not ev.get("pclusters"):
+        fail("%s %s: no erofs pclusters from the map tracepoint (%s)" % (name, mode, ev))
+        return
+    lines.append("%-6s %-7s erofs tracepoints: %d pclusters, %d B compressed; decompressor saw "
+                 "%d units, %d B in" % (name, mode, ev["pclusters"], ev["pcluster_bytes"],
+                                       len(mine), in_total))
+    if not 0.8 <= ev["pclusters"] / len(mine) <= 1.25:
+        fail("%s %s: %d pclusters mapped vs %d decompressed" % (name, mode, ev["pclusters"],
+                                                                len(mine)))
+    if not 0.9 <= ev["pcluster_bytes"] / max(in_total, 1) <= 1.1:
+        fail("%s %s: %d compressed bytes mapped vs %d decompressed" % (
+            name, mode, ev["pcluster_bytes"], in_total))
 
 
 def syscall_numbers(arch="x86"):
@@ -919,61 +971,73 @@ def check_bounds(outdir, name, fail, lines):
             fail("%s bounds %s: no results" % (name, mode))
             continue
         res = results.load(path)
-        h = res.header
-        nr = syscall_numbers(MACHINES[h["kernel"]["machine"]])  # the guest's: its results header says which
-        rb = h.get("request_bounds") or {}
-        want = "syscall tracepoints" if mode == "syscall" else bounds_expected(outdir)
-        # a kernel without bpf_task_pt_regs: the entry points cannot read the syscall, and the header says so
-        if want != "filesystem entry points" and mode != "syscall" and "bpf_task_pt_regs" not in rb.get("why", ""):
-            fail("%s bounds %s: bounded at %s without saying bpf_task_pt_regs is missing (%s)" % (
-                name, mode, rb.get("at"), rb.get("why")))
-        if rb.get("at") != want:
-            fail("%s bounds %s: requests bounded at %s (%s), not at the %s" % (name, mode, rb.get("at"), rb.get("why"),
-                                                                             want))
-        elif want == "filesystem entry points" and set(rb["kinds"].values()) - {mode, "none"}:
-            # fentry asked, its kprobe twins taken: only where the kernel refused each fentry test attach (arm64's
-            # 6.1 has no ftrace direct calls for trampolines), and the header says so for each
-            twins = [p for p in h["probes"] if p["figure"] in probes.boundary_figures(h) and p["tier"] == "kprobe"]
-            if mode != "fentry" or set(rb["kinds"].values()) - {mode, "kprobe", "none"} or \
-                    not all(p["why"].startswith("fentry: test attach of") for p in twins):
-                fail("%s bounds %s: kinds bounded by %s (%s)" % (name, mode, rb["kinds"],
-                                                               probe_states(h, probes.boundary_figures(h))))
-            lines.append("%-6s bounds %-7s on kprobe twins: %s" % (name, mode, twins[0]["why"] if twins else ""))
+        check_bounded_at(outdir, name, mode, res.header, fail, lines)
         with open(fio_path) as f:
             text = f.read()
         job = json.loads(text[text.index("{"):])["jobs"][0]["read"]
-        req = res["req"]
-        counted = sum(r["count"] for r in h["kernel_aggregates"]["requests_counted"])
-        if counted:
-            fail("%s bounds %s: %d requests counted, not recorded (--records all)" % (name, mode, counted))
-        wall = (req["ts_end_ns"] - req["ts_start_ns"]).astype("int64")
-        parts = sum(req[p].astype("int64") for p in res.schema.parts)
-        if (parts != wall).any():
-            fail("%s bounds %s: %d requests whose parts do not add up to their wall time" % (
-                name, mode, int((parts != wall).sum())))
-        kinds = {}
-        pread = req["syscall_nr"] == nr["PREAD64"]
-        for k in sorted(set(req["kind"].tolist())):
-            g = req[(req["kind"] == k) & ~pread]
-            kinds[selection.enum_name(h, "req_kind", k)] = (len(g), int(g["ret"][g["ret"] > 0].sum()))
-        fio = req[pread]
-        fio_bytes = int(fio["ret"][fio["ret"] > 0].sum())
-        per_tier[mode] = kinds
-        lines.append("%-6s bounds %-7s at %-23s fio %d reads %d B, requests %d reads %d B; others %s" % (
-            name, mode, rb.get("at"), job["total_ios"], job["io_bytes"], len(fio), fio_bytes,
-            ", ".join("%s %d/%d B" % (k, n, b) for k, (n, b) in sorted(kinds.items()))))
-        if len(fio) != job["total_ios"] or fio_bytes != job["io_bytes"]:
-            fail("%s bounds %s: %d reads of %d B, fio made %d of %d B" % (name, mode, len(fio), fio_bytes,
-                                                                         job["total_ios"], job["io_bytes"]))
-        ran = [p for p in h["probes"] if p["figure"] in probes.boundary_figures(h) and p.get("runs")]
-        for p in ran:
-            lines.append("%-6s bounds %-7s bpf_stats %-24s %-7s %7d runs %8.0f ns/run %9.2f ms" % (
-                name, mode, p["probe"], p["tier"], p["runs"], p["run_ns"] / p["runs"], p["run_ns"] / 1e6))
-        lines.append("%-6s bounds %-7s bpf_stats of the boundary programs: %d runs, %.2f ms in all" % (
-            name, mode, sum(p["runs"] for p in ran), sum(p["run_ns"] for p in ran) / 1e6))
+        per_tier[mode] = check_bounded_requests(name, mode, res, job, fail, lines)
     for mode, kinds in per_tier.items():
         if kinds != per_tier.get("syscall", kinds):
             fail("%s bounds %s: requests %s, the syscall tracepoints' %s" % (name, mode, kinds, per_tier["syscall"]))
+
+
+def check_bounded_at(outdir, name, mode, h, fail, lines):
+    """The header of one tier's bounds run says where the requests were bounded, and it is where they should be."""
+    rb = h.get("request_bounds") or {}
+    want = "syscall tracepoints" if mode == "syscall" else bounds_expected(outdir)
+    # a kernel without bpf_task_pt_regs: the entry points cannot read the syscall, and the header says so
+    if want != "filesystem entry points" and mode != "syscall" and "bpf_task_pt_regs" not in rb.get("why", ""):
+        fail("%s bounds %s: bounded at %s without saying bpf_task_pt_regs is missing (%s)" % (
+            name, mode, rb.get("at"), rb.get("why")))
+    if rb.get("at") != want:
+        fail("%s bounds %s: requests bounded at %s (%s), not at the %s" % (name, mode, rb.get("at"), rb.get("why"),
+                                                                         want))
+    elif want == "filesystem entry points" and set(rb["kinds"].values()) - {mode, "none"}:
+        # fentry asked, its kprobe twins taken: only where the kernel refused each fentry test attach (arm64's
+        # 6.1 has no ftrace direct calls for trampolines), and the header says so for each
+        twins = [p for p in h["probes"] if p["figure"] in probes.boundary_figures(h) and p["tier"] == "kprobe"]
+        if mode != "fentry" or set(rb["kinds"].values()) - {mode, "kprobe", "none"} or \
+                not all(p["why"].startswith("fentry: test attach of") for p in twins):
+            fail("%s bounds %s: kinds bounded by %s (%s)" % (name, mode, rb["kinds"],
+                                                           probe_states(h, probes.boundary_figures(h))))
+        lines.append("%-6s bounds %-7s on kprobe twins: %s" % (name, mode, twins[0]["why"] if twins else ""))
+
+
+def check_bounded_requests(name, mode, res, job, fail, lines):
+    """One tier's bounded requests: all recorded, their parts adding up to their wall time, fio's preads its own
+    count and bytes; the boundary programs' bpf_stats reported.  Returns {kind: (count, bytes)} of the others."""
+    h = res.header
+    nr = syscall_numbers(MACHINES[h["kernel"]["machine"]])  # the guest's: its results header says which
+    rb = h.get("request_bounds") or {}
+    req = res["req"]
+    counted = sum(r["count"] for r in h["kernel_aggregates"]["requests_counted"])
+    if counted:
+        fail("%s bounds %s: %d requests counted, not recorded (--records all)" % (name, mode, counted))
+    wall = (req["ts_end_ns"] - req["ts_start_ns"]).astype("int64")
+    parts = sum(req[p].astype("int64") for p in res.schema.parts)
+    if (parts != wall).any():
+        fail("%s bounds %s: %d requests whose parts do not add up to their wall time" % (
+            name, mode, int((parts != wall).sum())))
+    kinds = {}
+    pread = req["syscall_nr"] == nr["PREAD64"]
+    for k in sorted(set(req["kind"].tolist())):
+        g = req[(req["kind"] == k) & ~pread]
+        kinds[selection.enum_name(h, "req_kind", k)] = (len(g), int(g["ret"][g["ret"] > 0].sum()))
+    fio = req[pread]
+    fio_bytes = int(fio["ret"][fio["ret"] > 0].sum())
+    lines.append("%-6s bounds %-7s at %-23s fio %d reads %d B, requests %d reads %d B; others %s" % (
+        name, mode, rb.get("at"), job["total_ios"], job["io_bytes"], len(fio), fio_bytes,
+        ", ".join("%s %d/%d B" % (k, n, b) for k, (n, b) in sorted(kinds.items()))))
+    if len(fio) != job["total_ios"] or fio_bytes != job["io_bytes"]:
+        fail("%s bounds %s: %d reads of %d B, fio made %d of %d B" % (name, mode, len(fio), fio_bytes,
+                                                                     job["total_ios"], job["io_bytes"]))
+    ran = [p for p in h["probes"] if p["figure"] in probes.boundary_figures(h) and p.get("runs")]
+    for p in ran:
+        lines.append("%-6s bounds %-7s bpf_stats %-24s %-7s %7d runs %8.0f ns/run %9.2f ms" % (
+            name, mode, p["probe"], p["tier"], p["runs"], p["run_ns"] / p["runs"], p["run_ns"] / 1e6))
+    lines.append("%-6s bounds %-7s bpf_stats of the boundary programs: %d runs, %.2f ms in all" % (
+        name, mode, sum(p["runs"] for p in ran), sum(p["run_ns"] for p in ran) / 1e6))
+    return kinds
 
 
 def check_cost(outdir, fail, lines):
@@ -1211,6 +1275,50 @@ def run_guest(kname, vmlinuz, moddir, images_run, paths, src, work, smp, accel, 
     userland: another architecture's programs (guest_userland)."""
     arch = kernel_arch(kname)
     a, steps = ARCHES[arch], STEPS[arch]
+    disks, writes, drives, out_img = guest_disks(images_run, paths, src, work, steps)
+    root, order = build_initramfs(work, moddir, arch, userland)
+    with open(os.path.join(root, "init"), "w") as f:
+        f.write(guest_script(disks, writes, mode, bounds_file(src), steps))
+    os.chmod(os.path.join(root, "init"), 0o755)
+    initrd = os.path.join(work, "initrd.gz")
+    pack(root, initrd)
+    acc, cpu, why = accel
+    log("%s: booting %s with %d modules, %d vCPUs under %s (%s), guest mode %s" % (
+        kname, os.path.basename(vmlinuz), len(order), smp, acc.upper(), why, mode))
+    console = os.path.join(work, "console.log")
+    run = {"kernel": kname, "mode": mode, "vmlinuz": os.path.basename(vmlinuz), "smp": smp, "accel": acc,
+           "accel_why": why, "console": console, "outdir": os.path.join(work, "out"), "images": images_run,
+           "arch": arch, "steps": steps}
+    t0 = time.monotonic()
+    # the guest kernel panics on a soft lockup (softlockup_panic), with every CPU's backtrace
+    # (softlockup_all_cpu_backtrace), so a stall ends the run at once with its stacks on the console
+    # (loglevel 5)
+    monitor = os.path.join(work, "monitor.sock")
+    qemu = a["qemu"] + ["-accel", acc, "-cpu", cpu, "-m", "2048", "-smp", str(smp),
+                        "-nographic", "-no-reboot", "-kernel", vmlinuz, "-initrd", initrd,
+                        "-monitor", "unix:%s,server,nowait" % monitor,
+                        "-append", "console=%s panic=-1 loglevel=5 softlockup_panic=1 " % a["console"] +
+                        "softlockup_all_cpu_backtrace=1 unknown_nmi_panic=1 panic_print=0x40"] + drives
+    run["qemu_exit"] = watch_guest(kname, qemu, console, monitor, t0, timeout)
+    run["seconds"] = round(time.monotonic() - t0, 1)
+    text = open(console, errors="replace").read()
+    run["finished"] = "vmguest: done" in text
+    run["lockup"] = [l.strip() for l in text.splitlines()
+                     if re.search(r"soft lockup|rcu_sched detected stall|rcu: INFO|hung_task|Kernel panic", l)]
+    os.makedirs(run["outdir"])
+    if run["finished"]:
+        with tarfile.open(out_img) as t:
+            t.extractall(run["outdir"])
+    for l in text.splitlines():
+        if l.startswith("vmguest:") and "done" not in l:
+            log("%s: guest said: %s" % (kname, l))
+    return run
+
+
+def guest_disks(images_run, paths, src, work, steps):
+    """A guest's disks: the read images (read-only), an empty btrfs per write step, and the disk its results
+    come back on.  Returns ([(name, device, fs)] of the images, [(name, device, source device, source fs)] of the
+    writes, QEMU's -drive arguments, the results disk's path)."""
     disks, drives = [], []
     for i, (name, fs, opts, _) in enumerate(images_run):
         disks.append((name, "vd" + chr(ord("a") + i), fs))
@@ -1226,33 +1334,17 @@ def run_guest(kname, vmlinuz, moddir, images_run, paths, src, work, smp, accel, 
     with open(out_img, "wb") as f:
         f.truncate(64 << 20)
     drives += ["-drive", "file=%s,if=virtio,format=raw" % out_img]
-    root, order = build_initramfs(work, moddir, arch, userland)
-    with open(os.path.join(root, "init"), "w") as f:
-        f.write(guest_script(disks, writes, mode, bounds_file(src), steps))
-    os.chmod(os.path.join(root, "init"), 0o755)
-    initrd = os.path.join(work, "initrd.gz")
-    pack(root, initrd)
-    acc, cpu, why = accel
-    log("%s: booting %s with %d modules, %d vCPUs under %s (%s), guest mode %s" % (
-        kname, os.path.basename(vmlinuz), len(order), smp, acc.upper(), why, mode))
-    console = os.path.join(work, "console.log")
-    run = {"kernel": kname, "mode": mode, "vmlinuz": os.path.basename(vmlinuz), "smp": smp, "accel": acc,
-           "accel_why": why, "console": console, "outdir": os.path.join(work, "out"), "images": images_run,
-           "arch": arch, "steps": steps}
-    t0 = time.monotonic()
-    monitor = os.path.join(work, "monitor.sock")
+    return disks, writes, drives, out_img
+
+
+def watch_guest(kname, qemu, console, monitor, t0, timeout):
+    """Run QEMU with its console into a file until it exits; returns its exit (a code, or why it was stopped).
+    A guest silent for SILENCE_S seconds (steps print every ~15 s) gets an NMI from the QEMU monitor, which
+    panics it (unknown_nmi_panic) with all CPUs' backtraces (panic_print=0x40), then is stopped: a hang costs
+    SILENCE_S, not the whole timeout."""
+    exit_said = None
     with open(console, "w") as con:
-        # the guest kernel panics on a soft lockup (softlockup_panic), with every CPU's backtrace
-        # (softlockup_all_cpu_backtrace), so a stall ends the run at once with its stacks on the console
-        # (loglevel 5); a guest silent for SILENCE_S seconds (steps print every ~15 s) gets an NMI from the QEMU
-        # monitor, which panics it (unknown_nmi_panic) with all CPUs' backtraces (panic_print=0x40), then is
-        # stopped: a hang costs SILENCE_S, not the whole timeout
-        p = subprocess.Popen(a["qemu"] + ["-accel", acc, "-cpu", cpu, "-m", "2048", "-smp", str(smp),
-                              "-nographic", "-no-reboot", "-kernel", vmlinuz, "-initrd", initrd,
-                              "-monitor", "unix:%s,server,nowait" % monitor,
-                              "-append", "console=%s panic=-1 loglevel=5 softlockup_panic=1 " % a["console"] +
-                              "softlockup_all_cpu_backtrace=1 unknown_nmi_panic=1 panic_print=0x40"] + drives,
-                             stdout=con, stderr=subprocess.STDOUT)
+        p = subprocess.Popen(qemu, stdout=con, stderr=subprocess.STDOUT)
         size, quiet_since, nmi_at = 0, time.monotonic(), None
         while p.poll() is None:
             time.sleep(1)
@@ -1260,33 +1352,20 @@ def run_guest(kname, vmlinuz, moddir, images_run, paths, src, work, smp, accel, 
             if os.path.getsize(console) != size:
                 size, quiet_since = os.path.getsize(console), now
             if now - t0 > timeout:
-                run["qemu_exit"] = "timeout after %d s" % timeout
+                exit_said = "timeout after %d s" % timeout
             elif nmi_at is None and now - quiet_since > SILENCE_S:
                 log("%s: no console output for %d s: NMI to every vCPU for their stacks" % (kname, SILENCE_S))
                 monitor_command(monitor, "nmi")
                 nmi_at = now
                 continue
             elif nmi_at is not None and now - nmi_at > 30:
-                run["qemu_exit"] = "silent for %d s (stacks after the NMI above)" % SILENCE_S
+                exit_said = "silent for %d s (stacks after the NMI above)" % SILENCE_S
             else:
                 continue
             p.kill()
             p.wait()
             break
-        run.setdefault("qemu_exit", p.returncode)
-    run["seconds"] = round(time.monotonic() - t0, 1)
-    text = open(console, errors="replace").read()
-    run["finished"] = "vmguest: done" in text
-    run["lockup"] = [l.strip() for l in text.splitlines()
-                     if re.search(r"soft lockup|rcu_sched detected stall|rcu: INFO|hung_task|Kernel panic", l)]
-    os.makedirs(run["outdir"])
-    if run["finished"]:
-        with tarfile.open(out_img) as t:
-            t.extractall(run["outdir"])
-    for l in text.splitlines():
-        if l.startswith("vmguest:") and "done" not in l:
-            log("%s: guest said: %s" % (kname, l))
-    return run
+    return p.returncode if exit_said is None else exit_said
 
 
 SILENCE_S = 120  # a guest that prints nothing for this long is stalled (its steps print every ~15 s under TCG)
@@ -1365,26 +1444,39 @@ def load_cached(path, _memo={}):
 def table_rows(run, failures, skipped):
     """One row per kernel x probe x asked tier: the tier the records came from, how many fired, and whether the
     host's checks of that disk and tier passed."""
-    rows = []
-    out = run["outdir"]
-
-    def status(name, mode):
-        bad = [f for f in failures if f.startswith("%s %s:" % (name, mode)) or f.startswith("%s:" % name)]
-        return "FAIL" if bad else "ok"
-
-    def tiers(h, recs):
-        return ",".join(sorted({h["enums"]["tier"][str(t)] for t in set(recs["tier"].tolist())})) or "-"
-
     steps = run.get("steps", ALL_STEPS)
+    rows = read_rows(run, failures) if "run" in steps else []
+    rows += write_rows(run, failures) if "write" in steps else []
+    rows += bounds_rows(run, failures)
+    for name, why in sorted(skipped.items()):
+        fs, alg = [(e[1], e[3]) for e in IMAGES + EROFS_MORE if e[0] == name][0]
+        rows.append((run["kernel"], "decompression %s %s" % (fs, alg), "both", "-", "-", "not run: " + why))
+    return rows
 
-    def none_chosen(res, figures):
-        """No records: "unavailable" where every probe of the figures is (the checks then verified why), else "-"."""
-        probes = [p for p in res.header["probes"] if p["figure"] in figures]
-        return "unavailable" if probes and all(p["tier"] == "unavailable" for p in probes) else "-"
 
-    for name, fs, opts, alg in (run["images"] if "run" in steps else []):
+def row_status(failures, name, mode):
+    """A table row's check: FAIL where the host's checks of that disk (and tier) failed."""
+    bad = [f for f in failures if f.startswith("%s %s:" % (name, mode)) or f.startswith("%s:" % name)]
+    return "FAIL" if bad else "ok"
+
+
+def row_tiers(h, recs):
+    """The tiers records came from, by name."""
+    return ",".join(sorted({h["enums"]["tier"][str(t)] for t in set(recs["tier"].tolist())})) or "-"
+
+
+def none_chosen(res, figures):
+    """No records: "unavailable" where every probe of the figures is (the checks then verified why), else "-"."""
+    probes = [p for p in res.header["probes"] if p["figure"] in figures]
+    return "unavailable" if probes and all(p["tier"] == "unavailable" for p in probes) else "-"
+
+
+def read_rows(run, failures):
+    """The read images' rows: decompression, and squashfs's caches."""
+    rows = []
+    for name, fs, opts, alg in run["images"]:
         for mode in ("fentry", "kprobe"):
-            path = os.path.join(out, "%s-%s.fst" % (name, mode))
+            path = os.path.join(run["outdir"], "%s-%s.fst" % (name, mode))
             if not os.path.exists(path):
                 rows.append((run["kernel"], "decompression %s %s" % (fs, alg), mode, "-", 0, "FAIL (no results)"))
                 continue
@@ -1395,16 +1487,23 @@ def table_rows(run, failures, skipped):
             mine = d[d["fs"] == fs_id] if d is not None else d
             n = len(mine) if mine is not None else 0
             rows.append((run["kernel"], "decompression %s %s" % (fs, alg), mode,
-                         tiers(h, mine) if n else none_chosen(res, res.schema.decomp_figures), n, status(name, mode)))
+                         row_tiers(h, mine) if n else none_chosen(res, res.schema.decomp_figures), n,
+                         row_status(failures, name, mode)))
             if fs == "squashfs":
                 c = res.records.get("fs_cache")
                 n = len(c) if c is not None else 0
                 rows.append((run["kernel"], "squashfs caches (%s)" % alg, mode,
-                             tiers(h, c) if n else none_chosen(res, squashfs_cache_figures(res)), n,
-                             status(name, mode)))
-    for name, _ in (WRITES if "write" in steps else []):
+                             row_tiers(h, c) if n else none_chosen(res, squashfs_cache_figures(res)), n,
+                             row_status(failures, name, mode)))
+    return rows
+
+
+def write_rows(run, failures):
+    """The write step's rows: btrfs compression on write."""
+    rows = []
+    for name, _ in WRITES:
         for mode in ("fentry", "kprobe"):
-            path = os.path.join(out, "%s-%s.fst" % (name, mode))
+            path = os.path.join(run["outdir"], "%s-%s.fst" % (name, mode))
             if not os.path.exists(path):
                 rows.append((run["kernel"], "btrfs compression on write", mode, "-", 0, "FAIL (no results)"))
                 continue
@@ -1412,13 +1511,20 @@ def table_rows(run, failures, skipped):
             c = res.records.get("compress")
             n = len(c) if c is not None else 0
             rows.append((run["kernel"], "btrfs compression on write", mode,
-                         tiers(res.header, c) if n else none_chosen(res, {res.schema.figure("btrfs_compress_write")}),
-                         n, status(name, mode)))
+                         row_tiers(res.header, c) if n else
+                         none_chosen(res, {res.schema.figure("btrfs_compress_write")}),
+                         n, row_status(failures, name, mode)))
+    return rows
+
+
+def bounds_rows(run, failures):
+    """The bounds step's rows: where each asked tier bounded the requests."""
+    rows = []
     for name, fs, _, _ in run["images"]:
         if name not in BOUNDS:
             continue
         for mode in BOUND_TIERS:
-            path = os.path.join(out, "bounds-%s-%s.fst" % (name, mode))
+            path = os.path.join(run["outdir"], "bounds-%s-%s.fst" % (name, mode))
             if not os.path.exists(path):
                 rows.append((run["kernel"], "request bounds %s" % fs, mode, "-", 0, "FAIL (no results)"))
                 continue
@@ -1428,9 +1534,6 @@ def table_rows(run, failures, skipped):
             bad = [f for f in failures if f.startswith("%s bounds %s:" % (name, mode))]
             rows.append((run["kernel"], "request bounds %s" % fs, mode, chosen, len(res["req"]),
                          "FAIL" if bad else "ok"))
-    for name, why in sorted(skipped.items()):
-        fs, alg = [(e[1], e[3]) for e in IMAGES + EROFS_MORE if e[0] == name][0]
-        rows.append((run["kernel"], "decompression %s %s" % (fs, alg), "both", "-", "-", "not run: " + why))
     return rows
 
 
@@ -1444,7 +1547,7 @@ def format_table(rows):
     return "\n".join([fmt(head), "|" + "|".join("-" * (x + 2) for x in w) + "|"] + [fmt(r) for r in cells[1:]])
 
 
-def main():
+def parse_args():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cache", default=os.environ.get("FSTRACE_CACHE", "/var/cache/fstrace"))
     ap.add_argument("--kernels", default=os.environ.get("FSTRACE_VM_KERNELS", ",".join(KERNELS)),
@@ -1463,6 +1566,43 @@ def main():
     bad = [k for k in names if k not in KERNELS]
     if bad or not names:
         raise SystemExit("vmtest: unknown kernel %s (choose from %s)" % (",".join(bad) or "''", ", ".join(KERNELS)))
+    return args, names
+
+
+def guest_of_kernel(args, kname, vmcache, work, src, paths, skipped):
+    """Boot one kernel's guest and check what it wrote: (ok, its table rows, its report for --json or None)."""
+    vmlinuz, moddir = kernel(vmcache, kname)
+    arch = kernel_arch(kname)
+    images_run, why = images_for(vmlinuz, paths, skipped, arch)
+    kwork = os.path.join(work, kname)
+    os.makedirs(kwork)
+    accel = choose_accel(args.accel, vmlinuz, vmcache, arch)
+    smp = vcpus(args.smp, accel)
+    run = run_guest_retrying(kname, vmlinuz, moddir, images_run, paths, src, kwork, smp, accel,
+                             args.timeout, args.guest_mode, userland=guest_userland(vmcache, arch))
+    if run["lockup"]:
+        log("%s: lockup on the console: %s" % (kname, " / ".join(run["lockup"][:6])))
+    if not run["finished"]:
+        sys.stderr.write(open(run["console"], errors="replace").read()[-12000:])
+        log("%s: the guest did not finish (qemu exit %s)" % (kname, run["qemu_exit"]))
+        return False, [(kname, "(guest)", "-", "-", "-", "FAIL: did not finish (%s)" % run["qemu_exit"])], None
+    if args.guest_mode != "fstrace":
+        log("%s: guest mode %s finished in %.0f s, %s" % (kname, args.guest_mode, run["seconds"],
+                                                           "lockup seen" if run["lockup"] else "no lockup"))
+        return not run["lockup"], [], None
+    failures, lines = check(run["outdir"], images_run, paths, src, run["steps"])
+    print("\n".join(lines))
+    log("%s: guest ran %.0f s (%d vCPUs, %s)" % (kname, run["seconds"], run["smp"], run["accel"]))
+    if failures:
+        log_path = os.path.join(run["outdir"], "collector.log")
+        if os.path.exists(log_path):
+            sys.stderr.write(open(log_path).read()[-3000:])
+    report = {k: v for k, v in run.items() if k not in ("images",)} | {"lines": lines}
+    return not failures, table_rows(run, failures, why), report
+
+
+def main():
+    args, names = parse_args()
     vmcache = os.path.join(args.cache, "vmtest")
     os.makedirs(vmcache, exist_ok=True)
     src, paths, skipped = prepare(args.cache)
@@ -1470,43 +1610,16 @@ def main():
     rows, ok, report = [], True, []
     try:
         for kname in names:
-            vmlinuz, moddir = kernel(vmcache, kname)
-            arch = kernel_arch(kname)
-            images_run, why = images_for(vmlinuz, paths, skipped, arch)
-            kwork = os.path.join(work, kname)
-            os.makedirs(kwork)
-            accel = choose_accel(args.accel, vmlinuz, vmcache, arch)
-            smp = vcpus(args.smp, accel)
-            run = run_guest_retrying(kname, vmlinuz, moddir, images_run, paths, src, kwork, smp, accel,
-                                     args.timeout, args.guest_mode, userland=guest_userland(vmcache, arch))
-            if run["lockup"]:
-                log("%s: lockup on the console: %s" % (kname, " / ".join(run["lockup"][:6])))
-            if not run["finished"]:
-                sys.stderr.write(open(run["console"], errors="replace").read()[-12000:])
-                log("%s: the guest did not finish (qemu exit %s)" % (kname, run["qemu_exit"]))
-                ok = False
-                rows.append((kname, "(guest)", "-", "-", "-", "FAIL: did not finish (%s)" % run["qemu_exit"]))
-                continue
-            if args.guest_mode != "fstrace":
-                log("%s: guest mode %s finished in %.0f s, %s" % (kname, args.guest_mode, run["seconds"],
-                                                                   "lockup seen" if run["lockup"] else "no lockup"))
-                ok = ok and not run["lockup"]
-                continue
-            failures, lines = check(run["outdir"], images_run, paths, src, run["steps"])
-            print("\n".join(lines))
-            log("%s: guest ran %.0f s (%d vCPUs, %s)" % (kname, run["seconds"], run["smp"], run["accel"]))
-            ok = ok and not failures
-            rows += table_rows(run, failures, why)
-            report.append({k: v for k, v in run.items() if k not in ("images",)} | {"lines": lines})
-            if failures:
-                log_path = os.path.join(run["outdir"], "collector.log")
-                if os.path.exists(log_path):
-                    sys.stderr.write(open(log_path).read()[-3000:])
+            kernel_ok, kernel_rows, kernel_report = guest_of_kernel(args, kname, vmcache, work, src, paths, skipped)
+            ok = ok and kernel_ok
+            rows += kernel_rows
+            report += [kernel_report] if kernel_report else []
         if rows:
             print(format_table(rows))
+        # the host the guests ran on, for the page rendered from this file (maybe elsewhere)
         for path in [os.path.join(vmcache, "last.json")] + ([args.json] if args.json else []):
             with open(path, "w") as f:
-                json.dump({"ok": ok, "table": rows, "runs": report}, f, indent=1)
+                json.dump({"ok": ok, "machine": machine.record(), "table": rows, "runs": report}, f, indent=1)
         if not ok:
             raise SystemExit(1)
     finally:

@@ -333,71 +333,99 @@ def safe_extract(tar, dest, src):
         rel = _member_name(src, m)
         if not rel:  # the archive's own top directory ("." or "./")
             continue
-        if m.mode & (stat.S_ISUID | stat.S_ISGID):
-            _refuse(src, m.name, "has a set-user-id or set-group-id bit")
-        if not (m.isreg() or m.isdir() or m.issym() or m.islnk()):
-            kind = ("a character device" if m.ischr() else "a block device" if m.isblk() else
-                    "a FIFO" if m.isfifo() else "a special file")
-            _refuse(src, m.name, "is %s (only regular files, directories and symlinks are unpacked)" % kind)
+        _refuse_kind(src, m)
         _no_link_on_the_way(src, dest, rel)
         path = os.path.join(dest, rel)
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         if m.isdir():
-            try:
-                st = os.lstat(path)
-            except FileNotFoundError:
-                os.mkdir(path, 0o700)
-            else:
-                if not stat.S_ISDIR(st.st_mode):
-                    os.unlink(path)
-                    os.mkdir(path, 0o700)
+            _unpack_dir(path)
             dirs.append((path, m))
         elif m.issym():
-            target = m.linkname
-            if target.startswith("/"):
-                _refuse(src, m.name, "is a symlink to an absolute path (%s)" % shown(target))
-            if not _inside(posixpath.join(posixpath.dirname(rel), target)):
-                _refuse(src, m.name, "is a symlink that leaves the tree (to %s)" % shown(target))
-            _clear(path)
-            os.symlink(target, path)
+            _unpack_symlink(src, m, rel, path)
             links.append((path, m))
         elif m.islnk():
-            target = m.linkname
-            if target.startswith("/") or ".." in target.split("/"):
-                _refuse(src, m.name, "is a hard link outside the tree (to %s)" % shown(target))
-            tpath = os.path.join(dest, posixpath.normpath(target))
-            _no_link_on_the_way(src, dest, posixpath.normpath(target))
-            try:
-                tst = os.lstat(tpath)
-            except FileNotFoundError:
-                tst = None
-            if tst is None or not stat.S_ISREG(tst.st_mode):
-                _refuse(src, m.name, "is a hard link to %s, which is not a regular file unpacked before it"
-                        % shown(target))
-            _clear(path)
-            os.link(tpath, path, follow_symlinks=False)
+            _unpack_hard_link(src, m, dest, path)
         else:
-            _clear(path)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "wb") as out:
-                f = tar.extractfile(m)
-                shutil.copyfileobj(f, out, 1 << 20)
-                os.fchmod(out.fileno(), m.mode & _KEEP_BITS)
-            os.utime(path, (m.mtime, m.mtime), follow_symlinks=False)
-        if m.issym():
-            os.utime(path, (m.mtime, m.mtime), follow_symlinks=False)
-    # a symlink inside whose target goes through another symlink can still resolve outside (sub/s -> ..,
-    # sub/t -> s/../..): checked on the unpacked tree, where every link now exists
-    real_dest = os.path.realpath(dest)
-    for path, m in links:
-        real = os.path.realpath(path)
-        if real != real_dest and not real.startswith(real_dest + os.sep):
-            _refuse(src, m.name, "is a symlink that resolves outside the tree (to %s)" % shown(m.linkname))
+            _unpack_file(tar, m, path)
+    _links_resolve_inside(src, dest, links)
     # directories last, deepest first: a directory without write or search permission is filled before it
     # gets its mode
     for path, m in sorted(dirs, key=lambda d: d[0].count(os.sep), reverse=True):
         os.chmod(path, m.mode & _KEEP_BITS)
         os.utime(path, (m.mtime, m.mtime))
+
+
+def _refuse_kind(src, m):
+    """Refuse a member with a set-id bit, or of a kind other than a regular file, directory, symlink or hard link."""
+    if m.mode & (stat.S_ISUID | stat.S_ISGID):
+        _refuse(src, m.name, "has a set-user-id or set-group-id bit")
+    if not (m.isreg() or m.isdir() or m.issym() or m.islnk()):
+        kind = ("a character device" if m.ischr() else "a block device" if m.isblk() else
+                "a FIFO" if m.isfifo() else "a special file")
+        _refuse(src, m.name, "is %s (only regular files, directories and symlinks are unpacked)" % kind)
+
+
+def _unpack_dir(path):
+    """A directory member, private until safe_extract gives it its mode (a non-directory of its name replaced)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        os.mkdir(path, 0o700)
+    else:
+        if not stat.S_ISDIR(st.st_mode):
+            os.unlink(path)
+            os.mkdir(path, 0o700)
+
+
+def _unpack_symlink(src, m, rel, path):
+    """A symlink member, refused when its target is absolute or leaves the tree."""
+    target = m.linkname
+    if target.startswith("/"):
+        _refuse(src, m.name, "is a symlink to an absolute path (%s)" % shown(target))
+    if not _inside(posixpath.join(posixpath.dirname(rel), target)):
+        _refuse(src, m.name, "is a symlink that leaves the tree (to %s)" % shown(target))
+    _clear(path)
+    os.symlink(target, path)
+    os.utime(path, (m.mtime, m.mtime), follow_symlinks=False)
+
+
+def _unpack_hard_link(src, m, dest, path):
+    """A hard link member, refused unless its target is a regular file inside dest unpacked before it."""
+    target = m.linkname
+    if target.startswith("/") or ".." in target.split("/"):
+        _refuse(src, m.name, "is a hard link outside the tree (to %s)" % shown(target))
+    tpath = os.path.join(dest, posixpath.normpath(target))
+    _no_link_on_the_way(src, dest, posixpath.normpath(target))
+    try:
+        tst = os.lstat(tpath)
+    except FileNotFoundError:
+        tst = None
+    if tst is None or not stat.S_ISREG(tst.st_mode):
+        _refuse(src, m.name, "is a hard link to %s, which is not a regular file unpacked before it"
+                % shown(target))
+    _clear(path)
+    os.link(tpath, path, follow_symlinks=False)
+
+
+def _unpack_file(tar, m, path):
+    """A regular file member, created afresh (never through a link) with the bits it keeps (_KEEP_BITS)."""
+    _clear(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        f = tar.extractfile(m)
+        shutil.copyfileobj(f, out, 1 << 20)
+        os.fchmod(out.fileno(), m.mode & _KEEP_BITS)
+    os.utime(path, (m.mtime, m.mtime), follow_symlinks=False)
+
+
+def _links_resolve_inside(src, dest, links):
+    """A symlink inside whose target goes through another symlink can still resolve outside (sub/s -> ..,
+    sub/t -> s/../..): checked on the unpacked tree, where every link now exists."""
+    real_dest = os.path.realpath(dest)
+    for path, m in links:
+        real = os.path.realpath(path)
+        if real != real_dest and not real.startswith(real_dest + os.sep):
+            _refuse(src, m.name, "is a symlink that resolves outside the tree (to %s)" % shown(m.linkname))
 
 
 def check_tree(src, root):
