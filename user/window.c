@@ -621,8 +621,8 @@ static void open_window(__u64 now)
 		die("--budget: attaching the syscall hooks for a window: %s", strerror(-err));
 	/* right after sys_enter's attach, as the closing look right after its detach: the calls a look misses or
 	 * counts beside the requests the window records are then alike at both edges (taken before the attach,
-	 * the attribution hooks' attach time was a percent of a 100 ms window counted and never recorded); what is
-	 * left is bounded by the edges' times (the analysis widens the interval by it) */
+	 * the attribution hooks' attach time, a thread walk each, would be calls counted and never recorded); what
+	 * is left is bounded by the edges' times (the analysis widens the interval by it) */
 	w.cur.calls_known = io_step(now_ns(CLOCK_MONOTONIC), true); /* and the closing look's (close_enter) */
 	w.io_at_open = w.io_total;
 	w.cur.open_edge_ns = now_ns(CLOCK_MONOTONIC) - w.cur.open;
