@@ -27,11 +27,16 @@ FST_FLIGHT_TABLE(rq_starts, struct fst_rq_start, FST_RQ_BUCKETS, FST_OBJ_RUN_SHI
  * several concurrent readers on one loop device the backing I/O is charged to the latest issuer
  * (docs/measuring.md, "Attribution").  An array: a lookup is a bounds check and an address, no helper call.
  */
+struct loop_owner {
+	__u32 pid;
+	__u32 window_seq; /* the window it issued in (flight.bpf.h): an earlier window's owner is none */
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, FST_MAX_TRACED_DEVS);
 	__type(key, __u32);
-	__type(value, __u32);
+	__type(value, struct loop_owner);
 } loop_owner SEC(".maps");
 
 /* each traced device's histograms and alignment counters (records.h struct fst_dev_io), by its io_slot */
@@ -79,10 +84,11 @@ static __always_inline struct task_req *charge_current(struct fst_bio_start *s)
 	if (!cfg.no_io_records) /* the io record's only: serve writes none */
 		current_comm(s->comm);
 	struct loop_ctx_slot *lc = loop_ctx_find(pid);
-	if (lc) {
-		__u32 *owner = bpf_map_lookup_elem(&loop_owner, &lc->v);
-		if (owner && *owner) {
-			s->pid = *owner;
+	if (lc && !flight_stale(lc->v.window_seq)) {
+		__u32 io_slot = lc->v.io_slot;
+		struct loop_owner *owner = bpf_map_lookup_elem(&loop_owner, &io_slot);
+		if (owner && owner->pid && !flight_stale(owner->window_seq)) {
+			s->pid = owner->pid;
 			s->charge = FST_CHARGE_LOOP;
 		}
 		return NULL;
@@ -138,6 +144,8 @@ static __always_inline struct bio_starts_slot *bio_slot_anew(__u64 bio)
 	struct bio_starts_slot *slot = bio_starts_find(bio);
 	if (!slot)
 		return bio_starts_claim(bio); /* NULL: counted, its request will not be charged */
+	if (flight_stale(slot->v.window_seq)) /* an earlier window's, whose end came after its hooks went off */
+		return slot;
 	loss_count(FST_LOSS_BIO_END_MISSED);
 	inflight_add(slot->v.pid, -1);
 	return slot;
@@ -149,7 +157,7 @@ static __always_inline int handle_bio_queue(void *ctx, struct bio *bio, bool btf
 	if (!dev_cfg(dev))
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
-	struct fst_bio_start s = { .ts_queue = now, .stack = io_stack(ctx, now) };
+	struct fst_bio_start s = { .ts_queue = now, .stack = io_stack(ctx, now), .window_seq = window_seq };
 	struct task_req *st = charge_current(&s);
 	struct bio_starts_slot *slot = bio_slot_anew((__u64)bio);
 	if (!slot)
@@ -168,8 +176,8 @@ static __always_inline int handle_bio_split(struct bio *split, bool btf)
 		return 0;
 	void *parent = BPF_CORE_READ(split, bi_private);
 	struct bio_starts_slot *ps = bio_starts_find((__u64)parent);
-	struct fst_bio_start s = { .stack = -1 };
-	if (ps) {
+	struct fst_bio_start s = { .stack = -1, .window_seq = window_seq };
+	if (ps && !flight_stale(ps->v.window_seq)) {
 		s = ps->v;
 	} else {
 		s.ts_queue = bpf_ktime_get_ns();
@@ -193,7 +201,8 @@ static __always_inline int handle_bio_complete(struct bio *bio)
 	struct bio_starts_slot *slot = bio_starts_find((__u64)bio);
 	if (!slot)
 		return 0;
-	inflight_add(slot->v.pid, -1);
+	if (!flight_stale(slot->v.window_seq))
+		inflight_add(slot->v.pid, -1);
 	bio_starts_release(slot);
 	return 0;
 }
@@ -212,6 +221,11 @@ static __always_inline void fold_bio(struct fst_rq_start *r, struct bio *bio)
 	r->nr_bios++;
 	if (!slot)
 		return;
+	if (flight_stale(slot->v.window_seq)) { /* queued in an earlier window: its request is not this one's */
+		bio_starts_release(slot);
+		return;
+	}
+	r->bios_seen++;
 	struct fst_bio_start *s = &slot->v;
 	if (!r->ts_queue || s->ts_queue < r->ts_queue)
 		r->ts_queue = s->ts_queue;
@@ -299,7 +313,7 @@ static __always_inline void fold_bios(struct fst_rq_start *r, struct request *rq
 static __always_inline int handle_rq_requeue(struct request *rq)
 {
 	struct rq_starts_slot *slot = rq_starts_find((__u64)rq);
-	if (slot) {
+	if (slot && !flight_stale(slot->v.window_seq)) {
 		slot->v.requeued = 1;
 		slot->v.nr_requeues++;
 	}
@@ -315,36 +329,42 @@ static __always_inline int handle_rq_issue(struct request *rq, bool btf)
 	__u64 now = bpf_ktime_get_ns();
 
 	struct rq_starts_slot *old = rq_starts_find((__u64)rq);
-	if (old && old->v.requeued) { /* keep its bios' accounting, take the new issue time */
+	bool stale = old && flight_stale(old->v.window_seq);
+	if (old && !stale && old->v.requeued) { /* keep its bios' accounting, take the new issue time */
 		old->v.requeued = 0;
 		old->v.ts_issue = now;
 		return 0;
 	}
-	if (old) {
+	if (old && !stale) {
 		/* issued again with no requeue between: a request in flight is never issued twice, so the
 		 * completion of its previous issue was never seen; that one ends here, unrecorded */
 		loss_count(FST_LOSS_RQ_COMPLETION_MISSED);
 		inflight_add(old->v.pid, -(__s64)old->v.charged_bios);
-		rq_starts_release(old);
 	}
+	if (old) /* stale: an earlier window's, whose completion came after its hooks went off */
+		rq_starts_release(old);
 
-	struct fst_rq_start r = { .ts_issue = now, .sector = FST_FIELD(btf, rq, __sector), .stack = -1 };
+	struct fst_rq_start r = { .ts_issue = now, .sector = FST_FIELD(btf, rq, __sector), .stack = -1, .window_seq = window_seq };
 	fold_bios(&r, rq, btf);
-	struct rq_starts_slot *slot = rq_starts_claim((__u64)rq);
+	/* --budget: a request with a bio queued before this window's hooks went on began before it, and is left
+	 * out whole (no record, no charge), as a request that began before a window is */
+	bool whole = !cfg.windowed || (r.nr_bios && r.bios_seen == r.nr_bios);
+	struct rq_starts_slot *slot = whole ? rq_starts_claim((__u64)rq) : NULL;
 	if (slot)
 		slot->v = r;
-	else /* counted; its bios' in-flight counts would never be taken back */
+	else /* counted (a full bucket) or left out; its bios' in-flight counts would never be taken back */
 		inflight_add(r.pid, -(__s64)r.charged_bios);
 
-	if (dc->is_loop && r.pid) {
+	if (dc->is_loop && (r.pid || !whole)) {
 		__u32 slot = dc->io_slot;
-		__u32 *owner = bpf_map_lookup_elem(&loop_owner, &slot);
+		struct loop_owner *owner = bpf_map_lookup_elem(&loop_owner, &slot);
+		/* a request left out has no owner: the loop worker's backing I/O for it is charged to nobody */
 		if (owner)
-			*owner = r.pid;
+			*owner = (struct loop_owner){ .pid = whole ? r.pid : 0, .window_seq = window_seq };
 	}
 	struct task_req *cur = current_req();
 	/* backing-device requests done for a loop request are the same I/O one level down: count it once */
-	if (r.charge == FST_CHARGE_DIRECT)
+	if (whole && r.charge == FST_CHARGE_DIRECT)
 		req_note_io(r.pid, FST_FIELD(btf, rq, __data_len), cur);
 	tracer_charge(cur, FST_SITE_RQ_ISSUE, now);
 	return 0;
@@ -498,6 +518,10 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 	__u64 rq_addr = 0; /* the slot's key, a number: the pointer itself kept to the end made clang hash it with
 			    * 32-bit arithmetic on the pointer register, which the verifier refuses */
 	struct rq_starts_slot *slot = rq_starts_find((__u64)rq);
+	if (slot && flight_stale(slot->v.window_seq)) { /* issued in an earlier window: not this one's to record */
+		rq_starts_release(slot);
+		slot = NULL;
+	}
 	if (slot) {
 		d.rs = slot->v;
 		d.have_rs = 1;
@@ -527,8 +551,9 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 		c->io.sector = d.sector; /* where this completion starts: what completion_running checks */
 		c->io.dev = dev;
 	}
-	/* one record, histogram and sum per request: at its last completion */
-	if (!d.have_rs || last) {
+	/* one record, histogram and sum per request: at its last completion; under --budget's windows only for a
+	 * request issued in this one (have_rs), whole */
+	if (d.have_rs ? last : !cfg.windowed) {
 		d.bytes = nr_bytes;
 		if (d.have_rs) {
 			d.sector = d.rs.sector;
@@ -724,9 +749,18 @@ static __always_inline void expire_free(__u64 *key_at)
 	}
 
 #define BIO_TS(v) ((v).ts_queue)
-#define BIO_DROP(v) inflight_add((v).pid, -1)
+/* an entry of an earlier window counted its bios in no count of this one's (task.bpf.h inflight_add) */
+#define BIO_DROP(v)                                \
+	do {                                       \
+		if (!flight_stale((v).window_seq)) \
+			inflight_add((v).pid, -1); \
+	} while (0)
 #define RQ_TS(v) ((v).ts_issue)
-#define RQ_DROP(v) inflight_add((v).pid, -(__s64)(v).charged_bios)
+#define RQ_DROP(v)                                                       \
+	do {                                                             \
+		if (!flight_stale((v).window_seq))                       \
+			inflight_add((v).pid, -(__s64)(v).charged_bios); \
+	} while (0)
 #define WORK_TS(v) ((v).ts_queue)
 #define WORK_DROP(v) ((void)0)
 

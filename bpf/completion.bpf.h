@@ -27,9 +27,19 @@ struct work_start {
 	__u16 pad;
 	__u32 seq; /* its work record's seq: what a request it woke records as waker_seq */
 	struct io_cause io;
+	__u32 window_seq; /* the window it began running in (flight.bpf.h) */
+	__u32 pad1;
 };
 
 FST_FLIGHT_TABLE(work_running, struct work_start, FST_WORKER_BUCKETS, 0, FST_LOSS_WORK_TABLE)
+
+/* the known work item thread pid is running now, NULL if none (an earlier window's entry, whose end came after
+ * the hooks went off, is none) */
+static __always_inline struct work_running_slot *work_running_now(__u32 pid)
+{
+	struct work_running_slot *ws = work_running_find(pid);
+	return ws && !flight_stale(ws->v.window_seq) ? ws : NULL;
+}
 
 /* a kind queued from a bio's end_io, whose work names the traced block request that queued it (records.h) */
 static __always_inline bool work_kind_from_completion(__u16 kind)

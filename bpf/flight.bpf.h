@@ -21,6 +21,24 @@
  * removed by block.bpf.c's expire_stale, which the collector runs; a thread's (task.bpf.h task_inflight) go
  * when it exits.
  */
+/*
+ * --budget: the collector attaches sys_enter/sys_exit, and the hooks that only matter while a request can be in
+ * flight (the per-request block, workqueue and erofs hooks, the attribution hooks), only in windows
+ * (user/window.c), and numbers each window here, in every object, before attaching them.  A request belongs to
+ * the window its sys_enter ran in; a sys_exit in another window (its request began before this window opened, or
+ * never ended in an earlier one) records nothing, so no request is recorded half.  Windows are odd numbers; an
+ * even one (0 at the start) means the hooks are on only for the collector's measurement of their cost, and
+ * nothing is recorded.  0 throughout when always on.
+ *
+ * Every in-flight entry carries the window it began in: one left by an earlier window (its end came after the
+ * hooks went off) is stale, and is freed without being counted, charged or recorded when it is met again
+ * (flight_stale).  A block request, a work item and a thread's I/O in flight are so charged whole or not at all.
+ */
+volatile __u32 window_seq;
+
+/* an entry begun in an earlier window: its end was never seen (0 throughout when always on: never stale) */
+static __always_inline bool flight_stale(__u32 seq) { return seq != window_seq; }
+
 /* a slot being freed by expire_stale: held (claim skips it, no key matches it) until its value is cleared */
 #define FST_FLIGHT_BUSY (~0ull)
 

@@ -23,6 +23,8 @@ struct fst_bio_start {
 	__u16 pad;
 	__s32 stack; /* kernel stack at queueing, -1 = not taken */
 	char comm[16];
+	__u32 window_seq; /* --budget: the window it was queued in (flight.bpf.h window_seq) */
+	__u32 pad1;
 };
 
 /* an issued request on a traced device, until its last completion */
@@ -41,8 +43,10 @@ struct fst_rq_start {
 	__u8 requeued; /* back in the queue (block_rq_requeue) and not issued since */
 	__u8 pad;
 	__s32 stack;
-	__u32 pad1;
+	__u32 window_seq; /* --budget: the window it was issued in (flight.bpf.h window_seq) */
 	char comm[16];
+	__u32 bios_seen; /* bios of its chain whose queueing was seen in its window */
+	__u32 pad1;
 };
 
 /*

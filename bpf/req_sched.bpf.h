@@ -209,7 +209,7 @@ static __always_inline int handle_wakeup(struct task_struct *p, bool btf)
 	 * __preempt_count only in a kernel built with CONFIG_KALLSYMS_ALL, which 6.18 here is not.)
 	 */
 	__u32 cur = (__u32)bpf_get_current_pid_tgid();
-	struct work_running_slot *ws = work_running_find(cur);
+	struct work_running_slot *ws = work_running_now(cur);
 	if (ws && !completion_running()) {
 		r->waker_queue = ws->v.ts_queue;
 		r->waker_start = ws->v.ts_start;

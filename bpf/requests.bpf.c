@@ -33,14 +33,7 @@ char LICENSE[] SEC("license") = "GPL";
 
 #include "req_file.bpf.h"
 
-/*
- * --budget: the collector attaches sys_enter/sys_exit only in windows (user/window.c) and numbers each window
- * here before attaching it.  A request belongs to the window its sys_enter ran in; a sys_exit in another
- * window (its request began before this window opened, or never ended in an earlier one) records nothing, so
- * no request is recorded half.  Windows are odd numbers; an even one (0 at the start) means the hooks are on only
- * for the collector's measurement of their cost, and nothing is recorded.  0 throughout when always on.
- */
-volatile __u32 window_seq;
+/* --budget's windows number the requests: flight.bpf.h window_seq */
 
 /*
  * The kinds of request bounded at the filesystems' entry points (bit 1 << kind; see "Requests bounded at the

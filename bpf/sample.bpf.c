@@ -85,7 +85,7 @@ int sample_request_stack(struct bpf_perf_event_data *ctx)
 		}
 		key.user_stack_id = r->user_stack;
 	} else {
-		struct work_running_slot *ws = work_running_find(pid);
+		struct work_running_slot *ws = work_running_now(pid);
 		if (!ws)
 			return 0;
 		/* a kind queued from completions that no traced block request's completion queued is another device's

@@ -149,7 +149,13 @@ static __always_inline struct task_req *current_req(void)
  * block_bio_queue's samples in a profile of a cold read).  A thread's slot is taken by its first charged bio and
  * given back when it exits (inflight_forget).
  */
-FST_FLIGHT_TABLE(task_inflight, __s64, FST_INFLIGHT_BUCKETS, 0, FST_LOSS_INFLIGHT_TABLE)
+/* a thread's bios in flight, counted in the window they began in (flight.bpf.h window_seq) */
+struct inflight_count {
+	__s32 n;
+	__u32 window_seq;
+};
+
+FST_FLIGHT_TABLE(task_inflight, struct inflight_count, FST_INFLIGHT_BUCKETS, 0, FST_LOSS_INFLIGHT_TABLE)
 
 static __always_inline void inflight_add(__u32 pid, __s64 delta)
 {
@@ -157,7 +163,13 @@ static __always_inline void inflight_add(__u32 pid, __s64 delta)
 		return;
 	struct task_inflight_slot *n = task_inflight_find(pid);
 	if (n) {
-		__sync_fetch_and_add(&n->v, delta);
+		/* counted in an earlier window, whose ends went unseen: this window's count starts from none (a
+		 * decrement never comes first: every entry whose end takes one back was counted in this window) */
+		if (flight_stale(n->v.window_seq)) {
+			n->v.window_seq = window_seq;
+			n->v.n = 0;
+		}
+		__sync_fetch_and_add(&n->v.n, (__s32)delta);
 		return;
 	}
 	if (delta <= 0)
@@ -169,7 +181,7 @@ static __always_inline void inflight_add(__u32 pid, __s64 delta)
 	 */
 	n = task_inflight_claim_free(pid);
 	if (n)
-		n->v = delta;
+		n->v = (struct inflight_count){ .n = (__s32)delta, .window_seq = window_seq };
 }
 
 /* a thread exits: every slot it holds is given back */
@@ -282,7 +294,7 @@ static __always_inline __s64 inflight_get(__u32 pid)
 {
 #ifdef FST_PLAIN_BPF /* one slot per key */
 	struct task_inflight_slot *n = task_inflight_find(pid);
-	return n ? n->v : 0;
+	return n && !flight_stale(n->v.window_seq) ? n->v.n : 0;
 #else
 	struct task_inflight_bucket *bk = pid ? task_inflight_bucket_of(pid) : NULL;
 	__s64 n = 0;
@@ -290,8 +302,8 @@ static __always_inline __s64 inflight_get(__u32 pid)
 		return 0;
 #pragma unroll
 	for (int i = 0; i < FST_FLIGHT_WAYS; i++)
-		if (bk->s[i].key == pid)
-			n += bk->s[i].v;
+		if (bk->s[i].key == pid && !flight_stale(bk->s[i].v.window_seq))
+			n += bk->s[i].v.n;
 	return n;
 #endif
 }

@@ -16,12 +16,19 @@
 
 /* worker thread -> the traced loop device it is serving right now, by its io_slot (block.bpf.c loop_owner's
  * index) */
-FST_FLIGHT_TABLE(loop_ctx, __u32, FST_WORKER_BUCKETS, 0, FST_LOSS_WORK_TABLE)
+struct loop_ctx {
+	__u32 io_slot;
+	__u32 window_seq; /* the window its work began in (flight.bpf.h): an earlier window's serves nothing now */
+};
+
+FST_FLIGHT_TABLE(loop_ctx, struct loop_ctx, FST_WORKER_BUCKETS, 0, FST_LOSS_WORK_TABLE)
 
 /* a known filesystem work item queued and not yet running */
 struct work_queued {
 	__u64 ts_queue;
 	struct io_cause io; /* the block request whose completion queued it, 0s = none */
+	__u32 window_seq;   /* the window it was queued in (flight.bpf.h) */
+	__u32 pad;
 };
 
 /* known filesystem work items: queued -> struct work_queued by work pointer (running ones: completion.bpf.h
@@ -92,7 +99,7 @@ static __always_inline int handle_work_queue(struct work_struct *work, bool btf)
 	struct work_queued_slot *slot = work_queued_claim((__u64)work);
 	if (!slot)
 		return 0;
-	struct work_queued q = { .ts_queue = bpf_ktime_get_ns() };
+	struct work_queued q = { .ts_queue = bpf_ktime_get_ns(), .window_seq = window_seq };
 	work_queued_by_completion(&q.io, kind);
 	slot->v = q;
 	return 0;
@@ -114,12 +121,14 @@ static __always_inline int handle_work_start(struct work_struct *work, bool btf)
 			.work = (__u64)work,
 			.kind = kind,
 			.seq = next_work_seq(),
+			.window_seq = window_seq,
 		};
-		if (q) {
+		if (q && !flight_stale(q->v.window_seq)) {
 			ws.ts_queue = q->v.ts_queue;
 			ws.io = q->v.io;
-			work_queued_release(q);
 		}
+		if (q)
+			work_queued_release(q);
 		struct work_running_slot *slot = work_running_claim((__u32)bpf_get_current_pid_tgid());
 		if (slot)
 			slot->v = ws;
@@ -138,7 +147,7 @@ static __always_inline int handle_work_start(struct work_struct *work, bool btf)
 		return 0;
 	struct loop_ctx_slot *slot = loop_ctx_claim((__u32)bpf_get_current_pid_tgid());
 	if (slot)
-		slot->v = dc->io_slot;
+		slot->v = (struct loop_ctx){ .io_slot = dc->io_slot, .window_seq = window_seq };
 	return 0;
 }
 
@@ -146,7 +155,7 @@ static __always_inline int handle_work_end(void)
 {
 	__u32 pid = (__u32)bpf_get_current_pid_tgid();
 	struct work_running_slot *slot = work_running_find(pid);
-	if (slot) {
+	if (slot && !flight_stale(slot->v.window_seq)) {
 		struct work_start *ws = &slot->v;
 		/* --records none (fstrace serve): the worker parts are in the counted requests; no record is read */
 		struct fst_work *rec = cfg.records_none ? NULL : record_reserve(FST_REC_WORK, sizeof(*rec));
@@ -165,8 +174,9 @@ static __always_inline int handle_work_end(void)
 			current_comm(rec->comm);
 			record_submit(rec);
 		}
-		work_running_release(slot);
 	}
+	if (slot) /* ended; an earlier window's (its start seen, its end not) records nothing */
+		work_running_release(slot);
 	struct loop_ctx_slot *lc = loop_ctx_find(pid);
 	if (lc)
 		loop_ctx_release(lc);

@@ -91,6 +91,16 @@ const char *const dev_lat_source_names[] = {
 	[LAT_IO_START_TIME_NS] = "io_start_time_ns",
 };
 
+/* set by window.c where the per-request block hooks are windowed */
+static bool issue_hook_sampled;
+
+void dev_lat_windowed(bool on) { issue_hook_sampled = on; }
+
+const char *dev_lat_basis(enum dev_lat_source s)
+{
+	return s == LAT_ISSUE_HOOK && issue_hook_sampled ? "windows_sample" : "exact";
+}
+
 __u64 dev_io_requests(const struct fst_dev_io *io, __u32 sub)
 {
 	__u64 c = 0;
@@ -100,6 +110,14 @@ __u64 dev_io_requests(const struct fst_dev_io *io, __u32 sub)
 }
 
 int dev_done_fd(struct block_bpf *blk) { return blk->bss->exact_io_on ? bpf_map__fd(blk->maps.dev_done) : -1; }
+
+__s64 dev_done_requests(int done_fd, __u32 slot, __u32 sub)
+{
+	static struct fst_dev_done done; /* large: not on the stack */
+	if (done_fd < 0 || percpu_sum_value(done_fd, &slot, &done, sizeof(done)))
+		return -1;
+	return (__s64)dev_io_requests(&done.io, sub);
+}
 
 void dev_figures_read(int io_fd, int done_fd, __u32 slot, struct fst_dev_io *io, struct dev_sources *src)
 {
@@ -225,9 +243,9 @@ static void json_hist_row(json *a, __u32 metric, __u32 dev, __u32 sub, const __u
 }
 
 /*
- * One device's "block_figures": how its block figures were taken.  All of them are exact (every completion seen);
- * "counted_by" names the program that counted the requests, bytes, sizes and alignment, and per op the source
- * of each latency histogram.  With block_rq_done, the issue hook's q2c histogram of the same requests is kept
+ * One device's "block_figures": how its block figures were taken.  The counts, bytes, sizes and alignment are exact
+ * (every completion seen, "basis"); "counted_by" names the program that counted them, and per op the source and
+ * basis of each latency histogram (the issue hook's is the windows' sample where --budget windows it).  With block_rq_done, the issue hook's q2c histogram of the same requests is kept
  * beside it ("issue_hook_q2c_us"), what the completion's can be compared with.
  */
 static json *block_figures_json(struct block_bpf *blk, __u32 kdev, __u32 slot, const struct fst_dev_io *io,
@@ -248,8 +266,12 @@ static json *block_figures_json(struct block_bpf *blk, __u32 kdev, __u32 slot, c
 		jset(x, "requests", ju64(src->requests[sub]));
 		/* the bytes are summed only by block_rq_done, or for an exposition */
 		jset(x, "bytes", src->exact_path || opt.exposition ? ju64(io->sums[sub].bytes) : NULL);
-		jset(x, "q2c_source", jstr(dev_lat_source_names[src->exact_path ? src->q2c[sub] : LAT_ISSUE_HOOK]));
-		jset(x, "d2c_source", jstr(dev_lat_source_names[src->exact_path ? src->d2c[sub] : LAT_ISSUE_HOOK]));
+		enum dev_lat_source q2c = src->exact_path ? src->q2c[sub] : LAT_ISSUE_HOOK;
+		enum dev_lat_source d2c = src->exact_path ? src->d2c[sub] : LAT_ISSUE_HOOK;
+		jset(x, "q2c_source", jstr(dev_lat_source_names[q2c]));
+		jset(x, "d2c_source", jstr(dev_lat_source_names[d2c]));
+		jset(x, "q2c_basis", jstr(dev_lat_basis(q2c)));
+		jset(x, "d2c_basis", jstr(dev_lat_basis(d2c)));
 		if (!src->exact_path)
 			continue;
 		jset(x, "start_kept", ju64(src->start_kept[sub]));

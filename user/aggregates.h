@@ -47,6 +47,11 @@ enum dev_lat_source {
 	LAT_IO_START_TIME_NS, /* its rq->io_start_time_ns, read at completion (d2c) */
 };
 extern const char *const dev_lat_source_names[];
+/* a latency figure's basis: "exact" (every completion), or "windows_sample" (the issue hook's, attached only in
+ * --budget's windows: the distribution of the windows' requests, not the device's count) */
+const char *dev_lat_basis(enum dev_lat_source s);
+/* window.c: the issue hook is attached only in windows (on), or all the time */
+void dev_lat_windowed(bool on);
 
 /* a device's figures as dev_figures_read took them: per op, where each latency histogram came from, and the
  * requests that carried the block layer's timestamps */
@@ -66,6 +71,9 @@ void dev_figures_read(int io_fd, int done_fd, __u32 slot, struct fst_dev_io *io,
 __u64 dev_io_requests(const struct fst_dev_io *io, __u32 sub);
 /* block.bpf.c dev_done's fd where block_rq_done is attached (blk->bss->exact_io_on), else -1 */
 int dev_done_fd(struct block_bpf *blk);
+/* requests of op sub completed on device slot so far, as block_rq_done counted them (done_fd: dev_done_fd); -1 where
+ * it is not attached or its count could not be read */
+__s64 dev_done_requests(int done_fd, __u32 slot, __u32 sub);
 
 /* whether a histogram holds any count */
 bool hist_any(const __u64 *slots);

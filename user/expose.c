@@ -770,9 +770,11 @@ static void block_histograms(struct jbuf *b, const struct hist_row *rows, int n,
 		{ FST_H_IO_BYTES, "fstrace_block_request_bytes", "Size of each completed block request." },
 		{ FST_H_IO_Q2C_US, "fstrace_block_request_q2c_seconds",
 		  "Block request time from its start to completion (queue and device): from the request's allocation "
-		  "(start_time_ns) or its first bio queued (the issue hook), as fstrace_block_figure_info's source says." },
+		  "(start_time_ns) or its first bio queued (the issue hook), as fstrace_block_figure_info's source says; "
+		  "from the issue hook under --budget, the windows' requests only (its basis: windows_sample)." },
 		{ FST_H_IO_D2C_US, "fstrace_block_request_d2c_seconds",
-		  "Block request time from issue to the driver to completion (device)." },
+		  "Block request time from issue to the driver to completion (device); from the issue hook under --budget, "
+		  "the windows' requests only (fstrace_block_figure_info's basis)." },
 	};
 	family(b, "fstrace_block_requests_total", "counter", "Completed block requests on the traced devices.");
 	for (int i = 0; i < n; i++) {
@@ -806,25 +808,28 @@ static void block_figure_info(struct jbuf *b, const struct expose_input *in, con
 			      int nr_devs)
 {
 	family(b, "fstrace_block_figure_info", "gauge",
-	       "1 for each traced device's block figure of an op: its basis (exact: every completion counted; the "
-	       "block series are never estimated) and source (block_rq_done: the completion alone, --budget; "
-	       "block_rq_complete: with the issue hook's in-flight state; a latency: issue_hook, or the request's own "
-	       "start_time_ns / io_start_time_ns read at completion).");
+	       "1 for each traced device's block figure of an op: its basis (exact: every completion counted; "
+	       "windows_sample: the issue hook's, attached only in --budget's windows, so the histogram is the windows' "
+	       "requests, a sample of the distribution whose counts are not the device's) and source (block_rq_done: "
+	       "the completion alone, --budget; block_rq_complete: with the issue hook's in-flight state; a latency: "
+	       "issue_hook, or the request's own start_time_ns / io_start_time_ns read at completion).");
 	for (int d = 0; d < nr_devs; d++)
 		for (__u32 sub = 0; sub < FST_IO_SUBS; sub++) {
 			if (!src[d].requests[sub] && sub != FST_IO_READ)
 				continue;
 			const char *counted = src[d].exact_path ? "block_rq_done" : "block_rq_complete";
-			const char *figs[][2] = { { "requests", counted },
-						  { "bytes", counted },
-						  { "q2c", dev_lat_source_names[src[d].q2c[sub]] },
-						  { "d2c", dev_lat_source_names[src[d].d2c[sub]] } };
+			const char *figs[][3] = {
+				{ "requests", counted, "exact" },
+				{ "bytes", counted, "exact" },
+				{ "q2c", dev_lat_source_names[src[d].q2c[sub]], dev_lat_basis(src[d].q2c[sub]) },
+				{ "d2c", dev_lat_source_names[src[d].d2c[sub]], dev_lat_basis(src[d].d2c[sub]) },
+			};
 			for (unsigned k = 0; k < sizeof(figs) / sizeof(figs[0]); k++)
 				jb_add(b,
-				       "fstrace_block_figure_info{device=\"%u:%u\",op=\"%s\",figure=\"%s\",basis=\"exact\","
+				       "fstrace_block_figure_info{device=\"%u:%u\",op=\"%s\",figure=\"%s\",basis=\"%s\","
 				       "source=\"%s\"} 1\n",
 				       FST_KDEV_MAJOR(in->devs[d]), FST_KDEV_MINOR(in->devs[d]), op_name(sub), figs[k][0],
-				       figs[k][1]);
+				       figs[k][2], figs[k][1]);
 		}
 }
 

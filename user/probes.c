@@ -38,19 +38,27 @@
  * The probes of each object, its skeleton named first: a probe's programs are fields of that skeleton (tiers.h
  * PROBE_PROG), named after the probe, so a program the object lacks does not compile.  P: a tracepoint with
  * programs NAME_btf (tp_btf) and NAME_raw (raw_tp); PR: one with NAME_raw alone; D: a function timed by
- * NAME_fentry/NAME_fexit or NAME_kprobe/NAME_kretprobe.
+ * NAME_fentry/NAME_fexit or NAME_kprobe/NAME_kretprobe.  What follows a tracepoint probe's arguments are more of
+ * its fields (WINDOWED).
  */
-#define P(skel, nm, fig, what, req)                                            \
+#define P(skel, nm, fig, what, req, ...)                                       \
 	{                                                                      \
 		.name = #nm, .figure = fig, .measures = what, .required = req, \
 		.prog_at = { [FST_TIER_TP_BTF] = PROBE_PROG(skel, nm##_btf),   \
-			     [FST_TIER_RAW_TP] = PROBE_PROG(skel, nm##_raw) }  \
+			     [FST_TIER_RAW_TP] = PROBE_PROG(skel, nm##_raw) }, \
+		__VA_ARGS__                                                    \
 	}
-#define PR(skel, nm, fig, what, req)                                           \
+#define PR(skel, nm, fig, what, req, ...)                                      \
 	{                                                                      \
 		.name = #nm, .figure = fig, .measures = what, .required = req, \
-		.prog_at = { [FST_TIER_RAW_TP] = PROBE_PROG(skel, nm##_raw) }  \
+		.prog_at = { [FST_TIER_RAW_TP] = PROBE_PROG(skel, nm##_raw) }, \
+		__VA_ARGS__                                                    \
 	}
+/*
+ * A hook that matters only while a request can be in flight: under --budget attached only around the request
+ * windows (user/window.c), its figures then a sample of the windows (tiers.h struct probe windowed)
+ */
+#define WINDOWED .windowed = true
 #define D(skel, fn, fig, what)                                                           \
 	{                                                                                \
 		.name = #fn, .figure = fig, .measures = what,                            \
@@ -75,31 +83,31 @@ static struct probe block_probes[] = {
 	  .measures = "exact per-device requests, bytes, sizes, alignment and latency from the completion alone",
 	  .prog_at = { [FST_TIER_TP_BTF] = PROBE_PROG(block_bpf, block_rq_done_btf),
 		       [FST_TIER_RAW_TP] = PROBE_PROG(block_bpf, block_rq_done_raw) } },
-	P(block_bpf, block_rq_complete, FST_FIG_RQ_COMPLETE, "completion, size, alignment", true),
-	P(block_bpf, block_rq_requeue, FST_FIG_RQ_REQUEUE, "requeues: the next issue is the same request's", true),
+	P(block_bpf, block_rq_complete, FST_FIG_RQ_COMPLETE, "completion, size, alignment", true, WINDOWED),
+	P(block_bpf, block_rq_requeue, FST_FIG_RQ_REQUEUE, "requeues: the next issue is the same request's", true, WINDOWED),
 	P(block_bpf, block_bio_complete, FST_FIG_BIO_COMPLETE, "the end of a bio that ended outside a request",
-	  false),
-	P(block_bpf, block_rq_issue, FST_FIG_RQ_ISSUE, "issue time, merges", true),
-	P(block_bpf, block_split, FST_FIG_BIO_SPLIT, "owner of split bios", false),
-	P(block_bpf, block_bio_queue, FST_FIG_BIO_QUEUE, "bio queue time, owner", true),
+	  false, WINDOWED),
+	P(block_bpf, block_rq_issue, FST_FIG_RQ_ISSUE, "issue time, merges", true, WINDOWED),
+	P(block_bpf, block_split, FST_FIG_BIO_SPLIT, "owner of split bios", false, WINDOWED),
+	P(block_bpf, block_bio_queue, FST_FIG_BIO_QUEUE, "bio queue time, owner", true, WINDOWED),
 	P(block_bpf, workqueue_execute_start, FST_FIG_WORK_EXEC, "loop worker -> reader charging; filesystem work items",
-	  false),
+	  false, WINDOWED),
 	P(block_bpf, workqueue_execute_end, FST_FIG_WORK_EXEC, "loop worker -> reader charging; filesystem work items",
-	  false),
-	P(block_bpf, workqueue_queue_work, FST_FIG_WORK_QUEUE, "queueing delay of filesystem work items", false),
+	  false, WINDOWED),
+	P(block_bpf, workqueue_queue_work, FST_FIG_WORK_QUEUE, "queueing delay of filesystem work items", false, WINDOWED),
 };
 
 static struct probe request_probes[] = {
 	P(requests_bpf, sys_enter, FST_FIG_REQ_START, "request start, file", true),
 	P(requests_bpf, sys_exit, FST_FIG_REQ_END, "request end, bytes", true),
-	P(requests_bpf, sched_switch, FST_FIG_CPU_SPLIT, "on-CPU / off-CPU split", true),
-	P(requests_bpf, sched_wakeup, FST_FIG_WAKEUP, "sleep vs runqueue split", false),
+	P(requests_bpf, sched_switch, FST_FIG_CPU_SPLIT, "on-CPU / off-CPU split", true, WINDOWED),
+	P(requests_bpf, sched_wakeup, FST_FIG_WAKEUP, "sleep vs runqueue split", false, WINDOWED),
 	P(requests_bpf, sched_process_fork, FST_FIG_PROCESS_TREE, "process tree", true),
 	P(requests_bpf, sched_process_exit, FST_FIG_PROCESS_TREE, "process tree", false),
-	P(requests_bpf, mm_filemap_add_to_page_cache, FST_FIG_PCACHE_MISSES, "page-cache misses per request", false),
-	P(requests_bpf, contention_begin, FST_FIG_LOCK_WAIT, "lock wait per request", false),
-	P(requests_bpf, contention_end, FST_FIG_LOCK_WAIT, "lock wait per request", false),
-	P(requests_bpf, page_cache_ra_order, FST_FIG_READAHEAD, "readahead window sizes per request", false),
+	P(requests_bpf, mm_filemap_add_to_page_cache, FST_FIG_PCACHE_MISSES, "page-cache misses per request", false, WINDOWED),
+	P(requests_bpf, contention_begin, FST_FIG_LOCK_WAIT, "lock wait per request", false, WINDOWED),
+	P(requests_bpf, contention_end, FST_FIG_LOCK_WAIT, "lock wait per request", false, WINDOWED),
+	P(requests_bpf, page_cache_ra_order, FST_FIG_READAHEAD, "readahead window sizes per request", false, WINDOWED),
 };
 
 /*
@@ -172,15 +180,15 @@ static struct probe erofs_probes[] = {
 	D(erofs_bpf, z_erofs_zstd_decompress, FST_FIG_EROFS_ZSTD, "erofs zstd pcluster decompression time and sizes"),
 	D(erofs_bpf, z_erofs_transform_plain, FST_FIG_EROFS_PLAIN, "erofs uncompressed-pcluster copy time and sizes"),
 	P(erofs_bpf, erofs_map_blocks_exit, FST_FIG_EROFS_EXTENTS, "erofs extents mapped per request (pclusters needed)",
-	  false),
+	  false, WINDOWED),
 	/* the same figures from the tracepoints' older names (6.1; erofs_readpage: older than 6.1): one attached twin
 	 * suffices */
 	PR(erofs_bpf, z_erofs_map_blocks_iter_exit, FST_FIG_EROFS_EXTENTS,
-	   "erofs extents mapped per request (pclusters needed)", false),
-	P(erofs_bpf, erofs_readahead, FST_FIG_EROFS_READAHEAD, "erofs readahead calls per request", false),
-	PR(erofs_bpf, erofs_readpages, FST_FIG_EROFS_READAHEAD, "erofs readahead calls per request", false),
-	P(erofs_bpf, erofs_read_folio, FST_FIG_EROFS_READ_FOLIO, "erofs single-folio reads per request", false),
-	PR(erofs_bpf, erofs_readpage, FST_FIG_EROFS_READ_FOLIO, "erofs single-folio reads per request", false),
+	   "erofs extents mapped per request (pclusters needed)", false, WINDOWED),
+	P(erofs_bpf, erofs_readahead, FST_FIG_EROFS_READAHEAD, "erofs readahead calls per request", false, WINDOWED),
+	PR(erofs_bpf, erofs_readpages, FST_FIG_EROFS_READAHEAD, "erofs readahead calls per request", false, WINDOWED),
+	P(erofs_bpf, erofs_read_folio, FST_FIG_EROFS_READ_FOLIO, "erofs single-folio reads per request", false, WINDOWED),
+	PR(erofs_bpf, erofs_readpage, FST_FIG_EROFS_READ_FOLIO, "erofs single-folio reads per request", false, WINDOWED),
 };
 
 static struct probe squashfs_probes[] = {

@@ -22,6 +22,7 @@ struct probe {
 	size_t exit_prog_at[FST_NR_TIERS]; /* its exit twin (fexit, kretprobe), if the tier needs one */
 	bool required;			   /* the run cannot go on without it */
 	bool budget_only;		   /* loaded and attached only under --budget (attach, serve) */
+	bool windowed;			   /* under --budget, attached only around the request windows (window.c) */
 	/* filled by tier selection and attach */
 	enum fst_tier tier;
 	char why[256]; /* why better tiers were not used, or why it is unavailable */

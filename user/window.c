@@ -17,16 +17,21 @@
  * window (attaching and detaching, whose registration walks every thread, and its looks at the counts and
  * statistics: a fixed price per window, first the calibration's attach and detach, then each window's own
  * measure).  The first window replaces the calibration's guess,
- * which sees no traced request; each later one refines the estimate for the next period.  The programs that
- * stay attached (block requests, filesystem and workqueue events) are outside the budget; their run time in
- * the windows is reported beside it.
+ * which sees no traced request; each later one refines the estimate for the next period.  The hooks of no use
+ * while no request can be in flight (tiers.h struct probe windowed: the attribution hooks, the per-request block,
+ * workqueue and erofs hooks) are windowed with them, inside the budget.  The programs that stay attached
+ * (block_rq_done's exact per-device counts, the process tree, decompression timed at function entry) are outside
+ * it; their run time in the windows is reported beside it.
  *
- * Edges: a window opens by numbering itself (requests.bpf.c window_seq) and attaching sys_exit, then sys_enter;
+ * Edges: a window opens by numbering itself (flight.bpf.h window_seq) and attaching sys_exit, then sys_enter;
  * it closes by detaching sys_enter, then, GRACE_NS later, sys_exit.  A request is recorded only when both its
  * ends ran in the same window: one that began before the window opened records nothing (not half), and one
  * of length L <= GRACE_NS that began inside it always ends inside it, so such requests are seen with
  * probability W/P exactly and are weighted 1/fraction.  Longer ones are seen with probability (W + G - L)/P;
- * the analysis weights them by that (analysis/summary.py request_windows).
+ * the analysis weights them by that (analysis/windows.py window_weights).  A block request is recorded likewise
+ * only when every bio of it was queued, and it completed, while its window's hooks were on (block.bpf.c
+ * handle_rq_issue); its window's share of each device's completions, which block_rq_done counts exactly
+ * (dev_reads), weighs it.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -77,6 +82,10 @@ struct window {
 	__u64 counted[FST_NR_REQ_KINDS + 1];   /* requests counted in the kernel (req_agg), per kind */
 	__u64 collector_ns;		       /* the collector's CPU time opening and closing it (the attaches and
 						* detaches with their thread walks, the looks at counts and statistics) */
+	/* read requests completed on each traced device, open to enter_closed, as block_rq_done counted them: the
+	 * windowed block figures' auxiliary (analysis/windows.py); dev_reads_known: both looks read them */
+	__u64 dev_reads[MAX_DEVS];
+	bool dev_reads_known;
 };
 
 /* per (filesystem, kind): the sums a ratio estimator over the windows needs (serve's estimated counts) */
@@ -94,10 +103,10 @@ static struct {
 	char why[200];
 	struct requests_bpf *reqs;
 	struct probe *enter, *exit;
-	/* the hooks that only attribute a request's time (sched_switch, sched_wakeup, page-cache adds, lock waits,
-	 * readahead): of no use while no request can be in flight, so attached only around the windows, first on
-	 * and last off */
-	struct probe *attrib[8];
+	/* the hooks of no use while no request can be in flight (tiers.h struct probe windowed: the attribution
+	 * hooks, the per-request block, workqueue and erofs hooks), attached only around the windows, first on and
+	 * last off */
+	struct probe *attrib[32];
 	int nr_attrib;
 	int req_agg_fd, agg_keys_fd, syscalls_fd;
 	double slow_ns;			      /* the slow path's price per syscall, hooks attached vs not, less the programs' run */
@@ -131,7 +140,10 @@ static struct {
 	bool cost_known;
 	bool sampling;	       /* perf sampling is on (enabled only in windows) */
 	struct block_bpf *blk; /* its bio queue stacks are paused outside windows */
-	double duty;	       /* share of time in windows this period */
+	struct sample_bpf *smp;
+	int done_fd;			   /* block_rq_done's counts (aggregates.h dev_done_fd), -1: not attached */
+	__u64 dev_reads_at_open[MAX_DEVS]; /* each device's read requests completed when the current window opened */
+	double duty;			   /* share of time in windows this period */
 	enum { W_CLOSED,
 	       W_OPEN,
 	       W_GRACE } phase;
@@ -226,6 +238,30 @@ static void req_agg_note(__u64 *counted, __u64 *tracer_ns, const struct window *
 }
 
 static __u64 thread_cpu_ns(void) { return now_ns(CLOCK_THREAD_CPUTIME_ID); }
+
+/* read requests completed so far on each traced device, as block_rq_done counts them (exact); false where it is
+ * not attached or a count could not be read */
+static bool dev_reads_now(__u64 *out)
+{
+	for (int i = 0; i < opt.nr_devs && w.done_fd >= 0; i++) {
+		__s64 n = dev_done_requests(w.done_fd, i, FST_IO_READ);
+		if (n < 0)
+			return false;
+		out[i] = (__u64)n;
+	}
+	return w.done_fd >= 0;
+}
+
+/* the window's number in every object whose programs keep state from one event to the next (flight.bpf.h
+ * window_seq) */
+static void window_seq_set(__u32 seq)
+{
+	w.reqs->bss->window_seq = seq;
+	if (w.blk)
+		w.blk->bss->window_seq = seq;
+	if (w.smp)
+		w.smp->bss->window_seq = seq;
+}
 
 static bool is_windowed(const struct probe *p)
 {
@@ -457,31 +493,24 @@ static void schedule(__u64 now, __u64 longest)
 	w.next_open = w.period_start + (__u64)(uniform() * (double)(w.period_len - on));
 }
 
-static bool is_attribution_hook(const char *name)
-{
-	static const char *const names[] = { "sched_switch", "sched_wakeup", "mm_filemap_add_to_page_cache",
-					     "contention_begin", "contention_end", "page_cache_ra_order" };
-	for (int i = 0; i < N(names); i++)
-		if (!strcmp(name, names[i]))
-			return true;
-	return false;
-}
-
 /* whether the sampled bio queue stacks are taken only in windows (block.bpf.c io_stack); --io-stacks all: every
  * bio's, as asked */
 static bool io_stacks_windowed(void) { return opt.sample_hz > 0 && !opt.io_stacks_all; }
 
-/* the attribution hooks and sampling on, before a window's sys_exit and sys_enter; off after them */
+/* the windowed hooks and sampling on, before a window's sys_exit and sys_enter; off after them.  On in the probe
+ * tables' order, off in the reverse: the hooks that end in-flight state are on before and off after those that
+ * begin it (probes.c block_probes), so an entry's end is watched whenever its beginning is */
 static void attribution_on(bool on)
 {
-	for (int i = 0; i < w.nr_attrib; i++) {
+	for (int k = 0; k < w.nr_attrib; k++) {
+		struct probe *p = w.attrib[on ? k : w.nr_attrib - 1 - k];
 		if (!on) {
-			tier_unhook(w.attrib[i]);
+			tier_unhook(p);
 			continue;
 		}
-		int err = tier_rehook(w.attrib[i]);
+		int err = tier_rehook(p);
 		if (err)
-			die("--budget: attaching %s for a window: %s", w.attrib[i]->name, strerror(-err));
+			die("--budget: attaching %s for a window: %s", p->name, strerror(-err));
 	}
 	if (w.sampling)
 		sampling_enable(on);
@@ -512,7 +541,7 @@ static bool window_probes_found(struct tracer *t)
 				w.enter = p;
 			else if (!strcmp(p->name, "sys_exit"))
 				w.exit = p;
-			else if (tier_attached(p) && w.nr_attrib < N(w.attrib) && is_attribution_hook(p->name))
+			else if (tier_attached(p) && p->windowed && w.nr_attrib < N(w.attrib))
 				w.attrib[w.nr_attrib++] = p;
 		}
 	if (!t->reqs || !w.enter || !w.exit || !tier_attached(w.enter) || !tier_attached(w.exit)) {
@@ -566,6 +595,8 @@ void window_init(struct tracer *t, __u64 t_start)
 	window_io_calls_init(t);
 	w.sampling = t->smp != NULL;
 	w.blk = t->blk;
+	w.smp = t->smp;
+	w.done_fd = dev_done_fd(t->blk);
 	w.sample_fd = t->smp ? bpf_program__fd(t->smp->progs.sample_request_stack) : -1;
 	w.stats_fd = -1;
 	w.stats_ok = true;
@@ -585,6 +616,9 @@ void window_init(struct tracer *t, __u64 t_start)
 	if (err)
 		die("--budget: attaching the syscall hooks for calibration: %s", strerror(-err));
 	w.active = true;
+	for (int i = 0; i < w.nr_attrib; i++) /* the issue hook's latencies are the windows' sample */
+		if (!strcmp(w.attrib[i]->name, "block_rq_complete"))
+			dev_lat_windowed(true);
 	w.period_start = t_start;
 	w.period_len = 0;
 	size_duty(w.busy_per_s0);
@@ -602,8 +636,8 @@ void window_init(struct tracer *t, __u64 t_start)
 static void open_window(__u64 now)
 {
 	__u64 c0 = thread_cpu_ns();
-	w.seq += 2;			     /* odd: a window (requests.bpf.c); calibration ran under 0 */
-	w.reqs->bss->window_seq = w.seq | 1; /* before either hook: a late end of an earlier window's request is not ours */
+	w.seq += 2;		   /* odd: a window (requests.bpf.c); calibration ran under 0 */
+	window_seq_set(w.seq | 1); /* before any hook: a late end of an earlier window's request is not ours */
 	req_agg_note(w.counted_before, &w.tracer_before, NULL);
 	w.syscalls_before = percpu_u64(w.syscalls_fd, 0);
 	w.busy_before = busy_ns_now();
@@ -625,6 +659,7 @@ static void open_window(__u64 now)
 	 * is left is bounded by the edges' times (the analysis widens the interval by it) */
 	w.cur.calls_known = io_step(now_ns(CLOCK_MONOTONIC), true); /* and the closing look's (close_enter) */
 	w.io_at_open = w.io_total;
+	w.cur.dev_reads_known = dev_reads_now(w.dev_reads_at_open); /* at the same edge, for the same reason */
 	w.cur.open_edge_ns = now_ns(CLOCK_MONOTONIC) - w.cur.open;
 	w.enter_close_at = now_ns(CLOCK_MONOTONIC) + WINDOW_NS;
 	w.phase = W_OPEN;
@@ -643,6 +678,9 @@ static void close_enter(void)
 		w.cur.calls.reads = w.io_total.reads - w.io_at_open.reads;
 		w.cur.calls.writes = w.io_total.writes - w.io_at_open.writes;
 	}
+	w.cur.dev_reads_known = w.cur.dev_reads_known && dev_reads_now(w.cur.dev_reads);
+	for (int i = 0; i < opt.nr_devs && w.cur.dev_reads_known; i++)
+		w.cur.dev_reads[i] -= w.dev_reads_at_open[i];
 	w.cur.close_edge_ns = now_ns(CLOCK_MONOTONIC) - t0;
 	w.exit_close_at = w.cur.enter_closed + GRACE_NS;
 	w.phase = W_GRACE;
@@ -885,7 +923,7 @@ static void window_rows_json(json *o)
 	json *fields = jset(o, "window_fields", jarr());
 	const char *names[] = { "open_ns", "enter_closed_ns", "exit_closed_ns", "syscalls", "busy_ns", "tracer_ns",
 				"windowed_prog_ns", "always_prog_ns", "read_calls", "write_calls", "open_edge_ns",
-				"close_edge_ns", "counted_by_kind", "collector_cpu_ns" };
+				"close_edge_ns", "counted_by_kind", "collector_cpu_ns", "dev_reads" };
 	for (int i = 0; i < N(names); i++)
 		jpush(fields, jstr(names[i]));
 	json *wins = jset(o, "windows", jarr());
@@ -906,6 +944,7 @@ static void window_rows_json(json *o)
 		jpush(row, ju64(x->close_edge_ns));
 		jpush(row, ju64_array(x->counted, FST_NR_REQ_KINDS + 1));
 		jpush(row, ju64(x->collector_ns));
+		jpush(row, x->dev_reads_known ? ju64_array(x->dev_reads, opt.nr_devs) : NULL);
 	}
 }
 
@@ -942,6 +981,10 @@ json *window_header(__u64 t_start, __u64 t_end)
 	jset(o, "in_windows_ns", ju64(w.in_windows_ns));
 	jset(o, "windows_total", ju64(w.nwins_total));
 	jset(o, "windows_kept", ju64(w.nwins));
+	/* each traced device's read requests completed while block_rq_done was attached (exact: the devices' own
+	 * diskstats count over the same time): the windowed block figures' auxiliary total */
+	__u64 reads[MAX_DEVS];
+	jset(o, "dev_reads_total", dev_reads_now(reads) ? ju64_array(reads, opt.nr_devs) : NULL);
 	window_rows_json(o);
 	return o;
 }
