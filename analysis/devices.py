@@ -286,9 +286,16 @@ def device_unneeded(res):
         no_unit_requests += int((inside == 0).sum())
     if not total:
         return {"available": False, "why": "no reads of the workload on the filesystem's device"}
-    return {"available": True, "bytes": total, "unneeded_bytes": unneeded, "no_unit_bytes": no_unit,
+    sampled = probe_windows(res, "block_rq_complete")[0] is not None
+    return {"available": True, "basis": "windows' sample" if sampled else "every request",
+            "bytes": total, "unneeded_bytes": unneeded, "no_unit_bytes": no_unit,
             "no_unit_requests": no_unit_requests, "units_looked_up": int(len(places["start"])),
             "needed": places["units"], "apart": places["not_units"],
             "method": "every read block request of the workload on the filesystem's device (on a disk, the traced "
                       "tasks'), less its bytes inside the union of the units looked up in the run, over the requests "
-                      "that carry a unit's byte"}
+                      "that carry a unit's byte" + (SAMPLED_UNNEEDED if sampled else "")}
+
+
+# device_unneeded where the block requests were recorded only in --budget's windows
+SAMPLED_UNNEEDED = ("; block requests and lookups recorded only in --budget's windows: the bytes are the windows' "
+                    "sample's, the share theirs")

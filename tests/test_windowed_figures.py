@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from analysis import results, summary, verdict
+from analysis import results, summary, tables, verdict
 from conftest import DATA
 from scripts import bench_overhead as bench
 
@@ -180,3 +180,14 @@ def test_erofs_reads_beside_another_filesystem_are_its_own(base):
     res.header["request_windows"]["windows"][1][12][1] = 2  # the kernel counted 2 reads apart in a window
     er = summary.summarize(res)["erofs"]
     assert "estimate" not in er["windowed"]["reads"] and "not told apart" in er["windowed"]["reads"]["why"]
+
+
+def test_a_table_gives_a_windowed_loop_device_its_exact_reads_or_none(base):
+    """A bench table's loop_requests: never the windows' count as the run's."""
+    res = forged(base, [3, 3, 3], total=30)
+    res.header["devices"][0]["level"] = "loop"
+    assert tables.row_from_summary(summary.summarize(res))["loop_requests"] is None
+    res.header["kernel_aggregates"]["block_figures"] = [{"dev": res.header["devices"][0]["dev"], "basis": "exact",
+                                                        "counted_by": "block_rq_done",
+                                                        "ops": {"read": {"requests": 31, "bytes": 31 * 4096}}}]
+    assert tables.row_from_summary(summary.summarize(res))["loop_requests"] == 31
