@@ -168,7 +168,7 @@ def windowed_reads(rw, rows, slot, reads):
     aux = None
     if rows and total is not None and None not in per:
         aux = (per, total, "the reads block_rq_done counted completed on the device (exact)")
-    est = sampled_count(rw, rows, "read block requests of the device recorded", weighted, seen, aux)
+    est = sampled_count(rw, rows, "read block requests of the device", weighted, seen, aux)
     if aux is None:
         est["method"] = est.get("method", "") + " (no exact count of the device's reads per window: the " \
             "completion counter block_rq_done was not attached)"

@@ -370,7 +370,10 @@ def losses_lines(s):
     beyond = s.get("traced_beyond_diskstats") or {}
     w("  block requests the kernel completed unseen by fstrace: %s"
       % (", ".join("%s %d" % kv for kv in sorted(unseen.items())) or
-         ("none counted" if beyond else "none (records match /proc/diskstats)")))
+         ("none counted" if beyond or s.get("unseen_block_requests_unknown") else
+          "none (records match /proc/diskstats)")))
+    for name, why in sorted((s.get("unseen_block_requests_unknown") or {}).items()):
+        w("  block requests unseen on %s: unknown (%s)" % (name, why))
     if beyond:  # a shared device: edge completions the kernel's difference lacks could offset lost ones
         w("  traced beyond the kernel's count (device shared with other I/O; losses there cannot be ruled out): %s"
           % ", ".join("%s %d" % kv for kv in sorted(beyond.items())))

@@ -259,6 +259,10 @@ def lost_line(s):
     """The one verdict line for what was lost: every item where they fit, else their totals by kind (each item is
     in `fstrace report DIR --full`), so a run with many kinds of loss still has a verdict that fits a screen."""
     items = lost_items(s)
+    unknown = sorted(s.get("unseen_block_requests_unknown") or {})
+    if not items and unknown:
+        return "  lost: none counted (no drops, no full tables); block requests unseen: unknown on %s (recorded " \
+               "only in --budget's windows, no exact count)" % ", ".join(unknown)
     if not items:
         return "  lost: nothing (no drops, no full tables, block requests match /proc/diskstats)"
     line = "  LOST: " + "; ".join(items)

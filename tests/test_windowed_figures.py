@@ -122,7 +122,8 @@ def test_unseen_requests_are_not_claimed_from_windowed_records(base):
     s = summary.summarize(res)
     d = device(s)
     assert d["diskstats_delta"]["reads"] == 34 and d["unseen_requests"] is None and "unseen_why" in d
-    assert not s["unseen_block_requests"] and "block requests unseen" not in verdict.lost_line(s)
+    assert not s["unseen_block_requests"] and "match /proc/diskstats" not in verdict.lost_line(s)
+    assert "unknown on %s" % next(iter(s["devices"])) in verdict.lost_line(s)
     res.header["kernel_aggregates"]["block_figures"] = [{"dev": res.header["devices"][0]["dev"], "basis": "exact",
                                                         "counted_by": "block_rq_done",
                                                         "ops": {"read": {"requests": 30, "bytes": 30 * 4096}}}]
