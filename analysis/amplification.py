@@ -44,6 +44,11 @@ LEVEL_METHODS = {
 FS_LEVELS = ("loop", "disk")
 
 
+# --budget, the block or erofs probes attached only in the windows: their bytes against the reads received there
+SAMPLE_FOOTING = ("recorded only in --budget's windows, as the reads received were: per byte received in the "
+                  "windows (both the windows' sample)")
+
+
 def received_footing(s):
     """The bytes received the device levels are counted against, on their footing, and how: the block programs
     are always attached, so with --budget windows, where the reads received were seen only in the windows, those
@@ -81,6 +86,9 @@ def device_levels(s, received):
             n, reread = own["bytes"], own["reread_bytes"] if own["requests"] else None
         lv = {"device": name, "bytes": int(n), "per_received": _ratio(n, received),
               "method": LEVEL_METHODS.get(level, LEVEL_METHODS["device"])}
+        if d.get("basis") == "windows' sample":
+            # its block requests were recorded only in the windows, as the reads were: both the windows' sample
+            lv.update(per_received=_ratio(n, s["reads"]["bytes"]), footing=SAMPLE_FOOTING)
         delta = d.get("diskstats_delta")
         if level == "loop" and delta:
             lv["diskstats_bytes"] = delta["sectors_read"] * 512
@@ -120,11 +128,14 @@ def decompressed(s, received):
                 "note": "output of every decompression (and uncompressed-unit copy) the probes timed (%s)"
                         % ", ".join(sorted(set(dec["probes"].values())))}
     er = s.get("erofs") or {}
-    if er.get("pcluster_lookups"):
+    sampled = er.get("basis") == "windows' sample"  # erofs's probes, as the reads, only in the windows
+    lookups = er["windowed"]["seen"]["pcluster_lookups"] if sampled else er.get("pcluster_lookups")
+    if lookups:
         n = er["mapped_bytes"]
-        return {"available": True, "method": "bound", "bytes": n, "per_received": _ratio(n, received),
+        return {"available": True, "method": "bound", "bytes": n,
+                "per_received": _ratio(n, s["reads"]["bytes"] if sampled else received),
                 "note": "at most: %d pcluster lookups x the length each mapped (erofs_map_blocks); decompression "
-                        "itself is only sampled on this kernel" % er["pcluster_lookups"]}
+                        "itself is only sampled on this kernel%s" % (lookups, "; " + SAMPLE_FOOTING if sampled else "")}
     if s["run"].get("fs") == "erofs" and er.get("extent_lookups") is not None:
         return {"available": True, "method": "bound", "bytes": 0, "per_received": _ratio(0, received),
                 "note": "no compressed extent was looked up (every mapped extent was stored uncompressed)"}
@@ -185,7 +196,7 @@ def figures(s, sch=None):
     footing, how = received_footing(s)
     levels = device_levels(s, footing)
     for lv in levels.values():
-        lv["method"] += "; " + (how or "per byte the workload received")
+        lv["method"] += "; " + (lv.pop("footing", None) or how or "per byte the workload received")
     lookups, reads = unit_counts(s)
     out = {
         "received_bytes": received,

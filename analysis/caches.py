@@ -5,7 +5,9 @@ import numpy as np
 
 from analysis.hist import log2_slots, percentiles
 from analysis.intervals import overlap_counts, records_in_requests
-from analysis.selection import dev_name, enum_name, enum_value, fs_devices, fs_records, probe_tier, times_hist
+from analysis.selection import (dev_name, enum_name, enum_value, figure_probes, fs_devices, fs_records, probe_tier,
+                                times_hist, traced_fs_types)
+from analysis.windows import in_windows, probe_windows, request_windows, sampled_count
 
 
 def readahead(res, reqs):
@@ -33,7 +35,9 @@ def readahead(res, reqs):
 
 def erofs_events(res, reqs):
     """erofs's tracepoints: extents and pclusters the reads needed, whether each pcluster came from the device
-    once, more than once or not at all (already in memory), and readahead/read_folio calls per request."""
+    once, more than once or not at all (already in memory), and readahead/read_folio calls per request.  Under
+    --budget, where the erofs probes were attached only in the windows, the records are the windows' sample:
+    the event counts are estimates over the whole traced time (erofs_windowed), the rest the sample's."""
     e = fs_records(res, "erofs")
     if not len(e):
         return None
@@ -42,31 +46,10 @@ def erofs_events(res, reqs):
     maps = e[e["event"] == enum_value(h, "erofs_event", "map")]
     enc = enum_value(h, "erofs_map_flag", "encoded")
     pcl = maps[((maps["map_flags"] & enc) != 0) & (maps["plen"] > 0)]
-    out = {"events": ev, "extent_lookups": int(len(maps)), "pcluster_lookups": int(len(pcl))}
+    out = {"events": ev, "extent_lookups": int(len(maps)), "pcluster_lookups": int(len(pcl)),
+           "basis": "every event"}
     if len(pcl):
-        keys, first, lookups = np.unique(np.stack([pcl["dev"].astype(np.uint64), pcl["pa"]], axis=1), axis=0,
-                                         return_index=True, return_counts=True)
-        pa, plen, dev = pcl["pa"][first], pcl["plen"][first], pcl["dev"][first]
-        io = res.records.get("io")
-        reads = np.zeros(len(pa), dtype=np.int64)
-        if io is not None and len(io):
-            rd = io[res.io_ops(io) == res.io_op("read")]
-            for d in np.unique(dev):
-                rows = rd[rd["dev"] == d]
-                m = dev == d
-                if len(rows):
-                    st = rows["sector"].astype(np.uint64) * np.uint64(512)
-                    reads[m] = overlap_counts(st, st + rows["bytes"].astype(np.uint64), pa[m], pa[m] + plen[m])
-        out.update({
-            "pclusters": int(len(pa)), "pcluster_bytes": int(plen.astype(np.uint64).sum()),
-            "pclusters_read_once": int((reads == 1).sum()), "pclusters_reread": int((reads > 1).sum()),
-            "pclusters_without_device_read": int((reads == 0).sum()),
-            # per pcluster: how many times the reads looked it up (each lookup decompresses it, up to the length
-            # mapped) and how many block requests read it; {times: pclusters}
-            "lookups_per_pcluster": times_hist(lookups), "device_reads_per_pcluster": times_hist(reads),
-            "mapped_bytes": int(pcl["llen"].astype(np.uint64).sum()),
-            "plen_hist_log2_bytes": log2_slots(plen, res.schema.hist_slots),
-        })
+        out.update(pcluster_figures(res, pcl))
     idx = records_in_requests(reqs, e["pid"], e["ts_ns"])
     per = {}
     for v, name in h["enums"]["erofs_event"].items():
@@ -80,6 +63,95 @@ def erofs_events(res, reqs):
                    "data was already in memory (erofs's managed cache, or pages of an earlier read); re-read: read "
                    "from the device more than once in this run. Block requests the kernel did not show fstrace "
                    "(unseen_block_requests) count as no device read.")
+    rw, rows = erofs_windows(res)
+    if rw is not None:
+        out.update(erofs_windowed(res, rw, rows, e, maps, pcl))
+    return out
+
+
+def pcluster_figures(res, pcl):
+    """The distinct pclusters of the map records pcl: their bytes, how often each was looked up, and how many
+    read block requests read each (none: already in memory)."""
+    keys, first, lookups = np.unique(np.stack([pcl["dev"].astype(np.uint64), pcl["pa"]], axis=1), axis=0,
+                                     return_index=True, return_counts=True)
+    pa, plen, dev = pcl["pa"][first], pcl["plen"][first], pcl["dev"][first]
+    io = res.records.get("io")
+    reads = np.zeros(len(pa), dtype=np.int64)
+    if io is not None and len(io):
+        rd = io[res.io_ops(io) == res.io_op("read")]
+        for d in np.unique(dev):
+            rows = rd[rd["dev"] == d]
+            m = dev == d
+            if len(rows):
+                st = rows["sector"].astype(np.uint64) * np.uint64(512)
+                reads[m] = overlap_counts(st, st + rows["bytes"].astype(np.uint64), pa[m], pa[m] + plen[m])
+    return {
+        "pclusters": int(len(pa)), "pcluster_bytes": int(plen.astype(np.uint64).sum()),
+        "pclusters_read_once": int((reads == 1).sum()), "pclusters_reread": int((reads > 1).sum()),
+        "pclusters_without_device_read": int((reads == 0).sum()),
+        # per pcluster: how many times the reads looked it up (each lookup decompresses it, up to the length
+        # mapped) and how many block requests read it; {times: pclusters}
+        "lookups_per_pcluster": times_hist(lookups), "device_reads_per_pcluster": times_hist(reads),
+        "mapped_bytes": int(pcl["llen"].astype(np.uint64).sum()),
+        "plen_hist_log2_bytes": log2_slots(plen, res.schema.hist_slots),
+    }
+
+
+# the figures of the erofs probes (records.h FST_FIGURES): extent maps, readahead and read_folio calls
+EROFS_FIGURES = ("erofs_extents", "erofs_readahead", "erofs_read_folio")
+
+
+def erofs_windows(res):
+    """--budget's windows and their rows where the erofs probes were attached only in them; (None, None) where
+    they were attached all the time."""
+    for fig in EROFS_FIGURES:
+        for p in figure_probes(res, fig)[0]:
+            rw, rows = probe_windows(res, p["probe"])
+            if rw is not None:
+                return rw, rows
+    return None, None
+
+
+def erofs_windowed(res, rw, rows, e, maps, pcl):
+    """The erofs figures of windowed probes: the counts (events, extent and pcluster lookups) as estimates over
+    the whole traced time, from the records of each window (scaled as the requests are: the traced processes'
+    read calls where known, else the windows' time), what they saw, and the workload's reads erofs served
+    (erofs_reads)."""
+    def estimated(what, ts):
+        seen = [int(m.sum()) for m in in_windows(rows, ts)]
+        return sampled_count(rw, rows, what, seen, seen, kind="read"), int(len(ts))
+    names = res.header["enums"]["erofs_event"].items()
+    events = {name: estimated("erofs %s events" % name, e["ts_ns"][e["event"] == int(v)]) for v, name in names}
+    lookups = {k: estimated(what, r["ts_ns"]) for k, what, r in (
+        ("extent_lookups", "erofs extent lookups", maps), ("pcluster_lookups", "erofs pcluster lookups", pcl))}
+    out = {"events": {k: v[0] for k, v in events.items()}}
+    out.update({k: v[0] for k, v in lookups.items()})
+    out["basis"] = "windows' sample"
+    out["windowed"] = {
+        "reads": erofs_reads(res, rw, rows, e),
+        "seen": dict({"events": {k: v[1] for k, v in events.items()}}, **{k: v[1] for k, v in lookups.items()}),
+        "sample": "the erofs probes were attached only in --budget's windows: events, extent_lookups and "
+                  "pcluster_lookups are estimates over the whole traced time (seen: what the windows recorded); "
+                  "the pclusters, their reads and the per-request figures are the windows' sample's"}
+    return out
+
+
+def erofs_reads(res, rw, rows, e):
+    """The estimate of the workload's read requests that erofs served (request_windows' estimator over the
+    reads on the erofs filesystems), or why there is none."""
+    sdevs = None
+    if traced_fs_types(res.config) != ["erofs"]:
+        # other filesystems traced beside: the reads on erofs's superblocks; the page-cache hits the kernel
+        # counted apart are per window of every traced filesystem together
+        kv = enum_value(res.header, "req_kind", "read")
+        if any(kv < len(w["counted_by_kind"]) and w["counted_by_kind"][kv] for w in rows):
+            return {"why": "the kernel counted the reads it served from the page cache for every traced filesystem "
+                           "together in each window: erofs's own are not told apart"}
+        sdevs = np.unique(e["dev"]).tolist()
+    w = request_windows(res, "read", sdevs)
+    out = {k: w[k] for k in ("estimate", "interval95", "seen", "auxiliary", "method", "why") if k in w}
+    if sdevs is not None and "method" in out:
+        out["method"] = "reads on the erofs filesystems only: " + out["method"]
     return out
 
 

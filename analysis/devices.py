@@ -8,6 +8,7 @@ from analysis import sampling
 from analysis.hist import log2_slots, percentiles
 from analysis.intervals import covered_bytes, union_bytes
 from analysis.selection import dev_name, enum_value, figure_probes, fs_devices, fs_records, probe_tier
+from analysis.windows import in_windows, probe_windows, sampled_count, window_weights
 
 
 def io_stats(io, unit, hist_slots):
@@ -83,62 +84,126 @@ def workload_reads(res, reads, level):
 
 
 def device_stats(res):
-    """Per traced device: records vs the kernel's own /proc/diskstats delta over the run."""
+    """Per traced device: records vs the kernel's own /proc/diskstats delta over the run.  Under --budget, where
+    block_rq_complete was attached only in the windows, the records are the windows' sample (basis): their
+    counts are what the windows saw, their shares and distributions the sample's; the read requests over the
+    whole traced time are estimated (windowed.requests), and counted exactly where block_rq_done ran (exact)."""
     io = res.records.get("io")
     out = {}
     read_op, write_op = res.io_op("read"), res.io_op("write")
-    for d in res.header.get("devices", []):
-        rows = io[io["dev"] == d["dev"]] if io is not None else io
-        reads = rows[res.io_ops(rows) == read_op]
+    rw, rows = probe_windows(res, "block_rq_complete")
+    for slot, d in enumerate(res.header.get("devices", [])):
+        rows_d = io[io["dev"] == d["dev"]] if io is not None else io
+        reads = rows_d[res.io_ops(rows_d) == read_op]
         st = io_stats(reads, d["unit_bytes"], res.schema.hist_slots)
+        st["basis"] = "every request" if rw is None else "windows' sample"
         st["level"] = device_level(d)
         st["workload_reads"] = workload_reads(res, reads, st["level"])
-        st["all_ops_requests"] = int(len(rows))
+        st["all_ops_requests"] = int(len(rows_d))
         charge_none = enum_value(res.header, "charge", "none")
         st["charged_to_workload"] = int((reads["charge"] != charge_none).sum())
-        writes = rows[res.io_ops(rows) == write_op]
+        writes = rows_d[res.io_ops(rows_d) == write_op]
         st["write_requests"] = int(len(writes))
         st["write_bytes"] = int(writes["bytes"].astype(np.uint64).sum())
-        stacks = res.header.get("io_stacks")
-        if stacks is not None:
-            origins = {}
-            sampled = res.header.get("io_stack_sampling") or {"mode": "all"}
-            unsampled = sampled.get("unsampled_id")
-            for sid, nbytes in zip(reads["queue_stack"].tolist(), reads["bytes"].tolist()):
-                o = "not sampled" if sid == unsampled else \
-                    sampling.io_origin(stacks[str(sid)]) if str(sid) in stacks else "unknown"
-                cur = origins.setdefault(o, {"requests": 0, "bytes": 0})
-                cur["requests"] += 1
-                cur["bytes"] += int(nbytes)
-            st["by_origin"] = origins
-            st["by_origin_method"] = (
-                "every block request's queue stack" if sampled["mode"] == "all" else
-                "queue stacks of at most one bio per %g ms per CPU (the rest 'not sampled'): the origin shares "
-                "of the sampled ones estimate the whole" % (sampled["every_ns"] / 1e6)) + (
-                "; taken only in the request windows (--budget), which are placed at random"
-                if sampled.get("windows_only") else "")
+        if res.header.get("io_stacks") is not None:
+            st.update(origins(res, reads))
         st["by_charge"] = {
             name: {"requests": int((reads["charge"] == int(v)).sum()),
                    "bytes": int(reads["bytes"][reads["charge"] == int(v)].sum())}
             for v, name in res.header["enums"]["charge"].items()}
+        st["exact"] = exact_reads(res, d)
+        if rw is not None:
+            st["windowed"] = windowed_reads(rw, rows, slot, reads)
         s0, s1 = d.get("diskstats_start"), d.get("diskstats_end")
         if s0 and s1:
-            delta = {k: s1[k] - s0[k] for k in ("reads", "reads_merged", "sectors_read", "writes",
-                                                "sectors_written")}
-            st["diskstats_delta"] = delta
-            # The kernel's own count is exact.  Completions it counted that our programs never saw are
-            # lost events: on some kernels BPF is not run for block completions in certain softirq
-            # contexts and no missed run is counted (docs/measuring.md, "Lost events").
-            t = res.header["time"]
-            inside = reads[(reads["ts_complete_ns"] >= t["start_ns"]) & (reads["ts_complete_ns"] <= t["end_ns"])]
-            st["requests_in_window"] = int(len(inside))
-            # The window's edges are outside the snapshots: on a device shared with other I/O (two runs on
-            # one backing disk), completions there are traced but not in the kernel's difference, so fstrace
-            # can see more than the kernel counted.  Nothing is unseen then; the excess is said, not negated.
-            st["unseen_requests"] = max(0, delta["reads"] - len(inside))
-            st["unseen_sectors"] = max(0, delta["sectors_read"] - int(inside["bytes"].astype(np.uint64).sum() // 512))
-            st["traced_beyond_diskstats"] = max(0, len(inside) - delta["reads"])
+            st.update(diskstats_compare(res, reads, s0, s1, st["exact"] if rw is not None else None))
         out[dev_name(d["dev"], res.minor_bits)] = st
+    return out
+
+
+def origins(res, reads):
+    """Where a device's read block requests were queued from (their queue stacks), and how that was taken."""
+    stacks = res.header["io_stacks"]
+    out = {}
+    sampled = res.header.get("io_stack_sampling") or {"mode": "all"}
+    unsampled = sampled.get("unsampled_id")
+    for sid, nbytes in zip(reads["queue_stack"].tolist(), reads["bytes"].tolist()):
+        o = "not sampled" if sid == unsampled else \
+            sampling.io_origin(stacks[str(sid)]) if str(sid) in stacks else "unknown"
+        cur = out.setdefault(o, {"requests": 0, "bytes": 0})
+        cur["requests"] += 1
+        cur["bytes"] += int(nbytes)
+    method = ("every block request's queue stack" if sampled["mode"] == "all" else
+              "queue stacks of at most one bio per %g ms per CPU (the rest 'not sampled'): the origin shares "
+              "of the sampled ones estimate the whole" % (sampled["every_ns"] / 1e6)) + (
+              "; taken only in the request windows (--budget), which are placed at random"
+              if sampled.get("windows_only") else "")
+    return {"by_origin": out, "by_origin_method": method}
+
+
+def exact_reads(res, d):
+    """A device's read block requests and bytes over the traced time as the kernel aggregates counted every
+    completion (kernel_aggregates.block_figures: exact), or why there are none."""
+    figs = [f for f in (res.header.get("kernel_aggregates") or {}).get("block_figures") or [] if f["dev"] == d["dev"]]
+    if not figs:
+        return {"available": False, "why": "this collector wrote no exact block figures for the device"}
+    rd = (figs[0].get("ops") or {}).get("read") or {}
+    return {"available": True, "basis": "exact", "counted_by": figs[0].get("counted_by"),
+            "requests": rd.get("requests", 0), "bytes": rd.get("bytes")}
+
+
+def windowed_reads(rw, rows, slot, reads):
+    """--budget, block_rq_complete windowed: the read block requests of the device in header slot over the whole
+    traced time, estimated from those the windows recorded ({"requests": estimate object, "sample"}).  Seen in
+    a window: the requests queued in it, weighted by window_weights (a request is recorded only if it completed
+    before the window's hooks went off); scaled by the reads block_rq_done counted completed on the device in the
+    windows against all of them (dev_reads), else by the windows' time."""
+    q = reads["ts_queue_ns"].astype(np.int64)
+    weight = window_weights(reads["ts_complete_ns"].astype(np.int64) - q, rw["window_ns"], rw["grace_ns"])
+    masks = in_windows(rows, q)
+    seen, weighted = [int(m.sum()) for m in masks], [float(weight[m].sum()) for m in masks]
+    totals = rw.get("dev_reads_total") or []
+    per = [(w.get("dev_reads") or [])[slot] if slot < len(w.get("dev_reads") or []) else None for w in rows]
+    total = totals[slot] if slot < len(totals) else None
+    aux = None
+    if rows and total is not None and None not in per:
+        aux = (per, total, "the reads block_rq_done counted completed on the device (exact)")
+    est = sampled_count(rw, rows, "read block requests of the device", weighted, seen, aux)
+    if aux is None:
+        est["method"] = est.get("method", "") + " (no exact count of the device's reads per window: the " \
+            "completion counter block_rq_done was not attached)"
+    return {"requests": est,
+            "sample": "the device's block requests were recorded only in --budget's windows: counts beside this "
+                      "are what the windows saw, shares and distributions the windows' sample's"}
+
+
+def diskstats_compare(res, reads, s0, s1, exact):
+    """A device's reads as the kernel counted them (/proc/diskstats between the snapshots), and how many fstrace
+    did not see: from the traced completions, or, where those were recorded only in windows, from the exact
+    count (exact: exact_reads; unavailable where there is none)."""
+    delta = {k: s1[k] - s0[k] for k in ("reads", "reads_merged", "sectors_read", "writes", "sectors_written")}
+    out = {"diskstats_delta": delta}
+    if exact is not None:
+        if not exact["available"]:
+            return dict(out, unseen_requests=None, unseen_sectors=None, traced_beyond_diskstats=None,
+                        unseen_why="the block requests were recorded only in --budget's windows and no exact "
+                                   "count was made (%s)" % exact["why"])
+        n, nbytes = exact["requests"], exact["bytes"]
+        out["unseen_method"] = "the exact count (%s) against the kernel's" % exact["counted_by"]
+    else:
+        # The kernel's own count is exact.  Completions it counted that our programs never saw are
+        # lost events: on some kernels BPF is not run for block completions in certain softirq
+        # contexts and no missed run is counted (docs/measuring.md, "Lost events").
+        t = res.header["time"]
+        inside = reads[(reads["ts_complete_ns"] >= t["start_ns"]) & (reads["ts_complete_ns"] <= t["end_ns"])]
+        n, nbytes = int(len(inside)), int(inside["bytes"].astype(np.uint64).sum())
+    out["requests_in_window"] = n
+    # The window's edges are outside the snapshots: on a device shared with other I/O (two runs on
+    # one backing disk), completions there are traced but not in the kernel's difference, so fstrace
+    # can see more than the kernel counted.  Nothing is unseen then; the excess is said, not negated.
+    out["unseen_requests"] = max(0, delta["reads"] - n)
+    out["unseen_sectors"] = max(0, delta["sectors_read"] - nbytes // 512) if nbytes is not None else None
+    out["traced_beyond_diskstats"] = max(0, n - delta["reads"])
     return out
 
 
@@ -221,9 +286,16 @@ def device_unneeded(res):
         no_unit_requests += int((inside == 0).sum())
     if not total:
         return {"available": False, "why": "no reads of the workload on the filesystem's device"}
-    return {"available": True, "bytes": total, "unneeded_bytes": unneeded, "no_unit_bytes": no_unit,
+    sampled = probe_windows(res, "block_rq_complete")[0] is not None
+    return {"available": True, "basis": "windows' sample" if sampled else "every request",
+            "bytes": total, "unneeded_bytes": unneeded, "no_unit_bytes": no_unit,
             "no_unit_requests": no_unit_requests, "units_looked_up": int(len(places["start"])),
             "needed": places["units"], "apart": places["not_units"],
             "method": "every read block request of the workload on the filesystem's device (on a disk, the traced "
                       "tasks'), less its bytes inside the union of the units looked up in the run, over the requests "
-                      "that carry a unit's byte"}
+                      "that carry a unit's byte" + (SAMPLED_UNNEEDED if sampled else "")}
+
+
+# device_unneeded where the block requests were recorded only in --budget's windows
+SAMPLED_UNNEEDED = ("; block requests and lookups recorded only in --budget's windows: the bytes are the windows' "
+                    "sample's, the share theirs")

@@ -203,7 +203,16 @@ def erofs_section(s):
     er = s.get("erofs")
     if not er:
         return []
-    out = heading("erofs") + ["  erofs tracepoints: %s" % ", ".join("%s %d" % kv for kv in er["events"].items())]
+    if er.get("basis") == "windows' sample":
+        win = er["windowed"]
+        out = heading("erofs") + ["  erofs tracepoints, over the whole traced time: %s" % ", ".join(
+            "%s %s" % (k, verdict.estimate_text(v)) for k, v in er["events"].items()),
+            "    seen in the windows: %s; the workload's reads erofs served: %s" % (
+                ", ".join("%s %d" % kv for kv in win["seen"]["events"].items()),
+                verdict.estimate_text(win["reads"])),
+            "    the figures below are the windows' sample's"]
+    else:
+        out = heading("erofs") + ["  erofs tracepoints: %s" % ", ".join("%s %d" % kv for kv in er["events"].items())]
     if er.get("pclusters"):
         out.append("    pclusters the reads needed: %d (%s); from the device once %d, more than once %d, "
                    "already in memory %d" % (er["pclusters"], size(er["pcluster_bytes"]), er["pclusters_read_once"],
@@ -273,10 +282,13 @@ def diskstats_lines(d):
     dd, out = d["diskstats_delta"], []
     out.append("    kernel diskstats over the run: %d reads, %d sectors, %d merges"
                % (dd["reads"], dd["sectors_read"], dd["reads_merged"]))
-    if d["unseen_requests"]:
-        out.append("    LOST: the kernel completed %d read requests (%d sectors) that fstrace's programs never saw;"
-                   % (d["unseen_requests"], d["unseen_sectors"]))
-        out.append("          the figures for this device cover %d of %d requests" % (d["requests"], dd["reads"]))
+    if d.get("unseen_why"):
+        out.append("    read requests fstrace's programs never saw: unavailable (%s)" % d["unseen_why"])
+    if d.get("unseen_requests"):
+        out.append("    LOST: the kernel completed %d read requests (%s sectors) that fstrace's programs never saw;"
+                   % (d["unseen_requests"], "?" if d["unseen_sectors"] is None else d["unseen_sectors"]))
+        out.append("          the figures for this device cover %d of %d requests" % (
+            d["requests_in_window"] if d.get("basis") == "windows' sample" else d["requests"], dd["reads"]))
     if d.get("traced_beyond_diskstats"):
         out.append("    %d more requests traced than the kernel counted: the device is shared with other I/O, whose "
                    "completions at the window's edges are not in the kernel's difference"
@@ -289,6 +301,12 @@ def device_section(name, d):
     w = out.append
     if d.get("write_requests"):
         w("  device %s (%s): %d write requests, %s" % (name, d["level"], d["write_requests"], size(d["write_bytes"])))
+    if d.get("basis") == "windows' sample":
+        ex = d.get("exact") or {}
+        w("  device %s (%s): read requests over the whole traced time: %s%s" % (
+            name, d["level"], "%d (exact, %s); " % (ex["requests"], ex["counted_by"]) if ex.get("available") else "",
+            verdict.estimate_text(d["windowed"]["requests"])))
+        w("    the rest is the windows' sample (block requests recorded only in --budget's windows):")
     if not d.get("requests"):
         return out + ["  device %s (%s): no read requests" % (name, d["level"])]
     w("  device %s (%s): %d read requests, %s, mean %s, %d merges, %d charged to the workload"
@@ -352,7 +370,10 @@ def losses_lines(s):
     beyond = s.get("traced_beyond_diskstats") or {}
     w("  block requests the kernel completed unseen by fstrace: %s"
       % (", ".join("%s %d" % kv for kv in sorted(unseen.items())) or
-         ("none counted" if beyond else "none (records match /proc/diskstats)")))
+         ("none counted" if beyond or s.get("unseen_block_requests_unknown") else
+          "none (records match /proc/diskstats)")))
+    for name, why in sorted((s.get("unseen_block_requests_unknown") or {}).items()):
+        w("  block requests unseen on %s: unknown (%s)" % (name, why))
     if beyond:  # a shared device: edge completions the kernel's difference lacks could offset lost ones
         w("  traced beyond the kernel's count (device shared with other I/O; losses there cannot be ruled out): %s"
           % ", ".join("%s %d" % kv for kv in sorted(beyond.items())))

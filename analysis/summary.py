@@ -122,6 +122,8 @@ def device_and_loss_figures(res):
         "expired_in_flight": h.get("expired_in_flight"),
         "unseen_block_requests": {name: d["unseen_requests"] for name, d in devices.items()
                                   if d.get("unseen_requests")},
+        # recorded only in --budget's windows with no exact count: whether any went unseen is not known
+        "unseen_block_requests_unknown": {name: d["unseen_why"] for name, d in devices.items() if d.get("unseen_why")},
         # an excess can hide as many lost completions: "none unseen" is not claimed for these devices
         "traced_beyond_diskstats": {name: d["traced_beyond_diskstats"] for name, d in devices.items()
                                     if d.get("traced_beyond_diskstats")},

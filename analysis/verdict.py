@@ -127,10 +127,18 @@ def windows_line(s):
     line += ")"
     if "estimate" not in w:
         return line + "; reads seen %d, no estimate (%s)" % (w["seen"], w.get("why", ""))
-    line += "; reads seen %d, estimated %.0f in all" % (w["seen"], w["estimate"])
-    if "interval95" in w:
-        line += " (95 %% %.0f-%.0f)" % tuple(w["interval95"])
+    line += "; reads seen %d, in all %s" % (w["seen"], estimate_text(w))
     return line + "; request counts and latencies below are of the windows"
+
+
+def estimate_text(est):
+    """A count the --budget windows sampled, weighted up to the whole traced time ({"estimate", "interval95"}:
+    request_windows, analysis/windows.py sampled_count), for people: never printed as if it were exact."""
+    if "estimate" not in est:
+        return "no estimate (%s)" % est.get("why", "")
+    if "interval95" not in est:
+        return "≈ %.0f (no interval: %s; windows)" % (est["estimate"], est.get("why", ""))
+    return "≈ %.0f (95 %%: %.0f–%.0f, windows)" % (est["estimate"], *est["interval95"])
 
 
 def ground_truth_line(s):
@@ -170,13 +178,24 @@ def device_line(name, d):
     own = d.get("workload_reads") or {}
     # a disk the whole system reads: how many of its reads were the traced tasks' (the amplification's)
     mine = " (%d the traced tasks')" % own["requests"] if d["level"] in ("disk", "device") and own else ""
-    line = "  device %s (%s): %d reads%s, mean %s, 4 KiB-aligned %.1f %%" % (
-        name, d["level"], d["requests"], mine, size(d["mean_bytes"]), d["aligned_4k_pct"])
+    line = "  device %s (%s): %s%s, mean %s, 4 KiB-aligned %.1f %%" % (
+        name, d["level"], device_reads_text(d), mine, size(d["mean_bytes"]), d["aligned_4k_pct"])
     if d["unit_bytes"] != 4096:
         line += ", %s-unit-aligned %.1f %%" % (size(d["unit_bytes"]), d["aligned_unit_pct"])
     if d.get("q2c_us"):
         line += "; q2c p50 %s p99 %s" % (us(d["q2c_us"]["p50"]), us(d["q2c_us"]["p99"]))
     return line
+
+
+def device_reads_text(d):
+    """A device's read block requests: every one traced; or, recorded only in --budget's windows, the exact count
+    where one was made, the windows' estimate, and that the figures after it are the windows' sample's."""
+    if d.get("basis") != "windows' sample":
+        return "%d reads" % d["requests"]
+    ex = d.get("exact") or {}
+    exact = "%d reads (exact, %s); " % (ex["requests"], ex["counted_by"]) if ex.get("available") else ""
+    return "%s%s reads estimated from %d seen in the windows (mean, alignment, q2c: theirs)" % (
+        exact, estimate_text(d["windowed"]["requests"]), d["requests"])
 
 
 def decompression_line(s):
@@ -240,6 +259,10 @@ def lost_line(s):
     """The one verdict line for what was lost: every item where they fit, else their totals by kind (each item is
     in `fstrace report DIR --full`), so a run with many kinds of loss still has a verdict that fits a screen."""
     items = lost_items(s)
+    unknown = sorted(s.get("unseen_block_requests_unknown") or {})
+    if not items and unknown:
+        return "  lost: none counted (no drops, no full tables); block requests unseen: unknown on %s (recorded " \
+               "only in --budget's windows, no exact count)" % ", ".join(unknown)
     if not items:
         return "  lost: nothing (no drops, no full tables, block requests match /proc/diskstats)"
     line = "  LOST: " + "; ".join(items)

@@ -39,12 +39,15 @@ def window_auxiliary(rw, rows, kind):
     return [r[field] for r in rows], total, io["source"]
 
 
-def seen_in_windows(res, rw, rows, kind):
+def seen_in_windows(res, rw, rows, kind, sdevs=None):
     """Per window, the requests of kind it saw (counted in the kernel, and recorded ones that started in it) and
     those weighted by window_weights, with each window's length; and the recorded ones outside every window or
-    ending after their window's sys_exit was gone."""
+    ending after their window's sys_exit was gone.  sdevs: the recorded ones on these filesystems only (the
+    counted ones are the caller's to have none)."""
     kv = enum_value(res.header, "req_kind", kind)
     recorded = fs_requests(res, kinds=(kind,))
+    if sdevs is not None:
+        recorded = recorded[np.isin(recorded["sdev"], sdevs)]
     start = recorded["ts_start_ns"].astype(np.int64)
     length = recorded["ts_end_ns"].astype(np.int64) - start
     weight = window_weights(length, rw["window_ns"], rw["grace_ns"])
@@ -78,57 +81,73 @@ def windows_facts(rw, span, kind, seen, outside, late):
             "kind": kind, "seen": int(sum(seen))}
 
 
+def pick_auxiliary(out, rw, rows, kind):
+    """What the windows of rows are scaled by for things that come with the traced processes' kind (read,
+    write) calls: (keep, aux, aux_total, aux_what): those calls (window_auxiliary) over the windows whose calls
+    are known (keep: per window whether it is one), where at least two are; else every window's time over the
+    traced time (aux_what None).  A look at the counts that failed at a window's edge left its own unknown (what
+    the look missed, a later one took: the total is whole); how many, into out."""
+    aux, aux_total, aux_what = window_auxiliary(rw, rows, kind)
+    if aux_what:
+        known = [a is not None for a in aux]
+        out["windows_without_calls"] = known.count(False)
+        if known.count(True) >= 2:
+            return known, [a for a in aux if a is not None], aux_total, aux_what
+    return [True] * len(rows), window_lengths(rows), rw["t_end_ns"] - rw["t_start_ns"], None
+
+
+def window_lengths(rows):
+    """Each window's time with its hooks on, up to sys_enter's detach."""
+    return [w["enter_closed_ns"] - w["open_ns"] for w in rows]
+
+
+def ratio_estimate(out, weighted, aux, aux_total, floor, edge_rows=None):
+    """A total estimated from the windows (each a random sample of the traced time): weighted, what each window
+    saw (weighted by window_weights where a length applies), per unit of aux, each window's auxiliary, times its
+    total aux_total, into out["estimate"]; with two windows or more its 95 % interval (interval95), no lower than
+    floor (what was seen), else out["why"].  edge_rows: the windows' rows where aux is the traced processes'
+    calls, whose looks at an edge widen it (interval95)."""
+    rate = sum(weighted) / float(sum(aux))
+    out["estimate"] = rate * aux_total
+    if len(aux) < 2:
+        out["why"] = "one window: no interval"
+        return out
+    return interval95(out, edge_rows, weighted, aux, aux_total, edge_rows is not None, rate, floor)
+
+
 def estimate(out, rw, rows, weighted, lengths, span, kind):
     """The ratio estimate of all the requests from the windows' weighted counts, into out, with its method and
     95 % interval (or why there is none)."""
-    k = len(rows)
-    total_len = float(sum(lengths))
-    if not k or not total_len or span <= 0:
+    if not rows or not sum(lengths) or span <= 0:
         out["why"] = "no window opened while tracing"
         return out
-    aux, aux_total, aux_what = window_auxiliary(rw, rows, kind)
-    if aux_what:
-        # by the calls, over the windows whose calls are known: a look at the counts that failed at a window's
-        # edge left its own unknown (what the look missed, a later one took: the total is whole)
-        known = [a is not None for a in aux]
-        out["windows_without_calls"] = known.count(False)
-        if known.count(True) < 2:
-            aux = aux_what = None
-        else:
-            rows, weighted, lengths, aux = ([x for x, keep in zip(v, known) if keep]
-                                            for v in (rows, weighted, lengths, aux))
-            k, total_len = len(rows), float(sum(lengths))
-    if aux is None:
-        aux, aux_total = lengths, span
-    total_aux = float(sum(aux))
+    keep, aux, aux_total, aux_what = pick_auxiliary(out, rw, rows, kind)
+    rows, weighted, lengths = ([x for x, kept in zip(v, keep) if kept] for v in (rows, weighted, lengths))
+    k, total_len = len(rows), float(sum(lengths))
     out["auxiliary"] = aux_what or "window time"
-    if aux_what and not total_aux:
+    if aux_what and not sum(aux):
         out["why"] = "the traced processes made no %s syscall in any window" % kind
         return out
-    # a ratio estimator over the windows (each a random sample of the traced time): requests per unit of the
-    # auxiliary in the windows, times its total; its error from the windows' spread, finite-population corrected
-    rate = sum(weighted) / total_aux
-    out["estimate"] = rate * aux_total
     out["method"] = ("requests seen in %d random windows (%.1f %% of the time), weighted by window_weights for "
                      "requests longer than the grace, scaled by %s; 95 %% interval from the windows' spread "
-                     "(ratio estimator, Student t)" % (
-                         k, 100.0 * total_len / span,
-                         "the time the windows covered" if not aux_what else
-                         "the traced processes' own %s syscalls in the windows against all of theirs (%s: tracing "
-                         "slows a window's requests, and these slow with them)" % (kind, aux_what)))
+                     "(ratio estimator, Student t)" % (k, 100.0 * total_len / span, scaled_by(kind, aux_what)))
     if aux_what and out["windows_without_calls"]:
         out["method"] += ("; %d more windows left out: a look at the counts failed at an edge of each, leaving "
                           "its calls unknown" % out["windows_without_calls"])
-    if k < 2:
-        out["why"] = "one window: no interval"
-        return out
-    return interval95(out, rows, weighted, aux, aux_total, aux_what, rate)
+    return ratio_estimate(out, weighted, aux, aux_total, out["seen"], rows if aux_what else None)
 
 
-def interval95(out, rows, weighted, aux, aux_total, aux_what, rate):
+def scaled_by(kind, aux_what):
+    """What a window's count is scaled by, in words (pick_auxiliary's aux_what None: its time)."""
+    return "the time the windows covered" if not aux_what else \
+        "the traced processes' own %s syscalls in the windows against all of theirs (%s: tracing slows a " \
+        "window's requests, and these slow with them)" % (kind, aux_what)
+
+
+def interval95(out, rows, weighted, aux, aux_total, aux_what, rate, floor):
     """The estimate's 95 % interval (Student t over the windows' residuals, finite-population corrected; with the
     calls as auxiliary, widened by the calls that may lie on the other side of a window's edge), into out."""
-    k, total_aux, est = len(rows), float(sum(aux)), out["estimate"]
+    k, total_aux, est = len(aux), float(sum(aux)), out["estimate"]
     mean_aux = total_aux / k
     resid = [n - rate * a for n, a in zip(weighted, aux)]
     var_rate = sum(r * r for r in resid) / (k - 1) / k / mean_aux ** 2
@@ -141,23 +160,76 @@ def interval95(out, rows, weighted, aux, aux_total, aux_what, rate):
                    for a, r in zip(aux, rows))
         out["edge_share"] = edge / total_aux
         half += est * out["edge_share"]
-    out["interval95"] = [max(est - half, float(out["seen"])), est + half]
+    out["interval95"] = [max(est - half, float(floor)), est + half]
     return out
 
 
-def request_windows(res, kind="read"):
+def request_windows(res, kind="read", sdevs=None):
     """--budget: the requests of kind the windows saw, weighted up to the whole traced time, with a 95 %
-    interval; None-free figures only where the collector windowed its hooks."""
+    interval; None-free figures only where the collector windowed its hooks.  sdevs: only the requests on
+    these filesystems (their superblocks' kernel dev_t), where the kernel counted none of that kind apart."""
     rw = res.header.get("request_windows")
     if not rw:
         return {"active": False, "why": "this collector always attaches its request hooks"}
     if not rw.get("active"):
         return {"active": False, "why": rw.get("why", "")}
-    rows = [dict(zip(rw["window_fields"], row)) for row in rw["windows"]]
+    rows = window_rows(rw)
     span = rw["t_end_ns"] - rw["t_start_ns"]
-    seen, weighted, lengths, outside, late = seen_in_windows(res, rw, rows, kind)
+    seen, weighted, lengths, outside, late = seen_in_windows(res, rw, rows, kind, sdevs)
     out = windows_facts(rw, span, kind, seen, outside, late)
     if rw["windows_kept"] < rw["windows_total"]:
         out["why"] = "only the first %d windows are kept: no estimate" % rw["windows_kept"]
         return out
     return estimate(out, rw, rows, weighted, lengths, span, kind)
+
+
+def window_rows(rw):
+    """The windows of a results header's request_windows, each a dict by its window_fields."""
+    return [dict(zip(rw["window_fields"], row)) for row in rw["windows"]]
+
+
+def probe_windows(res, probe):
+    """--budget's request_windows where probe was attached only in them (its name among windowed_probes), and
+    their rows; (None, None) where it was attached all the time (its figures then exact)."""
+    rw = res.header.get("request_windows") or {}
+    if not rw.get("active") or probe not in (rw.get("windowed_probes") or []):
+        return None, None
+    return rw, window_rows(rw)
+
+
+def in_windows(rows, ts):
+    """Per window, which of the times ts fall in it while its hooks were on, before sys_enter's detach."""
+    ts = np.asarray(ts, dtype=np.int64)
+    return [(ts >= w["open_ns"]) & (ts < w["enter_closed_ns"]) for w in rows]
+
+
+def sampled_count(rw, rows, what, weighted, seen, aux=None, kind=None):
+    """The estimate object of a count the windows sampled, over the whole traced time: {"estimate",
+    "interval95", "seen", "windows", "auxiliary", "method"} (ratio_estimate), or with "why" in place of what is
+    missing.  weighted, seen: per window, what it saw of what (weighted by window_weights where a length
+    applies; as seen); aux: (per window, over the whole traced time, what it is) of an exact auxiliary; else
+    kind's calls as request_windows takes them (pick_auxiliary), else the windows' time."""
+    out = {"seen": int(sum(seen)), "windows": len(rows)}
+    span = rw["t_end_ns"] - rw["t_start_ns"]
+    if rw["windows_kept"] < rw["windows_total"]:
+        out["why"] = "only the first %d windows are kept: no estimate" % rw["windows_kept"]
+        return out
+    if not rows or not sum(window_lengths(rows)) or span <= 0:
+        out["why"] = "no window opened while tracing"
+        return out
+    edge_rows = None
+    if aux is None:
+        keep, vals, total, aux_what = pick_auxiliary(out, rw, rows, kind)
+        rows, weighted = ([x for x, kept in zip(v, keep) if kept] for v in (rows, weighted))
+        edge_rows = rows if aux_what else None
+        aux, by = (vals, total, aux_what or "window time"), scaled_by(kind, aux_what)
+    else:
+        by = "%s in the windows against all of it" % aux[2]
+    out["auxiliary"] = aux[2]
+    if not sum(aux[0]):
+        out["why"] = "no %s in any window" % aux[2]
+        return out
+    out["method"] = ("%s seen in %d random windows (%.1f %% of the time), scaled by %s; 95 %% interval from "
+                     "the windows' spread (ratio estimator, Student t, finite-population corrected)" % (
+                         what, len(rows), 100.0 * sum(window_lengths(rows)) / span, by))
+    return ratio_estimate(out, weighted, aux[0], aux[1], out["seen"], edge_rows)
