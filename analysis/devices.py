@@ -8,7 +8,7 @@ from analysis import sampling
 from analysis.hist import log2_slots, percentiles
 from analysis.intervals import covered_bytes, union_bytes
 from analysis.selection import dev_name, enum_value, figure_probes, fs_devices, fs_records, probe_tier
-from analysis.windows import in_windows, probe_windows, sampled_count, window_weights
+from analysis.windows import completion_weights, in_windows, probe_windows, sampled_count
 
 
 def io_stats(io, unit, hist_slots):
@@ -155,13 +155,22 @@ def exact_reads(res, d):
 def windowed_reads(rw, rows, slot, reads):
     """--budget, block_rq_complete windowed: the read block requests of the device in header slot over the whole
     traced time, estimated from those the windows recorded ({"requests": estimate object, "sample"}).  Seen in
-    a window: the requests queued in it, weighted by window_weights (a request is recorded only if it completed
-    before the window's hooks went off); scaled by the reads block_rq_done counted completed on the device in the
-    windows against all of them (dev_reads), else by the windows' time."""
-    q = reads["ts_queue_ns"].astype(np.int64)
-    weight = window_weights(reads["ts_complete_ns"].astype(np.int64) - q, rw["window_ns"], rw["grace_ns"])
-    masks = in_windows(rows, q)
-    seen, weighted = [int(m.sum()) for m in masks], [float(weight[m].sum()) for m in masks]
+    a window: the requests completed in it, weighted by completion_weights (a request is recorded only if its
+    bios were all queued once the window's block_bio_queue was on: block_on_ns); scaled by the reads
+    block_rq_done counted completed on the device in the same spans against all of them (dev_reads), else by the
+    windows' time.  Counted at the same event as the auxiliary, a window's requests differ from it only by those
+    the edge cut off: a burst of requests straddling an edge moves both alike."""
+    c = reads["ts_complete_ns"].astype(np.int64)
+    length = c - reads["ts_queue_ns"].astype(np.int64)
+    # between the looks at dev_reads where the collector took them (a burst completing between a window's open and
+    # that look would be counted on one side only), else the window's span
+    masks = [(c >= w["dev_reads_from_ns"]) & (c < w["dev_reads_to_ns"]) if w.get("dev_reads_from_ns") else m
+             for w, m in zip(rows, in_windows(rows, c))]
+    # the hooks went on before the window opened (older files: as it opened)
+    weighted = [float(completion_weights(length[m], w["enter_closed_ns"] - w["open_ns"],
+                                         w["open_ns"] - (w.get("block_on_ns") or w["open_ns"])).sum())
+                for m, w in zip(masks, rows)]
+    seen = [int(m.sum()) for m in masks]
     totals = rw.get("dev_reads_total") or []
     per = [(w.get("dev_reads") or [])[slot] if slot < len(w.get("dev_reads") or []) else None for w in rows]
     total = totals[slot] if slot < len(totals) else None
@@ -169,12 +178,29 @@ def windowed_reads(rw, rows, slot, reads):
     if rows and total is not None and None not in per:
         aux = (per, total, "the reads block_rq_done counted completed on the device (exact)")
     est = sampled_count(rw, rows, "read block requests of the device", weighted, seen, aux)
+    if aux is not None and "interval95" in est:
+        widen_by_edge_cuts(est, per, seen, weighted)
     if aux is None:
         est["method"] = est.get("method", "") + " (no exact count of the device's reads per window: the " \
             "completion counter block_rq_done was not attached)"
     return {"requests": est,
             "sample": "the device's block requests were recorded only in --budget's windows: counts beside this "
                       "are what the windows saw, shares and distributions the windows' sample's"}
+
+
+def widen_by_edge_cuts(est, per, seen, weighted):
+    """Widen a block estimate's interval by what the windows' edges cut off, which the windows' spread does not
+    show: the completions counted in a window and not recorded (a request begun before its hooks went on), and
+    the weights that stand for such requests elsewhere.  A cut comes in bursts (a request with the readahead
+    merged into it, a device's queue of them): a run whose windows cut none is weighted up all the same, and one
+    whose few windows cut a burst each is short, each by about this much."""
+    cut = sum(max(a - s, 0) for a, s in zip(per, seen)) + abs(sum(weighted) - sum(seen))
+    share = cut / max(sum(per), 1)
+    lo, hi = est["interval95"]
+    est["edge_share"] = share
+    est["interval95"] = [max(lo - est["estimate"] * share, float(sum(seen))), hi + est["estimate"] * share]
+    est["method"] += ("; widened by the windows' edge cuts (completions counted and not recorded, and the weights "
+                      "for them: %.2f %% of the windows' completions)" % (100 * share))
 
 
 def diskstats_compare(res, reads, s0, s1, exact):

@@ -26,6 +26,15 @@ def window_weights(length_ns, window_ns, grace_ns):
     return np.where(length <= grace_ns, 1.0, window_ns / np.minimum(room, window_ns))
 
 
+def completion_weights(length_ns, window_ns, lead_ns=0):
+    """How many block requests each one a window recorded by its completion stands for: one completed inside a
+    window is recorded only if its bios were all queued once block_bio_queue was attached for it, lead_ns before
+    the window opened (a request is recorded whole or not at all), so one of length L completing at a random
+    place of the window is recorded W - (L - lead) of W."""
+    cut = np.maximum(np.asarray(length_ns, dtype=np.float64) - lead_ns, 0.0)
+    return window_ns / np.maximum(window_ns - cut, window_ns / 10.0)
+
+
 def window_auxiliary(rw, rows, kind):
     """The windows' auxiliary for requests of kind: the traced processes' own read (write) syscall counts in each
     window and over the whole traced time, as the collector took them from task I/O accounting, and what they

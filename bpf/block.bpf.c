@@ -347,8 +347,9 @@ static __always_inline int handle_rq_issue(struct request *rq, bool btf)
 	struct fst_rq_start r = { .ts_issue = now, .sector = FST_FIELD(btf, rq, __sector), .stack = -1, .window_seq = window_seq };
 	fold_bios(&r, rq, btf);
 	/* --budget: a request with a bio queued before this window's hooks went on began before it, and is left
-	 * out whole (no record, no charge), as a request that began before a window is */
-	bool whole = !cfg.windowed || (r.nr_bios && r.bios_seen == r.nr_bios);
+	 * out whole (no record, no charge), as a request that began before a window is; so is every one while
+	 * the number is even (the hooks on before the first window, flight.bpf.h window_seq) */
+	bool whole = !cfg.windowed || ((window_seq & 1) && r.nr_bios && r.bios_seen == r.nr_bios);
 	struct rq_starts_slot *slot = whole ? rq_starts_claim((__u64)rq) : NULL;
 	if (slot)
 		slot->v = r;

@@ -86,6 +86,10 @@ struct window {
 	 * windowed block figures' auxiliary (analysis/windows.py); dev_reads_known: both looks read them */
 	__u64 dev_reads[MAX_DEVS];
 	bool dev_reads_known;
+	__u64 dev_reads_from, dev_reads_to; /* when the two looks at them were taken */
+	/* when block_bio_queue's attach for it began (0: not windowed): no block request queued before is recorded, one
+	 * whose bios were all queued since is if it completes before the hooks go off (the analysis's weights) */
+	__u64 block_on;
 };
 
 /* per (filesystem, kind): the sums a ratio estimator over the windows needs (serve's estimated counts) */
@@ -508,6 +512,9 @@ static void attribution_on(bool on)
 			tier_unhook(p);
 			continue;
 		}
+		/* taken before the attach: the hook runs as soon as its registration is done, before the call returns */
+		if (p->figure == FST_FIG_BIO_QUEUE)
+			w.cur.block_on = now_ns(CLOCK_MONOTONIC);
 		int err = tier_rehook(p);
 		if (err)
 			die("--budget: attaching %s for a window: %s", p->name, strerror(-err));
@@ -524,10 +531,18 @@ void window_prepare(struct tracer *t)
 		t->blk->bss->io_stacks_paused = true;
 }
 
-/* no windows after all: what window_prepare held off is taken all the time */
+/* no windows after all: what window_prepare held off is taken all the time, and the hooks record as one window
+ * (an odd number: flight.bpf.h window_seq) */
 static void no_windows(struct tracer *t)
 {
 	t->blk->bss->io_stacks_paused = false;
+	if (!window_asked()) /* the objects were loaded always on (cfg.windowed 0): nothing to number */
+		return;
+	t->blk->bss->window_seq = 1;
+	if (t->reqs)
+		t->reqs->bss->window_seq = 1;
+	if (t->smp)
+		t->smp->bss->window_seq = 1;
 }
 
 /* the syscall hooks and the attribution hooks windowed with them: false (w.why says why) where nothing taxes every
@@ -659,6 +674,7 @@ static void open_window(__u64 now)
 	 * is left is bounded by the edges' times (the analysis widens the interval by it) */
 	w.cur.calls_known = io_step(now_ns(CLOCK_MONOTONIC), true); /* and the closing look's (close_enter) */
 	w.io_at_open = w.io_total;
+	w.cur.dev_reads_from = now_ns(CLOCK_MONOTONIC);
 	w.cur.dev_reads_known = dev_reads_now(w.dev_reads_at_open); /* at the same edge, for the same reason */
 	w.cur.open_edge_ns = now_ns(CLOCK_MONOTONIC) - w.cur.open;
 	w.enter_close_at = now_ns(CLOCK_MONOTONIC) + WINDOW_NS;
@@ -678,6 +694,7 @@ static void close_enter(void)
 		w.cur.calls.reads = w.io_total.reads - w.io_at_open.reads;
 		w.cur.calls.writes = w.io_total.writes - w.io_at_open.writes;
 	}
+	w.cur.dev_reads_to = now_ns(CLOCK_MONOTONIC);
 	w.cur.dev_reads_known = w.cur.dev_reads_known && dev_reads_now(w.cur.dev_reads);
 	for (int i = 0; i < opt.nr_devs && w.cur.dev_reads_known; i++)
 		w.cur.dev_reads[i] -= w.dev_reads_at_open[i];
@@ -923,7 +940,8 @@ static void window_rows_json(json *o)
 	json *fields = jset(o, "window_fields", jarr());
 	const char *names[] = { "open_ns", "enter_closed_ns", "exit_closed_ns", "syscalls", "busy_ns", "tracer_ns",
 				"windowed_prog_ns", "always_prog_ns", "read_calls", "write_calls", "open_edge_ns",
-				"close_edge_ns", "counted_by_kind", "collector_cpu_ns", "dev_reads" };
+				"close_edge_ns", "counted_by_kind", "collector_cpu_ns", "dev_reads", "dev_reads_from_ns",
+				"dev_reads_to_ns", "block_on_ns" };
 	for (int i = 0; i < N(names); i++)
 		jpush(fields, jstr(names[i]));
 	json *wins = jset(o, "windows", jarr());
@@ -945,6 +963,9 @@ static void window_rows_json(json *o)
 		jpush(row, ju64_array(x->counted, FST_NR_REQ_KINDS + 1));
 		jpush(row, ju64(x->collector_ns));
 		jpush(row, x->dev_reads_known ? ju64_array(x->dev_reads, opt.nr_devs) : NULL);
+		jpush(row, x->dev_reads_known ? ju64(x->dev_reads_from) : NULL);
+		jpush(row, x->dev_reads_known ? ju64(x->dev_reads_to) : NULL);
+		jpush(row, x->block_on ? ju64(x->block_on) : NULL);
 	}
 }
 
