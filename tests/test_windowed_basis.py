@@ -1,10 +1,13 @@
-"""--budget's windowed workqueue hooks and device counts in the figures built on them: kworker work items
+"""--budget's windowed workqueue hooks and device counts in the figures built on them, and the dashboard's table of
+which block figures are exact: kworker work items
 (waits.async_work, async_work_unlinked) are estimates over the whole traced time where the workqueue hooks were
 attached only in windows, with basis "windows' sample", and plain counts with basis "every request" where they
 were not; fstrace compare takes a device's exact count (else the estimate), never the windows' raw count.  Pure
 analysis on tests/data/real.fst with budget_windows' forged windows and forged work records: the truth is
 what the forgery put there."""
+import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -12,7 +15,7 @@ import pytest
 from analysis import compare, report, results, summary, verdict
 from analysis.selection import enum_value
 from budget_windows import BLOCK_PROBES, EROFS_PROBES, WINDOW_NS, device, erofs_forged, forged, window_open
-from conftest import DATA
+from conftest import DATA, ROOT
 
 pytestmark = pytest.mark.unit
 
@@ -151,3 +154,29 @@ def test_compare_takes_the_estimated_erofs_lookups_under_windows(base):
     assert s["amplification"]["unit_lookups"]["times"] == {"1": 16}
     f = compare.figures(s, s["amplification"])
     assert f["unit_lookups"] == pytest.approx(160) and f["basis"]["unit_lookups"].startswith("estimated: ≈ 160")
+
+
+def figure_info_labels():
+    """The labels serve writes on fstrace_block_figure_info (user/expose.c's sample format, its C string pieces
+    joined)."""
+    with open(os.path.join(ROOT, "user", "expose.c")) as f:
+        src = re.sub(r'"\s*"', "", f.read())
+    sample = re.search(r'"fstrace_block_figure_info\{(.*?)\}', src).group(1)
+    return re.findall(r'(\w+)=\\"', sample)
+
+
+def test_the_dashboard_table_shows_each_block_figures_basis():
+    """Every label of fstrace_block_figure_info is a column of the dashboard's table of it, basis among them, in
+    the order serve writes them, none hidden."""
+    labels = figure_info_labels()
+    assert labels == ["device", "op", "figure", "basis", "source"]
+    with open(os.path.join(ROOT, "dashboards", "fstrace.json")) as f:
+        doc = json.load(f)
+    table = next(p for p in doc["panels"] if p["type"] == "table" and any(
+        "fstrace_block_figure_info" in t["expr"] for t in p["targets"]))
+    organize = next(t["options"] for t in table["transformations"] if t["id"] == "organize")
+    hidden = {k for k, v in organize.get("excludeByName", {}).items() if v}
+    assert not hidden & set(labels)
+    order = organize["indexByName"]
+    assert sorted(labels, key=order.__getitem__) == labels
+    assert "windows_sample" in table["description"]
