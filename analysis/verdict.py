@@ -157,8 +157,8 @@ def work_text(wk):
     if wk.get("basis") != "windows' sample":
         return "%.1f ms (%d work items)" % (wk["ns"] / 1e6, wk["items"])
     return "%s us (%s work items; seen in the windows: %.1f ms, %d items)" % (
-        estimate_text(scaled_estimate(wk["ns"], 1e-3)), estimate_text(wk["items"]), wk["seen"]["ns"] / 1e6,
-        wk["seen"]["items"])
+        estimate_text(scaled_estimate(wk["ns"], 1e-3)), estimate_text(wk["items"]), wk["ns"]["seen"] / 1e6,
+        wk["items"]["seen"])
 
 
 def ground_truth_line(s):

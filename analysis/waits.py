@@ -74,8 +74,8 @@ def async_work(res):
 
 def work_windowed(rw, rows, g, what, kind):
     """--budget, the workqueue hooks windowed: the work items g over the whole traced time, estimated from those
-    the windows recorded ({"items", "ns": estimate objects (analysis/windows.py sampled_count), "basis", "seen",
-    "sample"}).  Seen in a window: the items that began running in it, weighted by window_weights (one is
+    the windows recorded ({"items", "ns": estimate objects (analysis/windows.py sampled_count), "basis",
+    "recorded", "sample"}).  Seen in a window: the items that began running in it, weighted by window_weights (one is
     recorded only if it ended before the hooks went off); scaled by kind's calls of the traced processes where
     known (request_windows' auxiliary), else by the windows' time."""
     start = g["ts_start_ns"].astype(np.int64)
@@ -87,10 +87,11 @@ def work_windowed(rw, rows, g, what, kind):
     ns = sampled_count(rw, rows, "kworker time (ns) of the " + what, [float((weight * run_ns)[m].sum()) for m in masks],
                        [int(run_ns[m].sum()) for m in masks], kind=kind)
     return {"items": items, "ns": ns, "basis": "windows' sample",
-            "seen": {"items": int(len(g)), "ns": int(run_ns.sum())},
+            "recorded": {"items": int(len(g)), "ns": int(run_ns.sum())},
             "sample": "the workqueue hooks were attached only in --budget's windows: items and ns are estimates over "
-                      "the whole traced time (seen: what the windows recorded); the per-item times, queueing delays "
-                      "and workers are the windows' sample's"}
+                      "the whole traced time from those that began running in a window (their seen); recorded: "
+                      "every item the windows recorded, those that began in a window's grace included; the per-item "
+                      "times, queueing delays and workers are the recorded ones'"}
 
 
 def async_work_unlinked(res):

@@ -54,7 +54,8 @@ def test_windowed_work_items_are_estimated_over_the_whole_traced_time(base):
     wk = s["async_work"]["erofs decompression"]
     assert wk["basis"] == "windows' sample"
     assert wk["items"]["estimate"] == pytest.approx(200) and wk["items"]["interval95"] == pytest.approx([200, 200])
-    assert wk["items"]["seen"] == 20 and wk["seen"] == {"items": 20, "ns": 20 * RUN_NS}
+    assert wk["items"]["seen"] == 20 and wk["ns"]["seen"] == 20 * RUN_NS
+    assert wk["recorded"] == {"items": 20, "ns": 20 * RUN_NS}
     assert wk["ns"]["estimate"] == pytest.approx(200 * RUN_NS)
     assert wk["item_us"]["p50"] == pytest.approx(RUN_NS / 1e3)  # per item: the sample's, as before
     text = "\n".join(report.kworkers_section(s))
@@ -69,7 +70,8 @@ def test_work_items_outside_the_windows_are_not_seen(base):
                     extra_starts=[late, between])
     wk = summary.summarize(res)["async_work"]["erofs decompression"]
     assert wk["items"]["seen"] == 6 and wk["items"]["estimate"] == pytest.approx(60)
-    assert wk["seen"]["items"] == 8  # recorded, the two outside included
+    assert wk["recorded"]["items"] == 8  # the two outside included
+    assert "seen in the windows: 0.1 ms, 6 items" in verdict.work_text(wk)
 
 
 def test_unwindowed_work_items_are_counted(base):
@@ -77,7 +79,7 @@ def test_unwindowed_work_items_are_counted(base):
     res = with_work(forged(base, [1] * 5, total=50), [4] * 5, BLOCK_PROBES)
     s = summary.summarize(res)
     wk = s["async_work"]["erofs decompression"]
-    assert wk["basis"] == "every request" and wk["items"] == 20 and wk["ns"] == 20 * RUN_NS and "seen" not in wk
+    assert wk["basis"] == "every request" and wk["items"] == 20 and wk["ns"] == 20 * RUN_NS and "recorded" not in wk
     assert "0.2 ms (20 work items)" in "\n".join(report.kworkers_section(s))
 
 
