@@ -271,7 +271,8 @@ def kworkers_section(s):
             "%.1f" % wk["queue_delay_us"]["p50"] if wk["queue_delay_us"] else "n/a",
             " (the windows' sample's)" if wk.get("basis") == "windows' sample" else ""))
         if wk.get("by_worker"):
-            out.append("    " + ran_in(wk["by_worker"], "items"))
+            sampled = wk.get("basis") == "windows' sample"
+            out.append("    " + ran_in(wk["by_worker"], "items") + (" (recorded in the windows)" if sampled else ""))
     for kind, wk in sorted((s.get("async_work_unlinked") or {}).items()):
         out.append("  %s in kworkers not caused by the traced devices or requests (another device's, or queued before"
                    " tracing): %s, not counted above" % (kind, verdict.work_text(wk)))

@@ -61,6 +61,7 @@ def test_windowed_work_items_are_estimated_over_the_whole_traced_time(base):
     text = "\n".join(report.kworkers_section(s))
     assert "≈ 200 (95 %: 200–200, windows) work items" in text and "≈ 2000 (95 %: 2000–2000, windows) us" in text
     assert "(20 work items)" not in text and "seen in the windows: 0.2 ms, 20 items" in text
+    assert "ran in: kworker/u9:0[99] 20 items 0.2 ms (recorded in the windows)" in text
 
 
 def test_work_items_outside_the_windows_are_not_seen(base):
@@ -80,7 +81,8 @@ def test_unwindowed_work_items_are_counted(base):
     s = summary.summarize(res)
     wk = s["async_work"]["erofs decompression"]
     assert wk["basis"] == "every request" and wk["items"] == 20 and wk["ns"] == 20 * RUN_NS and "recorded" not in wk
-    assert "0.2 ms (20 work items)" in "\n".join(report.kworkers_section(s))
+    text = "\n".join(report.kworkers_section(s))
+    assert "0.2 ms (20 work items)" in text and "windows" not in text
 
 
 def test_unlinked_work_items_are_estimated_by_the_windows_time(base):
