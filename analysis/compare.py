@@ -147,15 +147,45 @@ def figures(s, amp):
     own = [d for d in devices if d.get("level") == "loop"] or [d for d in devices if d.get("level") == "disk"]
     own = own[0] if own else {}
     out = dict(amplification.row(amp))
-    mine = own.get("workload_reads") if own.get("level") == "disk" else None
-    out["device_requests"] = mine["requests"] if mine else own.get("requests")
+    out["device_requests"], basis = device_requests(own)
     out["device_mean_bytes"] = own["mean_bytes"] / 1024 if own.get("mean_bytes") is not None else None
     out["device_q2c_mean_us"] = (own.get("q2c_us") or {}).get("mean")
+    # what each device figure is where it is not every request's (--budget's windows)
+    out["basis"] = {}
+    if own.get("basis") == "windows' sample":
+        out["basis"] = {"device_requests": basis, "device_mean_bytes": "the windows' sample's",
+                        "device_q2c_mean_us": "the windows' sample's"}
     lookups = amp.get(amplification.UNIT_LOOKUPS) or {}
     out["unit_lookups"] = (None if not lookups.get("available") else
                            sum(int(k) * v for k, v in lookups["times"].items()) if "times" in lookups else
                            lookups["units"])
+    er = s.get("erofs") or {}
+    if out["unit_lookups"] is not None and er.get("basis") == "windows' sample":
+        # erofs's lookups were recorded only in the windows: the estimate of all of them, not the sample's count
+        est = er["pcluster_lookups"]
+        out["unit_lookups"] = est.get("estimate")
+        out["basis"]["unit_lookups"] = "estimated: %s" % verdict.estimate_text(est)
     return out
+
+
+def device_requests(own):
+    """The read requests over the whole run of the device the filesystem sits on (a summary's device), and what
+    they are: every one recorded; where --budget recorded them only in its windows, the exact count where
+    block_rq_done made one, else the windows' estimate, never the sample's count as a total.  On a disk, the
+    traced tasks' own reads (workload_reads): the windows saw only a sample of them, and the exact count is the
+    whole system's, so none then."""
+    if own.get("basis") != "windows' sample":
+        mine = own.get("workload_reads") if own.get("level") == "disk" else None
+        return (mine["requests"] if mine else own.get("requests")), "every request"
+    if own.get("level") == "disk":
+        return None, "the traced tasks' own reads on the disk were recorded only in --budget's windows"
+    ex = own.get("exact") or {}
+    if ex.get("available"):
+        return ex["requests"], "exact (%s)" % ex["counted_by"]
+    est = (own.get("windowed") or {}).get("requests") or {}
+    if "estimate" not in est:
+        return None, "recorded only in --budget's windows, no estimate (%s)" % est.get("why", "")
+    return est["estimate"], "estimated: %s" % verdict.estimate_text(est)
 
 
 def _change(a, b):
@@ -189,9 +219,19 @@ def companions(c, name_a, name_b):
     """The figures that moved with the parts that account for the difference, most first: "what" A (A) -> B (B),
     and how many times over; then those one of the runs could not measure."""
     ranked, missing = moved_with(c)
-    out = ["%s %s (%s) -> %s (%s), %s" % (what, fmt % a, name_a, fmt % b, name_b,
-                                          "unchanged" if factor == 1 else "x%.2f" % (b / a) if a else "from 0")
-           for _, what, fmt, a, b, factor in ranked]
+    fa, fb = c["figures"]
+    out = ["%s %s (%s) -> %s (%s), %s%s" % (what, fmt % a, name_a, fmt % b, name_b,
+                                            "unchanged" if factor == 1 else "x%.2f" % (b / a) if a else "from 0",
+                                            bases_text(key, fa, fb, name_a, name_b))
+           for key, what, fmt, a, b, factor in ranked]
     if missing:
         out.append("not measured in both: " + ", ".join(missing))
     return out
+
+
+def bases_text(key, fa, fb, name_a, name_b):
+    """'; A: what, B: what' of a figure a run took from --budget's windows (figures' basis); '' where both
+    counted every request."""
+    said = ["%s: %s" % (name, f["basis"][key]) for name, f in ((name_a, fa), (name_b, fb))
+            if key in (f.get("basis") or {})]
+    return "; " + ", ".join(said) if said else ""

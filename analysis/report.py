@@ -266,14 +266,16 @@ def kworkers_section(s):
         return []
     out = heading("kworkers")
     for kind, wk in sorted((s.get("async_work") or {}).items()):
-        out.append("  %s in kworkers: %d items, %.1f ms, per item p50 %.1f us p99 %.1f us, queued p50 %s us before "
-                   "running" % (kind, wk["items"], wk["ns"] / 1e6, wk["item_us"]["p50"], wk["item_us"]["p99"],
-                                "%.1f" % wk["queue_delay_us"]["p50"] if wk["queue_delay_us"] else "n/a"))
+        out.append("  %s in kworkers: %s, per item p50 %.1f us p99 %.1f us, queued p50 %s us before running%s" % (
+            kind, verdict.work_text(wk), wk["item_us"]["p50"], wk["item_us"]["p99"],
+            "%.1f" % wk["queue_delay_us"]["p50"] if wk["queue_delay_us"] else "n/a",
+            " (the windows' sample's)" if wk.get("basis") == "windows' sample" else ""))
         if wk.get("by_worker"):
-            out.append("    " + ran_in(wk["by_worker"], "items"))
+            sampled = wk.get("basis") == "windows' sample"
+            out.append("    " + ran_in(wk["by_worker"], "items") + (" (recorded in the windows)" if sampled else ""))
     for kind, wk in sorted((s.get("async_work_unlinked") or {}).items()):
         out.append("  %s in kworkers not caused by the traced devices or requests (another device's, or queued before"
-                   " tracing): %d items, %.1f ms, not counted above" % (kind, wk["items"], wk["ns"] / 1e6))
+                   " tracing): %s, not counted above" % (kind, verdict.work_text(wk)))
     return out
 
 

@@ -141,6 +141,26 @@ def estimate_text(est):
     return "≈ %.0f (95 %%: %.0f–%.0f, windows)" % (est["estimate"], *est["interval95"])
 
 
+def scaled_estimate(est, factor):
+    """An estimate object (estimate_text's) in another unit: its estimate and interval times factor."""
+    out = dict(est)
+    if "estimate" in est:
+        out["estimate"] = est["estimate"] * factor
+    if "interval95" in est:
+        out["interval95"] = [x * factor for x in est["interval95"]]
+    return out
+
+
+def work_text(wk):
+    """A kind of kworker work's items and time (summary async_work): counted, or where the workqueue hooks were
+    windowed, estimated over the whole traced time with what the windows saw."""
+    if wk.get("basis") != "windows' sample":
+        return "%.1f ms (%d work items)" % (wk["ns"] / 1e6, wk["items"])
+    return "%s us (%s work items; seen in the windows: %.1f ms, %d items)" % (
+        estimate_text(scaled_estimate(wk["ns"], 1e-3)), estimate_text(wk["items"]), wk["ns"]["seen"] / 1e6,
+        wk["items"]["seen"])
+
+
 def ground_truth_line(s):
     gt = s.get("ground_truth") or {}
     said = []
@@ -205,7 +225,7 @@ def decompression_line(s):
     def share(ns):
         return " = %s" % percent(ns / wall) if wall else ""
     kworkers = (s.get("async_work") or {}).get("erofs decompression")
-    kw = "; in kworkers: %.1f ms (%d work items)" % (kworkers["ns"] / 1e6, kworkers["items"]) if kworkers else ""
+    kw = "; in kworkers: %s" % work_text(kworkers) if kworkers else ""
     if dec.get("available"):
         tiers = ", ".join(sorted(set(dec["probes"].values())))
         return ("  decompression: %.1f ms in the readers' requests%s, %.1f ms elsewhere (measured: %s)%s"

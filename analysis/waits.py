@@ -6,6 +6,7 @@ import numpy as np
 from analysis import sampling
 from analysis.hist import percentiles
 from analysis.selection import by_thread, enum_name, probe_tier
+from analysis.windows import in_windows, probe_windows, sampled_count, window_weights
 
 
 def lock_wait(res, reqs):
@@ -39,38 +40,80 @@ def work_unlinked(res, w):
 
 def async_work(res):
     """Known filesystem work items run by kworkers for what fstrace traced (tracepoint tier): count, time,
-    queueing delay.  Work the traced devices and requests did not cause is in async_work_unlinked."""
+    queueing delay.  Work the traced devices and requests did not cause is in async_work_unlinked.  Under
+    --budget, where the workqueue hooks were attached only in the windows, the records are the windows' sample
+    (basis): items and ns are estimates over the whole traced time (work_windowed), the per-item times, queueing
+    delays and workers the sample's."""
     w = res.records.get("work")
     if w is None or not len(w):
         return {}
     w = w[~work_unlinked(res, w)]
+    rw, rows = probe_windows(res, "workqueue_execute_end")
+    from_completion = res.header.get("work_kinds_from_completion") or []
     out = {}
     for k in np.unique(w["kind"]):
         g = w[w["kind"] == k]
+        name = enum_name(res.header, "work_kind", k)
         run_ns = (g["ts_end_ns"] - g["ts_start_ns"]).astype(np.int64)
         queued = g[g["ts_queue_ns"] > 0]
         delay_us = (queued["ts_start_ns"] - queued["ts_queue_ns"]) / 1e3
         workers = by_thread(g, run_ns)
-        out[enum_name(res.header, "work_kind", k)] = {
+        out[name] = {
             "items": int(len(g)), "ns": int(run_ns.sum()), "item_us": percentiles(run_ns / 1e3),
             "queue_delay_us": percentiles(delay_us), "workers": int(len(workers)),
             "by_worker": workers[:8],
             "tier": "tp_btf workqueue_execute_start/end (exact time of the work function)",
+            "basis": "every request",
         }
+        if rw is not None:
+            # queued by a read's block completion: they come with the traced processes' reads, scaled by them
+            out[name].update(work_windowed(rw, rows, g, "%s work items" % name,
+                                           "read" if int(k) in from_completion else None))
     return out
+
+
+def work_windowed(rw, rows, g, what, kind):
+    """--budget, the workqueue hooks windowed: the work items g over the whole traced time, estimated from those
+    the windows recorded ({"items", "ns": estimate objects (analysis/windows.py sampled_count), "basis",
+    "recorded", "sample"}).  Seen in a window: the items that began running in it, weighted by window_weights (one is
+    recorded only if it ended before the hooks went off); scaled by kind's calls of the traced processes where
+    known (request_windows' auxiliary), else by the windows' time."""
+    start = g["ts_start_ns"].astype(np.int64)
+    run_ns = g["ts_end_ns"].astype(np.int64) - start
+    weight = window_weights(run_ns, rw["window_ns"], rw["grace_ns"])
+    masks = in_windows(rows, start)
+    items = sampled_count(rw, rows, what, [float(weight[m].sum()) for m in masks], [int(m.sum()) for m in masks],
+                          kind=kind)
+    ns = sampled_count(rw, rows, "kworker time (ns) of the " + what, [float((weight * run_ns)[m].sum()) for m in masks],
+                       [int(run_ns[m].sum()) for m in masks], kind=kind)
+    return {"items": items, "ns": ns, "basis": "windows' sample",
+            "recorded": {"items": int(len(g)), "ns": int(run_ns.sum())},
+            "sample": "the workqueue hooks were attached only in --budget's windows: items and ns are estimates over "
+                      "the whole traced time from those that began running in a window (their seen); recorded: "
+                      "every item the windows recorded, those that began in a window's grace included; the per-item "
+                      "times, queueing delays and workers are the recorded ones'"}
 
 
 def async_work_unlinked(res):
     """Per kind, the work items kworkers ran that no traced block request queued and that woke no traced request
-    (work_unlinked): items and time, kept apart so another device's work is not taken for the workload's."""
+    (work_unlinked): items and time, kept apart so another device's work is not taken for the workload's.  Under
+    --budget with the workqueue hooks windowed: estimates (work_windowed, by the windows' time: these do not
+    come with the traced processes' calls)."""
     w = res.records.get("work")
     if w is None or not len(w):
         return {}
     w = w[work_unlinked(res, w)]
-    return {enum_name(res.header, "work_kind", k): {
-        "items": int((w["kind"] == k).sum()),
-        "ns": int((w["ts_end_ns"] - w["ts_start_ns"])[w["kind"] == k].astype(np.int64).sum())}
-        for k in np.unique(w["kind"])}
+    rw, rows = probe_windows(res, "workqueue_execute_end")
+    out = {}
+    for k in np.unique(w["kind"]):
+        g = w[w["kind"] == k]
+        name = enum_name(res.header, "work_kind", k)
+        out[name] = {"items": int(len(g)), "ns": int((g["ts_end_ns"] - g["ts_start_ns"]).astype(np.int64).sum()),
+                     "basis": "every request"}
+        if rw is not None:
+            out[name].update(work_windowed(rw, rows, g, "%s work items not caused by the traced devices or "
+                                                        "requests" % name, None))
+    return out
 
 
 def delay_accounting(res):
