@@ -50,10 +50,11 @@ SAMPLE_FOOTING = ("recorded only in --budget's windows, as the reads received we
 
 
 def received_footing(s):
-    """The bytes received the device levels are counted against, on their footing, and how: the block programs
-    are always attached, so with --budget windows, where the reads received were seen only in the windows, those
-    bytes weighted up to all the time as the reads were (the windows' estimate over the reads they saw): both
-    weighted.  (None, why) where there is no estimate; (bytes received, None) with the hooks always attached."""
+    """The bytes received what is counted all the time is set against, on their footing, and how: with --budget
+    windows, where the reads received were seen only in the windows, those bytes weighted up to all the time as
+    the reads were (the windows' estimate over the reads they saw): both weighted (a device level recorded in
+    the windows too is set against the windows' own bytes instead: SAMPLE_FOOTING).  (None, why) where there is
+    no estimate; (bytes received, None) with the hooks always attached."""
     received = s["reads"]["bytes"]
     w = s.get("request_windows") or {}
     if not w.get("active"):
@@ -117,7 +118,8 @@ def reread(levels):
 def decompressed(s, received):
     """Bytes decompressed: exact from the decompression probes, else at most the length each erofs pcluster
     lookup mapped (a bound), else unavailable; does not apply on an uncompressed image.  Per byte received on
-    the footing of received_footing (the filesystems' probes are attached all the time, as the block ones)."""
+    the footing of received_footing where the probes were attached all the time (decompression timed at function
+    entry), per byte received in the windows where erofs's tracepoints were windowed (SAMPLE_FOOTING)."""
     why = uncompressed(s["run"])
     if why:
         return {"applies": False, "why": why + ": nothing is decompressed"}
