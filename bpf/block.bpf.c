@@ -61,6 +61,10 @@ struct {
 /* set by the collector where block_rq_done is attached: io_completed leaves it the sizes, bytes and alignment */
 bool exact_io_on;
 
+/* set by the collector where --budget windows these hooks (user/window.c window_prepare, no_windows): a block
+ * request is then recorded only whole, inside one window (handle_rq_issue) */
+bool windows_on;
+
 static __always_inline __u32 rq_dev(struct request *rq, bool btf)
 {
 	__u32 part = request_part_dev(rq, btf);
@@ -179,6 +183,9 @@ static __always_inline int handle_bio_split(struct bio *split, bool btf)
 	struct fst_bio_start s = { .stack = -1, .window_seq = window_seq };
 	if (ps && !flight_stale(ps->v.window_seq)) {
 		s = ps->v;
+	} else if (windows_on) {
+		/* its parent was queued before this window's hooks went on: its request is left out whole */
+		return 0;
 	} else {
 		s.ts_queue = bpf_ktime_get_ns();
 		charge_current(&s);
@@ -349,7 +356,7 @@ static __always_inline int handle_rq_issue(struct request *rq, bool btf)
 	/* --budget: a request with a bio queued before this window's hooks went on began before it, and is left
 	 * out whole (no record, no charge), as a request that began before a window is; so is every one while
 	 * the number is even (the hooks on before the first window, flight.bpf.h window_seq) */
-	bool whole = !cfg.windowed || ((window_seq & 1) && r.nr_bios && r.bios_seen == r.nr_bios);
+	bool whole = !windows_on || ((window_seq & 1) && r.nr_bios && r.bios_seen == r.nr_bios);
 	struct rq_starts_slot *slot = whole ? rq_starts_claim((__u64)rq) : NULL;
 	if (slot)
 		slot->v = r;
@@ -554,7 +561,7 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
 	}
 	/* one record, histogram and sum per request: at its last completion; under --budget's windows only for a
 	 * request issued in this one (have_rs), whole */
-	if (d.have_rs ? last : !cfg.windowed) {
+	if (d.have_rs ? last : !windows_on) {
 		d.bytes = nr_bytes;
 		if (d.have_rs) {
 			d.sector = d.rs.sector;
@@ -685,7 +692,8 @@ int BPF_PROG(block_rq_done_raw, struct request *rq, int error, unsigned int nr_b
  * is a leak only a full bucket needs ended, while age alone cannot tell it from I/O really in flight that long.
  * Run by the collector every FST_EXPIRE_EVERY_NS (BPF_PROG_TEST_RUN), a slice of each table at a time (records.h
  * FST_EXPIRE_SLICES): the slots are taken back with the same compare-and-swap the handlers use, so a slot claimed
- * meanwhile is left.
+ * meanwhile is left.  Under --budget's windows an entry left by an earlier window (flight.bpf.h flight_stale) is
+ * taken back from a full bucket whatever its age, and counted nowhere: its end came after the hooks went off.
  */
 __u64 expired_bios, expired_requests, expired_work;
 /* the slice the next run walks, counted up by each run (only the collector runs it, one run at a time) */
@@ -720,37 +728,42 @@ static __always_inline void expire_free(__u64 *key_at)
  * The bpf_loop callback expiring one bucket of a flight table: TS(v) is when a slot's entry began, DROP(v) gives
  * back what it held (its bios' in-flight counts), counter counts the expired entries.
  */
-#define EXPIRE_BUCKET(table, TS, DROP, counter)                              \
-	static int table##_expire_bucket(__u32 i, struct expire_walk *w)     \
-	{                                                                    \
-		__u32 b = w->first + i;                                      \
-		struct table##_bucket *bk = bpf_map_lookup_elem(&table, &b); \
-		if (!bk)                                                     \
-			return 1;                                            \
-		int used = 0;                                                \
-		_Pragma("unroll")                                            \
-		for (int j = 0; j < FST_FLIGHT_WAYS; j++)                    \
-			used += bk->s[j].key != 0;                           \
-		if (used < FST_FLIGHT_WAYS)                                  \
-			return 0;                                            \
-		_Pragma("unroll")                                            \
-		for (int j = 0; j < FST_FLIGHT_WAYS; j++) {                  \
-			struct table##_slot *slot = &bk->s[j];               \
-			__u64 key = slot->key, ts = TS(slot->v);             \
-			if (!key || !ts || w->now < ts + FST_STALE_NS)       \
-				continue;                                    \
-			if (!expire_take(&slot->key, key))                   \
-				continue;                                    \
-			DROP(slot->v);                                       \
-			__builtin_memset(&slot->v, 0, sizeof(slot->v));      \
-			expire_free(&slot->key);                             \
-			__sync_fetch_and_add(&counter, 1);                   \
-		}                                                            \
-		return 0;                                                    \
+#define EXPIRE_BUCKET(table, TS, SEQ, DROP, counter)                                 \
+	static int table##_expire_bucket(__u32 i, struct expire_walk *w)             \
+	{                                                                            \
+		__u32 b = w->first + i;                                              \
+		struct table##_bucket *bk = bpf_map_lookup_elem(&table, &b);         \
+		if (!bk)                                                             \
+			return 1;                                                    \
+		int used = 0;                                                        \
+		_Pragma("unroll")                                                    \
+		for (int j = 0; j < FST_FLIGHT_WAYS; j++)                            \
+			used += bk->s[j].key != 0;                                   \
+		if (used < FST_FLIGHT_WAYS)                                          \
+			return 0;                                                    \
+		_Pragma("unroll")                                                    \
+		for (int j = 0; j < FST_FLIGHT_WAYS; j++) {                          \
+			struct table##_slot *slot = &bk->s[j];                       \
+			__u64 key = slot->key, ts = TS(slot->v);                     \
+			bool stale = flight_stale(SEQ(slot->v));                     \
+			if (!key || (!stale && (!ts || w->now < ts + FST_STALE_NS))) \
+				continue;                                            \
+			if (!expire_take(&slot->key, key))                           \
+				continue;                                            \
+			DROP(slot->v);                                               \
+			__builtin_memset(&slot->v, 0, sizeof(slot->v));              \
+			expire_free(&slot->key);                                     \
+			if (!stale) /* an earlier window's is no loss */             \
+				__sync_fetch_and_add(&counter, 1);                   \
+		}                                                                    \
+		return 0;                                                            \
 	}
 
 #define BIO_TS(v) ((v).ts_queue)
 /* an entry of an earlier window counted its bios in no count of this one's (task.bpf.h inflight_add) */
+#define BIO_SEQ(v) ((v).window_seq)
+#define RQ_SEQ(v) ((v).window_seq)
+#define WORK_SEQ(v) ((v).window_seq)
 #define BIO_DROP(v)                                \
 	do {                                       \
 		if (!flight_stale((v).window_seq)) \
@@ -765,10 +778,10 @@ static __always_inline void expire_free(__u64 *key_at)
 #define WORK_TS(v) ((v).ts_queue)
 #define WORK_DROP(v) ((void)0)
 
-EXPIRE_BUCKET(bio_starts, BIO_TS, BIO_DROP, expired_bios)
-EXPIRE_BUCKET(rq_starts, RQ_TS, RQ_DROP, expired_requests)
+EXPIRE_BUCKET(bio_starts, BIO_TS, BIO_SEQ, BIO_DROP, expired_bios)
+EXPIRE_BUCKET(rq_starts, RQ_TS, RQ_SEQ, RQ_DROP, expired_requests)
 /* work items queued and never run (cancelled) keep their slots until their work is queued again */
-EXPIRE_BUCKET(work_queued, WORK_TS, WORK_DROP, expired_work)
+EXPIRE_BUCKET(work_queued, WORK_TS, WORK_SEQ, WORK_DROP, expired_work)
 
 SEC("syscall")
 int expire_stale(void *ctx)

@@ -24,7 +24,8 @@
 /*
  * --budget: the collector attaches sys_enter/sys_exit, and the hooks that only matter while a request can be in
  * flight (the per-request block, workqueue and erofs hooks, the attribution hooks), only in windows
- * (user/window.c), and numbers each window here, in every object, before attaching them.  A request belongs to
+ * (user/window.c), and numbers each window here, in each object that keeps or reads such state (block, requests,
+ * sample: window.c window_seq_set), before attaching them.  A request belongs to
  * the window its sys_enter ran in; a sys_exit in another window (its request began before this window opened, or
  * never ended in an earlier one) records nothing, so no request is recorded half.  Windows are odd numbers; an
  * even one (0 at the start) means the hooks are on only for the collector's measurement of their cost, and

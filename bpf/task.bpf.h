@@ -165,10 +165,8 @@ static __always_inline void inflight_add(__u32 pid, __s64 delta)
 	if (n) {
 		/* counted in an earlier window, whose ends went unseen: this window's count starts from none (a
 		 * decrement never comes first: every entry whose end takes one back was counted in this window) */
-		if (flight_stale(n->v.window_seq)) {
-			n->v.window_seq = window_seq;
-			n->v.n = 0;
-		}
+		if (flight_stale(n->v.window_seq)) /* one store of both: no add lands between them */
+			n->v = (struct inflight_count){ .n = 0, .window_seq = window_seq };
 		__sync_fetch_and_add(&n->v.n, (__s32)delta);
 		return;
 	}

@@ -220,7 +220,7 @@ def run_one(config, argv, cwd, devs, work, estimates=False):
                 "dropped": sum(res.header["drops"].values()),
                 "load_attach_s": res.header["time"]["load_attach_ns"] / 1e9,
                 "collector_cpu_s": collector_cpu_s(res.header),
-                "window_edges_cpu_s": window_edges_cpu_s(rw),
+                "window_edges_cpu_s": window_edges_cpu_s(rw, wl.get("start_ns") or res.header["time"]["start_ns"]),
                 "probes": [(p["probe"], p["runs"], p.get("run_ns", 0)) for p in res.header["probes"] if p["runs"]]
                 + ([(SAMPLING, res.header["sampling"]["runs"], res.header["sampling"]["run_ns"])]
                    if res.header["sampling"].get("runs") else []),
@@ -422,14 +422,16 @@ def probe_costs(infos):
     return sorted(rows, key=lambda p: -p["events_per_s"] * p["ns_per_event"])
 
 
-def window_edges_cpu_s(rw):
-    """--budget: the collector's CPU seconds at its windows' edges (attaching and detaching the windowed hooks,
-    its looks at the counts), which the budget sizes the windows to pay for (window rows' collector_cpu_ns);
+def window_edges_cpu_s(rw, since_ns):
+    """--budget: the collector's CPU seconds at the edges of its windows opened since since_ns (the start of the
+    span its CPU time is taken over: analysis/tracer.py collector_cpu), attaching and detaching the windowed hooks
+    and its looks at the counts, which the budget sizes the windows to pay for (window rows' collector_cpu_ns);
     0 without windows."""
-    if not rw.get("active") or "collector_cpu_ns" not in rw.get("window_fields", []):
+    fields = rw.get("window_fields", [])
+    if not rw.get("active") or "collector_cpu_ns" not in fields:
         return 0.0
-    k = rw["window_fields"].index("collector_cpu_ns")
-    return sum(row[k] or 0 for row in rw.get("windows", [])) / 1e9
+    k, o = fields.index("collector_cpu_ns"), fields.index("open_ns")
+    return sum(row[k] or 0 for row in rw.get("windows", []) if row[o] >= since_ns) / 1e9
 
 
 def collector_ms_per_s(info, outside_windows=False):

@@ -7,6 +7,7 @@ import subprocess
 import pytest
 
 from analysis import results
+from cli.runner import COLLECTOR
 from analysis import summary as S
 from conftest import drop_caches, finish_attach, start_attach
 from serving import diskstat, fio_randread, fresh_scrape, parse, start_serve, stop, value
@@ -134,3 +135,29 @@ def test_attach_counts_every_block_read_and_its_latency_agrees_with_the_issue_ho
     # the issue hook sees the requests queued and completed inside a window, the completion every one
     assert 100 <= sum(issue) < read["requests"]
     assert apart_more_than_one_slot(q2c["slots"], issue) <= 0.05, (q2c["slots"], issue)
+
+
+@pytest.mark.bpf
+def test_a_budget_without_windows_records_every_block_request(tmp_path, mounted_erofs):
+    """--budget where nothing is windowed (--block-only: no request hooks to window) leaves the block hooks attached
+    all the time, recording every request as without a budget: the loop device's read records are its
+    /proc/diskstats reads between the collector's snapshots."""
+    mnt, dev = mounted_erofs
+    name, kdev = kdev_name(dev)
+    if not iostats_on(dev):
+        pytest.skip("%s keeps no I/O statistics: /proc/diskstats does not count its requests" % dev)
+    drop_caches()
+    out = tmp_path / "r.fst"
+    subprocess.run([COLLECTOR, "-o", str(out), "--dev", name + ":4096:loop", "--block-only", "--budget", "1", "--",
+                    "cat", os.path.join(mnt, "big.bin")], check=True, stdout=subprocess.DEVNULL)
+    res = results.load(str(out))
+    assert not res.header["request_windows"]["active"]
+    d = next(x for x in res.header["devices"] if x["dev"] == kdev)
+    reads = d["diskstats_end"]["reads"] - d["diskstats_start"]["reads"]
+    io = res.records["io"]
+    on = io[(io["dev"] == kdev) & (res.io_ops(io) == res.io_op("read"))]
+    probe = next(x for x in res.header["probes"] if x["probe"] == "block_rq_complete")
+    if probe.get("missed_runs"):
+        assert 0 < len(on) <= reads
+    else:
+        assert len(on) == reads > 0

@@ -101,6 +101,11 @@ const char *dev_lat_basis(enum dev_lat_source s)
 	return s == LAT_ISSUE_HOOK && issue_hook_sampled ? "windows_sample" : "exact";
 }
 
+const char *dev_count_basis(const struct dev_sources *src)
+{
+	return src->exact_path ? "exact" : dev_lat_basis(LAT_ISSUE_HOOK);
+}
+
 __u64 dev_io_requests(const struct fst_dev_io *io, __u32 sub)
 {
 	__u64 c = 0;
@@ -253,7 +258,7 @@ static json *block_figures_json(struct block_bpf *blk, __u32 kdev, __u32 slot, c
 {
 	json *o = jobj();
 	jset(o, "dev", ju64(kdev));
-	jset(o, "basis", jstr("exact"));
+	jset(o, "basis", jstr(dev_count_basis(src)));
 	jset(o, "counted_by", jstr(src->exact_path ? "block_rq_done" : "block_rq_complete"));
 	static struct fst_dev_io issue; /* large: not on the stack */
 	if (src->exact_path)

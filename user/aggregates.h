@@ -60,6 +60,9 @@ struct dev_sources {
 	enum dev_lat_source q2c[FST_IO_SUBS], d2c[FST_IO_SUBS];
 	__u64 requests[FST_IO_SUBS], start_kept[FST_IO_SUBS], io_start_kept[FST_IO_SUBS];
 };
+/* a device's counts' and bytes' basis: "exact" where block_rq_done counted them (or the in-flight completion hook
+ * attached all the time), "windows_sample" where that hook counted them only in the windows */
+const char *dev_count_basis(const struct dev_sources *src);
 
 /*
  * Device slot's figures into *io: dev_io's (io_fd), or where block_rq_done is attached (done_fd >= 0) dev_done's

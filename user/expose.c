@@ -819,8 +819,8 @@ static void block_figure_info(struct jbuf *b, const struct expose_input *in, con
 				continue;
 			const char *counted = src[d].exact_path ? "block_rq_done" : "block_rq_complete";
 			const char *figs[][3] = {
-				{ "requests", counted, "exact" },
-				{ "bytes", counted, "exact" },
+				{ "requests", counted, dev_count_basis(&src[d]) },
+				{ "bytes", counted, dev_count_basis(&src[d]) },
 				{ "q2c", dev_lat_source_names[src[d].q2c[sub]], dev_lat_basis(src[d].q2c[sub]) },
 				{ "d2c", dev_lat_source_names[src[d].d2c[sub]], dev_lat_basis(src[d].d2c[sub]) },
 			};

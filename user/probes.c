@@ -90,9 +90,9 @@ static struct probe block_probes[] = {
 	P(block_bpf, block_rq_issue, FST_FIG_RQ_ISSUE, "issue time, merges", true, WINDOWED),
 	P(block_bpf, block_split, FST_FIG_BIO_SPLIT, "owner of split bios", false, WINDOWED),
 	P(block_bpf, block_bio_queue, FST_FIG_BIO_QUEUE, "bio queue time, owner", true, WINDOWED),
-	P(block_bpf, workqueue_execute_start, FST_FIG_WORK_EXEC, "loop worker -> reader charging; filesystem work items",
-	  false, WINDOWED),
 	P(block_bpf, workqueue_execute_end, FST_FIG_WORK_EXEC, "loop worker -> reader charging; filesystem work items",
+	  false, WINDOWED),
+	P(block_bpf, workqueue_execute_start, FST_FIG_WORK_EXEC, "loop worker -> reader charging; filesystem work items",
 	  false, WINDOWED),
 	P(block_bpf, workqueue_queue_work, FST_FIG_WORK_QUEUE, "queueing delay of filesystem work items", false, WINDOWED),
 };
@@ -105,8 +105,8 @@ static struct probe request_probes[] = {
 	P(requests_bpf, sched_process_fork, FST_FIG_PROCESS_TREE, "process tree", true),
 	P(requests_bpf, sched_process_exit, FST_FIG_PROCESS_TREE, "process tree", false),
 	P(requests_bpf, mm_filemap_add_to_page_cache, FST_FIG_PCACHE_MISSES, "page-cache misses per request", false, WINDOWED),
-	P(requests_bpf, contention_begin, FST_FIG_LOCK_WAIT, "lock wait per request", false, WINDOWED),
 	P(requests_bpf, contention_end, FST_FIG_LOCK_WAIT, "lock wait per request", false, WINDOWED),
+	P(requests_bpf, contention_begin, FST_FIG_LOCK_WAIT, "lock wait per request", false, WINDOWED),
 	P(requests_bpf, page_cache_ra_order, FST_FIG_READAHEAD, "readahead window sizes per request", false, WINDOWED),
 };
 

@@ -529,20 +529,16 @@ void window_prepare(struct tracer *t)
 {
 	if (window_asked() && io_stacks_windowed())
 		t->blk->bss->io_stacks_paused = true;
+	/* block requests recorded only whole inside a window from the attach on (none before the first window: its
+	 * number is still even); no_windows lets every one be again */
+	t->blk->bss->windows_on = window_asked();
 }
 
-/* no windows after all: what window_prepare held off is taken all the time, and the hooks record as one window
- * (an odd number: flight.bpf.h window_seq) */
+/* no windows after all: what window_prepare held off is taken all the time */
 static void no_windows(struct tracer *t)
 {
 	t->blk->bss->io_stacks_paused = false;
-	if (!window_asked()) /* the objects were loaded always on (cfg.windowed 0): nothing to number */
-		return;
-	t->blk->bss->window_seq = 1;
-	if (t->reqs)
-		t->reqs->bss->window_seq = 1;
-	if (t->smp)
-		t->smp->bss->window_seq = 1;
+	t->blk->bss->windows_on = false;
 }
 
 /* the syscall hooks and the attribution hooks windowed with them: false (w.why says why) where nothing taxes every
@@ -674,8 +670,10 @@ static void open_window(__u64 now)
 	 * is left is bounded by the edges' times (the analysis widens the interval by it) */
 	w.cur.calls_known = io_step(now_ns(CLOCK_MONOTONIC), true); /* and the closing look's (close_enter) */
 	w.io_at_open = w.io_total;
+	/* at the same edge, for the same reason; the span's start taken after the counts, its end (close_enter)
+	 * before them: a completion recorded inside the span is always in the count (block_rq_done runs first) */
+	w.cur.dev_reads_known = dev_reads_now(w.dev_reads_at_open);
 	w.cur.dev_reads_from = now_ns(CLOCK_MONOTONIC);
-	w.cur.dev_reads_known = dev_reads_now(w.dev_reads_at_open); /* at the same edge, for the same reason */
 	w.cur.open_edge_ns = now_ns(CLOCK_MONOTONIC) - w.cur.open;
 	w.enter_close_at = now_ns(CLOCK_MONOTONIC) + WINDOW_NS;
 	w.phase = W_OPEN;
