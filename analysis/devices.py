@@ -166,18 +166,23 @@ def windowed_reads(rw, rows, slot, reads):
     # that look would be counted on one side only), else the window's span
     masks = [(c >= w["dev_reads_from_ns"]) & (c < w["dev_reads_to_ns"]) if w.get("dev_reads_from_ns") else m
              for w, m in zip(rows, in_windows(rows, c))]
-    # the hooks went on before the window opened (older files: as it opened)
-    weighted = [float(completion_weights(length[m], w["enter_closed_ns"] - w["open_ns"],
-                                         w["open_ns"] - (w.get("block_on_ns") or w["open_ns"])).sum())
-                for m, w in zip(masks, rows)]
+    # weighted over the span the masks cover, the hooks on from block_on_ns (older files: the window's span, the
+    # hooks on as it opened)
+    weighted = [float(completion_weights(length[m], *weight_span(w)).sum()) for m, w in zip(masks, rows)]
     seen = [int(m.sum()) for m in masks]
     totals = rw.get("dev_reads_total") or []
     per = [(w.get("dev_reads") or [])[slot] if slot < len(w.get("dev_reads") or []) else None for w in rows]
     total = totals[slot] if slot < len(totals) else None
     aux = None
-    if rows and total is not None and None not in per:
+    # a window whose look at the counts failed (dev_reads null) is left out alone, as pick_auxiliary does for calls
+    keep = [p is not None for p in per]
+    if rows and total is not None and keep.count(True) >= 2:
+        rows, weighted, seen, per = ([x for x, kept in zip(v, keep) if kept] for v in (rows, weighted, seen, per))
         aux = (per, total, "the reads block_rq_done counted completed on the device (exact)")
     est = sampled_count(rw, rows, "read block requests of the device", weighted, seen, aux)
+    if aux is not None and keep.count(False) and "method" in est:
+        est["method"] += ("; %d more window%s left out: a look at the device's counts failed at an edge, leaving "
+                          "its reads unknown" % (keep.count(False), "s" if keep.count(False) > 1 else ""))
     if aux is not None and "interval95" in est:
         widen_by_edge_cuts(est, per, seen, weighted)
     if aux is None:
@@ -186,6 +191,16 @@ def windowed_reads(rw, rows, slot, reads):
     return {"requests": est,
             "sample": "the device's block requests were recorded only in --budget's windows: counts beside this "
                       "are what the windows saw, shares and distributions the windows' sample's"}
+
+
+def weight_span(w):
+    """A window's (span, lead) for completion_weights: between the collector's looks at dev_reads, with
+    block_bio_queue on from block_on_ns, where the window row has them; else its span up to sys_enter's detach,
+    the hooks on as it opened."""
+    if w.get("dev_reads_from_ns") and w.get("dev_reads_to_ns"):
+        start = w["dev_reads_from_ns"]
+        return w["dev_reads_to_ns"] - start, start - (w.get("block_on_ns") or start)
+    return w["enter_closed_ns"] - w["open_ns"], w["open_ns"] - (w.get("block_on_ns") or w["open_ns"])
 
 
 def widen_by_edge_cuts(est, per, seen, weighted):

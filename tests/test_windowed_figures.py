@@ -7,7 +7,7 @@ import os
 import pytest
 
 from analysis import results, summary, tables, verdict
-from budget_windows import GAP_NS, WINDOW_NS, device, erofs_forged, forged, window_open
+from budget_windows import GAP_NS, LOOK_NS, WINDOW_NS, device, erofs_forged, forged, window_open
 from conftest import DATA
 from scripts import bench_overhead as bench
 
@@ -50,8 +50,10 @@ def test_the_interval_narrows_with_more_windows(base):
 
 
 def test_records_outside_the_windows_are_not_counted(base):
-    """Reads queued between windows, or after sys_enter's detach, are not in any window's count."""
-    late = window_open(0) + WINDOW_NS + 10
+    """Reads queued between windows, or after sys_enter's detach and the collector's look at the device's counts
+    just after it (dev_reads_to_ns: a completion before that look is in the window's exact count, and so in its
+    sample), are not in any window's count."""
+    late = window_open(0) + WINDOW_NS + LOOK_NS + 10
     between = window_open(0) + WINDOW_NS + GAP_NS // 2
     clean = device(summary.summarize(forged(base, [3, 3, 3], total=90)))["windowed"]["requests"]
     noisy = device(summary.summarize(forged(base, [3, 3, 3], total=90, extra_io=[
@@ -126,3 +128,56 @@ def test_a_table_gives_a_windowed_loop_device_its_exact_reads_or_none(base):
                                                         "counted_by": "block_rq_done",
                                                         "ops": {"read": {"requests": 31, "bytes": 31 * 4096}}}]
     assert tables.row_from_summary(summary.summarize(res))["loop_requests"] == 31
+
+
+def with_cut_requests(base, n, reads, recorded, length_ns, from_ns, to_ns, lead_ns):
+    """n windows whose device completed reads requests between the collector's looks (from_ns and to_ns after the
+    window opened), each length_ns long, block_bio_queue's attach begun lead_ns before the open: those completing
+    less than length_ns - lead_ns after the first look were queued before the hooks were on and not recorded;
+    recorded: the other ones, spread over the rest of the span."""
+    cut = length_ns - (from_ns + lead_ns)
+    io = []
+    for i in range(n):
+        o = window_open(i)
+        step = (to_ns - from_ns - cut) // recorded
+        io += [(c - length_ns, c) for c in (o + from_ns + cut + step * j + step // 2 for j in range(recorded))]
+    res = forged(base, [0] * n, total=reads * n * 10, extra_io=io)
+    rw = res.header["request_windows"]
+    at = {f: rw["window_fields"].index(f) for f in ("dev_reads_from_ns", "dev_reads_to_ns", "block_on_ns",
+                                                     "dev_reads")}
+    for i, row in enumerate(rw["windows"]):
+        o = window_open(i)
+        row[at["dev_reads_from_ns"]], row[at["dev_reads_to_ns"]] = o + from_ns, o + to_ns
+        row[at["block_on_ns"]], row[at["dev_reads"]] = o - lead_ns, [reads]
+    return res
+
+
+def test_requests_cut_at_the_open_are_weighted_back_over_the_looks_span(base):
+    """10 reads completed between the looks in each window, 2 of them queued before block_bio_queue was on (cut):
+    the 8 recorded weighted over the looks' span (90 ms, the hooks on 7 ms before its start: a 25 ms request is
+    recorded 72 ms of 90) restore the 10, and the interval widens by the cut share.  Weights over the window's
+    own span and lead (100 ms, 2 ms) would give 8 x 100/77 per window: 3.9 % too many."""
+    ms = 1_000_000
+    res = with_cut_requests(base, 6, reads=10, recorded=8, length_ns=25 * ms, from_ns=5 * ms, to_ns=95 * ms,
+                            lead_ns=2 * ms)
+    est = device(summary.summarize(res))["windowed"]["requests"]
+    assert est["seen"] == 48 and est["estimate"] == pytest.approx(600)
+    # cut: 2 per window counted and not recorded, and the weights' 2 per window standing for them, of 10
+    assert est["edge_share"] == pytest.approx((6 * 2 + 6 * 2) / 60.0)
+    assert est["interval95"] == pytest.approx([600 - 600 * 0.4, 600 + 600 * 0.4])
+    assert "edge cuts" in est["method"] and "40.00 %" in est["method"]
+
+
+def test_a_window_whose_look_failed_is_left_out_of_the_exact_auxiliary_alone(base):
+    """One window's dev_reads null (a failed look): the others still scale by the device's exact count; the method
+    says how many were left out."""
+    res = forged(base, [4, 4, 4, 4], total=200)
+    rw = res.header["request_windows"]
+    row = rw["windows"][1]
+    for f in ("dev_reads_from_ns", "dev_reads_to_ns", "dev_reads"):
+        row[rw["window_fields"].index(f)] = None
+    est = device(summary.summarize(res))["windowed"]["requests"]
+    assert est["auxiliary"].startswith("the reads block_rq_done counted")
+    # 12 seen of 12 counted in the other three windows, 200 in all (the windows' time would give 160)
+    assert est["estimate"] == pytest.approx(200) and est["seen"] == 12 and est["windows"] == 3
+    assert "1 more window left out" in est["method"]
