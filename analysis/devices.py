@@ -142,14 +142,17 @@ def origins(res, reads):
 
 
 def exact_reads(res, d):
-    """A device's read block requests and bytes over the traced time as the kernel aggregates counted every
-    completion (kernel_aggregates.block_figures: exact), or why there are none."""
+    """A device's read (and write) block requests and bytes over the traced time as the kernel aggregates counted
+    every completion (kernel_aggregates.block_figures: exact), or why there are none."""
     figs = [f for f in (res.header.get("kernel_aggregates") or {}).get("block_figures") or [] if f["dev"] == d["dev"]]
     if not figs:
         return {"available": False, "why": "this collector wrote no exact block figures for the device"}
-    rd = (figs[0].get("ops") or {}).get("read") or {}
+    ops = figs[0].get("ops") or {}
+    rd, wr = ops.get("read") or {}, ops.get("write") or {}
+    # an op the kernel saw no request of is not among ops: none of it
     return {"available": True, "basis": "exact", "counted_by": figs[0].get("counted_by"),
-            "requests": rd.get("requests", 0), "bytes": rd.get("bytes")}
+            "requests": rd.get("requests", 0), "bytes": rd.get("bytes", 0 if not rd else None),
+            "write_requests": wr.get("requests", 0), "write_bytes": wr.get("bytes", 0 if not wr else None)}
 
 
 def windowed_reads(rw, rows, slot, reads):

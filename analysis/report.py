@@ -298,11 +298,27 @@ def diskstats_lines(d):
     return out
 
 
+def write_lines(name, d):
+    """A device's write requests: every one traced; recorded only in --budget's windows, the exact count where one
+    was made, and what the windows recorded, said as theirs."""
+    if d.get("basis") != "windows' sample":
+        return ["  device %s (%s): %d write requests, %s" % (name, d["level"], d["write_requests"],
+                                                            size(d["write_bytes"]))] if d.get("write_requests") else []
+    ex = d.get("exact") or {}
+    if ex.get("available") and ex.get("write_requests"):
+        return ["  device %s (%s): %d write requests (exact, %s)%s; %d recorded in the windows" % (
+            name, d["level"], ex["write_requests"], ex["counted_by"],
+            "" if ex.get("write_bytes") is None else ", " + size(ex["write_bytes"]), d["write_requests"])]
+    if d.get("write_requests"):
+        return ["  device %s (%s): write requests over the whole traced time: unavailable (no exact count); %d "
+                "recorded in the windows, %s" % (name, d["level"], d["write_requests"], size(d["write_bytes"]))]
+    return []
+
+
 def device_section(name, d):
     out = heading("device %s (%s)" % (name, d["level"]))
     w = out.append
-    if d.get("write_requests"):
-        w("  device %s (%s): %d write requests, %s" % (name, d["level"], d["write_requests"], size(d["write_bytes"])))
+    out.extend(write_lines(name, d))
     if d.get("basis") == "windows' sample":
         ex = d.get("exact") or {}
         w("  device %s (%s): read requests over the whole traced time: %s%s" % (
