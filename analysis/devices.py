@@ -8,6 +8,7 @@ from analysis import sampling
 from analysis.hist import log2_slots, percentiles
 from analysis.intervals import covered_bytes, union_bytes
 from analysis.selection import dev_name, enum_value, figure_probes, fs_devices, fs_records, probe_tier
+from analysis.caches import pairing_windows, window_spans
 from analysis.windows import completion_weights, in_windows, probe_windows, sampled_count
 
 
@@ -47,8 +48,12 @@ def io_stats(io, unit, hist_slots):
     }
 
 
-def reread_bytes(io):
-    """Bytes of these block requests that an earlier one of them (or another in the same place) had read."""
+def reread_bytes(io, rows=None):
+    """Bytes of these block requests that an earlier one of them (or another in the same place) had read.  rows:
+    --budget's windows where the block requests were recorded only in them: the re-reads inside one window's
+    span, summed (one whose first read was outside it is not seen)."""
+    if rows is not None:
+        return sum(reread_bytes(io[m]) for m in window_spans(rows, io["ts_complete_ns"]))
     start = io["sector"].astype(np.uint64) * np.uint64(512)
     end = start + io["bytes"].astype(np.uint64)
     return int(io["bytes"].astype(np.uint64).sum()) - union_bytes(start, end)
@@ -74,13 +79,16 @@ def of_workload(res, rows, level):
         rows[np.isin(rows["charge"], [enum_value(res.header, "charge", c) for c in charges])]
 
 
-def workload_reads(res, reads, level):
+def workload_reads(res, reads, level, rows=None):
     """A device's read block requests its level counts as the workload's (LEVEL_CHARGES): requests, bytes, bytes
-    read again, and which charges counted."""
+    read again (rows: under --budget's windows, inside one window: reread_bytes), and which charges counted."""
     charges = LEVEL_CHARGES.get(level, LEVEL_CHARGES["device"])
     mine = of_workload(res, reads, level)
-    return {"requests": int(len(mine)), "bytes": int(mine["bytes"].astype(np.uint64).sum()),
-            "reread_bytes": reread_bytes(mine), "charges": list(charges) if charges else "all"}
+    out = {"requests": int(len(mine)), "bytes": int(mine["bytes"].astype(np.uint64).sum()),
+           "reread_bytes": reread_bytes(mine, rows), "charges": list(charges) if charges else "all"}
+    if rows is not None:
+        out["reread_basis"] = "paired in one window"
+    return out
 
 
 def device_stats(res):
@@ -98,7 +106,10 @@ def device_stats(res):
         st = io_stats(reads, d["unit_bytes"], res.schema.hist_slots)
         st["basis"] = "every request" if rw is None else "windows' sample"
         st["level"] = device_level(d)
-        st["workload_reads"] = workload_reads(res, reads, st["level"])
+        st["workload_reads"] = workload_reads(res, reads, st["level"], rows)
+        if rw is not None:
+            # a re-read is paired with its first read only inside one window: the hooks were off between them
+            st["reread_bytes"], st["reread_basis"] = reread_bytes(reads, rows), "paired in one window"
         st["all_ops_requests"] = int(len(rows_d))
         charge_none = enum_value(res.header, "charge", "none")
         st["charged_to_workload"] = int((reads["charge"] != charge_none).sum())
@@ -270,6 +281,7 @@ def unit_places(res):
         m = e[(e["event"] == enum_value(h, "erofs_event", "map")) & ((e["map_flags"] & mapped) != 0) &
               ((e["map_flags"] & meta) == 0) & (e["plen"] > 0)] if len(e) else e
         return {"dev": m["dev"] if len(m) else np.zeros(0, dtype=np.uint32),
+                "ts": m["ts_ns"] if len(m) else np.zeros(0, dtype=np.uint64),
                 "start": m["pa"] if len(m) else np.zeros(0, dtype=np.uint64),
                 "end": m["pa"] + m["plen"] if len(m) else np.zeros(0, dtype=np.uint64),
                 "units": "the extents and pclusters in data blocks that erofs mapped for the workload's reads "
@@ -287,6 +299,7 @@ def unit_places(res):
         r = fs_records(res, "fs_read")
         r = r[r["ret"] >= 0] if len(r) else r
         return {"dev": r["dev"] if len(r) else np.zeros(0, dtype=np.uint32),
+                "ts": r["ts_start_ns"] if len(r) else np.zeros(0, dtype=np.uint64),
                 "start": r["pos"] if len(r) else np.zeros(0, dtype=np.uint64),
                 "end": r["pos"] + r["bytes"] if len(r) else np.zeros(0, dtype=np.uint64),
                 "units": "the blocks squashfs read for the workload (squashfs_read_data: data, fragment and "
@@ -313,6 +326,7 @@ def device_unneeded(res):
     rd = io[(res.io_ops(io) == res.io_op("read")) & np.isin(io["dev"], devs)]
     levels = {d["dev"]: device_level(d) for d in res.header.get("devices", [])}
     total = unneeded = no_unit = no_unit_requests = 0
+    windows = pairing_windows(res)
     for d in np.unique(rd["dev"]):
         rows = rd[rd["dev"] == d]
         # on a disk the whole system reads: the workload's reads there, as the amplification counts them (a
@@ -320,26 +334,34 @@ def device_unneeded(res):
         if levels.get(int(d)) == "disk":
             rows = of_workload(res, rows, "disk")
         m = places["dev"] == d
-        qs = rows["sector"].astype(np.int64) * 512
-        qe = qs + rows["bytes"].astype(np.int64)
-        inside = covered_bytes(places["start"][m], places["end"][m], qs, qe)
-        outside = (qe - qs) - inside
-        total += int((qe - qs).sum())
-        unneeded += int(outside[inside > 0].sum())
-        no_unit += int(outside[inside == 0].sum())
-        no_unit_requests += int((inside == 0).sum())
+        # under --budget's windows, a window's requests against the units looked up in it (the hooks of one or
+        # the other were off between windows); else every request against every unit
+        pairs = [(rows, m)] if windows is None else [
+            (rows[r], m & u) for r, u in zip(window_spans(windows, rows["ts_complete_ns"]),
+                                            window_spans(windows, places["ts"]))]
+        for q, u in pairs:
+            qs = q["sector"].astype(np.int64) * 512
+            qe = qs + q["bytes"].astype(np.int64)
+            inside = covered_bytes(places["start"][u], places["end"][u], qs, qe)
+            outside = (qe - qs) - inside
+            total += int((qe - qs).sum())
+            unneeded += int(outside[inside > 0].sum())
+            no_unit += int(outside[inside == 0].sum())
+            no_unit_requests += int((inside == 0).sum())
     if not total:
         return {"available": False, "why": "no reads of the workload on the filesystem's device"}
-    sampled = probe_windows(res, "block_rq_complete")[0] is not None
-    return {"available": True, "basis": "windows' sample" if sampled else "every request",
+    paired = windows is not None
+    return {"available": True, "basis": "paired in one window" if paired else "every request",
             "bytes": total, "unneeded_bytes": unneeded, "no_unit_bytes": no_unit,
             "no_unit_requests": no_unit_requests, "units_looked_up": int(len(places["start"])),
             "needed": places["units"], "apart": places["not_units"],
-            "method": "every read block request of the workload on the filesystem's device (on a disk, the traced "
-                      "tasks'), less its bytes inside the union of the units looked up in the run, over the requests "
-                      "that carry a unit's byte" + (SAMPLED_UNNEEDED if sampled else "")}
+            "method": "every read block request of the workload%s on the filesystem's device (on a disk, the traced "
+                      "tasks'), less its bytes inside the union of the units looked up in %s, over the requests "
+                      "that carry a unit's byte%s" % (" recorded in a --budget window" if paired else "",
+                                                      "the same window" if paired else "the run",
+                                                      PAIRED_UNNEEDED if paired else "")}
 
 
-# device_unneeded where the block requests were recorded only in --budget's windows
-SAMPLED_UNNEEDED = ("; block requests and lookups recorded only in --budget's windows: the bytes are the windows' "
-                    "sample's, the share theirs")
+# device_unneeded where the block requests or the lookups were recorded only in --budget's windows
+PAIRED_UNNEEDED = ("; the bytes are the windows' sample's, the share theirs, and biased: a request whose unit was "
+                   "looked up before its window opened counts as unneeded")

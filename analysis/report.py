@@ -214,9 +214,15 @@ def erofs_section(s):
     else:
         out = heading("erofs") + ["  erofs tracepoints: %s" % ", ".join("%s %d" % kv for kv in er["events"].items())]
     if er.get("pclusters"):
-        out.append("    pclusters the reads needed: %d (%s); from the device once %d, more than once %d, "
-                   "already in memory %d" % (er["pclusters"], size(er["pcluster_bytes"]), er["pclusters_read_once"],
-                                             er["pclusters_reread"], er["pclusters_without_device_read"]))
+        paired = er.get("pclusters_basis") == "paired in one window"
+        out.append("    pclusters the reads needed%s: %d (%s); from the device once %d, more than once %d, "
+                   "%s %d" % (" (per window, lookups and reads paired only inside it)" if paired else "",
+                              er["pclusters"], size(er["pcluster_bytes"]), er["pclusters_read_once"],
+                              er["pclusters_reread"], "no read in the window" if paired else "already in memory",
+                              er["pclusters_without_device_read"]))
+        if paired:
+            out.append("      (biased: a read completing after a window's hooks went off, or again in another "
+                       "window, is not seen; not the run's)")
     pr = er["per_request"]["map"]
     if pr["per_request"]:
         out.append("    extents mapped per request that mapped any: p50 %.0f, max %.0f (%d requests)"

@@ -4,9 +4,11 @@ never the sample's raw counts as whole-run totals.  Pure analysis on tests/data/
 forged records: the truth is what the forgery put there."""
 import os
 
+import numpy as np
 import pytest
 
-from analysis import results, summary, tables, verdict
+from analysis import amplification, report, results, summary, tables, verdict
+from analysis.selection import enum_value
 from budget_windows import GAP_NS, LOOK_NS, WINDOW_NS, device, erofs_forged, forged, window_open
 from conftest import DATA
 from scripts import bench_overhead as bench
@@ -181,3 +183,60 @@ def test_a_window_whose_look_failed_is_left_out_of_the_exact_auxiliary_alone(bas
     # 12 seen of 12 counted in the other three windows, 200 in all (the windows' time would give 160)
     assert est["estimate"] == pytest.approx(200) and est["seen"] == 12 and est["windows"] == 3
     assert "1 more window left out" in est["method"]
+
+
+def across_windows(base):
+    """Two windows: pclusters A and B looked up in the first, A and C in the second; the first window reads A,
+    the second A again and B (looked up near the first's end, its read completing after those hooks went off)."""
+    res = erofs_forged(base, [2, 2])
+    h = res.header
+    h["devices"][0]["level"] = "loop"
+    e = res.records["erofs"]
+    e["map_flags"] = enum_value(h, "erofs_map_flag", "mapped") | enum_value(h, "erofs_map_flag", "encoded")
+    a, b, c = 0, 8192, 16384
+    e["pa"] = [a, b, a, c]
+    o0, o1 = window_open(0), window_open(1)
+    io = np.zeros(3, dtype=res.records["io"].dtype)
+    io["ts_queue_ns"] = [o0 + 1000, o1 + 1000, o1 + 2000]
+    io["ts_complete_ns"] = io["ts_queue_ns"] + 4000
+    io["ts_issue_ns"] = io["ts_queue_ns"] + 100
+    io["sector"] = np.array([a, a, b]) // 512
+    io["dev"], io["bytes"], io["nr_bios"] = h["devices"][0]["dev"], 4096, 1
+    io["cmd_flags"] = base.records["io"]["cmd_flags"][0]
+    return results.Results(h, dict(res.records, io=io))
+
+
+def test_lookups_and_reads_are_paired_only_inside_one_window(base):
+    """Over the run A would be read twice, B once, C never, and A's second read a re-read; paired inside each
+    window (the hooks were off between them): four pclusters-in-a-window, A read once in each, B and C with no
+    read in theirs, no re-read; B's read carries no unit looked up in its window.  Each says its basis, and the
+    verdict's amplification line and the report say it; a bench row leaves the biased shares out."""
+    s = summary.summarize(across_windows(base))
+    er = s["erofs"]
+    assert (er["pclusters"], er["pclusters_read_once"], er["pclusters_reread"],
+            er["pclusters_without_device_read"]) == (4, 2, 0, 2)
+    assert er["pclusters_basis"] == "paired in one window" and "one --budget window" in er["pclusters_method"]
+    assert er["lookups_per_pcluster"] == {"1": 4} and er["device_reads_per_pcluster"] == {"0": 2, "1": 2}
+    d = device(s)
+    assert d["reread_bytes"] == 0 and d["reread_basis"] == "paired in one window"
+    assert d["workload_reads"]["reread_bytes"] == 0
+    un = s["device_unneeded"]
+    assert un["basis"] == "paired in one window" and un["no_unit_bytes"] == 4096 and "same window" in un["method"]
+    amp = s["amplification"]
+    assert amp["unit_device_reads"]["basis"] == "paired in one window"
+    line = amplification.lines(s)[0]
+    assert "4 units looked up 1.00x, read 0.50x (paired within each window, biased)" in line
+    assert "re-read 0.0 % (paired within each window, biased)" in line
+    text = "\n".join(report.erofs_section(s))
+    assert "(per window, lookups and reads paired only inside it): 4 (16.0 KiB)" in text
+    assert "no read in the window 2" in text and "already in memory" not in text
+    assert amplification.row(amp)["reread_share"] is None and amplification.row(amp)["unneeded_share"] is None
+    # every probe attached all the time: paired over the run, as before
+    res = across_windows(base)
+    res.header["request_windows"]["windowed_probes"] = ["sys_enter", "sys_exit"]
+    s = summary.summarize(res)
+    er = s["erofs"]
+    assert (er["pclusters"], er["pclusters_read_once"], er["pclusters_reread"],
+            er["pclusters_without_device_read"]) == (3, 1, 1, 1)
+    assert device(s)["reread_bytes"] == 4096 and "basis" not in s["amplification"]["device_reread_share"]
+    assert s["device_unneeded"]["no_unit_bytes"] == 0
