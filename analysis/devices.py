@@ -172,8 +172,9 @@ def windowed_reads(rw, rows, slot, reads):
     a window: the requests completed in it, weighted by completion_weights (a request is recorded only if its
     bios were all queued once the window's block_bio_queue was on: block_on_ns); scaled by the reads
     block_rq_done counted completed on the device in the same spans against all of them (dev_reads), else by the
-    windows' time.  Counted at the same event as the auxiliary, a window's requests differ from it only by those
-    the edge cut off: a burst of requests straddling an edge moves both alike."""
+    windows' time.  Counted at the same event as the auxiliary, a window's requests differ from it by those the
+    edge cut off (a burst of requests straddling an edge moves both alike) and those a full in-flight bucket left
+    unrecorded (counted among the losses)."""
     c = reads["ts_complete_ns"].astype(np.int64)
     length = c - reads["ts_queue_ns"].astype(np.int64)
     # between the looks at dev_reads where the collector took them (a burst completing between a window's open and
