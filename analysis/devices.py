@@ -201,8 +201,9 @@ def windowed_reads(rw, rows, slot, reads):
     if aux is not None and "interval95" in est:
         widen_by_edge_cuts(est, per, seen, weighted)
     if aux is None:
-        est["method"] = est.get("method", "") + " (no exact count of the device's reads per window: the " \
-            "completion counter block_rq_done was not attached)"
+        est["method"] = est.get("method", "") + " (no exact count of the device's reads per window: %s)" % (
+            "the completion counter block_rq_done was not attached" if total is None or not keep.count(True) else
+            "the looks at its counts failed in all windows but %d" % keep.count(True))
     return {"requests": est,
             "sample": "the device's block requests were recorded only in --budget's windows: counts beside this "
                       "are what the windows saw, shares and distributions the windows' sample's"}

@@ -240,3 +240,15 @@ def test_lookups_and_reads_are_paired_only_inside_one_window(base):
             er["pclusters_without_device_read"]) == (3, 1, 1, 1)
     assert device(s)["reread_bytes"] == 4096 and "basis" not in s["amplification"]["device_reread_share"]
     assert s["device_unneeded"]["no_unit_bytes"] == 0
+
+
+def test_too_few_windows_with_their_looks_fall_back_to_time_and_say_why(base):
+    """Only one window's look at the device's counts succeeded: no exact auxiliary (two are needed), and the
+    method says the looks failed, not that block_rq_done was not attached."""
+    res = forged(base, [4, 4, 4], total=200)
+    rw = res.header["request_windows"]
+    for row in rw["windows"][1:]:
+        row[rw["window_fields"].index("dev_reads")] = None
+    est = device(summary.summarize(res))["windowed"]["requests"]
+    assert est["auxiliary"] == "window time" and "failed in all windows but 1" in est["method"]
+    assert "not attached" not in est["method"]
