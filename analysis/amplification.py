@@ -97,6 +97,8 @@ def device_levels(s, received):
             lv["unseen_bytes"] = d["unseen_sectors"] * 512  # completed without fstrace seeing them: a lower bound
         if reread is not None:
             lv["reread_bytes"] = reread
+            if (own or {}).get("reread_basis"):
+                lv["reread_basis"] = own["reread_basis"]
         out[level if level not in out else "%s %s" % (level, name)] = lv
     return out
 
@@ -112,7 +114,13 @@ def reread(levels):
     again = [lv.get("reread_bytes") for lv in fs]
     if not n or None in again:
         return {"available": False, "why": "no reads of the workload on the filesystem's device"}
-    return {"available": True, "share": sum(again) / n, "bytes": sum(again)}
+    out = {"available": True, "share": sum(again) / n, "bytes": sum(again)}
+    paired = [lv["reread_basis"] for lv in fs if lv.get("reread_basis")]
+    if paired:
+        out.update(basis=paired[0], method="bytes read again inside one --budget window (the block hooks were off "
+                                           "between windows: a re-read of a byte first read in another window, or "
+                                           "outside every window, is not seen): the windows' sample's, biased low")
+    return out
 
 
 def decompressed(s, received):
@@ -157,6 +165,9 @@ def unit_counts(s):
                    "source": "erofs pclusters by erofs_map_blocks lookup"}
         reads = {"available": True, "units": er["pclusters"], "times": er["device_reads_per_pcluster"],
                  "source": "block requests overlapping each looked-up pcluster (0: already in memory)"}
+        if er.get("pclusters_basis") == "paired in one window":
+            for fig in (lookups, reads):
+                fig.update(basis=er["pclusters_basis"], method=er["pclusters_method"])
         return lookups, reads
     caches = s.get("fs_caches") or {}
     if caches.get("available") and caches.get("groups"):
@@ -183,9 +194,12 @@ def unneeded(s):
                 "why": "needs each unit's place on the device, which this results file does not record"}
     if not u.get("available"):
         return u
-    return {"available": True, "share": u["unneeded_bytes"] / u["bytes"], "bytes": u["unneeded_bytes"],
-            "device_bytes": u["bytes"], "no_unit_bytes": u["no_unit_bytes"], "needed": u["needed"],
-            "apart": u["apart"], "method": u["method"]}
+    out = {"available": True, "share": u["unneeded_bytes"] / u["bytes"], "bytes": u["unneeded_bytes"],
+           "device_bytes": u["bytes"], "no_unit_bytes": u["no_unit_bytes"], "needed": u["needed"],
+           "apart": u["apart"], "method": u["method"]}
+    if u.get("basis") == "paired in one window":
+        out["basis"] = u["basis"]
+    return out
 
 
 def figures(s, sch=None):
@@ -219,7 +233,8 @@ def figures(s, sch=None):
 
 def row(a):
     """The amplification columns of a bench row: loop/backing device bytes, decompressed bytes (and whether exact
-    or a bound), per byte received; None where unavailable or not applicable."""
+    or a bound), per byte received; None where unavailable or not applicable, or paired only inside --budget's
+    windows (biased: the verdict says so, a table cell could not)."""
     levels = a.get(DEVICE_READ) or {}
     dec = a.get(DECOMPRESSED) or {}
     rr = a.get(REREAD) or {}
@@ -228,8 +243,8 @@ def row(a):
             "decompressed_per_received": dec.get("per_received") if dec.get("available") else None,
             "decompressed_method": dec.get("method") if dec.get("available") else
             ("n/a" if dec.get("applies") is False else None),
-            "reread_share": rr.get("share"),
-            "unneeded_share": (a.get(UNNEEDED) or {}).get("share")}
+            "reread_share": None if rr.get("basis") else rr.get("share"),
+            "unneeded_share": None if (a.get(UNNEEDED) or {}).get("basis") else (a.get(UNNEEDED) or {}).get("share")}
 
 
 def ratio_text(v):
@@ -287,13 +302,20 @@ def lines(s):
             txt += ", %d decompressed again" % lk["more_than_once"]
         if rd.get("available"):
             txt += ", read %.2fx" % mean_times(rd["times"])
+        if lk.get("basis"):
+            txt += " (%s, biased)" % IN_ONE_WINDOW
     rr = a[REREAD]
     if rr.get("available"):
-        txt += "; re-read %s" % percent(rr["share"])
+        txt += "; re-read %s%s" % (percent(rr["share"]), " (%s, biased)" % IN_ONE_WINDOW if rr.get("basis") else "")
     un = a.get(UNNEEDED) or {}
     if un.get("available"):
-        txt += "; unneeded %s" % percent(un["share"])
+        txt += "; unneeded %s%s" % (percent(un["share"]), " (%s, biased)" % IN_ONE_WINDOW if un.get("basis") else "")
     return [txt]
+
+
+# how the verdict says a figure pairing two events was taken under --budget's windows (the summary's basis
+# "paired in one window": caches.PAIRED_IN_WINDOWS)
+IN_ONE_WINDOW = "paired within each window"
 
 
 def mean_times(hist):

@@ -69,23 +69,66 @@ def erofs_events(res, reqs):
     return out
 
 
-def pcluster_figures(res, pcl):
-    """The distinct pclusters of the map records pcl: their bytes, how often each was looked up, and how many
-    read block requests read each (none: already in memory)."""
+def pcluster_counts(pcl, rd):
+    """The distinct pclusters of the map records pcl, and how often each was looked up and how many of the read
+    block requests rd read it: (pa, plen, lookups, reads)."""
+    if not len(pcl):
+        return (np.zeros(0, dtype=np.uint64),) * 2 + (np.zeros(0, dtype=np.int64),) * 2
     keys, first, lookups = np.unique(np.stack([pcl["dev"].astype(np.uint64), pcl["pa"]], axis=1), axis=0,
                                      return_index=True, return_counts=True)
     pa, plen, dev = pcl["pa"][first], pcl["plen"][first], pcl["dev"][first]
-    io = res.records.get("io")
     reads = np.zeros(len(pa), dtype=np.int64)
-    if io is not None and len(io):
-        rd = io[res.io_ops(io) == res.io_op("read")]
+    if rd is not None and len(rd):
         for d in np.unique(dev):
             rows = rd[rd["dev"] == d]
             m = dev == d
             if len(rows):
                 st = rows["sector"].astype(np.uint64) * np.uint64(512)
                 reads[m] = overlap_counts(st, st + rows["bytes"].astype(np.uint64), pa[m], pa[m] + plen[m])
+    return pa, plen, lookups, reads
+
+
+def pairing_windows(res):
+    """--budget's window rows where the block or the erofs probes were attached only in them: a figure pairing two
+    events (a lookup and the block read of its pcluster, a read and its re-read) pairs them only inside one
+    window's span (window_spans), for the hooks of one of them were off between windows; None where both were
+    attached all the time."""
+    rw, rows = probe_windows(res, "block_rq_complete")
+    return rows if rw is not None else erofs_windows(res)[1]
+
+
+def window_spans(rows, ts):
+    """Per window, which of the times ts fall in its span, from its open to sys_exit's detach."""
+    ts = np.asarray(ts, dtype=np.int64)
+    return [(ts >= w["open_ns"]) & (ts <= w["exit_closed_ns"]) for w in rows]
+
+
+# what a paired figure is where its events were paired only inside one window (pairing_windows)
+PAIRED_IN_WINDOWS = ("paired only inside one --budget window (the block or erofs probes were attached only in the "
+                     "windows): a pcluster is counted once per window it was looked up in, its block reads those "
+                     "completed in the same window; one looked up near a window's end whose read completed after "
+                     "the hooks went off counts as without device read, and a read again in another window is not a "
+                     "re-read: the windows' sample's, biased, not the run's")
+
+
+def pcluster_figures(res, pcl):
+    """The distinct pclusters of the map records pcl: their bytes, how often each was looked up, and how many
+    read block requests read each (none: already in memory).  Under --budget's windows (pairing_windows), per
+    window: its lookups against the block reads completed in it (PAIRED_IN_WINDOWS)."""
+    io = res.records.get("io")
+    rd = io[res.io_ops(io) == res.io_op("read")] if io is not None and len(io) else None
+    rows = pairing_windows(res)
+    if rows is None:
+        pa, plen, lookups, reads = pcluster_counts(pcl, rd)
+    else:
+        lk = window_spans(rows, pcl["ts_ns"])
+        rk = window_spans(rows, rd["ts_complete_ns"]) if rd is not None else [None] * len(rows)
+        per = [pcluster_counts(pcl[m], rd[r] if rd is not None else None) for m, r in zip(lk, rk)]
+        pa, plen, lookups, reads = (np.concatenate([p[i] for p in per]) if per else np.zeros(0, dtype=np.int64)
+                                    for i in range(4))
     return {
+        "pclusters_basis": "every event" if rows is None else "paired in one window",
+        **({} if rows is None else {"pclusters_method": PAIRED_IN_WINDOWS}),
         "pclusters": int(len(pa)), "pcluster_bytes": int(plen.astype(np.uint64).sum()),
         "pclusters_read_once": int((reads == 1).sum()), "pclusters_reread": int((reads > 1).sum()),
         "pclusters_without_device_read": int((reads == 0).sum()),

@@ -8,6 +8,7 @@ from analysis import sampling
 from analysis.hist import log2_slots, percentiles
 from analysis.intervals import covered_bytes, union_bytes
 from analysis.selection import dev_name, enum_value, figure_probes, fs_devices, fs_records, probe_tier
+from analysis.caches import pairing_windows, window_spans
 from analysis.windows import completion_weights, in_windows, probe_windows, sampled_count
 
 
@@ -47,8 +48,12 @@ def io_stats(io, unit, hist_slots):
     }
 
 
-def reread_bytes(io):
-    """Bytes of these block requests that an earlier one of them (or another in the same place) had read."""
+def reread_bytes(io, rows=None):
+    """Bytes of these block requests that an earlier one of them (or another in the same place) had read.  rows:
+    --budget's windows where the block requests were recorded only in them: the re-reads inside one window's
+    span, summed (one whose first read was outside it is not seen)."""
+    if rows is not None:
+        return sum(reread_bytes(io[m]) for m in window_spans(rows, io["ts_complete_ns"]))
     start = io["sector"].astype(np.uint64) * np.uint64(512)
     end = start + io["bytes"].astype(np.uint64)
     return int(io["bytes"].astype(np.uint64).sum()) - union_bytes(start, end)
@@ -74,13 +79,16 @@ def of_workload(res, rows, level):
         rows[np.isin(rows["charge"], [enum_value(res.header, "charge", c) for c in charges])]
 
 
-def workload_reads(res, reads, level):
+def workload_reads(res, reads, level, rows=None):
     """A device's read block requests its level counts as the workload's (LEVEL_CHARGES): requests, bytes, bytes
-    read again, and which charges counted."""
+    read again (rows: under --budget's windows, inside one window: reread_bytes), and which charges counted."""
     charges = LEVEL_CHARGES.get(level, LEVEL_CHARGES["device"])
     mine = of_workload(res, reads, level)
-    return {"requests": int(len(mine)), "bytes": int(mine["bytes"].astype(np.uint64).sum()),
-            "reread_bytes": reread_bytes(mine), "charges": list(charges) if charges else "all"}
+    out = {"requests": int(len(mine)), "bytes": int(mine["bytes"].astype(np.uint64).sum()),
+           "reread_bytes": reread_bytes(mine, rows), "charges": list(charges) if charges else "all"}
+    if rows is not None:
+        out["reread_basis"] = "paired in one window"
+    return out
 
 
 def device_stats(res):
@@ -98,7 +106,10 @@ def device_stats(res):
         st = io_stats(reads, d["unit_bytes"], res.schema.hist_slots)
         st["basis"] = "every request" if rw is None else "windows' sample"
         st["level"] = device_level(d)
-        st["workload_reads"] = workload_reads(res, reads, st["level"])
+        st["workload_reads"] = workload_reads(res, reads, st["level"], rows)
+        if rw is not None:
+            # a re-read is paired with its first read only inside one window: the hooks were off between them
+            st["reread_bytes"], st["reread_basis"] = reread_bytes(reads, rows), "paired in one window"
         st["all_ops_requests"] = int(len(rows_d))
         charge_none = enum_value(res.header, "charge", "none")
         st["charged_to_workload"] = int((reads["charge"] != charge_none).sum())
@@ -142,14 +153,17 @@ def origins(res, reads):
 
 
 def exact_reads(res, d):
-    """A device's read block requests and bytes over the traced time as the kernel aggregates counted every
-    completion (kernel_aggregates.block_figures: exact), or why there are none."""
+    """A device's read (and write) block requests and bytes over the traced time as the kernel aggregates counted
+    every completion (kernel_aggregates.block_figures: exact), or why there are none."""
     figs = [f for f in (res.header.get("kernel_aggregates") or {}).get("block_figures") or [] if f["dev"] == d["dev"]]
     if not figs:
         return {"available": False, "why": "this collector wrote no exact block figures for the device"}
-    rd = (figs[0].get("ops") or {}).get("read") or {}
+    ops = figs[0].get("ops") or {}
+    rd, wr = ops.get("read") or {}, ops.get("write") or {}
+    # an op the kernel saw no request of is not among ops: none of it
     return {"available": True, "basis": "exact", "counted_by": figs[0].get("counted_by"),
-            "requests": rd.get("requests", 0), "bytes": rd.get("bytes")}
+            "requests": rd.get("requests", 0), "bytes": rd.get("bytes", 0 if not rd else None),
+            "write_requests": wr.get("requests", 0), "write_bytes": wr.get("bytes", 0 if not wr else None)}
 
 
 def windowed_reads(rw, rows, slot, reads):
@@ -158,34 +172,51 @@ def windowed_reads(rw, rows, slot, reads):
     a window: the requests completed in it, weighted by completion_weights (a request is recorded only if its
     bios were all queued once the window's block_bio_queue was on: block_on_ns); scaled by the reads
     block_rq_done counted completed on the device in the same spans against all of them (dev_reads), else by the
-    windows' time.  Counted at the same event as the auxiliary, a window's requests differ from it only by those
-    the edge cut off: a burst of requests straddling an edge moves both alike."""
+    windows' time.  Counted at the same event as the auxiliary, a window's requests differ from it by those the
+    edge cut off (a burst of requests straddling an edge moves both alike) and those a full in-flight bucket left
+    unrecorded (counted among the losses)."""
     c = reads["ts_complete_ns"].astype(np.int64)
     length = c - reads["ts_queue_ns"].astype(np.int64)
     # between the looks at dev_reads where the collector took them (a burst completing between a window's open and
     # that look would be counted on one side only), else the window's span
     masks = [(c >= w["dev_reads_from_ns"]) & (c < w["dev_reads_to_ns"]) if w.get("dev_reads_from_ns") else m
              for w, m in zip(rows, in_windows(rows, c))]
-    # the hooks went on before the window opened (older files: as it opened)
-    weighted = [float(completion_weights(length[m], w["enter_closed_ns"] - w["open_ns"],
-                                         w["open_ns"] - (w.get("block_on_ns") or w["open_ns"])).sum())
-                for m, w in zip(masks, rows)]
+    # weighted over the span the masks cover, the hooks on from block_on_ns (older files: the window's span, the
+    # hooks on as it opened)
+    weighted = [float(completion_weights(length[m], *weight_span(w)).sum()) for m, w in zip(masks, rows)]
     seen = [int(m.sum()) for m in masks]
     totals = rw.get("dev_reads_total") or []
     per = [(w.get("dev_reads") or [])[slot] if slot < len(w.get("dev_reads") or []) else None for w in rows]
     total = totals[slot] if slot < len(totals) else None
     aux = None
-    if rows and total is not None and None not in per:
+    # a window whose look at the counts failed (dev_reads null) is left out alone, as pick_auxiliary does for calls
+    keep = [p is not None for p in per]
+    if rows and total is not None and keep.count(True) >= 2:
+        rows, weighted, seen, per = ([x for x, kept in zip(v, keep) if kept] for v in (rows, weighted, seen, per))
         aux = (per, total, "the reads block_rq_done counted completed on the device (exact)")
     est = sampled_count(rw, rows, "read block requests of the device", weighted, seen, aux)
+    if aux is not None and keep.count(False) and "method" in est:
+        est["method"] += ("; %d more window%s left out: a look at the device's counts failed at an edge, leaving "
+                          "its reads unknown" % (keep.count(False), "s" if keep.count(False) > 1 else ""))
     if aux is not None and "interval95" in est:
         widen_by_edge_cuts(est, per, seen, weighted)
     if aux is None:
-        est["method"] = est.get("method", "") + " (no exact count of the device's reads per window: the " \
-            "completion counter block_rq_done was not attached)"
+        est["method"] = est.get("method", "") + " (no exact count of the device's reads per window: %s)" % (
+            "the completion counter block_rq_done was not attached" if total is None or not keep.count(True) else
+            "the looks at its counts failed in all windows but %d" % keep.count(True))
     return {"requests": est,
             "sample": "the device's block requests were recorded only in --budget's windows: counts beside this "
                       "are what the windows saw, shares and distributions the windows' sample's"}
+
+
+def weight_span(w):
+    """A window's (span, lead) for completion_weights: between the collector's looks at dev_reads, with
+    block_bio_queue on from block_on_ns, where the window row has them; else its span up to sys_enter's detach,
+    the hooks on as it opened."""
+    if w.get("dev_reads_from_ns") and w.get("dev_reads_to_ns"):
+        start = w["dev_reads_from_ns"]
+        return w["dev_reads_to_ns"] - start, start - (w.get("block_on_ns") or start)
+    return w["enter_closed_ns"] - w["open_ns"], w["open_ns"] - (w.get("block_on_ns") or w["open_ns"])
 
 
 def widen_by_edge_cuts(est, per, seen, weighted):
@@ -252,6 +283,7 @@ def unit_places(res):
         m = e[(e["event"] == enum_value(h, "erofs_event", "map")) & ((e["map_flags"] & mapped) != 0) &
               ((e["map_flags"] & meta) == 0) & (e["plen"] > 0)] if len(e) else e
         return {"dev": m["dev"] if len(m) else np.zeros(0, dtype=np.uint32),
+                "ts": m["ts_ns"] if len(m) else np.zeros(0, dtype=np.uint64),
                 "start": m["pa"] if len(m) else np.zeros(0, dtype=np.uint64),
                 "end": m["pa"] + m["plen"] if len(m) else np.zeros(0, dtype=np.uint64),
                 "units": "the extents and pclusters in data blocks that erofs mapped for the workload's reads "
@@ -269,6 +301,7 @@ def unit_places(res):
         r = fs_records(res, "fs_read")
         r = r[r["ret"] >= 0] if len(r) else r
         return {"dev": r["dev"] if len(r) else np.zeros(0, dtype=np.uint32),
+                "ts": r["ts_start_ns"] if len(r) else np.zeros(0, dtype=np.uint64),
                 "start": r["pos"] if len(r) else np.zeros(0, dtype=np.uint64),
                 "end": r["pos"] + r["bytes"] if len(r) else np.zeros(0, dtype=np.uint64),
                 "units": "the blocks squashfs read for the workload (squashfs_read_data: data, fragment and "
@@ -295,6 +328,7 @@ def device_unneeded(res):
     rd = io[(res.io_ops(io) == res.io_op("read")) & np.isin(io["dev"], devs)]
     levels = {d["dev"]: device_level(d) for d in res.header.get("devices", [])}
     total = unneeded = no_unit = no_unit_requests = 0
+    windows = pairing_windows(res)
     for d in np.unique(rd["dev"]):
         rows = rd[rd["dev"] == d]
         # on a disk the whole system reads: the workload's reads there, as the amplification counts them (a
@@ -302,26 +336,34 @@ def device_unneeded(res):
         if levels.get(int(d)) == "disk":
             rows = of_workload(res, rows, "disk")
         m = places["dev"] == d
-        qs = rows["sector"].astype(np.int64) * 512
-        qe = qs + rows["bytes"].astype(np.int64)
-        inside = covered_bytes(places["start"][m], places["end"][m], qs, qe)
-        outside = (qe - qs) - inside
-        total += int((qe - qs).sum())
-        unneeded += int(outside[inside > 0].sum())
-        no_unit += int(outside[inside == 0].sum())
-        no_unit_requests += int((inside == 0).sum())
+        # under --budget's windows, a window's requests against the units looked up in it (the hooks of one or
+        # the other were off between windows); else every request against every unit
+        pairs = [(rows, m)] if windows is None else [
+            (rows[r], m & u) for r, u in zip(window_spans(windows, rows["ts_complete_ns"]),
+                                            window_spans(windows, places["ts"]))]
+        for q, u in pairs:
+            qs = q["sector"].astype(np.int64) * 512
+            qe = qs + q["bytes"].astype(np.int64)
+            inside = covered_bytes(places["start"][u], places["end"][u], qs, qe)
+            outside = (qe - qs) - inside
+            total += int((qe - qs).sum())
+            unneeded += int(outside[inside > 0].sum())
+            no_unit += int(outside[inside == 0].sum())
+            no_unit_requests += int((inside == 0).sum())
     if not total:
         return {"available": False, "why": "no reads of the workload on the filesystem's device"}
-    sampled = probe_windows(res, "block_rq_complete")[0] is not None
-    return {"available": True, "basis": "windows' sample" if sampled else "every request",
+    paired = windows is not None
+    return {"available": True, "basis": "paired in one window" if paired else "every request",
             "bytes": total, "unneeded_bytes": unneeded, "no_unit_bytes": no_unit,
             "no_unit_requests": no_unit_requests, "units_looked_up": int(len(places["start"])),
             "needed": places["units"], "apart": places["not_units"],
-            "method": "every read block request of the workload on the filesystem's device (on a disk, the traced "
-                      "tasks'), less its bytes inside the union of the units looked up in the run, over the requests "
-                      "that carry a unit's byte" + (SAMPLED_UNNEEDED if sampled else "")}
+            "method": "every read block request of the workload%s on the filesystem's device (on a disk, the traced "
+                      "tasks'), less its bytes inside the union of the units looked up in %s, over the requests "
+                      "that carry a unit's byte%s" % (" recorded in a --budget window" if paired else "",
+                                                      "the same window" if paired else "the run",
+                                                      PAIRED_UNNEEDED if paired else "")}
 
 
-# device_unneeded where the block requests were recorded only in --budget's windows
-SAMPLED_UNNEEDED = ("; block requests and lookups recorded only in --budget's windows: the bytes are the windows' "
-                    "sample's, the share theirs")
+# device_unneeded where the block requests or the lookups were recorded only in --budget's windows
+PAIRED_UNNEEDED = ("; the bytes are the windows' sample's, the share theirs, and biased: a request whose unit was "
+                   "looked up before its window opened counts as unneeded")

@@ -214,9 +214,15 @@ def erofs_section(s):
     else:
         out = heading("erofs") + ["  erofs tracepoints: %s" % ", ".join("%s %d" % kv for kv in er["events"].items())]
     if er.get("pclusters"):
-        out.append("    pclusters the reads needed: %d (%s); from the device once %d, more than once %d, "
-                   "already in memory %d" % (er["pclusters"], size(er["pcluster_bytes"]), er["pclusters_read_once"],
-                                             er["pclusters_reread"], er["pclusters_without_device_read"]))
+        paired = er.get("pclusters_basis") == "paired in one window"
+        out.append("    pclusters the reads needed%s: %d (%s); from the device once %d, more than once %d, "
+                   "%s %d" % (" (per window, lookups and reads paired only inside it)" if paired else "",
+                              er["pclusters"], size(er["pcluster_bytes"]), er["pclusters_read_once"],
+                              er["pclusters_reread"], "no read in the window" if paired else "already in memory",
+                              er["pclusters_without_device_read"]))
+        if paired:
+            out.append("      (biased: a read completing after a window's hooks went off, or again in another "
+                       "window, is not seen; not the run's)")
     pr = er["per_request"]["map"]
     if pr["per_request"]:
         out.append("    extents mapped per request that mapped any: p50 %.0f, max %.0f (%d requests)"
@@ -298,11 +304,27 @@ def diskstats_lines(d):
     return out
 
 
+def write_lines(name, d):
+    """A device's write requests: every one traced; recorded only in --budget's windows, the exact count where one
+    was made, and what the windows recorded, said as theirs."""
+    if d.get("basis") != "windows' sample":
+        return ["  device %s (%s): %d write requests, %s" % (name, d["level"], d["write_requests"],
+                                                            size(d["write_bytes"]))] if d.get("write_requests") else []
+    ex = d.get("exact") or {}
+    if ex.get("available") and ex.get("write_requests"):
+        return ["  device %s (%s): %d write requests (exact, %s)%s; %d recorded in the windows" % (
+            name, d["level"], ex["write_requests"], ex["counted_by"],
+            "" if ex.get("write_bytes") is None else ", " + size(ex["write_bytes"]), d["write_requests"])]
+    if d.get("write_requests"):
+        return ["  device %s (%s): write requests over the whole traced time: unavailable (no exact count); %d "
+                "recorded in the windows, %s" % (name, d["level"], d["write_requests"], size(d["write_bytes"]))]
+    return []
+
+
 def device_section(name, d):
     out = heading("device %s (%s)" % (name, d["level"]))
     w = out.append
-    if d.get("write_requests"):
-        w("  device %s (%s): %d write requests, %s" % (name, d["level"], d["write_requests"], size(d["write_bytes"])))
+    out.extend(write_lines(name, d))
     if d.get("basis") == "windows' sample":
         ex = d.get("exact") or {}
         w("  device %s (%s): read requests over the whole traced time: %s%s" % (

@@ -39,7 +39,7 @@ def row_from_summary(s):
         "decompression_note": None if s.get("decompression", {}).get("available") else
         "unavailable: " + s.get("decompression", {}).get("why", "no decompression probes"),
         "loop_op": "write" if wrote else "read",
-        "loop_requests": loop.get("write_requests") if wrote else loop_reads(loop),
+        "loop_requests": loop_requests(loop, "write_requests" if wrote else "requests"),
         "loop_mean_bytes": (loop["write_bytes"] / loop["write_requests"] if loop.get("write_requests") else None)
         if wrote else loop.get("mean_bytes"),
         "loop_aligned_4k_pct": None if wrote else loop.get("aligned_4k_pct"),
@@ -53,13 +53,14 @@ def row_from_summary(s):
     })
 
 
-def loop_reads(loop):
-    """The loop device's read requests in a table: every one traced; recorded only in --budget's windows, its
-    exact count where one was made, else none (the windows' count is not the run's)."""
+def loop_requests(loop, key="requests"):
+    """The loop device's read (key "requests") or write ("write_requests") requests in a table: every one traced;
+    recorded only in --budget's windows, its exact count where one was made, else none (the windows' count is not
+    the run's)."""
     if loop.get("basis") != "windows' sample":
-        return loop.get("requests")
+        return loop.get(key)
     exact = loop.get("exact") or {}
-    return exact.get("requests") if exact.get("available") else None
+    return exact.get(key) if exact.get("available") else None
 
 
 def attribution_of(s):

@@ -198,6 +198,9 @@ def device_line(name, d):
     own = d.get("workload_reads") or {}
     # a disk the whole system reads: how many of its reads were the traced tasks' (the amplification's)
     mine = " (%d the traced tasks')" % own["requests"] if d["level"] in ("disk", "device") and own else ""
+    if mine and d.get("basis") == "windows' sample":
+        # the windows' records: a count of the sample, said as such after the whole run's estimate
+        mine = " (the traced tasks': %d of the %d seen in the windows)" % (own["requests"], d["requests"])
     line = "  device %s (%s): %s%s, mean %s, 4 KiB-aligned %.1f %%" % (
         name, d["level"], device_reads_text(d), mine, size(d["mean_bytes"]), d["aligned_4k_pct"])
     if d["unit_bytes"] != 4096:

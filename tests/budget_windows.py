@@ -10,7 +10,10 @@ T0 = 10 ** 12
 WINDOW_NS, GRACE_NS, GAP_NS = 100_000_000, 20_000_000, 900_000_000
 FIELDS = ["open_ns", "enter_closed_ns", "exit_closed_ns", "syscalls", "busy_ns", "tracer_ns", "windowed_prog_ns",
           "always_prog_ns", "read_calls", "write_calls", "open_edge_ns", "close_edge_ns", "counted_by_kind",
-          "collector_cpu_ns", "dev_reads"]
+          "collector_cpu_ns", "dev_reads_from_ns", "dev_reads_to_ns", "block_on_ns", "dev_reads"]
+# the collector's looks at the device's exact counts, just after sys_enter's attach and detach; block_bio_queue's
+# attach began a few ms before the window opened
+LOOK_NS, BLOCK_LEAD_NS = 20_000, 3_000_000
 BLOCK_PROBES = ["block_bio_queue", "block_split", "block_rq_issue", "block_rq_requeue", "block_bio_complete",
                 "block_rq_complete"]
 EROFS_PROBES = ["erofs_map_blocks_exit", "erofs_readahead", "erofs_read_folio"]
@@ -33,7 +36,9 @@ def forged(base, per_window, dev_reads=True, total=None, probes=BLOCK_PROBES, ex
         o = window_open(i)
         io_times += [(o + 2000 * (j + 1), o + 2000 * (j + 1) + 50_000) for j in range(k)]
         rows.append([o, o + WINDOW_NS, o + WINDOW_NS + GRACE_NS, 0, 0, 0, 0, 0,
-                     None if calls is None else calls[i], 0, 0, 0, [0] * 8, 0, [k] if dev_reads else None])
+                     None if calls is None else calls[i], 0, 0, 0, [0] * 8, 0,
+                     o + LOOK_NS if dev_reads else None, o + WINDOW_NS + LOOK_NS if dev_reads else None,
+                     o - BLOCK_LEAD_NS, [k] if dev_reads else None])
     h["request_windows"] = {
         "active": True, "budget_pct": 1.0, "duty_fixed": None, "windowed_probes": ["sys_enter", "sys_exit"] + probes,
         "window_ns": WINDOW_NS, "grace_ns": GRACE_NS, "slow_path_ns_per_syscall": 100.0,

@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 
-from analysis import compare, report, results, summary, verdict
+from analysis import compare, report, results, summary, tables, verdict
 from analysis.selection import enum_value
 from budget_windows import BLOCK_PROBES, EROFS_PROBES, WINDOW_NS, device, erofs_forged, forged, window_open
 from conftest import DATA, ROOT
@@ -185,3 +185,57 @@ def test_the_dashboard_table_shows_each_block_figures_basis():
     order = organize["indexByName"]
     assert sorted(labels, key=order.__getitem__) == labels
     assert "windows_sample" in table["description"]
+
+
+def with_writes(res, n):
+    """res with n write block requests recorded in its first window on its device."""
+    io = res.records["io"]
+    w = np.zeros(n, dtype=io.dtype)
+    w["ts_queue_ns"] = window_open(0) + 1000 * (np.arange(n) + 1)
+    w["ts_issue_ns"], w["ts_complete_ns"] = w["ts_queue_ns"] + 100, w["ts_queue_ns"] + 900
+    w["dev"], w["bytes"], w["nr_bios"], w["cmd_flags"] = io["dev"][0], 8192, 1, res.io_op("write")
+    return results.Results(res.header, dict(res.records, io=np.concatenate([io, w])))
+
+
+def exact_figures(res, reads, writes):
+    res.header["kernel_aggregates"]["block_figures"] = [
+        {"dev": res.header["devices"][0]["dev"], "basis": "exact", "counted_by": "block_rq_done",
+         "ops": {"read": {"requests": reads, "bytes": reads * 4096},
+                 "write": {"requests": writes, "bytes": writes * 8192}}}]
+
+
+def test_windowed_write_requests_are_the_exact_count_or_said_as_the_windows(base):
+    """3 writes recorded in the windows: the report never prints them as the device's writes; with the exact count
+    (block_rq_done: 70) it prints that, and a write workload's table row takes it (else none)."""
+    res = with_writes(forged(base, [3, 3, 3], total=30), 3)
+    res.header["devices"][0]["level"] = "loop"
+    s = summary.summarize(res)
+    name, d = next(iter(s["devices"].items()))
+    text = "\n".join(report.device_section(name, d))
+    assert "3 write requests" not in text and "write requests over the whole traced time: unavailable" in text
+    assert "3 recorded in the windows" in text
+    s["writes"], s["reads"]["count"] = {"count": 12, "bytes": 12 * 8192}, 0
+    assert tables.row_from_summary(s)["loop_requests"] is None
+    exact_figures(res, 30, 70)
+    s = summary.summarize(res)
+    name, d = next(iter(s["devices"].items()))
+    text = "\n".join(report.device_section(name, d))
+    assert "70 write requests (exact, block_rq_done), 560.0 KiB; 3 recorded in the windows" in text
+    s["writes"], s["reads"]["count"] = {"count": 12, "bytes": 12 * 8192}, 0
+    assert tables.row_from_summary(s)["loop_requests"] == 70
+    # every request traced: the records are the count, as before
+    res.header["request_windows"]["windowed_probes"] = ["sys_enter", "sys_exit"]
+    name, d = next(iter(summary.summarize(res)["devices"].items()))
+    assert "  device %s (loop): 3 write requests, 24.0 KiB" % name in report.device_section(name, d)
+
+
+def test_a_windowed_disks_traced_tasks_reads_are_said_as_the_windows(base):
+    """On a disk, the traced tasks' reads the windows recorded come after the whole run's estimate: said as what
+    the windows saw, not as the tasks' count."""
+    res = forged(base, [3, 3, 3], total=30)
+    res.header["devices"][0]["level"] = "disk"
+    name, d = next(iter(summary.summarize(res)["devices"].items()))
+    line = verdict.device_line(name, d)
+    own = d["workload_reads"]["requests"]
+    assert "(the traced tasks': %d of the 9 seen in the windows)" % own in line
+    assert "(%d the traced tasks')" % own not in line

@@ -4,10 +4,12 @@ never the sample's raw counts as whole-run totals.  Pure analysis on tests/data/
 forged records: the truth is what the forgery put there."""
 import os
 
+import numpy as np
 import pytest
 
-from analysis import results, summary, tables, verdict
-from budget_windows import GAP_NS, WINDOW_NS, device, erofs_forged, forged, window_open
+from analysis import amplification, report, results, summary, tables, verdict
+from analysis.selection import enum_value
+from budget_windows import GAP_NS, LOOK_NS, WINDOW_NS, device, erofs_forged, forged, window_open
 from conftest import DATA
 from scripts import bench_overhead as bench
 
@@ -50,8 +52,10 @@ def test_the_interval_narrows_with_more_windows(base):
 
 
 def test_records_outside_the_windows_are_not_counted(base):
-    """Reads queued between windows, or after sys_enter's detach, are not in any window's count."""
-    late = window_open(0) + WINDOW_NS + 10
+    """Reads queued between windows, or after sys_enter's detach and the collector's look at the device's counts
+    just after it (dev_reads_to_ns: a completion before that look is in the window's exact count, and so in its
+    sample), are not in any window's count."""
+    late = window_open(0) + WINDOW_NS + LOOK_NS + 10
     between = window_open(0) + WINDOW_NS + GAP_NS // 2
     clean = device(summary.summarize(forged(base, [3, 3, 3], total=90)))["windowed"]["requests"]
     noisy = device(summary.summarize(forged(base, [3, 3, 3], total=90, extra_io=[
@@ -126,3 +130,125 @@ def test_a_table_gives_a_windowed_loop_device_its_exact_reads_or_none(base):
                                                         "counted_by": "block_rq_done",
                                                         "ops": {"read": {"requests": 31, "bytes": 31 * 4096}}}]
     assert tables.row_from_summary(summary.summarize(res))["loop_requests"] == 31
+
+
+def with_cut_requests(base, n, reads, recorded, length_ns, from_ns, to_ns, lead_ns):
+    """n windows whose device completed reads requests between the collector's looks (from_ns and to_ns after the
+    window opened), each length_ns long, block_bio_queue's attach begun lead_ns before the open: those completing
+    less than length_ns - lead_ns after the first look were queued before the hooks were on and not recorded;
+    recorded: the other ones, spread over the rest of the span."""
+    cut = length_ns - (from_ns + lead_ns)
+    io = []
+    for i in range(n):
+        o = window_open(i)
+        step = (to_ns - from_ns - cut) // recorded
+        io += [(c - length_ns, c) for c in (o + from_ns + cut + step * j + step // 2 for j in range(recorded))]
+    res = forged(base, [0] * n, total=reads * n * 10, extra_io=io)
+    rw = res.header["request_windows"]
+    at = {f: rw["window_fields"].index(f) for f in ("dev_reads_from_ns", "dev_reads_to_ns", "block_on_ns",
+                                                     "dev_reads")}
+    for i, row in enumerate(rw["windows"]):
+        o = window_open(i)
+        row[at["dev_reads_from_ns"]], row[at["dev_reads_to_ns"]] = o + from_ns, o + to_ns
+        row[at["block_on_ns"]], row[at["dev_reads"]] = o - lead_ns, [reads]
+    return res
+
+
+def test_requests_cut_at_the_open_are_weighted_back_over_the_looks_span(base):
+    """10 reads completed between the looks in each window, 2 of them queued before block_bio_queue was on (cut):
+    the 8 recorded weighted over the looks' span (90 ms, the hooks on 7 ms before its start: a 25 ms request is
+    recorded 72 ms of 90) restore the 10, and the interval widens by the cut share.  Weights over the window's
+    own span and lead (100 ms, 2 ms) would give 8 x 100/77 per window: 3.9 % too many."""
+    ms = 1_000_000
+    res = with_cut_requests(base, 6, reads=10, recorded=8, length_ns=25 * ms, from_ns=5 * ms, to_ns=95 * ms,
+                            lead_ns=2 * ms)
+    est = device(summary.summarize(res))["windowed"]["requests"]
+    assert est["seen"] == 48 and est["estimate"] == pytest.approx(600)
+    # cut: 2 per window counted and not recorded, and the weights' 2 per window standing for them, of 10
+    assert est["edge_share"] == pytest.approx((6 * 2 + 6 * 2) / 60.0)
+    assert est["interval95"] == pytest.approx([600 - 600 * 0.4, 600 + 600 * 0.4])
+    assert "edge cuts" in est["method"] and "40.00 %" in est["method"]
+
+
+def test_a_window_whose_look_failed_is_left_out_of_the_exact_auxiliary_alone(base):
+    """One window's dev_reads null (a failed look): the others still scale by the device's exact count; the method
+    says how many were left out."""
+    res = forged(base, [4, 4, 4, 4], total=200)
+    rw = res.header["request_windows"]
+    row = rw["windows"][1]
+    for f in ("dev_reads_from_ns", "dev_reads_to_ns", "dev_reads"):
+        row[rw["window_fields"].index(f)] = None
+    est = device(summary.summarize(res))["windowed"]["requests"]
+    assert est["auxiliary"].startswith("the reads block_rq_done counted")
+    # 12 seen of 12 counted in the other three windows, 200 in all (the windows' time would give 160)
+    assert est["estimate"] == pytest.approx(200) and est["seen"] == 12 and est["windows"] == 3
+    assert "1 more window left out" in est["method"]
+
+
+def across_windows(base):
+    """Two windows: pclusters A and B looked up in the first, A and C in the second; the first window reads A,
+    the second A again and B (looked up near the first's end, its read completing after those hooks went off)."""
+    res = erofs_forged(base, [2, 2])
+    h = res.header
+    h["devices"][0]["level"] = "loop"
+    e = res.records["erofs"]
+    e["map_flags"] = enum_value(h, "erofs_map_flag", "mapped") | enum_value(h, "erofs_map_flag", "encoded")
+    a, b, c = 0, 8192, 16384
+    e["pa"] = [a, b, a, c]
+    o0, o1 = window_open(0), window_open(1)
+    io = np.zeros(3, dtype=res.records["io"].dtype)
+    io["ts_queue_ns"] = [o0 + 1000, o1 + 1000, o1 + 2000]
+    io["ts_complete_ns"] = io["ts_queue_ns"] + 4000
+    io["ts_issue_ns"] = io["ts_queue_ns"] + 100
+    io["sector"] = np.array([a, a, b]) // 512
+    io["dev"], io["bytes"], io["nr_bios"] = h["devices"][0]["dev"], 4096, 1
+    io["cmd_flags"] = base.records["io"]["cmd_flags"][0]
+    return results.Results(h, dict(res.records, io=io))
+
+
+def test_lookups_and_reads_are_paired_only_inside_one_window(base):
+    """Over the run A would be read twice, B once, C never, and A's second read a re-read; paired inside each
+    window (the hooks were off between them): four pclusters-in-a-window, A read once in each, B and C with no
+    read in theirs, no re-read; B's read carries no unit looked up in its window.  Each says its basis, and the
+    verdict's amplification line and the report say it; a bench row leaves the biased shares out."""
+    s = summary.summarize(across_windows(base))
+    er = s["erofs"]
+    assert (er["pclusters"], er["pclusters_read_once"], er["pclusters_reread"],
+            er["pclusters_without_device_read"]) == (4, 2, 0, 2)
+    assert er["pclusters_basis"] == "paired in one window" and "one --budget window" in er["pclusters_method"]
+    assert er["lookups_per_pcluster"] == {"1": 4} and er["device_reads_per_pcluster"] == {"0": 2, "1": 2}
+    d = device(s)
+    assert d["reread_bytes"] == 0 and d["reread_basis"] == "paired in one window"
+    assert d["workload_reads"]["reread_bytes"] == 0
+    un = s["device_unneeded"]
+    assert un["basis"] == "paired in one window" and un["no_unit_bytes"] == 4096 and "same window" in un["method"]
+    amp = s["amplification"]
+    assert amp["unit_device_reads"]["basis"] == "paired in one window"
+    line = amplification.lines(s)[0]
+    assert "4 units looked up 1.00x, read 0.50x (paired within each window, biased)" in line
+    assert "re-read 0.0 % (paired within each window, biased)" in line
+    text = "\n".join(report.erofs_section(s))
+    assert "(per window, lookups and reads paired only inside it): 4 (16.0 KiB)" in text
+    assert "no read in the window 2" in text and "already in memory" not in text
+    assert amplification.row(amp)["reread_share"] is None and amplification.row(amp)["unneeded_share"] is None
+    # every probe attached all the time: paired over the run, as before
+    res = across_windows(base)
+    res.header["request_windows"]["windowed_probes"] = ["sys_enter", "sys_exit"]
+    s = summary.summarize(res)
+    er = s["erofs"]
+    assert (er["pclusters"], er["pclusters_read_once"], er["pclusters_reread"],
+            er["pclusters_without_device_read"]) == (3, 1, 1, 1)
+    assert device(s)["reread_bytes"] == 4096 and "basis" not in s["amplification"]["device_reread_share"]
+    assert s["device_unneeded"]["no_unit_bytes"] == 0
+
+
+def test_too_few_windows_with_their_looks_fall_back_to_time_and_say_why(base):
+    """Only one window's look at the device's counts succeeded: no exact auxiliary (two are needed), and the
+    method says the looks failed, not that block_rq_done was not attached."""
+    res = forged(base, [4, 4, 4], total=200)
+    rw = res.header["request_windows"]
+    for row in rw["windows"][1:]:
+        row[rw["window_fields"].index("dev_reads")] = None
+    est = device(summary.summarize(res))["windowed"]["requests"]
+    assert est["auxiliary"] == "window time" and "failed in all windows but 1" in est["method"]
+    assert "not attached" not in est["method"]
