@@ -50,6 +50,7 @@ Usage, from the checkout's root:
                                     [--cover-runtime-s S] [--idle-s S] [--out FILE.json]
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -63,6 +64,7 @@ import tempfile
 import time
 
 from analysis import results, summary, tracer, windows
+from analysis.selection import dev_name
 from cli.devices import backing_block_device, dev_numbers, drop_caches, ensure_tracefs, mount_of, sdev_arg
 from cli.runner import COLLECTOR, DEFAULT_BUDGET_PCT, Tracing, die_with_parent, tracing_options
 from cli.serve import COLLECTOR_OPTIONS as SERVE_OPTIONS
@@ -199,6 +201,24 @@ def collector_cpu_s(header):
     return c["cpu_ns"] / 1e9 if c["available"] else None
 
 
+def traced_diskstats_reads(res):
+    """{"major:minor": reads completed} of each traced device between the collector's own diskstats snapshots (at
+    its attach and its end): reads of the image outside that span (the mount's metadata looked up before the
+    attach) are no request its windows could see."""
+    return {dev_name(d["dev"], res.minor_bits): d["diskstats_end"]["reads"] - d["diskstats_start"]["reads"]
+            for d in res.header["devices"] if d.get("diskstats_start") and d.get("diskstats_end")}
+
+
+def bench_meta(work):
+    """The results' config the bench's collector runs get, as run and attach give theirs (collector -m): what
+    they traced, erofs images only, so the analysis tells the erofs figures apart as it does for run."""
+    path = os.path.join(work, "bench-meta.json")
+    if not os.path.exists(path):
+        with open(path, "w") as f:
+            json.dump({"mode": "bench", "label": "bench", "workload": "bench", "fs": "erofs", "fs_types": ["erofs"]}, f)
+    return path
+
+
 def run_one(config, argv, cwd, devs, work, estimates=False):
     """One run of config around argv: its figures (records, drops, the programs' runs, the windows' estimate);
     estimates: also the estimate objects of the results' windowed block and erofs figures (windowed_figure_estimates),
@@ -209,7 +229,7 @@ def run_one(config, argv, cwd, devs, work, estimates=False):
     info = {}
     if config in FSTRACE_CONFIGS:
         options = [a.replace("{fst}", fst) for a in FSTRACE_CONFIGS[config]]
-        cmd = [COLLECTOR, "-o", fst] + devs + options + ["--"] + argv
+        cmd = [COLLECTOR, "-o", fst, "-m", bench_meta(work)] + devs + options + ["--"] + argv
         run_to_end(cmd, cwd=cwd)
         res = results.load(fst)
         n = sum(len(a) for a in res.records.values())
@@ -235,6 +255,7 @@ def run_one(config, argv, cwd, devs, work, estimates=False):
                                       if p.get("hook", p["probe"]) == COMPLETION_HOOK]}
         if estimates:
             info["figures"] = windowed_figure_estimates(summary.summarize(res))
+            info["diskstats_reads"] = traced_diskstats_reads(res)
         if config in WINDOWED:
             w = windows.request_windows(res)
             info["windows"] = {k: w.get(k) for k in ("active", "why", "fraction", "windows", "seen", "estimate",
@@ -568,7 +589,7 @@ def diskstats_reads():
 def coverage_run(info, fio_ios, dev, disk_reads):
     """A 30 s run's checks: the request estimate, the windowed block figure of dev (the image's loop device, whose
     every read request is the workload's) and the windowed erofs figure, each against its true count: fio's reads,
-    the kernel's reads completed on dev, fio's reads."""
+    the kernel's reads completed on dev (between the collector's own snapshots at its attach and end), fio's reads."""
     w = info["windows"]
     req = ({"path": "request_windows", "estimate": w["estimate"], "interval95": w["interval95"]}
            if w.get("interval95") else None)
@@ -868,6 +889,26 @@ def tracer_share_rows(out):
                          "undecided (the interval spans it)")}]
 
 
+# cold estimate runs: the page cache dropped this often all along, so that the file, a few MiB at a small scale,
+# is read from the device in every window and not only in the run's first second
+COLD_DROP_EVERY_S = 0.2
+
+
+@contextlib.contextmanager
+def cache_dropper(on):
+    """While the block: the page cache dropped every COLD_DROP_EVERY_S (on), so a randread keeps reaching the device
+    and the windowed block and erofs figures have requests to estimate in every window."""
+    if not on:
+        yield
+        return
+    p = subprocess.Popen(["sh", "-c", "while :; do echo 1 > /proc/sys/vm/drop_caches; sleep %g; done"
+                          % COLD_DROP_EVERY_S], preexec_fn=die_with_parent)
+    try:
+        yield
+    finally:
+        stop_process(p, sig=signal.SIGKILL)
+
+
 def window_coverage(windowed, args, mnt, single_file, fio_ctx, devs, work, image_dev):
     """The windowed configurations' estimates against the true counts: args.cover_runs randreads of
     args.cover_runtime_s each per configuration, first warm (the file in the page cache: the request estimate
@@ -884,8 +925,9 @@ def window_coverage(windowed, args, mnt, single_file, fio_ctx, devs, work, image
                 if start == "cold":
                     drop_caches()
                 before = diskstats_reads()
-                info = run_one(cfg, argv, mnt, devs, work, estimates=True)
-                reads = diskstats_reads()[image_dev] - before[image_dev]
+                with cache_dropper(start == "cold"):
+                    info = run_one(cfg, argv, mnt, devs, work, estimates=True)
+                reads = info.get("diskstats_reads", {}).get(image_dev, diskstats_reads()[image_dev] - before[image_dev])
                 run = coverage_run(info, wl.ground_truth(work, None)["ios"], image_dev, reads)
                 out["runs"].append(dict(run, config=cfg, start=start))
                 log("%s: %g s %s randread %d/%d (the estimates against fio's and the kernel's counts)" % (
