@@ -124,7 +124,7 @@ def device_stats(res):
             for v, name in res.header["enums"]["charge"].items()}
         st["exact"] = exact_reads(res, d)
         if rw is not None:
-            st["windowed"] = windowed_reads(rw, rows, slot, reads)
+            st["windowed"] = windowed_reads(rw, rows, slot, reads, res.header.get("request_records"))
         s0, s1 = d.get("diskstats_start"), d.get("diskstats_end")
         if s0 and s1:
             st.update(diskstats_compare(res, reads, s0, s1, st["exact"] if rw is not None else None))
@@ -166,7 +166,7 @@ def exact_reads(res, d):
             "write_requests": wr.get("requests", 0), "write_bytes": wr.get("bytes", 0 if not wr else None)}
 
 
-def windowed_reads(rw, rows, slot, reads):
+def windowed_reads(rw, rows, slot, reads, h_records=None):
     """--budget, block_rq_complete windowed: the read block requests of the device in header slot over the whole
     traced time, estimated from those the windows recorded ({"requests": estimate object, "sample"}).  Seen in
     a window: the requests completed in it, weighted by completion_weights (a request is recorded only if its
@@ -175,6 +175,10 @@ def windowed_reads(rw, rows, slot, reads):
     windows' time.  Counted at the same event as the auxiliary, a window's requests differ from it by those the
     edge cut off (a burst of requests straddling an edge moves both alike) and those a full in-flight bucket left
     unrecorded (counted among the losses)."""
+    if (h_records or {}).get("io_records") is False:
+        return {"requests": {"why": "the collector wrote no block request records (--no-io-records, as serve): "
+                                    "the windows' count of the device's requests is in its exact count only"},
+                "sample": "no block request was recorded"}
     c = reads["ts_complete_ns"].astype(np.int64)
     length = c - reads["ts_queue_ns"].astype(np.int64)
     # between the looks at dev_reads where the collector took them (a burst completing between a window's open and

@@ -252,3 +252,16 @@ def test_too_few_windows_with_their_looks_fall_back_to_time_and_say_why(base):
     est = device(summary.summarize(res))["windowed"]["requests"]
     assert est["auxiliary"] == "window time" and "failed in all windows but 1" in est["method"]
     assert "not attached" not in est["method"]
+
+
+def test_no_block_records_make_no_block_estimate(base):
+    """serve writes no block request records (--no-io-records): its windows recorded none, and the device's
+    requests are not estimated as none but said unavailable, with why."""
+    res = forged(base, [5, 3, 8, 5, 2], total=700)
+    res.header["request_records"] = dict(res.header.get("request_records") or {}, io_records=False)
+    res.records["io"] = res.records["io"][:0]
+    d = device(summary.summarize(res))
+    est = d["windowed"]["requests"]
+    assert "estimate" not in est and "no block request records" in est["why"]
+    found = bench.windowed_figure_estimates({"devices": {"x": d}, "erofs": None})
+    assert bench.count_estimate(found["devices"]["x"], bench.BLOCK_COUNT_KEYS, "x")[0] is None

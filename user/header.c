@@ -284,6 +284,8 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 	o = jset(h, "request_records", jobj());
 	jset(o, "mode", jstr(opt.records_all ? "all" : (opt.records_none ? "none" : "slow")));
 	jset(o, "record_over_ns", ju64((__u64)(opt.record_over_us * 1000.0)));
+	/* block requests only in the histograms (--no-io-records, serve's): no io record to estimate from */
+	jset(o, "io_records", jbool(!opt.no_io_records));
 	jset(h, "io_stack_sampling", json_io_stack_sampling());
 	o = jset(h, "reader", jobj());
 	jset(o, "wakeup_bytes", ju64(FST_RINGBUF_BYTES / 4));
