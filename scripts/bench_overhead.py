@@ -64,7 +64,6 @@ import tempfile
 import time
 
 from analysis import results, summary, tracer, windows
-from analysis.selection import dev_name
 from cli.devices import backing_block_device, dev_numbers, drop_caches, ensure_tracefs, mount_of, sdev_arg
 from cli.runner import COLLECTOR, DEFAULT_BUDGET_PCT, Tracing, die_with_parent, tracing_options
 from cli.serve import COLLECTOR_OPTIONS as SERVE_OPTIONS
@@ -201,12 +200,12 @@ def collector_cpu_s(header):
     return c["cpu_ns"] / 1e9 if c["available"] else None
 
 
-def traced_diskstats_reads(res):
+def traced_diskstats_reads(summ):
     """{"major:minor": reads completed} of each traced device between the collector's own diskstats snapshots (at
-    its attach and its end): reads of the image outside that span (the mount's metadata looked up before the
-    attach) are no request its windows could see."""
-    return {dev_name(d["dev"], res.minor_bits): d["diskstats_end"]["reads"] - d["diskstats_start"]["reads"]
-            for d in res.header["devices"] if d.get("diskstats_start") and d.get("diskstats_end")}
+    its attach and its end: the summary's diskstats_delta): reads of the image outside that span (the mount's
+    metadata looked up before the attach) are no request its windows could see."""
+    return {name: d["diskstats_delta"]["reads"] for name, d in (summ.get("devices") or {}).items()
+            if d.get("diskstats_delta")}
 
 
 def bench_meta(work):
@@ -254,8 +253,9 @@ def run_one(config, argv, cwd, devs, work, estimates=False):
                 "completion_probes": [p["probe"] for p in res.header["probes"]
                                       if p.get("hook", p["probe"]) == COMPLETION_HOOK]}
         if estimates:
-            info["figures"] = windowed_figure_estimates(summary.summarize(res))
-            info["diskstats_reads"] = traced_diskstats_reads(res)
+            summ = summary.summarize(res)
+            info["figures"] = windowed_figure_estimates(summ)
+            info["diskstats_reads"] = traced_diskstats_reads(summ)
         if config in WINDOWED:
             w = windows.request_windows(res)
             info["windows"] = {k: w.get(k) for k in ("active", "why", "fraction", "windows", "seen", "estimate",
