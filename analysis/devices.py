@@ -124,7 +124,8 @@ def device_stats(res):
             for v, name in res.header["enums"]["charge"].items()}
         st["exact"] = exact_reads(res, d)
         if rw is not None:
-            st["windowed"] = windowed_reads(rw, rows, slot, reads, res.header.get("request_records"))
+            st["windowed"] = windowed_reads(rw, rows, slot, reads, res.header.get("request_records"),
+                                            (st["exact"].get("over_diskstats") or {}).get("read_requests"))
         s0, s1 = d.get("diskstats_start"), d.get("diskstats_end")
         if s0 and s1:
             st.update(diskstats_compare(res, reads, s0, s1, st["exact"] if rw is not None else None))
@@ -152,21 +153,38 @@ def origins(res, reads):
     return {"by_origin": out, "by_origin_method": method}
 
 
+def exact_over_diskstats(d):
+    """A device's exact counts (block_rq_done's) over the span of its two diskstats snapshots, each [low, high]:
+    they were read just before and just after each snapshot, so a completion the reads straddled may lie on either
+    side of it (the header device's exact_around_diskstats: "{op}_requests" and "{op}_bytes"); None where they
+    were not read."""
+    b = d.get("exact_around_diskstats")
+    if not b:
+        return None
+    s, e = b["start"], b["end"]
+    return {k: [e[k][0] - s[k][1], e[k][1] - s[k][0]] for k in s if k != "counted_by"}
+
+
 def exact_reads(res, d):
     """A device's read (and write) block requests and bytes over the traced time as the kernel aggregates counted
-    every completion (kernel_aggregates.block_figures: exact), or why there are none."""
+    every completion (kernel_aggregates.block_figures: exact), or why there are none; over_diskstats: the same
+    counts over the diskstats snapshots' span, each [low, high] (exact_over_diskstats), where they were read."""
     figs = [f for f in (res.header.get("kernel_aggregates") or {}).get("block_figures") or [] if f["dev"] == d["dev"]]
     if not figs:
         return {"available": False, "why": "this collector wrote no exact block figures for the device"}
     ops = figs[0].get("ops") or {}
     rd, wr = ops.get("read") or {}, ops.get("write") or {}
     # an op the kernel saw no request of is not among ops: none of it
-    return {"available": True, "basis": "exact", "counted_by": figs[0].get("counted_by"),
-            "requests": rd.get("requests", 0), "bytes": rd.get("bytes", 0 if not rd else None),
-            "write_requests": wr.get("requests", 0), "write_bytes": wr.get("bytes", 0 if not wr else None)}
+    out = {"available": True, "basis": "exact", "counted_by": figs[0].get("counted_by"),
+           "requests": rd.get("requests", 0), "bytes": rd.get("bytes", 0 if not rd else None),
+           "write_requests": wr.get("requests", 0), "write_bytes": wr.get("bytes", 0 if not wr else None)}
+    over = exact_over_diskstats(d)
+    if over is not None:
+        out["over_diskstats"] = over
+    return out
 
 
-def windowed_reads(rw, rows, slot, reads, h_records=None):
+def windowed_reads(rw, rows, slot, reads, h_records=None, span_reads=None):
     """--budget, block_rq_complete windowed: the read block requests of the device in header slot over the whole
     traced time, estimated from those the windows recorded ({"requests": estimate object, "sample"}).  Seen in
     a window: the requests completed in it, weighted by completion_weights (a request is recorded only if its
@@ -174,7 +192,9 @@ def windowed_reads(rw, rows, slot, reads, h_records=None):
     block_rq_done counted completed on the device in the same spans against all of them (dev_reads), else by the
     windows' time.  Counted at the same event as the auxiliary, a window's requests differ from it by those the
     edge cut off (a burst of requests straddling an edge moves both alike) and those a full in-flight bucket left
-    unrecorded (counted among the losses)."""
+    unrecorded (counted among the losses).  The total is block_rq_done's count over the diskstats snapshots' span
+    (span_reads: [low, high], exact_over_diskstats), the windows lying inside it; older files: its count up to the
+    header's writing (dev_reads_total)."""
     if (h_records or {}).get("io_records") is False:
         return {"requests": {"why": "the collector wrote no block request records (--no-io-records, as serve): "
                                     "the windows' count of the device's requests is in its exact count only"},
@@ -191,7 +211,7 @@ def windowed_reads(rw, rows, slot, reads, h_records=None):
     seen = [int(m.sum()) for m in masks]
     totals = rw.get("dev_reads_total") or []
     per = [(w.get("dev_reads") or [])[slot] if slot < len(w.get("dev_reads") or []) else None for w in rows]
-    total = totals[slot] if slot < len(totals) else None
+    total = sum(span_reads) / 2.0 if span_reads else totals[slot] if slot < len(totals) else None
     aux = None
     # a window whose look at the counts failed (dev_reads null) is left out alone, as pick_auxiliary does for calls
     keep = [p is not None for p in per]
@@ -204,6 +224,12 @@ def windowed_reads(rw, rows, slot, reads, h_records=None):
                           "its reads unknown" % (keep.count(False), "s" if keep.count(False) > 1 else ""))
     if aux is not None and "interval95" in est:
         widen_by_edge_cuts(est, per, seen, weighted)
+        if span_reads and span_reads[1] > span_reads[0]:
+            # the total is known to within the completions the reads around the snapshots straddled
+            half = (span_reads[1] - span_reads[0]) / 2.0 * est["estimate"] / total
+            est["interval95"] = [max(est["interval95"][0] - half, float(sum(seen))), est["interval95"][1] + half]
+            est["method"] += "; widened by the %d completions the exact counts' reads around the diskstats " \
+                             "snapshots straddled" % (span_reads[1] - span_reads[0])
     if aux is None:
         est["method"] = est.get("method", "") + " (no exact count of the device's reads per window: %s)" % (
             "the completion counter block_rq_done was not attached" if total is None or not keep.count(True) else
@@ -249,6 +275,17 @@ def diskstats_compare(res, reads, s0, s1, exact):
             return dict(out, unseen_requests=None, unseen_sectors=None, traced_beyond_diskstats=None,
                         unseen_why="the block requests were recorded only in --budget's windows and no exact "
                                    "count was made (%s)" % exact["why"])
+        over = exact.get("over_diskstats")
+        if over is not None:
+            # over the snapshots' own span: [low, high] for the completions their reads straddled
+            (n_lo, n), nbytes = over["read_requests"], over["read_bytes"][1]
+            out["unseen_method"] = ("the exact count (%s) over the diskstats snapshots' span against the kernel's"
+                                    % exact["counted_by"])
+            out["requests_in_window"] = n
+            out["unseen_requests"] = max(0, delta["reads"] - n)
+            out["unseen_sectors"] = max(0, delta["sectors_read"] - nbytes // 512)
+            out["traced_beyond_diskstats"] = max(0, n_lo - delta["reads"])
+            return out
         n, nbytes = exact["requests"], exact["bytes"]
         out["unseen_method"] = "the exact count (%s) against the kernel's" % exact["counted_by"]
     else:

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from analysis import results
+from analysis import devices, results
 from cli.runner import COLLECTOR
 from analysis import summary as S
 from conftest import drop_caches, finish_attach, start_attach
@@ -127,6 +127,10 @@ def test_attach_counts_every_block_read_and_its_latency_agrees_with_the_issue_ho
         assert 0 < read["requests"] <= reads and read["bytes"] <= sectors * 512
     else:
         assert (read["requests"], read["bytes"]) == (reads, sectors * 512) and reads > 0
+        # and over the snapshots' own span, read just before and after each: the same, within what they straddled
+        over = devices.exact_over_diskstats(d)
+        (lo, hi), (blo, bhi) = over["read_requests"], over["read_bytes"]
+        assert lo <= reads <= hi and blo <= sectors * 512 <= bhi, (over, reads, sectors)
     assert read["q2c_source"] == "start_time_ns" and read["start_kept"] == read["requests"]
     assert (read["q2c_basis"], read["d2c_basis"]) == ("exact", "exact")
     q2c = next(r for r in h["kernel_aggregates"]["histograms"] if r["dev"] == kdev and r["sub"] == 0

@@ -265,3 +265,28 @@ def test_no_block_records_make_no_block_estimate(base):
     assert "estimate" not in est and "no block request records" in est["why"]
     found = bench.windowed_figure_estimates({"devices": {"x": d}, "erofs": None})
     assert bench.count_estimate(found["devices"]["x"], bench.BLOCK_COUNT_KEYS, "x")[0] is None
+
+
+def test_the_exact_count_over_the_diskstats_snapshots_span_is_the_estimates_total(base):
+    """block_rq_done's counts read just before and after each diskstats snapshot: the windows' estimate scales by
+    the count over the snapshots' span (not the one up to the header's writing), its interval widened by the
+    completions the reads straddled; the loss against the kernel's count takes the high end, the excess the low."""
+    res = forged(base, [3, 3, 3], total=999)
+    zero = {"read_requests": [0, 0], "read_bytes": [0, 0], "write_requests": [0, 0], "write_bytes": [0, 0]}
+    res.header["devices"][0]["exact_around_diskstats"] = {
+        "counted_by": "block_rq_done",
+        "start": dict(zero, read_requests=[100, 101], read_bytes=[100 * 4096, 101 * 4096]),
+        "end": dict(zero, read_requests=[130, 132], read_bytes=[130 * 4096, 132 * 4096])}
+    res.header["kernel_aggregates"]["block_figures"] = [{"dev": res.header["devices"][0]["dev"], "basis": "exact",
+                                                        "counted_by": "block_rq_done",
+                                                        "ops": {"read": {"requests": 140, "bytes": 140 * 4096}}}]
+    d = device(summary.summarize(res))
+    assert d["exact"]["over_diskstats"]["read_requests"] == [29, 32]
+    est = d["windowed"]["requests"]
+    assert est["estimate"] == pytest.approx(30.5, rel=1e-3)
+    lo, hi = est["interval95"]
+    assert lo == pytest.approx(29, rel=1e-3) and hi == pytest.approx(32, rel=1e-3)
+    assert "straddled" in est["method"]
+    # real.fst's diskstats count 34 reads: 2 unseen past the high end; none beyond
+    assert d["unseen_requests"] == 2 and d["traced_beyond_diskstats"] == 0
+    assert "snapshots' span" in d["unseen_method"]

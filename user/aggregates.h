@@ -77,6 +77,12 @@ int dev_done_fd(struct block_bpf *blk);
 /* requests of op sub completed on device slot so far, as block_rq_done counted them (done_fd: dev_done_fd); -1 where
  * it is not attached or its count could not be read */
 __s64 dev_done_requests(int done_fd, __u32 slot, __u32 sub);
+/* requests and bytes of each op completed on a device so far, as block_rq_done counted them */
+struct dev_done_counts {
+	__u64 requests[FST_IO_SUBS], bytes[FST_IO_SUBS];
+};
+/* device slot's into *c; false where block_rq_done is not attached (done_fd < 0) or its counts could not be read */
+bool dev_done_counts(int done_fd, __u32 slot, struct dev_done_counts *c);
 
 /* whether a histogram holds any count */
 bool hist_any(const __u64 *slots);

@@ -302,20 +302,34 @@ static void announce_ready(struct exposer *x, struct run_info *ri, int go)
 	}
 }
 
-/* tracing is over: the end's diskstats (into ds_end, which ri reads) and times taken, the symbols read while the programs are loaded, every
- * probe detached, the ring buffer drained, and the last exposition written */
+/* each traced device's diskstats into ds, each read between two reads of block_rq_done's counts of it (ex): a
+ * completion the exact count and the kernel's would both take is on one side of the snapshot in both, but for
+ * the few the reads straddled */
+static void snapshot_devices(int done_fd, struct diskstat *ds, struct diskstat_bracket *ex)
+{
+	for (int i = 0; i < opt.nr_devs; i++) {
+		ex[i].ok = dev_done_counts(done_fd, i, &ex[i].at[0]);
+		read_diskstat(&opt.devs[i], &ds[i]);
+		ex[i].ok = dev_done_counts(done_fd, i, &ex[i].at[1]) && ex[i].ok;
+	}
+}
+
+/* tracing is over: the last window closed, the end's diskstats and exact counts (into ds_end and ex_end, which ri
+ * reads) and times taken, the symbols read while the programs are loaded, every probe detached, the ring buffer
+ * drained, and the last exposition written */
 static void stop_tracing(struct tracer *t, struct ring_buffer *rb, struct exposer *x, struct run_info *ri,
-			 struct diskstat *ds_end)
+			 struct diskstat *ds_end, struct diskstat_bracket *ex_end)
 {
 	int err;
 	settle(rb);
-	for (int i = 0; i < opt.nr_devs; i++)
-		read_diskstat(&opt.devs[i], &ds_end[i]);
+	/* the last window closed first: the windows' spans, and the exact counts they took, lie inside the
+	 * snapshots' (the windowed block estimate scales by the count over the snapshots' span) */
+	window_finish();
+	snapshot_devices(dev_done_fd(t->blk), ds_end, ex_end);
 	ri->t_end = now_ns(CLOCK_MONOTONIC);
 	ri->cpu_end_ns = self_cpu_ns();
 	if (opt.out && opt.sample_hz > 0)
 		tracer_read_ksyms(t);
-	window_finish(t, ri->t_end);
 	tracer_detach();
 	while (ring_buffer__consume(rb) > 0)
 		;
@@ -375,17 +389,19 @@ int main(int argc, char **argv)
 	ri.t_start_real = now_ns(CLOCK_REALTIME);
 	ri.cpu_start_ns = self_cpu_ns();
 	struct diskstat ds_start[MAX_DEVS], ds_end[MAX_DEVS];
-	for (int i = 0; i < opt.nr_devs; i++)
-		read_diskstat(&opt.devs[i], &ds_start[i]);
+	static struct diskstat_bracket ex_start[MAX_DEVS], ex_end[MAX_DEVS];
+	snapshot_devices(dev_done_fd(t.blk), ds_start, ex_start);
 	ri.ds_start = ds_start;
 	ri.ds_end = ds_end;
+	ri.ex_start = ex_start;
+	ri.ex_end = ex_end;
 	window_init(&t, ri.t_start); /* --budget: the syscall hooks detached until the first window */
 
 	static struct exposer x;
 	exposer_init(&x, &t, ri.t_start_real, ds_start);
 	announce_ready(&x, &ri, go);
 	trace(&t, rb, &res, &x, &ri);
-	stop_tracing(&t, rb, &x, &ri, ds_end);
+	stop_tracing(&t, rb, &x, &ri, ds_end, ex_end);
 	if (!opt.out) { /* an exporter: its file is the exposition, already final */
 		tracer_destroy(&t, rb);
 		json_object_put(meta);

@@ -53,6 +53,30 @@ static json *json_diskstat(const struct diskstat *s)
 	return o;
 }
 
+/* a device's block_rq_done counts around its two diskstats snapshots ({"start": {"reads": [before, after], ...},
+ * "end": ...}), or null where they were not both read */
+static json *json_diskstat_brackets(const struct diskstat_bracket *b0, const struct diskstat_bracket *b1)
+{
+	if (!b0->ok || !b1->ok)
+		return NULL;
+	json *o = jobj();
+	jset(o, "counted_by", jstr("block_rq_done"));
+	const struct diskstat_bracket *at[] = { b0, b1 };
+	for (int e = 0; e < 2; e++) {
+		json *edge = jset(o, e ? "end" : "start", jobj());
+		for (__u32 sub = 0; sub < FST_IO_SUBS; sub++) {
+			char key[64];
+			__u64 n[2] = { at[e]->at[0].requests[sub], at[e]->at[1].requests[sub] };
+			__u64 bytes[2] = { at[e]->at[0].bytes[sub], at[e]->at[1].bytes[sub] };
+			snprintf(key, sizeof(key), "%s_requests", op_name(sub));
+			jset(edge, key, ju64_array(n, 2));
+			snprintf(key, sizeof(key), "%s_bytes", op_name(sub));
+			jset(edge, key, ju64_array(bytes, 2));
+		}
+	}
+	return o;
+}
+
 static void json_probes(json *a, const struct probe *probes, int n)
 {
 	for (int i = 0; i < n; i++) {
@@ -116,6 +140,8 @@ static json *json_devices(const struct run_info *ri)
 		jset(o, "level", jstr(dev_level_name(d->level)));
 		jset(o, "diskstats_start", json_diskstat(&ri->ds_start[i]));
 		jset(o, "diskstats_end", json_diskstat(&ri->ds_end[i]));
+		jset(o, "exact_around_diskstats",
+		     ri->ex_start && ri->ex_end ? json_diskstat_brackets(&ri->ex_start[i], &ri->ex_end[i]) : NULL);
 	}
 	return a;
 }

@@ -9,9 +9,17 @@
 #include <stdbool.h>
 #include <sys/types.h>
 #include <linux/types.h>
+#include "aggregates.h"
 #include "jsonw.h"
 #include "probes.h"
 #include "procfs.h"
+
+/* block_rq_done's counts of a device just before ([0]) and just after ([1]) its diskstats snapshot: the exact
+ * count over two snapshots' span is known to within the completions the reads straddled.  ok: both were read */
+struct diskstat_bracket {
+	bool ok;
+	struct dev_done_counts at[2];
+};
 
 /* how the run went, as main saw it */
 struct run_info {
@@ -21,7 +29,8 @@ struct run_info {
 	int wstatus;
 	__u64 t_child_go, t_child_exit; /* the command let go (after the attach and --budget's calibration), ended */
 	bool interrupted;
-	const struct diskstat *ds_start, *ds_end; /* per traced device */
+	const struct diskstat *ds_start, *ds_end;	  /* per traced device */
+	const struct diskstat_bracket *ex_start, *ex_end; /* per traced device, around ds_start and ds_end */
 	struct expired expired;
 	int delayacct_was;
 	int poll_ms;

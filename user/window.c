@@ -793,7 +793,7 @@ int window_poll_ms(__u64 now, int max_ms)
 	return ms < (__u64)max_ms ? (int)ms : max_ms;
 }
 
-void window_finish(struct tracer *t, __u64 now)
+void window_finish(void)
 {
 	if (!w.active)
 		return;
@@ -1000,10 +1000,6 @@ json *window_header(__u64 t_start, __u64 t_end)
 	jset(o, "in_windows_ns", ju64(w.in_windows_ns));
 	jset(o, "windows_total", ju64(w.nwins_total));
 	jset(o, "windows_kept", ju64(w.nwins));
-	/* each traced device's read requests completed while block_rq_done was attached (exact: the devices' own
-	 * diskstats count over the same time): the windowed block figures' auxiliary total */
-	__u64 reads[MAX_DEVS];
-	jset(o, "dev_reads_total", dev_reads_now(reads) ? ju64_array(reads, opt.nr_devs) : NULL);
 	window_rows_json(o);
 	return o;
 }

@@ -23,7 +23,7 @@ void window_tick(struct tracer *t, __u64 now);
 /* how long the trace loop may sleep (ms) before the next window edge, at most max_ms */
 int window_poll_ms(__u64 now, int max_ms);
 /* at the end of tracing: close a window still open (before the probes are detached and their stats read) */
-void window_finish(struct tracer *t, __u64 now);
+void window_finish(void);
 /* the header's "request_windows" */
 json *window_header(__u64 t_start, __u64 t_end);
 /* serve: share of the traced time so far inside windows (1 when always on), and windows completed */
