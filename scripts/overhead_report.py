@@ -61,6 +61,10 @@ def render(out):
             lines.append("  block_rq_complete %-22s %-20s %s ns per completion (runs: %s)" % (
                 case, cfg, "%.0f (%.0f-%.0f)" % (c["median"], c["min"], c["max"]) if c else "-",
                 ", ".join("%.0f" % x if x is not None else "-" for x in cc["runs"])))
+            w = (cc.get("with_windowed") or {}).get("ns_per_completion")
+            if w:
+                lines.append("  block_rq_complete %-22s %-20s %.0f (%.0f-%.0f) ns per completion with the windowed "
+                             "hook" % (case, cfg, w["median"], w["min"], w["max"]))
     cov = out.get("window_coverage") or {}
     for r in cov.get("runs", []):
         lines.append("  %g s %s randread %-20s %s" % (cov["runtime_s"], r["start"], r["config"], "; ".join(

@@ -595,6 +595,10 @@ def test_bench_completion_cost_against_biolatency_in_the_same_run():
     assert B.completion_cost_ns(fst, ["block_rq_done", "block_rq_complete"]) == 400
     assert B.completion_costs([{"probes": fst, "completion_probes": ["block_rq_done", "block_rq_complete"]}])[
         "ns_per_completion"]["median"] == 400
+    # under --budget the target is the exact path: the windowed hook's share is said beside it
+    cc = B.completion_costs([{"probes": fst, "completion_probes": ["block_rq_done", "block_rq_complete"],
+                              "windowed_probes": ["sys_enter", "block_rq_complete"]}])
+    assert cc["ns_per_completion"]["median"] == 100 and cc["with_windowed"]["ns_per_completion"]["median"] == 400
     bio = B.completion_costs([{"probes": [("block_rq_comple", 10, 3000)]}, {"probes": [("block_rq_comple", 10, 3400)]}])
     assert bio["ns_per_completion"] == {"min": 300, "median": 320, "max": 340}
 
