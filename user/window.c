@@ -627,8 +627,10 @@ void window_init(struct tracer *t, __u64 t_start)
 	if (err)
 		die("--budget: attaching the syscall hooks for calibration: %s", strerror(-err));
 	w.active = true;
-	for (int i = 0; i < w.nr_attrib; i++) /* the issue hook's latencies are the windows' sample */
-		if (!strcmp(w.attrib[i]->name, "block_rq_complete"))
+	/* the issue hook's latencies, recorded by the in-flight completion (block_rq_done, which is not windowed,
+	 * measures the same figure from the request's own timestamps), are the windows' sample */
+	for (int i = 0; i < w.nr_attrib; i++)
+		if (w.attrib[i]->figure == FST_FIG_RQ_COMPLETE)
 			dev_lat_windowed(true);
 	w.period_start = t_start;
 	w.period_len = 0;
