@@ -124,8 +124,7 @@ def device_stats(res):
             for v, name in res.header["enums"]["charge"].items()}
         st["exact"] = exact_reads(res, d)
         if rw is not None:
-            st["windowed"] = windowed_reads(rw, rows, slot, reads, res.header.get("request_records"),
-                                            (st["exact"].get("over_diskstats") or {}).get("read_requests"))
+            st["windowed"] = windowed_reads(rw, rows, slot, reads, res.header.get("request_records"), st["exact"])
         s0, s1 = d.get("diskstats_start"), d.get("diskstats_end")
         if s0 and s1:
             st.update(diskstats_compare(res, reads, s0, s1, st["exact"] if rw is not None else None))
@@ -154,15 +153,24 @@ def origins(res, reads):
 
 
 def exact_over_diskstats(d):
-    """A device's exact counts (block_rq_done's) over the span of its two diskstats snapshots, each [low, high]:
-    they were read just before and just after each snapshot, so a completion the reads straddled may lie on either
-    side of it (the header device's exact_around_diskstats: "{op}_requests" and "{op}_bytes"); None where they
-    were not read."""
+    """A device's exact counts (block_rq_done's) over the span of its two diskstats snapshots, each [low, high]
+    (the header device's exact_around_diskstats: "{op}_requests" and "{op}_bytes"); None where they were not
+    both read.  They were read just before and just after each snapshot, so a completion the reads straddled may
+    lie on either side.  And the kernel counts a request completed (ios) only after its bios' end_io callbacks
+    ran, a while after block_rq_complete fired: a request between the two at a snapshot (in diskstats' in_flight
+    there) is on the kernel's side of it later than on block_rq_done's, so the request counts are widened by the
+    requests in flight at each snapshot (the bytes are counted at the tracepoint's own call)."""
     b = d.get("exact_around_diskstats")
     if not b:
         return None
     s, e = b["start"], b["end"]
-    return {k: [e[k][0] - s[k][1], e[k][1] - s[k][0]] for k in s if k != "counted_by"}
+    out = {k: [e[k][0] - s[k][1], e[k][1] - s[k][0]] for k in s}
+    lag_start = (d.get("diskstats_start") or {}).get("in_flight", 0)
+    lag_end = (d.get("diskstats_end") or {}).get("in_flight", 0)
+    for k in out:
+        if k.endswith("_requests"):
+            out[k] = [max(out[k][0] - lag_end, 0), out[k][1] + lag_start]
+    return out
 
 
 def exact_reads(res, d):
@@ -184,17 +192,17 @@ def exact_reads(res, d):
     return out
 
 
-def windowed_reads(rw, rows, slot, reads, h_records=None, span_reads=None):
-    """--budget, block_rq_complete windowed: the read block requests of the device in header slot over the whole
-    traced time, estimated from those the windows recorded ({"requests": estimate object, "sample"}).  Seen in
-    a window: the requests completed in it, weighted by completion_weights (a request is recorded only if its
-    bios were all queued once the window's block_bio_queue was on: block_on_ns); scaled by the reads
-    block_rq_done counted completed on the device in the same spans against all of them (dev_reads), else by the
-    windows' time.  Counted at the same event as the auxiliary, a window's requests differ from it by those the
+def windowed_reads(rw, rows, slot, reads, h_records=None, exact=None):
+    """--budget, block_rq_complete windowed: the read block requests of the device in header slot over the diskstats
+    snapshots' span (the traced time but for its edges), estimated from those the windows recorded ({"requests":
+    estimate object, "sample"}). Seen in a window: the requests completed in it, weighted by completion_weights (a
+    request is recorded only if its bios were all queued once the window's block_bio_queue was on: block_on_ns); scaled
+    by the reads block_rq_done counted completed on the device in the same spans against all of them (dev_reads), else
+    by the windows' time. Counted at the same event as the auxiliary, a window's requests differ from it by those the
     edge cut off (a burst of requests straddling an edge moves both alike) and those a full in-flight bucket left
-    unrecorded (counted among the losses).  The total is block_rq_done's count over the diskstats snapshots' span
-    (span_reads: [low, high], exact_over_diskstats), the windows lying inside it; older files: its count up to the
-    header's writing (dev_reads_total)."""
+    unrecorded (counted among the losses). The total is block_rq_done's count over the diskstats snapshots' span (exact:
+    exact_reads, its over_diskstats [low, high]), the windows lying inside it; where the counts around a snapshot could
+    not be read, its count up to the header's writing (older files: dev_reads_total, the same)."""
     if (h_records or {}).get("io_records") is False:
         return {"requests": {"why": "the collector wrote no block request records (--no-io-records, as serve): "
                                     "the windows' count of the device's requests is in its exact count only"},
@@ -211,7 +219,10 @@ def windowed_reads(rw, rows, slot, reads, h_records=None, span_reads=None):
     seen = [int(m.sum()) for m in masks]
     totals = rw.get("dev_reads_total") or []
     per = [(w.get("dev_reads") or [])[slot] if slot < len(w.get("dev_reads") or []) else None for w in rows]
-    total = sum(span_reads) / 2.0 if span_reads else totals[slot] if slot < len(totals) else None
+    span_reads = ((exact or {}).get("over_diskstats") or {}).get("read_requests")
+    whole = totals[slot] if slot < len(totals) else (exact or {}).get("requests") if (exact or {}).get(
+        "available") else None
+    total = sum(span_reads) / 2.0 if span_reads else whole
     aux = None
     # a window whose look at the counts failed (dev_reads null) is left out alone, as pick_auxiliary does for calls
     keep = [p is not None for p in per]
@@ -225,11 +236,15 @@ def windowed_reads(rw, rows, slot, reads, h_records=None, span_reads=None):
     if aux is not None and "interval95" in est:
         widen_by_edge_cuts(est, per, seen, weighted)
         if span_reads and span_reads[1] > span_reads[0]:
-            # the total is known to within the completions the reads around the snapshots straddled
+            # the total is known to within the completions the reads around the snapshots straddled, and the
+            # requests in flight at them (exact_over_diskstats)
             half = (span_reads[1] - span_reads[0]) / 2.0 * est["estimate"] / total
             est["interval95"] = [max(est["interval95"][0] - half, float(sum(seen))), est["interval95"][1] + half]
-            est["method"] += "; widened by the %d completions the exact counts' reads around the diskstats " \
-                             "snapshots straddled" % (span_reads[1] - span_reads[0])
+            est["method"] += ("; widened by the %d requests completed while the exact counts were read around "
+                              "the diskstats snapshots, or in flight at them" % (span_reads[1] - span_reads[0]))
+    if aux is not None and not span_reads and not totals:
+        est["method"] = est.get("method", "") + ("; the total is the count up to the results' writing: the counts "
+                                                 "around a diskstats snapshot could not be read")
     if aux is None:
         est["method"] = est.get("method", "") + " (no exact count of the device's reads per window: %s)" % (
             "the completion counter block_rq_done was not attached" if total is None or not keep.count(True) else
@@ -281,13 +296,11 @@ def diskstats_compare(res, reads, s0, s1, exact):
             (n_lo, n), nbytes = over["read_requests"], over["read_bytes"][1]
             out["unseen_method"] = ("the exact count (%s) over the diskstats snapshots' span against the kernel's"
                                     % exact["counted_by"])
-            out["requests_in_window"] = n
-            out["unseen_requests"] = max(0, delta["reads"] - n)
-            out["unseen_sectors"] = max(0, delta["sectors_read"] - nbytes // 512)
-            out["traced_beyond_diskstats"] = max(0, n_lo - delta["reads"])
-            return out
-        n, nbytes = exact["requests"], exact["bytes"]
-        out["unseen_method"] = "the exact count (%s) against the kernel's" % exact["counted_by"]
+            out["counted_over_diskstats_span"] = True
+        else:
+            n, nbytes = exact["requests"], exact["bytes"]
+            n_lo = n
+            out["unseen_method"] = "the exact count (%s) against the kernel's" % exact["counted_by"]
     else:
         # The kernel's own count is exact.  Completions it counted that our programs never saw are
         # lost events: on some kernels BPF is not run for block completions in certain softirq
@@ -295,13 +308,14 @@ def diskstats_compare(res, reads, s0, s1, exact):
         t = res.header["time"]
         inside = reads[(reads["ts_complete_ns"] >= t["start_ns"]) & (reads["ts_complete_ns"] <= t["end_ns"])]
         n, nbytes = int(len(inside)), int(inside["bytes"].astype(np.uint64).sum())
+        n_lo = n
     out["requests_in_window"] = n
     # The window's edges are outside the snapshots: on a device shared with other I/O (two runs on
     # one backing disk), completions there are traced but not in the kernel's difference, so fstrace
     # can see more than the kernel counted.  Nothing is unseen then; the excess is said, not negated.
     out["unseen_requests"] = max(0, delta["reads"] - n)
     out["unseen_sectors"] = max(0, delta["sectors_read"] - nbytes // 512) if nbytes is not None else None
-    out["traced_beyond_diskstats"] = max(0, n - delta["reads"])
+    out["traced_beyond_diskstats"] = max(0, n_lo - delta["reads"])
     return out
 
 

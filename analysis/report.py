@@ -297,7 +297,11 @@ def diskstats_lines(d):
                    % (d["unseen_requests"], "?" if d["unseen_sectors"] is None else d["unseen_sectors"]))
         out.append("          the figures for this device cover %d of %d requests" % (
             d["requests_in_window"] if d.get("basis") == "windows' sample" else d["requests"], dd["reads"]))
-    if d.get("traced_beyond_diskstats"):
+    if d.get("traced_beyond_diskstats") and d.get("counted_over_diskstats_span"):
+        # counted over the same span as the kernel's, widened by what its edges leave uncertain: no edge explains it
+        out.append("    %d more requests counted by block_rq_done than the kernel counted over the same span"
+                   % d["traced_beyond_diskstats"])
+    elif d.get("traced_beyond_diskstats"):
         out.append("    %d more requests traced than the kernel counted: the device is shared with other I/O, whose "
                    "completions at the window's edges are not in the kernel's difference"
                    % d["traced_beyond_diskstats"])

@@ -620,7 +620,6 @@ def coverage_verdict(checks):
     return "met (%d of %d runs)" % (len(have), len(checks))
 
 
-# the programs on block_rq_complete, by name: the kernel keeps 15 characters of a program's name
 # the completion tracepoint: fstrace's programs on it are found by their hook in the results header (block_rq_done
 # and block_rq_complete both run on it), biolatency's by its program names, which the kernel cuts to 15 characters
 COMPLETION_HOOK = "block_rq_complete"

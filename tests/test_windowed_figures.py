@@ -267,26 +267,79 @@ def test_no_block_records_make_no_block_estimate(base):
     assert bench.count_estimate(found["devices"]["x"], bench.BLOCK_COUNT_KEYS, "x")[0] is None
 
 
+def _bracketed(base, per_window, start, end, in_flight=(0, 0), seen_per_window=None, exact_total=140):
+    """forged() with block_rq_done's counts read around each diskstats snapshot (start, end: [before, after] read
+    requests, 4 KiB each), the device's in-flight requests at the two snapshots, and, per window, the reads its
+    exact count saw (seen_per_window; default: those recorded)."""
+    res = forged(base, per_window, total=999)
+    dev = res.header["devices"][0]
+    zero = {"read_requests": [0, 0], "read_bytes": [0, 0], "write_requests": [0, 0], "write_bytes": [0, 0]}
+    dev["exact_around_diskstats"] = {
+        "counted_by": "block_rq_done",
+        "start": dict(zero, read_requests=start, read_bytes=[n * 4096 for n in start]),
+        "end": dict(zero, read_requests=end, read_bytes=[n * 4096 for n in end])}
+    dev["diskstats_start"] = dict(dev["diskstats_start"], in_flight=in_flight[0])
+    dev["diskstats_end"] = dict(dev["diskstats_end"], in_flight=in_flight[1])
+    for row, k in zip(res.header["request_windows"]["windows"], seen_per_window or per_window):
+        row[-1] = [k]
+    res.header["kernel_aggregates"]["block_figures"] = [{"dev": dev["dev"], "basis": "exact",
+                                                        "counted_by": "block_rq_done",
+                                                        "ops": {"read": {"requests": exact_total,
+                                                                         "bytes": exact_total * 4096}}}]
+    return res
+
+
 def test_the_exact_count_over_the_diskstats_snapshots_span_is_the_estimates_total(base):
     """block_rq_done's counts read just before and after each diskstats snapshot: the windows' estimate scales by
     the count over the snapshots' span (not the one up to the header's writing), its interval widened by the
     completions the reads straddled; the loss against the kernel's count takes the high end, the excess the low."""
-    res = forged(base, [3, 3, 3], total=999)
-    zero = {"read_requests": [0, 0], "read_bytes": [0, 0], "write_requests": [0, 0], "write_bytes": [0, 0]}
-    res.header["devices"][0]["exact_around_diskstats"] = {
-        "counted_by": "block_rq_done",
-        "start": dict(zero, read_requests=[100, 101], read_bytes=[100 * 4096, 101 * 4096]),
-        "end": dict(zero, read_requests=[130, 132], read_bytes=[130 * 4096, 132 * 4096])}
-    res.header["kernel_aggregates"]["block_figures"] = [{"dev": res.header["devices"][0]["dev"], "basis": "exact",
-                                                        "counted_by": "block_rq_done",
-                                                        "ops": {"read": {"requests": 140, "bytes": 140 * 4096}}}]
-    d = device(summary.summarize(res))
+    d = device(summary.summarize(_bracketed(base, [3, 3, 3], [100, 101], [130, 132])))
     assert d["exact"]["over_diskstats"]["read_requests"] == [29, 32]
     est = d["windowed"]["requests"]
     assert est["estimate"] == pytest.approx(30.5, rel=1e-3)
     lo, hi = est["interval95"]
     assert lo == pytest.approx(29, rel=1e-3) and hi == pytest.approx(32, rel=1e-3)
-    assert "straddled" in est["method"]
-    # real.fst's diskstats count 34 reads: 2 unseen past the high end; none beyond
+    assert "in flight at them" in est["method"]
+    # real.fst's diskstats count 34 reads (sectors 8 per read there): 2 unseen past the high end; none beyond
     assert d["unseen_requests"] == 2 and d["traced_beyond_diskstats"] == 0
-    assert "snapshots' span" in d["unseen_method"]
+    assert d["unseen_sectors"] == d["diskstats_delta"]["sectors_read"] - 32 * 8
+    assert "snapshots' span" in d["unseen_method"] and d["counted_over_diskstats_span"]
+    # more counted than the kernel's, past the low end: said as such, not as a shared device's edges
+    d = device(summary.summarize(_bracketed(base, [3, 3, 3], [0, 0], [36, 40])))
+    assert d["traced_beyond_diskstats"] == 2 and d["unseen_requests"] == 0
+    assert any("counted by block_rq_done than the kernel counted over the same span" in line
+               for line in report.diskstats_lines(d))
+
+
+def test_requests_in_flight_at_a_snapshot_widen_the_exact_span_count(base):
+    """The kernel counts a request completed only after its bios' end_io ran, after block_rq_complete: one in
+    flight at a snapshot may fall on the kernel's other side of it, so the span's count is widened by the device's
+    in-flight requests there (the bytes are not: both count them at the tracepoint's call)."""
+    d = device(summary.summarize(_bracketed(base, [3, 3, 3], [100, 100], [130, 130], in_flight=(2, 3))))
+    over = d["exact"]["over_diskstats"]
+    assert over["read_requests"] == [27, 32] and over["read_bytes"] == [30 * 4096, 30 * 4096]
+
+
+def test_the_span_widening_scales_with_the_estimate_and_stops_at_what_was_seen(base):
+    """Windows that recorded half of what the exact count saw in them: the estimate is twice the span's count,
+    and the straddle's widening is scaled alike; its low end is never below what the windows recorded."""
+    d = device(summary.summarize(_bracketed(base, [3, 3, 3], [0, 0], [60, 70], seen_per_window=[6, 6, 6])))
+    est = d["windowed"]["requests"]
+    # half of the 65 the span counted (its midpoint)
+    assert est["estimate"] == pytest.approx(32.5, rel=1e-3)
+    # the edges' cuts (half of what was counted: ± 16.25), then ± half the straddle (5) scaled by estimate / total
+    # (1/2): ± 2.5 more than the same run without a straddle
+    assert est["interval95"] == pytest.approx([32.5 - 16.25 - 2.5, 32.5 + 16.25 + 2.5], rel=1e-3)
+    d = device(summary.summarize(_bracketed(base, [3, 3, 3], [0, 0], [1, 90], seen_per_window=[3, 3, 3])))
+    assert d["windowed"]["requests"]["interval95"][0] == pytest.approx(9)
+
+
+def test_a_failed_read_around_a_snapshot_falls_back_to_the_whole_exact_count_and_says_so(base):
+    res = _bracketed(base, [3, 3, 3], [0, 0], [30, 30], exact_total=45)
+    res.header["devices"][0]["exact_around_diskstats"] = None
+    del res.header["request_windows"]["dev_reads_total"]
+    d = device(summary.summarize(res))
+    est = d["windowed"]["requests"]
+    assert est["estimate"] == pytest.approx(45, rel=1e-3) and est["auxiliary"] != "window time"
+    assert "could not be read" in est["method"] and "not attached" not in est["method"]
+    assert "over_diskstats" not in d["exact"] and not d.get("counted_over_diskstats_span")

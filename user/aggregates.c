@@ -116,7 +116,7 @@ __u64 dev_io_requests(const struct fst_dev_io *io, __u32 sub)
 
 int dev_done_fd(struct block_bpf *blk) { return blk->bss->exact_io_on ? bpf_map__fd(blk->maps.dev_done) : -1; }
 
-bool dev_done_counts(int done_fd, __u32 slot, struct dev_done_counts *c)
+bool dev_done_read(int done_fd, __u32 slot, struct dev_done_counts *c)
 {
 	static struct fst_dev_done done; /* large: not on the stack */
 	if (done_fd < 0 || percpu_sum_value(done_fd, &slot, &done, sizeof(done)))
@@ -131,7 +131,7 @@ bool dev_done_counts(int done_fd, __u32 slot, struct dev_done_counts *c)
 __s64 dev_done_requests(int done_fd, __u32 slot, __u32 sub)
 {
 	struct dev_done_counts c;
-	return sub < FST_IO_SUBS && dev_done_counts(done_fd, slot, &c) ? (__s64)c.requests[sub] : -1;
+	return sub < FST_IO_SUBS && dev_done_read(done_fd, slot, &c) ? (__s64)c.requests[sub] : -1;
 }
 
 void dev_figures_read(int io_fd, int done_fd, __u32 slot, struct fst_dev_io *io, struct dev_sources *src)

@@ -82,7 +82,7 @@ struct dev_done_counts {
 	__u64 requests[FST_IO_SUBS], bytes[FST_IO_SUBS];
 };
 /* device slot's into *c; false where block_rq_done is not attached (done_fd < 0) or its counts could not be read */
-bool dev_done_counts(int done_fd, __u32 slot, struct dev_done_counts *c);
+bool dev_done_read(int done_fd, __u32 slot, struct dev_done_counts *c);
 
 /* whether a histogram holds any count */
 bool hist_any(const __u64 *slots);

@@ -308,9 +308,9 @@ static void announce_ready(struct exposer *x, struct run_info *ri, int go)
 static void snapshot_devices(int done_fd, struct diskstat *ds, struct diskstat_bracket *ex)
 {
 	for (int i = 0; i < opt.nr_devs; i++) {
-		ex[i].ok = dev_done_counts(done_fd, i, &ex[i].at[0]);
+		ex[i].ok = dev_done_read(done_fd, i, &ex[i].at[0]);
 		read_diskstat(&opt.devs[i], &ds[i]);
-		ex[i].ok = dev_done_counts(done_fd, i, &ex[i].at[1]) && ex[i].ok;
+		ex[i].ok = dev_done_read(done_fd, i, &ex[i].at[1]) && ex[i].ok;
 	}
 }
 

@@ -680,7 +680,9 @@ struct hist_row {
  * diskstats, so every request diskstats has counted by then and fstrace saw is in that count, and the
  * difference is a lower bound of the unseen requests; the traced count taken before diskstats bounds the
  * traced-but-not-counted ones (completed between attach and the first snapshot) the same way.  Both are
- * kept as high-water marks, so a counter never shrinks, and neither goes negative.
+ * kept as high-water marks, so a counter never shrinks, and neither goes negative.  The results file compares
+ * over the span of its two snapshots, its counts read around each (analysis/devices.py exact_over_diskstats):
+ * here the traced count runs from the attach, a looser bound that a scrape at any time can take.
  */
 static const int diskstat_field[FST_IO_SUBS] = { [FST_IO_READ] = DISKSTAT_READS, [FST_IO_WRITE] = DISKSTAT_WRITES, [FST_IO_OTHER] = -1 };
 

@@ -53,8 +53,8 @@ static json *json_diskstat(const struct diskstat *s)
 	return o;
 }
 
-/* a device's block_rq_done counts around its two diskstats snapshots ({"start": {"reads": [before, after], ...},
- * "end": ...}), or null where they were not both read */
+/* a device's block_rq_done counts around its two diskstats snapshots ({"counted_by", "start": {"read_requests":
+ * [before, after], "read_bytes": [...], ... per op}, "end": ...}), or null where they were not all read */
 static json *json_diskstat_brackets(const struct diskstat_bracket *b0, const struct diskstat_bracket *b1)
 {
 	if (!b0->ok || !b1->ok)
