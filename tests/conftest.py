@@ -199,6 +199,27 @@ def collector_map_ids(pid):
     return ids
 
 
+def map_of(pid, name):
+    """The bpftool description of the BPF map name that process pid (a collector) holds."""
+    ids = collector_map_ids(pid)
+    shown = json.loads(subprocess.run(["bpftool", "-j", "map", "show"], stdout=subprocess.PIPE, text=True,
+                                      check=True).stdout)
+    [m] = [m for m in shown if m.get("name") == name and m["id"] in ids]
+    return m
+
+
+def map_entries(m):
+    """{key bytes: value bytes} of map m."""
+    out = subprocess.run(["bpftool", "-j", "map", "dump", "id", str(m["id"])], stdout=subprocess.PIPE,
+                         check=True).stdout
+    return {bytes(int(b, 16) for b in e["key"]): bytes(int(b, 16) for b in e["value"]) for e in json.loads(out)}
+
+
+def map_update(m, key, value):
+    subprocess.run(["bpftool", "map", "update", "id", str(m["id"]), "key"] + [str(b) for b in key] + ["value"]
+                   + [str(b) for b in value], check=True)
+
+
 def bpf_objects_of(pid):
     """The BPF programs, maps and links process `pid` holds, as {("prog", id), ("map", id), ("link", id)}:
     read from its /proc/PID/fdinfo, so what another tracer on the machine loaded is never taken for ours."""

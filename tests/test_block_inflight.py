@@ -16,7 +16,7 @@ import pytest
 
 from analysis import results
 from analysis import devices, selection
-from conftest import COLLECTOR, ROOT, assert_exact_partition, collector_map_ids
+from conftest import COLLECTOR, ROOT, assert_exact_partition, map_entries, map_of, map_update
 from slow_disk import expected
 
 pytestmark = pytest.mark.bpf
@@ -207,27 +207,6 @@ def wait_for(path, proc, timeout=60):
         assert proc.poll() is None, proc.stderr.read()
         assert time.monotonic() < deadline, "%s never appeared" % path
         time.sleep(0.01)
-
-
-def map_of(pid, name):
-    """The bpftool description of the BPF map name that process pid (a collector) holds."""
-    ids = collector_map_ids(pid)
-    shown = json.loads(subprocess.run(["bpftool", "-j", "map", "show"], stdout=subprocess.PIPE, text=True,
-                                      check=True).stdout)
-    [m] = [m for m in shown if m.get("name") == name and m["id"] in ids]
-    return m
-
-
-def map_entries(m):
-    """{key bytes: value bytes} of map m."""
-    out = subprocess.run(["bpftool", "-j", "map", "dump", "id", str(m["id"])], stdout=subprocess.PIPE,
-                         check=True).stdout
-    return {bytes(int(b, 16) for b in e["key"]): bytes(int(b, 16) for b in e["value"]) for e in json.loads(out)}
-
-
-def map_update(m, key, value):
-    subprocess.run(["bpftool", "map", "update", "id", str(m["id"]), "key"] + [str(b) for b in key] + ["value"]
-                   + [str(b) for b in value], check=True)
 
 
 def requests_in_flight(m):

@@ -15,7 +15,7 @@ import pytest
 
 from analysis import results
 from analysis import requests, windows
-from conftest import FSTRACE, ROOT, cgroup2_child, erofs_mounted
+from conftest import FSTRACE, ROOT, cgroup2_child, collector_map_ids, erofs_mounted, map_entries, map_of, map_update
 
 pytestmark = pytest.mark.bpf
 
@@ -245,18 +245,19 @@ signal.sigwait({signal.SIGUSR1})
 
 
 @contextlib.contextmanager
-def _collecting(out, *args, duty="0.3"):
-    """The collector (--window-duty duty, then args) from when it says it is attached until the block ends, then
-    stopped as Ctrl-C stops it, at which it takes its last look at the counts; it must end cleanly."""
+def _collecting(out, *args, duty="0.3", env=None):
+    """The collector (--window-duty duty, then args; env: added to its environment) from when it says it is
+    attached until the block ends (its process), then stopped as Ctrl-C stops it, at which it takes its last look
+    at the counts; it must end cleanly."""
     rfd, wfd = os.pipe()
     col = subprocess.Popen([os.path.join(ROOT, "build", "fstrace-collect"), "-o", str(out), "--window-duty", duty,
                             "--ready-fd", str(wfd)] + list(args), pass_fds=(wfd,), stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE, text=True)
+                           stderr=subprocess.PIPE, text=True, env=dict(os.environ, **(env or {})))
     os.close(wfd)
     try:
         with os.fdopen(rfd) as ready:
             assert ready.readline() == "ready\n", col.communicate()[1]
-        yield
+        yield col
         col.send_signal(signal.SIGINT)
         err = col.communicate(timeout=60)[1]
         assert col.returncode == 0, err
@@ -479,13 +480,19 @@ def test_first_window_opens_within_five_seconds_whatever_the_budget(tmp_path, mo
         assert rows[1]["open_ns"] - rw["t_start_ns"] >= 5_000_000_000
 
 
+def _cold_reads(mnt, seconds):
+    """Cold passes over the mount's big.bin in short bursts for seconds: the page cache dropped before each, a
+    pause after (block requests in and out of the windows)."""
+    reader = ("end=$(($(date +%%s) + %d)); while [ $(date +%%s) -lt $end ]; do echo 1 > /proc/sys/vm/drop_caches; "
+              "cat %s > /dev/null; sleep 0.05; done" % (seconds, os.path.join(mnt, "big.bin")))
+    subprocess.run(["sh", "-c", reader], check=True)
+
+
 @pytest.fixture(scope="module")
 def cold_windows(tmp_path_factory, mounted):
     """attach --window-duty 0.3 around cold passes over big.bin in short bursts over 6 s (block requests in and out
     of the windows): (results, summary, the image's loop device's header entry)."""
     out = tmp_path_factory.mktemp("cold-windows") / "out"
-    reader = ("end=$(($(date +%%s) + 6)); while [ $(date +%%s) -lt $end ]; do echo 1 > /proc/sys/vm/drop_caches; "
-              "cat %s > /dev/null; sleep 0.05; done" % os.path.join(mounted, "big.bin"))
     p = subprocess.Popen([FSTRACE, "attach", "--mount", mounted, "--duration", "9", "--interval", "0",
                           "--window-duty", "0.3", "-o", str(out)], stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
@@ -494,7 +501,7 @@ def cold_windows(tmp_path_factory, mounted):
         line = p.stdout.readline()
         assert line, seen
         seen += line
-    subprocess.run(["sh", "-c", reader], check=True)
+    _cold_reads(mounted, 6)
     rest = p.communicate(timeout=120)[0]
     assert p.returncode == 0, seen + rest
     res = results.load(str(out / "results.fst"))
@@ -573,6 +580,81 @@ def test_windowed_block_estimate_holds_the_devices_own_count(cold_windows):
     sectors = loop["diskstats_end"]["sectors_read"] - loop["diskstats_start"]["sectors_read"]
     assert 0 < lo <= truth and blo <= sectors * 512, (lo, truth, blo, sectors * 512)
     assert truth <= hi + 0.01 * truth and sectors * 512 <= bhi + 0.01 * sectors * 512, (hi, truth, bhi, sectors)
+
+
+# the plain build's in-flight hash maps only windowed programs use (user/window.c sweep_flight_maps)
+SWEPT_MAPS = ("bio_starts", "rq_starts", "loop_ctx", "work_queued", "work_running", "task_inflight")
+
+
+def _first_value(x, key):
+    """The first value of key in x's nested dicts and lists, None if none."""
+    if isinstance(x, dict):
+        if key in x:
+            return x[key]
+        x = list(x.values())
+    for v in x if isinstance(x, list) else ():
+        found = _first_value(v, key)
+        if found is not None:
+            return found
+    return None
+
+
+def _window_seq(pid):
+    """The window number (bpf/flight.bpf.h window_seq) of collector pid: odd while a window is open or after it
+    closed, two more at the next window's opening.  The highest of its objects' .bss: those the windows do not
+    number (user/window.c window_seq_set) keep 0."""
+    shown = json.loads(subprocess.run(["bpftool", "-j", "map", "show"], stdout=subprocess.PIPE, text=True,
+                                      check=True).stdout)
+    ids = collector_map_ids(pid)
+    seqs = []
+    for m in shown:
+        if m["id"] in ids and m.get("name", "").endswith(".bss"):
+            out = subprocess.run(["bpftool", "-j", "map", "dump", "id", str(m["id"])], stdout=subprocess.PIPE,
+                                 text=True, check=True).stdout
+            seqs.append(_first_value([e.get("formatted") for e in json.loads(out)], "window_seq"))
+    seqs = [x for x in seqs if x is not None]
+    assert seqs, "no window_seq in the collector's .bss maps"
+    return max(seqs)
+
+
+def test_plain_build_sweeps_the_windowed_in_flight_maps_after_each_window(tmp_path, mounted):
+    """The plain BPF build's in-flight tables are hash maps with no expiry walk: an entry whose end came after its
+    window's hooks went off would stay until its key came back.  After each window, once every windowed hook is
+    off, the collector empties the maps only windowed programs use.  An entry planted in each (a key no event meets
+    again) is gone once a window has closed since; a cold reader's entries left by the windows are swept too, and
+    counted in the header, with nothing lost to a full table."""
+    dev = os.stat(subprocess.run(["findmnt", "-no", "SOURCE", mounted], stdout=subprocess.PIPE, text=True,
+                                 check=True).stdout.strip()).st_rdev
+    out = tmp_path / "r.fst"
+    planted = {}
+    with _collecting(out, "--dev", "%d:%d" % (os.major(dev), os.minor(dev)), env={"FSTRACE_BPF_PLAIN": "1"}) as col:
+        maps = {name: map_of(col.pid, name) for name in SWEPT_MAPS}
+        seq0 = _window_seq(col.pid)
+        for i, (name, m) in enumerate(maps.items()):
+            # a slot {u64 key, value}: the key twice, the value zeros (an earlier window's entry, never met again)
+            key = (0xfeed0000 + i).to_bytes(8, "little")
+            map_update(m, key, key + bytes(m["bytes_value"] - 8))
+            planted[name] = key
+        assert all(planted[n] in map_entries(m) for n, m in maps.items())
+        _cold_reads(mounted, 3)
+        # two openings after the planting: a window closed after it (an opening alone may follow a close before it)
+        deadline = time.monotonic() + 30
+        while _window_seq(col.pid) < seq0 + 4:
+            assert time.monotonic() < deadline, "no two windows opened in 30 s"
+            time.sleep(0.05)
+        left = {n: planted[n] in map_entries(m) for n, m in maps.items()}
+        assert not any(left.values()), left
+    res = results.load(str(out))
+    assert res.header["bpf_build"]["build"] == "plain"
+    sweep = res.header["request_windows"]["stale_sweep"]
+    assert set(sweep["swept"]) == set(SWEPT_MAPS), sweep
+    assert all(sweep["swept"][n] >= 1 for n in SWEPT_MAPS), sweep
+    # the reader's entries left by the windows (a request or a thread's bios in flight at a window's close)
+    assert sweep["swept_total"] > len(SWEPT_MAPS), sweep
+    assert sweep["sweeps"] == res.header["request_windows"]["windows_total"] >= 2, sweep
+    assert sweep["left_after_sweeps"] == 0, sweep
+    full = {k: v for k, v in res.header["losses"].items() if k.endswith("_full")}
+    assert not any(full.values()), full
 
 
 def test_budget_100_is_always_on(tmp_path, mounted):

@@ -165,6 +165,16 @@ static struct {
 	__u64 in_windows_ns, t_start;
 	__u32 seq;
 	unsigned short rng[3];
+	/* the plain build: the in-flight hash maps only windowed programs use (sweep_flight_maps), what each sweep
+	 * took out of each, and the entries found in them right after a sweep */
+	bool plain;
+	struct {
+		const struct bpf_map *map;
+		__u64 swept;
+	} flight[6];
+	int nr_flight;
+	unsigned sweeps;
+	__u64 left_after_sweeps;
 } w;
 
 static __u64 busy_ns_now(void)
@@ -525,6 +535,67 @@ static void attribution_on(bool on)
 		w.blk->bss->io_stacks_paused = !on;
 }
 
+/*
+ * The plain build (tracer.plain, tiers.c bpf_build_plain): its flight tables are hash maps with no expiry walk
+ * (flight.bpf.h; the full build's arrays have block.bpf.c expire_stale), so an entry whose end came after its
+ * window's hooks went off would stay until its key came back, and a long attach or serve could fill a table
+ * (losses: bio_table_full, request_table_full, work_table_full, inflight_table_full).  Once every windowed hook
+ * is off (close_exit: sys_exit is the last), and before the next window numbers itself, every entry of those
+ * maps is a closed window's: the next window would treat it as stale (flight_stale) and free it unseen, which is
+ * what deleting it now does.  The maps, each used by windowed programs only (probes.c WINDOWED, sampling):
+ *   bio_starts    block_bio_queue, block_split, block_bio_complete, block_rq_issue, block_rq_complete
+ *   rq_starts     block_rq_requeue, block_rq_issue, block_rq_complete (not block_rq_done: dev_done alone)
+ *   loop_ctx      workqueue_execute_start and _end; read by block_bio_queue, block_split
+ *   work_queued   workqueue_queue_work, workqueue_execute_start
+ *   work_running  workqueue_execute_start and _end; read by sched_switch, sched_wakeup and the sampling
+ *                 program (sample.bpf.c), which is enabled only in windows (attribution_on)
+ *   task_inflight the block hooks' inflight_add, sched_switch's inflight_get; the one program attached all the
+ *                 time that touches it is sched_process_exit, and only to delete its thread's entry
+ *                 (inflight_forget), which it does whether or not the sweep was first
+ * Every reader treats an entry of another window as none, so what a later window records is the same.  Left
+ * alone: what programs attached all the time use (the process tree's traced_pids, the per-task state task_reqs,
+ * block_rq_done's dev_done, the function probes' per-thread starts: decomp_starts, compress_starts, squashfs's
+ * cache_lookups and block_reads); the windowed hooks' arrays (loop_owner, completing: an entry per device or
+ * CPU, they cannot fill); and ios_pending (storage mode: its entry goes when its thread next wakes inside a
+ * request, in a window, or exits: at most one per live thread, in either build).
+ */
+static void flight_maps_init(struct tracer *t)
+{
+	w.plain = t->plain;
+	if (!t->plain)
+		return;
+	const struct bpf_map *maps[] = { t->blk->maps.bio_starts, t->blk->maps.rq_starts, t->blk->maps.loop_ctx,
+					 t->blk->maps.work_queued, t->blk->maps.work_running,
+					 t->blk->maps.task_inflight };
+	_Static_assert(N(maps) == N(w.flight), "w.flight: one per swept map");
+	for (int i = 0; i < N(maps); i++)
+		w.flight[w.nr_flight++].map = maps[i];
+}
+
+/* the entries of a hash map of 8-byte keys, each deleted (del) or only counted */
+static __u64 flight_map_walk(int fd, bool del)
+{
+	__u64 key, next, n = 0;
+	bool more = !bpf_map_get_next_key(fd, NULL, &key);
+	while (more) {
+		/* the next key before this one goes: a deleted key's next is the map's first again */
+		more = !bpf_map_get_next_key(fd, &key, &next);
+		n += del ? !bpf_map_delete_elem(fd, &key) : 1;
+		key = next;
+	}
+	return n;
+}
+
+static void sweep_flight_maps(void)
+{
+	for (int i = 0; i < w.nr_flight; i++)
+		w.flight[i].swept += flight_map_walk(bpf_map__fd(w.flight[i].map), true);
+	/* nothing windowed runs now: a look right after finds them empty */
+	for (int i = 0; i < w.nr_flight; i++)
+		w.left_after_sweeps += flight_map_walk(bpf_map__fd(w.flight[i].map), false);
+	w.sweeps += w.nr_flight > 0;
+}
+
 void window_prepare(struct tracer *t)
 {
 	if (window_asked() && io_stacks_windowed())
@@ -606,6 +677,7 @@ void window_init(struct tracer *t, __u64 t_start)
 	window_io_calls_init(t);
 	w.sampling = t->smp != NULL;
 	w.blk = t->blk;
+	flight_maps_init(t);
 	w.smp = t->smp;
 	w.done_fd = dev_done_fd(t->blk);
 	w.sample_fd = t->smp ? bpf_program__fd(t->smp->progs.sample_request_stack) : -1;
@@ -708,7 +780,8 @@ static void close_exit(void)
 {
 	__u64 c0 = thread_cpu_ns();
 	tier_unhook(w.exit);
-	attribution_on(false);
+	attribution_on(false); /* the last windowed hooks off */
+	sweep_flight_maps();
 	struct window *x = &w.cur;
 	x->exit_closed = now_ns(CLOCK_MONOTONIC);
 	if (w.stats_fd >= 0) {
@@ -934,6 +1007,26 @@ static void window_io_calls_json(json *o)
 	}
 }
 
+/* the plain build's sweeps of the windowed in-flight maps (sweep_flight_maps) */
+static void window_sweep_json(json *o)
+{
+	json *sw = jset(o, "stale_sweep", jobj());
+	if (!w.plain) {
+		jset(sw, "why", jstr("not needed: the full BPF build's in-flight tables are arrays whose earlier "
+				     "windows' entries the expiry walk takes back from a full bucket"));
+		return;
+	}
+	json *by = jset(sw, "swept", jobj());
+	__u64 total = 0;
+	for (int i = 0; i < w.nr_flight; i++) {
+		jset(by, bpf_map__name(w.flight[i].map), ju64(w.flight[i].swept));
+		total += w.flight[i].swept;
+	}
+	jset(sw, "swept_total", ju64(total));
+	jset(sw, "sweeps", ju64(w.sweeps));
+	jset(sw, "left_after_sweeps", ju64(w.left_after_sweeps));
+}
+
 /* every window kept, a row each under the names of window_fields */
 static void window_rows_json(json *o)
 {
@@ -1002,6 +1095,7 @@ json *window_header(__u64 t_start, __u64 t_end)
 	jset(o, "in_windows_ns", ju64(w.in_windows_ns));
 	jset(o, "windows_total", ju64(w.nwins_total));
 	jset(o, "windows_kept", ju64(w.nwins));
+	window_sweep_json(o);
 	window_rows_json(o);
 	return o;
 }
