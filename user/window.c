@@ -110,7 +110,7 @@ static struct {
 	/* the hooks of no use while no request can be in flight (tiers.h struct probe windowed: the attribution
 	 * hooks, the per-request block, workqueue and erofs hooks), attached only around the windows, first on and
 	 * last off */
-	struct probe *attrib[32];
+	struct probe **attrib; /* room for every probe (window_probes_found): none windowed is ever left attached */
 	int nr_attrib;
 	int req_agg_fd, agg_keys_fd, syscalls_fd;
 	double slow_ns;			      /* the slow path's price per syscall, hooks attached vs not, less the programs' run */
@@ -616,6 +616,12 @@ static void no_windows(struct tracer *t)
  * syscall, so nothing is windowed */
 static bool window_probes_found(struct tracer *t)
 {
+	int all = 0;
+	for (int g = 0; g < nr_probe_groups; g++)
+		all += probe_groups[g].n;
+	w.attrib = calloc(all, sizeof(*w.attrib));
+	if (!w.attrib)
+		die("--budget: out of memory");
 	for (int g = 0; g < nr_probe_groups; g++)
 		for (int i = 0; i < probe_groups[g].n; i++) {
 			struct probe *p = &probe_groups[g].probes[i];
@@ -623,7 +629,7 @@ static bool window_probes_found(struct tracer *t)
 				w.enter = p;
 			else if (!strcmp(p->name, "sys_exit"))
 				w.exit = p;
-			else if (tier_attached(p) && p->windowed && w.nr_attrib < N(w.attrib))
+			else if (tier_attached(p) && p->windowed)
 				w.attrib[w.nr_attrib++] = p;
 		}
 	if (!t->reqs || !w.enter || !w.exit || !tier_attached(w.enter) || !tier_attached(w.exit)) {
