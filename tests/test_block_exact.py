@@ -41,6 +41,17 @@ def apart_more_than_one_slot(a, b):
     return max(max(fa[k] - fb[min(k + 1, n - 1)], fb[k] - fa[min(k + 1, n - 1)]) for k in range(n))
 
 
+def short_of_kernel(counted, kernel, probe):
+    """How many of the kernel's count of a device's requests (/proc/diskstats) the count fstrace made of them is
+    short by, asserting it is never more and short only by what the kernel skipped: Linux 6.18 now and then runs
+    no BPF program for a block_rq_complete and counts no missed run (docs/measuring.md, Lost events; bpftrace's
+    classic tracepoint loses the same ones), a few requests; where it counted the runs it skipped (the probe's
+    missed_runs), as many as those."""
+    assert 0 < counted <= kernel, (counted, kernel, probe)
+    assert probe.get("missed_runs") or kernel - counted <= max(5, 0.01 * kernel), (counted, kernel, probe)
+    return kernel - counted
+
+
 @pytest.mark.unit
 def test_apart_more_than_one_slot_measures_the_shift():
     # same histogram: 0; shifted by one slot: 0; by two: half (the other half can pair one slot apart); by four:
@@ -86,11 +97,12 @@ def test_serve_counts_every_block_read_at_the_completion_alone(mounted_erofs):
     def inc(n):
         return value(after, n, device=name, op="read") - value(before, n, device=name, op="read")
     requests, nbytes = inc("fstrace_block_requests_total"), inc("fstrace_block_request_bytes_sum")
-    if value(after, "fstrace_probe_missed_runs_total", probe="block_rq_done"):
-        # a completion the kernel ran no program for (measuring.md, Lost events) is short, never more
-        assert 0 < requests <= ds1[0] - ds0[0] and nbytes <= ds1[1] - ds0[1]
-    else:
-        assert (requests, nbytes) == (ds1[0] - ds0[0], ds1[1] - ds0[1]) and requests > 0
+    missed = {"missed_runs": value(after, "fstrace_probe_missed_runs_total", probe="block_rq_done")}
+    short = short_of_kernel(requests, ds1[0] - ds0[0], missed)
+    assert nbytes <= ds1[1] - ds0[1] and (short or nbytes == ds1[1] - ds0[1]), (nbytes, ds0, ds1)
+    if short:
+        # and the exposition says them unseen (a lower bound since tracing began)
+        assert value(after, "fstrace_block_requests_unseen_total", device=name, op="read") >= short
 
 
 @pytest.mark.bpf
@@ -112,7 +124,8 @@ def test_attach_counts_every_block_read_and_its_latency_agrees_with_the_issue_ho
               "cat %s > /dev/null; done" % os.path.join(mnt, "big.bin"))
     subprocess.run(["sh", "-c", reader], check=True)
     finish_attach(p, seen)
-    h = results.load(str(out / "results.fst")).header
+    res = results.load(str(out / "results.fst"))
+    h = res.header
     assert "block_rq_issue" in h["request_windows"]["windowed_probes"]
     figs = {f["dev"]: f for f in h["kernel_aggregates"]["block_figures"]}
     f = figs[kdev]
@@ -123,14 +136,22 @@ def test_attach_counts_every_block_read_and_its_latency_agrees_with_the_issue_ho
     sectors = d["diskstats_end"]["sectors_read"] - d["diskstats_start"]["sectors_read"]
     probe = next(x for x in h["probes"] if x["probe"] == "block_rq_done")
     assert probe["tier"] in ("tp_btf", "raw_tp"), probe
-    if probe.get("missed_runs"):
-        assert 0 < read["requests"] <= reads and read["bytes"] <= sectors * 512
+    # never more than the kernel counted: nothing else reads the device, and the snapshots lie inside the attach
+    short = short_of_kernel(read["requests"], reads, probe)
+    assert read["bytes"] <= sectors * 512, (read, sectors)
+    over = devices.exact_over_diskstats(d)
+    (lo, hi), (blo, bhi) = over["read_requests"], over["read_bytes"]
+    st = devices.device_stats(res)[name]
+    if short or read["bytes"] != sectors * 512:
+        # the runs the kernel skipped: the analysis says them unseen, over the snapshots' own span
+        assert st["counted_over_diskstats_span"], st
+        assert st["unseen_requests"] == max(0, reads - hi), (st, over, reads)
+        assert st["unseen_sectors"] == max(0, sectors - bhi // 512), (st, over, sectors)
+        assert st["unseen_requests"] + st["unseen_sectors"] > 0, (st, over)
     else:
-        assert (read["requests"], read["bytes"]) == (reads, sectors * 512) and reads > 0
-        # and over the snapshots' own span, read just before and after each: the same, within what they straddled
-        over = devices.exact_over_diskstats(d)
-        (lo, hi), (blo, bhi) = over["read_requests"], over["read_bytes"]
+        # over the snapshots' own span, read just before and after each: the same, within what they straddled
         assert lo <= reads <= hi and blo <= sectors * 512 <= bhi, (over, reads, sectors)
+        assert st["unseen_requests"] == 0 and st["unseen_sectors"] == 0, st
     assert read["q2c_source"] == "start_time_ns" and read["start_kept"] == read["requests"]
     assert (read["q2c_basis"], read["d2c_basis"]) == ("exact", "exact")
     q2c = next(r for r in h["kernel_aggregates"]["histograms"] if r["dev"] == kdev and r["sub"] == 0
@@ -161,7 +182,6 @@ def test_a_budget_without_windows_records_every_block_request(tmp_path, mounted_
     io = res.records["io"]
     on = io[(io["dev"] == kdev) & (res.io_ops(io) == res.io_op("read"))]
     probe = next(x for x in res.header["probes"] if x["probe"] == "block_rq_complete")
-    if probe.get("missed_runs"):
-        assert 0 < len(on) <= reads
-    else:
-        assert len(on) == reads > 0
+    if short_of_kernel(len(on), reads, probe):
+        # the runs the kernel skipped: the analysis says them unseen
+        assert devices.device_stats(res)[name]["unseen_requests"] == reads - len(on)
