@@ -9,7 +9,7 @@ import pytest
 from analysis import devices, results
 from cli.runner import COLLECTOR
 from analysis import summary as S
-from conftest import drop_caches, finish_attach, start_attach
+from conftest import drop_caches, finish_attach, short_of_kernel, start_attach
 from serving import diskstat, fio_randread, fresh_scrape, parse, start_serve, stop, value
 
 
@@ -39,17 +39,6 @@ def apart_more_than_one_slot(a, b):
     fa, fb = cdf(a), cdf(b)
     n = len(fa)
     return max(max(fa[k] - fb[min(k + 1, n - 1)], fb[k] - fa[min(k + 1, n - 1)]) for k in range(n))
-
-
-def short_of_kernel(counted, kernel, probe):
-    """How many of the kernel's count of a device's requests (/proc/diskstats) the count fstrace made of them is
-    short by, asserting it is never more and short only by what the kernel skipped: Linux 6.18 now and then runs
-    no BPF program for a block_rq_complete and counts no missed run (docs/measuring.md, Lost events; bpftrace's
-    classic tracepoint loses the same ones), a few requests; where it counted the runs it skipped (the probe's
-    missed_runs), as many as those."""
-    assert 0 < counted <= kernel, (counted, kernel, probe)
-    assert probe.get("missed_runs") or kernel - counted <= max(5, 0.01 * kernel), (counted, kernel, probe)
-    return kernel - counted
 
 
 @pytest.mark.unit

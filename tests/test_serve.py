@@ -20,7 +20,8 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from cli.devices import kdev
 from cli.serve import wants_openmetrics
-from conftest import COLLECTOR, FSTRACE, bpf_objects_left, bpf_objects_of, collector_under, drop_caches
+from conftest import COLLECTOR, FSTRACE, bpf_objects_left, bpf_objects_of, collector_under, drop_caches, \
+    short_of_kernel
 from serving import (PROMETHEUS_ACCEPT, Prometheus, diskstat, fio_randread, fresh_scrape, normalized, parse, scrape,
                      scrape_om, start_serve, stop, value)
 
@@ -128,10 +129,11 @@ def test_serve_counts_every_read_and_prometheus_agrees(mounted_erofs, collector_
         # the block layer's own counts of the loop device equal the exported ones
         loop = "%d:%d" % (os.major(os.stat(dev).st_rdev), os.minor(os.stat(dev).st_rdev))
         blk = lambda s, n: value(s, n, device=loop, op="read")  # noqa: E731
-        assert blk(after, "fstrace_block_requests_total") - blk(before, "fstrace_block_requests_total") == \
-            ds1[0] - ds0[0] > 0
-        assert blk(after, "fstrace_block_request_bytes_sum") - blk(before, "fstrace_block_request_bytes_sum") == \
-            ds1[1] - ds0[1]
+        completion = {"missed_runs": value(after, "fstrace_probe_missed_runs_total", probe="block_rq_complete")}
+        nreqs = blk(after, "fstrace_block_requests_total") - blk(before, "fstrace_block_requests_total")
+        short = short_of_kernel(nreqs, ds1[0] - ds0[0], completion)
+        nbytes = blk(after, "fstrace_block_request_bytes_sum") - blk(before, "fstrace_block_request_bytes_sum")
+        assert nbytes <= ds1[1] - ds0[1] and (short or nbytes == ds1[1] - ds0[1]), (nbytes, ds0, ds1)
         assert value(after, "fstrace_probe_info", probe="sys_exit") == 1
         # the image's device is named for what it is (records.h FST_DEV_LEVELS), as attach's results name it
         assert value(after, "fstrace_block_device_info", device=loop, level="loop") == 1
@@ -156,9 +158,11 @@ def test_serve_counts_every_read_and_prometheus_agrees(mounted_erofs, collector_
         assert any(x.startswith("block_rq_complete_") for x in loaded), loaded
         assert not [x for x in loaded for n in records_only if x.startswith(n + "_")], loaded
         assert value(after, "fstrace_expired_in_flight_total") == 0
-        # the kernel completed no block request on the loop device that fstrace did not see (nor the reverse);
-        # no in-flight table was full, and every loss records.h names is a series
-        assert blk(after, "fstrace_block_requests_unseen_total") == 0
+        # the kernel completed no block request on the loop device that fstrace did not see (nor the reverse), but
+        # for those it ran no program for, which are said unseen; no in-flight table was full, and every loss
+        # records.h names is a series
+        unseen_loop = blk(after, "fstrace_block_requests_unseen_total")
+        assert unseen_loop >= short if short else unseen_loop == 0, (unseen_loop, short)
         assert blk(after, "fstrace_block_requests_beyond_diskstats_total") == 0
         losses = {dict(ls)["what"]: v for (n, ls), v in after.items() if n == "fstrace_losses_total"}
         assert set(losses) == set(collector_header["losses"])
