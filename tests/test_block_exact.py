@@ -136,7 +136,8 @@ def test_attach_counts_every_block_read_and_its_latency_agrees_with_the_issue_ho
         assert st["counted_over_diskstats_span"], st
         assert st["unseen_requests"] == max(0, reads - hi), (st, over, reads)
         assert st["unseen_sectors"] == max(0, sectors - bhi // 512), (st, over, sectors)
-        assert st["unseen_requests"] + st["unseen_sectors"] > 0, (st, over)
+        # said unless a request in flight at the first snapshot widened the span's count past the kernel's
+        assert st["unseen_requests"] + st["unseen_sectors"] > 0 or d["diskstats_start"].get("in_flight"), (st, over)
     else:
         # over the snapshots' own span, read just before and after each: the same, within what they straddled
         assert lo <= reads <= hi and blo <= sectors * 512 <= bhi, (over, reads, sectors)
