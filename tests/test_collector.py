@@ -235,3 +235,47 @@ def test_work_functions_found_by_the_kernel_and_by_kallsyms_alike(tmp_path):
     assert len(asked) == 8
     for name, there in asked.items():
         assert there == (name in text), name
+
+
+def voluntary_switches(pid):
+    """Times task pid went to sleep of its own accord (its waits), from /proc."""
+    with open("/proc/%d/status" % pid) as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches:"))
+
+
+def running_child(pid, comm):
+    """Whether process pid has a child that runs comm (the collector's command, let go once tracing is attached)."""
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            kids = f.read().split()
+    except OSError:
+        return False
+    for kid in kids:
+        try:
+            with open("/proc/%s/comm" % kid) as f:
+                if f.read().strip() == comm:
+                    return True
+        except OSError:
+            pass
+    return False
+
+
+def test_an_idle_collector_wakes_for_its_deadlines_only(tmp_path):
+    """With nothing to read, the tracing loop sleeps until its next deadline (user/collect.c RB_IDLE_POLL_MS, the
+    expiry walk's second): over 3 s of a sleeping command it waits some 12 to 16 times, where a drain every 50 ms
+    made 60.  Its signals are let in while it waits, so the command's end still ends the trace: the run ends with
+    the command and says so."""
+    out = tmp_path / "r.fst"
+    p = subprocess.Popen([COLLECTOR, "-o", str(out), "--", "sleep", "4"], stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not running_child(p.pid, "sleep"):
+        assert p.poll() is None and time.time() < deadline, p.stderr.read() if p.poll() is not None else "no command"
+        time.sleep(0.05)
+    before = voluntary_switches(p.pid)
+    time.sleep(3)
+    waits = voluntary_switches(p.pid) - before
+    err = p.communicate(timeout=120)[1]
+    assert p.returncode == 0, err
+    assert 3 <= waits <= 30, waits
+    h = results.load(str(out)).header
+    assert h["workload"]["exit_status"] == 0 and not h["workload"]["interrupted"], h["workload"]

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -43,7 +44,7 @@ static void on_signal(int sig) { stop_signal = sig; }
 /* --exposition: SIGHUP rewrites the file at once (a daemon's "reopen") instead of ending the trace */
 static volatile sig_atomic_t hup_signal;
 static void on_hup(int sig) { hup_signal = 1; }
-/* only here so SIGCHLD interrupts ring_buffer__poll and the exit time is taken promptly */
+/* only here so SIGCHLD ends the tracing loop's wait and the exit time is taken promptly */
 static void on_child(int sig) {}
 
 static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args)
@@ -81,8 +82,17 @@ static int handle_record(void *ctx, void *data, size_t size)
  * record_submit): the reader's own timer drains the rest.  epoll reports the ring only after a wakeup, so a
  * poll that times out is followed by an explicit consume.  50 ms of records stays well under the wakeup threshold
  * (a quarter of FST_RINGBUF_BYTES) even from a warm reader under --records all, whose requests are each recorded.
+ *
+ * The tracing loop waits longer between drains, up to RB_IDLE_POLL_MS or its next deadline (a --budget window's
+ * edge, the live view, the exposition, the expiry walk, --duration): each wakeup costs the collector tens of us
+ * of CPU on a VM (about 25 on the 2-core one of docs/overhead.md), and twenty a second were a good part of what
+ * always-on tracing cost beside block_rq_done; past the threshold the kernel's wakeup drains the ring at once.
+ * The loop's signals (the command's exit, a stop, SIGHUP) are let in only while it waits (loop_wait), so one
+ * that comes while the loop works ends the next wait at once instead of going unseen until a timeout.  --pid's
+ * processes have no signal for their end: they are looked at every RB_POLL_MS, as before.
  */
 #define RB_POLL_MS 50
+#define RB_IDLE_POLL_MS 250
 
 static int drain_ring(struct ring_buffer *rb, int timeout_ms)
 {
@@ -91,6 +101,44 @@ static int drain_ring(struct ring_buffer *rb, int timeout_ms)
 		return n;
 	int m = ring_buffer__consume(rb);
 	return m < 0 ? m : n + m;
+}
+
+/* the tracing loop's wait: an epoll holding the ring buffer's own (ring_buffer__epoll_fd), and the signal mask
+ * it waits under, the process's before the loop blocked its signals */
+static struct {
+	int epfd;
+	sigset_t waiting;
+} loop_wait = { .epfd = -1 };
+
+static void loop_wait_begin(struct ring_buffer *rb)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+	loop_wait.epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (loop_wait.epfd < 0 || epoll_ctl(loop_wait.epfd, EPOLL_CTL_ADD, ring_buffer__epoll_fd(rb), &ev))
+		die("epoll: %s", strerror(errno));
+	sigset_t loop_signals;
+	sigemptyset(&loop_signals);
+	sigaddset(&loop_signals, SIGCHLD);
+	sigaddset(&loop_signals, SIGINT);
+	sigaddset(&loop_signals, SIGTERM);
+	sigaddset(&loop_signals, SIGHUP);
+	sigprocmask(SIG_BLOCK, &loop_signals, &loop_wait.waiting);
+}
+
+static void loop_wait_end(void)
+{
+	sigprocmask(SIG_SETMASK, &loop_wait.waiting, NULL);
+	close(loop_wait.epfd);
+	loop_wait.epfd = -1;
+}
+
+/* up to timeout_ms for the kernel's wakeup of the reader or one of the loop's signals, then the ring drained */
+static int loop_wait_drain(struct ring_buffer *rb, int timeout_ms)
+{
+	struct epoll_event ev;
+	if (epoll_pwait(loop_wait.epfd, &ev, 1, timeout_ms, &loop_wait.waiting) < 0 && errno != EINTR)
+		return -errno;
+	return ring_buffer__consume(rb);
 }
 
 /* the command, started stopped on a pipe (*go: write a byte to let it run) so it is traced from its start */
@@ -214,9 +262,27 @@ static void trace(struct tracer *t, struct ring_buffer *rb, struct results *res,
 	__u64 t_start = ri->t_start;
 	__u64 last_progress = t_start, last_expire = t_start, last_live = t_start, last_expose = t_start;
 	int live_clear = isatty(STDOUT_FILENO);
+	/* the first wait none: the command may have ended before the loop blocked its signals */
+	bool first = true;
+	loop_wait_begin(rb);
 	while (!stop_signal) {
-		int err = drain_ring(rb, window_poll_ms(now_ns(CLOCK_MONOTONIC), RB_POLL_MS));
-		if (err < 0 && err != -EINTR)
+		__u64 before = now_ns(CLOCK_MONOTONIC);
+		int wait_ms = opt.nr_pids ? RB_POLL_MS : RB_IDLE_POLL_MS;
+		if (first)
+			wait_ms = 0;
+		first = false;
+		if (opt.progress)
+			wait_ms = ms_until(before, last_progress + 1000000000ull, wait_ms);
+		if (opt.interval > 0)
+			wait_ms = ms_until(before, last_live + (__u64)(opt.interval * 1e9), wait_ms);
+		if (opt.exposition)
+			wait_ms = ms_until(before, last_expose + (__u64)(opt.exposition_interval * 1e9), wait_ms);
+		if (!t->plain)
+			wait_ms = ms_until(before, last_expire + FST_EXPIRE_EVERY_NS, wait_ms);
+		if (opt.duration > 0)
+			wait_ms = ms_until(before, t_start + (__u64)(opt.duration * 1e9), wait_ms);
+		int err = loop_wait_drain(rb, window_poll_ms(before, wait_ms));
+		if (err < 0)
 			die("polling ring buffer: %s", strerror(-err));
 		__u64 now = now_ns(CLOCK_MONOTONIC);
 		window_tick(t, now);
@@ -259,6 +325,7 @@ static void trace(struct tracer *t, struct ring_buffer *rb, struct results *res,
 		if (opt.duration > 0 && now - t_start >= (__u64)(opt.duration * 1e9))
 			break;
 	}
+	loop_wait_end();
 	ri->interrupted = stop_signal != 0;
 	if (!child_done) {
 		kill(-ri->child, SIGTERM); /* the whole workload tree, not only its shell */

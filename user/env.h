@@ -102,6 +102,15 @@ static inline __u64 now_ns(clockid_t clk)
 /* CPU time this process has used (user and system, every thread; not its children's) */
 static inline __u64 self_cpu_ns(void) { return now_ns(CLOCK_PROCESS_CPUTIME_ID); }
 
+/* whole ms from now until due (a wait of it ends at or after due; 0 once due), at most cap */
+static inline int ms_until(__u64 now, __u64 due, int cap)
+{
+	if (due <= now)
+		return 0;
+	__u64 ms = (due - now + 999999) / 1000000;
+	return ms < (__u64)cap ? (int)ms : cap;
+}
+
 /* bytes of the well-formed UTF-8 character s starts with (RFC 3629: no overlong form, surrogate or value past
  * U+10FFFF), 0 when it starts none (an invalid byte, or a character cut short) */
 static inline int utf8_char_len(const char *s)

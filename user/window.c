@@ -868,10 +868,7 @@ int window_poll_ms(__u64 now, int max_ms)
 		return max_ms;
 	__u64 due = w.phase == W_CLOSED ? w.next_open : w.phase == W_OPEN ? w.enter_close_at :
 									    w.exit_close_at;
-	if (due <= now)
-		return 0;
-	__u64 ms = (due - now + 999999) / 1000000;
-	return ms < (__u64)max_ms ? (int)ms : max_ms;
+	return ms_until(now, due, max_ms);
 }
 
 void window_finish(void)
