@@ -54,9 +54,9 @@ static __always_inline void *record_reserve(__u32 type, __u32 size)
 
 /*
  * Submit a record without waking the reader (a wakeup is an irq_work, on a VM a trapped self-IPI, and per
- * record it cost more than everything else fstrace does): the reader drains on its own timer, and is woken
- * only by the record that brings the waiting data over cfg.wakeup_bytes, so a burst cannot fill the buffer
- * between two timer ticks.
+ * record it cost more than everything else fstrace does): the reader drains when its own deadlines wake it
+ * (user/collect.c RB_IDLE_POLL_MS), and is woken only by the record that brings the waiting data over
+ * cfg.wakeup_bytes, so a burst cannot fill the buffer between two of its drains.
  */
 static __always_inline void record_submit(void *rec)
 {

@@ -260,13 +260,17 @@ def running_child(pid, comm):
     return False
 
 
-def test_an_idle_collector_wakes_for_its_deadlines_only(tmp_path):
+@pytest.mark.parametrize("sampled", [False, True])
+def test_an_idle_collector_wakes_for_its_deadlines_only(tmp_path, sampled):
     """With nothing to read, the tracing loop sleeps until its next deadline (user/collect.c RB_IDLE_POLL_MS, the
     expiry walk's second): over 3 s of a sleeping command it waits some 12 to 16 times, where a drain every 50 ms
-    made 60.  Its signals are let in while it waits, so the command's end still ends the trace: the run ends with
-    the command and says so."""
+    makes 60.  With --sample-hz (and no --budget windows to hold the request records off) it keeps draining every
+    50 ms, so that a request record's process is read while it still runs.  The header says both.  Its signals are
+    let in while it waits, so the command's end still ends the trace, and the run says the command ended."""
     out = tmp_path / "r.fst"
-    p = subprocess.Popen([COLLECTOR, "-o", str(out), "--", "sleep", "4"], stderr=subprocess.PIPE, text=True)
+    sampling = ["--sample-hz", "49"] if sampled else []
+    p = subprocess.Popen([COLLECTOR, "-o", str(out)] + sampling + ["--", "sleep", "8"], stderr=subprocess.PIPE,
+                         text=True)
     deadline = time.time() + 120
     while not running_child(p.pid, "sleep"):
         assert p.poll() is None and time.time() < deadline, p.stderr.read() if p.poll() is not None else "no command"
@@ -274,8 +278,11 @@ def test_an_idle_collector_wakes_for_its_deadlines_only(tmp_path):
     before = voluntary_switches(p.pid)
     time.sleep(3)
     waits = voluntary_switches(p.pid) - before
+    # the count is the loop's alone: the command still ran when it was taken
+    assert running_child(p.pid, "sleep")
     err = p.communicate(timeout=120)[1]
     assert p.returncode == 0, err
-    assert 3 <= waits <= 30, waits
+    assert 40 <= waits <= 90 if sampled else 3 <= waits <= 30, waits
     h = results.load(str(out)).header
+    assert (h["reader"]["poll_ms"], h["reader"]["poll_ms_sampled"]) == (250, 50 if sampled else None), h["reader"]
     assert h["workload"]["exit_status"] == 0 and not h["workload"]["interrupted"], h["workload"]

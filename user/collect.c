@@ -79,17 +79,20 @@ static int handle_record(void *ctx, void *data, size_t size)
 
 /*
  * The BPF side wakes the reader only when a quarter of the ring buffer is waiting (ring.bpf.h
- * record_submit): the reader's own timer drains the rest.  epoll reports the ring only after a wakeup, so a
- * poll that times out is followed by an explicit consume.  50 ms of records stays well under the wakeup threshold
+ * record_submit): the reader's own deadlines drain the rest.  epoll reports the ring only after a wakeup, so a
+ * wait that times out is followed by an explicit consume.  50 ms of records stays well under the wakeup threshold
  * (a quarter of FST_RINGBUF_BYTES) even from a warm reader under --records all, whose requests are each recorded.
  *
- * The tracing loop waits longer between drains, up to RB_IDLE_POLL_MS or its next deadline (a --budget window's
- * edge, the live view, the exposition, the expiry walk, --duration): each wakeup costs the collector tens of us
- * of CPU on a VM (about 25 on the 2-core one of docs/overhead.md), and twenty a second were a good part of what
- * always-on tracing cost beside block_rq_done; past the threshold the kernel's wakeup drains the ring at once.
+ * The tracing loop waits longer between drains where it can, up to RB_IDLE_POLL_MS or its next deadline (a
+ * --budget window's edge, the live view, the exposition, the expiry walk, --duration): each wakeup costs the
+ * collector tens of us of CPU on a VM (about 25 on the 2-core one of docs/overhead.md), and twenty a second were a
+ * good part of what always-on tracing costs beside block_rq_done.  Past the threshold the kernel's wakeup drains
+ * the ring at once, so a fast stream of records is read in larger batches, not lost.  It keeps RB_POLL_MS where
+ * something is read only while it lasts: --pid's processes, which it looks at to stop when they are gone, and
+ * with --sample-hz the process of each request record, whose mappings its user stacks are resolved by (under
+ * --budget only while windows can record requests; a window's records are drained as soon as its hooks are off).
  * The loop's signals (the command's exit, a stop, SIGHUP) are let in only while it waits (loop_wait), so one
- * that comes while the loop works ends the next wait at once instead of going unseen until a timeout.  --pid's
- * processes have no signal for their end: they are looked at every RB_POLL_MS, as before.
+ * that comes while the loop works ends the next wait at once instead of going unseen until a timeout.
  */
 #define RB_POLL_MS 50
 #define RB_IDLE_POLL_MS 250
@@ -132,13 +135,32 @@ static void loop_wait_end(void)
 	loop_wait.epfd = -1;
 }
 
-/* up to timeout_ms for the kernel's wakeup of the reader or one of the loop's signals, then the ring drained */
+/* up to timeout_ms for the kernel's wakeup of the reader or one of the loop's signals, then the ring drained.  A
+ * signal that came while the ring was ready is still pending when epoll_pwait returns its events (the kernel runs
+ * handlers only for a wait it ended): let in here, or a stream of records would hold a stop off */
 static int loop_wait_drain(struct ring_buffer *rb, int timeout_ms)
 {
 	struct epoll_event ev;
-	if (epoll_pwait(loop_wait.epfd, &ev, 1, timeout_ms, &loop_wait.waiting) < 0 && errno != EINTR)
-		return -errno;
+	if (epoll_pwait(loop_wait.epfd, &ev, 1, timeout_ms, &loop_wait.waiting) < 0) {
+		if (errno != EINTR)
+			return -errno;
+	} else {
+		sigset_t pending, blocked;
+		if (!sigpending(&pending) && (sigismember(&pending, SIGCHLD) || sigismember(&pending, SIGINT) ||
+					      sigismember(&pending, SIGTERM) || sigismember(&pending, SIGHUP))) {
+			sigprocmask(SIG_SETMASK, &loop_wait.waiting, &blocked);
+			sigprocmask(SIG_SETMASK, &blocked, NULL);
+		}
+	}
 	return ring_buffer__consume(rb);
+}
+
+/* the longest the tracing loop may wait between drains now (above: RB_IDLE_POLL_MS, or RB_POLL_MS where something
+ * is read only while it lasts) */
+static int loop_wait_longest(void)
+{
+	bool processes_read = opt.sample_hz > 0 && !window_records_off();
+	return opt.nr_pids || processes_read ? RB_POLL_MS : RB_IDLE_POLL_MS;
 }
 
 /* the command, started stopped on a pipe (*go: write a byte to let it run) so it is traced from its start */
@@ -267,7 +289,7 @@ static void trace(struct tracer *t, struct ring_buffer *rb, struct results *res,
 	loop_wait_begin(rb);
 	while (!stop_signal) {
 		__u64 before = now_ns(CLOCK_MONOTONIC);
-		int wait_ms = opt.nr_pids ? RB_POLL_MS : RB_IDLE_POLL_MS;
+		int wait_ms = loop_wait_longest();
 		if (first)
 			wait_ms = 0;
 		first = false;
@@ -285,7 +307,8 @@ static void trace(struct tracer *t, struct ring_buffer *rb, struct results *res,
 		if (err < 0)
 			die("polling ring buffer: %s", strerror(-err));
 		__u64 now = now_ns(CLOCK_MONOTONIC);
-		window_tick(t, now);
+		if (window_tick(t, now) && (err = ring_buffer__consume(rb)) < 0)
+			die("polling ring buffer: %s", strerror(-err));
 		if (opt.progress && now - last_progress >= 1000000000ull) {
 			last_progress = now;
 			fprintf(stderr, "fstrace-collect: %.0fs  requests %llu  block requests %llu  dropped %llu\n",
@@ -423,7 +446,7 @@ int main(int argc, char **argv)
 	json *meta = header_meta(opt.meta_file);
 
 	int go = -1;
-	struct run_info ri = { .child = opt.cmd ? start_command(&go) : -1, .poll_ms = RB_POLL_MS };
+	struct run_info ri = { .child = opt.cmd ? start_command(&go) : -1, .poll_ms = opt.nr_pids ? RB_POLL_MS : RB_IDLE_POLL_MS, .poll_ms_sampled = opt.sample_hz > 0 ? RB_POLL_MS : 0 };
 	install_signals();
 
 	/* task records (what delay accounting is for) are not kept without -o: an exporter leaves it as it is */

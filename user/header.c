@@ -317,6 +317,7 @@ json *header_build(struct tracer *t, const struct run_info *ri, json *meta)
 	jset(o, "wakeup_bytes", ju64(FST_RINGBUF_BYTES / 4));
 	jset(o, "ringbuf_bytes", ju64(FST_RINGBUF_BYTES));
 	jset(o, "poll_ms", ji64(ri->poll_ms));
+	jset(o, "poll_ms_sampled", ri->poll_ms_sampled ? ji64(ri->poll_ms_sampled) : NULL);
 	jset(h, "expired_in_flight", json_expired_in_flight(t, ri));
 	jset(h, "sampling", json_sampling(t->smp, opt.sample_hz, t->sample_why));
 	/* --budget: when the request hooks were attached, and what the analysis weights by */

@@ -33,7 +33,8 @@ struct run_info {
 	const struct diskstat_bracket *ex_start, *ex_end; /* per traced device, around ds_start and ds_end */
 	struct expired expired;
 	int delayacct_was;
-	int poll_ms;
+	int poll_ms;	     /* the longest the tracing loop waits between drains of the ring buffer */
+	int poll_ms_sampled; /* the same while --sample-hz's request records can come (their processes read), 0: never */
 	/* the collector's own CPU time (every thread, user and system) at t_start, t_child_go and t_end */
 	__u64 cpu_start_ns, cpu_go_ns, cpu_end_ns;
 };

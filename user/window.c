@@ -850,17 +850,22 @@ static void close_exit(void)
 	schedule(x->exit_closed, 0);
 }
 
-void window_tick(struct tracer *t, __u64 now)
+bool window_tick(struct tracer *t, __u64 now)
 {
 	if (!w.active)
-		return;
+		return false;
 	if (w.phase == W_CLOSED && now >= w.next_open)
 		open_window(now);
 	else if (w.phase == W_OPEN && now >= w.enter_close_at)
 		close_enter();
-	else if (w.phase == W_GRACE && now >= w.exit_close_at)
+	else if (w.phase == W_GRACE && now >= w.exit_close_at) {
 		close_exit();
+		return true;
+	}
+	return false;
 }
+
+bool window_records_off(void) { return w.active && w.phase == W_CLOSED; }
 
 int window_poll_ms(__u64 now, int max_ms)
 {

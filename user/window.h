@@ -18,8 +18,12 @@ void window_prepare(struct tracer *t);
 /* after tracer_attach: decide whether windows apply, measure the slow path, leave the hooks detached until
  * the first window; t_start: CLOCK_MONOTONIC ns of the traced interval's start */
 void window_init(struct tracer *t, __u64 t_start);
-/* each turn of the trace loop: open, close and account windows due by now */
-void window_tick(struct tracer *t, __u64 now);
+/* each turn of the trace loop: open, close and account windows due by now; true when a window's last hooks went
+ * off (everything it records is in the ring buffer then) */
+bool window_tick(struct tracer *t, __u64 now);
+/* whether --budget's windows hold every windowed hook off now (between two windows): the request records, and with
+ * them the processes whose user stacks the collector must read while they run, come only in windows */
+bool window_records_off(void);
 /* how long the trace loop may sleep (ms) before the next window edge, at most max_ms */
 int window_poll_ms(__u64 now, int max_ms);
 /* at the end of tracing: close a window still open (before the probes are detached and their stats read) */
