@@ -643,6 +643,14 @@ def test_bench_windowed_figures_against_their_true_counts():
     outside = B.coverage_run({"windows": windows, "figures": found}, fio_ios=2000, dev="7:0", disk_reads=1200)
     assert B.coverage_verdict([run["block"], run["block"]]) == "met (2 of 2 runs)"
     assert B.coverage_verdict([run["block"], outside["block"]]).startswith("not met (1 of 2 runs outside: 1200 not")
+    # a miss whose true count has requests no program ran for (the summary's unseen_requests) says how many
+    short = B.coverage_run({"windows": windows, "figures": found, "unseen_reads": {"7:0": 120}}, fio_ios=2000,
+                           dev="7:0", disk_reads=1200)
+    assert short["block"]["unseen"] == 120 and "unseen" not in outside["block"]
+    assert B.coverage_verdict([short["block"]]) == ("not met (1 of 1 runs outside: 1200 not in 900-1100, 120 of them "
+                                                    "completions the kernel ran no program for)")
+    assert B.unseen_reads({"devices": {"7:0": {"unseen_requests": 3}, "7:1": {"unseen_requests": None}}}) == \
+        {"7:0": 3}
     # exact figures (every program attached all the time), or another layout: unavailable with the reason
     bare = B.coverage_run({"windows": {"why": "one window: no interval"},
                            "figures": B.windowed_figure_estimates({"devices": {"7:0": {"requests": 1050}},
