@@ -155,12 +155,17 @@ static int loop_wait_drain(struct ring_buffer *rb, int timeout_ms)
 	return ring_buffer__consume(rb);
 }
 
-/* the longest the tracing loop may wait between drains now (above: RB_IDLE_POLL_MS, or RB_POLL_MS where something
- * is read only while it lasts) */
-static int loop_wait_longest(void)
+/* how long the tracing loop may wait now: until the first of its deadlines (due, n of them, 0 for a duty it does
+ * not have) or a --budget window's edge, and at most RB_IDLE_POLL_MS, or RB_POLL_MS where something is read only
+ * while it lasts (above) */
+static int loop_wait_ms(__u64 now, const __u64 *due, int n)
 {
 	bool processes_read = opt.sample_hz > 0 && !window_records_off();
-	return opt.nr_pids || processes_read ? RB_POLL_MS : RB_IDLE_POLL_MS;
+	int ms = opt.nr_pids || processes_read ? RB_POLL_MS : RB_IDLE_POLL_MS;
+	for (int i = 0; i < n; i++)
+		if (due[i])
+			ms = ms_until(now, due[i], ms);
+	return window_poll_ms(now, ms);
 }
 
 /* the command, started stopped on a pipe (*go: write a byte to let it run) so it is traced from its start */
@@ -284,44 +289,37 @@ static void trace(struct tracer *t, struct ring_buffer *rb, struct results *res,
 	__u64 t_start = ri->t_start;
 	__u64 last_progress = t_start, last_expire = t_start, last_live = t_start, last_expose = t_start;
 	int live_clear = isatty(STDOUT_FILENO);
+	/* the loop's periodic duties, each due a period after it last ran: what it waits for and what it runs */
+	const __u64 progress_ns = 1000000000ull, live_ns = (__u64)(opt.interval * 1e9),
+		    expose_ns = (__u64)(opt.exposition_interval * 1e9), end_ns = t_start + (__u64)(opt.duration * 1e9);
 	/* the first wait none: the command may have ended before the loop blocked its signals */
 	bool first = true;
 	loop_wait_begin(rb);
 	while (!stop_signal) {
 		__u64 before = now_ns(CLOCK_MONOTONIC);
-		int wait_ms = loop_wait_longest();
-		if (first)
-			wait_ms = 0;
+		const __u64 due[] = { opt.progress ? last_progress + progress_ns : 0, opt.interval > 0 ? last_live + live_ns : 0,
+				      opt.exposition ? last_expose + expose_ns : 0, t->plain ? 0 : last_expire + FST_EXPIRE_EVERY_NS,
+				      opt.duration > 0 ? end_ns : 0 };
+		int err = loop_wait_drain(rb, first ? 0 : loop_wait_ms(before, due, N(due)));
 		first = false;
-		if (opt.progress)
-			wait_ms = ms_until(before, last_progress + 1000000000ull, wait_ms);
-		if (opt.interval > 0)
-			wait_ms = ms_until(before, last_live + (__u64)(opt.interval * 1e9), wait_ms);
-		if (opt.exposition)
-			wait_ms = ms_until(before, last_expose + (__u64)(opt.exposition_interval * 1e9), wait_ms);
-		if (!t->plain)
-			wait_ms = ms_until(before, last_expire + FST_EXPIRE_EVERY_NS, wait_ms);
-		if (opt.duration > 0)
-			wait_ms = ms_until(before, t_start + (__u64)(opt.duration * 1e9), wait_ms);
-		int err = loop_wait_drain(rb, window_poll_ms(before, wait_ms));
 		if (err < 0)
 			die("polling ring buffer: %s", strerror(-err));
 		__u64 now = now_ns(CLOCK_MONOTONIC);
 		if (window_tick(t, now) && (err = ring_buffer__consume(rb)) < 0)
 			die("polling ring buffer: %s", strerror(-err));
-		if (opt.progress && now - last_progress >= 1000000000ull) {
+		if (opt.progress && now - last_progress >= progress_ns) {
 			last_progress = now;
 			fprintf(stderr, "fstrace-collect: %.0fs  requests %llu  block requests %llu  dropped %llu\n",
 				(now - t_start) / 1e9, (unsigned long long)res->spools[FST_REC_REQ].count,
 				(unsigned long long)res->spools[FST_REC_IO].count, drops_now(t));
 		}
-		if (opt.interval > 0 && now - last_live >= (__u64)(opt.interval * 1e9)) {
+		if (opt.interval > 0 && now - last_live >= live_ns) {
 			live_counted(t->reqs ? bpf_map__fd(t->reqs->maps.req_agg) : -1,
 				     t->reqs ? bpf_map__fd(t->reqs->maps.agg_keys) : -1);
 			live_print(stdout, (now - last_live) / 1e9, drops_now(t), live_clear);
 			last_live = now;
 		}
-		if (opt.exposition && (hup_signal || now - last_expose >= (__u64)(opt.exposition_interval * 1e9))) {
+		if (opt.exposition && (hup_signal || now - last_expose >= expose_ns)) {
 			hup_signal = 0;
 			last_expose = now;
 			expose_again(x);
@@ -345,7 +343,7 @@ static void trace(struct tracer *t, struct ring_buffer *rb, struct results *res,
 			if (!any)
 				break;
 		}
-		if (opt.duration > 0 && now - t_start >= (__u64)(opt.duration * 1e9))
+		if (opt.duration > 0 && now >= end_ns)
 			break;
 	}
 	loop_wait_end();
