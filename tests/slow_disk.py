@@ -8,12 +8,15 @@ chooses, or sees a short read, which makes the loop driver complete the request 
 A read whose range holds OFF is held SECONDS, or until STATE_DIR/release-OFF exists; STATE_DIR/held-OFF appears
 when its hold begins.  The first read whose range holds a --short OFF returns half the bytes asked for.  Every read
 is logged to STATE_DIR/reads as "OFF SIZE".  The file's bytes: each 8-byte little-endian word holds its own offset
-(expected()).  Prints "ready" once mounted; SIGTERM or SIGINT unmounts and ends it (held reads then fail)."""
+(expected()).  Prints "ready" once mounted; SIGTERM or SIGINT unmounts and ends it (held reads then fail).
+The tests take it, with its loop device, through slow_loop()."""
 import argparse
+import contextlib
 import errno
 import os
 import signal
 import stat
+import subprocess
 import sys
 
 NAME = b"disk.img"
@@ -24,6 +27,43 @@ def expected(off, size):
     start = off - off % 8
     words = b"".join((w).to_bytes(8, "little") for w in range(start, off + size, 8))
     return words[off - start:off - start + size]
+
+
+@contextlib.contextmanager
+def slow_loop(d, *server_args, nr_requests=None):
+    """(loop device, its kernel dev_t, the server's state directory) of a direct-I/O loop device on
+    slow_disk.py's file, served with server_args; everything undone at the end."""
+    mnt, state = d / "fuse", d / "state"
+    mnt.mkdir()
+    state.mkdir()
+    srv = subprocess.Popen([sys.executable, os.path.abspath(__file__), str(mnt), str(state)] + list(server_args),
+                           stdout=subprocess.PIPE, text=True)
+    dev = nr_path = was = None
+    try:
+        assert srv.stdout.readline() == "ready\n"
+        dev = subprocess.run(["losetup", "-f", "--show", "-r", "--direct-io=on", str(mnt / "disk.img")],
+                             check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
+        name = os.path.basename(dev)
+        with open("/sys/block/%s/loop/dio" % name) as f:
+            assert f.read().strip() == "1"  # direct I/O: one FUSE read per block request
+        if nr_requests:
+            # the loop device outlives its binding: its queue depth is put back before it is detached
+            nr_path = "/sys/block/%s/queue/nr_requests" % name
+            with open(nr_path) as f:
+                was = f.read().strip()
+            with open(nr_path, "w") as f:
+                f.write(str(nr_requests))
+        rdev = os.stat(dev).st_rdev
+        yield dev, (os.major(rdev) << 20) | os.minor(rdev), str(state)
+    finally:
+        srv.terminate()  # held reads fail: nothing waits on the loop device any more
+        srv.wait(timeout=60)
+        if was:
+            with open(nr_path, "w") as f:
+                f.write(was)
+        if dev:
+            subprocess.run(["losetup", "-d", dev], check=True)
+        subprocess.run(["umount", "-l", str(mnt)], stderr=subprocess.DEVNULL)
 
 
 def main():

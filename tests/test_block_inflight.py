@@ -5,23 +5,19 @@ again after its completion went unseen.
 The device is a loop device in direct-I/O mode on a file of tests/slow_disk.py's FUSE file system, which holds a
 read as long as the test says, or returns it short: every block request is one read there, and the loop driver
 completes a short read in part and requeues the rest (drivers/block/loop.c lo_complete_rq)."""
-import contextlib
 import json
 import os
 import subprocess
-import sys
 import time
 
 import pytest
 
 from analysis import results
 from analysis import devices, selection
-from conftest import COLLECTOR, ROOT, assert_exact_partition, map_entries, map_of, map_update
-from slow_disk import expected
+from conftest import COLLECTOR, assert_exact_partition, map_entries, map_of, map_update
+from slow_disk import expected, slow_loop
 
 pytestmark = pytest.mark.bpf
-
-SLOW_DISK = os.path.join(ROOT, "tests", "slow_disk.py")
 
 # the workload: O_DIRECT reads of the loop device, each (offset, size) in its own thread when "threads" is set,
 # with each read's thread, bytes, start and end (CLOCK_MONOTONIC, the clock of every record) written to OUT;
@@ -54,43 +50,6 @@ for t in threads:
     t.join()
 json.dump(done, open(out, "w"))
 """
-
-
-@contextlib.contextmanager
-def slow_loop(d, *server_args, nr_requests=None):
-    """(loop device, its kernel dev_t, the server's state directory) of a direct-I/O loop device on
-    slow_disk.py's file, served with server_args; everything undone at the end."""
-    mnt, state = d / "fuse", d / "state"
-    mnt.mkdir()
-    state.mkdir()
-    srv = subprocess.Popen([sys.executable, SLOW_DISK, str(mnt), str(state)] + list(server_args),
-                           stdout=subprocess.PIPE, text=True)
-    dev = nr_path = was = None
-    try:
-        assert srv.stdout.readline() == "ready\n"
-        dev = subprocess.run(["losetup", "-f", "--show", "-r", "--direct-io=on", str(mnt / "disk.img")],
-                             check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
-        name = os.path.basename(dev)
-        with open("/sys/block/%s/loop/dio" % name) as f:
-            assert f.read().strip() == "1"  # direct I/O: one FUSE read per block request
-        if nr_requests:
-            # the loop device outlives its binding: its queue depth is put back before it is detached
-            nr_path = "/sys/block/%s/queue/nr_requests" % name
-            with open(nr_path) as f:
-                was = f.read().strip()
-            with open(nr_path, "w") as f:
-                f.write(str(nr_requests))
-        rdev = os.stat(dev).st_rdev
-        yield dev, (os.major(rdev) << 20) | os.minor(rdev), str(state)
-    finally:
-        srv.terminate()  # held reads fail: nothing waits on the loop device any more
-        srv.wait(timeout=60)
-        if was:
-            with open(nr_path, "w") as f:
-                f.write(was)
-        if dev:
-            subprocess.run(["losetup", "-d", dev], check=True)
-        subprocess.run(["umount", "-l", str(mnt)], stderr=subprocess.DEVNULL)
 
 
 def collector_args(out, dev):

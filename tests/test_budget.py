@@ -16,6 +16,7 @@ import pytest
 from analysis import results
 from analysis import requests, windows
 from conftest import FSTRACE, ROOT, cgroup2_child, collector_map_ids, erofs_mounted, map_entries, map_of, map_update
+from slow_disk import slow_loop
 
 pytestmark = pytest.mark.bpf
 
@@ -618,40 +619,72 @@ def _window_seq(pid):
     return max(seqs)
 
 
-def test_plain_build_sweeps_the_windowed_in_flight_maps_after_each_window(tmp_path, mounted):
+# O_DIRECT 4 KiB reads of the device, each in a thread of its own, one begun every 30 ms at the next offset (its
+# disk holds each read 0.3 s) until the file STOP exists: every window (100 ms) begins a few that are still in
+# flight when it closes (20 ms later at most for the block hooks), whatever the windows' places
+HELD_READS = r"""
+import mmap, os, sys, threading, time
+dev, stop, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def read(off):
+    fd = os.open(dev, os.O_RDONLY | os.O_DIRECT)
+    os.preadv(fd, [mmap.mmap(-1, 4096)], off)
+    os.close(fd)
+i = 0
+while not os.path.exists(stop):
+    threading.Thread(target=read, args=((i % n) * 4096,), daemon=True).start()
+    i += 1
+    time.sleep(0.03)
+"""
+
+
+def test_plain_build_sweeps_the_windowed_in_flight_maps_after_each_window(tmp_path):
     """The plain BPF build's in-flight tables are hash maps with no expiry walk: an entry whose end came after its
     window's hooks went off would stay until its key came back.  After each window, once every windowed hook is
     off, the collector empties the maps only windowed programs use.  An entry planted in each (a key no event meets
-    again) is gone once a window has closed since; a cold reader's entries left by the windows are swept too, and
-    counted in the header, with nothing lost to a full table."""
-    dev = os.stat(subprocess.run(["findmnt", "-no", "SOURCE", mounted], stdout=subprocess.PIPE, text=True,
-                                 check=True).stdout.strip()).st_rdev
+    again) is gone once a window has closed since; the entries of block requests held in flight across windows'
+    closes (a loop device on tests/slow_disk.py) are swept too, and counted in the header, with nothing lost to a
+    full table."""
     out = tmp_path / "r.fst"
     planted = {}
-    with _collecting(out, "--dev", "%d:%d" % (os.major(dev), os.minor(dev)), env={"FSTRACE_BPF_PLAIN": "1"}) as col:
-        maps = {name: map_of(col.pid, name) for name in SWEPT_MAPS}
-        seq0 = _window_seq(col.pid)
-        for i, (name, m) in enumerate(maps.items()):
-            # a slot {u64 key, value}: the key twice, the value zeros (an earlier window's entry, never met again)
-            key = (0xfeed0000 + i).to_bytes(8, "little")
-            map_update(m, key, key + bytes(m["bytes_value"] - 8))
-            planted[name] = key
-        assert all(planted[n] in map_entries(m) for n, m in maps.items())
-        _cold_reads(mounted, 3)
-        # two openings after the planting: a window closed after it (an opening alone may follow a close before it)
-        deadline = time.monotonic() + 30
-        while _window_seq(col.pid) < seq0 + 4:
-            assert time.monotonic() < deadline, "no two windows opened in 30 s"
-            time.sleep(0.05)
-        left = {n: planted[n] in map_entries(m) for n, m in maps.items()}
-        assert not any(left.values()), left
+    nr_held = 256
+    held = ["--hold=%d=0.3" % (i * 4096) for i in range(nr_held)]
+    with slow_loop(tmp_path, *held) as (dev, _, _state):
+        rdev = os.stat(dev).st_rdev
+        with _collecting(out, "--dev", "%d:%d" % (os.major(rdev), os.minor(rdev)),
+                         env={"FSTRACE_BPF_PLAIN": "1"}) as col:
+            maps = {name: map_of(col.pid, name) for name in SWEPT_MAPS}
+            seq0 = _window_seq(col.pid)
+            for i, (name, m) in enumerate(maps.items()):
+                # a slot {u64 key, value}: the key twice, the value zeros (an earlier window's entry, never met again)
+                key = (0xfeed0000 + i).to_bytes(8, "little")
+                map_update(m, key, key + bytes(m["bytes_value"] - 8))
+                planted[name] = key
+            assert all(planted[n] in map_entries(m) for n, m in maps.items())
+            stop = tmp_path / "stop"
+            reader = subprocess.Popen(["/usr/bin/python3", "-c", HELD_READS, dev, str(stop), str(nr_held)])
+            try:
+                # four openings after the planting: three closes with held reads in flight, and one at least
+                # after the planting (an opening alone may follow a close before it)
+                deadline = time.monotonic() + 60
+                while _window_seq(col.pid) < seq0 + 8:
+                    assert time.monotonic() < deadline, "no four windows opened in 60 s"
+                    assert reader.poll() is None, "the reader ended early"
+                    time.sleep(0.05)
+            finally:
+                stop.touch()
+                reader.wait(timeout=30)
+            left = {n: planted[n] in map_entries(m) for n, m in maps.items()}
+            assert not any(left.values()), left
+    assert reader.returncode == 0
     res = results.load(str(out))
     assert res.header["bpf_build"]["build"] == "plain"
     sweep = res.header["request_windows"]["stale_sweep"]
     assert set(sweep["swept"]) == set(SWEPT_MAPS), sweep
     assert all(sweep["swept"][n] >= 1 for n in SWEPT_MAPS), sweep
-    # the reader's entries left by the windows (a request or a thread's bios in flight at a window's close)
-    assert sweep["swept_total"] > len(SWEPT_MAPS), sweep
+    # the held requests left by the windows (each issued, so past bio_starts): more than the planted entry in the
+    # requests' table and in their threads' I/O counts
+    assert sweep["swept"]["rq_starts"] > 1 and sweep["swept"]["task_inflight"] > 1, sweep
+    assert sweep["swept_total"] == sum(sweep["swept"].values()), sweep
     assert sweep["sweeps"] == res.header["request_windows"]["windows_total"] >= 2, sweep
     assert sweep["left_after_sweeps"] == 0, sweep
     full = {k: v for k, v in res.header["losses"].items() if k.endswith("_full")}
