@@ -123,9 +123,10 @@ def device_stats(res):
                    "bytes": int(reads["bytes"][reads["charge"] == int(v)].sum())}
             for v, name in res.header["enums"]["charge"].items()}
         st["exact"] = exact_reads(res, d)
-        if rw is not None:
-            st["windowed"] = windowed_reads(rw, rows, slot, reads, res.header.get("request_records"), st["exact"])
         s0, s1 = d.get("diskstats_start"), d.get("diskstats_end")
+        if rw is not None:
+            st["windowed"] = windowed_reads(rw, rows, slot, reads, res.header.get("request_records"), st["exact"],
+                                            s1["reads"] - s0["reads"] if s0 and s1 else None)
         if s0 and s1:
             st.update(diskstats_compare(res, reads, s0, s1, st["exact"] if rw is not None else None))
         out[dev_name(d["dev"], res.minor_bits)] = st
@@ -192,7 +193,7 @@ def exact_reads(res, d):
     return out
 
 
-def windowed_reads(rw, rows, slot, reads, h_records=None, exact=None):
+def windowed_reads(rw, rows, slot, reads, h_records=None, exact=None, kernel_reads=None):
     """--budget, block_rq_complete windowed: the read block requests of the device in header slot over the diskstats
     snapshots' span (the traced time but for its edges), estimated from those the windows recorded ({"requests":
     estimate object, "sample"}). Seen in a window: the requests completed in it, weighted by completion_weights (a
@@ -201,8 +202,11 @@ def windowed_reads(rw, rows, slot, reads, h_records=None, exact=None):
     by the windows' time. Counted at the same event as the auxiliary, a window's requests differ from it by those the
     edge cut off (a burst of requests straddling an edge moves both alike) and those a full in-flight bucket left
     unrecorded (counted among the losses). The total is block_rq_done's count over the diskstats snapshots' span (exact:
-    exact_reads, its over_diskstats [low, high]), the windows lying inside it; where the counts around a snapshot could
-    not be read, its count up to the header's writing (older files: dev_reads_total, the same)."""
+    exact_reads, its over_diskstats [low, high]), the windows lying inside it, with the reads the kernel counted over
+    that span (kernel_reads: /proc/diskstats) past its high end added: completions block_rq_done never ran for
+    (docs/measuring.md, Lost events), which the windows' hooks on the same tracepoint miss alike, so the ratio the
+    windows give is of the seen ones and the total must carry the rest; where the counts around a snapshot could not
+    be read, the count up to the header's writing (older files: dev_reads_total, the same)."""
     if (h_records or {}).get("io_records") is False:
         return {"requests": {"why": "the collector wrote no block request records (--no-io-records, as serve): "
                                     "the windows' count of the device's requests is in its exact count only"},
@@ -222,7 +226,8 @@ def windowed_reads(rw, rows, slot, reads, h_records=None, exact=None):
     span_reads = ((exact or {}).get("over_diskstats") or {}).get("read_requests")
     whole = totals[slot] if slot < len(totals) else (exact or {}).get("requests") if (exact or {}).get(
         "available") else None
-    total = sum(span_reads) / 2.0 if span_reads else whole
+    unseen = max(kernel_reads - span_reads[1], 0) if span_reads and kernel_reads is not None else 0
+    total = sum(span_reads) / 2.0 + unseen if span_reads else whole
     aux = None
     # a window whose look at the counts failed (dev_reads null) is left out alone, as pick_auxiliary does for calls
     keep = [p is not None for p in per]
@@ -235,13 +240,8 @@ def windowed_reads(rw, rows, slot, reads, h_records=None, exact=None):
                           "its reads unknown" % (keep.count(False), "s" if keep.count(False) > 1 else ""))
     if aux is not None and "interval95" in est:
         widen_by_edge_cuts(est, per, seen, weighted)
-        if span_reads and span_reads[1] > span_reads[0]:
-            # the total is known to within the completions the reads around the snapshots straddled, and the
-            # requests in flight at them (exact_over_diskstats)
-            half = (span_reads[1] - span_reads[0]) / 2.0 * est["estimate"] / total
-            est["interval95"] = [max(est["interval95"][0] - half, float(sum(seen))), est["interval95"][1] + half]
-            est["method"] += ("; widened by the %d requests completed while the exact counts were read around "
-                              "the diskstats snapshots, or in flight at them" % (span_reads[1] - span_reads[0]))
+        if span_reads:
+            widen_by_span(est, span_reads, unseen, total, sum(seen))
     if aux is not None and not span_reads and not totals:
         est["method"] = est.get("method", "") + ("; the total is the count up to the results' writing: the counts "
                                                  "around a diskstats snapshot could not be read")
@@ -252,6 +252,21 @@ def windowed_reads(rw, rows, slot, reads, h_records=None, exact=None):
     return {"requests": est,
             "sample": "the device's block requests were recorded only in --budget's windows: counts beside this "
                       "are what the windows saw, shares and distributions the windows' sample's"}
+
+
+def widen_by_span(est, span_reads, unseen, total, seen):
+    """A block estimate whose total is block_rq_done's count over the diskstats snapshots' span ([low, high]) and
+    the unseen reads past its high end: its interval widened by that range (the completions the reads around the
+    snapshots straddled, and the requests in flight at them: exact_over_diskstats), scaled as the estimate is to
+    the total, never below the seen; the method says both."""
+    if span_reads[1] > span_reads[0]:
+        half = (span_reads[1] - span_reads[0]) / 2.0 * est["estimate"] / total
+        est["interval95"] = [max(est["interval95"][0] - half, float(seen)), est["interval95"][1] + half]
+        est["method"] += ("; widened by the %d requests completed while the exact counts were read around "
+                          "the diskstats snapshots, or in flight at them" % (span_reads[1] - span_reads[0]))
+    if unseen:
+        est["method"] += ("; the total holds %d reads the kernel counted completed over the span (diskstats) that "
+                          "block_rq_done never ran for" % unseen)
 
 
 def weight_span(w):

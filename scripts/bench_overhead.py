@@ -210,8 +210,9 @@ def traced_diskstats_reads(summ):
 
 def unseen_reads(summ):
     """{"major:minor": read requests} of each traced device that /proc/diskstats counted completed and fstrace did not
-    see (the summary's unseen_requests: under --budget against block_rq_done's count over the snapshots' span, the
-    windowed estimate's total): completions the kernel ran no program for (docs/measuring.md, Lost events)."""
+    see (the summary's unseen_requests: under --budget against block_rq_done's count over the snapshots' span):
+    completions the kernel ran no program for (docs/measuring.md, Lost events), which the windowed estimate's total
+    carries."""
     return {name: d["unseen_requests"] for name, d in (summ.get("devices") or {}).items()
             if d.get("unseen_requests") is not None}
 
@@ -579,7 +580,7 @@ def count_estimate(found, keys, where):
 
 def figure_check(estimate, why, truth, truth_what, unseen=None):
     """One run's check of a windowed figure: its estimate against the true count, or why it is unavailable; unseen:
-    the true count's requests no program ran for, where known (unseen_reads), which the estimate's total lacks."""
+    the true count's requests no program ran for, where known (unseen_reads), said beside a miss."""
     if estimate is None:
         return {"available": False, "why": why, "truth": truth, "truth_what": truth_what}
     lo, hi = estimate["interval95"]
