@@ -643,13 +643,18 @@ COMPLETION_HOOK = "block_rq_complete"
 COMPLETION_PROG = COMPLETION_HOOK[:13]
 
 
-def completion_cost_ns(probes, names=None):
-    """ns per completed block request of one run's programs on block_rq_complete ((name, runs, run_ns) with the
-    statistics on; names: those programs' names where the run said which, else found by COMPLETION_PROG): their run
-    time summed, over the completions (the most runs of them: an always-attached one runs on every completion, a
-    windowed one only in windows); None where none ran."""
-    rows = [(runs, ns) for name, runs, ns in probes
+def completion_runs(probes, names=None):
+    """(runs, run_ns) of one run's programs on block_rq_complete ((name, runs, run_ns) with the statistics on;
+    names: those programs' names where the run said which, else found by COMPLETION_PROG) that ran."""
+    return [(runs, ns) for name, runs, ns in probes
             if (name in names if names is not None else name.startswith(COMPLETION_PROG)) and runs]
+
+
+def completion_cost_ns(probes, names=None):
+    """ns per completed block request of one run's programs on block_rq_complete (completion_runs): their run time
+    summed, over the completions (the most runs of them: an always-attached one runs on every completion, a
+    windowed one only in windows); None where none ran."""
+    rows = completion_runs(probes, names)
     return sum(ns for _, ns in rows) / max(r for r, _ in rows) if rows else None
 
 
@@ -666,7 +671,10 @@ def completion_costs(infos):
         return None if names is None else [n for n in names if n not in (i.get("windowed_probes") or [])]
     per_run = [completion_cost_ns(i.get("probes") or [], exact_path(i)) for i in infos]
     every = [completion_cost_ns(i.get("probes") or [], i.get("completion_probes")) for i in infos]
-    out = {"runs": per_run, "ns_per_completion": over(per_run)}
+    # what each run's cost is over: a case with a few completions a run (a warm read's) times them one by one, cold
+    completions = [max((r for r, _ in completion_runs(i.get("probes") or [], i.get("completion_probes"))), default=0)
+                   for i in infos]
+    out = {"runs": per_run, "ns_per_completion": over(per_run), "completions": completions}
     if every != per_run:
         out["with_windowed"] = {"runs": every, "ns_per_completion": over(every)}
     return out
@@ -777,6 +785,9 @@ def completion_row(cfg, case, ours, biolatency):
     row["biolatency_median"] = b["median"]
     text = "%.0f ns (%.0f-%.0f) against biolatency's %.0f ns (%.0f-%.0f)" % (
         f["median"], f["min"], f["max"], b["median"], b["min"], b["max"])
+    n = [c for c in (ours.get("completions") or []) + (biolatency.get("completions") or []) if c]
+    if n:
+        text += ", over %s completions a run" % ("%d" % n[0] if min(n) == max(n) else "%d-%d" % (min(n), max(n)))
     w = ((ours or {}).get("with_windowed") or {}).get("ns_per_completion")
     if w:
         text += "; with the windowed completion hook's share, %.0f ns (%.0f-%.0f)" % (w["median"], w["min"], w["max"])

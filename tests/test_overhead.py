@@ -603,10 +603,11 @@ def test_bench_completion_cost_against_biolatency_in_the_same_run():
     assert cc["ns_per_completion"]["median"] == 100 and cc["with_windowed"]["ns_per_completion"]["median"] == 400
     bio = B.completion_costs([{"probes": [("block_rq_comple", 10, 3000)]}, {"probes": [("block_rq_comple", 10, 3400)]}])
     assert bio["ns_per_completion"] == {"min": 300, "median": 320, "max": 340}
-    # the target is the exact path's; the windowed hook's share is said beside it
+    assert cc["completions"] == [1000] and bio["completions"] == [10, 10]
+    # the target is the exact path's; the windowed hook's share is said beside it, and what the costs are over
     assert B.completion_row("fstrace-attach", "c", cc, bio)["verdict"] == (
-        "met: 100 ns (100-100) against biolatency's 320 ns (300-340); with the windowed completion hook's share, "
-        "400 ns (400-400)")
+        "met: 100 ns (100-100) against biolatency's 320 ns (300-340), over 10-1000 completions a run; with the "
+        "windowed completion hook's share, 400 ns (400-400)")
 
     def verdict(ours, biolatency):
         res = dict(forged_ratio(1.0, 0.99, 1.01))
