@@ -168,8 +168,8 @@ def settled_leftovers(expect=None, timeout=5.0):
 
 
 def collector_under(parent, timeout=600.0):
-    """The pid of the collector running below process `parent` (fstrace's CLI), once it runs; None if
-    `parent` ended first."""
+    """The pid of the collector tracing below process `parent` (fstrace's CLI), once it runs; None if `parent`
+    ended first."""
     import time
     exe = os.path.realpath(COLLECTOR)
     deadline = time.time() + timeout
@@ -186,8 +186,12 @@ def collector_under(parent, timeout=600.0):
         while todo:
             pid = todo.pop()
             try:
+                # not the check of its options the CLI makes first (collector --check, which loads nothing and
+                # is gone in a moment)
                 if os.readlink("/proc/%d/exe" % pid) == exe:
-                    return pid
+                    with open("/proc/%d/cmdline" % pid, "rb") as f:
+                        if b"--check" not in f.read().split(b"\0"):
+                            return pid
             except OSError:
                 pass
             todo += children.get(pid, [])
