@@ -38,8 +38,8 @@ block_rq_complete beside biolatency's (a target).  With a windowed configuration
 completed on the image's device in /proc/diskstats) against the 95 % intervals of the windows' request estimate
 and of the results' windowed block and erofs figures (windowed_figure_estimates; "unavailable" where the results
 have none).  Last, the main command's own profile: the share of on-CPU samples inside requests that were fstrace's.
-Workloads: fio 4 KiB randread cold (caches dropped), warm (file in the page
-cache, time based), and tar of the tree (cold).  Throughput is the workload's
+Workloads: fio 4 KiB randread cold (caches dropped before it and every COLD_DROP_EVERY_S along) and warm (file
+in the page cache), each CASE_RUNTIME_S long, and tar of the tree (cold).  Throughput is the workload's
 own figure; ratios are traced/untraced within one repetition, and each median carries a distribution-free 95 %
 interval (order statistics: median_interval), which decides each design target (docs/overhead.md, "Targets") as
 met, not met, or undecided by this run.  The JSON written (--out) holds the run's machine, kernel, arguments and
@@ -351,8 +351,13 @@ class BpfStats:
 
 # runs with bpf stats on per case and configuration: one run's per-event figure moved by a fifth between benches
 STATS_RUNS = 3
+# each fio case's length: at the default budget a window opens every three seconds or so, and a windowed
+# configuration's time-average cost is what its ratio is to show; a run of a second or less (a cold 16 MiB
+# randread) holds a window in one repetition of eight and none in the rest, so its median shows the hooks left
+# attached and not the windows.  Ten seconds hold three or so in every repetition
+CASE_RUNTIME_S = 10
 # the windowed configurations' estimates against the true counts: at the default budget a window opens every few
-# seconds, so the cases above (a second or three) rarely get the two an interval needs; these runs do (defaults of
+# seconds, so the cases (CASE_RUNTIME_S) get too few for an interval; these runs do (defaults of
 # --cover-runs and --cover-runtime-s, per configuration and start, warm and cold)
 COVER_RUNS = 3
 COVER_RUNTIME_S = 30
@@ -930,8 +935,9 @@ def tracer_share_rows(out):
                          "undecided (the interval spans it)")}]
 
 
-# cold estimate runs: the page cache dropped this often all along, so that the file, a few MiB at a small scale,
-# is read from the device in every window and not only in the run's first second
+# cold time-based runs (the cold fio case, the cold estimate runs): the page cache dropped this often all along, so
+# that the file, a few MiB at a small scale, is read from the device in every window and not only in the run's
+# first second; each drop's own CPU time falls on every configuration alike
 COLD_DROP_EVERY_S = 0.2
 
 
@@ -942,12 +948,13 @@ def cache_dropper(on):
     if not on:
         yield
         return
+    # a group of its own, ended whole: no sleep of the loop is left behind it
     p = subprocess.Popen(["sh", "-c", "while :; do echo 1 > /proc/sys/vm/drop_caches; sleep %g; done"
-                          % COLD_DROP_EVERY_S], preexec_fn=die_with_parent)
+                          % COLD_DROP_EVERY_S], preexec_fn=die_with_parent, start_new_session=True)
     try:
         yield
     finally:
-        stop_process(p, sig=signal.SIGKILL)
+        stop_process(p, sig=signal.SIGKILL, group=True)
 
 
 def window_coverage(windowed, args, mnt, single_file, fio_ctx, devs, work, image_dev):
@@ -1031,11 +1038,12 @@ def mount_images(c, work, img_single, img_tree):
 
 
 def bench_cases(mounts, work, manifest, fio_ctx):
-    """The cases (CASES, in order): what each runs, where, and whether from a cold cache."""
-    cold = catalog.Fio("bench-cold", "", "randread", io_size="16m")
-    warm = catalog.Fio("bench-warm", "", "randread", runtime_s=3)
+    """The cases (CASES, in order): what each runs, where, whether from a cold cache, and whether the cache is
+    dropped all along (drops_along: a time-based randread keeps reaching the device, cache_dropper)."""
+    cold = catalog.Fio("bench-cold", "", "randread", runtime_s=CASE_RUNTIME_S)
+    warm = catalog.Fio("bench-warm", "", "randread", runtime_s=CASE_RUNTIME_S)
     cases = {
-        "fio-randread-4k-cold": {"kind": "fio", "wl": cold, "cold": True,
+        "fio-randread-4k-cold": {"kind": "fio", "wl": cold, "cold": True, "drops_along": True,
                                  "argv": cold.prepare(mounts["single"], work, fio_ctx), "cwd": mounts["single"]},
         "fio-randread-4k-warm": {"kind": "fio", "wl": warm, "cold": False,
                                  "argv": warm.prepare(mounts["single"], work, fio_ctx), "cwd": mounts["single"]},
@@ -1057,7 +1065,8 @@ def run_case(name, case, have, reps, devs, work):
         for cfg in order:
             if case["cold"]:
                 drop_caches()
-            info = run_one(cfg, case["argv"], case["cwd"], devs, work)
+            with cache_dropper(case.get("drops_along", False)):
+                info = run_one(cfg, case["argv"], case["cwd"], devs, work)
             rows[cfg].append(throughput(case, work))
             if cfg in WINDOWED and case["kind"] == "fio":  # the estimate against fio's own count
                 info["windows"]["fio_ios"] = case["wl"].ground_truth(work, None)["ios"]
@@ -1102,7 +1111,8 @@ def program_costs(case, have, res, devs, work):
             for cfg in stat_cfgs:
                 if case["cold"]:
                     drop_caches()
-                stat_infos[cfg].append(run_one(cfg, case["argv"], case["cwd"], devs, work))
+                with cache_dropper(case.get("drops_along", False)):
+                    stat_infos[cfg].append(run_one(cfg, case["argv"], case["cwd"], devs, work))
     for cfg in stat_cfgs:
         res[cfg]["probe_costs"] = probe_costs(stat_infos[cfg])
         if cfg in WINDOWED:
