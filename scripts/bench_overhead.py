@@ -353,8 +353,9 @@ class BpfStats:
 STATS_RUNS = 3
 # each fio case's length: at the default budget a window opens every three seconds or so, and a windowed
 # configuration's time-average cost is what its ratio is to show; a run of a second or less (a cold 16 MiB
-# randread) holds a window in one repetition of eight and none in the rest, so its median shows the hooks left
-# attached and not the windows.  Ten seconds hold three or so in every repetition
+# randread, 0.34 s on the 2-CPU VM of docs/generated) holds a window in about one repetition in nine (0.34 s of a
+# 3 s period) and none in the rest, so its median shows the hooks left attached and not the windows.  Ten seconds
+# hold three or so in every repetition
 CASE_RUNTIME_S = 10
 # the windowed configurations' estimates against the true counts: at the default budget a window opens every few
 # seconds, so the cases (CASE_RUNTIME_S) get too few for an interval; these runs do (defaults of
