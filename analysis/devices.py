@@ -202,11 +202,12 @@ def windowed_reads(rw, rows, slot, reads, h_records=None, exact=None, kernel_rea
     by the windows' time. Counted at the same event as the auxiliary, a window's requests differ from it by those the
     edge cut off (a burst of requests straddling an edge moves both alike) and those a full in-flight bucket left
     unrecorded (counted among the losses). The total is block_rq_done's count over the diskstats snapshots' span (exact:
-    exact_reads, its over_diskstats [low, high]), the windows lying inside it, with the reads the kernel counted over
-    that span (kernel_reads: /proc/diskstats) past its high end added: completions block_rq_done never ran for
-    (docs/measuring.md, Lost events), which the windows' hooks on the same tracepoint miss alike, so the ratio the
-    windows give is of the seen ones and the total must carry the rest; where the counts around a snapshot could not
-    be read, the count up to the header's writing (older files: dev_reads_total, the same)."""
+    exact_reads, its over_diskstats [low, high]), the windows lying inside it; where the kernel counted more reads
+    over that span (kernel_reads: /proc/diskstats) than its high end, the kernel's count: the rest are completions
+    block_rq_done never ran for (docs/measuring.md, Lost events), which the windows' hook on the same tracepoint
+    misses alike, so the ratio the windows give is of the seen ones and the total must carry the rest, and the
+    kernel's count over its own snapshots is exact.  Where the counts around a snapshot could not be read, the
+    count up to the header's writing (older files: dev_reads_total, the same), which carries no unseen reads."""
     if (h_records or {}).get("io_records") is False:
         return {"requests": {"why": "the collector wrote no block request records (--no-io-records, as serve): "
                                     "the windows' count of the device's requests is in its exact count only"},
@@ -227,7 +228,7 @@ def windowed_reads(rw, rows, slot, reads, h_records=None, exact=None, kernel_rea
     whole = totals[slot] if slot < len(totals) else (exact or {}).get("requests") if (exact or {}).get(
         "available") else None
     unseen = max(kernel_reads - span_reads[1], 0) if span_reads and kernel_reads is not None else 0
-    total = sum(span_reads) / 2.0 + unseen if span_reads else whole
+    total = kernel_reads if unseen else sum(span_reads) / 2.0 if span_reads else whole
     aux = None
     # a window whose look at the counts failed (dev_reads null) is left out alone, as pick_auxiliary does for calls
     keep = [p is not None for p in per]
@@ -255,18 +256,19 @@ def windowed_reads(rw, rows, slot, reads, h_records=None, exact=None, kernel_rea
 
 
 def widen_by_span(est, span_reads, unseen, total, seen):
-    """A block estimate whose total is block_rq_done's count over the diskstats snapshots' span ([low, high]) and
-    the unseen reads past its high end: its interval widened by that range (the completions the reads around the
-    snapshots straddled, and the requests in flight at them: exact_over_diskstats), scaled as the estimate is to
-    the total, never below the seen; the method says both."""
-    if span_reads[1] > span_reads[0]:
+    """A block estimate whose total is block_rq_done's count over the diskstats snapshots' span ([low, high]):
+    its interval widened by that range (the completions the reads around the snapshots straddled, and the requests
+    in flight at them: exact_over_diskstats), scaled as the estimate is to the total, never below the seen.  Where
+    the kernel counted unseen reads past the high end the total is the kernel's count, exact: nothing to widen.
+    The method says which."""
+    if unseen:
+        est["method"] += ("; the total is the kernel's count over the diskstats snapshots' span, %d more than "
+                          "block_rq_done's at most: completions it never ran for" % unseen)
+    elif span_reads[1] > span_reads[0]:
         half = (span_reads[1] - span_reads[0]) / 2.0 * est["estimate"] / total
         est["interval95"] = [max(est["interval95"][0] - half, float(seen)), est["interval95"][1] + half]
         est["method"] += ("; widened by the %d requests completed while the exact counts were read around "
                           "the diskstats snapshots, or in flight at them" % (span_reads[1] - span_reads[0]))
-    if unseen:
-        est["method"] += ("; the total holds %d reads the kernel counted completed over the span (diskstats) that "
-                          "block_rq_done never ran for" % unseen)
 
 
 def weight_span(w):

@@ -212,7 +212,7 @@ def unseen_reads(summ):
     """{"major:minor": read requests} of each traced device that /proc/diskstats counted completed and fstrace did not
     see (the summary's unseen_requests: under --budget against block_rq_done's count over the snapshots' span):
     completions the kernel ran no program for (docs/measuring.md, Lost events), which the windowed estimate's total
-    carries."""
+    carries where the counts around the snapshots were read (analysis/devices.py windowed_reads)."""
     return {name: d["unseen_requests"] for name, d in (summ.get("devices") or {}).items()
             if d.get("unseen_requests") is not None}
 
@@ -358,7 +358,7 @@ STATS_RUNS = 3
 # hold three or so in every repetition
 CASE_RUNTIME_S = 10
 # the windowed configurations' estimates against the true counts: at the default budget a window opens every few
-# seconds, so the cases (CASE_RUNTIME_S) get too few for an interval; these runs do (defaults of
+# seconds, so a case (CASE_RUNTIME_S) holds three or so, an interval wide with so few; these runs hold ten (defaults of
 # --cover-runs and --cover-runtime-s, per configuration and start, warm and cold)
 COVER_RUNS = 3
 COVER_RUNTIME_S = 30
@@ -634,7 +634,7 @@ def coverage_verdict(checks):
     if missed:
         return "not met (%d of %d runs outside: %s)" % (len(missed), len(checks), "; ".join(
             "%d not in %.0f-%.0f%s" % (c["truth"], *c["interval95"],
-                                        ", %d of them completions the kernel ran no program for" % c["unseen"]
+                                        " (%d unseen by the programs, in the estimate's total)" % c["unseen"]
                                         if c.get("unseen") else "") for c in missed))
     if len(have) < len(checks):
         return "undecided (%d of %d runs inside; %d without an interval: %s)" % (
@@ -791,9 +791,12 @@ def completion_row(cfg, case, ours, biolatency):
     row["biolatency_median"] = b["median"]
     text = "%.0f ns (%.0f-%.0f) against biolatency's %.0f ns (%.0f-%.0f)" % (
         f["median"], f["min"], f["max"], b["median"], b["min"], b["max"])
-    n = [c for c in (ours.get("completions") or []) + (biolatency.get("completions") or []) if c]
-    if n:
-        text += ", over %s completions a run" % ("%d" % n[0] if min(n) == max(n) else "%d-%d" % (min(n), max(n)))
+
+    def per_run(side):
+        n = [c for c in side.get("completions") or [] if c]
+        return "%d" % n[0] if n and min(n) == max(n) else "%d-%d" % (min(n), max(n)) if n else None
+    if per_run(ours) and per_run(biolatency):
+        text += ", over %s completions a run (biolatency's %s)" % (per_run(ours), per_run(biolatency))
     w = ((ours or {}).get("with_windowed") or {}).get("ns_per_completion")
     if w:
         text += "; with the windowed completion hook's share, %.0f ns (%.0f-%.0f)" % (w["median"], w["min"], w["max"])

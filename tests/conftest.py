@@ -190,8 +190,10 @@ def collector_under(parent, timeout=600.0):
                 # is gone in a moment)
                 if os.readlink("/proc/%d/exe" % pid) == exe:
                     with open("/proc/%d/cmdline" % pid, "rb") as f:
-                        if b"--check" not in f.read().split(b"\0"):
-                            return pid
+                        args = f.read().split(b"\0")
+                    # the check's first argument (cli/runner.py check_collector_options); an exited one's is empty
+                    if len(args) > 1 and args[1] not in (b"--check", b""):
+                        return pid
             except OSError:
                 pass
             todo += children.get(pid, [])

@@ -56,14 +56,21 @@ def slow_loop(d, *server_args, nr_requests=None):
         rdev = os.stat(dev).st_rdev
         yield dev, (os.major(rdev) << 20) | os.minor(rdev), str(state)
     finally:
-        srv.terminate()  # held reads fail: nothing waits on the loop device any more
-        srv.wait(timeout=60)
-        if was:
-            with open(nr_path, "w") as f:
-                f.write(was)
-        if dev:
-            subprocess.run(["losetup", "-d", dev], check=True)
-        subprocess.run(["umount", "-l", str(mnt)], stderr=subprocess.DEVNULL)
+        # each step whatever the one before did: the loop device and the FUSE mount are never left behind
+        try:
+            srv.terminate()  # held reads fail: nothing waits on the loop device any more
+            srv.wait(timeout=60)
+        finally:
+            try:
+                if was:
+                    with open(nr_path, "w") as f:
+                        f.write(was)
+            finally:
+                try:
+                    if dev:
+                        subprocess.run(["losetup", "-d", dev], check=True)
+                finally:
+                    subprocess.run(["umount", "-l", str(mnt)], stderr=subprocess.DEVNULL)
 
 
 def main():

@@ -313,20 +313,23 @@ def test_the_exact_count_over_the_diskstats_snapshots_span_is_the_estimates_tota
 
 
 def test_completions_no_program_ran_for_are_in_the_estimates_total(base):
-    """The kernel counted 34 reads over the span where block_rq_done's count is 29 to 32: the 2 past the high end
-    are completions no program ran for (docs/measuring.md, Lost events), unseen by the windows' hook on the same
-    tracepoint too, so the windows' ratio is of the seen ones and the total carries those 2: the estimate's
-    interval holds the kernel's count, and its method says what was added."""
+    """The kernel counted 34 reads over the span where block_rq_done's count is 29 to 32: at least 2 are
+    completions no program ran for (docs/measuring.md, Lost events), unseen by the windows' hook on the same
+    tracepoint too, so the windows' ratio is of the seen ones and the total is the kernel's own count over its
+    snapshots (exact: no straddle to widen by); the method says so.  Windows that recorded half of what their
+    exact count saw make the estimate half of it."""
     d = device(summary.summarize(_bracketed(base, [3, 3, 3], [100, 101], [130, 132])))
     assert d["exact"]["over_diskstats"]["read_requests"] == [29, 32]
     assert d["unseen_requests"] == 2
     assert d["unseen_sectors"] == d["diskstats_delta"]["sectors_read"] - 32 * 8
     est = d["windowed"]["requests"]
-    # the span's midpoint 30.5 and the 2 unseen, the windows having recorded all their exact count saw
-    assert est["estimate"] == pytest.approx(32.5, rel=1e-3)
-    lo, hi = est["interval95"]
-    assert lo == pytest.approx(31, rel=1e-3) and hi == pytest.approx(34, rel=1e-3)
-    assert "holds 2 reads the kernel counted completed over the span (diskstats)" in est["method"]
+    # the windows recorded all their exact count saw: the kernel's 34, with no spread and no cut
+    assert est["estimate"] == pytest.approx(34, rel=1e-3)
+    assert est["interval95"] == pytest.approx([34, 34], rel=1e-3)
+    assert "the kernel's count over the diskstats snapshots' span, 2 more than block_rq_done's" in est["method"]
+    assert "widened by the 3 requests" not in est["method"]
+    half = device(summary.summarize(_bracketed(base, [3, 3, 3], [100, 101], [130, 132], seen_per_window=[6, 6, 6])))
+    assert half["windowed"]["requests"]["estimate"] == pytest.approx(17, rel=1e-3)
 
 
 def test_requests_in_flight_at_a_snapshot_widen_the_exact_span_count(base):
