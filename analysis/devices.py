@@ -124,11 +124,13 @@ def device_stats(res):
             for v, name in res.header["enums"]["charge"].items()}
         st["exact"] = exact_reads(res, d)
         s0, s1 = d.get("diskstats_start"), d.get("diskstats_end")
-        if rw is not None:
-            st["windowed"] = windowed_reads(rw, rows, slot, reads, res.header.get("request_records"), st["exact"],
-                                            s1["reads"] - s0["reads"] if s0 and s1 else None)
         if s0 and s1:
             st.update(diskstats_compare(res, reads, s0, s1, st["exact"] if rw is not None else None))
+        if rw is not None:
+            # the reads the kernel counted over the snapshots' span past block_rq_done's count there
+            unseen = st["unseen_requests"] if st.get("counted_over_diskstats_span") else None
+            st["windowed"] = windowed_reads(rw, rows, slot, reads, res.header.get("request_records"), st["exact"],
+                                            unseen)
         out[dev_name(d["dev"], res.minor_bits)] = st
     return out
 
@@ -193,7 +195,7 @@ def exact_reads(res, d):
     return out
 
 
-def windowed_reads(rw, rows, slot, reads, h_records=None, exact=None, kernel_reads=None):
+def windowed_reads(rw, rows, slot, reads, h_records=None, exact=None, unseen=None):
     """--budget, block_rq_complete windowed: the read block requests of the device in header slot over the diskstats
     snapshots' span (the traced time but for its edges), estimated from those the windows recorded ({"requests":
     estimate object, "sample"}). Seen in a window: the requests completed in it, weighted by completion_weights (a
@@ -202,12 +204,12 @@ def windowed_reads(rw, rows, slot, reads, h_records=None, exact=None, kernel_rea
     by the windows' time. Counted at the same event as the auxiliary, a window's requests differ from it by those the
     edge cut off (a burst of requests straddling an edge moves both alike) and those a full in-flight bucket left
     unrecorded (counted among the losses). The total is block_rq_done's count over the diskstats snapshots' span (exact:
-    exact_reads, its over_diskstats [low, high]), the windows lying inside it; where the kernel counted more reads
-    over that span (kernel_reads: /proc/diskstats) than its high end, the kernel's count: the rest are completions
-    block_rq_done never ran for (docs/measuring.md, Lost events), which the windows' hook on the same tracepoint
-    misses alike, so the ratio the windows give is of the seen ones and the total must carry the rest, and the
-    kernel's count over its own snapshots is exact.  Where the counts around a snapshot could not be read, the
-    count up to the header's writing (older files: dev_reads_total, the same), which carries no unseen reads."""
+    exact_reads, its over_diskstats [low, high]), the windows lying inside it; where /proc/diskstats counted more
+    over that span than its high end (unseen: diskstats_compare's unseen_requests there), the kernel's count, the
+    high end and those: completions block_rq_done never ran for (docs/measuring.md, Lost events), which the windows'
+    hook on the same tracepoint misses alike, so the windows' ratio is of the seen ones, the total must carry the
+    rest, and the kernel's count over its own snapshots is exact.  Where the counts around a snapshot could not be
+    read, the count up to the header's writing (older files: dev_reads_total, the same), with no unseen reads."""
     if (h_records or {}).get("io_records") is False:
         return {"requests": {"why": "the collector wrote no block request records (--no-io-records, as serve): "
                                     "the windows' count of the device's requests is in its exact count only"},
@@ -227,8 +229,8 @@ def windowed_reads(rw, rows, slot, reads, h_records=None, exact=None, kernel_rea
     span_reads = ((exact or {}).get("over_diskstats") or {}).get("read_requests")
     whole = totals[slot] if slot < len(totals) else (exact or {}).get("requests") if (exact or {}).get(
         "available") else None
-    unseen = max(kernel_reads - span_reads[1], 0) if span_reads and kernel_reads is not None else 0
-    total = kernel_reads if unseen else sum(span_reads) / 2.0 if span_reads else whole
+    unseen = (unseen or 0) if span_reads else 0
+    total = span_reads[1] + unseen if unseen else sum(span_reads) / 2.0 if span_reads else whole
     aux = None
     # a window whose look at the counts failed (dev_reads null) is left out alone, as pick_auxiliary does for calls
     keep = [p is not None for p in per]

@@ -795,8 +795,9 @@ def completion_row(cfg, case, ours, biolatency):
     def per_run(side):
         n = [c for c in side.get("completions") or [] if c]
         return "%d" % n[0] if n and min(n) == max(n) else "%d-%d" % (min(n), max(n)) if n else None
-    if per_run(ours) and per_run(biolatency):
-        text += ", over %s completions a run (biolatency's %s)" % (per_run(ours), per_run(biolatency))
+    counts = (per_run(ours), per_run(biolatency))
+    if all(counts):
+        text += ", over %s completions a run (biolatency's %s)" % counts
     w = ((ours or {}).get("with_windowed") or {}).get("ns_per_completion")
     if w:
         text += "; with the windowed completion hook's share, %.0f ns (%.0f-%.0f)" % (w["median"], w["min"], w["max"])
@@ -961,6 +962,16 @@ def cache_dropper(on):
         stop_process(p, sig=signal.SIGKILL, group=True)
 
 
+@contextlib.contextmanager
+def case_cache(case):
+    """While one run of a case: its page cache as the case says, dropped before it (cold) and all along
+    (drops_along)."""
+    if case["cold"]:
+        drop_caches()
+    with cache_dropper(case.get("drops_along", False)):
+        yield
+
+
 def window_coverage(windowed, args, mnt, single_file, fio_ctx, devs, work, image_dev):
     """The windowed configurations' estimates against the true counts: args.cover_runs randreads of
     args.cover_runtime_s each per configuration, first warm (the file in the page cache: the request estimate
@@ -1067,9 +1078,7 @@ def run_case(name, case, have, reps, devs, work):
     for rep in range(reps):
         order = have[rep % len(have):] + have[:rep % len(have)]
         for cfg in order:
-            if case["cold"]:
-                drop_caches()
-            with cache_dropper(case.get("drops_along", False)):
+            with case_cache(case):
                 info = run_one(cfg, case["argv"], case["cwd"], devs, work)
             rows[cfg].append(throughput(case, work))
             if cfg in WINDOWED and case["kind"] == "fio":  # the estimate against fio's own count
@@ -1113,9 +1122,7 @@ def program_costs(case, have, res, devs, work):
     with BpfStats():
         for _ in range(STATS_RUNS):
             for cfg in stat_cfgs:
-                if case["cold"]:
-                    drop_caches()
-                with cache_dropper(case.get("drops_along", False)):
+                with case_cache(case):
                     stat_infos[cfg].append(run_one(cfg, case["argv"], case["cwd"], devs, work))
     for cfg in stat_cfgs:
         res[cfg]["probe_costs"] = probe_costs(stat_infos[cfg])
