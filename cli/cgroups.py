@@ -50,10 +50,10 @@ def run_process_group(argv, tmp, cleanup):
     return ["sh", "-c", 'echo $$ > "$0" && exec "$@"', pgid_file] + list(argv)
 
 
-def process_group_members(pgid):
-    """Live processes of process group pgid in this session (a group id is a pid: reused, it would be
-    another session's group or none)."""
-    sid = str(os.getsid(0))
+def process_group_members(pgid, session=None):
+    """Live processes of process group pgid in this session, or in session (a group id is a pid: reused, it
+    would be another session's group or none)."""
+    sid = str(os.getsid(0) if session is None else session)
     out = []
     for d in os.listdir("/proc"):
         if d.isdigit():

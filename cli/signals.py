@@ -4,8 +4,10 @@ import contextlib
 import os
 import signal
 import subprocess
+import time
 
-from common.system import signals_held
+from cli.cgroups import process_group_members
+from common.system import descendants, proc_start, signals_held
 
 
 class Interrupted(Exception):
@@ -23,23 +25,46 @@ def _raise_interrupted(signum, frame):
 def stop_process(p, timeout_s=30, sig=signal.SIGINT, group=False):
     """Ask a child (a collector, a tracer) to finish with sig and wait for it, SIGKILL after timeout_s; its exit
     status (-SIGKILL when it had to be killed).  group: the child leads a process group of its own
-    (start_new_session) and the whole group is signalled, so that nothing it started is left holding a mount.
-    Signals are held off meanwhile: a second Ctrl-C (or a SIGTERM, SIGHUP) must not leave it running on the
-    mount."""
+    (start_new_session) and the whole group is signalled, so that nothing it started is left holding a mount:
+    with every process below it at the signal, which may have left the group (fio's job processes make sessions
+    of their own), and each is waited for, not only the leader (one the leader's end orphaned may still be
+    closing its files on the mount), and killed with the leader after timeout_s.  Signals are held off meanwhile:
+    a second Ctrl-C (or a SIGTERM, SIGHUP) must not leave it running on the mount."""
+    below = descendants(p.pid) if group else []
+
     def send(s):
         if group:
             with contextlib.suppress(ProcessLookupError):  # the group is gone already
                 os.killpg(p.pid, s)
+            for pid, start in below:
+                if proc_start(pid) == start:  # still that process, not another given its pid
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, s)
         else:
             p.send_signal(s)
 
+    def group_ended(deadline):
+        # the group's session is its own (start_new_session): its leader's pid
+        while group and (process_group_members(p.pid, session=p.pid) or
+                         any(proc_start(pid) == start for pid, start in below)):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
     with signals_held():
+        deadline = time.monotonic() + timeout_s
         send(sig)
         try:
-            return p.wait(timeout=timeout_s)
+            rc = p.wait(timeout=timeout_s)
+            if group_ended(deadline):
+                return rc
         except subprocess.TimeoutExpired:
-            send(signal.SIGKILL)
-            return p.wait()
+            rc = None
+        send(signal.SIGKILL)
+        rc = p.wait() if rc is None else rc
+        group_ended(time.monotonic() + timeout_s)  # SIGKILL'd: they leave at once, bar one in the kernel's I/O
+        return rc
 
 
 def install_signal_handlers(keep_ignored=False):

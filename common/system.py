@@ -230,6 +230,23 @@ def proc_start(pid):
         return None
 
 
+def descendants(pid):
+    """The live processes below pid, each as (pid, proc_start), from /proc's parent links."""
+    kids = {}
+    for d in os.listdir("/proc"):
+        f = stat_fields(int(d)) if d.isdigit() else None
+        if f:
+            kids.setdefault(int(f[1]), []).append(int(d))
+    out, todo = [], list(kids.get(pid, []))
+    while todo:
+        k = todo.pop()
+        start = proc_start(k)
+        if start is not None:
+            out.append((k, start))
+        todo += kids.get(k, [])
+    return out
+
+
 class RunState:
     """/run/fstrace/run-PID.json: what this run has made and not yet undone (mounts, loop devices,
     directories, cgroups, the collector), rewritten at every change."""

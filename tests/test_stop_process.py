@@ -9,7 +9,7 @@ import time
 import pytest
 
 from cli.signals import stop_process
-from common.system import stat_fields
+from common.system import descendants, stat_fields
 
 pytestmark = pytest.mark.unit
 
@@ -57,6 +57,38 @@ def test_a_group_that_ignores_the_signal_is_killed_whole_after_the_timeout():
         assert left_of(p.pid) == []
     finally:
         with contextlib.suppress(ProcessLookupError):  # a failed assertion leaves nothing running either
+            os.killpg(p.pid, signal.SIGKILL)
+
+
+def test_a_group_is_waited_for_after_its_leader():
+    """A leader the signal ends at once, with a child that takes a while to go (fio's parent and its job process,
+    which still holds the file on the mount): stop_process returns only once the child has gone too."""
+    p = started_group("sh -c \"trap 'sleep 0.3; exit 0' TERM; while :; do sleep 0.01; done\" & wait", 2)
+    try:
+        assert stop_process(p, sig=signal.SIGTERM, group=True) == -signal.SIGTERM
+        assert group_members(p.pid) == []  # at once, not after a while
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # a failed assertion leaves nothing running either
+            os.killpg(p.pid, signal.SIGKILL)
+
+
+def test_a_child_that_left_the_group_is_stopped_and_waited_for():
+    """A child in a session of its own (as fio's job processes make), which the group's signal does not reach:
+    signalled too, as it was below the leader, and gone when stop_process returns."""
+    p = subprocess.Popen(["sh", "-c", "setsid sh -c \"trap 'sleep 0.3; exit 0' TERM; while :; do sleep 0.01; done\" "
+                          "& wait"], start_new_session=True)
+    try:
+        while not [pid for pid, _ in descendants(p.pid) if os.getsid(pid) != p.pid]:
+            assert p.poll() is None
+            time.sleep(0.01)
+        away = [pid for pid, _ in descendants(p.pid) if os.getsid(pid) != p.pid]
+        stop_process(p, sig=signal.SIGTERM, group=True)
+        assert [pid for pid in away if stat_fields(pid)] == []  # at once, not after a while
+    finally:
+        for pid, _ in descendants(p.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGKILL)
 
 
