@@ -1,7 +1,7 @@
 """Overhead benchmark: what tracing costs the workload, and what the tracer sustains.
 
 In one run, on the same images, configurations alternate (order rotated every
-repetition, so drift on a shared machine hits all alike):
+repetition, each traced run between two untraced ones: run_sequence):
   none              the workload alone
   fstrace-floor     the hooks fstrace-full uses, each with a program that only returns
                     (collector --empty-programs): what the hooks cost before fstrace does anything,
@@ -40,7 +40,7 @@ and of the results' windowed block and erofs figures (windowed_figure_estimates;
 have none).  Last, the main command's own profile: the share of on-CPU samples inside requests that were fstrace's.
 Workloads: fio 4 KiB randread cold (caches dropped before it and every COLD_DROP_EVERY_S along) and warm (file
 in the page cache), each CASE_RUNTIME_S long, and tar of the tree (cold).  Throughput is the workload's
-own figure; ratios are traced/untraced within one repetition, and each median carries a distribution-free 95 %
+own figure; a ratio is a traced run's over the untraced runs beside it, and each median carries a distribution-free 95 %
 interval (order statistics: median_interval), which decides each design target (docs/overhead.md, "Targets") as
 met, not met, or undecided by this run.  The JSON written (--out) holds the run's machine, kernel, arguments and
 dates: scripts/overhead_report.py renders it as markdown (make docs-overhead-run).
@@ -1070,32 +1070,62 @@ def bench_cases(mounts, work, manifest, fio_ctx):
     return cases
 
 
+def run_sequence(have, reps):
+    """The order of a case's runs, as (repetition, configuration): in each repetition every configuration but none
+    once, in an order rotated from one repetition to the next, each right after a run of none, and one more none at
+    the end, so that every traced run has an untraced one on each side (neighbour_ratios).  Throughput on a shared
+    machine drifts over minutes (successive untraced runs agree far better than runs a repetition apart), and a
+    traced run's ratio to its neighbours cancels that drift where one to a run of none minutes away kept it."""
+    others = [c for c in have if c != "none"]
+    if not others:
+        return [(rep, "none") for rep in range(reps)]
+    seq = []
+    for rep in range(reps):
+        k = rep % len(others)
+        for cfg in others[k:] + others[:k]:
+            seq += [(rep, "none"), (rep, cfg)]
+    return seq + [(reps - 1, "none")]
+
+
+def neighbour_ratios(seq, throughputs):
+    """{configuration: [its runs' throughput over the mean of the untraced runs right before and after each]}, in
+    the order run (run_sequence's seq, throughputs beside it); none's own are 1."""
+    out = {}
+    for i, (_, cfg) in enumerate(seq):
+        if cfg == "none":
+            out.setdefault(cfg, []).append(1.0)
+            continue
+        around = [throughputs[j] for j in (i - 1, i + 1) if 0 <= j < len(seq) and seq[j][1] == "none"]
+        out.setdefault(cfg, []).append(throughputs[i] / statistics.mean(around))
+    return out
+
+
 def run_case(name, case, have, reps, devs, work):
-    """One case, reps repetitions of every configuration in turn (each repetition starting one further on):
-    ({configuration: [throughput]}, {configuration: [run_one's facts]})."""
+    """One case's runs in run_sequence's order: ({configuration: [throughput]}, {configuration: [its ratios to
+    the untraced runs beside it]}, {configuration: [run_one's facts]})."""
     rows = {cfg: [] for cfg in have}
     infos = {cfg: [] for cfg in have}
-    for rep in range(reps):
-        order = have[rep % len(have):] + have[:rep % len(have)]
-        for cfg in order:
-            with case_cache(case):
-                info = run_one(cfg, case["argv"], case["cwd"], devs, work)
-            rows[cfg].append(throughput(case, work))
-            if cfg in WINDOWED and case["kind"] == "fio":  # the estimate against fio's own count
-                info["windows"]["fio_ios"] = case["wl"].ground_truth(work, None)["ios"]
-            infos[cfg].append(info)
-        log("%s: repetition %d/%d done" % (name, rep + 1, reps))
-    return rows, infos
+    seq = run_sequence(have, reps)
+    tps = []
+    for i, (rep, cfg) in enumerate(seq):
+        with case_cache(case):
+            info = run_one(cfg, case["argv"], case["cwd"], devs, work)
+        tps.append(throughput(case, work))
+        rows[cfg].append(tps[-1])
+        if cfg in WINDOWED and case["kind"] == "fio":  # the estimate against fio's own count
+            info["windows"]["fio_ios"] = case["wl"].ground_truth(work, None)["ios"]
+        infos[cfg].append(info)
+        if i + 1 == len(seq) or seq[i + 1][0] != rep:
+            log("%s: repetition %d/%d done" % (name, rep + 1, reps))
+    return rows, neighbour_ratios(seq, tps), infos
 
 
-def case_results(case, have, rows, infos):
-    """A case's figures per configuration: throughput and its ratio to none's in the same repetition, the
+def case_results(case, have, rows, ratios, infos):
+    """A case's figures per configuration: throughput and its ratio to the untraced runs beside it (run_case), the
     collector's figures, the windowed ones' counts, and fstrace-block beside biolatency."""
-    base = rows["none"]
     res = {}
     for cfg in have:
-        ratios = [t / b for t, b in zip(rows[cfg], base)]
-        res[cfg] = {"throughput_bytes_per_s": stats(rows[cfg]), "ratio_to_none": stats(ratios)}
+        res[cfg] = {"throughput_bytes_per_s": stats(rows[cfg]), "ratio_to_none": stats(ratios[cfg])}
         if infos[cfg] and infos[cfg][0]:
             for k in ("records_per_s", "dropped", "load_attach_s", "records"):
                 res[cfg][k] = stats([i[k] for i in infos[cfg] if i.get(k) is not None])
@@ -1106,8 +1136,8 @@ def case_results(case, have, rows, infos):
         if cfg in have and case["kind"] == "fio":
             res[cfg]["window_counts"] = window_counts([i["windows"] for i in infos[cfg]])
     if "fstrace-block" in have and "biolatency" in have:
-        # the two in the same repetition, paired as each is with none
-        res["block_vs_biolatency"] = stats([b / q for b, q in zip(rows["fstrace-block"], rows["biolatency"])])
+        # the two in the same repetition, each over the untraced runs beside it
+        res["block_vs_biolatency"] = stats([b / q for b, q in zip(ratios["fstrace-block"], ratios["biolatency"])])
     return res
 
 
@@ -1165,8 +1195,8 @@ def main():
         for name, case in cases.items():
             if name not in cases_wanted:
                 continue
-            rows, infos = run_case(name, case, have, args.reps, devs, work)
-            res = case_results(case, have, rows, infos)
+            rows, ratios, infos = run_case(name, case, have, args.reps, devs, work)
+            res = case_results(case, have, rows, ratios, infos)
             program_costs(case, have, res, devs, work)
             if not out.get("tiers"):  # what measured: fstrace-full's probes' tiers, else another configuration's
                 cfg = next((c for c in ["fstrace-full"] + list(FSTRACE_CONFIGS) if infos.get(c)), None)

@@ -471,6 +471,34 @@ def test_bench_median_interval_is_the_order_statistic_one():
 
 
 @pytest.mark.unit
+def test_bench_ratio_is_to_the_untraced_runs_on_either_side():
+    """Every traced run of a case sits between two runs of none (the order of the others rotated each repetition),
+    and its ratio is its throughput over their mean: a drift of the machine's speed over the case, which a ratio
+    to a run of none a repetition away kept, cancels."""
+    from scripts import bench_overhead as B
+
+    have = ["none", "a", "b", "c"]
+    seq = B.run_sequence(have, 4)
+    cfgs = [c for _, c in seq]
+    assert len(seq) == 4 * 2 * 3 + 1 and cfgs[0] == cfgs[-1] == "none"
+    assert all((c == "none") == (i % 2 == 0) for i, c in enumerate(cfgs))
+    for rep in range(4):
+        ran = [c for r, c in seq if r == rep and c != "none"]
+        assert sorted(ran) == ["a", "b", "c"] and ran[0] == ["a", "b", "c"][rep % 3]
+    assert B.run_sequence(["none"], 3) == [(0, "none"), (1, "none"), (2, "none")]
+    # a machine slowing steadily by 1 % a run, every traced configuration costing 2 %
+    speed = [100.0 * (1 - 0.01 * i) for i in range(len(seq))]
+    tps = [v * (1 if c == "none" else 0.98) for v, c in zip(speed, cfgs)]
+    ratios = B.neighbour_ratios(seq, tps)
+    assert ratios["none"] == [1.0] * 13 and sorted(ratios) == ["a", "b", "c", "none"]
+    for c in "abc":
+        assert len(ratios[c]) == 4 and all(r == pytest.approx(0.98) for r in ratios[c])
+    # against the same repetition's first none, as before, the drift showed as cost
+    first_none = {rep: tps[cfgs.index("none", 6 * rep)] for rep in range(4)}
+    assert max(t / first_none[r] for (r, c), t in zip(seq, tps) if c != "none") < 0.975
+
+
+@pytest.mark.unit
 def test_bench_checks_each_ratio_target_beside_its_own_floor():
     """Each ratio target is reported beside its own configuration's floor (the same options with empty programs):
     attach's beside fstrace-attach-floor, not the full configuration's fstrace-floor, and said to be beyond the
