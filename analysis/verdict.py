@@ -125,6 +125,12 @@ def windows_line(s):
         line += "; the programs attached all the time took %s of busy CPU besides" % percent(
             w["always_on_share_in_windows"], digits=2)
     line += ")"
+    lost = w.get("traced_reads_lost") or {}
+    if "in_windows" in lost:
+        # measured on the traced reads themselves, beside the budget's modelled share
+        line += "; the traced reads slowed %s in the windows (95 %%: %s to %s), %s over the time" % (
+            percent(lost["in_windows"]), percent(lost["interval95"][0]), percent(lost["interval95"][1]),
+            percent(lost["over_time"], digits=2))
     if "estimate" not in w:
         return line + "; reads seen %d, no estimate (%s)" % (w["seen"], w.get("why", ""))
     line += "; reads seen %d, in all %s" % (w["seen"], estimate_text(w))

@@ -186,10 +186,70 @@ def request_windows(res, kind="read", sdevs=None):
     span = rw["t_end_ns"] - rw["t_start_ns"]
     seen, weighted, lengths, outside, late = seen_in_windows(res, rw, rows, kind, sdevs)
     out = windows_facts(rw, span, kind, seen, outside, late)
+    out["traced_reads_lost"] = windows_slowdown(rw, rows)
     if rw["windows_kept"] < rw["windows_total"]:
         out["why"] = "only the first %d windows are kept: no estimate" % rw["windows_kept"]
         return out
     return estimate(out, rw, rows, weighted, lengths, span, kind)
+
+
+def windows_slowdown(rw, rows):
+    """What the windows cost the traced reads, measured where cost_share_while_attached is modelled: the traced
+    threads' read calls in each window (between its opening and closing looks) against those the rate of the gap
+    before it (from the previous window's last look, once all its hooks were off, to this one's opening look) gives
+    for the window's time; lost: one less their ratio (a ratio estimator over the windows, Student t 95 % interval,
+    widened by the share of the window's calls its looks' times may misplace: open_edge_ns, close_edge_ns).  The
+    same for the window and its grace together (sys_exit and the attribution hooks still on) is the share lost
+    while attached; times the windows' and graces' part of the time, the share lost over it.  Left out: the first
+    window (no gap before it: the collector's start, and a command it runs is held until then), a window cut
+    short (the end of tracing: it may run past the workload's), a gap shorter than a window, one in which the
+    traced threads read nothing, and any window a failed look borders.  It holds only what the windowed hooks
+    cost: what stays attached all the time slows the gap and the window alike.  {"why"} where the rows have no
+    such looks (older files) or fewer than two windows qualify."""
+    if not rows or "reads_at_exit_closed" not in rows[0]:
+        return {"why": "the traced threads' read counts at the windows' looks are not recorded"}
+    win = rw["window_ns"]
+    n, a, n_on, a_on, edge = [], [], [], [], 0.0
+    for prev, r in zip(rows, rows[1:]):
+        looks = (prev["reads_at_exit_closed"], r["reads_at_open"], r["reads_at_close"], r["reads_at_exit_closed"])
+        gap_ns = r["open_ns"] - prev["exit_closed_ns"]
+        on_ns, attached_ns = r["enter_closed_ns"] - r["open_ns"], r["exit_closed_ns"] - r["open_ns"]
+        if None in looks or on_ns < win or gap_ns < win or looks[1] <= looks[0]:
+            continue
+        rate = (looks[1] - looks[0]) / gap_ns
+        n.append(looks[2] - looks[1])
+        a.append(rate * on_ns)
+        n_on.append(looks[3] - looks[1])
+        a_on.append(rate * attached_ns)
+        # a look's calls may lie on either side of its edge: at most the window's rate times the look's time,
+        # and the gap's at the last look before it (on the other side of the gap, the same count)
+        edge += (r["open_edge_ns"] + r["close_edge_ns"] + prev.get("exit_edge_ns", 0)) / on_ns
+    k = len(n)
+    if k < 2:
+        io_why = (rw.get("io_calls") or {}).get("why")
+        return {"why": "%d window%s with a gap before it to compare (2 are needed)%s" % (
+            k, "" if k == 1 else "s", "; " + io_why if io_why else "")}
+
+    def lost(seen, expected, widen):
+        r = sum(seen) / sum(expected)
+        mean_a = sum(expected) / k
+        se = math.sqrt(sum((x - r * e) ** 2 for x, e in zip(seen, expected)) / (k - 1) / k) / mean_a
+        half = t95(k - 1) * se + widen
+        return 1 - r, [1 - r - half, 1 - r + half]
+    widen = edge / k
+    in_windows, interval = lost(n, a, widen)
+    attached, attached_interval = lost(n_on, a_on, widen)
+    span = rw["t_end_ns"] - rw["t_start_ns"]
+    frac = sum(r["exit_closed_ns"] - r["open_ns"] for r in rows) / span if span > 0 else 0.0
+    return {"in_windows": in_windows, "interval95": interval, "windows": k,
+            "while_attached": attached, "while_attached_interval95": attached_interval,
+            "over_time": attached * frac, "over_time_interval95": [x * frac for x in attached_interval],
+            "method": "the traced threads' read calls in %d windows (task I/O accounting at each look) against the "
+                      "calls their rate in the gap before each gives for its time, ratio estimator, 95 %% interval "
+                      "Student t widened by the looks' times; with each window's grace (sys_exit on for %d ms "
+                      "more) for the share lost while attached, and times the %.2f %% of the time attached over "
+                      "the time; the hooks attached all the time are in neither side and not in it" % (
+                          k, rw["grace_ns"] // 1000000, 100 * frac)}
 
 
 def window_rows(rw):

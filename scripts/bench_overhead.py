@@ -269,7 +269,7 @@ def run_one(config, argv, cwd, devs, work, estimates=False):
         if config in WINDOWED:
             w = windows.request_windows(res)
             info["windows"] = {k: w.get(k) for k in ("active", "why", "fraction", "windows", "seen", "estimate",
-                                                     "interval95")}
+                                                     "interval95", "traced_reads_lost")}
         return info
     if config == "fstrace-untraced":
         return run_untraced(argv, cwd, fst)
@@ -533,8 +533,12 @@ def window_counts(ws):
     """How often fio's own read count fell inside the windows' 95 % interval, over the repetitions that had one."""
     with_interval = [w for w in ws if w.get("interval95")]
     covered = [w for w in with_interval if w["interval95"][0] <= w["fio_ios"] <= w["interval95"][1]]
+    # what the windowed hooks cost fio's reads over each run, measured on them (analysis/windows.py
+    # windows_slowdown): the windows' part of what the throughput ratio shows
+    lost = [w["traced_reads_lost"]["over_time"] for w in ws if "over_time" in (w.get("traced_reads_lost") or {})]
     return {"repetitions": len(ws), "with_interval": len(with_interval), "covered": len(covered),
             "fraction": stats([w["fraction"] for w in ws if w.get("fraction") is not None]) if ws else None,
+            "traced_reads_lost_over_time": stats(lost), "traced_reads_lost_runs": len(lost),
             "why_none": sorted({w.get("why") or "" for w in ws if not w.get("interval95")}),
             "rows": [{k: w.get(k) for k in ("fio_ios", "seen", "estimate", "interval95", "fraction", "windows")}
                      for w in ws]}
@@ -882,7 +886,7 @@ def case_target_rows(case, res, target, at_not_below):
         lo, hi = pair["median_interval"]
         cover = pair["median_interval_coverage"]
         rows.append({"kind": "block-vs-biolatency",
-                     "what": "fstrace-block / biolatency throughput, " + case, "target": "not below 1",
+                     "what": "fstrace-block / biolatency ratio, " + case, "target": "not below 1",
                      "median": pair["median"], "interval": [lo, hi], "coverage": cover,
                      "verdict": verdict([lo, hi], 1.0, cover) if cover < 0.95 else
                      "not met (shown below)" if hi < 1 else "met (shown at least equal)" if lo >= 1
@@ -1075,12 +1079,16 @@ def run_sequence(have, reps):
     once, in an order rotated from one repetition to the next, each right after a run of none, and one more none at
     the end, so that every traced run has an untraced one on each side (neighbour_ratios).  Throughput on a shared
     machine drifts over minutes (successive untraced runs agree far better than runs a repetition apart), and a
-    traced run's ratio to its neighbours cancels that drift where one to a run of none minutes away kept it."""
+    traced run's ratio to its neighbours cancels that drift where one to a run of none minutes away kept it.  With
+    fewer than three others the last of one repetition would be the first of the next, its two runs sharing a
+    neighbour (their ratios correlated, which the median's interval does not allow for): one more none between."""
     others = [c for c in have if c != "none"]
     if not others:
         return [(rep, "none") for rep in range(reps)]
     seq = []
     for rep in range(reps):
+        if rep and len(others) < 3:
+            seq.append((rep - 1, "none"))
         k = rep % len(others)
         for cfg in others[k:] + others[:k]:
             seq += [(rep, "none"), (rep, cfg)]

@@ -53,6 +53,7 @@ def render(out):
                 lines.append("  per-event cost %-22s %-18s %-34s %10.0f events/s %8.0f ns/event (%.0f-%.0f)%s" % (
                     case, cfg, p["program"][:34], p["events_per_s"] or 0, p["ns_per_event"] or 0, lo, hi,
                     " windowed" if p.get("windowed") else ""))
+    lines += windows_cost_lines(out)
     for t in out.get("targets", []):
         lines.append("target %-58s %-14s %s: %s" % (t["what"], t["target"], target_value(t), t["verdict"]))
     for case, res in out["cases"].items():
@@ -85,6 +86,21 @@ def render(out):
         lines.append("analysis: %d records in %.2f s = %.2f s per million records (dropped while recording: %d)"
                      % (a["records"], a["seconds"], a["seconds_per_million"], a["dropped"]))
     return "\n".join(lines)
+
+
+def windows_cost_lines(out):
+    """Per windowed configuration and fio case: what its windowed hooks cost fio's reads, measured on them."""
+    lines = []
+    for case, res in out["cases"].items():
+        for cfg, r in res.items():
+            wc = (r.get("window_counts") or {}) if cfg in out["configs"] else {}
+            lost = wc.get("traced_reads_lost_over_time")
+            if lost:
+                lines.append("  windows' cost to fio's reads, measured on them %-22s %-20s %.2f %% over the run "
+                             "(median; %.2f-%.2f %%; %d of %d runs had one)" % (
+                                 case, cfg, 100 * lost["median"], 100 * lost["min"], 100 * lost["max"],
+                                 wc["traced_reads_lost_runs"], wc["repetitions"]))
+    return lines
 
 
 def target_value(t):

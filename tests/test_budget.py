@@ -150,6 +150,19 @@ def test_a_failed_look_at_the_counts_leaves_out_only_its_windows(tmp_path, mount
     assert len(rows) >= 5
     assert [i for i, r in enumerate(rows) if r["read_calls"] is None] == [1, 2]
     assert all(r["write_calls"] is None for r in rows[1:3])
+    # the counts since the baseline at each look: null at the failed ones only, never falling, and a window's
+    # calls their difference where both looks read them
+    assert [(i, e) for i, r in enumerate(rows) for e in ("open", "close") if r["reads_at_" + e] is None] == \
+        [(1, "open"), (2, "close")]
+    looks = [r["reads_at_" + e] for r in rows for e in ("open", "close") if r["reads_at_" + e] is not None]
+    assert looks == sorted(looks) and looks[-1] <= io["reads_total"], (looks, io)
+    assert all(r["reads_at_close"] - r["reads_at_open"] == r["read_calls"] for r in rows if r["read_calls"] is not None)
+    # the look once a window's hooks are all off is not one of the edges' (the failures are injected there only)
+    assert all(r["reads_at_exit_closed"] is not None for r in rows)
+    # the loss measured on fio's reads leaves out the first window (no gap before it) and the two whose looks
+    # failed, and so none of theirs weighs it
+    lost = s["request_windows"]["traced_reads_lost"]
+    assert "windows" in lost and lost["windows"] <= len(rows) - 3, lost
     w = s["request_windows"]
     assert w["auxiliary"].startswith("task I/O accounting") and w["windows_without_calls"] == 2, w
     assert "2 more windows left out" in w["method"]
@@ -182,6 +195,43 @@ def test_windows_weights_count_every_read_call_of_the_traced_tree(tmp_path):
     assert shell <= rw["io_calls"]["reads_total"] <= shell + 50, (shell, rw["io_calls"])
     rows = [dict(zip(rw["window_fields"], r)) for r in rw["windows"]]
     assert sum(r["read_calls"] for r in rows) <= rw["io_calls"]["reads_total"]
+
+
+def test_the_counts_at_each_windows_looks_are_the_readers_own(tmp_path):
+    """The traced threads' read calls at each window's opening and closing look and once its hooks are all off
+    (reads_at_open, reads_at_close, reads_at_exit_closed),
+    whose rates in and between the windows give what the hooks cost the traced reads (windows_slowdown), against
+    the reader's own log of when each of its reads returned: between two successive looks the count grew by the
+    reads logged from the one's edge to the other's, give or take those logged while a look was under way (from
+    the edge to the end of the look: open_edge_ns, close_edge_ns, exit_edge_ns) and the read under way at each."""
+    out, log = tmp_path / "r.fst", tmp_path / "log"
+    reader = ("import os, time\n"
+              "fd = os.open('/dev/zero', os.O_RDONLY)\n"
+              "stamps, t0 = [], time.monotonic_ns()\n"
+              "for i in range(20000):  # 5000 a second, to a schedule\n"
+              "    while time.monotonic_ns() < t0 + i * 200000:\n"
+              "        pass\n"
+              "    os.read(fd, 1)\n"
+              "    stamps.append(time.monotonic_ns())\n"
+              "with open(%r, 'w') as f:\n"
+              "    f.write('\\n'.join(map(str, stamps)))\n" % str(log))
+    subprocess.run([os.path.join(ROOT, "build", "fstrace-collect"), "-o", str(out), "--window-duty", "0.3", "--",
+                    "/usr/bin/python3", "-c", reader], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rw = results.load(str(out)).header["request_windows"]
+    rows = [dict(zip(rw["window_fields"], r)) for r in rw["windows"]]
+    stamps = np.array([int(x) for x in log.read_text().split()])
+
+    def logged(t):
+        return int(np.searchsorted(stamps, t, side="right"))
+    # every look while the reader read, in order: (count, its edge, the end of the look)
+    looks = [x for r in rows for x in (
+        (r["reads_at_open"], r["open_ns"], r["open_ns"] + r["open_edge_ns"]),
+        (r["reads_at_close"], r["enter_closed_ns"], r["enter_closed_ns"] + r["close_edge_ns"]),
+        (r["reads_at_exit_closed"], r["exit_closed_ns"], r["exit_closed_ns"] + r["exit_edge_ns"]))
+        if stamps[0] < x[1] and x[2] < stamps[-1]]
+    assert len(looks) >= 12 and all(c is not None for c, _, _ in looks), rows
+    for (ca, ea, la), (cb, eb, lb) in zip(looks, looks[1:]):
+        assert logged(eb) - logged(la) - 2 <= cb - ca <= logged(lb) - logged(ea) + 2, (ca, ea, la, cb, eb, lb)
 
 
 def test_windows_weights_count_only_the_threads_the_task_filters_pass(tmp_path):

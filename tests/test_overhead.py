@@ -486,6 +486,13 @@ def test_bench_ratio_is_to_the_untraced_runs_on_either_side():
         ran = [c for r, c in seq if r == rep and c != "none"]
         assert sorted(ran) == ["a", "b", "c"] and ran[0] == ["a", "b", "c"][rep % 3]
     assert B.run_sequence(["none"], 3) == [(0, "none"), (1, "none"), (2, "none")]
+    # with one or two others, one more none between repetitions: no two runs of one share a neighbour
+    for few in (["none", "a"], ["none", "a", "b"]):
+        order = B.run_sequence(few, 5)
+        for cfg in few[1:]:
+            at = [i for i, (_, c) in enumerate(order) if c == cfg]
+            assert len(at) == 5 and all(j - i >= 3 for i, j in zip(at, at[1:])), order
+            assert all(order[i - 1][1] == order[i + 1][1] == "none" for i in at)
     # a machine slowing steadily by 1 % a run, every traced configuration costing 2 %
     speed = [100.0 * (1 - 0.01 * i) for i in range(len(seq))]
     tps = [v * (1 if c == "none" else 0.98) for v, c in zip(speed, cfgs)]
@@ -496,6 +503,25 @@ def test_bench_ratio_is_to_the_untraced_runs_on_either_side():
     # against the same repetition's first none, as before, the drift showed as cost
     first_none = {rep: tps[cfgs.index("none", 6 * rep)] for rep in range(4)}
     assert max(t / first_none[r] for (r, c), t in zip(seq, tps) if c != "none") < 0.975
+
+
+@pytest.mark.unit
+def test_bench_prints_what_the_windows_cost_fios_reads_measured_on_them():
+    """Beside a windowed configuration's ratio, the share of fio's reads its windows took over each run, measured on
+    the reads (windows_slowdown): its median and range over the runs that have it, and nothing where none has."""
+    from scripts import bench_overhead as B
+    from scripts.overhead_report import render
+
+    ws = [{"fio_ios": 10, "fraction": 0.03, "traced_reads_lost": {"over_time": x}} for x in (0.004, 0.006, 0.008)]
+    ws.append({"fio_ios": 10, "fraction": 0.03, "traced_reads_lost": {"why": "1 window with a gap before it"}})
+    wc = B.window_counts(ws)
+    assert wc["traced_reads_lost_over_time"]["median"] == pytest.approx(0.006)
+    assert B.window_counts(ws[3:])["traced_reads_lost_over_time"] is None
+    row = {"throughput_bytes_per_s": {"min": 1, "median": 1, "max": 1},
+           "ratio_to_none": {"min": 1, "median": 1, "max": 1}}
+    out = {"configs": ["none", "fstrace-attach"], "cases": {"fio-randread-4k-warm": {
+        "none": row, "fstrace-attach": dict(row, window_counts=wc)}}}
+    assert "fstrace-attach       0.60 % over the run (median; 0.40-0.80 %; 3 of 4 runs had one)" in render(out)
 
 
 @pytest.mark.unit

@@ -364,3 +364,78 @@ def test_a_failed_read_around_a_snapshot_falls_back_to_the_whole_exact_count_and
     assert est["estimate"] == pytest.approx(45, rel=1e-3) and est["auxiliary"] != "window time"
     assert "could not be read" in est["method"] and "not attached" not in est["method"]
     assert "over_diskstats" not in d["exact"] and not d.get("counted_over_diskstats_span")
+
+
+def _slowdown_rows(rates_in, rate_before=1000.0, gap_ns=GAP_NS, fail=(), grace_rate=900.0, short=()):
+    """Windows of WINDOW_NS (those in short: half that, cut off) and a grace of 20 ms, every WINDOW_NS + grace +
+    gap_ns, the traced threads reading at rate_before per s in the gaps, rates_in[i] in window i and grace_rate in
+    the graces; fail: (i, "open"|"close"|"exit") looks that failed."""
+    grace = 20_000_000
+    rows, total, t = [], 0.0, 0
+    for i, r in enumerate(rates_in):
+        on = WINDOW_NS // 2 if i in short else WINDOW_NS
+        total += rate_before * gap_ns / 1e9
+        looks = {"open": total}
+        total += r * on / 1e9
+        looks["close"] = total
+        total += grace_rate * grace / 1e9
+        looks["exit"] = total
+        o = t + gap_ns
+        rows.append({"open_ns": o, "enter_closed_ns": o + on, "exit_closed_ns": o + on + grace,
+                     "open_edge_ns": 0, "close_edge_ns": 0,
+                     **{"reads_at_" + ("exit_closed" if e == "exit" else e): None if (i, e) in fail else round(c)
+                        for e, c in looks.items()}})
+        t = o + on + grace
+    rw = {"io_calls": {"from_ns": 0, "reads_total": round(total)}, "t_start_ns": 0, "t_end_ns": t,
+          "window_ns": WINDOW_NS, "grace_ns": grace}
+    return rw, rows
+
+
+def test_the_traced_reads_lost_in_the_windows_against_the_gap_before_each():
+    """windows_slowdown: the reads in the windows against those the gap's rate before each gives, from the
+    cumulative counts at the windows' looks; with the graces for the share lost while attached, and over the
+    time; the first window (no gap before it), those cut short or a failed look borders, and short gaps are left
+    out; the looks' times widen the interval; older files say why there is none."""
+    from analysis.windows import windows_slowdown
+    rw, rows = _slowdown_rows([300, 800, 800, 800])  # the first, with no gap before it, left out
+    lost = windows_slowdown(rw, rows)
+    assert lost["windows"] == 3 and lost["in_windows"] == pytest.approx(0.2, abs=1e-3)
+    assert lost["interval95"] == pytest.approx([0.2, 0.2], abs=2e-3)
+    # attached: 120 ms of which 100 at 800 and 20 at 900, against 1000
+    assert lost["while_attached"] == pytest.approx(1 - (80 + 18) / 120, abs=1e-3)
+    attached_share = 4 * (WINDOW_NS + 20_000_000) / rw["t_end_ns"]
+    assert lost["over_time"] == pytest.approx(lost["while_attached"] * attached_share)
+    rw, rows = _slowdown_rows([100, 700, 900, 800, 850, 750])
+    lost = windows_slowdown(rw, rows)
+    lo, hi = lost["interval95"]
+    assert lost["in_windows"] == pytest.approx(0.2, abs=1e-3) and lo < 0.19 and hi > 0.21
+    assert "5 windows" in lost["method"]
+    # the looks' times widen it: 1 ms at each edge of a 100 ms window, 2 %
+    for r in rows:
+        r["open_edge_ns"] = r["close_edge_ns"] = 1_000_000
+    wider = windows_slowdown(rw, rows)["interval95"]
+    assert wider == pytest.approx([lo - 0.02, hi + 0.02])
+    # the second window's opening look failed, the third's closing one, the fourth's last: those three and the
+    # fifth (its gap begins at the fourth's last look) stand for nothing; their rates would show if counted
+    rw, rows = _slowdown_rows([800, 500, 600, 300, 400, 800, 800], fail={(1, "open"), (2, "close"), (3, "exit")})
+    lost = windows_slowdown(rw, rows)
+    assert lost["windows"] == 2 and lost["in_windows"] == pytest.approx(0.2, abs=1e-3)
+    # a window cut short (the end of tracing) is left out
+    rw, rows = _slowdown_rows([800, 800, 800, 0], short={3})
+    assert windows_slowdown(rw, rows)["windows"] == 2
+    # gaps shorter than a window: nothing to compare
+    rw, rows = _slowdown_rows([800] * 4, gap_ns=WINDOW_NS // 2)
+    assert windows_slowdown(rw, rows) == {"why": "0 windows with a gap before it to compare (2 are needed)"}
+    old = [{k: v for k, v in r.items() if not k.startswith("reads_at")} for r in rows]
+    assert "not recorded" in windows_slowdown(rw, old)["why"]
+    none = [dict(r, reads_at_open=None, reads_at_close=None, reads_at_exit_closed=None) for r in rows]
+    no_io = dict(rw, io_calls={"why": "no task I/O accounting in this kernel"})
+    assert windows_slowdown(no_io, none)["why"].endswith("; no task I/O accounting in this kernel")
+
+
+def test_the_verdict_names_what_the_windows_cost_the_traced_reads():
+    """The report's windows line gives the measured loss of the traced reads with its interval, and over the time."""
+    s = {"request_windows": {"active": True, "fraction": 0.1, "windows": 5, "budget_pct": 1.0, "seen": 10,
+                             "traced_reads_lost": {"in_windows": 0.2, "interval95": [0.15, 0.25], "over_time": 0.02}}}
+    line = verdict.windows_line(s)
+    assert "the traced reads slowed 20.0 % in the windows (95 %: 15.0 % to 25.0 %), 2.00 % over the time" in line

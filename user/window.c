@@ -77,11 +77,18 @@ struct window {
 	__u64 always_prog_ns;		       /* run time of the programs attached all the time, meanwhile */
 	struct io_calls calls;		       /* the traced processes' read and write syscalls, open to enter_closed */
 	bool calls_known;		       /* both looks at its edges read the counts (else calls is unknown) */
-	__u64 open_edge_ns, close_edge_ns;     /* from sys_enter's (de)registration to the end of the look at the
-						* counts: calls then may be on the other side of the edge */
-	__u64 counted[FST_NR_REQ_KINDS + 1];   /* requests counted in the kernel (req_agg), per kind */
-	__u64 collector_ns;		       /* the collector's CPU time opening and closing it (the attaches and
-						* detaches with their thread walks, the looks at counts and statistics) */
+	/* the traced processes' read calls since the baseline at its opening and at its closing look, and once every
+	 * windowed hook is off (each known only where that look read them): with the previous window's last, the
+	 * calls in the gap before it, whose rate beside the window's own is what the hooks cost the traced reads
+	 * (analysis/windows.py windows_slowdown) */
+	__u64 reads_at_open, reads_at_close, reads_at_exit_closed; /* the last: after the grace, sys_exit gone */
+	bool open_look_ok, close_look_ok, exit_look_ok;
+	__u64 exit_edge_ns;		     /* from exit_closed to the end of the last of those looks */
+	__u64 open_edge_ns, close_edge_ns;   /* from sys_enter's (de)registration to the end of the look at the
+					      * counts: calls then may be on the other side of the edge */
+	__u64 counted[FST_NR_REQ_KINDS + 1]; /* requests counted in the kernel (req_agg), per kind */
+	__u64 collector_ns;		     /* the collector's CPU time opening and closing it (the attaches and
+					      * detaches with their thread walks, the looks at counts and statistics) */
 	/* read requests completed on each traced device, open to enter_closed, as block_rq_done counted them: the
 	 * windowed block figures' auxiliary (analysis/windows.py); dev_reads_known: both looks read them */
 	__u64 dev_reads[MAX_DEVS];
@@ -749,6 +756,8 @@ static void open_window(__u64 now)
 	 * the attribution hooks' attach time, a thread walk each, would be calls counted and never recorded); what
 	 * is left is bounded by the edges' times (the analysis widens the interval by it) */
 	w.cur.calls_known = io_step(now_ns(CLOCK_MONOTONIC), true); /* and the closing look's (close_enter) */
+	w.cur.open_look_ok = w.cur.calls_known;
+	w.cur.reads_at_open = w.io_total.reads;
 	w.io_at_open = w.io_total;
 	/* at the same edge, for the same reason; the span's start taken after the counts, its end (close_enter)
 	 * before them: a completion recorded inside the span is always in the count (block_rq_done runs first) */
@@ -767,7 +776,9 @@ static void close_enter(void)
 	w.cur.enter_closed = now_ns(CLOCK_MONOTONIC);
 	/* a look that failed at either edge leaves the window's calls unknown: what it missed is taken by a later
 	 * look, in another window's count or between windows */
-	w.cur.calls_known = io_step(w.cur.enter_closed, true) && w.cur.calls_known;
+	w.cur.close_look_ok = io_step(w.cur.enter_closed, true);
+	w.cur.reads_at_close = w.io_total.reads;
+	w.cur.calls_known = w.cur.close_look_ok && w.cur.calls_known;
 	if (w.cur.calls_known) {
 		w.cur.calls.reads = w.io_total.reads - w.io_at_open.reads;
 		w.cur.calls.writes = w.io_total.writes - w.io_at_open.writes;
@@ -790,6 +801,10 @@ static void close_exit(void)
 	sweep_flight_maps();
 	struct window *x = &w.cur;
 	x->exit_closed = now_ns(CLOCK_MONOTONIC);
+	/* not numbered: the failures the tests inject are at the windows' edges, which this look is not */
+	x->exit_look_ok = io_step(x->exit_closed, false);
+	x->reads_at_exit_closed = w.io_total.reads;
+	x->exit_edge_ns = now_ns(CLOCK_MONOTONIC) - x->exit_closed;
 	if (w.stats_fd >= 0) {
 		__u64 windowed, always;
 		run_ns_sums(&windowed, &always);
@@ -1042,7 +1057,8 @@ static void window_rows_json(json *o)
 	const char *names[] = { "open_ns", "enter_closed_ns", "exit_closed_ns", "syscalls", "busy_ns", "tracer_ns",
 				"windowed_prog_ns", "always_prog_ns", "read_calls", "write_calls", "open_edge_ns",
 				"close_edge_ns", "counted_by_kind", "collector_cpu_ns", "dev_reads", "dev_reads_from_ns",
-				"dev_reads_to_ns", "block_on_ns" };
+				"dev_reads_to_ns", "block_on_ns", "reads_at_open", "reads_at_close",
+				"reads_at_exit_closed", "exit_edge_ns" };
 	for (int i = 0; i < N(names); i++)
 		jpush(fields, jstr(names[i]));
 	json *wins = jset(o, "windows", jarr());
@@ -1067,6 +1083,10 @@ static void window_rows_json(json *o)
 		jpush(row, x->dev_reads_known ? ju64(x->dev_reads_from) : NULL);
 		jpush(row, x->dev_reads_known ? ju64(x->dev_reads_to) : NULL);
 		jpush(row, x->block_on ? ju64(x->block_on) : NULL);
+		jpush(row, x->open_look_ok ? ju64(x->reads_at_open) : NULL);
+		jpush(row, x->close_look_ok ? ju64(x->reads_at_close) : NULL);
+		jpush(row, x->exit_look_ok ? ju64(x->reads_at_exit_closed) : NULL);
+		jpush(row, ju64(x->exit_edge_ns));
 	}
 }
 
