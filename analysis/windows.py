@@ -153,15 +153,22 @@ def scaled_by(kind, aux_what):
         "window's requests, and these slow with them)" % (kind, aux_what)
 
 
+def ratio_se(seen, aux):
+    """The ratio estimator over the windows: sum(seen) / sum(aux), and its standard error from the windows'
+    residuals (before any finite-population correction)."""
+    k, total_aux = len(aux), float(sum(aux))
+    rate = sum(seen) / total_aux
+    resid = [n - rate * a for n, a in zip(seen, aux)]
+    return rate, math.sqrt(sum(r * r for r in resid) / (k - 1) / k) / (total_aux / k)
+
+
 def interval95(out, rows, weighted, aux, aux_total, aux_what, rate, floor):
     """The estimate's 95 % interval (Student t over the windows' residuals, finite-population corrected; with the
     calls as auxiliary, widened by the calls that may lie on the other side of a window's edge), into out."""
     k, total_aux, est = len(aux), float(sum(aux)), out["estimate"]
-    mean_aux = total_aux / k
-    resid = [n - rate * a for n, a in zip(weighted, aux)]
-    var_rate = sum(r * r for r in resid) / (k - 1) / k / mean_aux ** 2
+    se = ratio_se(weighted, aux)[1]
     fpc = max(0.0, 1.0 - total_aux / aux_total) if aux_total else 0.0
-    half = t95(k - 1) * math.sqrt(var_rate * fpc) * aux_total
+    half = t95(k - 1) * se * math.sqrt(fpc) * aux_total
     if aux_what:
         # the counts are looked at just after sys_enter's attach and detach: calls made between an edge and the
         # look may be on its other side; at most the window's call rate times that time, at both edges
@@ -231,9 +238,7 @@ def windows_slowdown(rw, rows):
             k, "" if k == 1 else "s", "; " + io_why if io_why else "")}
 
     def lost(seen, expected, widen):
-        r = sum(seen) / sum(expected)
-        mean_a = sum(expected) / k
-        se = math.sqrt(sum((x - r * e) ** 2 for x, e in zip(seen, expected)) / (k - 1) / k) / mean_a
+        r, se = ratio_se(seen, expected)
         half = t95(k - 1) * se + widen
         return 1 - r, [1 - r - half, 1 - r + half]
     widen = edge / k

@@ -76,11 +76,10 @@ struct window {
 	__u64 windowed_prog_ns;		       /* run time of the windowed programs (0: statistics unavailable) */
 	__u64 always_prog_ns;		       /* run time of the programs attached all the time, meanwhile */
 	struct io_calls calls;		       /* the traced processes' read and write syscalls, open to enter_closed */
-	bool calls_known;		       /* both looks at its edges read the counts (else calls is unknown) */
 	/* the traced processes' read calls since the baseline at its opening and at its closing look, and once every
-	 * windowed hook is off (each known only where that look read them): with the previous window's last, the
-	 * calls in the gap before it, whose rate beside the window's own is what the hooks cost the traced reads
-	 * (analysis/windows.py windows_slowdown) */
+	 * windowed hook is off (each known only where that look read them, *_look_ok; calls only where both the
+	 * first two did: calls_known): with the previous window's last, the calls in the gap before it, whose rate
+	 * beside the window's own is what the hooks cost the traced reads (analysis/windows.py windows_slowdown) */
 	__u64 reads_at_open, reads_at_close, reads_at_exit_closed; /* the last: after the grace, sys_exit gone */
 	bool open_look_ok, close_look_ok, exit_look_ok;
 	__u64 exit_edge_ns;		     /* from exit_closed to the end of the last of those looks */
@@ -104,7 +103,7 @@ struct series_sums {
 	struct fst_req_agg_key key;
 	__u64 before;	  /* its count when the window opened */
 	double n, nn, nl; /* sum over windows of n, n^2, n*L (n: requests counted, L: window ns) */
-	/* over the windows whose calls are known (window.calls_known): the sums of n, n^2 and n*A (A: the traced
+	/* over the windows whose calls are known (calls_known): the sums of n, n^2 and n*A (A: the traced
 	 * processes' calls of the series' kind, io_calls) */
 	double nk, nnk, na;
 };
@@ -220,6 +219,9 @@ static int calls_index(__u16 kind) { return kind == FST_REQ_READ ? 0 : kind == F
 
 static double calls_of(const struct window *x, int i) { return (double)(i ? x->calls.writes : x->calls.reads); }
 
+/* both looks at its edges read the counts (else its calls are unknown) */
+static bool calls_known(const struct window *x) { return x->open_look_ok && x->close_look_ok; }
+
 /*
  * One pass over req_agg at a window's edge: the requests counted so far per kind (counted) and the handlers'
  * own time in them (*tracer_ns); and per series, at opening (win NULL) its count now, at closing (win: the
@@ -248,7 +250,7 @@ static void req_agg_note(__u64 *counted, __u64 *tracer_ns, const struct window *
 			x->nn += n * n;
 			x->nl += n * l;
 			int c = calls_index(key.kind);
-			if (c >= 0 && win->calls_known) {
+			if (c >= 0 && calls_known(win)) {
 				x->nk += n;
 				x->nnk += n * n;
 				x->na += n * calls_of(win, c);
@@ -755,8 +757,7 @@ static void open_window(__u64 now)
 	 * counts beside the requests the window records are then alike at both edges (taken before the attach,
 	 * the attribution hooks' attach time, a thread walk each, would be calls counted and never recorded); what
 	 * is left is bounded by the edges' times (the analysis widens the interval by it) */
-	w.cur.calls_known = io_step(now_ns(CLOCK_MONOTONIC), true); /* and the closing look's (close_enter) */
-	w.cur.open_look_ok = w.cur.calls_known;
+	w.cur.open_look_ok = io_step(now_ns(CLOCK_MONOTONIC), true); /* and the closing look's (close_enter) */
 	w.cur.reads_at_open = w.io_total.reads;
 	w.io_at_open = w.io_total;
 	/* at the same edge, for the same reason; the span's start taken after the counts, its end (close_enter)
@@ -778,8 +779,7 @@ static void close_enter(void)
 	 * look, in another window's count or between windows */
 	w.cur.close_look_ok = io_step(w.cur.enter_closed, true);
 	w.cur.reads_at_close = w.io_total.reads;
-	w.cur.calls_known = w.cur.close_look_ok && w.cur.calls_known;
-	if (w.cur.calls_known) {
+	if (calls_known(&w.cur)) {
 		w.cur.calls.reads = w.io_total.reads - w.io_at_open.reads;
 		w.cur.calls.writes = w.io_total.writes - w.io_at_open.writes;
 	}
@@ -824,8 +824,8 @@ static void close_exit(void)
 	double len = (double)(x->enter_closed - x->open);
 	w.sum_l += len;
 	w.sum_ll += len * len;
-	w.nwins_calls += x->calls_known;
-	for (int c = 0; c < 2 && x->calls_known; c++) {
+	w.nwins_calls += calls_known(x);
+	for (int c = 0; c < 2 && calls_known(x); c++) {
 		double a = calls_of(x, c);
 		w.sum_a[c] += a;
 		w.sum_aa[c] += a * a;
@@ -1073,8 +1073,8 @@ static void window_rows_json(json *o)
 		jpush(row, ju64(x->tracer_ns));
 		jpush(row, ju64(x->windowed_prog_ns));
 		jpush(row, ju64(x->always_prog_ns));
-		jpush(row, x->calls_known ? ju64(x->calls.reads) : NULL);
-		jpush(row, x->calls_known ? ju64(x->calls.writes) : NULL);
+		jpush(row, calls_known(x) ? ju64(x->calls.reads) : NULL);
+		jpush(row, calls_known(x) ? ju64(x->calls.writes) : NULL);
 		jpush(row, ju64(x->open_edge_ns));
 		jpush(row, ju64(x->close_edge_ns));
 		jpush(row, ju64_array(x->counted, FST_NR_REQ_KINDS + 1));
