@@ -383,9 +383,10 @@ def erofs_randread_summary():
 
 
 @contextlib.contextmanager
-def erofs_mounted(d, files, mkfs_options=()):
+def erofs_mounted(d, files, mkfs_options=(), direct_io=False, mount_options="ro"):
     """An erofs image of files ({name: bytes}) made in directory d with mkfs.erofs mkfs_options, on a read-only
-    loop device, mounted under d: (mount point, loop device) until the block ends."""
+    loop device (direct I/O to the image file with direct_io), mounted under d with mount_options: (mount point,
+    loop device) until the block ends."""
     src = d / "src"
     src.mkdir()
     for name, data in files.items():
@@ -393,11 +394,15 @@ def erofs_mounted(d, files, mkfs_options=()):
     img = str(d / "img.erofs")
     subprocess.run(["mkfs.erofs"] + list(mkfs_options) + [img, str(src)], check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
-    dev = subprocess.run(["losetup", "-f", "--show", "-r", img], check=True, stdout=subprocess.PIPE,
-                         text=True).stdout.strip()
+    dev = subprocess.run(["losetup", "-f", "--show", "-r"] + (["--direct-io=on"] if direct_io else []) + [img],
+                         check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
     mnt = str(d / "mnt")
     os.mkdir(mnt)
-    subprocess.run(["mount", "-t", "erofs", "-o", "ro", dev, mnt], check=True)
+    try:
+        subprocess.run(["mount", "-t", "erofs", "-o", mount_options, dev, mnt], check=True)
+    except BaseException:
+        subprocess.run(["losetup", "-d", dev], check=True)
+        raise
     try:
         yield mnt, dev
     finally:
