@@ -20,11 +20,17 @@ import threading
 import time
 
 from cli.runner import die_with_parent
-from cli.devices import mounts
+from cli.devices import mount_of, mounts
 from cli.directories import remove_tree
 from cli.signals import stop_process
 from common.system import Cleanup, FstraceError, proc_start
 
+# where serve keeps its private exposition files when it can: in memory.  The collector rewrites both every
+# --update-interval, each a new file renamed over the last; on a disk that is a file created, written back (ext4
+# writes out a file renamed over another at the rename) and an inode freed every second, I/O and flash wear on the
+# traced system itself
+MEMORY_FS = ("tmpfs", "ramfs")
+EXPOSITION_ROOTS = ("/run", "/dev/shm")
 # what serve runs the collector with beyond the filters (scripts/bench_overhead.py measures exactly these)
 COLLECTOR_OPTIONS = ["--records", "none", "--no-io-records", "--sample-hz", "0"]
 DEFAULT_LISTEN = "127.0.0.1:9464"
@@ -314,6 +320,16 @@ def textfile_path(textfile):
     return path
 
 
+def exposition_root():
+    """The directory serve makes its private one in: the first of EXPOSITION_ROOTS that is a directory root can
+    write on an in-memory filesystem (MEMORY_FS), else None (the temporary directory)."""
+    for root in EXPOSITION_ROOTS:
+        on = mount_of(root) if os.path.isdir(root) and os.access(root, os.W_OK | os.X_OK) else None
+        if on and on[1] in MEMORY_FS:
+            return root
+    return None
+
+
 def serve(listen, resolve, settings, progress):
     """Serve on listen (parse_listen's address) until stopped, with settings (Settings); resolve() -> (mounts
     chosen, collector argv of the filters): at start, and again when a mount moved."""
@@ -326,7 +342,7 @@ def serve(listen, resolve, settings, progress):
     # the OpenMetrics version is ours alone: kept out of a textfile directory, whose readers want one format.
     # Recorded: should this process be SIGKILLed, the next fstrace start removes it
     cleanup = Cleanup()
-    private = tempfile.mkdtemp(prefix="fstrace-serve-")
+    private = tempfile.mkdtemp(prefix="fstrace-serve-", dir=exposition_root())
     cleanup.push("remove " + private, remove_tree, private, record={"kind": "dir", "path": private})
     om_path = os.path.join(private, "metrics.om")
     if not settings.textfile:

@@ -14,7 +14,8 @@ repetition, each traced run between two untraced ones: run_sequence):
   fstrace-block     collector --block-only (block requests only)
   fstrace-serve     the collector as `fstrace serve` starts it (cli/serve.py COLLECTOR_OPTIONS: every
                     request counted, no records of requests or block requests) writing its exposition
-                    every second
+                    and its OpenMetrics twin every second where serve writes them (in memory where
+                    the machine has a tmpfs at /run or /dev/shm)
   fstrace-attach    the collector as `fstrace attach` starts it by default: on a kernel without trampolines its
                     request hooks (the syscall tracepoints) only in windows sized to the default budget
                     (user/window.c); the read count the windows estimate is checked against fio's own
@@ -66,7 +67,7 @@ import time
 from analysis import results, summary, tracer, windows
 from cli.devices import backing_block_device, dev_numbers, drop_caches, ensure_tracefs, mount_of, sdev_arg
 from cli.runner import COLLECTOR, DEFAULT_BUDGET_PCT, Tracing, die_with_parent, tracing_options
-from cli.serve import COLLECTOR_OPTIONS as SERVE_OPTIONS
+from cli.serve import COLLECTOR_OPTIONS as SERVE_OPTIONS, exposition_root
 from cli.signals import Interrupted, install_signal_handlers, stop_process
 from common import machine
 from common.system import Cleanup, FstraceError, losetup, mount, write_json_atomic
@@ -81,13 +82,32 @@ FSTRACE_CONFIGS = {
     "fstrace-nosample": tracing_options(Tracing(sample_hz=0)),
     "fstrace-records-all": tracing_options(Tracing(records="all")),
     "fstrace-block": ["--block-only"],
-    # {fst}: the run's results file, whose name the exposition takes
-    "fstrace-serve": SERVE_OPTIONS + ["--exposition", "{fst}.prom", "--exposition-interval", "1"],
+    # {expo}: a directory where serve keeps its own (cli/serve.py exposition_root), both files serve has written
+    "fstrace-serve": SERVE_OPTIONS + ["--exposition", "{expo}/metrics.prom", "--openmetrics", "{expo}/metrics.om",
+                                      "--exposition-interval", "1"],
     # attach's and serve's defaults: on a kernel without trampolines, the request hooks in budgeted windows
     "fstrace-attach": tracing_options() + ["--budget", "%g" % DEFAULT_BUDGET_PCT],
-    "fstrace-serve-budget": SERVE_OPTIONS + ["--exposition", "{fst}.prom", "--exposition-interval", "1",
+    "fstrace-serve-budget": SERVE_OPTIONS + ["--exposition", "{expo}/metrics.prom", "--openmetrics",
+                                             "{expo}/metrics.om", "--exposition-interval", "1",
                                              "--budget", "%g" % DEFAULT_BUDGET_PCT],
 }
+# the directory FSTRACE_CONFIGS' {expo} names: a link in the bench's work directory to one made where serve makes
+# its own (exposition_directory), so that the collector rewrites its files on the filesystem serve's would be on
+EXPOSITION_LINK = "exposition"
+
+
+def collector_options(config, work):
+    """The collector options of config (FSTRACE_CONFIGS) for a run in work."""
+    return [a.replace("{expo}", os.path.join(work, EXPOSITION_LINK)) for a in FSTRACE_CONFIGS[config]]
+
+
+def exposition_directory(c, work):
+    """Make the directory FSTRACE_CONFIGS' {expo} names for work (removed by c)."""
+    d = tempfile.mkdtemp(prefix="fstrace-bench-serve-", dir=exposition_root())
+    c.push("remove " + d, shutil.rmtree, d, True)
+    os.symlink(d, os.path.join(work, EXPOSITION_LINK))
+
+
 # each ratio target's floor: the same options with --empty-programs, the same hooks (the windowed ones in the same
 # kind of windows) each with a program that only returns
 FLOOR_OF = {"fstrace-full": "fstrace-floor", "fstrace-attach": "fstrace-attach-floor",
@@ -236,7 +256,7 @@ def run_one(config, argv, cwd, devs, work, estimates=False):
         os.unlink(fst)
     info = {}
     if config in FSTRACE_CONFIGS:
-        options = [a.replace("{fst}", fst) for a in FSTRACE_CONFIGS[config]]
+        options = collector_options(config, work)
         cmd = [COLLECTOR, "-o", fst, "-m", bench_meta(work)] + devs + options + ["--"] + argv
         run_to_end(cmd, cwd=cwd)
         res = results.load(fst)
@@ -390,7 +410,7 @@ def idle_run(config, devs, work, seconds):
     process filter), its CPU ms per second over seconds from when it said ready (--budget's calibration done), by
     the kernel's account of the process (/proc/PID/stat utime + stime, in clock ticks)."""
     fst = os.path.join(work, "idle.fst")
-    options = [a.replace("{fst}", fst) for a in FSTRACE_CONFIGS[config]]
+    options = collector_options(config, work)
     collector, ready = start_collector([COLLECTOR, "-o", fst] + devs + options)
 
     def cpu_s():
@@ -408,9 +428,8 @@ def idle_run(config, devs, work, seconds):
         c1, t1 = cpu_s(), time.monotonic()
     finally:
         status = stop_process(collector)
-        for path in (fst, fst + ".prom"):
-            if os.path.exists(path):
-                os.unlink(path)
+        if os.path.exists(fst):
+            os.unlink(fst)
     if status != 0:
         raise RuntimeError("%s: the idle collector ended with status %d" % (config, status))
     return (c1 - c0) / (t1 - t0) * 1e3
@@ -1193,6 +1212,7 @@ def main():
     with Cleanup() as c:
         work = tempfile.mkdtemp(prefix="fstrace-bench-")
         c.push("remove " + work, shutil.rmtree, work, True)
+        exposition_directory(c, work)
         if "bpftrace-hist" in have:
             ensure_tracefs(c)
         mounts, devs, image_dev = mount_images(c, work, img_single, img_tree)

@@ -18,8 +18,8 @@ import urllib.request
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from cli.devices import kdev
-from cli.serve import wants_openmetrics
+from cli.devices import kdev, mount_of
+from cli.serve import EXPOSITION_ROOTS, MEMORY_FS, exposition_root, wants_openmetrics
 from conftest import COLLECTOR, FSTRACE, bpf_objects_left, bpf_objects_of, collector_under, drop_caches, \
     short_of_kernel
 from serving import (PROMETHEUS_ACCEPT, Prometheus, diskstat, fio_randread, fresh_scrape, normalized, parse, scrape,
@@ -231,6 +231,11 @@ def test_serve_survives_bad_clients_and_stops_clean(mounted_erofs):
     objs = bpf_objects_of(collector)
     assert any(kind == "link" for kind, _ in objs), objs
     private = [a for a in open("/proc/%d/cmdline" % collector).read().split("\0") if a.endswith("metrics.prom")]
+    # rewritten every second: kept in memory where the machine has a memory filesystem at one of the roots
+    root = exposition_root()
+    assert private and os.path.dirname(os.path.dirname(private[0])) == (root or tempfile.gettempdir()), private
+    if any(mount_of(r)[1] in MEMORY_FS for r in EXPOSITION_ROOTS if os.path.isdir(r)):
+        assert mount_of(private[0])[1] in MEMORY_FS, mount_of(private[0])
     try:
         # garbage request line, a path that is not served, HTTP/0.9 nonsense
         for junk in (b"\x00\xff garbage\r\n\r\n", b"GET /other HTTP/1.0\r\n\r\n", b"BREW /metrics HTCPCP/1.0\r\n\r\n"):
@@ -623,12 +628,13 @@ def test_collector_alone_writes_the_textfile(tmp_path):
     (["--mount", "/nonexistent/mount"], "--mount /nonexistent/mount: no such path"),
 ])
 def test_bad_serve_arguments_are_one_line(args, says):
-    before = {d for d in os.listdir(tempfile.gettempdir()) if d.startswith("fstrace-serve-")}
+    where = exposition_root() or tempfile.gettempdir()
+    before = {d for d in os.listdir(where) if d.startswith("fstrace-serve-")}
     p = subprocess.run([FSTRACE, "serve"] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                        timeout=120)
     lines = [l for l in p.stderr.splitlines() if l.startswith("fstrace")]
     assert p.returncode != 0 and len(lines) == 1 and says in lines[0], p.stderr
-    assert {d for d in os.listdir(tempfile.gettempdir()) if d.startswith("fstrace-serve-")} == before
+    assert {d for d in os.listdir(where) if d.startswith("fstrace-serve-")} == before
 
 
 @pytest.mark.bpf
@@ -1217,3 +1223,22 @@ def test_labels_of_long_and_invalid_utf8_names_stay_valid_utf8(tmp_path):
         if mounted:
             subprocess.run(["umount", mnt], check=True)
         subprocess.run(["losetup", "-d", loop], check=True)
+
+
+@pytest.mark.unit
+def test_the_private_exposition_goes_to_the_first_memory_filesystem_root(monkeypatch):
+    """serve's rewritten files: in /run when it is on a tmpfs, else /dev/shm when that is, else the temporary
+    directory (None)."""
+    import cli.devices as devices
+    import cli.serve as serve
+    monkeypatch.setattr(serve.os, "access", lambda path, mode: True)
+    monkeypatch.setattr(serve.os.path, "isdir", lambda path: True)
+    monkeypatch.setattr(devices.os.path, "realpath", lambda path: path)
+    for table, want in (([("/", "ext4"), ("/run", "tmpfs"), ("/dev/shm", "tmpfs")], "/run"),
+                        ([("/", "ext4"), ("/dev/shm", "tmpfs")], "/dev/shm"),
+                        ([("/", "ext4"), ("/run/user/0", "tmpfs"), ("/dev", "devtmpfs")], None),
+                        ([("/", "tmpfs")], "/run"),  # a root in memory: /run on it
+                        ([("/", "ext4"), ("/dev", "devtmpfs"), ("/dev/shm", "ramfs")], "/dev/shm"),
+                        ([("/", "ext4")], None)):
+        monkeypatch.setattr(devices, "mounts", lambda t=table: [(mp, fs, "none", (0, 1)) for mp, fs in t])
+        assert serve.exposition_root() == want, table

@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,15 +36,66 @@ static void unescape_octal(char *s)
 	*d = 0;
 }
 
+/*
+ * /proc/self/mountinfo as last read, kept open and read again only once the mount table changed: the kernel then
+ * reports POLLPRI on it (fs/proc_namespace.c mounts_poll), which a poll of no wait asks.  Serve's expositions
+ * label their devices from it every second, one whole read per device each time, where the table seldom changes
+ * and on a system of containers holds hundreds of mounts.  A change between the poll and the read is in what is
+ * read, and reported again at the next poll: it costs a read, never a stale table.
+ */
+static struct {
+	int fd;
+	char *text; /* NUL-terminated */
+	size_t cap;
+	bool valid;
+} mountinfo = { .fd = -1 };
+
+static const char *mountinfo_now(void)
+{
+	if (mountinfo.fd < 0 && (mountinfo.fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC)) < 0)
+		return NULL;
+	struct pollfd p = { .fd = mountinfo.fd, .events = POLLPRI };
+	if (mountinfo.valid && poll(&p, 1, 0) == 0)
+		return mountinfo.text;
+	mountinfo.valid = false;
+	size_t len = 0;
+	if (lseek(mountinfo.fd, 0, SEEK_SET))
+		return NULL;
+	for (;;) {
+		if (mountinfo.cap - len < 4096) {
+			size_t cap = mountinfo.cap ? 2 * mountinfo.cap : 65536;
+			char *t = realloc(mountinfo.text, cap);
+			if (!t)
+				return NULL;
+			mountinfo.text = t, mountinfo.cap = cap;
+		}
+		ssize_t n = read(mountinfo.fd, mountinfo.text + len, mountinfo.cap - len - 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return NULL;
+		if (n == 0)
+			break;
+		len += n;
+	}
+	mountinfo.text[len] = 0;
+	mountinfo.valid = true;
+	return mountinfo.text;
+}
+
 bool sdev_mount(__u32 kdev, char *fstype, size_t fstype_len, char *mnt, size_t mnt_len)
 {
-	FILE *f = fopen("/proc/self/mountinfo", "r");
-	if (!f)
+	const char *text = mountinfo_now();
+	if (!text)
 		return false;
 	char line[4096], path[1024], type[64];
 	unsigned major, minor;
-	bool found = false;
-	while (!found && fgets(line, sizeof(line), f)) {
+	for (const char *at = text, *end; *at; at = *end ? end + 1 : end) {
+		end = strchrnul(at, '\n');
+		if ((size_t)(end - at) >= sizeof(line))
+			continue;
+		memcpy(line, at, end - at);
+		line[end - at] = 0;
 		char *dash = strstr(line, " - ");
 		if (!dash || sscanf(line, "%*u %*u %u:%u %*s %1023s", &major, &minor, path) != 3 ||
 		    sscanf(dash + 3, "%63s", type) != 1 || FST_KDEV(major, minor) != kdev)
@@ -60,10 +112,9 @@ bool sdev_mount(__u32 kdev, char *fstype, size_t fstype_len, char *mnt, size_t m
 				break;
 		}
 		snprintf(mnt, mnt_len, "%.*s", (int)len, path);
-		found = true;
+		return true;
 	}
-	fclose(f);
-	return found;
+	return false;
 }
 
 __u64 cgroup_id(const char *path)
