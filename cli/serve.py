@@ -321,9 +321,14 @@ def textfile_path(textfile):
 
 
 def exposition_root():
-    """The directory serve makes its private one in: the first of EXPOSITION_ROOTS that is a directory root can
-    write on an in-memory filesystem (MEMORY_FS), else None (the temporary directory)."""
-    for root in EXPOSITION_ROOTS:
+    """The directory serve makes its private one in: the first of systemd's RuntimeDirectory= (the packaged unit's
+    /run/fstrace, where its read-only system leaves /run itself unwritable) and EXPOSITION_ROOTS that is a directory
+    root can write on an in-memory filesystem (MEMORY_FS); else, or when TMPDIR names one, None (the temporary
+    directory)."""
+    runtime = os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0]
+    if not runtime and os.environ.get("TMPDIR"):
+        return None
+    for root in ([runtime] if runtime else []) + list(EXPOSITION_ROOTS):
         on = mount_of(root) if os.path.isdir(root) and os.access(root, os.W_OK | os.X_OK) else None
         if on and on[1] in MEMORY_FS:
             return root

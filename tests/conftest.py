@@ -394,14 +394,14 @@ def erofs_mounted(d, files, mkfs_options=(), direct_io=False, mount_options="ro"
     img = str(d / "img.erofs")
     subprocess.run(["mkfs.erofs"] + list(mkfs_options) + [img, str(src)], check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
-    dev = subprocess.run(["losetup", "-f", "--show", "-r"] + (["--direct-io=on"] if direct_io else []) + [img],
-                         check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
     mnt = str(d / "mnt")
     os.mkdir(mnt)
+    dev = subprocess.run(["losetup", "-f", "--show", "-r"] + (["--direct-io=on"] if direct_io else []) + [img],
+                         check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
     try:
         subprocess.run(["mount", "-t", "erofs", "-o", mount_options, dev, mnt], check=True)
     except BaseException:
-        subprocess.run(["losetup", "-d", dev], check=True)
+        subprocess.run(["losetup", "-d", dev])  # the mount's failure is the one to see
         raise
     try:
         yield mnt, dev

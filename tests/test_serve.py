@@ -1234,6 +1234,8 @@ def test_the_private_exposition_goes_to_the_first_memory_filesystem_root(monkeyp
     monkeypatch.setattr(serve.os, "access", lambda path, mode: True)
     monkeypatch.setattr(serve.os.path, "isdir", lambda path: True)
     monkeypatch.setattr(devices.os.path, "realpath", lambda path: path)
+    monkeypatch.delenv("RUNTIME_DIRECTORY", raising=False)
+    monkeypatch.delenv("TMPDIR", raising=False)
     for table, want in (([("/", "ext4"), ("/run", "tmpfs"), ("/dev/shm", "tmpfs")], "/run"),
                         ([("/", "ext4"), ("/dev/shm", "tmpfs")], "/dev/shm"),
                         ([("/", "ext4"), ("/run/user/0", "tmpfs"), ("/dev", "devtmpfs")], None),
@@ -1242,3 +1244,11 @@ def test_the_private_exposition_goes_to_the_first_memory_filesystem_root(monkeyp
                         ([("/", "ext4")], None)):
         monkeypatch.setattr(devices, "mounts", lambda t=table: [(mp, fs, "none", (0, 1)) for mp, fs in t])
         assert serve.exposition_root() == want, table
+    # the packaged unit's runtime directory first (its /run is read-only there); TMPDIR given: the user's choice
+    monkeypatch.setattr(devices, "mounts", lambda: [("/", "ext4"), ("/run", "tmpfs"), ("/dev/shm", "tmpfs")])
+    monkeypatch.setenv("RUNTIME_DIRECTORY", "/run/fstrace")
+    assert serve.exposition_root() == "/run/fstrace"
+    monkeypatch.setenv("TMPDIR", "/var/tmp")
+    assert serve.exposition_root() == "/run/fstrace"
+    monkeypatch.delenv("RUNTIME_DIRECTORY")
+    assert serve.exposition_root() is None

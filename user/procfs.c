@@ -41,7 +41,9 @@ static void unescape_octal(char *s)
  * reports POLLPRI on it (fs/proc_namespace.c mounts_poll), which a poll of no wait asks.  Serve's expositions
  * label their devices from it every second, one whole read per device each time, where the table seldom changes
  * and on a system of containers holds hundreds of mounts.  A change between the poll and the read is in what is
- * read, and reported again at the next poll: it costs a read, never a stale table.
+ * read, and reported again at the next poll: it costs a read.  (A directory above a mount point renamed is no
+ * change of the table: its label keeps the old path until the table next changes, as a scrape between the two
+ * would have had it anyway.)
  */
 static struct {
 	int fd;
@@ -60,7 +62,7 @@ static const char *mountinfo_now(void)
 	mountinfo.valid = false;
 	size_t len = 0;
 	if (lseek(mountinfo.fd, 0, SEEK_SET))
-		return NULL;
+		goto reopen;
 	for (;;) {
 		if (mountinfo.cap - len < 4096) {
 			size_t cap = mountinfo.cap ? 2 * mountinfo.cap : 65536;
@@ -73,7 +75,7 @@ static const char *mountinfo_now(void)
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
-			return NULL;
+			goto reopen;
 		if (n == 0)
 			break;
 		len += n;
@@ -81,6 +83,10 @@ static const char *mountinfo_now(void)
 	mountinfo.text[len] = 0;
 	mountinfo.valid = true;
 	return mountinfo.text;
+reopen: /* this call fails; the next one opens the file again rather than fail as this one did */
+	close(mountinfo.fd);
+	mountinfo.fd = -1;
+	return NULL;
 }
 
 bool sdev_mount(__u32 kdev, char *fstype, size_t fstype_len, char *mnt, size_t mnt_len)
@@ -88,14 +94,15 @@ bool sdev_mount(__u32 kdev, char *fstype, size_t fstype_len, char *mnt, size_t m
 	const char *text = mountinfo_now();
 	if (!text)
 		return false;
-	char line[4096], path[1024], type[64];
+	char line[8192], path[1024], type[64];
 	unsigned major, minor;
 	for (const char *at = text, *end; *at; at = *end ? end + 1 : end) {
 		end = strchrnul(at, '\n');
-		if ((size_t)(end - at) >= sizeof(line))
-			continue;
-		memcpy(line, at, end - at);
-		line[end - at] = 0;
+		/* a line is parsed on its own copy (sscanf measures the whole string it is given: on the buffer, each
+		 * call would go through every mount after it); a longer one is cut, its fields read from its start */
+		size_t n = (size_t)(end - at) < sizeof(line) ? (size_t)(end - at) : sizeof(line) - 1;
+		memcpy(line, at, n);
+		line[n] = 0;
 		char *dash = strstr(line, " - ");
 		if (!dash || sscanf(line, "%*u %*u %u:%u %*s %1023s", &major, &minor, path) != 3 ||
 		    sscanf(dash + 3, "%63s", type) != 1 || FST_KDEV(major, minor) != kdev)
