@@ -1,7 +1,8 @@
-"""fstrace serve: the collector keeps only in-kernel aggregates (no record stream) and rewrites a Prometheus text
-exposition of them every interval, with the same figures in OpenMetrics text beside it (user/expose.c); this serves
-the last complete version of one of them on /metrics: OpenMetrics to a scraper whose Accept header asks for it
-(Prometheus does), the classic text format to any other.
+"""fstrace serve: the collector keeps only in-kernel aggregates (no record stream) and writes a Prometheus text
+exposition of them, with the same figures in OpenMetrics text beside it (user/expose.c); this serves the last
+complete version of one of them on /metrics: OpenMetrics to a scraper whose Accept header asks for it (Prometheus
+does), the classic text format to any other.  A private exposition is written when a scrape finds it older than
+--update-interval (SIGHUP to the collector); a --textfile one every --update-interval, for its other readers.
 
 The collector runs in its own session, so a terminal's Ctrl-C or hangup reaches only this process, which then
 stops it in order (SIGTERM: it detaches its programs and exits 0) or asks it to rewrite its file (SIGHUP).
@@ -25,14 +26,17 @@ from cli.directories import remove_tree
 from cli.signals import stop_process
 from common.system import Cleanup, FstraceError, proc_start
 
-# where serve keeps its private exposition files when it can: in memory.  The collector rewrites both every
-# --update-interval, each a new file renamed over the last; on a disk that is a file created, written back (ext4
-# writes out a file renamed over another at the rename) and an inode freed every second, I/O and flash wear on the
-# traced system itself
+# where serve keeps its private exposition files when it can: in memory.  The collector rewrites both at each
+# scrape (at most every --update-interval), each a new file renamed over the last; on a disk that is a file
+# created, written back (ext4 writes out a file renamed over another at the rename) and an inode freed each time,
+# I/O and flash wear on the traced system itself
 MEMORY_FS = ("tmpfs", "ramfs")
 EXPOSITION_ROOTS = ("/run", "/dev/shm")
 # what serve runs the collector with beyond the filters (scripts/bench_overhead.py measures exactly these)
 COLLECTOR_OPTIONS = ["--records", "none", "--no-io-records", "--sample-hz", "0"]
+# and with a private exposition: a file only a scrape reads is written for a scrape (Server.fresh), not every
+# second of weeks of a 15 s or 1 min scrape interval, twice (both formats) each time
+ON_DEMAND_OPTIONS = ["--exposition-on-demand"]
 DEFAULT_LISTEN = "127.0.0.1:9464"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -46,6 +50,9 @@ CLIENT_TIMEOUT_S = 10
 REQUEST_TIMEOUT_S = 10
 CONNECTION_TIMEOUT_S = 30
 READY_TIMEOUT_S = 120
+# how long a scrape waits for the collector to rewrite a stale private exposition before the last one is served
+# (its counters are cumulative: a late one is still right, only older); far under Prometheus's 10 s scrape timeout
+REFRESH_TIMEOUT_S = 2
 STOP_TIMEOUT_S = 30
 
 
@@ -59,7 +66,8 @@ def add_arguments(p):
                    help="also count requests per task name: at most 64 (name, filesystem, kind) series, later ones "
                         "together under comm=\"\" (one more map update per request)")
     p.add_argument("--update-interval", type=float, default=1.0, metavar="SEC",
-                   help="how often the collector rewrites the exposition (default %(default)s)")
+                   help="how old an exposition served may be: a scrape finding an older one has the collector "
+                        "rewrite it first; with --textfile, how often it is rewritten (default %(default)s)")
 
 
 def wants_openmetrics(accept):
@@ -111,6 +119,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_error(404, "only /metrics is served")
             return
         om = wants_openmetrics(self.headers.get("Accept"))
+        self.server.fresh(self.server.openmetrics if om else self.server.exposition)
         try:
             # never through a symlink: the collector renames a regular file there (textfile_path)
             fd = os.open(self.server.openmetrics if om else self.server.exposition, os.O_RDONLY | os.O_NOFOLLOW)
@@ -142,8 +151,12 @@ class Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128
 
-    def __init__(self, addr, exposition, openmetrics):
+    def __init__(self, addr, exposition, openmetrics, max_age_s=None, progress=None):
+        """max_age_s: rewritten on demand (a private exposition), when a scrape finds the file older than that."""
         self.exposition, self.openmetrics = exposition, openmetrics
+        self.max_age_s, self.progress = max_age_s, progress
+        # the collector that rewrites on demand (serve sets it; None once it has exited), one rewrite at a time
+        self.collector, self.refresh_lock, self.refresh_late = None, threading.Lock(), False
         # every connection from its accept to its close; the lock also orders a close by its handler thread
         # against a shutdown from here (a closed socket's number may already be another client's)
         self.conns, self.lock = {}, threading.Lock()
@@ -157,6 +170,39 @@ class Server(http.server.ThreadingHTTPServer):
             conn.closed = True
             with contextlib.suppress(OSError):
                 request.shutdown(socket.SHUT_RDWR)
+
+    def fresh(self, path):
+        """With max_age_s, path no older than that: the collector asked to rewrite it (SIGHUP) and waited for, at
+        most REFRESH_TIMEOUT_S; the last one stays served where it does not (said once, until it does again).  A
+        scrape that finds another's rewrite under way waits for it and takes it."""
+        if self.max_age_s is None:
+            return
+        with self.refresh_lock:
+            proc = self.collector
+            try:
+                before = os.stat(path)
+            except OSError:
+                before = None
+            if before and time.time() - before.st_mtime < self.max_age_s or not proc or proc.poll() is not None:
+                return
+            proc.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + REFRESH_TIMEOUT_S
+            while time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.002)
+                try:
+                    now = os.stat(path)
+                except OSError:
+                    continue
+                # each rewrite is a new file renamed over the last (user/expose.c write_atomic)
+                if not before or (now.st_ino, now.st_mtime_ns) != (before.st_ino, before.st_mtime_ns):
+                    if self.refresh_late:
+                        self.refresh_late = False
+                        self.progress("serve: the collector rewrites the exposition on demand again")
+                    return
+            if not self.refresh_late and proc.poll() is None:
+                self.refresh_late = True
+                self.progress("serve: the collector did not rewrite the exposition within %d s of a scrape; the "
+                              "last one is served" % REFRESH_TIMEOUT_S)
 
     def process_request(self, request, client_address):
         now = time.monotonic()
@@ -253,9 +299,9 @@ def ended(rc):
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """serve's own options: --listen as given (for messages), --update-interval (seconds between rewrites of the
-    exposition), --textfile (None: a private file), --per-comm, and whether --pid chose processes to trace (once
-    they are gone their final counters stay served)."""
+    """serve's own options: --listen as given (for messages), --update-interval (the most a private exposition
+    served may be stale, seconds between rewrites of a --textfile), --textfile (None: a private file), --per-comm,
+    and whether --pid chose processes to trace (once they are gone their final counters stay served)."""
     listen: str
     update_interval: float
     textfile: str | None = None
@@ -267,8 +313,8 @@ def start_collector(collector_argv, path, om_path, settings, stop):
     """The collector, aggregate-only, rewriting path and om_path; None if told to stop while it started."""
     r, w = os.pipe()
     argv = collector_argv + COLLECTOR_OPTIONS + (["--per-comm"] if settings.per_comm else []) + [
-        "--exposition", path, "--openmetrics", om_path, "--exposition-interval", str(settings.update_interval),
-        "--ready-fd", str(w)]
+        "--exposition", path, "--openmetrics", om_path, "--exposition-interval", str(settings.update_interval)] + (
+        [] if settings.textfile else ON_DEMAND_OPTIONS) + ["--ready-fd", str(w)]
     # should this process be SIGKILLed, the collector is told (SIGTERM: it detaches and exits), and the next
     # fstrace start kills it should it still be there (it is recorded as a run's collector is)
     proc = subprocess.Popen(argv, pass_fds=(w,), start_new_session=True, stdin=subprocess.DEVNULL,
@@ -362,12 +408,13 @@ def serve(listen, resolve, settings, progress):
     rc = 1
     try:
         try:  # bound before anything is loaded: a port in use is one line and no BPF
-            server = Server(listen, path, om_path)
+            server = Server(listen, path, om_path, None if settings.textfile else settings.update_interval, progress)
         except OSError as e:
             raise FstraceError("--listen %s: %s" % (settings.listen, e.strerror or e))
         proc = start_collector(collector_argv, path, om_path, settings, stop)
         if not proc:
             return 0
+        server.collector = proc
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5}, daemon=True).start()
         serving = True
         host, port = server.server_address[:2]
@@ -395,9 +442,11 @@ def serve(listen, resolve, settings, progress):
                 # the old collector's file stays served until the new one has written its first
                 if not stop_collector(proc, progress):
                     raise FstraceError("the collector %s" % ended(proc.returncode))
+                server.collector = None
                 proc = start_collector(collector_argv, path, om_path, settings, stop)
                 if not proc:
                     return 0
+                server.collector = proc
                 state = {}
         rc = 0
     finally:

@@ -14,8 +14,9 @@ repetition, each traced run between two untraced ones: run_sequence):
   fstrace-block     collector --block-only (block requests only)
   fstrace-serve     the collector as `fstrace serve` starts it (cli/serve.py COLLECTOR_OPTIONS: every
                     request counted, no records of requests or block requests) writing its exposition
-                    and its OpenMetrics twin every second where serve writes them (in memory where
-                    the machine has a tmpfs at /run or /dev/shm)
+                    and its OpenMetrics twin where serve writes them (in memory where the machine has a
+                    tmpfs at /run or /dev/shm) at each scrape, as serve has it do (ON_DEMAND_OPTIONS):
+                    one every SCRAPE_EVERY_S, the first at a random time within the first period
   fstrace-attach    the collector as `fstrace attach` starts it by default: on a kernel without trampolines its
                     request hooks (the syscall tracepoints) only in windows sized to the default budget
                     (user/window.c); the read count the windows estimate is checked against fio's own
@@ -55,6 +56,7 @@ import contextlib
 import json
 import math
 import os
+import random
 import select
 import shutil
 import signal
@@ -67,7 +69,7 @@ import time
 from analysis import results, summary, tracer, windows
 from cli.devices import backing_block_device, dev_numbers, drop_caches, ensure_tracefs, mount_of, sdev_arg
 from cli.runner import COLLECTOR, DEFAULT_BUDGET_PCT, Tracing, die_with_parent, tracing_options
-from cli.serve import COLLECTOR_OPTIONS as SERVE_OPTIONS, exposition_root
+from cli.serve import COLLECTOR_OPTIONS as SERVE_OPTIONS, ON_DEMAND_OPTIONS, exposition_root
 from cli.signals import Interrupted, install_signal_handlers, stop_process
 from common import machine
 from common.system import Cleanup, FstraceError, losetup, mount, write_json_atomic
@@ -84,16 +86,43 @@ FSTRACE_CONFIGS = {
     "fstrace-block": ["--block-only"],
     # {expo}: a directory where serve keeps its own (cli/serve.py exposition_root), both files serve has written
     "fstrace-serve": SERVE_OPTIONS + ["--exposition", "{expo}/metrics.prom", "--openmetrics", "{expo}/metrics.om",
-                                      "--exposition-interval", "1"],
+                                      "--exposition-interval", "1"] + ON_DEMAND_OPTIONS,
     # attach's and serve's defaults: on a kernel without trampolines, the request hooks in budgeted windows
     "fstrace-attach": tracing_options() + ["--budget", "%g" % DEFAULT_BUDGET_PCT],
     "fstrace-serve-budget": SERVE_OPTIONS + ["--exposition", "{expo}/metrics.prom", "--openmetrics",
                                              "{expo}/metrics.om", "--exposition-interval", "1",
-                                             "--budget", "%g" % DEFAULT_BUDGET_PCT],
+                                             "--budget", "%g" % DEFAULT_BUDGET_PCT] + ON_DEMAND_OPTIONS,
 }
+# a scrape of a serve configuration's exposition (SIGHUP to its collector, as serve sends at a scrape that finds it
+# stale) every this many seconds: the scrape_interval of Prometheus's example configuration (its own default is
+# 1 min).  The first comes at a random time within the first period (but not in the collector's first second,
+# before its handler is in place), so that the runs' expositions average one per period
+SCRAPE_EVERY_S = 15
 # the directory FSTRACE_CONFIGS' {expo} names: a link in the bench's work directory to one made where serve makes
 # its own (exposition_directory), so that the collector rewrites its files on the filesystem serve's would be on
 EXPOSITION_LINK = "exposition"
+
+
+def scraped(config):
+    """Whether config's collector writes its exposition only when scraped (serve's on-demand private one)."""
+    return all(o in FSTRACE_CONFIGS.get(config, []) for o in ON_DEMAND_OPTIONS)
+
+
+def wait_scraped(p, until=None, every_s=SCRAPE_EVERY_S):
+    """Wait for process p to end (or until time.monotonic() reaches until), sending it SIGHUP every every_s, the
+    first at a random time after its first second; its exit status (None at until)."""
+    t = time.monotonic() + 1 + random.uniform(0, every_s)
+    while True:
+        end = t if until is None else min(t, until)
+        try:
+            return p.wait(timeout=max(0, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+        if until is not None and time.monotonic() >= until:
+            return None
+        if time.monotonic() >= t:
+            p.send_signal(signal.SIGHUP)
+            t += every_s
 
 
 def collector_options(config, work):
@@ -192,14 +221,15 @@ class Tracer:
         stop_process(self.p)
 
 
-def run_to_end(argv, **kw):
+def run_to_end(argv, scrape=False, **kw):
     """argv to its end in a process group of its own, its output discarded, a failure raised; interrupted, the
     group is asked to stop (SIGTERM: a collector ends its workload and detaches, fstrace run undoes its mounts, a
-    shell pipeline's every process ends) and waited for, so that nothing still holds a mount unmounted next."""
+    shell pipeline's every process ends) and waited for, so that nothing still holds a mount unmounted next.
+    scrape: argv is a collector serve would scrape (wait_scraped)."""
     p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent,
                          start_new_session=True, **kw)
     try:
-        rc = p.wait()
+        rc = wait_scraped(p) if scrape else p.wait()
     except BaseException:
         stop_process(p, timeout_s=60, sig=signal.SIGTERM, group=True)
         raise
@@ -258,7 +288,7 @@ def run_one(config, argv, cwd, devs, work, estimates=False):
     if config in FSTRACE_CONFIGS:
         options = collector_options(config, work)
         cmd = [COLLECTOR, "-o", fst, "-m", bench_meta(work)] + devs + options + ["--"] + argv
-        run_to_end(cmd, cwd=cwd)
+        run_to_end(cmd, scrape=scraped(config), cwd=cwd)
         res = results.load(fst)
         n = sum(len(a) for a in res.records.values())
         span = (res.header["time"]["end_ns"] - res.header["time"]["start_ns"]) / 1e9
@@ -420,7 +450,10 @@ def idle_run(config, devs, work, seconds):
     try:
         wait_ready(ready, config)
         c0, t0 = cpu_s(), time.monotonic()
-        time.sleep(seconds)
+        if scraped(config):
+            wait_scraped(collector, until=t0 + seconds)
+        else:
+            time.sleep(seconds)
         # a collector that died meanwhile would read as one that took no CPU
         if collector.poll() is not None:
             raise RuntimeError("%s: the idle collector exited while measured (status %d)" % (config,

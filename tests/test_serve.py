@@ -231,7 +231,7 @@ def test_serve_survives_bad_clients_and_stops_clean(mounted_erofs):
     objs = bpf_objects_of(collector)
     assert any(kind == "link" for kind, _ in objs), objs
     private = [a for a in open("/proc/%d/cmdline" % collector).read().split("\0") if a.endswith("metrics.prom")]
-    # rewritten every second: kept in memory where the machine has a memory filesystem at one of the roots
+    # rewritten at each scrape: kept in memory where the machine has a memory filesystem at one of the roots
     root = exposition_root()
     assert private and os.path.dirname(os.path.dirname(private[0])) == (root or tempfile.gettempdir()), private
     if any(mount_of(r)[1] in MEMORY_FS for r in EXPOSITION_ROOTS if os.path.isdir(r)):
@@ -486,6 +486,62 @@ def test_a_mount_that_goes_away_and_comes_back_elsewhere(tmp_path):
             subprocess.run(["umount", mnt], check=True)
         for dev in loops:
             subprocess.run(["losetup", "-d", dev], check=True)
+
+
+def stat_id(path):
+    st = os.stat(path)
+    return st.st_ino, st.st_mtime_ns
+
+
+@pytest.mark.bpf
+def test_a_private_exposition_is_written_when_scraped_or_the_mounts_change(tmp_path, mounted_erofs):
+    """serve's private exposition: not rewritten while no one scrapes and the mount table holds (the collector
+    would otherwise write both files every --update-interval for nobody); a scrape after reads gets them counted
+    at once, its own rewrite, in either format; a mount anywhere brings a rewrite within a few intervals unasked
+    (the labels follow the mounts)."""
+    mnt, _ = mounted_erofs
+    p, port, rest = start_serve("--mount", mnt)  # --update-interval 0.2
+    collector = collector_under(p.pid, timeout=10)
+    argv = open("/proc/%d/cmdline" % collector).read().split("\0")
+    prom = [a for a in argv if a.endswith("metrics.prom")][0]
+    om = [a for a in argv if a.endswith("metrics.om")][0]
+    other = tmp_path / "other"
+    other.mkdir()
+    mounted = False
+    try:
+        before = parse(fresh_scrape(port))
+        ids = stat_id(prom), stat_id(om)
+        time.sleep(2)  # ten intervals
+        assert (stat_id(prom), stat_id(om)) == ids, "rewritten with no scrape and no mount change"
+        fd = os.open(os.path.join(mnt, "big.bin"), os.O_RDONLY)
+        try:
+            for i in range(7):
+                assert len(os.pread(fd, 4096, i * 4096)) == 4096
+        finally:
+            os.close(fd)
+        after = parse(scrape(port))  # the first scrape, no waiting: the rewrite is its own
+        assert stat_id(prom) != ids[0]
+        reads = value(after, "fstrace_requests_total", kind="read", mount=mnt) - \
+            value(before, "fstrace_requests_total", kind="read", mount=mnt)
+        assert reads == 7, reads
+        time.sleep(0.3)
+        om_ids = stat_id(om)
+        assert "fstrace_requests_total" in scrape_om(port) and stat_id(om) != om_ids
+        ids = stat_id(prom), stat_id(om)
+        time.sleep(1)
+        assert (stat_id(prom), stat_id(om)) == ids
+        subprocess.run(["mount", "-t", "tmpfs", "none", str(other)], check=True)
+        mounted = True
+        deadline = time.time() + 10
+        while stat_id(prom) == ids[0] and time.time() < deadline:
+            time.sleep(0.05)
+        assert stat_id(prom) != ids[0], "a mount brought no rewrite"
+        assert p.poll() is None
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(other)], check=True)
+        log = stop(p, rest)
+    assert p.returncode == 0, log
 
 
 @pytest.mark.bpf

@@ -320,9 +320,12 @@ static void trace(struct tracer *t, struct ring_buffer *rb, struct results *res,
 			last_live = now;
 		}
 		if (opt.exposition && (hup_signal || now - last_expose >= expose_ns)) {
+			/* on demand, the interval only looks whether a device's mount changed: its counts until now are
+			 * then parked under its old labels (expose.c), as a periodic rewrite would have */
+			if (hup_signal || !opt.exposition_on_demand || mount_table_changed())
+				expose_again(x);
 			hup_signal = 0;
 			last_expose = now;
-			expose_again(x);
 		}
 		if (now - last_expire >= FST_EXPIRE_EVERY_NS && !t->plain) {
 			last_expire = now;

@@ -68,6 +68,8 @@ struct options {
 	const char *exposition;
 	const char *openmetrics;
 	double exposition_interval;
+	/* --exposition-on-demand: rewritten on SIGHUP; the interval's rewrite only where the mount table changed */
+	bool exposition_on_demand;
 	double budget_pct;  /* --budget: the syscall hooks' time-average cost (window.c), 100 = always on */
 	double window_duty; /* --window-duty: a fixed share of time in windows instead of the budget's, 0 = none */
 	char **cmd;

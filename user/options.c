@@ -78,6 +78,8 @@ static void usage(FILE *f)
 		"      --exposition FILE   rewrite FILE (atomically) with the in-kernel aggregates in Prometheus\n"
 		"                          text format; SIGHUP rewrites it at once.  -o is then optional\n"
 		"      --exposition-interval SEC  how often (default 5)\n"
+		"      --exposition-on-demand  rewrite it only on SIGHUP (a scrape asking) and, every interval, when\n"
+		"                          the mount table changed (its devices' labels follow their mounts)\n"
 		"      --budget PCT        where requests are bounded by the syscall tracepoints (every syscall of\n"
 		"                          every task pays while they are attached), attach them only in randomly\n"
 		"                          placed windows sized to cost PCT %% of busy CPU time on average, and weight\n"
@@ -367,6 +369,7 @@ static const struct option_spec {
 	FLAG("no-io-records", 'N', no_io_records),
 	VALUE("exposition", 'E', set_exposition),
 	VALUE("exposition-interval", 'e', set_exposition_interval),
+	FLAG("exposition-on-demand", 'H', exposition_on_demand),
 	FLAG("per-comm", 'C', per_comm),
 	VALUE("budget", 'Q', set_budget),
 	VALUE("window-duty", 'W', set_window_duty),
@@ -424,6 +427,8 @@ static void check_options(void)
 	}
 	if (opt.openmetrics && !opt.exposition)
 		die("--openmetrics needs --exposition (it is the same figures in another format)");
+	if (opt.exposition_on_demand && !opt.exposition)
+		die("--exposition-on-demand needs --exposition");
 	if (opt.per_comm && !opt.records_none)
 		die("--per-comm needs --records none (it counts every request; recorded ones have their comm)");
 	if (!opt.out && !opt.exposition && !opt.check)

@@ -89,6 +89,24 @@ reopen: /* this call fails; the next one opens the file again rather than fail a
 	return NULL;
 }
 
+/*
+ * Whether the mount table changed since mountinfo_now last read it; true too where it cannot be watched.  The
+ * poll takes the kernel's report of the change (mounts_poll resets it), so the text is marked stale here and
+ * mountinfo_now reads it again at its next use.
+ */
+bool mount_table_changed(void)
+{
+	if (!mountinfo.valid) { /* not read yet (or the last read failed): read now, the baseline of the next look */
+		mountinfo_now();
+		return true;
+	}
+	struct pollfd p = { .fd = mountinfo.fd, .events = POLLPRI };
+	if (poll(&p, 1, 0) == 0)
+		return false;
+	mountinfo.valid = false;
+	return true;
+}
+
 bool sdev_mount(__u32 kdev, char *fstype, size_t fstype_len, char *mnt, size_t mnt_len)
 {
 	const char *text = mountinfo_now();

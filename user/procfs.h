@@ -10,6 +10,8 @@
 /* the filesystem type and mount point of a superblock device (kernel dev_t), from /proc/self/mountinfo: its
  * first mount; false when it is not mounted */
 bool sdev_mount(__u32 kdev, char *fstype, size_t fstype_len, char *mnt, size_t mnt_len);
+/* whether the mount table changed since the last of those lookups read it */
+bool mount_table_changed(void);
 
 /* cgroup v2 id of a cgroup directory (dies when it cannot be read) */
 __u64 cgroup_id(const char *path);
