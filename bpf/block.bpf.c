@@ -582,8 +582,9 @@ static __always_inline int handle_rq_complete(struct request *rq, int error, uns
  * --budget's exact per-device figures (dev_done), from the completion alone: the request's count, bytes, size and
  * alignment, its queue-to-complete time from the start_time_ns the block layer set when it allocated the request
  * (where blk_mq_need_time_stamp: iostats on, an I/O scheduler) and its issue-to-complete time from the
- * io_start_time_ns blk_mq_start_request set (with QUEUE_FLAG_STATS); 0 where it keeps none, counted apart (start_kept, io_start_kept) so the collector falls
- * back to the issue hook's for that device.  Every part's bytes count, the request itself at its last part: as
+ * io_start_time_ns blk_mq_start_request set (with QUEUE_FLAG_STATS); 0 where it keeps none, then the request is
+ * left out of that histogram, whose count falls short of the size histogram's, and the collector takes the issue
+ * hook's for that device and op.  No counter of the kept ones beside: the histograms' counts are those.  Every part's bytes count, the request itself at its last part: as
  * /proc/diskstats counts them.  A request completed in parts is sized and aligned by its last part.
  */
 static __always_inline int handle_rq_done(struct request *rq, unsigned int nr_bytes, bool btf)
@@ -607,12 +608,10 @@ static __always_inline int handle_rq_done(struct request *rq, unsigned int nr_by
 	__u64 now = bpf_ktime_get_ns();
 	__u64 start = FST_FIELD(btf, rq, start_time_ns), io_start = FST_FIELD(btf, rq, io_start_time_ns);
 	if (start && start <= now) {
-		d->start_kept[sub]++;
 		slot_count_cpu(d->io.q2c_us[sub], log2_slot_us(now - start));
 		d->io.sums[sub].q2c_ns += now - start;
 	}
 	if (io_start && io_start <= now) {
-		d->io_start_kept[sub]++;
 		slot_count_cpu(d->io.d2c_us[sub], log2_slot_us(now - io_start));
 		d->io.sums[sub].d2c_ns += now - io_start;
 	}

@@ -875,13 +875,11 @@ struct fst_dev_io {
  * (block.bpf.c dev_done, a per-CPU array the collector sums): io as in fst_dev_io, with sums always kept, its
  * q2c from the request's start_time_ns and its d2c from io_start_time_ns, the block layer's own timestamps
  * (set only where it keeps them: start_time_ns with iostats or an I/O scheduler, io_start_time_ns with queue
- * statistics); start_kept and io_start_kept count the requests that had them, so the collector tells per device
- * and op whether those histograms cover every request (else the issue hook's take their place).
+ * statistics); a request without one is left out of that histogram, so the collector tells per device and op
+ * whether it covers every request (its count against the size histogram's; else the issue hook's takes its place).
  */
 struct fst_dev_done {
 	struct fst_dev_io io;
-	__u64 start_kept[FST_IO_SUBS];
-	__u64 io_start_kept[FST_IO_SUBS];
 };
 
 /* off-CPU time per (kernel stack, reason), accumulated in the kernel */

@@ -106,13 +106,15 @@ const char *dev_count_basis(const struct dev_sources *src)
 	return src->exact_path ? "exact" : dev_lat_basis(LAT_ISSUE_HOOK);
 }
 
-__u64 dev_io_requests(const struct fst_dev_io *io, __u32 sub)
+__u64 hist_count(const __u64 *slots)
 {
 	__u64 c = 0;
-	for (int s = 0; sub < FST_IO_SUBS && s < FST_HIST_SLOTS; s++)
-		c += io->bytes[sub][s];
+	for (int s = 0; s < FST_HIST_SLOTS; s++)
+		c += slots[s];
 	return c;
 }
+
+__u64 dev_io_requests(const struct fst_dev_io *io, __u32 sub) { return sub < FST_IO_SUBS ? hist_count(io->bytes[sub]) : 0; }
 
 int dev_done_fd(struct block_bpf *blk) { return blk->bss->exact_io_on ? bpf_map__fd(blk->maps.dev_done) : -1; }
 
@@ -153,10 +155,10 @@ void dev_figures_read(int io_fd, int done_fd, __u32 slot, struct fst_dev_io *io,
 	for (__u32 sub = 0; sub < FST_IO_SUBS; sub++) {
 		__u64 n = dev_io_requests(&done.io, sub);
 		src->requests[sub] = n;
-		src->start_kept[sub] = done.start_kept[sub];
-		src->io_start_kept[sub] = done.io_start_kept[sub];
-		src->q2c[sub] = n && done.start_kept[sub] == n ? LAT_START_TIME_NS : LAT_ISSUE_HOOK;
-		src->d2c[sub] = n && done.io_start_kept[sub] == n ? LAT_IO_START_TIME_NS : LAT_ISSUE_HOOK;
+		src->start_kept[sub] = hist_count(done.io.q2c_us[sub]);
+		src->io_start_kept[sub] = hist_count(done.io.d2c_us[sub]);
+		src->q2c[sub] = n && src->start_kept[sub] == n ? LAT_START_TIME_NS : LAT_ISSUE_HOOK;
+		src->d2c[sub] = n && src->io_start_kept[sub] == n ? LAT_IO_START_TIME_NS : LAT_ISSUE_HOOK;
 		if (src->q2c[sub] == LAT_ISSUE_HOOK) {
 			memcpy(done.io.q2c_us[sub], io->q2c_us[sub], sizeof(io->q2c_us[sub]));
 			done.io.sums[sub].q2c_ns = io->sums[sub].q2c_ns;

@@ -86,6 +86,8 @@ bool dev_done_read(int done_fd, __u32 slot, struct dev_done_counts *c);
 
 /* whether a histogram holds any count */
 bool hist_any(const __u64 *slots);
+/* a histogram's count: its slots' sum */
+__u64 hist_count(const __u64 *slots);
 
 /* the results header's "drops" (records the ring buffer had no room for, per record type) */
 json *aggregates_drops(struct block_bpf *blk);

@@ -789,11 +789,9 @@ static void block_histograms(struct jbuf *b, const struct hist_row *rows, int n,
 	for (int i = 0; i < n; i++) {
 		if (rows[i].key.metric != FST_H_IO_BYTES)
 			continue;
-		unsigned long long c = 0;
-		for (int s = 0; s < FST_HIST_SLOTS; s++)
-			c += rows[i].h.slots[s];
 		jb_add(b, "fstrace_block_requests_total{device=\"%u:%u\",op=\"%s\"} %llu\n", FST_KDEV_MAJOR(rows[i].key.dev),
-		       FST_KDEV_MINOR(rows[i].key.dev), op_name(rows[i].key.sub), c);
+		       FST_KDEV_MINOR(rows[i].key.dev), op_name(rows[i].key.sub),
+		       (unsigned long long)hist_count(rows[i].h.slots));
 	}
 	for (unsigned f = 0; f < sizeof(fams) / sizeof(fams[0]); f++) {
 		family(b, fams[f].name, "histogram", fams[f].help);
