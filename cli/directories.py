@@ -1,12 +1,11 @@
 """A run's temporary directory and its results directory, which appears only when complete."""
-import fcntl
 import os
 import shutil
 import stat
 
 from cli.devices import mount_of
 from common.safedir import VerifiedDir, narrow_modes
-from common.system import Cleanup, FstraceError, forget_recorded, lock_path
+from common.system import Cleanup, FstraceError, forget_recorded, lock_at, lock_path, unlock_removing
 
 
 def remove_tree(path):
@@ -76,17 +75,17 @@ class ResultsDir:
             return "output directory %s is a symbolic link; give the real path" % self.outdir
         if st is not None and (not stat.S_ISDIR(st.st_mode) or self._listdir(self.name)):
             return "output directory %s exists and is not empty" % self.outdir
-        lock = open(lock_path("out", self.outdir), "a+")
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.close()
+        # removed by its holder when done (as a cache entry's), so the state directory does not keep one per
+        # output directory ever written
+        lp = lock_path("out", self.outdir)
+        lock = lock_at(lp, blocking=False)
+        if lock is None:
             return "output directory %s is being written by another fstrace run" % self.outdir
         if self.parent.lstat(self.name + ".partial") is not None:
             # not a dead run's (those were swept at start): someone's files, never deleted for them
-            lock.close()
+            unlock_removing(lock, lp)
             return "%s already exists; remove it or choose another -o" % self.partial
-        self._lock = lock
+        self._lock, self._lock_path = lock, lp
         return None
 
     def _listdir(self, name):
@@ -100,7 +99,7 @@ class ResultsDir:
         try:
             self.dir = self.parent.mkdir(self.name + ".partial")
         except OSError as e:
-            self._lock.close()
+            unlock_removing(self._lock, self._lock_path)
             self.parent.close()
             raise FstraceError("cannot create %s: %s" % (self.partial, e.strerror))
         self._cleanup = Cleanup()
@@ -122,5 +121,5 @@ class ResultsDir:
         finally:
             self.dir.close()
             self.parent.close()
-            self._lock.close()
+            unlock_removing(self._lock, self._lock_path)
         return False

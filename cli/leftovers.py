@@ -11,7 +11,7 @@ import sys
 import time
 
 from cli.cgroups import remove_cgroup
-from common.system import (STATE_DIR, FstraceError, detach_loop, proc_start, recording, remove_unheld_cache_locks,
+from common.system import (STATE_DIR, FstraceError, detach_loop, proc_start, recording, remove_unheld_locks,
                            require_host_pid_namespace, unmount)
 
 
@@ -101,7 +101,7 @@ def sweep_dead_runs():
                     print("fstrace: leftover of dead run %s: %s" % (doc.get("pid"), what), file=sys.stderr)
             os.unlink(path)
         delayacct_sweep()
-        remove_unheld_cache_locks()
+        remove_unheld_locks()
 
 
 DELAYACCT_REFS = os.path.join(STATE_DIR, "delayacct")

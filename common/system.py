@@ -355,7 +355,7 @@ def detach_loop(dev, backing):
     return True
 
 
-def _lock_at(lp, blocking=True):
+def lock_at(lp, blocking=True):
     """The open lock file at lp, flocked, or None (not blocking, and someone holds it).  A file its holder removed
     while this waited on it locks nothing any more: then the one at lp now is taken (made if missing)."""
     while True:
@@ -374,7 +374,7 @@ def _lock_at(lp, blocking=True):
         f.close()
 
 
-def _unlock_removing(f, lp):
+def unlock_removing(f, lp):
     """Remove the lock file while still holding it (its waiters then take the next one at lp), then unlock."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(lp)
@@ -387,21 +387,22 @@ def cache_lock(path):
     STATE_DIR, not in the cache: a failed build leaves nothing there; its holder removes it when done, so STATE_DIR
     does not keep one per cache entry ever made."""
     lp = lock_path("cache", path)
-    f = _lock_at(lp)
+    f = lock_at(lp)
     try:
         yield
     finally:
-        _unlock_removing(f, lp)
+        unlock_removing(f, lp)
 
 
-def remove_unheld_cache_locks():
-    """Remove the cache lock files no one holds (a run killed while it held one leaves it)."""
+def remove_unheld_locks():
+    """Remove the lock files of cache entries and output directories no one holds (a run killed while it held one
+    leaves it)."""
     for name in os.listdir(STATE_DIR):
-        if name.startswith("cache-") and name.endswith(".lock"):
+        if name.startswith(("cache-", "out-")) and name.endswith(".lock"):
             lp = os.path.join(STATE_DIR, name)
-            f = _lock_at(lp, blocking=False)
+            f = lock_at(lp, blocking=False)
             if f:
-                _unlock_removing(f, lp)
+                unlock_removing(f, lp)
 
 
 def lock_dir():

@@ -1,5 +1,7 @@
-"""What fstrace leaves on the machine between runs: cache lock files are removed by their holder (and the stale
-ones of killed runs by the next start's sweep), and matplotlib says nothing on stderr when HOME is read-only."""
+"""What fstrace leaves on the machine between runs: cache and output directory lock files are removed by their
+holder (and the stale ones of killed runs by the next start's sweep), and matplotlib says nothing on stderr when
+HOME is read-only."""
+import contextlib
 import fcntl
 import os
 import subprocess
@@ -7,6 +9,7 @@ import subprocess
 import pytest
 
 from common import system
+from common.system import FstraceError
 from conftest import FSTRACE
 
 
@@ -41,22 +44,43 @@ def test_a_lock_removed_while_waited_on_is_taken_again_at_its_path(state_dir, tm
         waiter = open(lp, "a")  # opened before the holder is done, as a waiter's open is
     with system.cache_lock(entry):  # a later run holds the file now at the path
         fcntl.flock(waiter, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the removed file: free, but no lock any more
-        assert system._lock_at(lp, blocking=False) is None  # the path's is taken: the waiter waits for it
+        assert system.lock_at(lp, blocking=False) is None  # the path's is taken: the waiter waits for it
     waiter.close()
     assert os.listdir(state_dir) == []
 
 
 @pytest.mark.unit
-def test_the_sweep_removes_only_the_cache_locks_no_one_holds(state_dir, tmp_path):
+def test_the_sweep_removes_only_the_locks_no_one_holds(state_dir, tmp_path):
     os.makedirs(state_dir)
-    held, stale = system.lock_path("cache", str(tmp_path / "a")), system.lock_path("cache", str(tmp_path / "b"))
-    other = os.path.join(state_dir, "out-0123.lock")
-    for p in (stale, other):
+    held = [system.lock_path(kind, str(tmp_path / "a")) for kind in ("cache", "out")]
+    stale = [system.lock_path(kind, str(tmp_path / "b")) for kind in ("cache", "out")]
+    other = os.path.join(state_dir, "delayacct")  # no lock file: the sweep's other business
+    for p in stale + [other]:
         open(p, "w").close()  # a killed run's
-    holder = system._lock_at(held)
-    system.remove_unheld_cache_locks()
-    assert sorted(os.listdir(state_dir)) == sorted([os.path.basename(held), "out-0123.lock"])
-    holder.close()
+    holders = [system.lock_at(p) for p in held]
+    system.remove_unheld_locks()
+    assert sorted(os.listdir(state_dir)) == sorted([os.path.basename(p) for p in held] + ["delayacct"])
+    for h in holders:
+        h.close()
+
+
+@pytest.mark.unit
+def test_an_output_directory_lock_goes_with_its_run(state_dir, tmp_path):
+    """Each run's output directory is locked while written; the lock file is removed at its end, done or failed,
+    so the state directory does not keep one per run ever made (a live system's /run, over months)."""
+    from cli.directories import ResultsDir
+    for n, fails in enumerate((False, True)):
+        rd = ResultsDir(str(tmp_path / ("run%d" % n)))
+        with pytest.raises(FstraceError) as e:  # a second writer of the same directory is refused meanwhile
+            ResultsDir(str(tmp_path / ("run%d" % n)))
+        assert "being written by another fstrace run" in str(e.value)
+        with contextlib.suppress(RuntimeError):
+            with rd:
+                assert os.listdir(state_dir) == [os.path.basename(system.lock_path("out", rd.outdir))]
+                if fails:
+                    raise RuntimeError("the run failed")
+        assert os.listdir(state_dir) == []
+    assert os.path.isdir(tmp_path / "run0") and not os.path.exists(tmp_path / "run1")
 
 
 @pytest.mark.unit
