@@ -53,6 +53,9 @@ READY_TIMEOUT_S = 120
 # how long a scrape waits for the collector to rewrite a stale private exposition before the last one is served
 # (its counters are cumulative: a late one is still right, only older); far under Prometheus's 10 s scrape timeout
 REFRESH_TIMEOUT_S = 2
+# and how long after such a miss scrapes get the last one at once, without asking: a collector that cannot write
+# (a full filesystem, a stall) would otherwise hold each of many queued scrapes REFRESH_TIMEOUT_S in turn
+REFRESH_RETRY_S = 10
 STOP_TIMEOUT_S = 30
 
 
@@ -156,7 +159,7 @@ class Server(http.server.ThreadingHTTPServer):
         self.exposition, self.openmetrics = exposition, openmetrics
         self.max_age_s, self.progress = max_age_s, progress
         # the collector that rewrites on demand (serve sets it; None once it has exited), one rewrite at a time
-        self.collector, self.refresh_lock, self.refresh_late = None, threading.Lock(), False
+        self.collector, self.refresh_lock, self.refresh_late, self.late_since = None, threading.Lock(), False, 0.0
         # every connection from its accept to its close; the lock also orders a close by its handler thread
         # against a shutdown from here (a closed socket's number may already be another client's)
         self.conns, self.lock = {}, threading.Lock()
@@ -173,8 +176,9 @@ class Server(http.server.ThreadingHTTPServer):
 
     def fresh(self, path):
         """With max_age_s, path no older than that: the collector asked to rewrite it (SIGHUP) and waited for, at
-        most REFRESH_TIMEOUT_S; the last one stays served where it does not (said once, until it does again).  A
-        scrape that finds another's rewrite under way waits for it and takes it."""
+        most REFRESH_TIMEOUT_S; the last one stays served where it does not (said once, until it does again), and
+        for REFRESH_RETRY_S after without asking.  A scrape that finds another's rewrite under way waits for it and
+        takes it."""
         if self.max_age_s is None:
             return
         with self.refresh_lock:
@@ -183,7 +187,12 @@ class Server(http.server.ThreadingHTTPServer):
                 before = os.stat(path)
             except OSError:
                 before = None
-            if before and time.time() - before.st_mtime < self.max_age_s or not proc or proc.poll() is not None:
+            # the file's age by the wall clock, its time's: one stepped back makes the file look younger for as
+            # long, so a negative age is no age
+            age = time.time() - before.st_mtime if before else -1
+            if 0 <= age < self.max_age_s or not proc or proc.poll() is not None:
+                return
+            if self.refresh_late and time.monotonic() < self.late_since + REFRESH_RETRY_S:
                 return
             proc.send_signal(signal.SIGHUP)
             deadline = time.monotonic() + REFRESH_TIMEOUT_S
@@ -199,7 +208,10 @@ class Server(http.server.ThreadingHTTPServer):
                         self.refresh_late = False
                         self.progress("serve: the collector rewrites the exposition on demand again")
                     return
-            if not self.refresh_late and proc.poll() is None:
+            if proc.poll() is not None:
+                return
+            self.late_since = time.monotonic()
+            if not self.refresh_late:
                 self.refresh_late = True
                 self.progress("serve: the collector did not rewrite the exposition within %d s of a scrape; the "
                               "last one is served" % REFRESH_TIMEOUT_S)

@@ -64,6 +64,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from analysis import results, summary, tracer, windows
@@ -95,8 +96,9 @@ FSTRACE_CONFIGS = {
 }
 # a scrape of a serve configuration's exposition (SIGHUP to its collector, as serve sends at a scrape that finds it
 # stale) every this many seconds: the scrape_interval of Prometheus's example configuration (its own default is
-# 1 min).  The first comes at a random time within the first period (but not in the collector's first second,
-# before its handler is in place), so that the runs' expositions average one per period
+# 1 min).  The first comes at a random time within the first period, so that the runs' expositions average one
+# per period (a collector started with its workload: after its first second, before which its handler may not be
+# in place and the signal would end it)
 SCRAPE_EVERY_S = 15
 # the directory FSTRACE_CONFIGS' {expo} names: a link in the bench's work directory to one made where serve makes
 # its own (exposition_directory), so that the collector rewrites its files on the filesystem serve's would be on
@@ -108,21 +110,25 @@ def scraped(config):
     return all(o in FSTRACE_CONFIGS.get(config, []) for o in ON_DEMAND_OPTIONS)
 
 
-def wait_scraped(p, until=None, every_s=SCRAPE_EVERY_S):
-    """Wait for process p to end (or until time.monotonic() reaches until), sending it SIGHUP every every_s, the
-    first at a random time after its first second; its exit status (None at until)."""
-    t = time.monotonic() + 1 + random.uniform(0, every_s)
-    while True:
-        end = t if until is None else min(t, until)
-        try:
-            return p.wait(timeout=max(0, end - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-        if until is not None and time.monotonic() >= until:
-            return None
-        if time.monotonic() >= t:
-            p.send_signal(signal.SIGHUP)
-            t += every_s
+@contextlib.contextmanager
+def scraping(p, first_after_s=0.0, every_s=SCRAPE_EVERY_S):
+    """While in the block, SIGHUP to process p every every_s (a scrape, as serve asks its collector for one), the
+    first at first_after_s plus a random time within the period, from a thread: the waiting process itself does a
+    plain wait, as for the configurations not scraped."""
+    stop = threading.Event()
+
+    def run():
+        delay = first_after_s + random.uniform(0, every_s)
+        while not stop.wait(delay):
+            p.send_signal(signal.SIGHUP)  # nothing once p has been waited for
+            delay = every_s
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        t.join()
 
 
 def collector_options(config, work):
@@ -225,11 +231,12 @@ def run_to_end(argv, scrape=False, **kw):
     """argv to its end in a process group of its own, its output discarded, a failure raised; interrupted, the
     group is asked to stop (SIGTERM: a collector ends its workload and detaches, fstrace run undoes its mounts, a
     shell pipeline's every process ends) and waited for, so that nothing still holds a mount unmounted next.
-    scrape: argv is a collector serve would scrape (wait_scraped)."""
+    scrape: argv is a collector serve would scrape (scraping)."""
     p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent,
                          start_new_session=True, **kw)
     try:
-        rc = wait_scraped(p) if scrape else p.wait()
+        with scraping(p, first_after_s=1) if scrape else contextlib.nullcontext():
+            rc = p.wait()
     except BaseException:
         stop_process(p, timeout_s=60, sig=signal.SIGTERM, group=True)
         raise
@@ -450,9 +457,7 @@ def idle_run(config, devs, work, seconds):
     try:
         wait_ready(ready, config)
         c0, t0 = cpu_s(), time.monotonic()
-        if scraped(config):
-            wait_scraped(collector, until=t0 + seconds)
-        else:
+        with scraping(collector) if scraped(config) else contextlib.nullcontext():
             time.sleep(seconds)
         # a collector that died meanwhile would read as one that took no CPU
         if collector.poll() is not None:

@@ -417,6 +417,74 @@ def test_a_collector_that_exits_before_ready_is_said_to_have_exited():
     assert str(e.value) == "the collector did not start: it exited 2; see its message above"
 
 
+STAND_IN = """import os, signal, sys, time
+path, answer = sys.argv[1], sys.argv[2] == "answer"
+def rewrite(*a):
+    with open(path + ".tmp", "w") as f:
+        f.write("rewritten %f\\n" % time.time())
+    os.rename(path + ".tmp", path)
+signal.signal(signal.SIGHUP, rewrite if answer else signal.SIG_IGN)
+print("ready", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+def stand_in_collector(path, answer):
+    """A process that rewrites path (a new file renamed over it) on SIGHUP, or ignores SIGHUP."""
+    import sys
+    p = subprocess.Popen([sys.executable, "-c", STAND_IN, path, "answer" if answer else "ignore"],
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline() == "ready\n"
+    return p
+
+
+@pytest.mark.unit
+def test_a_scrape_has_a_stale_exposition_rewritten_and_a_silent_collector_costs_one_wait(tmp_path):
+    """Server.fresh: a file older than --update-interval (or dated in the future: a clock stepped back) is
+    rewritten before it is served; a young one is served as it is; a collector that does not answer costs the
+    first scrape REFRESH_TIMEOUT_S and one message, and the scrapes after it nothing, until REFRESH_RETRY_S."""
+    from cli import serve as S
+    path = str(tmp_path / "metrics.prom")
+    with open(path, "w") as f:
+        f.write("old\n")
+    said = []
+    server = S.Server(("127.0.0.1", 0), path, path + ".om", 0.5, said.append)
+    procs = []
+    try:
+        server.collector = stand_in_collector(path, answer=True)
+        procs.append(server.collector)
+        old = time.time() - 5
+        os.utime(path, (old, old))
+        server.fresh(path)
+        assert open(path).read().startswith("rewritten")
+        young = stat_id(path)
+        server.fresh(path)
+        assert stat_id(path) == young  # not rewritten: younger than 0.5 s
+        future = time.time() + 3600
+        os.utime(path, (future, future))
+        server.fresh(path)
+        assert stat_id(path) != young and os.stat(path).st_mtime < future
+        assert said == []
+
+        server.collector = stand_in_collector(path, answer=False)
+        procs.append(server.collector)
+        os.utime(path, (old, old))
+        t = time.monotonic()
+        server.fresh(path)
+        assert time.monotonic() - t >= S.REFRESH_TIMEOUT_S
+        t = time.monotonic()
+        for _ in range(5):
+            server.fresh(path)
+        assert time.monotonic() - t < 1
+        assert len(said) == 1 and "did not rewrite" in said[0], said
+    finally:
+        server.server_close()
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
 def small_erofs(tmp_path):
     """(an erofs image holding f, 8 KiB; an empty mount point) in tmp_path."""
     src = tmp_path / "src"
@@ -494,11 +562,10 @@ def stat_id(path):
 
 
 @pytest.mark.bpf
-def test_a_private_exposition_is_written_when_scraped_or_the_mounts_change(tmp_path, mounted_erofs):
-    """serve's private exposition: not rewritten while no one scrapes and the mount table holds (the collector
+def test_a_private_exposition_is_written_only_when_scraped(tmp_path, mounted_erofs):
+    """serve's private exposition: not rewritten while no one scrapes, a mount anywhere included (the collector
     would otherwise write both files every --update-interval for nobody); a scrape after reads gets them counted
-    at once, its own rewrite, in either format; a mount anywhere brings a rewrite within a few intervals unasked
-    (the labels follow the mounts)."""
+    at once, its own rewrite, in either format."""
     mnt, _ = mounted_erofs
     p, port, rest = start_serve("--mount", mnt)  # --update-interval 0.2
     collector = collector_under(p.pid, timeout=10)
@@ -508,11 +575,20 @@ def test_a_private_exposition_is_written_when_scraped_or_the_mounts_change(tmp_p
     other = tmp_path / "other"
     other.mkdir()
     mounted = False
-    try:
-        before = parse(fresh_scrape(port))
+
+    def unscraped(seconds):
+        """Whether both files stayed as they were over seconds with no scrape."""
         ids = stat_id(prom), stat_id(om)
-        time.sleep(2)  # ten intervals
-        assert (stat_id(prom), stat_id(om)) == ids, "rewritten with no scrape and no mount change"
+        time.sleep(seconds)
+        return (stat_id(prom), stat_id(om)) == ids
+    try:
+        t = time.time()
+        before = parse(fresh_scrape(port))
+        deadline = time.time() + 10  # the OpenMetrics file is renamed a moment after the other
+        while os.stat(om).st_mtime <= t and time.time() < deadline:
+            time.sleep(0.01)
+        assert unscraped(2), "rewritten with no scrape (ten intervals)"
+        ids = stat_id(prom), stat_id(om)
         fd = os.open(os.path.join(mnt, "big.bin"), os.O_RDONLY)
         try:
             for i in range(7):
@@ -527,15 +603,14 @@ def test_a_private_exposition_is_written_when_scraped_or_the_mounts_change(tmp_p
         time.sleep(0.3)
         om_ids = stat_id(om)
         assert "fstrace_requests_total" in scrape_om(port) and stat_id(om) != om_ids
-        ids = stat_id(prom), stat_id(om)
-        time.sleep(1)
-        assert (stat_id(prom), stat_id(om)) == ids
+        time.sleep(0.3)  # the OpenMetrics file renamed after the other
+        assert unscraped(1)
+        # a mount changes the labels' view, not the files: still no rewrite, and the next scrape is the first
+        ids = stat_id(prom)
         subprocess.run(["mount", "-t", "tmpfs", "none", str(other)], check=True)
         mounted = True
-        deadline = time.time() + 10
-        while stat_id(prom) == ids[0] and time.time() < deadline:
-            time.sleep(0.05)
-        assert stat_id(prom) != ids[0], "a mount brought no rewrite"
+        time.sleep(1)
+        assert stat_id(prom) == ids, "a mount brought a rewrite"
         assert p.poll() is None
     finally:
         if mounted:
@@ -971,6 +1046,65 @@ def test_a_device_number_reused_by_another_filesystem_keeps_the_old_labels_whole
                 assert value(samples, "fstrace_filesystem_mounted", mount=mnt_b, device=device) == 1
                 assert value(samples, "fstrace_requests_total", kind="read", mount=mnt_b, device=device) == 7
                 assert value(samples, "fstrace_request_bytes_total", kind="read", mount=mnt_b) == 7 * 4096
+            assert p.poll() is None
+        finally:
+            log = stop(p, rest)
+        assert p.returncode == 0, log
+    finally:
+        for mnt in mounted:
+            subprocess.run(["umount", mnt], check=True)
+        if attached:
+            subprocess.run(["losetup", "-d", loop], check=True)
+
+
+@pytest.mark.bpf
+def test_a_filesystem_mounted_read_and_gone_between_two_scrapes_keeps_its_labels(tmp_path):
+    """Every filesystem traced, no scrape from before A's mount to after B's reads: image A on a loop device,
+    read 3 times, unmounted, the device set up again with image B elsewhere and read 5 times.  The collector
+    labels a device between scrapes as it would at a rewrite every interval: the first scrape after has A's 3
+    under A's mount (unmounted) and B's 5 under B's, not 8 under B's."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    img_a, mnt_a = small_erofs(tmp_path / "a")
+    img_b, mnt_b = small_erofs(tmp_path / "b")
+    loop = subprocess.run(["losetup", "-f", "--show", "-r", img_a], check=True, stdout=subprocess.PIPE,
+                          text=True).stdout.strip()
+    rdev = os.stat(loop).st_rdev
+    device = "%d:%d" % (os.major(rdev), os.minor(rdev))
+    attached, mounted = True, []
+
+    def read_file(mnt, n):
+        fd = os.open(os.path.join(mnt, "f"), os.O_RDONLY)
+        try:
+            for _ in range(n):
+                assert len(os.pread(fd, 4096, 0)) == 4096
+        finally:
+            os.close(fd)
+    try:
+        p, port, rest = start_serve()
+        try:
+            fresh_scrape(port)
+            subprocess.run(["mount", "-t", "erofs", "-o", "ro", loop, mnt_a], check=True)
+            mounted.append(mnt_a)
+            time.sleep(1)  # the mount seen (five intervals) before A has a request: no label yet
+            read_file(mnt_a, 3)
+            time.sleep(1)  # labelled as mounted, with no change of the mount table to bring it
+            subprocess.run(["umount", mnt_a], check=True)
+            mounted.remove(mnt_a)
+            time.sleep(1)  # seen unmounted
+            subprocess.run(["losetup", "-d", loop], check=True)
+            attached = False
+            subprocess.run(["losetup", "-r", loop, img_b], check=True)
+            attached = True
+            assert os.stat(loop).st_rdev == rdev
+            subprocess.run(["mount", "-t", "erofs", "-o", "ro", loop, mnt_b], check=True)
+            mounted.append(mnt_b)
+            read_file(mnt_b, 5)
+            samples = parse(fresh_scrape(port))
+            assert value(samples, "fstrace_requests_total", kind="read", mount=mnt_a, device=device) == 3
+            assert value(samples, "fstrace_filesystem_mounted", mount=mnt_a, device=device) == 0
+            assert value(samples, "fstrace_requests_total", kind="read", mount=mnt_b, device=device) == 5
+            assert value(samples, "fstrace_filesystem_mounted", mount=mnt_b, device=device) == 1
             assert p.poll() is None
         finally:
             log = stop(p, rest)

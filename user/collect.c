@@ -205,7 +205,8 @@ static void install_signals(void)
 	struct sigaction sa = { .sa_handler = on_signal };
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
-	struct sigaction sh = { .sa_handler = on_hup };
+	/* a rewrite asked while the programs load must not fail a system call there */
+	struct sigaction sh = { .sa_handler = on_hup, .sa_flags = SA_RESTART };
 	sigaction(SIGHUP, opt.exposition ? &sh : &sa, NULL);
 }
 
@@ -255,6 +256,7 @@ static void exposer_init(struct exposer *x, struct tracer *t, __u64 t_start_real
 	x->in.nr_devs = opt.nr_devs;
 	x->in.ds_start = ds_start;
 	x->in.start_time_s = t_start_real / 1e9;
+	x->in.agg_keys_given = t->reqs ? &t->reqs->bss->agg_keys_given : NULL;
 }
 
 static int expose(struct exposer *x)
@@ -262,13 +264,13 @@ static int expose(struct exposer *x)
 	return expose_write(opt.exposition, opt.openmetrics, &x->in);
 }
 
-/* every interval, or at once on SIGHUP; a full disk must not end an always-on exporter: said once, and once
- * when it recovers */
+/* every interval (unless on demand), or at once on SIGHUP; a full disk must not end an always-on exporter:
+ * said once, and once when it recovers */
 static void expose_again(struct exposer *x)
 {
 	int err = expose(x);
 	if (err && !x->failing)
-		fprintf(stderr, "fstrace-collect: writing %s: %s (retrying every interval)\n", opt.exposition,
+		fprintf(stderr, "fstrace-collect: writing %s: %s (retrying at each rewrite)\n", opt.exposition,
 			strerror(-err));
 	else if (!err && x->failing)
 		fprintf(stderr, "fstrace-collect: writing %s works again\n", opt.exposition);
@@ -320,10 +322,13 @@ static void trace(struct tracer *t, struct ring_buffer *rb, struct results *res,
 			last_live = now;
 		}
 		if (opt.exposition && (hup_signal || now - last_expose >= expose_ns)) {
-			/* on demand, the interval only looks whether a device's mount changed: its counts until now are
-			 * then parked under its old labels (expose.c), as a periodic rewrite would have */
-			if (hup_signal || !opt.exposition_on_demand || mount_table_changed())
+			/* on demand, between scrapes the labels alone follow the devices and their mounts (expose.c) */
+			if (hup_signal || !opt.exposition_on_demand)
 				expose_again(x);
+			else {
+				expose_follow_labels(&x->in);
+				window_calls_look(now);
+			}
 			hup_signal = 0;
 			last_expose = now;
 		}

@@ -1000,15 +1000,65 @@ static int write_atomic(const char *path, const char *data, size_t len)
 	return err;
 }
 
-int expose_write(const char *path, const char *om_path, const struct expose_input *in)
+/* the labels' part of an exposition: the kernel's rows read first, as a device's labels change
+ * (refresh_fs_labels) against what they hold now */
+static void labels_now(const struct expose_input *in)
 {
-	static struct jbuf b, om; /* reused: their sizes settle at the exposition's, so memory stays flat */
-	b.len = 0;
-	/* the kernel's rows first: a device's labels change (refresh_fs_labels) against what they hold now */
 	read_requests(in->maps.req_agg, in->maps.agg_keys, in->sdevs, in->nr_sdevs);
 	read_per_comm(in->maps.comm_agg);
 	labels_filtered = in->nr_sdevs > 0;
 	refresh_fs_labels(&(struct kernel_rows){ .req = kernel_req, .nr_req = nr_kernel_req, .comm = kernel_comm, .nr_comm = nr_kernel_comm });
+}
+
+/* whether kdev has a label, current or retired (fs_label makes one only for a device with none) */
+static bool labelled(__u32 kdev)
+{
+	for (int i = 0; i < nr_fs_labels; i++)
+		if (fs_labels[i].kdev == kdev)
+			return true;
+	return false;
+}
+
+/*
+ * Whether the kernel's request rows name a device that has no label yet, from their keys alone (no row's per-CPU
+ * values copied), and those walked only where agg_keys_given moved at this look or the last: a key is handed out
+ * before it is in agg_keys, so one handed out as this look walks them may show only at the next.
+ */
+static bool unlabelled_devices(const struct expose_input *in)
+{
+	static __u32 given_seen[2]; /* agg_keys_given at the last two looks */
+	if (nr_fs_labels == MAX_FS_LABELS || in->maps.req_agg < 0)
+		return false;
+	if (in->agg_keys_given) {
+		__u32 given = *in->agg_keys_given;
+		bool same = given == given_seen[0] && given == given_seen[1];
+		given_seen[1] = given_seen[0];
+		given_seen[0] = given;
+		if (same)
+			return false;
+	}
+	struct fst_req_agg_key key, next;
+	void *prev = NULL;
+	while (!bpf_map_get_next_key(in->maps.agg_keys, prev, &next)) {
+		key = next;
+		prev = &key;
+		if (!labelled(key.sdev))
+			return true;
+	}
+	return false;
+}
+
+void expose_follow_labels(const struct expose_input *in)
+{
+	if (mount_table_changed() || unlabelled_devices(in))
+		labels_now(in);
+}
+
+int expose_write(const char *path, const char *om_path, const struct expose_input *in)
+{
+	static struct jbuf b, om; /* reused: their sizes settle at the exposition's, so memory stays flat */
+	b.len = 0;
+	labels_now(in);
 	requests(&b);
 	per_comm(&b, in->maps.comm_agg);
 	filesystems(&b);

@@ -48,12 +48,22 @@ struct expose_input {
 	const __u32 *devs;	       /* the traced block devices (kernel dev_t), whose series are there from the start */
 	const char *const *dev_levels; /* each one's level: what it is to the traced filesystems (FST_DEV_LEVELS) */
 	int nr_devs;
-	const struct diskstat *ds_start; /* each device's /proc/diskstats when tracing began (NULL: none) */
-	double start_time_s;		 /* the collector's start (realtime): counters start at 0 then */
+	const struct diskstat *ds_start;      /* each device's /proc/diskstats when tracing began (NULL: none) */
+	double start_time_s;		      /* the collector's start (realtime): counters start at 0 then */
+	const volatile __u32 *agg_keys_given; /* requests.bpf.c's count of agg_keys handed out (its bss), or NULL */
 };
 
 /* Write path now, in the classic text format, and om_path (unless NULL) in OpenMetrics 1.0 text; 0, or a
  * negative errno (a file not written is left as it was). */
 int expose_write(const char *path, const char *om_path, const struct expose_input *in);
+/*
+ * What an exposition does to the labels, without writing one (--exposition-on-demand, between scrapes): a device
+ * seen for the first time labelled with the filesystem mounted on it now, and every label checked against the
+ * mount table where it changed (a device seen unmounted keeps what it held then).  A filesystem mounted, read and
+ * gone between two scrapes keeps its own labels, as with a rewrite every interval.  Where nothing changed it
+ * costs a poll and a read of agg_keys_given (no system call for the rows).  A device known only to the
+ * --per-comm rows (agg_keys full) is labelled at the next exposition.
+ */
+void expose_follow_labels(const struct expose_input *in);
 
 #endif

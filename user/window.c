@@ -977,6 +977,12 @@ bool window_estimate(__u32 sdev, __u16 kind, __u64 now, double *est, double *lo,
 	*hi = *est + half;
 	return true;
 }
+void window_calls_look(__u64 now)
+{
+	if (w.active && w.io_ok && now > w.io_to + 1000000000ull)
+		io_step(now, false);
+}
+
 unsigned window_count(void) { return w.nwins_total; }
 
 double window_always_on_share(void)

@@ -42,6 +42,9 @@ bool window_io_stacks(void);
  * (as the analysis's request_windows), *by_calls: weighted by the traced processes' own calls of the kind (else
  * by the windows' time); false while there is no estimate (windows off, or fewer than two) */
 bool window_estimate(__u32 sdev, __u16 kind, __u64 now, double *est, double *lo, double *hi, bool *by_calls);
+/* a look at the traced threads' calls between the windows' own, at most once a second (an on-demand exposer's
+ * interval, whose expositions look too): the exited threads' counts taken before exited_calls fills */
+void window_calls_look(__u64 now);
 /* serve: windows whose call counts are unknown (a look at an edge failed, or the counts were never readable),
  * which the estimates by calls leave out: it only grows, as a counter must; and the looks that failed */
 unsigned window_calls_unknown(void);
