@@ -1,4 +1,5 @@
 """A run's temporary directory and its results directory, which appears only when complete."""
+import atexit
 import os
 import shutil
 import stat
@@ -52,6 +53,7 @@ class ResultsDir:
         if not os.access(parent, os.W_OK | os.X_OK):
             raise FstraceError("cannot write results under %s: permission denied" % parent)
         self.parent = VerifiedDir.open(os.path.dirname(outdir), create=True)
+        self._lock = None
         try:
             for n in range(1, 1000 if numbered else 2):
                 self.outdir = outdir if n == 1 else "%s-%d" % (outdir, n)
@@ -73,20 +75,34 @@ class ResultsDir:
         st = self.parent.lstat(self.name)
         if st is not None and stat.S_ISLNK(st.st_mode):
             return "output directory %s is a symbolic link; give the real path" % self.outdir
-        if st is not None and (not stat.S_ISDIR(st.st_mode) or self._listdir(self.name)):
-            return "output directory %s exists and is not empty" % self.outdir
         # removed by its holder when done (as a cache entry's), so the state directory does not keep one per
         # output directory ever written
         lp = lock_path("out", self.outdir)
-        lock = lock_at(lp, blocking=False)
+        lock = lock_at(lp, blocking=False, wait_s=0.1)
         if lock is None:
             return "output directory %s is being written by another fstrace run" % self.outdir
-        if self.parent.lstat(self.name + ".partial") is not None:
+        # looked at under the lock: a run that held it may have just renamed its complete directory there
+        st = self.parent.lstat(self.name)
+        why = None
+        if st is not None and (stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or self._listdir(self.name)):
+            why = "output directory %s exists and is not empty" % self.outdir
+        elif self.parent.lstat(self.name + ".partial") is not None:
             # not a dead run's (those were swept at start): someone's files, never deleted for them
+            why = "%s already exists; remove it or choose another -o" % self.partial
+        if why:
             unlock_removing(lock, lp)
-            return "%s already exists; remove it or choose another -o" % self.partial
+            return why
         self._lock, self._lock_path = lock, lp
+        # a claim given up however the command ends, should it never write the directory (a failure before)
+        atexit.register(self.release)
         return None
+
+    def release(self):
+        """Give up the claim on the directory (its lock file removed); again, or never claimed: nothing."""
+        if self._lock is not None:
+            unlock_removing(self._lock, self._lock_path)
+            self._lock = None
+            atexit.unregister(self.release)
 
     def _listdir(self, name):
         fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.parent.fd)
@@ -99,7 +115,7 @@ class ResultsDir:
         try:
             self.dir = self.parent.mkdir(self.name + ".partial")
         except OSError as e:
-            unlock_removing(self._lock, self._lock_path)
+            self.release()
             self.parent.close()
             raise FstraceError("cannot create %s: %s" % (self.partial, e.strerror))
         self._cleanup = Cleanup()
@@ -121,5 +137,5 @@ class ResultsDir:
         finally:
             self.dir.close()
             self.parent.close()
-            unlock_removing(self._lock, self._lock_path)
+            self.release()
         return False

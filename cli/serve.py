@@ -174,6 +174,11 @@ class Server(http.server.ThreadingHTTPServer):
             with contextlib.suppress(OSError):
                 request.shutdown(socket.SHUT_RDWR)
 
+    def use_collector(self, proc):
+        """proc (None: none) rewrites on demand from now on; what was said of the last one is not its."""
+        with self.refresh_lock:
+            self.collector, self.refresh_late, self.late_since = proc, False, 0.0
+
     def fresh(self, path):
         """With max_age_s, path no older than that: the collector asked to rewrite it (SIGHUP) and waited for, at
         most REFRESH_TIMEOUT_S; the last one stays served where it does not (said once, until it does again), and
@@ -426,7 +431,7 @@ def serve(listen, resolve, settings, progress):
         proc = start_collector(collector_argv, path, om_path, settings, stop)
         if not proc:
             return 0
-        server.collector = proc
+        server.use_collector(proc)
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5}, daemon=True).start()
         serving = True
         host, port = server.server_address[:2]
@@ -454,11 +459,11 @@ def serve(listen, resolve, settings, progress):
                 # the old collector's file stays served until the new one has written its first
                 if not stop_collector(proc, progress):
                     raise FstraceError("the collector %s" % ended(proc.returncode))
-                server.collector = None
+                server.use_collector(None)
                 proc = start_collector(collector_argv, path, om_path, settings, stop)
                 if not proc:
                     return 0
-                server.collector = proc
+                server.use_collector(proc)
                 state = {}
         rc = 0
     finally:

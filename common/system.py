@@ -355,16 +355,21 @@ def detach_loop(dev, backing):
     return True
 
 
-def lock_at(lp, blocking=True):
-    """The open lock file at lp, flocked, or None (not blocking, and someone holds it).  A file its holder removed
-    while this waited on it locks nothing any more: then the one at lp now is taken (made if missing)."""
+def lock_at(lp, blocking=True, wait_s=0.0):
+    """The open lock file at lp, flocked, or None (not blocking, and someone held it for wait_s: a start's sweep
+    holds an unheld one for a moment before it removes it).  A file its holder removed while this waited on it
+    locks nothing any more: then the one at lp now is taken (made if missing)."""
+    deadline = time.monotonic() + wait_s
     while True:
         f = open(lp, "a")
         try:
             fcntl.flock(f, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
         except BlockingIOError:
             f.close()
-            return None
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.005)
+            continue
         try:
             st, now = os.fstat(f.fileno()), os.stat(lp)
             if (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino):

@@ -10,7 +10,7 @@ import pytest
 
 from common import system
 from common.system import FstraceError
-from conftest import FSTRACE
+from conftest import FSTRACE, ROOT
 
 
 @pytest.fixture
@@ -81,6 +81,38 @@ def test_an_output_directory_lock_goes_with_its_run(state_dir, tmp_path):
                     raise RuntimeError("the run failed")
         assert os.listdir(state_dir) == []
     assert os.path.isdir(tmp_path / "run0") and not os.path.exists(tmp_path / "run1")
+
+
+@pytest.mark.unit
+def test_an_output_directory_held_a_moment_by_the_sweep_is_still_claimed(state_dir, tmp_path):
+    """A start's sweep holds an unheld lock file a moment before it removes it: a run claiming that directory
+    then waits it out rather than take it for another run's."""
+    import threading
+    from cli.directories import ResultsDir
+    out = str(tmp_path / "run")
+    lp = system.lock_path("out", out)
+    sweep = system.lock_at(lp)
+    threading.Timer(0.03, lambda: system.unlock_removing(sweep, lp)).start()
+    rd = ResultsDir(out)
+    with rd:
+        pass
+    assert os.path.isdir(out) and os.listdir(state_dir) == []
+
+
+@pytest.mark.unit
+def test_an_output_directory_claimed_and_never_written_leaves_no_lock(tmp_path):
+    """A command that fails after claiming its directory and before writing it (a dataset not found, an image
+    that would not build) leaves no lock file behind at its exit."""
+    import sys
+    state = tmp_path / "state"
+    script = ("import os, sys; from common import system; d = sys.argv[1]; "
+              "system.lock_dir = lambda: (os.makedirs(d, exist_ok=True), d)[1]; "
+              "from cli.directories import ResultsDir; r = ResultsDir(sys.argv[2]); "
+              "print(len(os.listdir(d)), flush=True); sys.exit(3)")
+    p = subprocess.run([sys.executable, "-c", script, str(state), str(tmp_path / "run")], cwd=ROOT,
+                       stdout=subprocess.PIPE, text=True)
+    assert p.returncode == 3 and p.stdout == "1\n", p
+    assert os.listdir(state) == [] and not os.path.exists(tmp_path / "run")
 
 
 @pytest.mark.unit

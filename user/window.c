@@ -365,8 +365,9 @@ static bool io_step(__u64 now, bool numbered)
 		return false;
 	struct io_calls d = { 0 };
 	/* numbered: a look of the windows' own (at their edges, the baseline, the last), which the test hook
-	 * numbers; serve's expositions look too, as often as they are written, and numbering those would make which
-	 * windows a failure hits a matter of timing */
+	 * numbers; serve's expositions look too, as often as they are written, and its collector every second
+	 * between scrapes (window_calls_look): numbering those would make which windows a failure hits a matter of
+	 * timing */
 	bool baseline = !w.io_to /* set by the first look that read them */;
 	bool fail = !baseline && numbered && w.nlooks < 64 && (w.fail_looks >> w.nlooks & 1);
 	if (!baseline && numbered)
@@ -977,6 +978,7 @@ bool window_estimate(__u32 sdev, __u16 kind, __u64 now, double *est, double *lo,
 	*hi = *est + half;
 	return true;
 }
+
 void window_calls_look(__u64 now)
 {
 	if (w.active && w.io_ok && now > w.io_to + 1000000000ull)
