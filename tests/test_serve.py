@@ -496,6 +496,28 @@ def small_erofs(tmp_path):
     return img, mnt
 
 
+def two_images_on_one_loop(tmp_path):
+    """(image A, its mount point, image B, its mount point, a read-only loop device set up with A), small_erofs's
+    in tmp_path/a and tmp_path/b: for tests that set the device up again with B under the same number."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    img_a, mnt_a = small_erofs(tmp_path / "a")
+    img_b, mnt_b = small_erofs(tmp_path / "b")
+    loop = subprocess.run(["losetup", "-f", "--show", "-r", img_a], check=True, stdout=subprocess.PIPE,
+                          text=True).stdout.strip()
+    return img_a, mnt_a, img_b, mnt_b, loop
+
+
+def read_small(mnt, n):
+    """n reads of small_erofs's file f, mounted at mnt (its first 4 KiB each time)."""
+    fd = os.open(os.path.join(mnt, "f"), os.O_RDONLY)
+    try:
+        for _ in range(n):
+            assert len(os.pread(fd, 4096, 0)) == 4096
+    finally:
+        os.close(fd)
+
+
 @pytest.mark.bpf
 def test_a_mount_that_goes_away_and_comes_back_elsewhere(tmp_path):
     """Unmounted: reported, its counters stay, serving goes on.  Mounted again there from another loop device:
@@ -907,18 +929,13 @@ def test_a_mount_that_goes_away_and_comes_back_on_the_same_device(tmp_path):
     rdev = os.stat(loop).st_rdev
     device = "%d:%d" % (os.major(rdev), os.minor(rdev))
     mounted = False
-
-    def read_file(n):
-        with open(os.path.join(mnt, "f"), "rb") as f:
-            for _ in range(n):
-                assert len(os.pread(f.fileno(), 4096, 0)) == 4096
     try:
         subprocess.run(["mount", "-t", "erofs", "-o", "ro", loop, mnt], check=True)
         mounted = True
         p, port, rest = start_serve("--mount", mnt)
         collector = collector_under(p.pid, timeout=10)
         try:
-            read_file(3)
+            read_small(mnt, 3)
             reads = value(parse(fresh_scrape(port)), "fstrace_requests_total", kind="read", mount=mnt)
             assert reads >= 3
             subprocess.run(["umount", mnt], check=True)
@@ -938,7 +955,7 @@ def test_a_mount_that_goes_away_and_comes_back_on_the_same_device(tmp_path):
             while value(samples, "fstrace_filesystem_mounted", mount=mnt, device=device) != 1 and \
                     time.time() < deadline:
                 samples = parse(fresh_scrape(port))
-            read_file(5)
+            read_small(mnt, 5)
             samples = parse(fresh_scrape(port, om=True))
             # counted on by the same collector, from where the counter was, in the one series of the mount
             assert value(samples, "fstrace_requests_total", kind="read", mount=mnt, device=device) >= reads + 5
@@ -965,23 +982,10 @@ def test_a_device_number_reused_by_another_filesystem_keeps_the_old_labels_whole
     with fstrace_filesystem_mounted 0, and B's reads are B's: not exposed under --mount A (B was not chosen),
     under B's own labels, M of them, when every filesystem is traced.  Under --mount A (with --per-comm: the task
     names' series too), A set up again there afterwards is counted on from where it was."""
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    img_a, mnt_a = small_erofs(tmp_path / "a")
-    img_b, mnt_b = small_erofs(tmp_path / "b")
-    loop = subprocess.run(["losetup", "-f", "--show", "-r", img_a], check=True, stdout=subprocess.PIPE,
-                          text=True).stdout.strip()
+    img_a, mnt_a, img_b, mnt_b, loop = two_images_on_one_loop(tmp_path)
     rdev = os.stat(loop).st_rdev
     device = "%d:%d" % (os.major(rdev), os.minor(rdev))
     attached, mounted = True, []
-
-    def read_file(mnt, n):
-        fd = os.open(os.path.join(mnt, "f"), os.O_RDONLY)
-        try:
-            for _ in range(n):
-                assert len(os.pread(fd, 4096, 0)) == 4096
-        finally:
-            os.close(fd)
 
     def of(samples, mnt):
         return {k: v for k, v in samples.items() if ("mount", mnt) in k[1]}
@@ -990,7 +994,7 @@ def test_a_device_number_reused_by_another_filesystem_keeps_the_old_labels_whole
         mounted.append(mnt_a)
         p, port, rest = start_serve(*(["--mount", mnt_a, "--per-comm"] if filtered else []))
         try:
-            read_file(mnt_a, 3)
+            read_small(mnt_a, 3)
             deadline = time.time() + 30
             # labelled as the collector finds it mounted when it first writes the device's counts
             while value(parse(fresh_scrape(port)), "fstrace_requests_total", kind="read", mount=mnt_a) != 3 and \
@@ -1012,13 +1016,13 @@ def test_a_device_number_reused_by_another_filesystem_keeps_the_old_labels_whole
             assert os.stat(loop).st_rdev == rdev
             subprocess.run(["mount", "-t", "erofs", "-o", "ro", loop, mnt_b], check=True)
             mounted.append(mnt_b)
-            read_file(mnt_b, 5)
+            read_small(mnt_b, 5)
             samples = parse(fresh_scrape(port))
             if not filtered:
                 while value(samples, "fstrace_requests_total", kind="read", mount=mnt_b) < 5 and \
                         time.time() < deadline:
                     samples = parse(fresh_scrape(port))
-            read_file(mnt_b, 2)
+            read_small(mnt_b, 2)
             samples = parse(fresh_scrape(port))
             # A's series hold what they held when it was unmounted, not one more
             assert of(gone, mnt_a) and of(samples, mnt_a) == of(gone, mnt_a)
@@ -1035,7 +1039,7 @@ def test_a_device_number_reused_by_another_filesystem_keeps_the_old_labels_whole
                 attached = True
                 subprocess.run(["mount", "-t", "erofs", "-o", "ro", loop, mnt_a], check=True)
                 mounted.append(mnt_a)
-                read_file(mnt_a, 4)
+                read_small(mnt_a, 4)
                 back = parse(fresh_scrape(port))
                 assert value(back, "fstrace_filesystem_mounted", mount=mnt_a, device=device) == 1
                 assert value(back, "fstrace_requests_total", kind="read", mount=mnt_a) == 7
@@ -1063,23 +1067,10 @@ def test_a_filesystem_mounted_read_and_gone_between_two_scrapes_keeps_its_labels
     read 3 times, unmounted, the device set up again with image B elsewhere and read 5 times.  The collector
     labels a device between scrapes as it would at a rewrite every interval: the first scrape after has A's 3
     under A's mount (unmounted) and B's 5 under B's, not 8 under B's."""
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    img_a, mnt_a = small_erofs(tmp_path / "a")
-    img_b, mnt_b = small_erofs(tmp_path / "b")
-    loop = subprocess.run(["losetup", "-f", "--show", "-r", img_a], check=True, stdout=subprocess.PIPE,
-                          text=True).stdout.strip()
+    img_a, mnt_a, img_b, mnt_b, loop = two_images_on_one_loop(tmp_path)
     rdev = os.stat(loop).st_rdev
     device = "%d:%d" % (os.major(rdev), os.minor(rdev))
     attached, mounted = True, []
-
-    def read_file(mnt, n):
-        fd = os.open(os.path.join(mnt, "f"), os.O_RDONLY)
-        try:
-            for _ in range(n):
-                assert len(os.pread(fd, 4096, 0)) == 4096
-        finally:
-            os.close(fd)
     try:
         p, port, rest = start_serve()
         try:
@@ -1087,7 +1078,7 @@ def test_a_filesystem_mounted_read_and_gone_between_two_scrapes_keeps_its_labels
             subprocess.run(["mount", "-t", "erofs", "-o", "ro", loop, mnt_a], check=True)
             mounted.append(mnt_a)
             time.sleep(1)  # the mount seen (five intervals) before A has a request: no label yet
-            read_file(mnt_a, 3)
+            read_small(mnt_a, 3)
             time.sleep(1)  # labelled as mounted, with no change of the mount table to bring it
             subprocess.run(["umount", mnt_a], check=True)
             mounted.remove(mnt_a)
@@ -1099,7 +1090,7 @@ def test_a_filesystem_mounted_read_and_gone_between_two_scrapes_keeps_its_labels
             assert os.stat(loop).st_rdev == rdev
             subprocess.run(["mount", "-t", "erofs", "-o", "ro", loop, mnt_b], check=True)
             mounted.append(mnt_b)
-            read_file(mnt_b, 5)
+            read_small(mnt_b, 5)
             samples = parse(fresh_scrape(port))
             assert value(samples, "fstrace_requests_total", kind="read", mount=mnt_a, device=device) == 3
             assert value(samples, "fstrace_filesystem_mounted", mount=mnt_a, device=device) == 0
