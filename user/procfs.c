@@ -40,8 +40,8 @@ static void unescape_octal(char *s)
  * /proc/self/mountinfo as last read, kept open and read again only once the mount table changed: the kernel then
  * reports POLLPRI on it (fs/proc_namespace.c mounts_poll), which a poll of no wait asks.  Serve's collector
  * labels its devices from it (every interval where the mount table changed, and at each exposition), one whole
- * read per device each time, where the table seldom changes
- * and on a system of containers holds hundreds of mounts.  A change between the poll and the read is in what is
+ * read per device each time, where the table seldom changes and on a system of containers holds hundreds of
+ * mounts.  A change between the poll and the read is in what is
  * read, and reported again at the next poll: it costs a read.  (A directory above a mount point renamed is no
  * change of the table: its label keeps the old path until the table next changes, as a scrape between the two
  * would have had it anyway.)
